@@ -1,0 +1,54 @@
+"""The batch format shared by data, models, objectives and training.
+
+A dataset item is a dict with
+  ``inputs``   LongTensor (L,) of token ids, or FloatTensor (L, C) of numeric channels;
+  ``target``   LongTensor () class index, or FloatTensor (T,) regression targets;
+  ``inputs2``  (two-sequence tasks only) the second sequence, same kind as ``inputs``.
+
+``collate`` pads a list of items to the longest sequence (padding at the end, with ``pad_id`` for
+tokens and 0.0 for numeric inputs) and returns a batch dict with
+  ``inputs`` (B, L) or (B, L, C); ``lengths`` LongTensor (B,); ``targets`` (B,) or (B, T);
+  ``inputs2``/``lengths2`` for two-sequence tasks.
+The padding mask is always derived from the lengths with :func:`padding_mask`.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+#: Token id of padding. Special tokens take the first ids of every vocabulary.
+PAD_ID = 0
+
+
+def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
+    """Boolean (B, max_len) mask, True at real positions of left-aligned sequences."""
+    positions = torch.arange(max_len, device=lengths.device)
+    return positions.unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def _pad(seqs: Sequence[Tensor], pad_value: float | int) -> tuple[Tensor, Tensor]:
+    lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.long)
+    max_len = int(lengths.max()) if len(seqs) else 0
+    first = seqs[0]
+    out = first.new_full((len(seqs), max_len, *first.shape[1:]), pad_value)
+    for i, s in enumerate(seqs):
+        if s.shape[1:] != first.shape[1:]:
+            raise ValueError(f"item {i} has per-position shape {tuple(s.shape[1:])}, item 0 has {tuple(first.shape[1:])}")
+        out[i, : s.shape[0]] = s
+    return out, lengths
+
+
+def collate(items: Sequence[dict], pad_id: int = PAD_ID) -> dict[str, Tensor]:
+    """Pad and stack dataset items into a batch (see the module docstring)."""
+    if not items:
+        raise ValueError("cannot collate an empty list of items")
+    batch: dict[str, Tensor] = {}
+    for key, len_key in (("inputs", "lengths"), ("inputs2", "lengths2")):
+        if key in items[0]:
+            seqs = [it[key] for it in items]
+            pad_value = pad_id if not seqs[0].is_floating_point() else 0.0
+            batch[key], batch[len_key] = _pad(seqs, pad_value)
+    batch["targets"] = torch.stack([torch.as_tensor(it["target"]) for it in items])
+    return batch

@@ -1,0 +1,33 @@
+"""User-facing errors. The command line prints these as one line, without a traceback."""
+from __future__ import annotations
+
+
+class LongrangeError(Exception):
+    """Base class of errors caused by the user's input, files or configuration."""
+
+
+class ConfigError(LongrangeError, ValueError):
+    """A configuration field is unknown or has a bad value; the message names the field."""
+
+
+class DataMissingError(LongrangeError, FileNotFoundError):
+    """Expected data files are absent; the message names the path and how to obtain the data."""
+
+
+class DataFormatError(LongrangeError, ValueError):
+    """A data file is malformed; the message names the file and the line or sample at fault."""
+
+    def __init__(self, message: str, path: object = None, line: int | None = None):
+        where = ""
+        if path is not None:
+            where = f"{path}"
+            if line is not None:
+                where += f", line {line}"
+            where += ": "
+        super().__init__(where + message)
+        self.path = path
+        self.line = line
+
+
+class CheckpointError(LongrangeError):
+    """A checkpoint is missing, unreadable, unsafe, or does not fit the model."""
