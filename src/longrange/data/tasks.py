@@ -1,0 +1,273 @@
+"""The task registry: what each benchmark is, and how to load it.
+
+A task module registers itself when :mod:`longrange.data` is imported::
+
+    register_task("listops", listops_spec, load_listops, {"seq_len": 2048, "truncate": False},
+                  expected=listops_expected_paths)
+
+and users load it by name::
+
+    data = load_task("listops", "data", seed=0, train_subset=0.1)
+    loader = DataLoader(data.train, batch_size=32, collate_fn=data.collate)
+
+``data_dir`` is the root data directory (default ``$LONGRANGE_DATA`` or ``./data``); each task
+reads its own sub-directory of it (see ``docs/data.md``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, Subset
+
+from longrange.data.batch import PAD_ID, collate
+from longrange.data.tokenize import Vocabulary
+from longrange.errors import ConfigError
+
+#: Environment variable naming the default data directory.
+DATA_ENV = "LONGRANGE_DATA"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Static description of a task (with its options applied)."""
+
+    name: str
+    input_kind: str            # "tokens" | "numeric"
+    seq_len: int               # maximum sequence length (including any appended <eos>)
+    n_classes: int             # 0 for regression
+    metric: str                # "accuracy" | "r2"
+    mask_ratio: float          # default masking ratio for masked self-pretraining
+    d_input: int = 1           # channels of numeric inputs
+    n_targets: int = 1         # regression targets
+    two_sequences: bool = False
+    description: str = ""
+    layout: str = ""           # the expected files under the data dir, for `longrange data info`
+    obtain: str = ""           # how to obtain or generate the data
+
+    def __post_init__(self) -> None:
+        if self.input_kind not in ("tokens", "numeric"):
+            raise ConfigError(f"task {self.name}: input_kind must be 'tokens' or 'numeric', got {self.input_kind!r}")
+        if self.metric not in ("accuracy", "r2"):
+            raise ConfigError(f"task {self.name}: metric must be 'accuracy' or 'r2', got {self.metric!r}")
+        if self.seq_len < 1:
+            raise ConfigError(f"task {self.name}: seq_len must be >= 1, got {self.seq_len}")
+        if not 0.0 <= self.mask_ratio < 1.0:
+            raise ConfigError(f"task {self.name}: mask_ratio must be in [0, 1), got {self.mask_ratio}")
+
+
+class SequenceDataset(Dataset):
+    """Items ``{"inputs": Tensor, "target": Tensor[, "inputs2": Tensor]}`` (see ``data/batch.py``).
+
+    Args:
+        inputs: one tensor per sample, (L,) token ids or (L, C) numeric channels.
+        targets: (N,) class indices or (N, T) regression targets.
+        inputs2: the second sequence of two-sequence tasks, one tensor per sample.
+    """
+
+    def __init__(self, inputs: Sequence[Tensor], targets: Tensor, inputs2: Sequence[Tensor] | None = None):
+        if len(inputs) != len(targets):
+            raise ValueError(f"{len(inputs)} inputs but {len(targets)} targets")
+        if inputs2 is not None and len(inputs2) != len(inputs):
+            raise ValueError(f"{len(inputs)} inputs but {len(inputs2)} second inputs")
+        self.inputs = list(inputs)
+        self.targets = targets
+        self.inputs2 = None if inputs2 is None else list(inputs2)
+
+    @classmethod
+    def from_packed(cls, flat: Tensor, offsets: Tensor, targets: Tensor,
+                    flat2: Tensor | None = None, offsets2: Tensor | None = None) -> "SequenceDataset":
+        """Build from :func:`pack`-ed sequences (items are views into ``flat``)."""
+        inputs2 = None if flat2 is None else unpack(flat2, offsets2)
+        return cls(unpack(flat, offsets), targets, inputs2)
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, idx: int) -> dict[str, Tensor]:
+        item = {"inputs": self.inputs[idx], "target": self.targets[idx]}
+        if self.inputs2 is not None:
+            item["inputs2"] = self.inputs2[idx]
+        return item
+
+
+def pack(seqs: Sequence[Tensor] | Sequence[Sequence[int]], dtype: torch.dtype = torch.long) -> tuple[Tensor, Tensor]:
+    """Concatenate variable-length sequences into (flat, offsets) with offsets of shape (N + 1,).
+
+    One flat tensor saves and loads far faster than many small ones (cache entries).
+    """
+    tensors = [s if isinstance(s, Tensor) else torch.as_tensor(s, dtype=dtype) for s in seqs]
+    lengths = torch.tensor([t.shape[0] for t in tensors], dtype=torch.long)
+    offsets = torch.zeros(len(tensors) + 1, dtype=torch.long)
+    torch.cumsum(lengths, 0, out=offsets[1:])
+    flat = torch.cat(tensors) if tensors else torch.zeros(0, dtype=dtype)
+    return flat, offsets
+
+
+def unpack(flat: Tensor, offsets: Tensor) -> list[Tensor]:
+    """Inverse of :func:`pack`: views into ``flat``."""
+    bounds = offsets.tolist()
+    return [flat[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+
+
+@dataclass
+class TaskData:
+    """A loaded task: its spec, the three splits, and the vocabulary of token tasks."""
+
+    spec: TaskSpec
+    train: Dataset
+    val: Dataset
+    test: Dataset
+    vocab: Vocabulary | None = None
+    #: Bad records skipped with ``skip_bad=True``, per source file.
+    skipped: dict[str, int] = field(default_factory=dict)
+    #: Free-form facts about the loaded data (e.g. which source, split sizes before subsetting).
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def collate(self, items: Sequence[dict]) -> dict[str, Tensor]:
+        """Pad items into a batch with the vocabulary's pad id (see ``data/batch.py``)."""
+        return collate(items, pad_id=self.vocab.pad_id if self.vocab is not None else PAD_ID)
+
+    @property
+    def vocab_size(self) -> int | None:
+        return None if self.vocab is None else len(self.vocab)
+
+
+@dataclass(frozen=True)
+class _Registered:
+    spec: Callable[..., TaskSpec]
+    loader: Callable[..., TaskData]
+    options: dict[str, Any]
+    expected: Callable[..., list[Path]] | None
+
+
+_REGISTRY: dict[str, _Registered] = {}
+
+
+def register_task(name: str, spec: Callable[..., TaskSpec], loader: Callable[..., TaskData], options: dict,
+                  expected: Callable[..., list[Path]] | None = None) -> None:
+    """Add a task to the registry.
+
+    Args:
+        name: the task's name (``longrange data list``, ``load_task(name)``).
+        spec: ``spec(**options) -> TaskSpec``.
+        loader: ``loader(data_dir: Path, spec, seed, skip_bad, **options) -> TaskData``; ``data_dir``
+            is the root data directory.
+        options: the task's option names with their defaults.
+        expected: ``expected(data_dir: Path, **options) -> list[Path]``, the files/directories that
+            must exist (for :func:`task_status` and ``longrange data info``).
+    """
+    _REGISTRY[name] = _Registered(spec, loader, dict(options), expected)
+
+
+def list_tasks() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def _entry(name: str) -> _Registered:
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown task {name!r}; available tasks: {', '.join(list_tasks()) or '(none)'}")
+    return _REGISTRY[name]
+
+
+def task_options(name: str) -> dict[str, Any]:
+    """The task's options with their defaults."""
+    return dict(_entry(name).options)
+
+
+def _resolve_options(name: str, options: dict) -> dict:
+    entry = _entry(name)
+    unknown = sorted(set(options) - set(entry.options))
+    if unknown:
+        valid = ", ".join(sorted(entry.options)) or "(none)"
+        raise ConfigError(f"unknown option {unknown[0]!r} for task {name}; valid options: {valid}")
+    return {**entry.options, **options}
+
+
+def get_spec(name: str, **options) -> TaskSpec:
+    """The task's spec with ``options`` applied (unknown task or option -> ConfigError)."""
+    return _entry(name).spec(**_resolve_options(name, options))
+
+
+def default_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """``data_dir`` if given, else ``$LONGRANGE_DATA``, else ``./data``."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    return Path(os.environ.get(DATA_ENV) or "data").expanduser()
+
+
+def task_dir(data_dir: Path, subdir: str, probe: str) -> Path:
+    """The directory of a task's files: ``data_dir/subdir``, or ``data_dir`` itself when it holds
+    ``probe`` directly (the user pointed the data dir at the task's own folder)."""
+    nested = data_dir / subdir
+    if not (nested / probe).exists() and (data_dir / probe).exists():
+        return data_dir
+    return nested
+
+
+def subset_indices(n: int, subset: float | int, seed: int) -> list[int]:
+    """Sorted indices of a deterministic random subset of ``range(n)``.
+
+    ``subset`` is a fraction in (0, 1] (rounded, at least one item) or a count in [1, n]. The subset
+    is a prefix of a seeded permutation, so for one seed smaller subsets are contained in larger ones.
+    """
+    if isinstance(subset, bool) or not isinstance(subset, (int, float)):
+        raise ConfigError(f"train_subset must be a fraction in (0, 1] or a count, got {subset!r}")
+    if isinstance(subset, float):
+        if not 0.0 < subset <= 1.0:
+            raise ConfigError(f"train_subset fraction must be in (0, 1], got {subset}")
+        count = max(1, round(subset * n))
+    else:
+        if not 1 <= subset <= n:
+            raise ConfigError(f"train_subset count must be in [1, {n}] (the training set size), got {subset}")
+        count = subset
+    gen = torch.Generator().manual_seed(int(seed))
+    perm = torch.randperm(n, generator=gen)[:count]
+    return sorted(perm.tolist())
+
+
+def load_task(name: str, data_dir: str | os.PathLike | None = None, *, seed: int = 0,
+              train_subset: float | int | None = None, skip_bad: bool = False, **options) -> TaskData:
+    """Load a registered task.
+
+    Args:
+        name: task name (unknown -> ConfigError listing the tasks).
+        data_dir: root data directory (default ``$LONGRANGE_DATA`` or ``./data``).
+        seed: seeds every random choice of the loader (held-out splits) and of ``train_subset``.
+        train_subset: keep only a fraction in (0, 1] or a count of the training set (data-scarcity
+            experiments); deterministic for the seed.
+        skip_bad: skip malformed records (counted in ``TaskData.skipped``) instead of raising.
+        options: task options (see ``longrange data list`` / :func:`task_options`).
+    """
+    entry = _entry(name)
+    opts = _resolve_options(name, options)
+    spec = entry.spec(**opts)
+    data = entry.loader(default_data_dir(data_dir), spec, seed=seed, skip_bad=skip_bad, **opts)
+    if data.skipped:
+        for path, count in sorted(data.skipped.items()):
+            if count:
+                print(f"{name}: skipped {count} bad record(s) in {path}", file=sys.stderr, flush=True)
+    if train_subset is not None:
+        data.info.setdefault("train_size_full", len(data.train))
+        data.train = Subset(data.train, subset_indices(len(data.train), train_subset, seed))
+    return data
+
+
+def task_status(name: str, data_dir: str | os.PathLike | None = None, **options) -> tuple[bool, list[str]]:
+    """Whether the task's files are present, and one human-readable line per expected path."""
+    entry = _entry(name)
+    opts = _resolve_options(name, options)
+    root = default_data_dir(data_dir)
+    if entry.expected is None:
+        return root.exists(), [f"{root}: {'found' if root.exists() else 'missing'} (no file list for this task)"]
+    lines, present = [], True
+    for path in entry.expected(root, **opts):
+        ok = Path(path).exists()
+        present &= ok
+        lines.append(f"{path}: {'found' if ok else 'missing'}")
+    return present, lines
