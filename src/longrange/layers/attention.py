@@ -1,0 +1,218 @@
+"""Multi-head softmax attention, optionally rotary, blocked (local) and with a KV-cache step mode.
+
+Shapes: inputs and outputs are (batch, L, d_model); inside, queries/keys/values are
+(batch, heads, L, head_dim) with ``head_dim = d_model / heads``. Scores are scaled by
+``1 / sqrt(head_dim)``.
+
+Padding: ``mask`` (batch, L) is True at real positions. Padded keys are never attended to and the
+outputs at padded positions are zero. A query that has no key to attend to (possible only with
+unusual masks or blocks made entirely of padding) outputs zero instead of NaN.
+
+Blocked attention (``block_size=B``): the sequence is cut into consecutive, non-overlapping blocks
+of B positions (the last one may be shorter) and each position attends only within its block
+(and only to earlier positions of it in causal mode). Blocks are folded into the batch dimension,
+so memory is O(L·B) rather than O(L²). Rotary positions remain global positions, so the same
+token gets the same rotation whatever the block size.
+
+Generation: ``default_state(batch)`` is an empty :class:`KVCache`; ``step(x_t, state)`` appends
+this step's key and value and attends over the cache. With ``block_size`` the cache is emptied at
+every block boundary, matching the blocked forward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from longrange.errors import ConfigError
+from longrange.layers.base import SequencePrimitive, apply_mask
+from longrange.layers.rope import RotaryEmbedding
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """Keys and values of the steps seen so far (of the current block, when blocked).
+
+    ``k`` and ``v`` have shape (batch, heads, n_cached, head_dim); ``position`` is the number of
+    steps taken since the start of the sequence (the global position of the next step).
+    """
+
+    k: Tensor
+    v: Tensor
+    position: int = 0
+
+
+def _is_left_aligned(mask: Tensor) -> bool:
+    """True if every row of ``mask`` (batch, L) is real positions followed only by padding."""
+    return bool((mask[:, 1:] <= mask[:, :-1]).all()) if mask.shape[1] > 1 else True
+
+
+def masked_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, dropout_p: float = 0.0) -> Tensor:
+    """Softmax attention of q over (k, v), all (N, heads, L, head_dim), through SDPA.
+
+    ``key_mask`` (N, L) bool marks keys that may be attended to. Rows with no admissible key
+    return zero rather than NaN.
+    """
+    if key_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+    if causal and _is_left_aligned(key_mask):
+        # With padding only at the end, the causal mask already keeps every real query away from
+        # padded keys; padded queries still see key 0 (if it is real), so no row is empty unless the
+        # whole sequence is padding. Keeping ``is_causal`` lets SDPA use its fused kernels.
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        return out * key_mask[:, None, :1, None].to(out.dtype)
+    length = q.shape[-2]
+    allowed = key_mask[:, None, None, :]  # (N, 1, 1, L)
+    if causal:
+        allowed = allowed & torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+    has_key = allowed.any(dim=-1, keepdim=True)
+    # An empty row would give softmax over nothing (NaN): let it see every key, then zero it.
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout_p)
+    return out * has_key.to(out.dtype)
+
+
+def blocked_attention(
+    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, block_size: int, dropout_p: float = 0.0
+) -> Tensor:
+    """Attention within consecutive blocks of ``block_size`` positions; same shapes as :func:`masked_attention`.
+
+    Full blocks are folded into the batch, (N·blocks, heads, B, head_dim); a shorter last block is
+    attended separately so that no padding to a multiple of B is needed.
+    """
+    n, h, length, d = q.shape
+    n_full = length // block_size
+    full_len = n_full * block_size
+    outputs = []
+    if n_full:
+
+        def fold(t: Tensor) -> Tensor:
+            t = t[:, :, :full_len].reshape(n, h, n_full, block_size, d)
+            return t.transpose(1, 2).reshape(n * n_full, h, block_size, d)
+
+        fm = None if key_mask is None else key_mask[:, :full_len].reshape(n * n_full, block_size)
+        out = masked_attention(fold(q), fold(k), fold(v), fm, causal, dropout_p)
+        outputs.append(out.reshape(n, n_full, h, block_size, d).transpose(1, 2).reshape(n, h, full_len, d))
+    if full_len < length:
+        rm = None if key_mask is None else key_mask[:, full_len:]
+        outputs.append(masked_attention(q[:, :, full_len:], k[:, :, full_len:], v[:, :, full_len:], rm, causal, dropout_p))
+    return torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
+
+
+class Attention(SequencePrimitive):
+    """Multi-head self-attention as a sequence primitive (see the module docstring for conventions).
+
+    Args:
+        d_model: model width; must be divisible by ``n_heads``.
+        n_heads: number of heads.
+        bidirectional: attend to all positions instead of only to earlier ones (no step mode).
+        dropout: dropout on the attention probabilities (training only).
+        rope: apply rotary embeddings (on the head dimension) to queries and keys.
+        rope_base: base of the rotary frequencies (10000 standard, 10 in the thesis comparison).
+        block_size: attend only within blocks of this many positions (local attention).
+        bias: bias in the qkv and output projections.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int = 8,
+        bidirectional: bool = False,
+        dropout: float = 0.0,
+        rope: bool = False,
+        rope_base: float = 10000.0,
+        block_size: int | None = None,
+        bias: bool = True,
+    ):
+        super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"Attention {name} must be a positive int, got {value!r}")
+        if d_model % n_heads:
+            raise ConfigError(f"Attention d_model={d_model} is not divisible by n_heads={n_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"Attention dropout must be in [0, 1), got {dropout!r}")
+        if block_size is not None and (not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1):
+            raise ConfigError(f"Attention block_size must be None or a positive int, got {block_size!r}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.bidirectional = bool(bidirectional)
+        self.dropout = float(dropout)
+        self.block_size = block_size
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.rope = RotaryEmbedding(self.head_dim, base=rope_base) if rope else None
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, bidirectional={self.bidirectional}, "
+            f"block_size={self.block_size}"
+        )
+
+    def _dropout_p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+    def _check_mask(self, x: Tensor, mask: Tensor | None) -> None:
+        if mask is None:
+            return
+        if mask.shape != x.shape[:2]:
+            raise ValueError(
+                f"Attention mask of shape {tuple(mask.shape)} does not match input of shape {tuple(x.shape)}; "
+                "expected (batch, length)"
+            )
+        if mask.dtype != torch.bool:
+            raise ValueError(f"Attention mask must be a bool tensor (True = real position), got {mask.dtype}")
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """(batch, L, d_model) -> (batch, L, d_model); ``mask`` (batch, L) bool, True = real."""
+        self._check_input(x)
+        self._check_mask(x, mask)
+        batch, length, _ = x.shape
+        x = apply_mask(x, mask)
+        q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if self.rope is not None:
+            q, k = self.rope(q), self.rope(k)
+        causal = not self.bidirectional
+        if self.block_size is not None and self.block_size < length:
+            out = blocked_attention(q, k, v, mask, causal, self.block_size, self._dropout_p())
+        else:
+            out = masked_attention(q, k, v, mask, causal, self._dropout_p())
+        out = self.out_proj(out.transpose(1, 2).reshape(batch, length, self.d_model))
+        return apply_mask(out, mask)
+
+    def default_state(self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None) -> KVCache:
+        """An empty cache: k, v of shape (batch_size, heads, 0, head_dim), position 0."""
+        self._check_step()
+        weight = self.qkv.weight
+        empty = torch.zeros(
+            batch_size, self.n_heads, 0, self.head_dim, device=device or weight.device, dtype=dtype or weight.dtype
+        )
+        return KVCache(k=empty, v=empty.clone(), position=0)
+
+    def step(self, x: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
+        """One generation step: ``x`` (batch, d_model) -> (y (batch, d_model), updated cache)."""
+        self._check_step()
+        if x.dim() != 2 or x.shape[-1] != self.d_model:
+            raise ValueError(f"Attention.step expects input of shape (batch, {self.d_model}), got {tuple(x.shape)}")
+        if not isinstance(state, KVCache):
+            raise TypeError(f"Attention.step expects a KVCache state (from default_state), got {type(state).__name__}")
+        if state.k.shape[0] != x.shape[0] or state.k.shape[1:2] + state.k.shape[3:] != (self.n_heads, self.head_dim):
+            raise ValueError(
+                f"Attention.step cache of shape {tuple(state.k.shape)} does not fit input of shape {tuple(x.shape)}; "
+                f"expected ({x.shape[0]}, {self.n_heads}, n, {self.head_dim})"
+            )
+        batch = x.shape[0]
+        q, k, v = self.qkv(x).view(batch, 3, self.n_heads, self.head_dim).unbind(1)  # each (batch, heads, head_dim)
+        if self.rope is not None:
+            q, k = self.rope.rotate_at(q, state.position), self.rope.rotate_at(k, state.position)
+        k_cache, v_cache = state.k, state.v
+        if self.block_size is not None and state.position % self.block_size == 0:
+            k_cache, v_cache = k_cache[:, :, :0], v_cache[:, :, :0]
+        k_cache = torch.cat((k_cache, k.unsqueeze(2)), dim=2)
+        v_cache = torch.cat((v_cache, v.unsqueeze(2)), dim=2)
+        # Every cached key is in the past: no mask needed.
+        out = F.scaled_dot_product_attention(q.unsqueeze(2), k_cache, v_cache, dropout_p=self._dropout_p())
+        y = self.out_proj(out.reshape(batch, self.d_model))
+        return y, KVCache(k=k_cache, v=v_cache, position=state.position + 1)

@@ -1,0 +1,289 @@
+"""Attention against a naive softmax(QKᵀ/√d)V reference; blocks, padding, causality, KV-cache stepping."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from longrange.errors import ConfigError
+from longrange.layers.attention import Attention, KVCache, blocked_attention, masked_attention
+from longrange.layers.rope import rope_frequencies
+
+DT = torch.float64
+
+
+def dense_rope(t: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotate rows of t (B, H, L, d) by explicit block-diagonal rotation matrices at positions 0..L-1."""
+    d, length = t.shape[-1], t.shape[-2]
+    theta = rope_frequencies(d, base, dtype=t.dtype)
+    rows = []
+    for p in range(length):
+        r = torch.eye(d, dtype=t.dtype)
+        for i, th in enumerate(theta.tolist()):
+            c, s = math.cos(p * th), math.sin(p * th)
+            r[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, -s], [s, c]], dtype=t.dtype)
+        rows.append(t[..., p, :] @ r.T)
+    return torch.stack(rows, dim=-2)
+
+
+def naive_attention(layer: Attention, x: torch.Tensor, mask=None) -> torch.Tensor:
+    """softmax(QKᵀ/√d + M)V with an explicit (B, 1, L, L) admissibility matrix M."""
+    b, length, d_model = x.shape
+    h, dh = layer.n_heads, layer.head_dim
+    if mask is not None:
+        x = x * mask[..., None].to(x.dtype)
+    qkv = x @ layer.qkv.weight.T + layer.qkv.bias
+    q, k, v = (t.reshape(b, length, h, dh).transpose(1, 2) for t in qkv.split(d_model, dim=-1))
+    if layer.rope is not None:
+        q, k = dense_rope(q, layer.rope.base), dense_rope(k, layer.rope.base)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
+    pos = torch.arange(length)
+    allowed = torch.ones(length, length, dtype=torch.bool)
+    if not layer.bidirectional:
+        allowed &= pos[:, None] >= pos[None, :]
+    if layer.block_size is not None:
+        allowed &= (pos[:, None] // layer.block_size) == (pos[None, :] // layer.block_size)
+    allowed = allowed.expand(b, 1, length, length)
+    if mask is not None:
+        allowed = allowed & mask[:, None, None, :]
+    has_key = allowed.any(-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(~(allowed | ~has_key), float("-inf")), dim=-1) * has_key
+    out = (probs @ v).transpose(1, 2).reshape(b, length, d_model)
+    out = out @ layer.out_proj.weight.T + layer.out_proj.bias
+    if mask is not None:
+        out = out * mask[..., None].to(out.dtype)
+    return out
+
+
+def make_mask(kind: str, batch: int, length: int) -> torch.Tensor | None:
+    if kind == "none":
+        return None
+    if kind == "padded":  # left-aligned, one sequence unpadded, one fully padded
+        lengths = torch.tensor([length, 3, 1, 0])[:batch]
+        return torch.arange(length)[None, :] < lengths[:, None]
+    if kind == "scattered":  # not left-aligned: holes anywhere, including at position 0
+        g = torch.Generator().manual_seed(7)
+        m = torch.rand(batch, length, generator=g) > 0.4
+        m[0, 0] = False
+        m[1] = False
+        return m
+    raise AssertionError(kind)
+
+
+def make_layer(**kwargs) -> Attention:
+    torch.manual_seed(0)
+    layer = Attention(8, n_heads=2, **kwargs).double()
+    with torch.no_grad():  # non-zero biases so the reference checks them too
+        layer.qkv.bias.normal_()
+        layer.out_proj.bias.normal_()
+    return layer
+
+
+def grads(layer, x, fn, probe):
+    x = x.clone().requires_grad_(True)
+    layer.zero_grad()
+    (fn(x) * probe).sum().backward()
+    return [x.grad] + [p.grad.clone() for p in layer.parameters()]
+
+
+@pytest.mark.parametrize("block_size", [None, 3, 4])
+@pytest.mark.parametrize("mask_kind", ["none", "padded", "scattered"])
+@pytest.mark.parametrize("rope", [False, True])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_matches_naive_values_and_gradients(bidirectional, rope, mask_kind, block_size):
+    layer = make_layer(bidirectional=bidirectional, rope=rope, block_size=block_size, rope_base=10.0 if rope else 10000.0)
+    torch.manual_seed(1)
+    x = torch.randn(4, 8, 8, dtype=DT)
+    mask = make_mask(mask_kind, 4, 8)
+    y = layer(x, mask)
+    ref = naive_attention(layer, x, mask)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+    probe = torch.randn_like(y)
+    for g, g_ref in zip(grads(layer, x, lambda t: layer(t, mask), probe), grads(layer, x, lambda t: naive_attention(layer, t, mask), probe)):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_blocked_function_equals_block_diagonal_mask(causal):
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 10, 4, dtype=DT) for _ in range(3))
+    key_mask = torch.rand(2, 10) > 0.3
+    pos = torch.arange(10)
+    same_block = (pos[:, None] // 4) == (pos[None, :] // 4)
+    allowed = same_block & key_mask[:, None, None, :]
+    if causal:
+        allowed = allowed & (pos[:, None] >= pos[None, :])
+    has_key = allowed.any(-1, keepdim=True)
+    scores = (q @ k.transpose(-1, -2) / 2.0).masked_fill(~(allowed | ~has_key), float("-inf"))
+    ref = (torch.softmax(scores, -1) * has_key) @ v
+    torch.testing.assert_close(blocked_attention(q, k, v, key_mask, causal, 4), ref, rtol=1e-12, atol=1e-12)
+    # block larger than the sequence = ordinary attention
+    torch.testing.assert_close(
+        blocked_attention(q, k, v, key_mask, causal, 16), masked_attention(q, k, v, key_mask, causal), rtol=1e-12, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("block_size", [None, 3])
+def test_causality_via_gradients(block_size):
+    layer = make_layer(rope=True, block_size=block_size)
+    x = torch.randn(1, 7, 8, dtype=DT, requires_grad=True)
+    y = layer(x)
+    for t in range(7):
+        (g,) = torch.autograd.grad(y[0, t].sum(), x, retain_graph=True)
+        influence = g[0].abs().sum(-1)
+        assert (influence[t + 1 :] == 0).all(), f"output {t} depends on a later input"
+        start = 0 if block_size is None else (t // block_size) * block_size
+        assert (influence[start : t + 1] > 0).all(), f"output {t} ignores an input it may see"
+        assert (influence[:start] == 0).all(), f"output {t} sees across a block boundary"
+
+
+def test_bidirectional_sees_the_future():
+    layer = make_layer(bidirectional=True)
+    x = torch.randn(1, 5, 8, dtype=DT, requires_grad=True)
+    (g,) = torch.autograd.grad(layer(x)[0, 0].sum(), x)
+    assert (g[0].abs().sum(-1) > 0).all()
+
+
+@pytest.mark.parametrize("block_size", [None, 3])
+@pytest.mark.parametrize("rope", [False, True])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_padding_invariance(bidirectional, rope, block_size):
+    layer = make_layer(bidirectional=bidirectional, rope=rope, block_size=block_size)
+    torch.manual_seed(3)
+    lengths = [5, 2]
+    x = torch.randn(2, 5, 8, dtype=DT)
+    mask = torch.arange(5)[None] < torch.tensor(lengths)[:, None]
+    y = layer(x, mask)
+    # Extra padding filled with garbage must not change the outputs at real positions.
+    x_long = torch.cat([x, 100 * torch.randn(2, 6, 8, dtype=DT)], dim=1)
+    mask_long = torch.cat([mask, torch.zeros(2, 6, dtype=torch.bool)], dim=1)
+    x_long[~mask_long] = 50.0
+    y_long = layer(x_long, mask_long)
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(y_long[b, :n], y[b, :n], rtol=1e-12, atol=1e-12)
+        # ... and equal the unpadded sequence on its own.
+        torch.testing.assert_close(layer(x[b : b + 1, :n])[0], y[b, :n], rtol=1e-12, atol=1e-12)
+    assert (y_long[~mask_long] == 0).all()
+
+
+def test_fully_padded_sequence_is_finite():
+    for bidirectional in (False, True):
+        layer = make_layer(bidirectional=bidirectional)
+        x = torch.randn(2, 4, 8, dtype=DT, requires_grad=True)
+        mask = torch.tensor([[True, True, False, False], [False] * 4])
+        y = layer(x, mask)
+        assert torch.isfinite(y).all() and (y[1] == 0).all()
+        y.sum().backward()
+        assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("block_size", [None, 1, 3])
+@pytest.mark.parametrize("rope", [False, True])
+def test_step_equals_forward(rope, block_size):
+    layer = make_layer(rope=rope, block_size=block_size)
+    torch.manual_seed(4)
+    x = torch.randn(3, 8, 8, dtype=DT)
+    y = layer(x)
+    state = layer.default_state(3)
+    assert isinstance(state, KVCache) and state.k.shape == (3, 2, 0, 4) and state.k.dtype == DT
+    for t in range(8):
+        y_t, state = layer.step(x[:, t], state)
+        torch.testing.assert_close(y_t, y[:, t], rtol=1e-10, atol=1e-10)
+        assert state.position == t + 1
+        cached = t + 1 if block_size is None else t % block_size + 1
+        assert state.k.shape == (3, 2, cached, 4) and state.v.shape == (3, 2, cached, 4)
+
+
+def test_step_does_not_mutate_state():
+    layer = make_layer()
+    state0 = layer.default_state(1)
+    x = torch.randn(1, 8, dtype=DT)
+    _, state1 = layer.step(x, state0)
+    y_a, _ = layer.step(x, state1)
+    y_b, _ = layer.step(x, state1)
+    assert state0.k.shape[2] == 0 and state1.k.shape[2] == 1
+    torch.testing.assert_close(y_a, y_b, rtol=0, atol=0)
+
+
+def test_default_state_device_and_dtype():
+    layer = Attention(8, n_heads=4)
+    s = layer.default_state(2)
+    assert s.k.dtype == torch.float32 and s.k.shape == (2, 4, 0, 2) and s.position == 0
+    s = layer.default_state(2, dtype=DT, device=torch.device("cpu"))
+    assert s.v.dtype == DT
+
+
+def test_float32_matches_float64():
+    layer = make_layer(rope=True, block_size=3)
+    x = torch.randn(2, 7, 8, dtype=DT)
+    mask = make_mask("padded", 2, 7)
+    y64 = layer(x, mask)
+    y32 = layer.float()(x.float(), mask)
+    assert y32.dtype == torch.float32
+    torch.testing.assert_close(y32.double(), y64, rtol=1e-4, atol=1e-5)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(5)
+    layer = Attention(8, n_heads=2, dropout=0.5, bidirectional=True).double()
+    x = torch.randn(2, 6, 8, dtype=DT)
+    layer.eval()
+    torch.testing.assert_close(layer(x), layer(x), rtol=0, atol=0)
+    reference = naive_attention(layer, x)
+    torch.testing.assert_close(layer(x), reference, rtol=1e-10, atol=1e-10)
+    layer.train()
+    assert not torch.allclose(layer(x), reference)
+
+
+def test_no_bias_and_parameter_count():
+    layer = Attention(16, n_heads=4, bias=False, rope=True)
+    assert layer.qkv.bias is None and layer.out_proj.bias is None
+    assert sum(p.numel() for p in layer.parameters()) == 4 * 16 * 16
+    assert sum(p.numel() for p in Attention(16, n_heads=4).parameters()) == 4 * 16 * 16 + 4 * 16
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(d_model=10, n_heads=3), r"d_model=10 is not divisible by n_heads=3"),
+        (dict(d_model=8, n_heads=0), "n_heads"),
+        (dict(d_model=0), "d_model"),
+        (dict(d_model=8, block_size=0), "block_size"),
+        (dict(d_model=8, block_size=2.5), "block_size"),
+        (dict(d_model=8, dropout=1.0), "dropout"),
+    ],
+)
+def test_bad_config(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        Attention(**kwargs)
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_bad_inputs():
+    layer = Attention(8, n_heads=2)
+    with pytest.raises(ValueError, match=r"\(batch, length, 8\).*\(2, 5, 6\)"):
+        layer(torch.randn(2, 5, 6))
+    with pytest.raises(ValueError, match=r"\(batch, length, 8\)"):
+        layer(torch.randn(5, 8))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 4\).*\(2, 5, 8\)"):
+        layer(torch.randn(2, 5, 8), torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool"):
+        layer(torch.randn(2, 5, 8), torch.ones(2, 5))
+    state = layer.default_state(2)
+    with pytest.raises(ValueError, match=r"step expects input of shape \(batch, 8\)"):
+        layer.step(torch.randn(2, 1, 8), state)
+    with pytest.raises(ValueError, match=r"cache of shape \(2, 2, 0, 4\)"):
+        layer.step(torch.randn(3, 8), state)
+    with pytest.raises(TypeError, match="KVCache"):
+        layer.step(torch.randn(2, 8), (state.k, state.v))
+
+
+def test_bidirectional_has_no_step_mode():
+    layer = Attention(8, n_heads=2, bidirectional=True)
+    with pytest.raises(RuntimeError, match="bidirectional"):
+        layer.default_state(1)
+    with pytest.raises(RuntimeError, match="bidirectional"):
+        layer.step(torch.randn(1, 8), None)
