@@ -1,0 +1,140 @@
+"""Long convolutions by FFT, causal or two-sided, with a direct-convolution reference.
+
+Convention, for an input ``u`` of shape (batch, h, l):
+
+* causal kernel ``k`` of shape (h, lk)::
+
+      y[b, h, t] = sum_{0 <= t - s < lk} k[h, t - s] * u[b, h, s]
+
+* two-sided kernel ``(k_fwd, k_bwd)`` (a tuple, or a tensor of shape (2, h, lk))::
+
+      y[b, h, t] = sum_{s <= t} k_fwd[h, t - s] * u[b, h, s]
+                 + sum_{s > t}  k_bwd[h, s - t - 1] * u[b, h, s]
+
+  i.e. ``k_bwd[j]`` weighs the input ``j + 1`` steps in the future: the backward kernel is
+  strictly anti-causal and never touches the current position, which the forward kernel already
+  covers. This is the S4 repository's bidirectional convention (backward kernel flipped and placed
+  at the end of a zero-padded two-sided kernel) and equals running a causal SSM on the reversed
+  sequence, shifted by one step.
+
+* optional skip ``D`` of shape (h,): ``y += D[h] * u``.
+
+Kernel taps beyond the input length cannot reach any output and are dropped; a kernel shorter
+than the input is zero-padded. Both FFTs are zero-padded to at least ``l + lk`` points so the
+circular convolution of the FFT never wraps around.
+"""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import torch
+from torch import Tensor
+
+KernelArg = Union[Tensor, Sequence[Tensor]]
+
+
+def fast_fft_size(n: int) -> int:
+    """Smallest integer >= ``n`` whose only prime factors are 2, 3 and 5 (fast FFT lengths)."""
+    if n < 1:
+        raise ValueError(f"FFT size must be positive, got {n}")
+    m = n
+    while True:
+        r = m
+        for p in (2, 3, 5):
+            while r % p == 0:
+                r //= p
+        if r == 1:
+            return m
+        m += 1
+
+
+def _split_kernel(u: Tensor, k: KernelArg) -> tuple[Tensor, Tensor | None]:
+    """Validate shapes; return (k_fwd, k_bwd or None), each (h, lk)."""
+    if u.dim() != 3:
+        raise ValueError(f"fft_conv expects input u of shape (batch, h, l), got {tuple(u.shape)}")
+    if u.is_complex():
+        raise ValueError("fft_conv expects a real input u")
+    h = u.shape[1]
+    if isinstance(k, (tuple, list)):
+        if len(k) != 2:
+            raise ValueError(f"a two-sided kernel is a pair (k_fwd, k_bwd), got {len(k)} tensors")
+        k_fwd, k_bwd = k
+        if k_fwd.shape != k_bwd.shape:
+            raise ValueError(
+                f"two-sided kernel halves differ in shape: {tuple(k_fwd.shape)} vs {tuple(k_bwd.shape)}"
+            )
+    elif isinstance(k, Tensor) and k.dim() == 3:
+        if k.shape[0] != 2:
+            raise ValueError(f"a stacked two-sided kernel has shape (2, h, lk), got {tuple(k.shape)}")
+        k_fwd, k_bwd = k[0], k[1]
+    elif isinstance(k, Tensor) and k.dim() == 2:
+        k_fwd, k_bwd = k, None
+    else:
+        shape = tuple(k.shape) if isinstance(k, Tensor) else type(k).__name__
+        raise ValueError(f"kernel must have shape (h, lk), (2, h, lk) or be a pair of (h, lk); got {shape}")
+    if k_fwd.dim() != 2 or k_fwd.shape[0] != h:
+        raise ValueError(f"kernel of shape {tuple(k_fwd.shape)} does not match input with h={h} channels")
+    if k_fwd.shape[1] < 1:
+        raise ValueError("kernel length must be at least 1")
+    if k_fwd.is_complex() or (k_bwd is not None and k_bwd.is_complex()):
+        raise ValueError("fft_conv expects a real kernel")
+    return k_fwd, k_bwd
+
+
+def _check_skip(u: Tensor, D: Tensor | None) -> None:
+    if D is not None and D.shape != (u.shape[1],):
+        raise ValueError(f"skip D must have shape ({u.shape[1]},), got {tuple(D.shape)}")
+
+
+def fft_conv(u: Tensor, k: KernelArg, D: Tensor | None = None) -> Tensor:
+    """Convolve ``u`` (batch, h, l) with a causal or two-sided kernel by FFT; see the module doc.
+
+    Returns (batch, h, l) in the dtype of ``u``.
+    """
+    k_fwd, k_bwd = _split_kernel(u, k)
+    _check_skip(u, D)
+    l = u.shape[-1]
+    lk = min(k_fwd.shape[-1], l)  # longer kernels: taps >= l never reach an output
+    k_fwd = k_fwd[..., :lk]
+    n = fast_fft_size(l + lk)
+    if k_bwd is None:
+        k_full = k_fwd
+    else:
+        # Two-sided kernel on the length-n circle: lags 0..lk-1 at the front, lags -1..-lk (the
+        # flipped backward kernel) at the back; n >= l + lk keeps the two regions apart for all
+        # lags |t - s| < l that occur.
+        k_bwd = k_bwd[..., :lk]
+        zeros = k_fwd.new_zeros(k_fwd.shape[0], n - 2 * lk)
+        k_full = torch.cat([k_fwd, zeros, k_bwd.flip(-1)], dim=-1)
+    u_f = torch.fft.rfft(u, n=n)
+    k_f = torch.fft.rfft(k_full.to(u.dtype), n=n)
+    y = torch.fft.irfft(u_f * k_f, n=n)[..., :l]
+    if D is not None:
+        y = y + D.to(u.dtype).unsqueeze(-1) * u
+    return y
+
+
+def conv_matrix(k_fwd: Tensor, k_bwd: Tensor | None, l: int) -> Tensor:
+    """The (h, l, l) matrix T with y[t] = sum_s T[t, s] u[s] for the module's convention."""
+    h, lk = k_fwd.shape
+    t = torch.arange(l, device=k_fwd.device)
+    lag = t.unsqueeze(1) - t.unsqueeze(0)  # lag[t, s] = t - s
+    pad = torch.zeros(h, max(l - lk, 0) + 1, dtype=k_fwd.dtype, device=k_fwd.device)
+    fwd = torch.cat([k_fwd, pad], dim=-1)  # index l' >= lk reads a zero
+    T = torch.where(lag >= 0, fwd[:, lag.clamp(0, fwd.shape[-1] - 1)], torch.zeros((), dtype=k_fwd.dtype))
+    if k_bwd is not None:
+        bwd = torch.cat([k_bwd, pad], dim=-1)
+        idx = (-lag - 1).clamp(0, bwd.shape[-1] - 1)
+        T = T + torch.where(lag < 0, bwd[:, idx], torch.zeros((), dtype=k_fwd.dtype))
+    return T
+
+
+def fft_conv_ref(u: Tensor, k: KernelArg, D: Tensor | None = None) -> Tensor:
+    """Reference for :func:`fft_conv` by direct summation with an explicit Toeplitz matrix."""
+    k_fwd, k_bwd = _split_kernel(u, k)
+    _check_skip(u, D)
+    T = conv_matrix(k_fwd.to(u.dtype), None if k_bwd is None else k_bwd.to(u.dtype), u.shape[-1])
+    y = torch.einsum("hts,bhs->bht", T, u)
+    if D is not None:
+        y = y + D.to(u.dtype).unsqueeze(-1) * u
+    return y
