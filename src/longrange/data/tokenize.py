@@ -100,22 +100,27 @@ class Vocabulary:
         return self._itos[idx]
 
     # encoding ------------------------------------------------------------------------------------
-    def encode(self, tokens: Iterable[str], *, where: str = "") -> list[int]:
-        """Ids of ``tokens``. ``where`` (e.g. ``"data/x.tsv, line 7"``) prefixes strict-mode errors."""
+    def encode(self, tokens: Iterable[str], *, where: str = "", path: object = None, line: int | None = None) -> list[int]:
+        """Ids of ``tokens``.
+
+        In strict mode a token outside the vocabulary (or a special token's string) raises
+        :class:`DataFormatError` located by ``path``/``line`` or else by ``where`` (e.g.
+        ``"data/x.tsv, line 7"``).
+        """
         stoi = self._stoi
         if not self.strict:
             unk = self.unk_id
             return [stoi.get(t, unk) for t in tokens]
-        ids = []
-        for pos, tok in enumerate(tokens):
-            idx = stoi.get(tok)
-            if idx is None or idx < len(SPECIALS):
-                raise DataFormatError(
-                    f"token {tok!r} (position {pos}) is not in the vocabulary "
-                    f"(expected one of {list(self.tokens)[:20]})",
-                    where or None,
-                )
-            ids.append(idx)
+        tokens = tokens if isinstance(tokens, (list, tuple, str)) else list(tokens)
+        ids = [stoi.get(t, -1) for t in tokens]
+        if ids and min(ids) < len(SPECIALS):
+            pos = next(i for i, idx in enumerate(ids) if idx < len(SPECIALS))
+            raise DataFormatError(
+                f"token {tokens[pos]!r} (position {pos}) is not in the vocabulary "
+                f"(expected one of {list(self.tokens)[:20]})",
+                path if path is not None else (where or None),
+                line if path is not None else None,
+            )
         return ids
 
     def decode(self, ids: Iterable[int]) -> list[str]:

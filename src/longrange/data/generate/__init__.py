@@ -1,0 +1,1 @@
+"""Generators of synthetic benchmarks (ListOps, Pathfinder), writing the published file formats."""
