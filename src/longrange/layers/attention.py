@@ -44,25 +44,56 @@ class KVCache:
     position: int = 0
 
 
+def admissible_ref(length: int, key_mask: Tensor | None, causal: bool, block_size: int | None, device=None) -> Tensor:
+    """Dense (N or 1, 1, L, L) bool matrix: may query i attend to key j. Reference only: O(L²).
+
+    ``key_mask`` (N, L) marks real positions; a padded position neither attends nor is attended to.
+    """
+    pos = torch.arange(length, device=device)
+    allowed = torch.ones(length, length, dtype=torch.bool, device=device)
+    if causal:
+        allowed &= pos[:, None] >= pos[None, :]
+    if block_size is not None:
+        allowed &= (pos[:, None] // block_size) == (pos[None, :] // block_size)
+    allowed = allowed[None, None]
+    if key_mask is None:
+        return allowed
+    return allowed & key_mask[:, None, None, :] & key_mask[:, None, :, None]
+
+
+def attention_ref(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
+    """softmax(q kᵀ / √d, restricted to ``allowed``) v, written out; rows with no admissible key give 0.
+
+    The slow, obviously-correct reference for :func:`masked_attention` and :func:`blocked_attention`.
+    q, k, v: (N, heads, L, head_dim); ``allowed`` broadcasts to (N, heads, L, L).
+    """
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    allowed = allowed.expand_as(scores)
+    has_key = allowed.any(-1, keepdim=True)
+    # Empty rows are given every key (finite softmax, no NaN in the backward pass), then zeroed.
+    probs = torch.softmax(scores.masked_fill(~(allowed | ~has_key), float("-inf")), dim=-1)
+    return (probs * has_key) @ v
+
+
 def _is_left_aligned(mask: Tensor) -> bool:
     """True if every row of ``mask`` (batch, L) is real positions followed only by padding."""
     return bool((mask[:, 1:] <= mask[:, :-1]).all()) if mask.shape[1] > 1 else True
 
 
 def masked_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, dropout_p: float = 0.0) -> Tensor:
-    """Softmax attention of q over (k, v), all (N, heads, L, head_dim), through SDPA.
+    """Softmax self-attention of q over (k, v), all (N, heads, L, head_dim), through SDPA.
 
-    ``key_mask`` (N, L) bool marks keys that may be attended to. Rows with no admissible key
-    return zero rather than NaN.
+    ``key_mask`` (N, L) bool marks real positions: padded keys are never attended to and the
+    outputs at padded positions are zero. Rows with no admissible key return zero rather than NaN.
     """
     if key_mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
     if causal and _is_left_aligned(key_mask):
-        # With padding only at the end, the causal mask already keeps every real query away from
-        # padded keys; padded queries still see key 0 (if it is real), so no row is empty unless the
-        # whole sequence is padding. Keeping ``is_causal`` lets SDPA use its fused kernels.
+        # With padding only at the end, the causal mask alone keeps every real query away from
+        # padded keys, and no real query row is empty. Keeping ``is_causal`` lets SDPA use its
+        # fused kernels; the padded rows (which did see padded keys) are zeroed afterwards.
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        return out * key_mask[:, None, :1, None].to(out.dtype)
+        return out * key_mask[:, None, :, None].to(out.dtype)
     length = q.shape[-2]
     allowed = key_mask[:, None, None, :]  # (N, 1, 1, L)
     if causal:
@@ -70,7 +101,7 @@ def masked_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, c
     has_key = allowed.any(dim=-1, keepdim=True)
     # An empty row would give softmax over nothing (NaN): let it see every key, then zero it.
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout_p)
-    return out * has_key.to(out.dtype)
+    return out * (has_key & key_mask[:, None, :, None]).to(out.dtype)
 
 
 def blocked_attention(
