@@ -1,0 +1,115 @@
+"""The model configuration: a plain dataclass, saved with every run and overridable by dotted name."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from longrange.errors import ConfigError
+
+BLOCKS = ("simple", "mamba", "transformer")
+PRIMITIVES = ("s4", "s4d", "s6", "dlr", "attention")
+DIRECTIONS = ("causal", "bidirectional", "placebo")
+POOLINGS = ("mean", "last", "cls")
+POSITIONAL = ("none", "learned", "sinusoidal")
+
+#: Norm placement and kind when the config leaves them unset (the papers' defaults).
+_BLOCK_DEFAULTS = {
+    "simple": {"norm": "layer", "prenorm": False},
+    "mamba": {"norm": "rms", "prenorm": True},
+    "transformer": {"norm": "layer", "prenorm": True},
+}
+
+
+@dataclass
+class ModelConfig:
+    """A sequence model: encoder -> ``n_layers`` blocks -> head.
+
+    ``block`` is the block type and ``primitive`` the sequence primitive inside it (the Transformer
+    block always holds attention). ``direction`` is "causal", "bidirectional" or, for Mamba blocks,
+    "placebo" (the bidirectional block's parameters without the flips).
+    """
+
+    block: str = "mamba"
+    primitive: str = "s6"
+    n_layers: int = 6
+    d_model: int = 116
+    d_state: int = 16
+    direction: str = "causal"
+    dropout: float = 0.0
+    norm: str | None = None
+    prenorm: bool | None = None
+    # Mamba block
+    expand: int = 2
+    d_conv: int = 4
+    # Attention / Transformer block
+    n_heads: int = 8
+    mlp_ratio: float = 4.0
+    attn_block_size: int | None = None
+    # Rotary embeddings: inside attention for attention; before the SSM for Mamba blocks (thesis 14.3)
+    rope: bool = False
+    rope_base: float = 10000.0
+    rope_trainable: bool = False
+    rope_normalize_len: int | None = None
+    rope_targets: tuple[str, ...] = ("x",)
+    # Encoder and head
+    pos_embedding: str = "none"
+    max_len: int = 0
+    pooling: str = "mean"
+    # Extra keyword arguments for the primitive (e.g. {"init": "lin", "discretization": "bilinear"})
+    primitive_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rope_targets = tuple(self.rope_targets)
+        self.validate()
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.direction == "bidirectional"
+
+    @property
+    def resolved_norm(self) -> str:
+        return self.norm if self.norm is not None else _BLOCK_DEFAULTS[self.block]["norm"]
+
+    @property
+    def resolved_prenorm(self) -> bool:
+        return self.prenorm if self.prenorm is not None else _BLOCK_DEFAULTS[self.block]["prenorm"]
+
+    def validate(self) -> None:
+        def choice(name: str, options: tuple[str, ...]) -> None:
+            value = getattr(self, name)
+            if value not in options:
+                raise ConfigError(f"model.{name} = {value!r} is not one of {', '.join(options)}")
+
+        choice("block", BLOCKS)
+        choice("primitive", PRIMITIVES)
+        choice("direction", DIRECTIONS)
+        choice("pooling", POOLINGS)
+        choice("pos_embedding", POSITIONAL)
+        if self.block == "transformer" and self.primitive != "attention":
+            raise ConfigError(f"model.block = 'transformer' holds attention, not {self.primitive!r}")
+        if self.direction == "placebo" and self.block != "mamba":
+            raise ConfigError("model.direction = 'placebo' exists for Mamba blocks only")
+        for name in ("n_layers", "d_model", "d_state", "expand", "d_conv", "n_heads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.pos_embedding == "learned" and self.max_len < 1:
+            raise ConfigError("model.pos_embedding = 'learned' needs model.max_len (the longest input)")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["rope_targets"] = list(self.rope_targets)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return ModelConfig.from_dict({**self.to_dict(), **changes})

@@ -1,0 +1,151 @@
+"""The sequence model (encoder -> backbone -> head), its builder and its parameter report.
+
+One model class serves pretraining and finetuning: the encoder and backbone are kept, and the
+head is what changes (``replace_head``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from longrange.data.batch import padding_mask
+from longrange.errors import ConfigError
+from longrange.models.backbone import Backbone
+from longrange.models.config import ModelConfig
+from longrange.models.encoders import NumericEncoder, TokenEncoder
+from longrange.models.heads import HEADS, PooledHead, RetrievalHead, TokenHead
+
+
+def make_head(kind: str, d_model: int, n_out: int, pooling: str) -> nn.Module:
+    """A head by kind: "classify" and "regress" (pooled), "retrieval" (two sequences), "tokens"."""
+    if n_out < 1:
+        raise ConfigError(f"head {kind!r} needs a positive output size, got {n_out}")
+    if kind in ("classify", "regress"):
+        return PooledHead(d_model, n_out, pooling)
+    if kind == "retrieval":
+        return RetrievalHead(d_model, n_out, pooling)
+    if kind == "tokens":
+        return TokenHead(d_model, n_out)
+    raise ConfigError(f"unknown head {kind!r}; expected one of {', '.join(HEADS)}")
+
+
+class SequenceModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, encoder: nn.Module, head_kind: str, n_out: int):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = encoder
+        self.backbone = Backbone(cfg)
+        self.head_kind = head_kind
+        self.head = make_head(head_kind, cfg.d_model, n_out, cfg.pooling)
+        # A learned CLS vector for cls pooling: first for bidirectional models, after the last
+        # real position for causal ones (so that it sees the whole sequence).
+        self.cls = nn.Parameter(torch.randn(cfg.d_model) * 0.02) if cfg.pooling == "cls" else None
+
+    @property
+    def causal(self) -> bool:
+        return not self.cfg.bidirectional
+
+    def replace_head(self, kind: str, n_out: int) -> None:
+        """Swap the head (e.g. token prediction -> classification) on the same device and dtype."""
+        ref = next(self.backbone.parameters())
+        self.head_kind = kind
+        self.head = make_head(kind, self.cfg.d_model, n_out, self.cfg.pooling).to(ref.device, ref.dtype)
+
+    def encode(self, inputs: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Features (batch, length', d), their padding mask, and the CLS positions (or None)."""
+        x = self.encoder(inputs)
+        batch, length = x.shape[:2]
+        if lengths is None:
+            lengths = torch.full((batch,), length, dtype=torch.long, device=x.device)
+        elif lengths.shape != (batch,):
+            raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
+        cls_index = None
+        if self.cls is not None and self.head_kind != "tokens":
+            cls = self.cls.to(x.dtype).expand(batch, 1, -1)
+            if self.causal:
+                x = torch.cat([x, torch.zeros_like(cls)], dim=1)
+                cls_index = lengths.to(x.device)
+                x = x.index_put((torch.arange(batch, device=x.device), cls_index), cls[:, 0])
+            else:
+                x = torch.cat([cls, x], dim=1)
+                cls_index = torch.zeros(batch, dtype=torch.long, device=x.device)
+            lengths = lengths + 1
+        mask = padding_mask(lengths.to(x.device), x.shape[1])
+        return self.backbone(x, mask), mask, cls_index
+
+    def forward(
+        self,
+        inputs: Tensor,
+        lengths: Tensor | None = None,
+        inputs2: Tensor | None = None,
+        lengths2: Tensor | None = None,
+    ) -> Tensor:
+        h, mask, cls_index = self.encode(inputs, lengths)
+        if self.head_kind == "retrieval":
+            if inputs2 is None:
+                raise ValueError("a retrieval model needs the second sequence (inputs2)")
+            h2, mask2, cls2 = self.encode(inputs2, lengths2)
+            return self.head(h, mask, h2, mask2, cls_index, cls2)
+        return self.head(h, mask, cls_index)
+
+    # Recurrent generation (causal models with a token head)
+    def default_state(self, batch_size: int, device=None, dtype=None) -> dict[str, Any]:
+        if not self.causal:
+            raise RuntimeError("a bidirectional model has no recurrent mode")
+        return {"pos": 0, "backbone": self.backbone.default_state(batch_size, device=device, dtype=dtype)}
+
+    def step(self, x_t: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
+        """One position: x_t (batch,) token ids or (batch, channels) values -> head output (batch, n_out)."""
+        if self.head_kind != "tokens":
+            raise RuntimeError(f"step() produces per-position outputs; the model has a {self.head_kind!r} head")
+        e = self.encoder(x_t.unsqueeze(1), offset=state["pos"]).squeeze(1)
+        h, backbone_state = self.backbone.step(e, state["backbone"])
+        return self.head(h), {"pos": state["pos"] + 1, "backbone": backbone_state}
+
+
+def build_model(
+    cfg: ModelConfig,
+    *,
+    input_kind: str,
+    head: str,
+    n_out: int,
+    vocab_size: int | None = None,
+    d_input: int = 1,
+    mask_channel: bool = False,
+) -> SequenceModel:
+    """Build a model for inputs of ``input_kind`` ("tokens" with ``vocab_size``, or "numeric"
+    with ``d_input`` channels, plus a mask-indicator channel if ``mask_channel``)."""
+    if input_kind == "tokens":
+        if mask_channel:
+            raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")
+        encoder: nn.Module = TokenEncoder(vocab_size or 0, cfg.d_model, cfg.pos_embedding, cfg.max_len)
+    elif input_kind == "numeric":
+        encoder = NumericEncoder(d_input, cfg.d_model, mask_channel, cfg.pos_embedding, cfg.max_len)
+    else:
+        raise ConfigError(f"unknown input kind {input_kind!r}; expected tokens or numeric")
+    return SequenceModel(cfg, encoder, head, n_out)
+
+
+def _count(params) -> int:
+    seen: set[int] = set()
+    total = 0
+    for p in params:
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def parameter_report(model: SequenceModel) -> dict[str, Any]:
+    """Trainable parameters in total and inside the sequence primitives (the thesis' Table 3)."""
+    total = _count(model.parameters())
+    inside = _count(p for m in model.backbone.mixers() for p in m.parameters())
+    return {
+        "total": total,
+        "in_primitives": inside,
+        "share": inside / total if total else 0.0,
+        "encoder": _count(model.encoder.parameters()),
+        "head": _count(model.head.parameters()),
+    }

@@ -1,0 +1,81 @@
+"""Supervised training and finetuning: the task's own loss and metric (accuracy, or R² for regression)."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from longrange.objectives.base import StepOutput
+
+
+def model_outputs(model: nn.Module, batch: Mapping[str, Tensor], inputs: Tensor | None = None) -> Tensor:
+    """Call the model on a batch (one or two sequences)."""
+    return model(
+        batch["inputs"] if inputs is None else inputs,
+        batch.get("lengths"),
+        batch.get("inputs2"),
+        batch.get("lengths2"),
+    )
+
+
+def _f64(x: Tensor) -> Tensor:
+    return x.detach().to(torch.float64)
+
+
+class Classification:
+    """Cross-entropy; metric accuracy."""
+
+    metric = "accuracy"
+    higher_is_better = True
+
+    def __call__(self, model: nn.Module, batch: Mapping[str, Tensor]) -> StepOutput:
+        logits = model_outputs(model, batch)
+        targets = batch["targets"].to(logits.device)
+        if targets.dim() != 1 or targets.is_floating_point():
+            raise ValueError(f"classification targets must be class indices of shape (batch,), got {targets.dtype} {tuple(targets.shape)}")
+        if int(targets.max()) >= logits.shape[-1] or int(targets.min()) < 0:
+            raise ValueError(f"a class index in the batch is outside [0, {logits.shape[-1]})")
+        loss = F.cross_entropy(logits.float(), targets, reduction="sum")
+        n = targets.numel()
+        sums = {"loss_sum": _f64(loss), "count": torch.tensor(float(n), dtype=torch.float64), "correct": _f64((logits.argmax(-1) == targets).sum())}
+        return StepOutput(loss / n, sums)
+
+    def summarize(self, sums: Mapping[str, Tensor]) -> dict[str, float]:
+        n = float(sums["count"])
+        return {"loss": float(sums["loss_sum"]) / n, "accuracy": float(sums["correct"]) / n}
+
+
+class Regression:
+    """Mean squared error on standardised targets; metric R² (the mean over targets)."""
+
+    metric = "r2"
+    higher_is_better = True
+
+    def __call__(self, model: nn.Module, batch: Mapping[str, Tensor]) -> StepOutput:
+        pred = model_outputs(model, batch).float()
+        targets = batch["targets"].to(pred.device).float()
+        if targets.dim() == 1:
+            targets = targets.unsqueeze(-1)
+        if targets.shape != pred.shape:
+            raise ValueError(f"regression targets of shape {tuple(targets.shape)} do not match predictions {tuple(pred.shape)}")
+        sq = (pred - targets).pow(2)
+        loss = sq.mean()
+        t64 = _f64(targets)
+        sums = {
+            "loss_sum": _f64(sq.sum()),
+            "count": torch.tensor(float(targets.numel()), dtype=torch.float64),
+            "n": torch.tensor(float(targets.shape[0]), dtype=torch.float64),
+            # per-target sums for R² = 1 - SSE / SST
+            "sse": _f64(sq.sum(0)),
+            "y_sum": t64.sum(0),
+            "y_sq_sum": t64.pow(2).sum(0),
+        }
+        return StepOutput(loss, sums)
+
+    def summarize(self, sums: Mapping[str, Tensor]) -> dict[str, float]:
+        n = sums["n"]
+        sst = sums["y_sq_sum"] - sums["y_sum"].pow(2) / n
+        r2 = 1.0 - sums["sse"] / sst.clamp_min(1e-12)
+        return {"loss": float(sums["loss_sum"] / sums["count"]), "r2": float(r2.mean())}

@@ -1,0 +1,185 @@
+"""Blocks and models: parameter counts, recurrent == parallel, causality, padding, state_dict."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from longrange.errors import ConfigError
+from longrange.models.config import ModelConfig
+from longrange.models.model import build_model, parameter_report
+
+torch.set_default_dtype(torch.float64)
+
+
+def small(**kw) -> ModelConfig:
+    base = dict(block="mamba", primitive="s6", n_layers=2, d_model=8, d_state=4, n_heads=2)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def numeric_model(cfg: ModelConfig, head="classify", n_out=3, d_input=2, **kw):
+    torch.manual_seed(0)
+    return build_model(cfg, input_kind="numeric", head=head, n_out=n_out, d_input=d_input, **kw).eval()
+
+
+CAUSAL_CONFIGS = {
+    "mamba-s6": small(),
+    "mamba-s4d": small(primitive="s4d"),
+    "mamba-s4": small(primitive="s4"),
+    "mamba-dlr": small(primitive="dlr"),
+    "mamba-s6-placebo": small(direction="placebo"),
+    "mamba-s6-rope-BC": small(rope=True, rope_targets=("B", "C", "delta"), rope_base=10.0),
+    "mamba-s6-rope-x-trainable-normed": small(rope=True, rope_trainable=True, rope_normalize_len=32),
+    "mamba-s4d-rope": small(primitive="s4d", rope=True),
+    "simple-s4d": small(block="simple", primitive="s4d"),
+    "simple-s4": small(block="simple", primitive="s4"),
+    "simple-dlr": small(block="simple", primitive="dlr"),
+    "simple-s4d-prenorm-rms": small(block="simple", primitive="s4d", prenorm=True, norm="rms"),
+    "simple-s4d-batchnorm": small(block="simple", primitive="s4d", norm="batch"),
+    "transformer": small(block="transformer", primitive="attention"),
+    "transformer-rope": small(block="transformer", primitive="attention", rope=True),
+    "mamba-attention": small(primitive="attention"),
+}
+
+BIDIRECTIONAL_CONFIGS = {
+    "mamba-s6-bi": small(direction="bidirectional"),
+    "mamba-s4d-bi": small(primitive="s4d", direction="bidirectional"),
+    "simple-s4d-bi": small(block="simple", primitive="s4d", direction="bidirectional"),
+    "simple-s4-bi": small(block="simple", primitive="s4", direction="bidirectional"),
+    "simple-s6-bi": small(block="simple", primitive="s6", direction="bidirectional"),
+    "simple-dlr-bi": small(block="simple", primitive="dlr", direction="bidirectional"),
+    "transformer-bi": small(block="transformer", primitive="attention", direction="bidirectional"),
+}
+
+
+# Thesis Table 3 (Cifar10-numerical: 3 channels, 10 classes, 6 layers).
+TABLE3 = {
+    "Mamba-S6": (dict(block="mamba", primitive="s6", d_model=116, d_state=16), 587_000),
+    "Mamba-S4D": (dict(block="mamba", primitive="s4d", d_model=116, d_state=16), 564_000),
+    "Mamba-S4": (dict(block="mamba", primitive="s4", d_model=116, d_state=16), 587_000),
+    "Simple-S4D": (dict(block="simple", primitive="s4d", d_model=170, d_state=64), 551_000),
+    "Simple-S4": (dict(block="simple", primitive="s4", d_model=170, d_state=64), 616_000),
+}
+
+
+@pytest.mark.parametrize("name", list(TABLE3))
+def test_table3_parameter_counts_within_two_percent(name):
+    kw, expected = TABLE3[name]
+    torch.set_default_dtype(torch.float32)
+    try:
+        model = build_model(ModelConfig(n_layers=6, **kw), input_kind="numeric", d_input=3, head="classify", n_out=10)
+    finally:
+        torch.set_default_dtype(torch.float64)
+    report = parameter_report(model)
+    assert abs(report["total"] - expected) / expected < 0.02, (name, report)
+    assert 0 < report["in_primitives"] < report["total"]
+
+
+@pytest.mark.parametrize("name", list(CAUSAL_CONFIGS))
+def test_recurrent_step_equals_parallel_forward(name):
+    cfg = CAUSAL_CONFIGS[name]
+    model = numeric_model(cfg, head="tokens", n_out=5)
+    x = torch.randn(2, 12, 2)
+    parallel = model(x)
+    state = model.default_state(2)
+    steps = []
+    for t in range(x.shape[1]):
+        y, state = model.step(x[:, t], state)
+        steps.append(y)
+    torch.testing.assert_close(torch.stack(steps, 1), parallel, rtol=1e-7, atol=1e-9)
+
+
+def _dependence_on_future(model, t: int, length: int = 10) -> float:
+    x = torch.randn(2, length, 2, requires_grad=True)
+    out = model(x)
+    out[:, t].sum().backward()
+    return x.grad[:, t + 1 :].abs().max().item()
+
+
+@pytest.mark.parametrize("name", list(CAUSAL_CONFIGS))
+def test_causal_models_do_not_see_the_future(name):
+    model = numeric_model(CAUSAL_CONFIGS[name], head="tokens", n_out=5)
+    assert _dependence_on_future(model, t=4) == 0.0
+
+
+@pytest.mark.parametrize("name", list(BIDIRECTIONAL_CONFIGS))
+def test_bidirectional_models_see_the_future(name):
+    model = numeric_model(BIDIRECTIONAL_CONFIGS[name], head="tokens", n_out=5)
+    assert _dependence_on_future(model, t=4) > 1e-8
+
+
+ALL_CONFIGS = {**CAUSAL_CONFIGS, **BIDIRECTIONAL_CONFIGS}
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
+@pytest.mark.parametrize("name", list(ALL_CONFIGS))
+def test_padding_does_not_change_pooled_outputs(name, pooling):
+    cfg = ALL_CONFIGS[name].replace(pooling=pooling)
+    model = numeric_model(cfg)
+    x = torch.randn(3, 9, 2)
+    lengths = torch.tensor([9, 5, 7])
+    alone = torch.cat([model(x[i : i + 1, : int(n)]) for i, n in enumerate(lengths)])
+    padded = x.clone()
+    for i, n in enumerate(lengths):
+        padded[i, int(n) :] = 100.0  # garbage in the padding must not leak
+    more_padding = torch.cat([padded, torch.full((3, 4, 2), -7.0)], dim=1)
+    torch.testing.assert_close(model(padded, lengths), alone, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(model(more_padding, lengths), alone, rtol=1e-7, atol=1e-9)
+
+
+def test_retrieval_head_and_token_inputs():
+    cfg = small(direction="bidirectional", pooling="mean")
+    model = build_model(cfg, input_kind="tokens", vocab_size=20, head="retrieval", n_out=2).eval()
+    a = torch.randint(5, 20, (2, 7))
+    b = torch.randint(5, 20, (2, 5))
+    out = model(a, torch.tensor([7, 4]), b, torch.tensor([5, 5]))
+    assert out.shape == (2, 2)
+    # Swapping a second-sequence padding value does not change the output.
+    b2 = b.clone()
+    b2[:, 4:] = 0
+    torch.testing.assert_close(model(a, torch.tensor([7, 4]), b2, torch.tensor([4, 4])), model(a, torch.tensor([7, 4]), b[:, :4], torch.tensor([4, 4])))
+
+
+@pytest.mark.parametrize("name", ["mamba-s6", "simple-s4", "transformer", "mamba-s4d-bi"])
+def test_state_dict_round_trip(name):
+    cfg = ALL_CONFIGS[name]
+    model = numeric_model(cfg)
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    buffer.seek(0)
+    torch.manual_seed(123)
+    other = build_model(cfg, input_kind="numeric", head="classify", n_out=3, d_input=2).eval()
+    other.load_state_dict(torch.load(buffer, weights_only=True))
+    x = torch.randn(2, 6, 2)
+    torch.testing.assert_close(other(x), model(x), rtol=0, atol=0)
+
+
+def test_mask_channel_is_dropped_for_finetuning():
+    model = numeric_model(small(), mask_channel=True)
+    x = torch.randn(2, 6, 2)
+    with_zero_indicator = model(torch.cat([x, torch.zeros(2, 6, 1)], -1))
+    model.encoder.drop_mask_channel()
+    torch.testing.assert_close(model(x), with_zero_indicator)
+    with pytest.raises(ValueError, match=r"\(batch, length, 2\)"):
+        model(torch.randn(2, 6, 3))
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="model.block"):
+        ModelConfig(block="lstm")
+    with pytest.raises(ConfigError, match="placebo"):
+        ModelConfig(block="simple", primitive="s4d", direction="placebo")
+    with pytest.raises(ConfigError, match="unknown model field"):
+        ModelConfig.from_dict({"d_modle": 3})
+    with pytest.raises(ConfigError, match="bad options"):
+        build_model(small(primitive_options={"nonsense": 1}), input_kind="numeric", head="classify", n_out=2)
+    with pytest.raises(ConfigError, match="need an S6"):
+        build_model(small(primitive="s4d", rope=True, rope_targets=("B",)), input_kind="numeric", head="classify", n_out=2)
+
+
+def test_token_ids_outside_the_vocabulary_are_reported():
+    model = build_model(small(), input_kind="tokens", vocab_size=10, head="classify", n_out=2)
+    with pytest.raises(ValueError, match="outside the vocabulary of size 10"):
+        model(torch.tensor([[1, 2, 12]]))
