@@ -190,6 +190,15 @@ def test_cache_consistent_across_lengths_and_dtypes():
     torch.testing.assert_close(y32, long.float(), rtol=1e-5, atol=1e-5)
 
 
+def test_table_built_in_inference_mode_serves_training():
+    rope = RotaryEmbedding(4)
+    with torch.inference_mode():
+        rope(torch.randn(5, 4))
+    x = torch.randn(5, 4, requires_grad=True)
+    rope(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
 def test_float32_precision_at_long_positions():
     # The angle table is built in float32 at least, from the exact formula.
     rope = RotaryEmbedding(4)

@@ -113,11 +113,13 @@ class RotaryEmbedding(nn.Module):
         table = self._tables.get(key)
         if table is None or table[0].shape[0] < needed:
             size = max(needed, 2 * table[0].shape[0] if table is not None else 0, 64)
-            # Built from the exact formula (not the possibly lower-precision buffer).
-            theta = rope_frequencies(self.dim, self.base, device=positions.device, dtype=_compute_dtype(dtype))
-            steps = torch.arange(size, device=positions.device, dtype=theta.dtype)
-            angle = steps.unsqueeze(-1) * theta * self.angle_scale
-            table = (angle.cos().to(dtype), angle.sin().to(dtype))
+            # A table first built under inference_mode must still be usable when training resumes.
+            with torch.inference_mode(False), torch.no_grad():
+                # Built from the exact formula (not the possibly lower-precision buffer).
+                theta = rope_frequencies(self.dim, self.base, device=positions.device, dtype=_compute_dtype(dtype))
+                steps = torch.arange(size, device=positions.device, dtype=theta.dtype)
+                angle = steps.unsqueeze(-1) * theta * self.angle_scale
+                table = (angle.cos().to(dtype), angle.sin().to(dtype))
             self._tables[key] = table
         return table[0][positions], table[1][positions]
 
