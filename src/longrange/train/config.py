@@ -1,0 +1,186 @@
+"""The training configuration: one flat dataclass, saved with every run.
+
+Conventions:
+  * ``batch_size`` is the GLOBAL batch size of one optimiser step. Each of ``world_size`` ranks
+    processes ``batch_size / world_size`` items per step, in ``grad_accum`` micro-batches of
+    ``batch_size / world_size / grad_accum`` items.
+  * A *step* is one optimiser step. ``max_steps > 0`` fixes the length of training; otherwise it is
+    ``epochs`` passes over the training set (the last incomplete global batch is dropped).
+  * ``warmup`` below 1 is a fraction of the total steps; 1 or more is a number of steps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from longrange.errors import ConfigError
+
+SCHEDULES = ("cosine", "constant", "plateau")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass
+class TrainConfig:
+    # Optimiser: AdamW.
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    #: Learning-rate scale and weight decay of parameters hinted ``group="ssm"``.
+    ssm_lr_scale: float = 0.1
+    ssm_weight_decay: float = 0.0
+    #: False puts every parameter with fewer than 2 dimensions (biases, norm gains) that carries
+    #: no hint into the no-decay group.
+    weight_decay_1d: bool = True
+
+    # Learning-rate schedule.
+    schedule: str = "cosine"
+    warmup: float = 0.1
+    min_lr_ratio: float = 0.1
+    plateau_factor: float = 0.5
+    plateau_patience: int = 3
+
+    # Length and batching.
+    epochs: int = 10
+    max_steps: int = 0
+    batch_size: int = 32
+    #: Items per rank in one evaluation batch; 0 = the training micro-batch.
+    eval_batch_size: int = 0
+    grad_accum: int = 1
+    grad_clip: float = 0.0
+    precision: str = "fp32"
+
+    # Evaluation, checkpoints, logging.
+    #: 0 = evaluate at the end of each epoch; N = every N steps. Always also at the end.
+    eval_every: int = 0
+    #: Early stopping after this many evaluations without improvement; 0 = off.
+    patience: int = 0
+    #: Save ``last.pt`` every N steps (0 = only at evaluations and at the end).
+    checkpoint_every: int = 0
+    log_every: int = 10
+    progress: bool = True
+
+    seed: int = 0
+    num_workers: int = 0
+    #: DistributedDataParallel option, needed when some parameters get no gradient in a step
+    #: (e.g. a classification head during pretraining).
+    find_unused_parameters: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise ConfigError(f"train.{name} {what}, got {getattr(self, name)!r}")
+
+        need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
+        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)")
+        need(self.eps > 0, "eps", "must be > 0")
+        need(self.ssm_lr_scale > 0, "ssm_lr_scale", "must be > 0")
+        need(self.ssm_weight_decay >= 0, "ssm_weight_decay", "must be >= 0")
+        need(self.schedule in SCHEDULES, "schedule", f"must be one of {', '.join(SCHEDULES)}")
+        need(self.warmup >= 0, "warmup", "must be >= 0 (a fraction of the steps if < 1, else a number of steps)")
+        need(self.warmup < 1 or float(self.warmup).is_integer(), "warmup", "must be a whole number of steps when >= 1")
+        need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
+        need(0 < self.plateau_factor < 1, "plateau_factor", "must be in (0, 1)")
+        need(self.plateau_patience >= 1, "plateau_patience", "must be >= 1")
+        need(self.epochs >= 1 or self.max_steps >= 1, "epochs", "must be >= 1 (or set max_steps)")
+        need(self.max_steps >= 0, "max_steps", "must be >= 0 (0 = use epochs)")
+        need(self.batch_size >= 1, "batch_size", "must be >= 1")
+        need(self.eval_batch_size >= 0, "eval_batch_size", "must be >= 0")
+        need(self.grad_accum >= 1, "grad_accum", "must be >= 1")
+        need(self.grad_clip >= 0, "grad_clip", "must be >= 0 (0 = off)")
+        need(self.precision in PRECISIONS, "precision", f"must be one of {', '.join(PRECISIONS)}")
+        need(self.eval_every >= 0, "eval_every", "must be >= 0 (0 = each epoch)")
+        need(self.patience >= 0, "patience", "must be >= 0 (0 = off)")
+        need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
+        need(self.log_every >= 1, "log_every", "must be >= 1")
+        need(self.num_workers >= 0, "num_workers", "must be >= 0")
+
+    def per_rank_batch(self, world_size: int) -> int:
+        """Items per rank in one optimiser step."""
+        if self.batch_size % world_size:
+            raise ConfigError(
+                f"train.batch_size {self.batch_size} (the global batch) is not divisible by the world size {world_size}"
+            )
+        return self.batch_size // world_size
+
+    def micro_batch(self, world_size: int) -> int:
+        """Items per rank in one forward/backward pass."""
+        per_rank = self.per_rank_batch(world_size)
+        if per_rank % self.grad_accum:
+            raise ConfigError(
+                f"train.batch_size {self.batch_size} / world size {world_size} = {per_rank} items per rank "
+                f"is not divisible by train.grad_accum {self.grad_accum}"
+            )
+        return per_rank // self.grad_accum
+
+    def warmup_steps(self, total_steps: int) -> int:
+        return int(round(self.warmup * total_steps)) if self.warmup < 1 else int(self.warmup)
+
+    # ------------------------------------------------------------ conversion
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["betas"] = list(self.betas)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        """Build from plain values (e.g. YAML). Unknown fields and wrong types raise ConfigError."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"train config must be a mapping of field names to values, got {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = [k for k in data if k not in fields]
+        if unknown:
+            raise ConfigError(
+                f"unknown train config field(s) {', '.join(map(repr, unknown))}; known fields: {', '.join(fields)}"
+            )
+        kwargs = {name: _coerce(name, value, type(fields[name].default)) for name, value in data.items()}
+        return cls(**kwargs)
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    """Convert a plain value to the type of the field's default, or raise ConfigError naming it."""
+    bad = ConfigError(f"train.{name} must be of type {kind.__name__}, got {value!r}")
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if kind is int:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if kind is float:
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    if kind is tuple:
+        if isinstance(value, (list, tuple)):
+            return tuple(_coerce(name, v, float) for v in value)
+        raise bad
+    return value
