@@ -89,10 +89,34 @@ def diag_ssm_kernel(dt: Tensor, A: Tensor, B: Tensor, C: Tensor, L: int, method:
     """
     _check_diag_args(dt, A, B, C, L, method)
     _, dB = discretize_diag(dt, A, B, method)
-    pos = torch.arange(L, device=A.device, dtype=A.real.dtype)
-    vandermonde = torch.exp(_log_dA(dt, A, method).unsqueeze(-1) * pos)  # (H, M, L)
-    K = torch.einsum("...hm,hml->...hl", C * dB, vandermonde)
-    return 2 * K.real
+    return vandermonde_kernel(_log_dA(dt, A, method), 2 * C * dB, L)
+
+
+def vandermonde_kernel(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
+    """``K[..., h, l] = Re sum_m W[..., h, m] exp(l · log_dA[h, m])`` for l < L.
+
+    ``log_dA`` (H, M) or (1, M) (modes shared by all channels), ``W`` (..., H, M) complex; returns
+    (..., H, L) real. Powers come from one exponential per entry, never repeated multiplication.
+    """
+    if log_dA.dim() != 2 or W.dim() < 2 or log_dA.shape[-1] != W.shape[-1] or log_dA.shape[0] not in (1, W.shape[-2]):
+        raise ValueError(
+            f"vandermonde_kernel: log_dA {tuple(log_dA.shape)} must be (H, M) or (1, M) for W of shape (..., H, M), "
+            f"got W {tuple(W.shape)}"
+        )
+    pos = torch.arange(L, device=log_dA.device, dtype=log_dA.real.dtype)
+    vandermonde = torch.exp(log_dA.unsqueeze(-1) * pos)  # (H, M, L)
+    return torch.einsum("...hm,hml->...hl", W, vandermonde.expand(W.shape[-2], -1, -1)).real
+
+
+def vandermonde_kernel_ref(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
+    """Reference for :func:`vandermonde_kernel` by the recurrence x <- Ā x from x = 1."""
+    dA = torch.exp(log_dA)
+    x = torch.ones_like(W)
+    out = []
+    for _ in range(L):
+        out.append((W * x).sum(-1).real)
+        x = dA * x
+    return torch.stack(out, dim=-1)
 
 
 def diag_ssm_kernel_ref(dt: Tensor, A: Tensor, B: Tensor, C: Tensor, L: int, method: str = "zoh") -> Tensor:
