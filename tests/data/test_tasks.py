@@ -125,3 +125,10 @@ def test_task_spec_validates_fields():
         TaskSpec("t", "pixels", 8, 2, "accuracy", 0.1)
     with pytest.raises(ConfigError, match="metric"):
         TaskSpec("t", "tokens", 8, 2, "f1", 0.1)
+
+
+def test_core_tasks_are_registered_with_their_specs():
+    assert {"listops", "text", "retrieval"} <= set(list_tasks())
+    assert get_spec("listops").seq_len == 2048 and get_spec("listops").mask_ratio == 0.1
+    assert get_spec("text").seq_len == 4096 and get_spec("text", seq_len=1024).seq_len == 1024
+    assert get_spec("retrieval").two_sequences

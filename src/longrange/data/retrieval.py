@@ -1,0 +1,142 @@
+"""Retrieval (Long Range Arena): do two ACL Anthology Network papers cite each other?
+
+Files (``lra_release/lra_release/tsv_data`` of the LRA release)::
+
+    <data_dir>/retrieval/new_aan_pairs.{train,eval,test}.tsv
+
+Tab-separated, no header, no quoting (the LRA reader sets ``header=False, use_quote_delim=False``),
+five columns: label, id1, id2, text1, text2. The label is stored as a number ("1" or "1.0", read
+as a float by LRA) and must be 0 or 1. The ``eval`` file is the validation split.
+
+Each document is split into characters, cut to ``seq_len - 1`` characters and ended with ``<eos>``
+(as the S4 pipeline: 4000 positions per document). The vocabulary holds the characters seen at least
+``min_count`` times (default 1, as S4) in both documents of the (truncated) training pairs.
+Items carry the two documents as ``inputs`` and ``inputs2``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from longrange.data.cache import cached
+from longrange.data.tasks import (
+    BadRecords,
+    SequenceDataset,
+    TaskData,
+    TaskSpec,
+    pack,
+    read_lines,
+    register_task,
+    require_files,
+    task_dir,
+)
+from longrange.data.tokenize import Vocabulary
+from longrange.errors import ConfigError, DataFormatError
+
+SUBDIR = "retrieval"
+SPLITS = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
+COLUMNS = ("label", "id1", "id2", "text1", "text2")
+OBTAIN = (
+    "download lra_release.gz from https://github.com/google-research/long-range-arena, unpack it and copy "
+    "lra_release/tsv_data/new_aan_pairs.{train,eval,test}.tsv to <data_dir>/retrieval/"
+)
+LOADER_VERSION = 1
+
+
+def retrieval_spec(seq_len: int = 4000, min_count: int = 1) -> TaskSpec:
+    if seq_len < 2:
+        raise ConfigError(f"retrieval option seq_len must be >= 2, got {seq_len}")
+    if min_count < 1:
+        raise ConfigError(f"retrieval option min_count must be >= 1, got {min_count}")
+    return TaskSpec(
+        name="retrieval",
+        input_kind="tokens",
+        seq_len=seq_len,
+        n_classes=2,
+        metric="accuracy",
+        mask_ratio=0.15,
+        two_sequences=True,
+        description="LRA Retrieval: AAN citation link between two papers, characters (+ <eos>) per document",
+        layout="retrieval/new_aan_pairs.{train,eval,test}.tsv (no header; label, id1, id2, text1, text2)",
+        obtain=OBTAIN,
+    )
+
+
+def parse_label(text: str, path: Path, line: int) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if value not in (0.0, 1.0):
+        hint = " (these files have no header line)" if line == 1 and text.strip().lower() == "label" else ""
+        raise DataFormatError(f"label must be 0 or 1, found {text!r}{hint}", path, line)
+    return int(value)
+
+
+def read_pairs_file(path: Path, bad: BadRecords | None = None) -> tuple[list[str], list[str], list[int]]:
+    """The two texts and the label of every pair in one ``.tsv`` file."""
+    bad = bad if bad is not None else BadRecords(skip_bad=False)
+    texts1: list[str] = []
+    texts2: list[str] = []
+    labels: list[int] = []
+    for number, text in read_lines(path):
+        try:
+            cols = text.split("\t")
+            if len(cols) != len(COLUMNS):
+                raise DataFormatError(f"expected {len(COLUMNS)} tab-separated columns ({', '.join(COLUMNS)}), "
+                                      f"found {len(cols)}", path, number)
+            label = parse_label(cols[0], path, number)
+            if not cols[3] or not cols[4]:
+                raise DataFormatError(f"empty {'text1' if not cols[3] else 'text2'}", path, number)
+        except DataFormatError as err:
+            bad.handle(err)
+            continue
+        texts1.append(cols[3])
+        texts2.append(cols[4])
+        labels.append(label)
+    if not labels and not bad.counts.get(str(path)):
+        raise DataFormatError("no pairs", path)
+    return texts1, texts2, labels
+
+
+def retrieval_expected_paths(data_dir: Path, **options) -> list[Path]:
+    folder = task_dir(data_dir, SUBDIR, SPLITS["train"])
+    return [folder / name for name in SPLITS.values()]
+
+
+def load_retrieval(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, seq_len: int = 4000,
+                   min_count: int = 1) -> TaskData:
+    """Load AAN from ``data_dir/retrieval`` (or ``data_dir`` itself when it holds the files)."""
+    paths = retrieval_expected_paths(data_dir)
+    require_files(paths, OBTAIN)
+    max_chars = seq_len - 1
+
+    def build() -> dict:
+        bad = BadRecords(skip_bad)
+        raw = {split: read_pairs_file(path, bad) for split, path in zip(SPLITS, paths)}
+        t1, t2, _ = raw["train"]
+        vocab = Vocabulary.build((t[:max_chars] for t in t1 + t2), min_count=min_count)
+        eos = vocab.eos_id
+        out: dict = {"tokens": list(vocab.tokens), "skipped": bad.counts}
+        for split, (texts1, texts2, labels) in raw.items():
+            for key, texts in (("1", texts1), ("2", texts2)):
+                out[f"{split}_flat{key}"], out[f"{split}_offsets{key}"] = pack(
+                    [vocab.encode(t[:max_chars]) + [eos] for t in texts])
+            out[f"{split}_targets"] = torch.tensor(labels, dtype=torch.long)
+        return out
+
+    options = {"seq_len": seq_len, "min_count": min_count, "skip_bad": skip_bad}
+    prepared = cached(data_dir, "retrieval", paths, options, build, version=LOADER_VERSION)
+    splits = {
+        split: SequenceDataset.from_packed(prepared[f"{split}_flat1"], prepared[f"{split}_offsets1"],
+                                           prepared[f"{split}_targets"],
+                                           prepared[f"{split}_flat2"], prepared[f"{split}_offsets2"])
+        for split in SPLITS
+    }
+    return TaskData(spec, splits["train"], splits["val"], splits["test"], vocab=Vocabulary(prepared["tokens"]),
+                    skipped=dict(prepared["skipped"]), info={"source": str(paths[0].parent)})
+
+
+register_task("retrieval", retrieval_spec, load_retrieval, {"seq_len": 4000, "min_count": 1},
+              expected=retrieval_expected_paths)
