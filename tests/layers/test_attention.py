@@ -295,3 +295,14 @@ def test_bidirectional_has_no_step_mode():
         layer.default_state(1)
     with pytest.raises(RuntimeError, match="bidirectional"):
         layer.step(torch.randn(1, 8), None)
+
+
+def test_odd_head_dim_with_rope():
+    torch.manual_seed(8)
+    layer = Attention(6, n_heads=2, rope=True, block_size=4).double()  # head_dim 3: last feature unrotated
+    x = torch.randn(2, 6, 6, dtype=DT)
+    torch.testing.assert_close(layer(x), naive_attention(layer, x), rtol=1e-10, atol=1e-10)
+    y, state = layer(x), layer.default_state(2)
+    for t in range(6):
+        y_t, state = layer.step(x[:, t], state)
+        torch.testing.assert_close(y_t, y[:, t], rtol=1e-10, atol=1e-10)
