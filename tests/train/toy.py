@@ -75,7 +75,7 @@ class ToyObjective:
         if self.noise and model.training:
             inputs = inputs + self.noise * torch.randn_like(inputs)
         logits = model(inputs, batch["lengths"])
-        losses = nn.functional.cross_entropy(logits.float(), batch["targets"], reduction="none")
+        losses = nn.functional.cross_entropy(logits, batch["targets"], reduction="none")
         correct = (logits.argmax(-1) == batch["targets"]).sum()
         sums = {
             "loss_sum": losses.detach().sum().to(torch.float64),
