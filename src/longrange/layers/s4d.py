@@ -68,7 +68,9 @@ def skip_init(H: int, d_init: str) -> Tensor:
 
 def real_param(t: Tensor) -> Tensor:
     """A complex tensor as a real (..., 2) tensor for storage as a parameter."""
-    return torch.view_as_real(t.to(torch.complex64)).clone()
+    if not t.is_complex():
+        t = t.to(torch.complex128)
+    return torch.view_as_real(t.contiguous()).clone()
 
 
 def as_complex(p: Tensor) -> Tensor:
