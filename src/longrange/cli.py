@@ -15,6 +15,7 @@ from longrange.errors import LongrangeError
 COMMAND_MODULES: list[str] = [
     "longrange.models.cli",
     "longrange.data.cli",
+    "longrange.experiment.cli",
 ]
 
 

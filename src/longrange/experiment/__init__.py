@@ -1,0 +1,1 @@
+"""The longrange package: see longrange.cli for the command line."""

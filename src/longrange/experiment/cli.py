@@ -1,0 +1,128 @@
+"""Experiment commands: train, pretrain, finetune, compare, presets, demo."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from longrange.errors import ConfigError
+
+
+def _add_experiment_args(p: argparse.ArgumentParser, out_help: str) -> None:
+    p.add_argument("--preset", help="a built-in preset (see `longrange presets`)")
+    p.add_argument("--config", help="a YAML experiment file (applied on top of the preset)")
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="start afresh even if --out holds a run")
+    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides by dotted name, e.g. model.d_model=128 train.lr=3e-4")
+
+
+def _resolve(args: argparse.Namespace):
+    from longrange.experiment.config import resolve
+
+    return resolve(args.preset, args.config, args.settings)
+
+
+def _print_summary(summary: dict) -> None:
+    print(json.dumps(summary, indent=2))
+
+
+def _train(args: argparse.Namespace) -> int:
+    from longrange.experiment.runs import run_stage
+
+    _print_summary(run_stage(_resolve(args), "train", args.out, seed=args.seed, resume=args.resume, overwrite=args.overwrite))
+    return 0
+
+
+def _pretrain(args: argparse.Namespace) -> int:
+    from longrange.experiment.runs import run_stage
+
+    summary = run_stage(_resolve(args), "pretrain", args.out, seed=args.seed, objective=args.objective,
+                        reverse=args.reverse, resume=args.resume, overwrite=args.overwrite)
+    _print_summary(summary)
+    return 0
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from longrange.experiment.runs import run_stage
+
+    summary = run_stage(_resolve(args), "finetune", args.out, seed=args.seed, init_from=args.init_from,
+                        reverse_from=args.reverse_from, resume=args.resume, overwrite=args.overwrite)
+    _print_summary(summary)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from longrange.experiment.compare import compare
+    from longrange.experiment.config import resolve
+
+    presets = args.preset or []
+    if not presets and not args.config:
+        raise ConfigError("give at least one --preset (repeatable) or --config")
+    experiments = [resolve(p, args.config, args.settings) for p in presets] or [resolve(None, args.config, args.settings)]
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    objectives = args.objectives.split(",") if args.objectives else None
+    compare(experiments, args.out, seeds=seeds, objectives=objectives,
+            compute_matched=False if args.no_compute_matched else None)
+    from longrange.report import write_report
+
+    print(write_report([Path(args.out)], out_dir=Path(args.out)))
+    return 0
+
+
+def _presets(args: argparse.Namespace) -> int:
+    from longrange.experiment.config import experiment_from_dict, list_presets, load_preset
+
+    for name in list_presets():
+        if args.prefix and not name.startswith(args.prefix):
+            continue
+        exp = experiment_from_dict(load_preset(name))
+        m = exp.model
+        print(f"{name:40s} {exp.task.name:16s} {m.block}-{m.primitive} {m.direction} "
+              f"L={m.n_layers} d={m.d_model} N={m.d_state}  {exp.source}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from longrange.experiment.demo import run_demo
+
+    print(run_demo(args.out))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a model on a task from scratch (supervised)")
+    _add_experiment_args(p, "run directory")
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("pretrain", help="self-pretrain on the task's own training inputs (causal or masked)")
+    _add_experiment_args(p, "run directory")
+    p.add_argument("--objective", choices=("causal", "masked"), default="masked")
+    p.add_argument("--reverse", action="store_true", help="causal pretraining on reversed sequences (the R1 model of F1R1)")
+    p.set_defaults(func=_pretrain)
+
+    p = sub.add_parser("finetune", help="finetune a pretrained run on the task's labels")
+    _add_experiment_args(p, "run directory")
+    p.add_argument("--from", dest="init_from", required=True, help="the pretraining run directory")
+    p.add_argument("--reverse-from", help="a reverse-pretrained run: fuse it as the reverse branches (F1R1)")
+    p.set_defaults(func=_finetune)
+
+    p = sub.add_parser("compare", help="scratch vs self-pretraining for one or more models over seeds, with a report")
+    p.add_argument("--preset", action="append", help="a built-in preset; repeat for several models")
+    p.add_argument("--config", help="a YAML experiment file (applied on top of each preset)")
+    p.add_argument("--out", required=True, help="directory of all runs and the report")
+    p.add_argument("--seeds", help="comma-separated seeds (default: the preset's compare.seeds)")
+    p.add_argument("--objectives", help="comma-separated SPT objectives: causal,masked (default: the preset's, or the model's natural one)")
+    p.add_argument("--no-compute-matched", action="store_true", help="skip the compute-matched scratch baseline")
+    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides applied to every experiment")
+    p.set_defaults(func=_compare)
+
+    p = sub.add_parser("presets", help="list the built-in experiment presets")
+    p.add_argument("prefix", nargs="?", default="", help="only presets whose name starts with this")
+    p.set_defaults(func=_presets)
+
+    p = sub.add_parser("demo", help="the comparison on a generated short ListOps, no data needed (about 10 min on a CPU)")
+    p.add_argument("--out", default="runs/demo", help="directory of the runs and the report (default runs/demo)")
+    p.set_defaults(func=_demo)
+

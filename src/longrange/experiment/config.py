@@ -1,0 +1,265 @@
+"""Experiment configuration: presets (YAML files), user config files, and dotted overrides.
+
+An experiment is one model on one task with its training settings, plus how self-pretraining
+(SPT) and finetuning differ from them::
+
+    label: Transformer                    # the row name in reports
+    task: {name: listops, options: {seq_len: 2048}}
+    model: {block: transformer, primitive: attention, ...}      # ModelConfig fields
+    train: {lr: 0.0001, batch_size: 32, epochs: 40, ...}        # TrainConfig fields (scratch and finetuning)
+    pretrain: {epochs: 40}                # TrainConfig overrides for the pretraining stage
+    finetune: {}                          # TrainConfig overrides for the finetuning stage
+    objective: {mask_ratio: 0.1, ...}     # pretraining objective options (ObjectiveConfig)
+    compare: {objectives: [causal, masked], seeds: [0, 1, 2], compute_matched: true}
+
+Any field can be overridden from the command line by its dotted name: ``model.d_model=128``,
+``train.lr=3e-4``, ``task.options.seq_len=1024``. Values are read as YAML (numbers, booleans,
+lists like ``[0,1,2]``).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from longrange.errors import ConfigError
+from longrange.models.config import ModelConfig
+from longrange.train.config import TrainConfig
+
+OBJECTIVES = ("supervised", "causal", "masked")
+SPT_OBJECTIVES = ("causal", "masked")
+
+
+@dataclass
+class ObjectiveConfig:
+    """Options of the pretraining objectives (the kind is chosen per stage)."""
+
+    #: Masking ratio for masked SPT; None takes the task's default (0.5 visual, 0.15 text, 0.1 ListOps).
+    mask_ratio: float | None = None
+    #: BERT-style replacement of masked tokens (80% mask, 10% random, 10% unchanged).
+    bert: bool = False
+    #: Masked spans of this many positions.
+    span: int = 1
+    #: Numeric inputs: "l1" regression of the values, or "classes" (``levels``-way classification).
+    numeric_loss: str = "l1"
+    levels: int = 256
+    #: The values that levels 0 and levels-1 stand for, for numeric_loss "classes".
+    value_range: list[float] | None = None
+
+
+@dataclass
+class TaskConfig:
+    name: str = "listops"
+    #: Task options (e.g. seq_len), see ``longrange data info TASK``.
+    options: dict[str, Any] = field(default_factory=dict)
+    #: Data directory; None = $LONGRANGE_DATA or ./data.
+    data_dir: str | None = None
+    #: Train on a subset: a fraction in (0, 1] or a number of examples (data-scarcity experiments).
+    train_subset: float | int | None = None
+    #: Skip malformed records (and report how many) instead of stopping at the first.
+    skip_bad: bool = False
+    #: Seed of the data's held-out splits and train subset (fixed across training seeds).
+    seed: int = 0
+
+
+@dataclass
+class CompareConfig:
+    #: SPT objectives to compare against training from scratch; [] = the model's natural one
+    #: (causal for causal models, masked for bidirectional ones, as in the SPT paper).
+    objectives: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    #: Also train from scratch for as many steps as pretraining plus finetuning.
+    compute_matched: bool = True
+
+
+@dataclass
+class ExperimentConfig:
+    label: str = ""
+    description: str = ""
+    source: str = ""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: dict[str, Any] = field(default_factory=dict)
+    pretrain: dict[str, Any] = field(default_factory=dict)
+    finetune: dict[str, Any] = field(default_factory=dict)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
+
+    def train_config(self, stage: str, **changes: Any) -> TrainConfig:
+        """The TrainConfig of a stage: ``train`` updated by the stage's overrides and ``changes``."""
+        merged = dict(self.train)
+        if stage == "pretrain":
+            merged.update(self.pretrain)
+        elif stage == "finetune":
+            merged.update(self.finetune)
+        merged.update(changes)
+        return TrainConfig.from_dict(merged)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["model"] = self.model.to_dict()
+        return out
+
+    def validate(self) -> None:
+        for stage in ("train", "pretrain", "finetune"):
+            self.train_config(stage)
+        unknown = [o for o in self.compare.objectives if o not in SPT_OBJECTIVES]
+        if unknown:
+            raise ConfigError(f"compare.objectives {unknown} are not SPT objectives; expected {', '.join(SPT_OBJECTIVES)}")
+        if not self.compare.seeds:
+            raise ConfigError("compare.seeds is empty")
+
+
+_SECTIONS = {"task": TaskConfig, "objective": ObjectiveConfig, "compare": CompareConfig}
+
+
+def _dataclass_from(cls: type, data: Any, where: str) -> Any:
+    if data is None:
+        return cls()
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {data!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown field(s) {', '.join(f'{where}.{u}' for u in unknown)}; known: {', '.join(sorted(names))}")
+    return cls(**data)
+
+
+def experiment_from_dict(data: Mapping[str, Any]) -> ExperimentConfig:
+    data = dict(data)
+    top = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    unknown = sorted(set(data) - top)
+    if unknown:
+        raise ConfigError(f"unknown top-level field(s) {', '.join(unknown)}; known: {', '.join(sorted(top))}")
+    kwargs: dict[str, Any] = {}
+    for name in ("label", "description", "source"):
+        if name in data:
+            kwargs[name] = str(data[name])
+    for name, cls in _SECTIONS.items():
+        kwargs[name] = _dataclass_from(cls, data.get(name), name)
+    model = data.get("model") or {}
+    if not isinstance(model, Mapping):
+        raise ConfigError(f"model must be a mapping, got {model!r}")
+    kwargs["model"] = ModelConfig.from_dict(dict(model))
+    for name in ("train", "pretrain", "finetune"):
+        section = data.get(name) or {}
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"{name} must be a mapping of TrainConfig fields, got {section!r}")
+        kwargs[name] = dict(section)
+    exp = ExperimentConfig(**kwargs)
+    if not exp.label:
+        exp.label = f"{exp.model.block}-{exp.model.primitive}"
+    exp.validate()
+    return exp
+
+
+# ---------------------------------------------------------------------------------- presets
+def _preset_root():
+    return resources.files("longrange") / "presets"
+
+
+def list_presets() -> list[str]:
+    """Names of the built-in presets (their paths under presets/, without .yaml)."""
+    names: list[str] = []
+
+    def walk(node, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            if child.is_dir():
+                walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith(".yaml") and not child.name.startswith("_"):
+                names.append(prefix + child.name[: -len(".yaml")])
+
+    walk(_preset_root(), "")
+    return names
+
+
+def _read_yaml(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level")
+    return data
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """The raw dict of a built-in preset, with its ``base:`` presets merged underneath."""
+    path = _preset_root().joinpath(*f"{name}.yaml".split("/"))
+    if not path.is_file():
+        names = list_presets()
+        close = [n for n in names if name.split("/")[-1] in n]
+        hint = f" (did you mean {', '.join(close[:5])}?)" if close else ""
+        raise ConfigError(f"unknown preset {name!r}{hint}; `longrange presets` lists them")
+    data = _read_yaml(path.read_text(), f"preset {name}")
+    return _with_bases(data, f"preset {name}")
+
+
+def _with_bases(data: dict[str, Any], where: str) -> dict[str, Any]:
+    bases = data.pop("base", None)
+    if bases is None:
+        return data
+    merged: dict[str, Any] = {}
+    for base in [bases] if isinstance(bases, str) else bases:
+        merged = deep_merge(merged, load_preset(base))
+    return deep_merge(merged, data)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    return _with_bases(_read_yaml(path.read_text(), str(path)), str(path))
+
+
+def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a raw config dict."""
+    out = copy.deepcopy(dict(data))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form field.name=value")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise ConfigError(f"override {item!r} has an empty field name")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"override {item!r}: cannot read the value: {err}") from err
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def resolve(preset: str | None = None, config: str | Path | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Preset and/or config file (the file on top of the preset), then the overrides."""
+    data: dict[str, Any] = {}
+    if preset:
+        data = load_preset(preset)
+    if config:
+        data = deep_merge(data, load_config_file(config))
+    if not preset and not config and not overrides:
+        raise ConfigError("give a --preset, a --config file, or field=value settings")
+    return experiment_from_dict(apply_overrides(data, overrides))

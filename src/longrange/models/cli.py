@@ -1,0 +1,63 @@
+"""``longrange params``: parameter counts of models, in total and inside the sequence primitives."""
+from __future__ import annotations
+
+import argparse
+
+# The thesis' Table 3 models (Cifar10-numerical: 3 input channels, 10 classes, 6 layers).
+TABLE3 = {
+    "Mamba-S6": dict(block="mamba", primitive="s6", d_model=116, d_state=16),
+    "Mamba-S4D": dict(block="mamba", primitive="s4d", d_model=116, d_state=16),
+    "Mamba-S4": dict(block="mamba", primitive="s4", d_model=116, d_state=16),
+    "Simple-S4D": dict(block="simple", primitive="s4d", d_model=170, d_state=64),
+    "Simple-S4": dict(block="simple", primitive="s4", d_model=170, d_state=64),
+}
+
+
+def table3_rows() -> list[dict]:
+    from longrange.models import ModelConfig, build_model, parameter_report
+
+    rows = []
+    for name, kw in TABLE3.items():
+        model = build_model(ModelConfig(n_layers=6, **kw), input_kind="numeric", d_input=3, head="classify", n_out=10)
+        rows.append({"model": name, **parameter_report(model)})
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    lines = ["| model | total | in primitives | % in primitives |", "|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['total'] / 1000:.1f}k | {r['in_primitives'] / 1000:.1f}k | {100 * r['share']:.0f}% |")
+    return "\n".join(lines)
+
+
+def _params(args: argparse.Namespace) -> int:
+    if args.preset:
+        from longrange.experiment.config import resolve
+        from longrange.experiment.runs import load_data, supervised_head
+        from longrange.models import build_model, parameter_report
+
+        rows = []
+        for name in args.preset:
+            exp = resolve(name)
+            spec = load_data(exp).spec if args.with_data else None
+            if spec is None:
+                from longrange.data.tasks import get_spec
+
+                spec = get_spec(exp.task.name, **exp.task.options)
+            head, n_out = supervised_head(spec)
+            vocab = None
+            if spec.input_kind == "tokens":
+                vocab = load_data(exp).vocab_size if args.with_data else 256 + 5
+            model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out, vocab_size=vocab, d_input=spec.d_input)
+            rows.append({"model": name, **parameter_report(model)})
+    else:
+        rows = table3_rows()
+    print(format_rows(rows))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("params", help="parameter counts, in total and inside the sequence primitives (default: the thesis' Table 3 models)")
+    p.add_argument("--preset", action="append", help="count the model of a preset instead (repeatable)")
+    p.add_argument("--with-data", action="store_true", help="load the task's data for the exact vocabulary size")
+    p.set_defaults(func=_params)
