@@ -73,16 +73,29 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        raise CheckpointError(
-            f"refusing to load {path}: the file asks to create objects or call functions that a checkpoint "
-            f"never holds (it may try to execute code); only tensors and plain containers are loaded. "
-            f"Details: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-        ) from None
+        detail = _unpickler_detail(str(err))
+        if "GLOBAL" in detail or "global" in detail:
+            raise CheckpointError(
+                f"refusing to load {path}: the file asks to call or build something a checkpoint never holds "
+                f"(it may try to execute code); only tensors and plain containers are loaded. {detail}"
+            ) from None
+        raise CheckpointError(f"cannot read checkpoint {path}: not a checkpoint or corrupt ({detail})") from None
     except Exception as err:
         raise CheckpointError(f"cannot read checkpoint {path}: {type(err).__name__}: {err}") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a checkpoint dict")
     return state
+
+
+def _unpickler_detail(message: str) -> str:
+    """The line of torch's weights-only error that says what was refused."""
+    for line in message.splitlines():
+        if "WeightsUnpickler error:" in line:
+            rest = line.split("WeightsUnpickler error:", 1)[1].strip()
+            if rest:
+                return rest.split(". Please use")[0]
+    lines = [l.strip() for l in message.splitlines() if l.strip().startswith("Unsupported")]
+    return lines[0] if lines else message.splitlines()[0] if message else "unpickling failed"
 
 
 # --------------------------------------------------------------------------- model weights
