@@ -85,9 +85,14 @@ def test_long_kernel_is_truncated_and_short_kernel_padded():
     torch.testing.assert_close(fft_conv(u, short), fft_conv(u, padded))
 
 
-def test_float32_output_dtype():
-    u = torch.randn(1, 2, 5)
-    assert fft_conv(u, torch.randn(2, 5)).dtype == torch.float32
+def test_output_has_input_dtype():
+    torch.manual_seed(3)
+    u, k = torch.randn(1, 2, 5), torch.randn(2, 5)
+    assert fft_conv(u, k).dtype == torch.float32
+    assert fft_conv(u, k.double()).dtype == torch.float32
+    y16 = fft_conv(u.bfloat16(), k)  # computed in float32, returned in bfloat16
+    assert y16.dtype == torch.bfloat16
+    torch.testing.assert_close(y16.float(), fft_conv_ref(u.bfloat16().float(), k), rtol=2e-2, atol=2e-2)
 
 
 def test_fast_fft_size():

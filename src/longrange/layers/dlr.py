@@ -118,7 +118,7 @@ class DLR(SequencePrimitive):
         """x (batch, length, d_model) -> same shape; ``mask`` (batch, length), True at real positions."""
         self._check_input(x)
         u = apply_mask(x, mask).transpose(1, 2)
-        K = self.kernel(x.shape[1]).to(u.dtype)
+        K = self.kernel(x.shape[1])
         y = fft_conv(u, K if self.bidirectional else K[0], self.D)
         return y.transpose(1, 2)
 

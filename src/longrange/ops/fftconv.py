@@ -89,7 +89,8 @@ def _check_skip(u: Tensor, D: Tensor | None) -> None:
 def fft_conv(u: Tensor, k: KernelArg, D: Tensor | None = None) -> Tensor:
     """Convolve ``u`` (batch, h, l) with a causal or two-sided kernel by FFT; see the module doc.
 
-    Returns (batch, h, l) in the dtype of ``u``.
+    Returns (batch, h, l) in the dtype of ``u``; the FFTs run in the wider of the operands' dtypes
+    and float32.
     """
     k_fwd, k_bwd = _split_kernel(u, k)
     _check_skip(u, D)
@@ -106,12 +107,16 @@ def fft_conv(u: Tensor, k: KernelArg, D: Tensor | None = None) -> Tensor:
         k_bwd = k_bwd[..., :lk]
         zeros = k_fwd.new_zeros(k_fwd.shape[0], n - 2 * lk)
         k_full = torch.cat([k_fwd, zeros, k_bwd.flip(-1)], dim=-1)
-    u_f = torch.fft.rfft(u, n=n)
-    k_f = torch.fft.rfft(k_full.to(u.dtype), n=n)
+    # FFTs in at least float32 (half-precision FFTs are unsupported on CPU and lose accuracy on
+    # long kernels), in float64 if either operand is float64; the result has u's dtype.
+    work = torch.promote_types(torch.promote_types(u.dtype, k_full.dtype), torch.float32)
+    u_w = u.to(work)
+    u_f = torch.fft.rfft(u_w, n=n)
+    k_f = torch.fft.rfft(k_full.to(work), n=n)
     y = torch.fft.irfft(u_f * k_f, n=n)[..., :l]
     if D is not None:
-        y = y + D.to(u.dtype).unsqueeze(-1) * u
-    return y
+        y = y + D.to(work).unsqueeze(-1) * u_w
+    return y.to(u.dtype)
 
 
 def conv_matrix(k_fwd: Tensor, k_bwd: Tensor | None, l: int) -> Tensor:
@@ -121,11 +126,12 @@ def conv_matrix(k_fwd: Tensor, k_bwd: Tensor | None, l: int) -> Tensor:
     lag = t.unsqueeze(1) - t.unsqueeze(0)  # lag[t, s] = t - s
     pad = torch.zeros(h, max(l - lk, 0) + 1, dtype=k_fwd.dtype, device=k_fwd.device)
     fwd = torch.cat([k_fwd, pad], dim=-1)  # index l' >= lk reads a zero
-    T = torch.where(lag >= 0, fwd[:, lag.clamp(0, fwd.shape[-1] - 1)], torch.zeros((), dtype=k_fwd.dtype))
+    zero = torch.zeros((), dtype=k_fwd.dtype, device=k_fwd.device)
+    T = torch.where(lag >= 0, fwd[:, lag.clamp(0, fwd.shape[-1] - 1)], zero)
     if k_bwd is not None:
         bwd = torch.cat([k_bwd, pad], dim=-1)
         idx = (-lag - 1).clamp(0, bwd.shape[-1] - 1)
-        T = T + torch.where(lag < 0, bwd[:, idx], torch.zeros((), dtype=k_fwd.dtype))
+        T = T + torch.where(lag < 0, bwd[:, idx], zero)
     return T
 
 
