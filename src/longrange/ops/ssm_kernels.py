@@ -136,18 +136,76 @@ def diag_ssm_kernel_ref(dt: Tensor, A: Tensor, B: Tensor, C: Tensor, L: int, met
 # --------------------------------------------------------------------------------------------
 
 
-def cauchy(v: Tensor, z: Tensor, w: Tensor) -> Tensor:
+#: Upper bound on the number of (z, w) pairs materialised at once by :func:`cauchy`.
+CAUCHY_CHUNK_ELEMENTS = 1 << 22
+
+
+def cauchy_ref(v: Tensor, z: Tensor, w: Tensor) -> Tensor:
+    """Reference Cauchy kernel: materialises the whole (..., K, N) matrix of 1/(z - w)."""
+    return (v.unsqueeze(-2) / (z.unsqueeze(-1) - w.unsqueeze(-2))).sum(-1)
+
+
+class _ChunkedCauchy(torch.autograd.Function):
+    """Cauchy kernel over chunks of z, recomputing 1/(z - w) in backward.
+
+    Memory is bounded by ``CAUCHY_CHUNK_ELEMENTS`` instead of growing with K·N per call and per
+    saved autograd buffer. Gradients follow PyTorch's convention for holomorphic functions
+    (grad_input = grad_output · conj(derivative)); double backward is not supported.
+    """
+
+    @staticmethod
+    def forward(ctx, v: Tensor, z: Tensor, w: Tensor, chunk: int) -> Tensor:
+        ctx.save_for_backward(v, z, w)
+        ctx.chunk = chunk
+        out = [cauchy_ref(v, z[..., i : i + chunk], w) for i in range(0, z.shape[-1], chunk)]
+        return torch.cat(out, dim=-1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        v, z, w = ctx.saved_tensors
+        chunk = ctx.chunk
+        grad_v = torch.zeros_like(v) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(w) if ctx.needs_input_grad[2] else None
+        grad_z = [] if ctx.needs_input_grad[1] else None
+        for i in range(0, z.shape[-1], chunk):
+            r = 1 / (z[..., i : i + chunk].unsqueeze(-1) - w.unsqueeze(-2))  # (..., k, N)
+            g = grad[..., i : i + chunk].unsqueeze(-1)  # (..., k, 1)
+            r_conj = r.conj()
+            if grad_v is not None:
+                grad_v = grad_v + (g * r_conj).sum(-2)
+            if grad_w is not None:
+                grad_w = grad_w + (g * r_conj.square()).sum(-2)
+            if grad_z is not None:
+                grad_z.append(-(g.squeeze(-1)) * (v.unsqueeze(-2) * r.square()).sum(-1).conj())
+        if grad_w is not None:
+            grad_w = grad_w * v.conj()
+        return grad_v, (torch.cat(grad_z, dim=-1) if grad_z is not None else None), grad_w, None
+
+
+def cauchy(v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None = None) -> Tensor:
     """Cauchy kernel ``out[..., k] = sum_n v[..., n] / (z[..., k] - w[..., n])``.
 
-    ``v`` (..., N), ``z`` (..., K) and ``w`` (..., N) broadcast over their leading dimensions. On
-    CUDA tensors with pykeops installed the sum is evaluated lazily without materialising the
-    (..., K, N) matrix; otherwise plain PyTorch materialises it.
+    ``v`` (..., N), ``z`` (..., K) and ``w`` (..., N) complex, broadcasting over their leading
+    dimensions. On CUDA tensors with pykeops installed the sum is evaluated lazily by pykeops;
+    otherwise plain PyTorch evaluates it over chunks of z holding at most ``chunk_elements``
+    (default :data:`CAUCHY_CHUNK_ELEMENTS`) entries of the (..., K, N) matrix, in forward and in
+    backward. :func:`cauchy_ref` is the fully materialised reference.
     """
     if v.shape[-1] != w.shape[-1]:
         raise ValueError(f"cauchy: v {tuple(v.shape)} and w {tuple(w.shape)} differ in their last dimension")
     if _optional.pykeops is not None and v.is_cuda:  # pragma: no cover - needs CUDA and pykeops
         return _cauchy_keops(v, z, w)
-    return (v.unsqueeze(-2) / (z.unsqueeze(-1) - w.unsqueeze(-2))).sum(-1)
+    lead = torch.broadcast_shapes(v.shape[:-1], z.shape[:-1], w.shape[:-1])
+    dtype = torch.promote_types(torch.promote_types(v.dtype, z.dtype), w.dtype)
+    N, K = v.shape[-1], z.shape[-1]
+    # expanding here lets autograd reduce the gradients of broadcast inputs outside the Function
+    v, w = v.to(dtype).expand(*lead, N), w.to(dtype).expand(*lead, N)
+    z = z.to(dtype).expand(*lead, K)
+    budget = CAUCHY_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
+    rows = max(1, math.prod(lead) * N)
+    chunk = max(1, min(K, budget // rows))
+    return _ChunkedCauchy.apply(v, z, w, chunk)
 
 
 def _cauchy_keops(v: Tensor, z: Tensor, w: Tensor) -> Tensor:  # pragma: no cover - needs CUDA
