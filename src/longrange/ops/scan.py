@@ -1,0 +1,370 @@
+"""The selective scan of S6 (Mamba), with the call signature of ``mamba_ssm``'s ``selective_scan_fn``.
+
+Shapes (b: batch, d: channels, n: state size, l: length, g: groups of B/C)::
+
+    u, delta, z       (b, d, l)
+    A                 (d, n), real (normally negative)
+    B, C              (d, n) time-invariant, (b, n, l) shared by all channels, or
+                      (b, g, n, l) grouped: channel c reads group c // (d // g)
+    D, delta_bias     (d,)
+    initial_state     (b, d, n)
+    output            (b, d, l) in u's dtype; with ``return_last_state`` also (b, d, n)
+
+Semantics, per channel and state index::
+
+    delta <- delta + delta_bias;  delta <- softplus(delta) if delta_softplus
+    h_t = exp(delta_t * A) * h_{t-1} + delta_t * B_t * u_t      (ZOH for A, Euler for B)
+    y_t = <C_t, h_t> + D * u_t;   y_t <- y_t * silu(z_t) if z is given
+
+Implementations (``impl``):
+
+- ``"ref"``: :func:`selective_scan_ref`, a plain loop over time; slow and obviously correct.
+- ``"chunked"``: a chunked parallel scan in PyTorch (see :func:`linear_scan`), with a hand-written
+  backward that runs the same scan in reverse, so autograd never stores per-chunk temporaries.
+- ``"cuda"``: the ``mamba_ssm`` kernel (CUDA tensors, no ``initial_state``).
+- ``"auto"`` (default): ``"cuda"`` when usable, else ``"chunked"``.
+
+Computation runs in float64 if any floating input is float64, else in float32.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from longrange import _optional
+
+IMPLS = ("auto", "chunked", "ref", "cuda")
+
+#: Chunk length of the chunked scan. Chosen by timing forward+backward on CPU (see the module
+#: ``benchmarks/bench_scan.py`` if present); any value >= 2 is correct.
+DEFAULT_CHUNK_SIZE = 32
+
+#: Upper bound on the number of elements of the (chunk x chunk) decay matrices materialised at once;
+#: chunks are processed in blocks below this size so memory stays bounded for long inputs.
+_MAX_BLOCK_ELEMENTS = 1 << 24
+
+_default_impl = "auto"
+
+
+def set_default_impl(impl: str) -> str:
+    """Set the implementation used when ``impl=None``; returns the previous default."""
+    global _default_impl
+    _check_impl(impl)
+    previous, _default_impl = _default_impl, impl
+    return previous
+
+
+@contextmanager
+def default_impl(impl: str) -> Iterator[None]:
+    """Context manager: use ``impl`` as the default implementation inside the block."""
+    previous = set_default_impl(impl)
+    try:
+        yield
+    finally:
+        set_default_impl(previous)
+
+
+def _check_impl(impl: str) -> None:
+    if impl not in IMPLS:
+        raise ValueError(f"selective_scan: unknown impl {impl!r}; expected one of {IMPLS}")
+
+
+# --------------------------------------------------------------------------------------------
+# Input validation and preparation shared by all implementations
+# --------------------------------------------------------------------------------------------
+
+
+def _shape(t: Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state) -> None:
+    if not isinstance(u, Tensor) or u.dim() != 3:
+        raise ValueError(f"selective_scan: u must have shape (batch, d, length), got {_shape(u) if isinstance(u, Tensor) else type(u)}")
+    b, d, l = u.shape
+    if delta.shape != u.shape:
+        raise ValueError(f"selective_scan: delta must have the shape of u (batch, d, length)={_shape(u)}, got {_shape(delta)}")
+    if A.is_complex():
+        raise ValueError("selective_scan: complex A is not supported; pass a real A of shape (d, n)")
+    if A.dim() != 2 or A.shape[0] != d:
+        raise ValueError(f"selective_scan: A must have shape (d, n) with d={d}, got {_shape(A)}")
+    n = A.shape[1]
+    for name, M in (("B", B), ("C", C)):
+        if M.is_complex():
+            raise ValueError(f"selective_scan: complex {name} is not supported")
+        ok = (
+            (M.dim() == 2 and M.shape == (d, n))
+            or (M.dim() == 3 and M.shape == (b, n, l))
+            or (M.dim() == 4 and M.shape[0] == b and M.shape[2:] == (n, l) and M.shape[1] >= 1 and d % M.shape[1] == 0)
+        )
+        if not ok:
+            raise ValueError(
+                f"selective_scan: {name} must have shape (d, n)={(d, n)}, (batch, n, length)={(b, n, l)} or "
+                f"(batch, groups, n, length)=({b}, g, {n}, {l}) with g dividing d={d}; got {_shape(M)}"
+            )
+    for name, v in (("D", D), ("delta_bias", delta_bias)):
+        if v is not None and v.shape != (d,):
+            raise ValueError(f"selective_scan: {name} must have shape (d,)={(d,)}, got {_shape(v)}")
+    if z is not None and z.shape != u.shape:
+        raise ValueError(f"selective_scan: z must have the shape of u (batch, d, length)={_shape(u)}, got {_shape(z)}")
+    if initial_state is not None and initial_state.shape != (b, d, n):
+        raise ValueError(f"selective_scan: initial_state must have shape (batch, d, n)={(b, d, n)}, got {_shape(initial_state)}")
+
+
+def _compute_dtype(*tensors: Tensor | None) -> torch.dtype:
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _prepare_delta(delta: Tensor, delta_bias: Tensor | None, delta_softplus: bool, dtype: torch.dtype) -> Tensor:
+    delta = delta.to(dtype)
+    if delta_bias is not None:
+        delta = delta + delta_bias.to(dtype)[:, None]
+    if delta_softplus:
+        delta = F.softplus(delta)
+    return delta
+
+
+def _per_channel(M: Tensor, d: int) -> Tensor:
+    """B or C as a tensor broadcastable to (b, d, n, l)."""
+    if M.dim() == 2:  # (d, n)
+        return M[None, :, :, None]
+    if M.dim() == 3:  # (b, n, l)
+        return M[:, None]
+    b, g, n, l = M.shape  # grouped: expand groups to channels (channel c -> group c // (d // g))
+    return M[:, :, None].expand(b, g, d // g, n, l).reshape(b, d, n, l)
+
+
+def _finish(y: Tensor, u: Tensor, D: Tensor | None, z: Tensor | None, out_dtype: torch.dtype) -> Tensor:
+    if D is not None:
+        y = y + u * D.to(y.dtype)[:, None]
+    if z is not None:
+        y = y * F.silu(z.to(y.dtype))
+    return y.to(out_dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Reference
+# --------------------------------------------------------------------------------------------
+
+
+def selective_scan_ref(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    initial_state: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The selective scan as a sequential loop over time (the reference). See the module docstring."""
+    _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    dtype = _compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    b, d, l = u.shape
+    n = A.shape[1]
+    uc = u.to(dtype)
+    dt = _prepare_delta(delta, delta_bias, delta_softplus, dtype)
+    Ac = A.to(dtype)
+    Bc = _per_channel(B.to(dtype), d).expand(b, d, n, l)
+    Cc = _per_channel(C.to(dtype), d).expand(b, d, n, l)
+    h = torch.zeros(b, d, n, dtype=dtype, device=u.device) if initial_state is None else initial_state.to(dtype)
+    ys = []
+    for t in range(l):
+        decay = torch.exp(dt[:, :, t, None] * Ac)
+        h = decay * h + (dt[:, :, t] * uc[:, :, t])[:, :, None] * Bc[..., t]
+        ys.append((h * Cc[..., t]).sum(-1))
+    y = torch.stack(ys, dim=-1) if ys else uc.new_zeros(b, d, 0)
+    out = _finish(y, uc, D, z, u.dtype)
+    return (out, h) if return_last_state else out
+
+
+# --------------------------------------------------------------------------------------------
+# Chunked parallel scan
+# --------------------------------------------------------------------------------------------
+
+
+def _scan_states(log_decay: Tensor, inputs: Tensor, h0: Tensor | None, chunk_size: int) -> Tensor:
+    """All states of ``h_t = exp(log_decay_t) * h_{t-1} + inputs_t`` (h_{-1} = h0), without autograd.
+
+    ``log_decay`` and ``inputs``: (..., L); ``h0``: (...) or None (zero). Returns (..., L).
+
+    The length is split into chunks of ``chunk_size``. Inside a chunk, the state at t is
+    ``sum_{s<=t} exp(seg[t, s]) * inputs_s`` plus the decayed chunk-initial state, where
+    ``seg[t, s] = sum_{s<r<=t} log_decay_r`` is computed from the chunk-local cumulative sum and
+    masked to -inf above the diagonal before the exponential, so nothing overflows for very
+    negative decays and the exponent never exceeds the true decay. The chunk-initial states
+    follow the same recurrence one level up (decay = the chunk's total log-decay, input = the
+    chunk's final state from a zero start), solved by recursion.
+    """
+    L = log_decay.shape[-1]
+    T = chunk_size
+    if L <= 1:
+        out = inputs.clone()
+        if h0 is not None and L == 1:
+            out = out + torch.exp(log_decay) * h0[..., None]
+        return out
+    T = min(T, L)
+    pad = (-L) % T
+    if pad:  # zero log-decay and zero input after the end: the padded states are discarded
+        log_decay = F.pad(log_decay, (0, pad))
+        inputs = F.pad(inputs, (0, pad))
+    nc = (L + pad) // T
+    a = log_decay.unflatten(-1, (nc, T))
+    x = inputs.unflatten(-1, (nc, T))
+    cum = a.cumsum(-1)  # (..., nc, T), decay from the chunk start to t, inclusive
+    upper = torch.ones(T, T, dtype=torch.bool, device=a.device).triu(1)
+    local = torch.empty_like(x)
+    # Process chunks in blocks so that the (T, T) decay matrices stay within the memory budget.
+    per_chunk = max(1, x[..., 0, 0].numel() * T * T)
+    block = max(1, _MAX_BLOCK_ELEMENTS // per_chunk)
+    for c0 in range(0, nc, block):
+        c1 = min(nc, c0 + block)
+        cb = cum[..., c0:c1, :]
+        seg = (cb[..., :, None] - cb[..., None, :]).masked_fill_(upper, -math.inf)
+        local[..., c0:c1, :] = (seg.exp_() @ x[..., c0:c1, :, None]).squeeze(-1)
+    if nc > 1:
+        ends = _scan_states(cum[..., -1], local[..., -1], h0, T)  # state at each chunk end
+        starts = torch.cat([(torch.zeros_like(ends[..., :1]) if h0 is None else h0[..., None]), ends[..., :-1]], -1)
+        local = local + cum.exp() * starts[..., None]
+    elif h0 is not None:
+        local = local + cum.exp() * h0[..., None, None]
+    return local.flatten(-2)[..., :L]
+
+
+class _LinearScan(torch.autograd.Function):
+    """h = scan(log_decay, inputs, h0) with a backward that is the same scan run in reverse."""
+
+    @staticmethod
+    def forward(ctx, log_decay: Tensor, inputs: Tensor, h0: Tensor | None, chunk_size: int) -> Tensor:
+        with torch.no_grad():
+            h = _scan_states(log_decay, inputs, h0, chunk_size)
+        ctx.chunk_size = chunk_size
+        ctx.has_h0 = h0 is not None
+        ctx.save_for_backward(log_decay, h, h0 if h0 is not None else h)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h: Tensor):
+        log_decay, h, h0 = ctx.saved_tensors
+        if not ctx.has_h0:
+            h0 = None
+        # Adjoint: g_t = grad_h_t + exp(log_decay_{t+1}) g_{t+1}, a forward scan on reversed time.
+        next_decay = F.pad(log_decay[..., 1:], (0, 1))
+        g = linear_scan(next_decay.flip(-1), grad_h.flip(-1), None, ctx.chunk_size).flip(-1)
+        h_prev = torch.cat([(torch.zeros_like(h[..., :1]) if h0 is None else h0[..., None]), h[..., :-1]], -1)
+        decay = torch.exp(log_decay)
+        grad_log_decay = g * decay * h_prev
+        grad_h0 = decay[..., 0] * g[..., 0] if h0 is not None and ctx.needs_input_grad[2] else None
+        return grad_log_decay, g, grad_h0, None
+
+
+def linear_scan(log_decay: Tensor, inputs: Tensor, h0: Tensor | None = None, chunk_size: int | None = None) -> Tensor:
+    """All states of the diagonal linear recurrence ``h_t = exp(log_decay_t) * h_{t-1} + inputs_t``.
+
+    ``log_decay``, ``inputs``: (..., L) (same shape); ``h0``: (...) or None for a zero initial
+    state. Returns the states (..., L). Differentiable in all three tensors; memory is a few
+    copies of (..., L) plus one block of (chunk x chunk) matrices at a time.
+    """
+    T = DEFAULT_CHUNK_SIZE if chunk_size is None else int(chunk_size)
+    if T < 2:
+        raise ValueError(f"linear_scan: chunk_size must be >= 2, got {chunk_size}")
+    if log_decay.shape != inputs.shape:
+        raise ValueError(f"linear_scan: log_decay {_shape(log_decay)} and inputs {_shape(inputs)} differ in shape")
+    if h0 is not None and h0.shape != inputs.shape[:-1]:
+        raise ValueError(f"linear_scan: h0 must have shape {_shape(inputs)[:-1]}, got {_shape(h0)}")
+    return _LinearScan.apply(log_decay, inputs, h0, T)
+
+
+def selective_scan_chunked(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    initial_state: Tensor | None = None,
+    chunk_size: int | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The selective scan as a chunked parallel scan in PyTorch. See the module docstring."""
+    _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    dtype = _compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    b, d, l = u.shape
+    uc = u.to(dtype)
+    dt = _prepare_delta(delta, delta_bias, delta_softplus, dtype)
+    log_decay = dt[:, :, None, :] * A.to(dtype)[None, :, :, None]  # (b, d, n, l)
+    inputs = (dt * uc)[:, :, None, :] * _per_channel(B.to(dtype), d)
+    h0 = None if initial_state is None else initial_state.to(dtype)
+    h = linear_scan(log_decay, inputs.expand_as(log_decay), h0, chunk_size)
+    Cc = C.to(dtype)
+    if Cc.dim() == 2:
+        y = torch.einsum("bdnl,dn->bdl", h, Cc)
+    elif Cc.dim() == 3:
+        y = torch.einsum("bdnl,bnl->bdl", h, Cc)
+    else:
+        g = Cc.shape[1]
+        y = torch.einsum("bghnl,bgnl->bghl", h.unflatten(1, (g, d // g)), Cc).flatten(1, 2)
+    out = _finish(y, uc, D, z, u.dtype)
+    return (out, h[..., -1] if l > 0 else (h0 if h0 is not None else uc.new_zeros(b, d, A.shape[1]))) if return_last_state else out
+
+
+# --------------------------------------------------------------------------------------------
+# Dispatch
+# --------------------------------------------------------------------------------------------
+
+
+def _cuda_usable(u: Tensor, initial_state: Tensor | None) -> bool:
+    return _optional.selective_scan_cuda_fn is not None and u.is_cuda and initial_state is None
+
+
+def selective_scan(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    initial_state: Tensor | None = None,
+    impl: str | None = None,
+    chunk_size: int | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The selective scan, a drop-in for ``mamba_ssm``'s ``selective_scan_fn`` (see the module docstring).
+
+    Extra keyword arguments: ``initial_state`` (b, d, n) starts the recurrence from a given state
+    (so a long sequence can be scanned piece by piece, passing the returned last state on);
+    ``impl`` in ``("auto", "chunked", "ref", "cuda")`` (None: the module default, see
+    :func:`set_default_impl`); ``chunk_size`` for the chunked implementation.
+    """
+    impl = _default_impl if impl is None else impl
+    _check_impl(impl)
+    if impl == "cuda" or (impl == "auto" and _cuda_usable(u, initial_state)):
+        if not _cuda_usable(u, initial_state):
+            raise RuntimeError(
+                "selective_scan: impl='cuda' needs the mamba_ssm package, CUDA tensors and no initial_state"
+            )
+        _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+        return _optional.selective_scan_cuda_fn(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
+        )
+    if impl == "ref":
+        return selective_scan_ref(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
+        )
+    return selective_scan_chunked(
+        u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state, chunk_size
+    )
