@@ -99,7 +99,7 @@ def decode_real_part(raw: Tensor, transform: str) -> Tensor:
 def ssm_parameter(value: Tensor, lr_scale: float | None) -> nn.Parameter:
     p = nn.Parameter(value.to(torch.get_default_dtype()))
     overrides = {} if lr_scale is None else {"lr_scale": lr_scale}
-    return set_optim_hint(p, "ssm", weight_decay=0.0, **overrides)
+    return set_optim_hint(p, "ssm", **overrides)
 
 
 def skip_parameter(value: Tensor) -> nn.Parameter:
