@@ -1,0 +1,126 @@
+"""Causal depthwise 1-D convolution, with the semantics of the ``causal-conv1d`` package.
+
+Shapes (b: batch, d: channels, l: length, w: kernel width)::
+
+    x       (b, d, l)
+    weight  (d, w)          (an ``nn.Conv1d(d, d, w, groups=d)`` weight is (d, 1, w): squeeze dim 1)
+    bias    (d,)
+    output  (b, d, l):  y[:, c, t] = sum_k weight[c, k] * x[:, c, t - (w - 1) + k]  (+ bias[c])
+
+with zeros before the start (so the output at t only sees inputs up to t), followed by the
+optional activation ``"silu"`` (alias ``"swish"``).
+
+Generation keeps a rolling window of recent inputs, ``conv_state`` of shape (b, d, s) with any
+``s >= w - 1`` (the last ``s`` inputs, oldest first; zeros before the start). ``s = w - 1`` is
+enough; Mamba's own step keeps ``s = w``. :func:`causal_conv1d_update` returns the output and the
+shifted state, so stepping through a sequence from a zero state reproduces :func:`causal_conv1d`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from longrange import _optional
+
+ACTIVATIONS = (None, "silu", "swish")
+IMPLS = ("auto", "torch", "ref", "cuda")
+
+
+def _check_activation(activation: str | None) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"causal_conv1d: activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def _check_weight_bias(weight: Tensor, bias: Tensor | None, d: int) -> None:
+    if weight.dim() != 2 or weight.shape[0] != d or weight.shape[1] < 1:
+        raise ValueError(f"causal_conv1d: weight must have shape (d, width) with d={d}, got {tuple(weight.shape)}")
+    if bias is not None and bias.shape != (d,):
+        raise ValueError(f"causal_conv1d: bias must have shape (d,)=({d},), got {tuple(bias.shape)}")
+
+
+def _check_conv_inputs(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None) -> None:
+    if x.dim() != 3:
+        raise ValueError(f"causal_conv1d: x must have shape (batch, d, length), got {tuple(x.shape)}")
+    _check_weight_bias(weight, bias, x.shape[1])
+    _check_activation(activation)
+
+
+def _activate(y: Tensor, activation: str | None) -> Tensor:
+    return F.silu(y) if activation in ("silu", "swish") else y
+
+
+def causal_conv1d_ref(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None
+) -> Tensor:
+    """Reference: an explicit sum over the kernel taps."""
+    _check_conv_inputs(x, weight, bias, activation)
+    w = weight.shape[1]
+    l = x.shape[-1]
+    padded = F.pad(x, (w - 1, 0))
+    y = torch.zeros_like(x) if bias is None else bias[:, None].to(x.dtype).expand_as(x).clone()
+    for k in range(w):
+        # tap k multiplies the input (w - 1 - k) steps back
+        y = y + weight[:, k, None] * padded[..., k : k + l]
+    return _activate(y, activation)
+
+
+def causal_conv1d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    activation: str | None = None,
+    impl: str = "auto",
+) -> Tensor:
+    """Causal depthwise convolution (see the module docstring).
+
+    ``impl``: ``"auto"`` (the ``causal-conv1d`` CUDA kernel for CUDA tensors when installed, else
+    ``"torch"``), ``"torch"`` (grouped ``conv1d`` with left padding), ``"ref"``, ``"cuda"``.
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"causal_conv1d: unknown impl {impl!r}; expected one of {IMPLS}")
+    _check_conv_inputs(x, weight, bias, activation)
+    cuda_ok = _optional.causal_conv1d_cuda_fn is not None and x.is_cuda
+    if impl == "cuda" and not cuda_ok:
+        raise RuntimeError("causal_conv1d: impl='cuda' needs the causal-conv1d package and CUDA tensors")
+    if impl == "cuda" or (impl == "auto" and cuda_ok):
+        return _optional.causal_conv1d_cuda_fn(x, weight, bias, activation=activation)
+    if impl == "ref":
+        return causal_conv1d_ref(x, weight, bias, activation)
+    w = weight.shape[1]
+    y = F.conv1d(F.pad(x, (w - 1, 0)), weight[:, None, :], bias, groups=x.shape[1])
+    return _activate(y, activation)
+
+
+def causal_conv1d_update(
+    x: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    activation: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """One generation step (or a few): returns ``(y, new_conv_state)``; does not modify its inputs.
+
+    ``x``: (b, d) for one step or (b, d, k) for k steps; ``conv_state``: (b, d, s) with
+    ``s >= width - 1``, the last ``s`` inputs (oldest first). ``y`` has the shape of ``x``;
+    ``new_conv_state`` has the shape of ``conv_state`` and ends with the newest input.
+    """
+    single = x.dim() == 2
+    xs = x[..., None] if single else x
+    if xs.dim() != 3:
+        raise ValueError(f"causal_conv1d_update: x must have shape (batch, d) or (batch, d, steps), got {tuple(x.shape)}")
+    b, d, _ = xs.shape
+    _check_weight_bias(weight, bias, d)
+    _check_activation(activation)
+    w = weight.shape[1]
+    if conv_state.dim() != 3 or conv_state.shape[:2] != (b, d) or conv_state.shape[2] < w - 1:
+        raise ValueError(
+            f"causal_conv1d_update: conv_state must have shape (batch, d, s)=({b}, {d}, s) with s >= width - 1 = {w - 1}, "
+            f"got {tuple(conv_state.shape)}"
+        )
+    s = conv_state.shape[2]
+    window = torch.cat([conv_state.to(xs.dtype), xs], dim=-1)  # (b, d, s + k)
+    y = F.conv1d(window[..., s - (w - 1) :], weight[:, None, :].to(xs.dtype), bias, groups=d)
+    y = _activate(y, activation)
+    new_state = window[..., window.shape[-1] - s :]
+    return (y[..., 0] if single else y), new_state

@@ -1,0 +1,133 @@
+"""Causal depthwise convolution: fast path vs reference, stepping vs full, errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from longrange.ops.conv import causal_conv1d, causal_conv1d_ref, causal_conv1d_update
+
+F64 = dict(dtype=torch.float64)
+
+
+def inputs(b=2, d=3, l=9, w=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, d, l, generator=g, **F64), torch.randn(d, w, generator=g, **F64),
+            torch.randn(d, generator=g, **F64))
+
+
+def test_ref_matches_definition():
+    x, weight, bias = inputs(b=1, d=2, l=6, w=3)
+    expected = torch.empty_like(x)
+    for c in range(2):
+        for t in range(6):
+            acc = bias[c].clone()
+            for k in range(3):
+                src = t - 2 + k
+                if src >= 0:
+                    acc = acc + weight[c, k] * x[0, c, src]
+            expected[0, c, t] = acc
+    torch.testing.assert_close(causal_conv1d_ref(x, weight, bias), expected)
+
+
+@pytest.mark.parametrize("activation", [None, "silu", "swish"])
+@pytest.mark.parametrize("use_bias", [False, True])
+@pytest.mark.parametrize("w,l", [(4, 9), (1, 5), (3, 2), (4, 1)])
+def test_fast_matches_ref_values_and_grads(activation, use_bias, w, l):
+    x, weight, bias = inputs(l=l, w=w)
+    bias = bias if use_bias else None
+    leaves = [t.clone().requires_grad_() for t in (x, weight) + ((bias,) if use_bias else ())]
+
+    def run(fn):
+        ls = [t.detach().clone().requires_grad_() for t in leaves]
+        y = fn(ls[0], ls[1], ls[2] if use_bias else None, activation)
+        proj = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), **F64)
+        return y, torch.autograd.grad((y * proj).sum(), ls)
+
+    y_fast, g_fast = run(causal_conv1d)
+    y_ref, g_ref = run(causal_conv1d_ref)
+    assert y_fast.shape == x.shape
+    torch.testing.assert_close(y_fast, y_ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(g_fast, g_ref):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_silu_and_swish_agree_and_apply_silu():
+    x, weight, bias = inputs()
+    plain = causal_conv1d(x, weight, bias)
+    torch.testing.assert_close(causal_conv1d(x, weight, bias, "silu"), torch.nn.functional.silu(plain))
+    torch.testing.assert_close(causal_conv1d(x, weight, bias, "swish"), torch.nn.functional.silu(plain))
+
+
+def test_output_is_causal():
+    x, weight, bias = inputs(l=8)
+    x2 = x.clone()
+    x2[..., 5:] += 1.0
+    y, y2 = causal_conv1d(x, weight, bias), causal_conv1d(x2, weight, bias)
+    torch.testing.assert_close(y[..., :5], y2[..., :5])
+    assert not torch.allclose(y[..., 5], y2[..., 5])
+
+
+@pytest.mark.parametrize("state_len_extra", [0, 1, 3])
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_stepping_equals_full_convolution(state_len_extra, activation):
+    x, weight, bias = inputs(l=11, w=4)
+    full = causal_conv1d(x, weight, bias, activation)
+    state = torch.zeros(2, 3, 4 - 1 + state_len_extra, **F64)
+    ys = []
+    for t in range(x.shape[-1]):
+        y_t, new_state = causal_conv1d_update(x[..., t], state, weight, bias, activation)
+        assert y_t.shape == (2, 3) and new_state.shape == state.shape
+        torch.testing.assert_close(new_state[..., -1], x[..., t])
+        state = new_state
+        ys.append(y_t)
+    torch.testing.assert_close(torch.stack(ys, -1), full, rtol=1e-12, atol=1e-12)
+
+
+def test_multi_step_update_equals_full_convolution():
+    x, weight, bias = inputs(l=10, w=3)
+    full = causal_conv1d(x, weight, bias, "silu")
+    state = torch.zeros(2, 3, 2, **F64)
+    y1, state = causal_conv1d_update(x[..., :4], state, weight, bias, "silu")
+    y2, state = causal_conv1d_update(x[..., 4:], state, weight, bias, "silu")
+    torch.testing.assert_close(torch.cat([y1, y2], -1), full, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(state, x[..., -2:])
+
+
+def test_update_does_not_modify_state_in_place():
+    x, weight, bias = inputs(l=1)
+    state = torch.randn(2, 3, 3, **F64)
+    before = state.clone()
+    causal_conv1d_update(x[..., 0], state, weight, bias)
+    assert torch.equal(state, before)
+
+
+def test_bad_inputs_raise():
+    x, weight, bias = inputs()
+    with pytest.raises(ValueError, match="x must have shape"):
+        causal_conv1d(x[0], weight, bias)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        causal_conv1d(x, weight[:, None, :], bias)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        causal_conv1d(x, weight[:2], bias)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        causal_conv1d(x, weight, bias[:2])
+    with pytest.raises(ValueError, match="activation"):
+        causal_conv1d(x, weight, bias, "relu")
+    with pytest.raises(ValueError, match="activation"):
+        causal_conv1d_ref(x, weight, bias, "gelu")
+    with pytest.raises(ValueError, match="unknown impl"):
+        causal_conv1d(x, weight, bias, impl="fft")
+    if not x.is_cuda:
+        with pytest.raises(RuntimeError, match="impl='cuda'"):
+            causal_conv1d(x, weight, bias, impl="cuda")
+    state = torch.zeros(2, 3, 3, **F64)
+    with pytest.raises(ValueError, match="conv_state must have shape"):
+        causal_conv1d_update(x[..., 0], state[..., :2], weight, bias)
+    with pytest.raises(ValueError, match="conv_state must have shape"):
+        causal_conv1d_update(x[..., 0], state[:1], weight, bias)
+    with pytest.raises(ValueError, match="x must have shape"):
+        causal_conv1d_update(x[0, 0], state, weight, bias)
+    with pytest.raises(ValueError, match="activation"):
+        causal_conv1d_update(x[..., 0], state, weight, bias, "tanh")
+    with pytest.raises(ValueError, match="weight must have shape"):
+        causal_conv1d_update(x[..., 0], state, weight[:, :1].T, bias)
