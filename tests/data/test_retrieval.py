@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from longrange.data import load_task, retrieval, task_status
 from longrange.errors import DataFormatError, DataMissingError
@@ -23,6 +24,7 @@ def test_loads_lra_layout_end_to_end(data_dir):
     item = data.train[0]
     assert vocab.decode(item["inputs"]) == ["a", "b", "c", "<eos>"]
     assert vocab.decode(item["inputs2"]) == ["a", "b", "d", "<eos>"]
+    assert item["inputs"].dtype == item["inputs2"].dtype == torch.long
     assert [int(data.train[i]["target"]) for i in range(3)] == [1, 0, 1]
     assert vocab.decode(data.val[0]["inputs"]) == ["<unk>", "<unk>", "<eos>"]
     batch = data.collate([data.test[0], data.test[1]])

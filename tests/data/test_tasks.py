@@ -132,3 +132,15 @@ def test_core_tasks_are_registered_with_their_specs():
     assert get_spec("listops").seq_len == 2048 and get_spec("listops").mask_ratio == 0.1
     assert get_spec("text").seq_len == 4096 and get_spec("text", seq_len=1024).seq_len == 1024
     assert get_spec("retrieval").two_sequences
+
+
+def test_compact_ids_are_served_as_long():
+    from longrange.data.tasks import id_dtype
+
+    assert id_dtype(100) == torch.int16 and id_dtype(70000) == torch.int32
+    flat, offsets = pack([[1, 2, 30000], [4]], dtype=torch.int16)
+    assert flat.dtype == torch.int16
+    item = SequenceDataset.from_packed(flat, offsets, torch.tensor([0, 1]))[0]
+    assert item["inputs"].dtype == torch.long and item["inputs"].tolist() == [1, 2, 30000]
+    numeric = SequenceDataset([torch.zeros(3, 2)], torch.zeros(1, 1))[0]
+    assert numeric["inputs"].dtype == torch.float32

@@ -2,6 +2,7 @@ import importlib.util
 import os
 
 import pytest
+import torch
 
 from longrange.data import load_task, task_status, text
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
@@ -33,7 +34,7 @@ def test_loads_stanford_layout_end_to_end(imdb):
     # neg first, then pos, each in file-id order; labels neg 0, pos 1
     items = [data.train[i] for i in range(5)]
     assert [int(it["target"]) for it in items] == [0, 0, 1, 1, 1]
-    assert vocab.decode(items[0]["inputs"])[-1] == "<eos>"
+    assert vocab.decode(items[0]["inputs"])[-1] == "<eos>" and items[0]["inputs"].dtype == torch.long
     assert decode(vocab, items[0]["inputs"][:-1]) == "bad film"
     assert decode(vocab, data.test[2]["inputs"][:-1]) == "good"
     spec = data.spec

@@ -79,3 +79,35 @@ def test_load_rejects_bad_files(tmp_path):
     path.write_text(json.dumps(obj))
     with pytest.raises(DataFormatError, match="duplicate"):
         Vocabulary.load(path)
+
+
+def random_texts(seed, n=30):
+    import random
+
+    rng = random.Random(seed)
+    alphabet = "abcde \t\n<>é€🙂\u0000" + chr(0x10FFFF)
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("min_count", [1, 3, 50])
+def test_build_chars_matches_build(min_count):
+    texts = random_texts(min_count)
+    assert Vocabulary.build_chars(texts, min_count=min_count) == Vocabulary.build(texts, min_count=min_count)
+    assert Vocabulary.build_chars([], min_count=min_count) == Vocabulary.build([], min_count=min_count)
+
+
+def test_encode_chars_matches_encode():
+    vocab = Vocabulary.build(random_texts(0)[:10], min_count=2)  # some characters stay unknown
+    vocab_with_words = Vocabulary(["ab", "a", "🙂"])  # multi-character tokens never match a character
+    for v in (vocab, vocab_with_words):
+        for text in random_texts(1) + ["", "<pad>"]:
+            fast = v.encode_chars(text)
+            assert fast.dtype.name == "int32"
+            assert fast.tolist() == v.encode(list(text))
+
+
+def test_encode_chars_strict_locates_the_bad_character():
+    vocab = Vocabulary(["a", "b"], strict=True)
+    assert vocab.encode_chars("abba").tolist() == [5, 6, 6, 5]
+    with pytest.raises(DataFormatError, match=r"doc.txt, line 2: token 'z' \(position 2\)"):
+        vocab.encode_chars("abz", path="doc.txt", line=2)

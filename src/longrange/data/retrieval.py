@@ -25,12 +25,14 @@ from longrange.data.tasks import (
     SequenceDataset,
     TaskData,
     TaskSpec,
+    id_dtype,
     pack,
     read_lines,
     register_task,
     require_files,
     task_dir,
 )
+from longrange.data.text import encode_documents
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError
 
@@ -41,7 +43,7 @@ OBTAIN = (
     "download lra_release.gz from https://github.com/google-research/long-range-arena, unpack it and copy "
     "lra_release/tsv_data/new_aan_pairs.{train,eval,test}.tsv to <data_dir>/retrieval/"
 )
-LOADER_VERSION = 1
+LOADER_VERSION = 2
 
 
 def retrieval_spec(seq_len: int = 4000, min_count: int = 1) -> TaskSpec:
@@ -116,13 +118,12 @@ def load_retrieval(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool
         bad = BadRecords(skip_bad)
         raw = {split: read_pairs_file(path, bad) for split, path in zip(SPLITS, paths)}
         t1, t2, _ = raw["train"]
-        vocab = Vocabulary.build((t[:max_chars] for t in t1 + t2), min_count=min_count)
-        eos = vocab.eos_id
+        vocab = Vocabulary.build_chars((t[:max_chars] for t in t1 + t2), min_count=min_count)
         out: dict = {"tokens": list(vocab.tokens), "skipped": bad.counts}
         for split, (texts1, texts2, labels) in raw.items():
             for key, texts in (("1", texts1), ("2", texts2)):
                 out[f"{split}_flat{key}"], out[f"{split}_offsets{key}"] = pack(
-                    [vocab.encode(t[:max_chars]) + [eos] for t in texts])
+                    encode_documents(texts, vocab, max_chars), dtype=id_dtype(len(vocab)))
             out[f"{split}_targets"] = torch.tensor(labels, dtype=torch.long)
         return out
 

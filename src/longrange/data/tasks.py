@@ -90,10 +90,23 @@ class SequenceDataset(Dataset):
         return len(self.inputs)
 
     def __getitem__(self, idx: int) -> dict[str, Tensor]:
-        item = {"inputs": self.inputs[idx], "target": self.targets[idx]}
+        item = {"inputs": _as_long(self.inputs[idx]), "target": self.targets[idx]}
         if self.inputs2 is not None:
-            item["inputs2"] = self.inputs2[idx]
+            item["inputs2"] = _as_long(self.inputs2[idx])
         return item
+
+
+_COMPACT_INTS = (torch.uint8, torch.int8, torch.int16, torch.int32)
+
+
+def _as_long(x: Tensor) -> Tensor:
+    """Token ids may be stored compactly (e.g. int16); items always carry LongTensors."""
+    return x.long() if x.dtype in _COMPACT_INTS else x
+
+
+def id_dtype(vocab_size: int) -> torch.dtype:
+    """The smallest integer dtype that stores ids below ``vocab_size`` (for compact storage)."""
+    return torch.int16 if vocab_size <= 2**15 else torch.int32
 
 
 def pack(seqs: Sequence[Tensor] | Sequence[Sequence[int]], dtype: torch.dtype = torch.long) -> tuple[Tensor, Tensor]:
@@ -101,7 +114,7 @@ def pack(seqs: Sequence[Tensor] | Sequence[Sequence[int]], dtype: torch.dtype = 
 
     One flat tensor saves and loads far faster than many small ones (cache entries).
     """
-    tensors = [s if isinstance(s, Tensor) else torch.as_tensor(s, dtype=dtype) for s in seqs]
+    tensors = [s.to(dtype) if isinstance(s, Tensor) else torch.as_tensor(s, dtype=dtype) for s in seqs]
     lengths = torch.tensor([t.shape[0] for t in tensors], dtype=torch.long)
     offsets = torch.zeros(len(tensors) + 1, dtype=torch.long)
     torch.cumsum(lengths, 0, out=offsets[1:])

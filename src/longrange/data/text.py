@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import Subset
 
@@ -32,6 +33,7 @@ from longrange.data.tasks import (
     SequenceDataset,
     TaskData,
     TaskSpec,
+    id_dtype,
     pack,
     register_task,
     require_files,
@@ -48,7 +50,7 @@ OBTAIN = (
     "<data_dir>/text/ (giving <data_dir>/text/aclImdb/train/pos/...), or install the `datasets` package "
     "and use the task option source=hf"
 )
-LOADER_VERSION = 1
+LOADER_VERSION = 2
 OPTIONS = {"seq_len": 4096, "min_count": 15, "val_from_train": 0.0, "source": "files"}
 
 
@@ -102,17 +104,19 @@ def read_review(path: Path) -> str:
     return text
 
 
-def _encode_split(texts: list[str], vocab: Vocabulary, max_chars: int) -> list[list[int]]:
-    eos = vocab.eos_id
-    return [vocab.encode(t[:max_chars]) + [eos] for t in texts]
+def encode_documents(texts: list[str], vocab: Vocabulary, max_chars: int) -> list[np.ndarray]:
+    """Character ids of each text cut to ``max_chars``, followed by ``<eos>``."""
+    eos = np.array([vocab.eos_id], dtype=np.int32)
+    return [np.concatenate([vocab.encode_chars(t[:max_chars]), eos]) for t in texts]
 
 
 def _prepare(texts: dict[str, list[str]], labels: dict[str, list[int]], seq_len: int, min_count: int) -> dict:
     max_chars = seq_len - 1
-    vocab = Vocabulary.build((t[:max_chars] for t in texts["train"]), min_count=min_count)
+    vocab = Vocabulary.build_chars((t[:max_chars] for t in texts["train"]), min_count=min_count)
     out: dict = {"tokens": list(vocab.tokens)}
     for split in SPLITS:
-        out[f"{split}_flat"], out[f"{split}_offsets"] = pack(_encode_split(texts[split], vocab, max_chars))
+        out[f"{split}_flat"], out[f"{split}_offsets"] = pack(encode_documents(texts[split], vocab, max_chars),
+                                                             dtype=id_dtype(len(vocab)))
         out[f"{split}_targets"] = torch.tensor(labels[split], dtype=torch.long)
     return out
 
