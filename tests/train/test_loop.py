@@ -188,3 +188,33 @@ def test_sampler_shards_and_skips_exactly():
         ShardedBatchSampler(n, 10, 0, 0, world_size=4)
     shards = [eval_shards(7, 2, r, 3) for r in range(3)]
     assert sorted(i for s in shards for b in s for i in b) == list(range(7))
+
+
+def test_loader_workers_do_not_change_the_run(tmp_path):
+    weights = {}
+    for workers in (0, 2):
+        trainer = _trainer(tmp_path, f"w{workers}", cfg={"epochs": 1, "num_workers": workers}, dropout=0.3,
+                           objective=ToyObjective(noise=0.1), test_set=None)
+        trainer.fit()
+        weights[workers] = load_checkpoint(tmp_path / f"w{workers}" / "checkpoints" / "last.pt")["model"]
+    for key, value in weights[0].items():
+        assert torch.equal(weights[2][key], value), key
+
+
+def test_plateau_schedule_reduces_lr_in_training(tmp_path):
+    trainer = _trainer(tmp_path, cfg={"schedule": "plateau", "warmup": 0, "eval_every": 1, "plateau_patience": 2,
+                                      "plateau_factor": 0.5, "log_every": 1, "epochs": 1}, objective=NeverImproves())
+    trainer.fit()
+    lrs = [r["lr"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
+    # Evaluations after steps 1..6: best at 1, bad at 2, 3 (halve), 4, 5 (halve).
+    assert lrs == pytest.approx([0.01, 0.01, 0.01, 0.005, 0.005, 0.0025])
+
+
+def test_iterable_dataset_is_refused(tmp_path):
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter([])
+
+    model, _, va, _ = toy_setup()
+    with pytest.raises(ConfigError, match="train set \\(Stream\\) has no length"):
+        Trainer(model, ToyObjective(), Stream(), va, collate, FAST, tmp_path / "s")

@@ -173,6 +173,12 @@ class Trainer:
                 f"{self.device.type}: use 'bf16' or 'fp32'"
             )
         self.micro_batch = cfg.micro_batch(self.env.world_size)
+        for split, ds in (("train", train_set), ("val", val_set), ("test", test_set)):
+            if ds is not None and not hasattr(ds, "__len__"):
+                raise ConfigError(
+                    f"the {split} set ({type(ds).__name__}) has no length: the trainer needs map-style datasets "
+                    "(with __len__ and __getitem__) to derive a resumable batch order"
+                )
         self.steps_per_epoch = len(train_set) // cfg.batch_size
         if self.steps_per_epoch == 0:
             raise ConfigError(
