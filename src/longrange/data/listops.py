@@ -25,6 +25,7 @@ from longrange.data.tasks import (
     SequenceDataset,
     TaskData,
     TaskSpec,
+    id_dtype,
     pack,
     read_lines,
     register_task,
@@ -50,7 +51,7 @@ OBTAIN = (
     "lra_release/listops-1000/basic_{train,val,test}.tsv to <data_dir>/listops/"
 )
 #: Bumped when the prepared output of this loader changes.
-LOADER_VERSION = 1
+LOADER_VERSION = 2
 
 
 def listops_vocabulary() -> Vocabulary:
@@ -143,7 +144,7 @@ def load_listops(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool =
         out: dict = {"tokens": list(vocab.tokens)}
         for split, path in zip(SPLITS, paths):
             seqs, labels = read_listops_file(path, vocab, seq_len, truncate, bad)
-            out[f"{split}_flat"], out[f"{split}_offsets"] = pack(seqs)
+            out[f"{split}_flat"], out[f"{split}_offsets"] = pack(seqs, dtype=id_dtype(len(vocab)))
             out[f"{split}_targets"] = torch.tensor(labels, dtype=torch.long)
         out["skipped"] = bad.counts
         return out
