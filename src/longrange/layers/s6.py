@@ -1,0 +1,203 @@
+"""S6, the selective SSM of Mamba, as a sequence primitive: (batch, length, d_model) -> same.
+
+Per position t and channel c (``N = d_state``, ``r = dt_rank``)::
+
+    (dt_low_t, B_t, C_t) = x_proj(x_t)                 # r, N, N values, shared by all channels
+    delta_t = softplus(dt_proj.weight @ dt_low_t + dt_proj.bias)        # (d_model,)
+    A = -exp(A_log)                                                     # (d_model, N)
+    h_t = exp(delta_t * A) * h_{t-1} + delta_t * B_t * x_t              # (d_model, N)
+    y_t = <C_t, h_t> + D * x_t
+
+computed by :func:`longrange.ops.scan.selective_scan` (delta's bias and softplus are applied
+inside the scan, as Mamba does). There is no gating here: the Mamba block gates.
+
+``d_model`` is the width the SSM sees; inside the Mamba block that is the expanded width
+(``expand * d``). ``dt_rank="auto"`` means ``ceil(d_model / 16)`` of this layer's own width,
+whereas Mamba uses ``ceil(d / 16)`` of the block width before expansion: the Mamba block passes
+its own integer ``dt_rank``.
+
+Initialisation (as in Mamba): ``dt_proj.weight`` uniform in ``±dt_rank**-0.5``; ``dt_proj.bias``
+the inverse softplus of dt, dt log-uniform in [dt_min, dt_max] and floored at ``dt_init_floor``;
+``x_proj`` PyTorch's default Linear init; ``D = 1``; ``A_init="real"``: ``A[c, n] = -(n + 1)``
+(S4D-Real, Mamba's choice); ``A_init="legs"``: ``A = -1/2`` everywhere (the real part of the
+diagonal HiPPO-LegS matrix). ``A_log`` carries the optimiser hint ``group="ssm"``, ``D``
+``group="no_decay"``.
+
+RoPE hook: ``forward(x, mask=None, x_rot=None)`` and ``step(x_t, state, x_rot_t=None)``. With
+``x_rot`` (the RoPE-rotated input, same shape as ``x``) given, the quantities named in
+``rope_targets`` (a subset of ``{"B", "C", "delta", "x"}``) are computed from ``x_rot`` instead of
+``x``; ``"x"`` means the scanned input itself is ``x_rot``. Without ``x_rot`` everything comes
+from ``x``.
+
+``bidirectional=True`` wraps two independent causal S6 in :class:`FlipSum` (no recurrent mode).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from longrange.errors import ConfigError
+from longrange.layers.base import SSM_GROUP, SequencePrimitive, apply_mask, set_optim_hint
+from longrange.layers.bidirectional import FlipSum
+from longrange.ops.scan import selective_scan
+
+ROPE_TARGETS = ("B", "C", "delta", "x")
+A_INITS = ("real", "legs")
+NO_DECAY_GROUP = "no_decay"
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"S6: {name} must be a positive integer, got {value!r}")
+
+
+def s6_A_log_init(d_model: int, d_state: int, A_init: str) -> Tensor:
+    """(d_model, d_state) values of ``A_log`` with ``A = -exp(A_log)``."""
+    if A_init == "real":
+        A = torch.arange(1, d_state + 1, dtype=torch.float64).expand(d_model, d_state)
+    elif A_init == "legs":
+        A = torch.full((d_model, d_state), 0.5, dtype=torch.float64)
+    else:
+        raise ConfigError(f"S6: A_init must be one of {A_INITS}, got {A_init!r}")
+    return torch.log(A)
+
+
+def s6_dt_bias_init(d_model: int, dt_min: float, dt_max: float, dt_init_floor: float) -> Tensor:
+    """(d_model,) inverse softplus of dt, dt log-uniform in [dt_min, dt_max], floored at dt_init_floor."""
+    log_dt = math.log(dt_min) + torch.rand(d_model, dtype=torch.float64) * (math.log(dt_max) - math.log(dt_min))
+    dt = torch.exp(log_dt).clamp(min=dt_init_floor)
+    return dt + torch.log(-torch.expm1(-dt))  # softplus^{-1}(dt) = log(exp(dt) - 1), computed stably
+
+
+class S6(SequencePrimitive):
+    """The selective SSM of Mamba (see the module docstring)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 16,
+        dt_rank: int | str = "auto",
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        dt_init_floor: float = 1e-4,
+        A_init: str = "real",
+        bidirectional: bool = False,
+        rope_targets: tuple[str, ...] | list[str] = (),
+        use_fast_path: bool = True,
+    ):
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_positive_int("d_state", d_state)
+        if dt_rank == "auto":
+            dt_rank = math.ceil(d_model / 16)
+        _check_positive_int("dt_rank", dt_rank)
+        if not (0 < dt_min <= dt_max):
+            raise ConfigError(f"S6: need 0 < dt_min <= dt_max, got dt_min={dt_min!r}, dt_max={dt_max!r}")
+        if not dt_init_floor >= 0:
+            raise ConfigError(f"S6: dt_init_floor must be >= 0, got {dt_init_floor!r}")
+        if A_init not in A_INITS:
+            raise ConfigError(f"S6: A_init must be one of {A_INITS}, got {A_init!r}")
+        if isinstance(rope_targets, str):
+            raise ConfigError(f"S6: rope_targets must be a list of names from {ROPE_TARGETS}, got the string {rope_targets!r}")
+        unknown = [t for t in rope_targets if t not in ROPE_TARGETS]
+        if unknown:
+            raise ConfigError(f"S6: unknown rope_targets {unknown}; allowed: {ROPE_TARGETS}")
+        self.d_model = d_model
+        self.d_state = d_state
+        self.dt_rank = dt_rank
+        self.bidirectional = bool(bidirectional)
+        self.rope_targets = tuple(dict.fromkeys(rope_targets))
+        self.use_fast_path = use_fast_path
+        if self.bidirectional:
+            kwargs = dict(d_model=d_model, d_state=d_state, dt_rank=dt_rank, dt_min=dt_min, dt_max=dt_max,
+                          dt_init_floor=dt_init_floor, A_init=A_init, rope_targets=rope_targets,
+                          use_fast_path=use_fast_path)
+            self.directions = FlipSum(S6(**kwargs), S6(**kwargs))
+            return
+        self.x_proj = nn.Linear(d_model, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(dt_rank, d_model, bias=True)
+        with torch.no_grad():
+            bound = dt_rank**-0.5
+            self.dt_proj.weight.uniform_(-bound, bound)
+            self.dt_proj.bias.copy_(s6_dt_bias_init(d_model, dt_min, dt_max, dt_init_floor))
+        dtype = torch.get_default_dtype()
+        self.A_log = set_optim_hint(nn.Parameter(s6_A_log_init(d_model, d_state, A_init).to(dtype)), SSM_GROUP)
+        self.D = set_optim_hint(nn.Parameter(torch.ones(d_model, dtype=dtype)), NO_DECAY_GROUP)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, d_state={self.d_state}, dt_rank={self.dt_rank}, "
+                f"bidirectional={self.bidirectional}, rope_targets={self.rope_targets}")
+
+    # ---- routing of the RoPE-rotated input ----------------------------------------------------
+
+    def _check_rot(self, x: Tensor, x_rot: Tensor | None, what: str) -> None:
+        if x_rot is None:
+            return
+        if not self.rope_targets:
+            raise ValueError(f"S6 got {what} but rope_targets is empty; set rope_targets to use the rotated input")
+        if x_rot.shape != x.shape:
+            raise ValueError(f"S6: {what} must have the shape of the input {tuple(x.shape)}, got {tuple(x_rot.shape)}")
+
+    def _selection(self, x: Tensor, x_rot: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(u, delta without bias, B, C) on the last axis: (..., d_model), (..., d_model), (..., N), (..., N)."""
+        rot = set(self.rope_targets) if x_rot is not None else set()
+        proj = self.x_proj(x) if {"delta", "B", "C"} - rot else None
+        proj_rot = self.x_proj(x_rot) if {"delta", "B", "C"} & rot else None
+        r, N = self.dt_rank, self.d_state
+
+        def part(name: str, start: int, stop: int) -> Tensor:
+            return (proj_rot if name in rot else proj)[..., start:stop]
+
+        dt_low, B, C = part("delta", 0, r), part("B", r, r + N), part("C", r + N, r + 2 * N)
+        u = x_rot if "x" in rot else x
+        return u, F.linear(dt_low, self.dt_proj.weight), B, C
+
+    # ---- parallel and recurrent modes ----------------------------------------------------------
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, x_rot: Tensor | None = None) -> Tensor:
+        """x, x_rot: (batch, length, d_model); mask: (batch, length), True at real positions."""
+        self._check_input(x)
+        self._check_rot(x, x_rot, "x_rot")
+        if self.bidirectional:
+            return self.directions(x, mask, x_rot=x_rot)
+        x = apply_mask(x, mask)
+        x_rot = apply_mask(x_rot, mask) if x_rot is not None else None
+        u, delta, B, C = self._selection(x, x_rot)
+        y = selective_scan(
+            u.transpose(1, 2),
+            delta.transpose(1, 2),
+            -torch.exp(self.A_log),
+            B.transpose(1, 2),
+            C.transpose(1, 2),
+            D=self.D,
+            delta_bias=self.dt_proj.bias,
+            delta_softplus=True,
+            impl=None if self.use_fast_path else "ref",
+        )
+        return y.transpose(1, 2)
+
+    def default_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
+        """The zero SSM state, (batch_size, d_model, d_state)."""
+        self._check_step()
+        return torch.zeros(batch_size, self.d_model, self.d_state,
+                           device=device if device is not None else self.A_log.device,
+                           dtype=dtype if dtype is not None else self.A_log.dtype)
+
+    def step(self, x: Tensor, state: Tensor, x_rot_t: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """One position: x, x_rot_t (batch, d_model); state (batch, d_model, d_state) -> (y, new state)."""
+        self._check_step()
+        if x.dim() != 2 or x.shape[-1] != self.d_model:
+            raise ValueError(f"S6.step expects x of shape (batch, {self.d_model}), got {tuple(x.shape)}")
+        expected_state = (x.shape[0], self.d_model, self.d_state)
+        if state.shape != expected_state:
+            raise ValueError(f"S6.step expects state of shape {expected_state}, got {tuple(state.shape)}")
+        self._check_rot(x, x_rot_t, "x_rot_t")
+        u, delta, B, C = self._selection(x, x_rot_t)
+        delta = F.softplus(delta + self.dt_proj.bias)
+        A = -torch.exp(self.A_log)
+        h = torch.exp(delta[..., None] * A) * state + (delta * u)[..., None] * B[:, None, :]
+        y = (h * C[:, None, :]).sum(-1) + self.D * u
+        return y, h
