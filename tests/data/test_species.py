@@ -202,3 +202,6 @@ def test_gz_decompressed_once_and_index_cached(tmp_path, monkeypatch):
     monkeypatch.undo()
     with pytest.raises(DataFormatError, match=r"mouse/chr4\.fa, line 3: invalid character '!'"):
         load_task("species", tmp_path, **opts)
+    skipping = load_task("species", tmp_path, skip_bad=True, **opts)
+    assert skipping.skipped == {str(tmp_path / "species" / "mouse" / "chr4.fa"): 1}
+    assert skipping.info["chromosomes"]["train"]["mouse"] == ["2"]

@@ -32,6 +32,9 @@ chromosomes (``"2,4"``); ``train_max_bases`` keeps only the first K bases of eac
 ``pool="pretrain"`` selects the complementary pretraining pool instead: the training chromosomes
 *not* chosen by ``train_chromosomes`` (whole), leaving validation and test unchanged.
 
+With ``skip_bad=True`` a malformed FASTA file is left out whole and counted in
+``TaskData.skipped``.
+
 Files are read lazily: each FASTA is indexed once (offset of the sequence, line width, length),
 the index cached in ``<data_dir>/.cache``, and a window is read by seeking. ``.gz`` files are
 decompressed once into ``<data_dir>/.cache/species/<species>/`` (redone when the archive's size or
@@ -329,6 +332,7 @@ def load_species(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, se
     names = _species_list(species)
     root = Path(data_dir) / "species"
     missing: list[str] = []
+    skipped: dict[str, int] = {}
     regions: dict[str, list[list[Region]]] = {"train": [], "val": [], "test": []}
     for label, sp in enumerate(names):
         sp_dir = root / sp
@@ -353,11 +357,19 @@ def load_species(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, se
         per_split = {"train": train_set, "val": [c for c in VAL_CHROMOSOMES if c in found],
                      "test": [c for c in TEST_CHROMOSOMES if c in found]}
         for split, chroms in per_split.items():
-            if not chroms:
+            pool_regions = []
+            for c in chroms:
+                try:
+                    pool_regions.append(_region(Path(data_dir), label, sp, c, found[c], max_bases if split == "train" else None))
+                except DataFormatError as err:
+                    # a malformed file is dropped whole (with skip_bad), as one bad record
+                    if not skip_bad:
+                        raise
+                    skipped[str(err.path)] = skipped.get(str(err.path), 0) + 1
+            if not pool_regions:
                 raise DataMissingError(f"no {split} chromosome of {sp} under {sp_dir} "
-                                       f"(expected one of {', '.join(per_split[split] or _split_defaults(sp, split, pool))}); {OBTAIN}")
-            regions[split].append([_region(Path(data_dir), label, sp, c, found[c], max_bases if split == "train" else None)
-                                   for c in chroms])
+                                       f"(expected one of {', '.join(chroms or _split_defaults(sp, split, pool))}); {OBTAIN}")
+            regions[split].append(pool_regions)
     sizes = {"train": samples_per_epoch, "val": eval_samples, "test": eval_samples}
     parts = {s: SpeciesWindows(regions[s], seq_len, sizes[s], seed, s) for s in regions}
     info = {
@@ -365,7 +377,7 @@ def load_species(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, se
         "chromosomes": {s: {names[i]: [r.chromosome for r in pool_] for i, pool_ in enumerate(regions[s])} for s in regions},
     }
     return TaskData(spec=spec, train=parts["train"], val=parts["val"], test=parts["test"],
-                    vocab=Vocabulary(list(ALPHABET), strict=True), info=info)
+                    vocab=Vocabulary(list(ALPHABET), strict=True), skipped=skipped, info=info)
 
 
 def _split_defaults(species: str, split: str, pool: str) -> tuple[str, ...]:
