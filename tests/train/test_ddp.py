@@ -59,3 +59,22 @@ def test_two_process_ddp_equals_single_process(tmp_path):
         for name, value in x["metrics"].items():
             assert abs(value - y["metrics"][name]) < 1e-9, (x, y)
     assert any(r["split"] == "val" for r in ra) and any(r["split"] == "test" for r in ra)
+
+
+def test_distributed_environment_errors(monkeypatch):
+    import pytest
+
+    from longrange.errors import ConfigError
+    from longrange.train.distributed import init_distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ConfigError, match="WORLD_SIZE must be an integer, got 'two'"):
+        init_distributed("cpu")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(ConfigError, match="MASTER_ADDR is not set; launch with torchrun"):
+        init_distributed("cpu")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    env = init_distributed("cpu")
+    assert (env.rank, env.world_size, env.distributed, env.is_main) == (0, 1, False, True)

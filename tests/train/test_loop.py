@@ -218,3 +218,35 @@ def test_iterable_dataset_is_refused(tmp_path):
     model, _, va, _ = toy_setup()
     with pytest.raises(ConfigError, match="train set \\(Stream\\) has no length"):
         Trainer(model, ToyObjective(), Stream(), va, collate, FAST, tmp_path / "s")
+
+
+def test_resume_keeps_the_saved_extra_config(tmp_path):
+    _trainer(tmp_path, cfg={"epochs": 1}, extra_config={"model": {"d": 16}}).fit()
+    _trainer(tmp_path, cfg={"epochs": 2}, resume=True).fit()
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config["model"] == {"d": 16} and config["train"]["epochs"] == 2
+    steps = [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["split"] == "val"]
+    assert steps == [6, 12]
+
+
+def test_more_bad_inputs(tmp_path):
+    _trainer(tmp_path, cfg={"epochs": 1}).fit()
+    with pytest.raises(ConfigError, match="batch_size 8 on 48 items, this run has 4 on 48"):
+        _trainer(tmp_path, cfg={"epochs": 1, "batch_size": 4}, resume=True)
+    with pytest.raises(ConfigError, match="extra_config.model.act of type function"):
+        _trainer(tmp_path, "x", extra_config={"model": {"act": lambda x: x}})
+    model, tr, va, _ = toy_setup()
+    with pytest.raises(ConfigError, match="\\(train\\[, val\\[, test\\]\\]\\), got 4"):
+        train(model, ToyObjective(), (tr, va, va, va), FAST, tmp_path / "y")
+    with pytest.raises(ConfigError, match="cannot find train/val/test datasets in a int"):
+        train(model, ToyObjective(), 3, FAST, tmp_path / "z")
+
+    class NoSums(ToyObjective):
+        def __call__(self, model, batch):
+            out = super().__call__(model, batch)
+            out.sums = {}
+            return out
+
+    trainer = _trainer(tmp_path, "nosums", objective=NoSums())
+    with pytest.raises(ValueError, match="no sums on the val set \\(20 items\\)"):
+        trainer.evaluate(trainer.val_set)

@@ -38,6 +38,7 @@ from longrange.errors import CheckpointError, ConfigError
 from longrange.objectives.base import add_sums
 from longrange.train import distributed as D
 from longrange.train.checkpoint import (
+    atomic_write,
     load_checkpoint,
     load_model_weights,
     rng_state,
@@ -225,7 +226,11 @@ class Trainer:
             self._resume()
         self.logger = MetricsLogger(self.paths.root, enabled=self.is_main, tensorboard=tensorboard)
         if self.is_main:
-            self.paths.config.write_text(yaml.safe_dump(self._resolved_config(extra_config), sort_keys=False))
+            if resume and extra_config is None and self.paths.config.is_file():
+                # Keep what the original run saved beside the train config (model, task, ...).
+                extra_config = yaml.safe_load(self.paths.config.read_text()) or {}
+            text = yaml.safe_dump(self._resolved_config(extra_config), sort_keys=False).encode()
+            atomic_write(self.paths.config, lambda f: f.write(text))
 
         if self.env.distributed:
             from torch.nn.parallel import DistributedDataParallel
