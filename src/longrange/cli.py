@@ -16,6 +16,8 @@ COMMAND_MODULES: list[str] = [
     "longrange.models.cli",
     "longrange.data.cli",
     "longrange.experiment.cli",
+    "longrange.bench.cli",
+    "longrange.report.cli",
 ]
 
 

@@ -1,0 +1,321 @@
+"""Timing and peak-memory mechanics shared by the benchmarks.
+
+Timing: a callable is run ``warmup`` times untimed (allocator warm-up, lazy initialisation such as
+optimiser state or cached kernels), then ``batches`` times, each timed with ``time.perf_counter``
+between device synchronisations. The figures are wall-clock seconds per call.
+
+Peak memory (:class:`PeakMemory`) is the increase over the memory in use just before the measured
+calls, i.e. what running them needs on top of the model (and data) already in memory:
+
+- CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus
+  ``memory_allocated`` at the start (bytes held by live tensors; the caching allocator's reserve is
+  not counted).
+- CPU on Linux: the peak resident set size of the process during the calls minus its resident set
+  size at the start. The kernel's high-water mark (``VmHWM``, which ``getrusage(...).ru_maxrss``
+  also reads) is reset at the start by writing ``5`` to ``/proc/self/clear_refs``, so the peak
+  belongs to the measured calls only, not to imports or earlier measurements.
+- CPU elsewhere (no ``clear_refs``): ``ru_maxrss`` after the calls minus ``ru_maxrss`` before them;
+  this is 0 when the calls never exceed an earlier high-water mark. :attr:`PeakMemory.method` says
+  which method was used, and it is reported with the figures.
+
+Resident memory also holds what the allocator keeps after earlier frees, so CPU figures are
+coarser than CUDA ones; running each measurement in a fresh process (:func:`run_isolated`) makes
+them comparable across models: every model starts from the same empty process.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+from longrange.errors import ConfigError
+
+#: Precision names accepted by the benchmarks: the parameter/input dtype and an autocast dtype.
+PRECISIONS: dict[str, tuple[torch.dtype, torch.dtype | None]] = {
+    "float32": (torch.float32, None),
+    "float64": (torch.float64, None),
+    "bf16-mixed": (torch.float32, torch.bfloat16),
+    "fp16-mixed": (torch.float32, torch.float16),
+}
+
+_MB = 1024.0 * 1024.0
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """``None`` or "auto" -> CUDA when available, else CPU; otherwise the named device, checked."""
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as err:
+        raise ConfigError(f"--device {name!r} is not a device name (expected e.g. cpu, cuda, cuda:1)") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name!r}: CUDA is not available on this machine")
+    return device
+
+
+def resolve_precision(name: str, device: torch.device) -> tuple[torch.dtype, torch.dtype | None]:
+    """(parameter dtype, autocast dtype or None) for a precision name."""
+    if name not in PRECISIONS:
+        raise ConfigError(f"--precision {name!r} is unknown; expected one of {', '.join(PRECISIONS)}")
+    if name == "fp16-mixed" and device.type != "cuda":
+        raise ConfigError("--precision fp16-mixed needs a CUDA device; use bf16-mixed on CPU")
+    return PRECISIONS[name]
+
+
+@contextmanager
+def autocast_for(device: torch.device, autocast_dtype: torch.dtype | None) -> Iterator[None]:
+    if autocast_dtype is None:
+        yield
+    else:
+        with torch.autocast(device_type=device.type, dtype=autocast_dtype):
+            yield
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch threads (None: leave as is), restoring the previous number after."""
+    if n is None:
+        yield
+        return
+    if n < 1:
+        raise ConfigError(f"--threads must be positive, got {n}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels so that wall-clock time covers the work (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls(fn: Callable[[], Any], *, warmup: int, batches: int, device: torch.device) -> list[float]:
+    """Seconds taken by each of ``batches`` calls of ``fn``, after ``warmup`` untimed calls."""
+    if warmup < 0 or batches < 1:
+        raise ConfigError(f"need warmup >= 0 and batches >= 1, got warmup={warmup}, batches={batches}")
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _proc_status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_rss_high_water_mark() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return _proc_status_kb("VmHWM") is not None
+
+
+def _release_free_heap() -> None:
+    """Return freed heap pages to the OS (glibc), so the baseline RSS holds only live memory."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _ru_maxrss_bytes() -> int:
+    # Linux reports kilobytes, macOS bytes.
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+class PeakMemory:
+    """Context manager measuring the peak memory increase of the code it wraps (see module doc).
+
+    After the block: ``peak_bytes`` (int, >= 0), ``peak_mb`` and ``method`` (a short description).
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.peak_bytes = 0
+        self.method = ""
+        self._baseline = 0
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / _MB
+
+    def __enter__(self) -> "PeakMemory":
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._baseline = torch.cuda.memory_allocated(self.device)
+            self.method = "cuda max_memory_allocated - memory_allocated before"
+        else:
+            _release_free_heap()
+            if _reset_rss_high_water_mark():
+                self._baseline = (_proc_status_kb("VmRSS") or 0) * 1024
+                self.method = "peak RSS (VmHWM after clear_refs) - RSS before"
+            else:
+                self._baseline = _ru_maxrss_bytes()
+                self.method = "ru_maxrss after - ru_maxrss before"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+        elif self.method.startswith("peak RSS"):
+            peak = (_proc_status_kb("VmHWM") or 0) * 1024
+        else:
+            peak = _ru_maxrss_bytes()
+        self.peak_bytes = max(0, peak - self._baseline)
+
+
+def summarize_times(times: list[float]) -> dict[str, float]:
+    """Mean (the thesis' figure), minimum and standard deviation of per-call seconds."""
+    n = len(times)
+    mean = sum(times) / n
+    std = (sum((t - mean) ** 2 for t in times) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return {"mean": mean, "min": min(times), "std": std}
+
+
+def measure_train_and_infer(
+    model: torch.nn.Module,
+    inputs: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    warmup: int,
+    batches: int,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None = None,
+    lr: float = 1e-3,
+) -> dict[str, Any]:
+    """Time and peak memory of inference and of training steps on one fixed batch.
+
+    Inference: ``model.eval()``, forward under ``torch.no_grad()``. Training step: ``model.train()``,
+    forward, ``loss_fn(outputs)``, backward, AdamW step, gradients set to None. Inference is
+    measured first so that even the ``ru_maxrss`` fallback gives the training peak correctly.
+    Returns ``{"infer": {...}, "train": {...}, "memory_method": str}`` where each part holds the
+    per-batch seconds summary (:func:`summarize_times`) and ``peak_bytes``.
+    """
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def infer() -> None:
+        with torch.no_grad(), autocast_for(device, autocast_dtype):
+            model(inputs)
+
+    def train_step() -> None:
+        with autocast_for(device, autocast_dtype):
+            loss = loss_fn(model(inputs))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    result: dict[str, Any] = {}
+    model.eval()
+    with PeakMemory(device) as mem:
+        times = time_calls(infer, warmup=warmup, batches=batches, device=device)
+    result["infer"] = {**summarize_times(times), "peak_bytes": mem.peak_bytes}
+    model.train()
+    with PeakMemory(device) as mem:
+        times = time_calls(train_step, warmup=warmup, batches=batches, device=device)
+    result["train"] = {**summarize_times(times), "peak_bytes": mem.peak_bytes}
+    result["memory_method"] = mem.method
+    return result
+
+
+# Running a measurement in a fresh process ---------------------------------------------------
+
+#: Measurement functions may only be looked up in these packages (the child imports by name).
+_ALLOWED_PREFIX = "longrange.bench."
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    module_name, _, func_name = target.partition(":")
+    if not module_name.startswith(_ALLOWED_PREFIX) or not func_name:
+        raise ConfigError(f"measurement target {target!r} must be 'longrange.bench.<module>:<function>'")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+class IsolatedRunError(RuntimeError):
+    """A measurement process failed; the message holds the end of its error output."""
+
+
+def run_isolated(target: str, kwargs: dict[str, Any], *, isolate: bool = True, timeout: float | None = None) -> Any:
+    """Call ``target`` ("module:function" under ``longrange.bench``) with JSON-able ``kwargs``.
+
+    With ``isolate`` the call runs in a fresh Python process (same interpreter and environment)
+    and its JSON-able result is sent back; a crash there (e.g. killed for lack of memory) raises
+    :class:`IsolatedRunError` here instead of ending this process. Without ``isolate`` it is a
+    plain call.
+    """
+    if not isolate:
+        return _resolve(target)(**kwargs)
+    _resolve(target)  # fail early, in this process, on a bad target
+    request = json.dumps({"target": target, "kwargs": kwargs})
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "longrange.bench.measure"],
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    except subprocess.TimeoutExpired as err:
+        raise IsolatedRunError(f"{target} did not finish within {timeout:.0f} s") from err
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-6:]) or "(no error output)"
+        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        raise IsolatedRunError(f"{target} failed in its measurement process ({how}):\n{tail}")
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise IsolatedRunError(f"{target} printed no result")
+    reply = json.loads(lines[-1])
+    if "user_error" in reply:  # a bad option found in the child: the same clear error as in-process
+        raise ConfigError(reply["user_error"])
+    return reply["result"]
+
+
+def _child_main() -> int:
+    from longrange.errors import LongrangeError
+
+    request = json.loads(sys.stdin.read())
+    try:
+        reply = {"result": _resolve(request["target"])(**request["kwargs"])}
+    except LongrangeError as err:
+        reply = {"user_error": str(err)}
+    sys.stdout.write("\n" + json.dumps(reply) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())
