@@ -1,0 +1,282 @@
+"""Reading run directories: ``summary.json``, ``metrics.jsonl`` and ``config.yaml``.
+
+A finished run directory holds ``summary.json`` (written by the experiment runner at the end of a
+stage), ``config.yaml`` and ``metrics.jsonl`` (written by the trainer, see ``train/loop.py`` and
+``train/logging.py``) and the best weights. ``summary.json`` fields::
+
+    task, label, regime, stage (train | pretrain | finetune): str;  seed: int
+    metric: str (accuracy, r2, loss, ...);  higher_is_better: bool
+    best_val: {metric: value};  test: {metric: value} or null
+    steps: int;  params: {"total": int, "in_primitives": int}
+    pretrain_run: str or null (finetune stages: the pretraining run, relative path)
+    seconds: float
+
+``test`` and ``pretrain_run`` are optional (absent = null); everything else is required and a
+missing or mistyped field is a :class:`DataFormatError` naming the file and the field.
+A directory with ``config.yaml`` but no ``summary.json`` is an unfinished run: it is reported as
+a warning, never dropped silently.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from longrange.errors import DataFormatError, DataMissingError
+
+SUMMARY_FILE = "summary.json"
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+
+#: Stages whose runs are compared in the main table; pretraining stages are listed apart.
+FINAL_STAGES = ("train", "finetune")
+STAGES = FINAL_STAGES + ("pretrain",)
+
+
+@dataclass
+class Run:
+    """One finished stage of one seed, as read from its run directory."""
+
+    path: Path
+    task: str
+    label: str
+    regime: str
+    stage: str
+    seed: int
+    metric: str
+    higher_is_better: bool
+    best_val: dict[str, float]
+    test: dict[str, float] | None
+    steps: int
+    params_total: int
+    params_in_primitives: int
+    seconds: float
+    pretrain_run: str | None = None
+    _config: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def is_final(self) -> bool:
+        return self.stage in FINAL_STAGES
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The table cell this run belongs to: (task, label, regime)."""
+        return (self.task, self.label, self.regime)
+
+    def has_test(self) -> bool:
+        return self.test is not None and _is_number(self.test.get(self.metric))
+
+    def value(self, source: str) -> float:
+        """The run's ``metric`` from ``source`` "test" or "val" (best validation); NaN if logged as null."""
+        if source == "test":
+            if not self.has_test():
+                raise DataFormatError(f"no test value of '{self.metric}'", self.path / SUMMARY_FILE)
+            return float(self.test[self.metric])  # type: ignore[index]
+        if source == "val":
+            v = self.best_val.get(self.metric)
+            if v is None:
+                if self.metric in self.best_val:
+                    return math.nan
+                raise DataFormatError(
+                    f"best_val has no '{self.metric}' (the run's metric); it has {sorted(self.best_val)}",
+                    self.path / SUMMARY_FILE,
+                )
+            return float(v)
+        raise ValueError(f"source must be 'test' or 'val', got {source!r}")
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run's ``config.yaml`` (read on first use)."""
+        if self._config is None:
+            self._config = read_config(self.path)
+        return self._config
+
+    def curve(self, split: str = "val", metric: str | None = None) -> list[tuple[int, float]]:
+        """(step, value) of ``metric`` (default: the run's metric) on ``split`` from ``metrics.jsonl``.
+
+        Records without the metric, or with it logged as null (non-finite), are left out.
+        Raises :class:`DataMissingError` when the file is absent.
+        """
+        metric = metric or self.metric
+        out = []
+        for rec in read_metrics(self.path / METRICS_FILE):
+            if rec["split"] == split:
+                v = rec["metrics"].get(metric)
+                if v is not None:
+                    out.append((rec["step"], float(v)))
+        return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise DataMissingError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataFormatError(f"not valid JSON: {err.msg} (column {err.colno})", path, err.lineno) from None
+
+
+def _field(d: dict, name: str, kinds: tuple[type, ...], path: Path, *, optional: bool = False) -> Any:
+    if name not in d or d[name] is None:
+        if optional:
+            return None
+        raise DataFormatError(f"missing field '{name}'", path)
+    v = d[name]
+    # bool is an int subclass: a flag is never a count and a count never a flag.
+    ok = isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
+    if not ok:
+        names = " or ".join(k.__name__ for k in kinds)
+        raise DataFormatError(f"field '{name}' must be {names}, got {type(v).__name__} {v!r}", path)
+    return v
+
+
+def _metrics_dict(d: dict, name: str, path: Path, *, optional: bool = False) -> dict[str, float] | None:
+    m = _field(d, name, (dict,), path, optional=optional)
+    if m is None:
+        return None
+    for k, v in m.items():
+        if v is not None and not _is_number(v):
+            raise DataFormatError(f"field '{name}.{k}' must be a number or null, got {v!r}", path)
+    return dict(m)
+
+
+def read_summary(run_dir: str | Path) -> Run:
+    """The :class:`Run` described by ``run_dir/summary.json``."""
+    run_dir = Path(run_dir)
+    path = run_dir / SUMMARY_FILE
+    d = _read_json(path)
+    if not isinstance(d, dict):
+        raise DataFormatError(f"expected a JSON object, got {type(d).__name__}", path)
+    stage = _field(d, "stage", (str,), path)
+    if stage not in STAGES:
+        raise DataFormatError(f"field 'stage' must be one of {', '.join(STAGES)}, got {stage!r}", path)
+    params = _field(d, "params", (dict,), path)
+    metric = _field(d, "metric", (str,), path)
+    best_val = _metrics_dict(d, "best_val", path)
+    assert best_val is not None
+    if metric not in best_val:
+        raise DataFormatError(f"field 'best_val' has no '{metric}' (the run's metric); it has {sorted(best_val)}", path)
+    return Run(
+        path=run_dir,
+        task=_field(d, "task", (str,), path),
+        label=_field(d, "label", (str,), path),
+        regime=_field(d, "regime", (str,), path),
+        stage=stage,
+        seed=_field(d, "seed", (int,), path),
+        metric=metric,
+        higher_is_better=_field(d, "higher_is_better", (bool,), path),
+        best_val=best_val,
+        test=_metrics_dict(d, "test", path, optional=True),
+        steps=_field(d, "steps", (int,), path),
+        params_total=_field(params, "total", (int,), path),
+        params_in_primitives=_field(params, "in_primitives", (int,), path),
+        seconds=float(_field(d, "seconds", (int, float), path)),
+        pretrain_run=_field(d, "pretrain_run", (str,), path, optional=True),
+    )
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    """``run_dir/config.yaml`` as a dict."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise DataMissingError(f"{path}: no such file (every run directory has its resolved configuration)")
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise DataFormatError(f"not valid YAML: {getattr(err, 'problem', err)}", path,
+                              mark.line + 1 if mark is not None else None) from None
+    if not isinstance(cfg, dict):
+        raise DataFormatError(f"expected a mapping at the top level, got {type(cfg).__name__}", path)
+    return cfg
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file, checked line by line.
+
+    Each record needs ``step`` (int), ``split`` (str) and ``metrics`` (object of numbers or null).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataMissingError(f"{path}: no such file")
+    out = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataFormatError(f"not valid JSON: {err.msg} (column {err.colno})", path, lineno) from None
+            if not isinstance(rec, dict):
+                raise DataFormatError(f"expected a JSON object, got {type(rec).__name__}", path, lineno)
+            step, split, metrics = rec.get("step"), rec.get("split"), rec.get("metrics")
+            if not isinstance(step, int) or isinstance(step, bool):
+                raise DataFormatError(f"'step' must be an integer, got {step!r}", path, lineno)
+            if not isinstance(split, str):
+                raise DataFormatError(f"'split' must be a string, got {split!r}", path, lineno)
+            if not isinstance(metrics, dict) or any(v is not None and not _is_number(v) for v in metrics.values()):
+                raise DataFormatError(f"'metrics' must be an object of numbers or null, got {metrics!r}", path, lineno)
+            out.append(rec)
+    return out
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
+    """(finished, unfinished) run directories under ``paths``, each sorted and without repeats.
+
+    A path is a run directory itself or a tree searched recursively. Finished runs hold
+    ``summary.json``; unfinished ones hold ``config.yaml`` only.
+    """
+    # Keyed by resolved path (no repeats when paths overlap), shown as the user spelled them.
+    finished: dict[Path, Path] = {}
+    unfinished: dict[Path, Path] = {}
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise DataMissingError(f"{p}: no such run directory or file")
+        if p.is_file():
+            if p.name not in (SUMMARY_FILE, CONFIG_FILE):
+                raise DataFormatError(f"expected a run directory, or its {SUMMARY_FILE}", p)
+            p = p.parent
+        for s in p.rglob(SUMMARY_FILE):  # rglob includes p itself
+            if s.is_file():
+                finished[s.parent.resolve()] = s.parent
+        for c in p.rglob(CONFIG_FILE):
+            if c.is_file() and not (c.parent / SUMMARY_FILE).is_file():
+                unfinished[c.parent.resolve()] = c.parent
+    return sorted(finished.values()), sorted(unfinished.values())
+
+
+def _warn_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def collect_runs(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None) -> list[Run]:
+    """Every finished run under ``paths`` (run directories or trees searched recursively).
+
+    Unfinished runs (``config.yaml`` without ``summary.json``) are passed to ``warn`` (default:
+    a ``warning:`` line on stderr) in one message listing them. Malformed files raise
+    :class:`DataFormatError` naming the file. Raises :class:`DataMissingError` if nothing
+    finished is found.
+    """
+    paths = list(paths)
+    warn = warn or _warn_stderr
+    finished, unfinished = find_run_dirs(paths)
+    if unfinished:
+        listing = ", ".join(str(p) for p in unfinished)
+        warn(f"{len(unfinished)} unfinished run(s) without {SUMMARY_FILE}, not reported: {listing}")
+    if not finished:
+        where = ", ".join(str(p) for p in paths)
+        raise DataMissingError(f"no finished runs ({SUMMARY_FILE}) under {where}")
+    return [read_summary(d) for d in finished]

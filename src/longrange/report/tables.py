@@ -1,0 +1,455 @@
+"""Tables of runs aggregated over seeds: Markdown (the papers' layout) and CSV.
+
+Final-stage runs (stage ``train`` or ``finetune``) are grouped by (task, label, regime) into
+cells; each cell shows the mean over seeds ± the half-width of the 95% Student-t confidence
+interval (n - 1 degrees of freedom), or the value and "n=1" for a single seed. Rows are model +
+regime ("Transformer", "Transformer + masked SPT", ...), columns tasks, then "Avg." over tasks.
+
+The value of a run is its test metric when the summary has one, else its best validation
+metric. A cell uses the test metric only if every seed in it has one (so a cell never mixes the
+two); the table header says which was used, and cells on validation are marked when the table
+mixes both. Accuracy is shown in percent with two decimals, R² and anything else (e.g. a loss)
+with three.
+
+Pretraining runs are listed apart, with their pretraining metric (usually the loss).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from longrange.errors import DataFormatError
+from longrange.report.collect import FINAL_STAGES, Run
+
+#: Task columns in the order of the Long Range Arena tables; other tasks follow alphabetically.
+TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder", "pathx", "pathx256")
+#: Regimes in the order of the tables and the name each adds to the model label.
+REGIME_SUFFIX = {
+    "scratch": "",
+    "scratch-matched": " (scratch, matched compute)",
+    "causal-spt": " + causal SPT",
+    "masked-spt": " + masked SPT",
+    "f1-spt": " + F1 SPT",
+    "f1r1-spt": " + F1R1 SPT",
+}
+CONFIDENCE = 0.95
+VAL_MARK = "†"
+
+
+# ---------------------------------------------------------------------- statistics
+# The t quantile is found by bisection on the t distribution's CDF, written with the regularised
+# incomplete beta function (a continued fraction evaluated by the modified Lentz method):
+#     P(T <= t) = 1 - I_x(df/2, 1/2) / 2,   x = df / (df + t²),   for t >= 0.
+# This keeps scipy optional.
+_TINY = 1e-300
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of I_x(a, b) (converges fast for x < (a + 1) / (a + b + 2))."""
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > _TINY else _TINY)
+    f = d
+    for m in range(1, 1000):
+        # Even step, then odd step, of the fraction's terms d_{2m} and d_{2m+1}.
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > _TINY else _TINY)
+            c = 1.0 + num / c
+            c = c if abs(c) > _TINY else _TINY
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return f
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"betainc: x must be in [0, 1], got {x}")
+    if x == 0.0 or x == 1.0:
+        return x
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    front = math.exp(log_front)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_continued_fraction(a, b, x) / a
+    # Symmetry I_x(a, b) = 1 - I_{1-x}(b, a) keeps the fraction in its fast region.
+    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"t_cdf: degrees of freedom must be positive, got {df}")
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The t value with P(T <= t) = p, for 0 < p < 1."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"t_quantile: p must be in (0, 1), got {p}")
+    if df <= 0:
+        raise ValueError(f"t_quantile: degrees of freedom must be positive, got {df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    if df == 1:  # Cauchy: exact
+        return math.tan(math.pi * (p - 0.5))
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def t_critical(n: int, confidence: float = 0.95) -> float:
+    """The two-sided critical value for a mean of ``n`` samples (df = n - 1), n >= 2."""
+    if n < 2:
+        raise ValueError(f"a confidence interval needs at least 2 samples, got {n}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return t_quantile(0.5 + confidence / 2.0, n - 1)
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean of ``n`` values, their sample standard deviation (ddof 1) and the CI half-width.
+
+    ``std`` and ``half_width`` are None for n = 1 (no interval from one sample).
+    """
+
+    n: int
+    mean: float
+    std: float | None
+    half_width: float | None
+    confidence: float = 0.95
+
+
+def mean_ci(values: Sequence[float], confidence: float = 0.95) -> Stat:
+    """Mean ± Student-t ``confidence`` interval half-width ``t_{n-1} · s / √n``."""
+    vals = [float(v) for v in values]
+    n = len(vals)
+    if n == 0:
+        raise ValueError("mean_ci of no values")
+    mean = sum(vals) / n
+    if n == 1:
+        return Stat(1, mean, None, None, confidence)
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
+    return Stat(n, mean, std, t_critical(n, confidence) * std / math.sqrt(n), confidence)
+
+
+@dataclass(frozen=True)
+class MetricFormat:
+    """How a metric is displayed: ``value * scale`` with ``decimals`` decimals (None: 4 significant)."""
+
+    name: str
+    scale: float = 1.0
+    decimals: int | None = None
+
+    def number(self, value: float) -> str:
+        v = value * self.scale
+        if math.isnan(v):
+            return "nan"
+        if self.decimals is None:
+            return f"{v:.4g}"
+        return f"{v:.{self.decimals}f}"
+
+
+def metric_format(metric: str) -> MetricFormat:
+    if metric == "accuracy":
+        return MetricFormat("accuracy (%)", 100.0, 2)
+    if metric == "r2":
+        return MetricFormat("R²", 1.0, 3)
+    return MetricFormat(metric, 1.0, 3)
+
+
+def row_name(label: str, regime: str) -> str:
+    """The table row of a model label under a regime, e.g. ("S4", "masked-spt") -> "S4 + masked SPT"."""
+    suffix = REGIME_SUFFIX.get(regime)
+    return label + (suffix if suffix is not None else f" ({regime})")
+
+
+def task_sort_key(task: str) -> tuple[int, str]:
+    return (TASK_ORDER.index(task), "") if task in TASK_ORDER else (len(TASK_ORDER), task)
+
+
+def regime_sort_key(regime: str) -> tuple[int, str]:
+    order = list(REGIME_SUFFIX)
+    return (order.index(regime), "") if regime in order else (len(order), regime)
+
+
+@dataclass
+class Cell:
+    """The runs of one (task, label, regime) and stage kind ("final" or "pretrain"), over seeds."""
+
+    task: str
+    label: str
+    regime: str
+    kind: str
+    metric: str
+    higher_is_better: bool
+    source: str  # "test" or "val"
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def row(self) -> str:
+        return row_name(self.label, self.regime)
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(r.seed for r in self.runs)
+
+    @property
+    def values(self) -> list[float]:
+        """Per-run values in the metric's own units, in seed order."""
+        return [r.value(self.source) for r in sorted(self.runs, key=lambda r: r.seed)]
+
+    @property
+    def stat(self) -> Stat:
+        return mean_ci(self.values, CONFIDENCE)
+
+    @property
+    def format(self) -> MetricFormat:
+        return metric_format(self.metric)
+
+    def text(self) -> str:
+        """"mean ± half-width" in display units, or "value (n=1)"."""
+        s, f = self.stat, self.format
+        if s.half_width is None:
+            return f"{f.number(s.mean)} (n=1)"
+        return f"{f.number(s.mean)} ± {f.number(s.half_width)}"
+
+
+def aggregate(runs: Iterable[Run]) -> list[Cell]:
+    """Cells of ``runs``: one per (stage kind, task, label, regime), sorted for the tables.
+
+    Raises :class:`DataFormatError` when a cell has one seed twice or its runs disagree on the
+    metric (both would make the interval meaningless).
+    """
+    groups: dict[tuple[str, str, str, str], list[Run]] = {}
+    for r in runs:
+        kind = "final" if r.stage in FINAL_STAGES else "pretrain"
+        groups.setdefault((kind, *r.key), []).append(r)
+    cells = []
+    for (kind, task, label, regime), group in groups.items():
+        where = f"(task {task!r}, label {label!r}, regime {regime!r}, {kind} stage)"
+        by_seed: dict[int, Run] = {}
+        for r in group:
+            if r.seed in by_seed:
+                raise DataFormatError(
+                    f"seed {r.seed} of {where} appears twice: {by_seed[r.seed].path} and {r.path}; "
+                    "report one of them", r.path / "summary.json")
+            by_seed[r.seed] = r
+        metrics = {(r.metric, r.higher_is_better) for r in group}
+        if len(metrics) > 1:
+            raise DataFormatError(
+                f"the runs of {where} use different metrics {sorted(metrics)}", group[0].path / "summary.json")
+        metric, hib = metrics.pop()
+        source = "test" if all(r.has_test() for r in group) else "val"
+        cells.append(Cell(task, label, regime, kind, metric, hib, source, sorted(group, key=lambda r: r.seed)))
+    cells.sort(key=lambda c: (c.kind, c.label, regime_sort_key(c.regime), task_sort_key(c.task)))
+    return cells
+
+
+# ---------------------------------------------------------------------- table model
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(table: Table) -> str:
+    lines = [f"### {table.title}", ""]
+    lines.append("| " + " | ".join(_escape(h) for h in table.headers) + " |")
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(table.headers) - 1)) + "|")
+    for row in table.rows:
+        lines.append("| " + " | ".join(_escape(c) for c in row) + " |")
+    if table.notes:
+        lines.append("")
+        lines.extend(table.notes)
+    return "\n".join(lines) + "\n"
+
+
+def _source_words(source: str) -> str:
+    return "test" if source == "test" else "best validation"
+
+
+def _rows_and_tasks(cells: Sequence[Cell]) -> tuple[list[tuple[str, str]], list[str]]:
+    rows: list[tuple[str, str]] = []
+    for c in cells:  # cells are sorted by label, then regime
+        if (c.label, c.regime) not in rows:
+            rows.append((c.label, c.regime))
+    tasks = sorted({c.task for c in cells}, key=task_sort_key)
+    return rows, tasks
+
+
+def results_table(cells: Sequence[Cell]) -> Table:
+    """The main table of final-stage cells: rows model + regime, columns tasks, then Avg."""
+    final = [c for c in cells if c.kind == "final"]
+    if not final:
+        return Table("Results", ["Model"], [], ["No final-stage (train or finetune) runs."])
+    rows, tasks = _rows_and_tasks(final)
+    by_key = {(c.label, c.regime, c.task): c for c in final}
+    sources = {c.source for c in final}
+    task_metric = {}
+    for t in tasks:
+        names = {c.format.name for c in final if c.task == t}
+        task_metric[t] = " / ".join(sorted(names))
+    headers = ["Model"] + [f"{t} ({task_metric[t]})" for t in tasks]
+
+    notes = []
+    missing = [(row_name(lab, reg), t) for lab, reg in rows for t in tasks if (lab, reg, t) not in by_key]
+    formats = {c.format for c in final}
+    show_avg = len(tasks) > 1 and not missing and len(formats) == 1
+    if len(tasks) > 1 and not show_avg:
+        if missing:
+            name, t = missing[0]
+            more = f" (and {len(missing) - 1} more missing cells)" if len(missing) > 1 else ""
+            notes.append(f"Avg. omitted: {name} has no result for {t}{more}.")
+        else:
+            notes.append("Avg. omitted: the tasks use different metrics (" + ", ".join(sorted(f.name for f in formats)) + ").")
+    if show_avg:
+        headers.append("Avg.")
+
+    body = []
+    for lab, reg in rows:
+        line = [row_name(lab, reg)]
+        means = []
+        for t in tasks:
+            c = by_key.get((lab, reg, t))
+            if c is None:
+                line.append("—")
+                continue
+            mark = VAL_MARK if len(sources) > 1 and c.source == "val" else ""
+            line.append(c.text() + mark)
+            means.append(c.stat.mean)
+        if show_avg:
+            fmt = next(iter(formats))
+            line.append(fmt.number(sum(means) / len(means)))
+        body.append(line)
+
+    if sources == {"test"}:
+        what = "test metric"
+    elif sources == {"val"}:
+        what = "best validation metric (no test results)"
+    else:
+        what = f"test metric; cells marked {VAL_MARK} have no test result and show the best validation metric"
+    title = (f"Results: {what}, mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds "
+             "(Student t, n−1 d.o.f.)")
+    if show_avg:
+        notes.append("Avg. is the mean over tasks of the per-task means.")
+    return Table(title, headers, body, notes)
+
+
+def _range_text(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def details_table(cells: Sequence[Cell], kind: str = "final") -> Table:
+    """Seeds, steps, parameters and mean wall time per cell (ranges where seeds differ)."""
+    chosen = [c for c in cells if c.kind == kind]
+    headers = ["Model", "Task", "Seeds", "Steps", "Params (total)", "Params (in primitives)", "Wall time (mean)"]
+    rows = []
+    for c in sorted(chosen, key=lambda c: (c.label, regime_sort_key(c.regime), task_sort_key(c.task))):
+        rows.append([
+            c.row, c.task,
+            f"{len(c.runs)} ({', '.join(str(s) for s in c.seeds)})",
+            _range_text([r.steps for r in c.runs]),
+            _range_text([r.params_total for r in c.runs]),
+            _range_text([r.params_in_primitives for r in c.runs]),
+            format_duration(sum(r.seconds for r in c.runs) / len(c.runs)),
+        ])
+    stage = "final-stage" if kind == "final" else "pretraining"
+    return Table(f"Runs per cell ({stage})", headers, rows)
+
+
+def pretrain_table(cells: Sequence[Cell]) -> Table | None:
+    """Pretraining runs with their pretraining metric (mean ± CI over seeds); None if there are none."""
+    chosen = [c for c in cells if c.kind == "pretrain"]
+    if not chosen:
+        return None
+    headers = ["Model", "Task", "Metric", "Value", "Seeds", "Steps", "Wall time (mean)"]
+    rows = []
+    for c in sorted(chosen, key=lambda c: (c.label, regime_sort_key(c.regime), task_sort_key(c.task))):
+        better = "higher" if c.higher_is_better else "lower"
+        rows.append([
+            c.row, c.task, f"{_source_words(c.source)} {c.format.name} ({better} is better)", c.text(),
+            f"{len(c.runs)} ({', '.join(str(s) for s in c.seeds)})",
+            _range_text([r.steps for r in c.runs]),
+            format_duration(sum(r.seconds for r in c.runs) / len(c.runs)),
+        ])
+    return Table(f"Pretraining runs: mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds", headers, rows)
+
+
+def markdown_tables(cells: Sequence[Cell]) -> str:
+    """All tables, in Markdown: results, runs per cell, and pretraining (when present)."""
+    parts = [render_markdown(results_table(cells))]
+    if any(c.kind == "final" for c in cells):
+        parts.append(render_markdown(details_table(cells, "final")))
+    pre = pretrain_table(cells)
+    if pre is not None:
+        parts.append(render_markdown(pre))
+        parts.append(render_markdown(details_table(cells, "pretrain")))
+    return "\n".join(parts)
+
+
+CSV_COLUMNS = [
+    "kind", "task", "label", "regime", "row", "metric", "source", "n", "seeds", "mean", "ci95_half_width",
+    "std", "display", "steps_mean", "params_total", "params_in_primitives", "seconds_mean",
+]
+
+
+def csv_text(cells: Sequence[Cell]) -> str:
+    """One line per cell (final and pretraining), values in the metric's own units (accuracy as a
+    fraction); steps and seconds are means over seeds, parameter counts the largest over seeds."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for c in cells:
+        s = c.stat
+        w.writerow([
+            c.kind, c.task, c.label, c.regime, c.row, c.metric, c.source, s.n,
+            " ".join(str(x) for x in c.seeds), repr(s.mean),
+            "" if s.half_width is None else repr(s.half_width),
+            "" if s.std is None else repr(s.std), c.text(),
+            sum(r.steps for r in c.runs) / len(c.runs),
+            max(r.params_total for r in c.runs), max(r.params_in_primitives for r in c.runs),
+            sum(r.seconds for r in c.runs) / len(c.runs),
+        ])
+    return buf.getvalue()
+
+
+def write_csv(cells: Sequence[Cell], path: str | Path) -> Path:
+    """:func:`csv_text` written to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(csv_text(cells))
+    return path
