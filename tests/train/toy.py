@@ -44,6 +44,10 @@ class ToyDataset(Dataset):
 
 
 class ToyModel(nn.Module):
+    #: Read by ToyObjective through the (possibly DDP-wrapped) model, as real objectives read
+    #: ``model.causal``.
+    kind = "toy"
+
     def __init__(self, channels: int = 3, d: int = 16, classes: int = 2, dropout: float = 0.0):
         super().__init__()
         self.embed = nn.Linear(channels, d)
@@ -71,6 +75,8 @@ class ToyObjective:
         self.noise = noise
 
     def __call__(self, model: nn.Module, batch: dict) -> StepOutput:
+        if model.kind != "toy":
+            raise AssertionError("model attributes must be readable through the training wrapper")
         inputs = batch["inputs"]
         if self.noise and model.training:
             inputs = inputs + self.noise * torch.randn_like(inputs)

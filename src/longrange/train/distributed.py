@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from longrange.errors import ConfigError
 
@@ -149,3 +150,28 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+class DelegatingDDP(DistributedDataParallel):
+    """DistributedDataParallel that answers unknown attribute lookups from the wrapped model."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.module, name)
+
+
+def wrap_model(model: torch.nn.Module, device: torch.device, find_unused_parameters: bool = False) -> torch.nn.Module:
+    """``model`` in :class:`DelegatingDDP` when running distributed, else ``model`` itself.
+
+    Objectives read model properties (``model.causal``, ``model.config``) the same way in both
+    cases. Gradients are synchronised for calls of ``forward`` (``model(...)``) only.
+    """
+    if world_size() == 1:
+        return model
+    return DelegatingDDP(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=find_unused_parameters,
+    )

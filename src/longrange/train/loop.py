@@ -232,16 +232,7 @@ class Trainer:
             text = yaml.safe_dump(self._resolved_config(extra_config), sort_keys=False).encode()
             atomic_write(self.paths.config, lambda f: f.write(text))
 
-        if self.env.distributed:
-            from torch.nn.parallel import DistributedDataParallel
-
-            self.train_model: nn.Module = DistributedDataParallel(
-                self.model,
-                device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                find_unused_parameters=cfg.find_unused_parameters,
-            )
-        else:
-            self.train_model = self.model
+        self.train_model = D.wrap_model(self.model, self.device, cfg.find_unused_parameters)
 
     # ------------------------------------------------------------------ run directory
     def _resolved_config(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
