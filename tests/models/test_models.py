@@ -92,22 +92,26 @@ def test_recurrent_step_equals_parallel_forward(name):
 
 
 def _dependence_on_future(model, t: int, length: int = 10) -> float:
+    """Largest gradient of the output at t w.r.t. later inputs, relative to earlier ones.
+
+    FFT convolutions leave round-off of order 1e-16 in exact zeros, hence a ratio, not == 0.
+    """
     x = torch.randn(2, length, 2, requires_grad=True)
     out = model(x)
     out[:, t].sum().backward()
-    return x.grad[:, t + 1 :].abs().max().item()
+    return x.grad[:, t + 1 :].abs().max().item() / x.grad[:, : t + 1].abs().max().item()
 
 
 @pytest.mark.parametrize("name", list(CAUSAL_CONFIGS))
 def test_causal_models_do_not_see_the_future(name):
     model = numeric_model(CAUSAL_CONFIGS[name], head="tokens", n_out=5)
-    assert _dependence_on_future(model, t=4) == 0.0
+    assert _dependence_on_future(model, t=4) < 1e-12
 
 
 @pytest.mark.parametrize("name", list(BIDIRECTIONAL_CONFIGS))
 def test_bidirectional_models_see_the_future(name):
     model = numeric_model(BIDIRECTIONAL_CONFIGS[name], head="tokens", n_out=5)
-    assert _dependence_on_future(model, t=4) > 1e-8
+    assert _dependence_on_future(model, t=4) > 1e-4
 
 
 ALL_CONFIGS = {**CAUSAL_CONFIGS, **BIDIRECTIONAL_CONFIGS}

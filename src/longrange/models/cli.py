@@ -31,33 +31,23 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def _params(args: argparse.Namespace) -> int:
-    if args.preset:
+    rows = table3_rows() if not args.preset else []
+    for name in args.preset or []:
         from longrange.experiment.config import resolve
         from longrange.experiment.runs import load_data, supervised_head
         from longrange.models import build_model, parameter_report
 
-        rows = []
-        for name in args.preset:
-            exp = resolve(name)
-            spec = load_data(exp).spec if args.with_data else None
-            if spec is None:
-                from longrange.data.tasks import get_spec
-
-                spec = get_spec(exp.task.name, **exp.task.options)
-            head, n_out = supervised_head(spec)
-            vocab = None
-            if spec.input_kind == "tokens":
-                vocab = load_data(exp).vocab_size if args.with_data else 256 + 5
-            model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out, vocab_size=vocab, d_input=spec.d_input)
-            rows.append({"model": name, **parameter_report(model)})
-    else:
-        rows = table3_rows()
+        exp = resolve(name)
+        data = load_data(exp)  # the vocabulary size of token tasks comes from the data
+        head, n_out = supervised_head(data.spec)
+        model = build_model(exp.model, input_kind=data.spec.input_kind, head=head, n_out=n_out,
+                            vocab_size=data.vocab_size, d_input=data.spec.d_input)
+        rows.append({"model": name, **parameter_report(model)})
     print(format_rows(rows))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("params", help="parameter counts, in total and inside the sequence primitives (default: the thesis' Table 3 models)")
-    p.add_argument("--preset", action="append", help="count the model of a preset instead (repeatable)")
-    p.add_argument("--with-data", action="store_true", help="load the task's data for the exact vocabulary size")
+    p.add_argument("--preset", action="append", help="count the model of a preset instead (repeatable; loads its task data)")
     p.set_defaults(func=_params)
