@@ -34,7 +34,7 @@ DIRECTION_NAMES = ("forward", "backward")
 class KernelProfile:
     """The decay of one layer's kernel in one direction."""
 
-    layer: int           # index in model.backbone.mixers()
+    layer: int           # index in model.backbone.mixers() (a bidirectional Mamba block has one per branch)
     name: str            # module path inside the model, e.g. "backbone.blocks.0.mixer"
     primitive: str       # class name, e.g. "S4D"
     direction: str       # "forward" or "backward"

@@ -119,7 +119,8 @@ def learning_curves(runs: Sequence[Run], path: str | Path, split: str = "val",
             steps, mean, half = mean_curve(curves)
             colour = regime_colour(regime)
             name = row_name(label, regime)
-            ax.plot(steps, mean * fmt.scale, color=colour, label=f"{name} (n={len(curves)})")
+            # Markers keep runs with a single evaluation visible.
+            ax.plot(steps, mean * fmt.scale, color=colour, marker="o", markersize=3, label=f"{name} (n={len(curves)})")
             if np.isfinite(half).any():
                 ax.fill_between(steps, (mean - half) * fmt.scale, (mean + half) * fmt.scale, color=colour, alpha=0.2, lw=0)
         ax.set_title(f"{task}: {label}, {'validation' if split == 'val' else split} {fmt.name}")
