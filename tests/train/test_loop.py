@@ -250,3 +250,21 @@ def test_more_bad_inputs(tmp_path):
     trainer = _trainer(tmp_path, "nosums", objective=NoSums())
     with pytest.raises(ValueError, match="no sums on the val set \\(20 items\\)"):
         trainer.evaluate(trainer.val_set)
+
+
+def test_progress_bar_only_on_a_terminal_and_when_asked(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for name, progress, stream in (("tty", True, Terminal()), ("off", False, Terminal()), ("pipe", True, io.StringIO())):
+        monkeypatch.setattr(sys, "stderr", stream)
+        _trainer(tmp_path, name, cfg={"epochs": 1, "progress": progress}).fit()
+        shown = stream.getvalue()
+        if name == "tty":
+            assert "6/6" in shown and "loss=" in shown and "lr=" in shown
+        else:
+            assert shown == ""
