@@ -227,6 +227,21 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
     return out
 
 
+def parse_value(raw: str, where: str) -> Any:
+    """A command-line value read as YAML, with numbers like ``3e-4`` read as floats (YAML 1.1 would
+    keep them as strings)."""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: cannot read the value: {err}") from err
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a raw config dict."""
     out = copy.deepcopy(dict(data))
@@ -237,10 +252,7 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
         parts = key.strip().split(".")
         if not all(parts):
             raise ConfigError(f"override {item!r} has an empty field name")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"override {item!r}: cannot read the value: {err}") from err
+        value = parse_value(raw, item)
         node = out
         for part in parts[:-1]:
             child = node.get(part)

@@ -263,7 +263,11 @@ def run_stage(
             file=sys.stderr,
         )
 
-    regime = regime or {"train": "scratch", "pretrain": f"{kind}-spt", "finetune": f"{morph or kind}-spt"}[stage]
+    if regime is None:
+        if stage == "finetune":
+            regime = f"{morph or read_run_config(init_from)['objective']['kind']}-spt"
+        else:
+            regime = {"train": "scratch", "pretrain": f"{kind}-spt"}[stage]
     record = {
         "label": exp.label,
         "regime": regime,
