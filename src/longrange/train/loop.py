@@ -136,6 +136,10 @@ class Trainer:
         overwrite: start afresh in a run directory that already holds a run (its metrics,
             checkpoints and TensorBoard events are deleted). Without it, that is an error.
         tensorboard: also write TensorBoard events when the package is installed.
+
+    Construction seeds python, numpy and torch with ``cfg.seed + rank`` (the stream used by dropout
+    and random masking; build and initialise the model before). ``fit`` leaves the model holding
+    the best weights.
     """
 
     def __init__(
