@@ -55,49 +55,54 @@ def grads_of(fn, inp, use, softplus, **kw):
 
 LAYOUTS = ["time_invariant", "shared", "grouped"]
 OPTIONALS = [(), ("D",), ("z",), ("delta_bias",), ("D", "z", "delta_bias")]
+METHODS = ["segsum", "loop"]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("use", OPTIONALS)
 @pytest.mark.parametrize("softplus", [False, True])
-def test_chunked_matches_ref_values_and_grads(layout, use, softplus):
+@pytest.mark.parametrize("method", METHODS)
+def test_chunked_matches_ref_values_and_grads(layout, use, softplus, method):
     inp = make_inputs(l=13, layout=layout)
     y_ref, s_ref = run(selective_scan_ref, inp, use, softplus, last=True)
-    y, s = run(selective_scan_chunked, inp, use, softplus, last=True, chunk_size=4)
+    y, s = run(selective_scan_chunked, inp, use, softplus, last=True, chunk_size=4, chunk_method=method)
     assert y.dtype == torch.float64 and y.shape == inp["u"].shape and s.shape == (2, 4, 3)
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(s, s_ref, rtol=1e-10, atol=1e-10)
     names, g_ref = grads_of(selective_scan_ref, inp, use, softplus)
-    _, g = grads_of(selective_scan_chunked, inp, use, softplus, chunk_size=4)
+    _, g = grads_of(selective_scan_chunked, inp, use, softplus, chunk_size=4, chunk_method=method)
     for name, a, b in zip(names, g, g_ref):
         assert torch.isfinite(a).all(), name
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10, msg=f"gradient w.r.t. {name}")
 
 
 @pytest.mark.parametrize("length,chunk", [(1, 4), (2, 4), (4, 4), (16, 4), (17, 4), (31, 8), (50, 7), (9, 32)])
-def test_lengths_and_chunk_sizes(length, chunk):
+@pytest.mark.parametrize("method", METHODS)
+def test_lengths_and_chunk_sizes(length, chunk, method):
     inp = make_inputs(l=length, layout="shared", seed=length)
     use = ("D", "z", "delta_bias")
     y_ref, s_ref = run(selective_scan_ref, inp, use, last=True)
-    y, s = run(selective_scan_chunked, inp, use, last=True, chunk_size=chunk)
+    y, s = run(selective_scan_chunked, inp, use, last=True, chunk_size=chunk, chunk_method=method)
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(s, s_ref, rtol=1e-10, atol=1e-10)
     names, g_ref = grads_of(selective_scan_ref, inp, use, True)
-    _, g = grads_of(selective_scan_chunked, inp, use, True, chunk_size=chunk)
+    _, g = grads_of(selective_scan_chunked, inp, use, True, chunk_size=chunk, chunk_method=method)
     for name, a, b in zip(names, g, g_ref):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10, msg=f"gradient w.r.t. {name}")
 
 
-def test_multi_level_recursion_matches_ref():
-    # 70 steps with chunks of 2 need three levels of chunk-state recursion.
+@pytest.mark.parametrize("method", METHODS)
+def test_multi_level_recursion_matches_ref(method):
+    # 70 steps with chunks of 2 need six levels of chunk-state recursion.
     inp = make_inputs(b=1, d=2, n=2, l=70, layout="shared", seed=5)
     y_ref = run(selective_scan_ref, inp, ("D",))
-    y = run(selective_scan_chunked, inp, ("D",), chunk_size=2)
+    y = run(selective_scan_chunked, inp, ("D",), chunk_size=2, chunk_method=method)
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_stiff_decay_stays_finite_and_accurate(dtype):
+@pytest.mark.parametrize("method", METHODS)
+def test_stiff_decay_stays_finite_and_accurate(dtype, method):
     # delta * A ~ -50 per step: exp of a cumulative sum over a chunk would underflow to 0 and its
     # inverse overflow; masked segment sums keep every exponent <= 0.
     inp = make_inputs(l=70, layout="shared", seed=1)
@@ -106,7 +111,7 @@ def test_stiff_decay_stays_finite_and_accurate(dtype):
     leaves = [inp["u"], delta, A, inp["B"], inp["C"]]
     y_ref, s_ref = selective_scan_ref(*leaves, return_last_state=True)
     cast = [t.to(dtype).requires_grad_() for t in leaves]
-    y, s = selective_scan_chunked(*cast, return_last_state=True, chunk_size=32)
+    y, s = selective_scan_chunked(*cast, return_last_state=True, chunk_size=32, chunk_method=method)
     assert y.dtype == dtype and torch.isfinite(y).all() and torch.isfinite(s).all()
     tol = 1e-10 if dtype == torch.float64 else 1e-4
     torch.testing.assert_close(y.double(), y_ref, rtol=tol, atol=tol)
@@ -115,7 +120,8 @@ def test_stiff_decay_stays_finite_and_accurate(dtype):
     assert all(torch.isfinite(g).all() for g in grads)
 
 
-def test_stiff_decay_gradients_match_ref():
+@pytest.mark.parametrize("method", METHODS)
+def test_stiff_decay_gradients_match_ref(method):
     inp = make_inputs(l=20, layout="shared", seed=2)
     A = torch.full_like(inp["A"], -50.0)
     base = [inp["u"], inp["delta"].abs() + 0.5, A, inp["B"], inp["C"]]
@@ -125,22 +131,23 @@ def test_stiff_decay_gradients_match_ref():
         y, s = fn(*leaves, return_last_state=True, **kw)
         return torch.autograd.grad((y * inp["z"]).sum() + s.sum(), leaves)
 
-    for a, b in zip(grads(selective_scan_chunked, chunk_size=8), grads(selective_scan_ref)):
+    for a, b in zip(grads(selective_scan_chunked, chunk_size=8, chunk_method=method), grads(selective_scan_ref)):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
-def test_tiny_decay_matches_ref():
+@pytest.mark.parametrize("method", METHODS)
+def test_tiny_decay_matches_ref(method):
     # delta * A ~ -1e-6: almost no decay, the state accumulates every input.
     inp = make_inputs(l=70, layout="grouped", seed=3)
     delta = torch.full_like(inp["u"], 1e-3)
     A = torch.full_like(inp["A"], -1e-3)
     leaves = [inp["u"], delta, A, inp["B"], inp["C"]]
     y_ref, s_ref = selective_scan_ref(*leaves, return_last_state=True)
-    y, s = selective_scan_chunked(*leaves, return_last_state=True, chunk_size=16)
+    y, s = selective_scan_chunked(*leaves, return_last_state=True, chunk_size=16, chunk_method=method)
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(s, s_ref, rtol=1e-10, atol=1e-12)
-    y32 = selective_scan_chunked(*[t.float() for t in leaves], chunk_size=16)
+    y32 = selective_scan_chunked(*[t.float() for t in leaves], chunk_size=16, chunk_method=method)
     torch.testing.assert_close(y32.double(), y_ref, rtol=1e-4, atol=1e-6)
 
 
@@ -159,7 +166,8 @@ def test_continuing_from_last_state_equals_one_scan(fn):
     torch.testing.assert_close(state, last_full, rtol=1e-10, atol=1e-10)
 
 
-def test_initial_state_gradient_matches_ref():
+@pytest.mark.parametrize("method", METHODS)
+def test_initial_state_gradient_matches_ref(method):
     inp = make_inputs(l=11, layout="time_invariant", seed=6)
     h0 = torch.randn(2, 4, 3, **F64)
 
@@ -168,7 +176,7 @@ def test_initial_state_gradient_matches_ref():
         y = fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], delta_softplus=True, initial_state=s, **kw)
         return torch.autograd.grad((y * inp["z"]).sum(), s)[0]
 
-    torch.testing.assert_close(grad(selective_scan_chunked, chunk_size=4), grad(selective_scan_ref), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grad(selective_scan_chunked, chunk_size=4, chunk_method=method), grad(selective_scan_ref), rtol=1e-10, atol=1e-12)
 
 
 def test_float32_inputs_give_float32_output_close_to_float64():
@@ -221,7 +229,8 @@ def test_chunked_path_keeps_no_per_time_step_graph():
     assert count_nodes(8) == count_nodes(64)
 
 
-def test_linear_scan_matches_loop_and_validates():
+@pytest.mark.parametrize("method", METHODS)
+def test_linear_scan_matches_loop_and_validates(method):
     g = torch.Generator().manual_seed(0)
     a = -torch.rand(3, 2, 19, generator=g, **F64)
     x = torch.randn(3, 2, 19, generator=g, **F64)
@@ -230,7 +239,10 @@ def test_linear_scan_matches_loop_and_validates():
     for t in range(19):
         h = torch.exp(a[..., t]) * h + x[..., t]
         states.append(h)
-    torch.testing.assert_close(linear_scan(a, x, h0, chunk_size=4), torch.stack(states, -1), rtol=1e-12, atol=1e-12)
+    got = linear_scan(a, x, h0, chunk_size=4, method=method)
+    torch.testing.assert_close(got, torch.stack(states, -1), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="unknown method"):
+        linear_scan(a, x, method="parallel")
     with pytest.raises(ValueError, match="chunk_size"):
         linear_scan(a, x, chunk_size=1)
     with pytest.raises(ValueError, match="differ in shape"):

@@ -40,9 +40,18 @@ from longrange import _optional
 
 IMPLS = ("auto", "chunked", "ref", "cuda")
 
-#: Chunk length of the chunked scan. Chosen by timing forward+backward on CPU (see the module
-#: ``benchmarks/bench_scan.py`` if present); any value >= 2 is correct.
-DEFAULT_CHUNK_SIZE = 32
+#: How the chunked scan computes the states inside a chunk:
+#: ``"segsum"``: in parallel, from (chunk x chunk) matrices of masked segment sums of log-decays;
+#: ``"loop"``: stepping through the chunk's positions, all chunks at once.
+#: Both are exact; they differ in speed only. On CPU the (chunk x chunk) matrices cost more than the
+#: few Python steps (forward+backward about 1.8x slower at the best chunk size of each), so CPU
+#: tensors use ``"loop"`` by default and other devices ``"segsum"``.
+CHUNK_METHODS = ("segsum", "loop")
+
+#: Default chunk length per method. "loop": timed on CPU, flat between 8 and 32 for lengths
+#: 256-4096; "segsum": its work grows with the chunk length (about 3x from 4 to 32 on CPU), 32 is
+#: a middle value for parallel hardware. Any value >= 2 is correct.
+DEFAULT_CHUNK_SIZE = {"loop": 16, "segsum": 32}
 
 #: Upper bound on the number of elements of the (chunk x chunk) decay matrices materialised at once;
 #: chunks are processed in blocks below this size so memory stays bounded for long inputs.
@@ -191,27 +200,59 @@ def selective_scan_ref(
 # --------------------------------------------------------------------------------------------
 
 
-def _scan_states(log_decay: Tensor, inputs: Tensor, h0: Tensor | None, chunk_size: int) -> Tensor:
+def _chunk_states_segsum(cum: Tensor, x: Tensor) -> Tensor:
+    """States inside each chunk from a zero start, by masked segment sums: (..., nc, T) -> same.
+
+    ``state_t = sum_{s<=t} exp(cum_t - cum_s) * x_s``; the differences above the diagonal are set
+    to -inf before the exponential, so every exponent is a true (non-positive for decaying
+    recurrences) partial sum and nothing overflows however negative the log-decays are.
+    """
+    T = x.shape[-1]
+    upper = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+    local = torch.empty_like(x)
+    # Blocks of chunks keep the (T, T) decay matrices within the memory budget.
+    block = max(1, _MAX_BLOCK_ELEMENTS // max(1, x[..., 0, 0].numel() * T * T))
+    nc = x.shape[-2]
+    for c0 in range(0, nc, block):
+        c1 = min(nc, c0 + block)
+        cb = cum[..., c0:c1, :]
+        seg = (cb[..., :, None] - cb[..., None, :]).masked_fill_(upper, -math.inf)
+        local[..., c0:c1, :] = (seg.exp_() @ x[..., c0:c1, :, None]).squeeze(-1)
+    return local
+
+
+def _chunk_states_loop(a: Tensor, x: Tensor) -> Tensor:
+    """States inside each chunk from a zero start, stepping through the T positions of all chunks
+    at once: (..., nc, T) -> same. Multiplies decay factors only, so nothing overflows."""
+    decay = a.exp()
+    local = torch.empty_like(x)
+    h = x[..., 0]
+    local[..., 0] = h
+    for t in range(1, x.shape[-1]):
+        h = torch.addcmul(x[..., t], decay[..., t], h)
+        local[..., t] = h
+    return local
+
+
+def _scan_states(log_decay: Tensor, inputs: Tensor, h0: Tensor | None, chunk_size: int, method: str) -> Tensor:
     """All states of ``h_t = exp(log_decay_t) * h_{t-1} + inputs_t`` (h_{-1} = h0), without autograd.
 
     ``log_decay`` and ``inputs``: (..., L); ``h0``: (...) or None (zero). Returns (..., L).
 
-    The length is split into chunks of ``chunk_size``. Inside a chunk, the state at t is
-    ``sum_{s<=t} exp(seg[t, s]) * inputs_s`` plus the decayed chunk-initial state, where
-    ``seg[t, s] = sum_{s<r<=t} log_decay_r`` is computed from the chunk-local cumulative sum and
-    masked to -inf above the diagonal before the exponential, so nothing overflows for very
-    negative decays and the exponent never exceeds the true decay. The chunk-initial states
-    follow the same recurrence one level up (decay = the chunk's total log-decay, input = the
-    chunk's final state from a zero start), solved by recursion.
+    The length is split into chunks of ``chunk_size``; the states inside every chunk from a zero
+    start are computed for all chunks at once (``method``: ``"segsum"`` or ``"loop"``). The
+    chunk-initial states follow the same recurrence one level up (log-decay = the chunk's total
+    log-decay, input = the chunk's final state from a zero start), solved by recursion, and are
+    added back decayed by ``exp(cumsum)`` of the chunk-local log-decays (never positive for a
+    decaying recurrence, so this cannot overflow either).
     """
     L = log_decay.shape[-1]
-    T = chunk_size
     if L <= 1:
         out = inputs.clone()
         if h0 is not None and L == 1:
             out = out + torch.exp(log_decay) * h0[..., None]
         return out
-    T = min(T, L)
+    T = min(chunk_size, L)
     pad = (-L) % T
     if pad:  # zero log-decay and zero input after the end: the padded states are discarded
         log_decay = F.pad(log_decay, (0, pad))
@@ -219,19 +260,10 @@ def _scan_states(log_decay: Tensor, inputs: Tensor, h0: Tensor | None, chunk_siz
     nc = (L + pad) // T
     a = log_decay.unflatten(-1, (nc, T))
     x = inputs.unflatten(-1, (nc, T))
-    cum = a.cumsum(-1)  # (..., nc, T), decay from the chunk start to t, inclusive
-    upper = torch.ones(T, T, dtype=torch.bool, device=a.device).triu(1)
-    local = torch.empty_like(x)
-    # Process chunks in blocks so that the (T, T) decay matrices stay within the memory budget.
-    per_chunk = max(1, x[..., 0, 0].numel() * T * T)
-    block = max(1, _MAX_BLOCK_ELEMENTS // per_chunk)
-    for c0 in range(0, nc, block):
-        c1 = min(nc, c0 + block)
-        cb = cum[..., c0:c1, :]
-        seg = (cb[..., :, None] - cb[..., None, :]).masked_fill_(upper, -math.inf)
-        local[..., c0:c1, :] = (seg.exp_() @ x[..., c0:c1, :, None]).squeeze(-1)
+    cum = a.cumsum(-1)  # (..., nc, T): log-decay from the chunk start to t, inclusive
+    local = _chunk_states_segsum(cum, x) if method == "segsum" else _chunk_states_loop(a, x)
     if nc > 1:
-        ends = _scan_states(cum[..., -1], local[..., -1], h0, T)  # state at each chunk end
+        ends = _scan_states(cum[..., -1], local[..., -1], h0, chunk_size, method)  # state at each chunk end
         starts = torch.cat([(torch.zeros_like(ends[..., :1]) if h0 is None else h0[..., None]), ends[..., :-1]], -1)
         local = local + cum.exp() * starts[..., None]
     elif h0 is not None:
@@ -243,10 +275,11 @@ class _LinearScan(torch.autograd.Function):
     """h = scan(log_decay, inputs, h0) with a backward that is the same scan run in reverse."""
 
     @staticmethod
-    def forward(ctx, log_decay: Tensor, inputs: Tensor, h0: Tensor | None, chunk_size: int) -> Tensor:
+    def forward(ctx, log_decay: Tensor, inputs: Tensor, h0: Tensor | None, chunk_size: int, method: str) -> Tensor:
         with torch.no_grad():
-            h = _scan_states(log_decay, inputs, h0, chunk_size)
+            h = _scan_states(log_decay, inputs, h0, chunk_size, method)
         ctx.chunk_size = chunk_size
+        ctx.method = method
         ctx.has_h0 = h0 is not None
         ctx.save_for_backward(log_decay, h, h0 if h0 is not None else h)
         return h
@@ -258,29 +291,40 @@ class _LinearScan(torch.autograd.Function):
             h0 = None
         # Adjoint: g_t = grad_h_t + exp(log_decay_{t+1}) g_{t+1}, a forward scan on reversed time.
         next_decay = F.pad(log_decay[..., 1:], (0, 1))
-        g = linear_scan(next_decay.flip(-1), grad_h.flip(-1), None, ctx.chunk_size).flip(-1)
+        g = linear_scan(next_decay.flip(-1), grad_h.flip(-1), None, ctx.chunk_size, ctx.method).flip(-1)
         h_prev = torch.cat([(torch.zeros_like(h[..., :1]) if h0 is None else h0[..., None]), h[..., :-1]], -1)
         decay = torch.exp(log_decay)
         grad_log_decay = g * decay * h_prev
         grad_h0 = decay[..., 0] * g[..., 0] if h0 is not None and ctx.needs_input_grad[2] else None
-        return grad_log_decay, g, grad_h0, None
+        return grad_log_decay, g, grad_h0, None, None
 
 
-def linear_scan(log_decay: Tensor, inputs: Tensor, h0: Tensor | None = None, chunk_size: int | None = None) -> Tensor:
+def linear_scan(
+    log_decay: Tensor,
+    inputs: Tensor,
+    h0: Tensor | None = None,
+    chunk_size: int | None = None,
+    method: str | None = None,
+) -> Tensor:
     """All states of the diagonal linear recurrence ``h_t = exp(log_decay_t) * h_{t-1} + inputs_t``.
 
     ``log_decay``, ``inputs``: (..., L) (same shape); ``h0``: (...) or None for a zero initial
     state. Returns the states (..., L). Differentiable in all three tensors; memory is a few
-    copies of (..., L) plus one block of (chunk x chunk) matrices at a time.
+    copies of (..., L) (plus, for ``method="segsum"``, one block of (chunk x chunk) matrices at a
+    time). ``method``: one of :data:`CHUNK_METHODS`, None for the device's default.
     """
-    T = DEFAULT_CHUNK_SIZE if chunk_size is None else int(chunk_size)
+    if method is None:
+        method = "loop" if inputs.device.type == "cpu" else "segsum"
+    if method not in CHUNK_METHODS:
+        raise ValueError(f"linear_scan: unknown method {method!r}; expected one of {CHUNK_METHODS}")
+    T = DEFAULT_CHUNK_SIZE[method] if chunk_size is None else int(chunk_size)
     if T < 2:
         raise ValueError(f"linear_scan: chunk_size must be >= 2, got {chunk_size}")
     if log_decay.shape != inputs.shape:
         raise ValueError(f"linear_scan: log_decay {_shape(log_decay)} and inputs {_shape(inputs)} differ in shape")
     if h0 is not None and h0.shape != inputs.shape[:-1]:
         raise ValueError(f"linear_scan: h0 must have shape {_shape(inputs)[:-1]}, got {_shape(h0)}")
-    return _LinearScan.apply(log_decay, inputs, h0, T)
+    return _LinearScan.apply(log_decay, inputs, h0, T, method)
 
 
 def selective_scan_chunked(
@@ -296,8 +340,10 @@ def selective_scan_chunked(
     return_last_state: bool = False,
     initial_state: Tensor | None = None,
     chunk_size: int | None = None,
+    chunk_method: str | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """The selective scan as a chunked parallel scan in PyTorch. See the module docstring."""
+    """The selective scan as a chunked parallel scan in PyTorch (see the module docstring and
+    :func:`linear_scan` for ``chunk_size`` and ``chunk_method``)."""
     _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     dtype = _compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
     b, d, l = u.shape
@@ -306,7 +352,7 @@ def selective_scan_chunked(
     log_decay = dt[:, :, None, :] * A.to(dtype)[None, :, :, None]  # (b, d, n, l)
     inputs = (dt * uc)[:, :, None, :] * _per_channel(B.to(dtype), d)
     h0 = None if initial_state is None else initial_state.to(dtype)
-    h = linear_scan(log_decay, inputs.expand_as(log_decay), h0, chunk_size)
+    h = linear_scan(log_decay, inputs.expand_as(log_decay), h0, chunk_size, chunk_method)
     Cc = C.to(dtype)
     if Cc.dim() == 2:
         y = torch.einsum("bdnl,dn->bdl", h, Cc)
@@ -342,13 +388,15 @@ def selective_scan(
     initial_state: Tensor | None = None,
     impl: str | None = None,
     chunk_size: int | None = None,
+    chunk_method: str | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The selective scan, a drop-in for ``mamba_ssm``'s ``selective_scan_fn`` (see the module docstring).
 
     Extra keyword arguments: ``initial_state`` (b, d, n) starts the recurrence from a given state
     (so a long sequence can be scanned piece by piece, passing the returned last state on);
     ``impl`` in ``("auto", "chunked", "ref", "cuda")`` (None: the module default, see
-    :func:`set_default_impl`); ``chunk_size`` for the chunked implementation.
+    :func:`set_default_impl`); ``chunk_size`` and ``chunk_method`` for the chunked implementation
+    (see :func:`linear_scan`).
     """
     impl = _default_impl if impl is None else impl
     _check_impl(impl)
@@ -366,5 +414,5 @@ def selective_scan(
             u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
         )
     return selective_scan_chunked(
-        u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state, chunk_size
+        u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state, chunk_size, chunk_method
     )
