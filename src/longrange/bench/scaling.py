@@ -158,7 +158,7 @@ def run_scaling(
     lengths: list[int] | None = None,
     settings: ScalingSettings | None = None,
     *,
-    time_budget_s: float = 5.0,
+    time_budget_s: float = 10.0,
     memory_budget_mb: float = 4096.0,
     isolate: bool = True,
     progress: Callable[[str], None] | None = None,
