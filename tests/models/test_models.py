@@ -10,7 +10,15 @@ from longrange.errors import ConfigError
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model, parameter_report
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def float64_default():
+    """These tests compare modes at float64 precision; the default dtype is restored afterwards."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def small(**kw) -> ModelConfig:
@@ -68,10 +76,7 @@ TABLE3 = {
 def test_table3_parameter_counts_within_two_percent(name):
     kw, expected = TABLE3[name]
     torch.set_default_dtype(torch.float32)
-    try:
-        model = build_model(ModelConfig(n_layers=6, **kw), input_kind="numeric", d_input=3, head="classify", n_out=10)
-    finally:
-        torch.set_default_dtype(torch.float64)
+    model = build_model(ModelConfig(n_layers=6, **kw), input_kind="numeric", d_input=3, head="classify", n_out=10)
     report = parameter_report(model)
     assert abs(report["total"] - expected) / expected < 0.02, (name, report)
     assert 0 < report["in_primitives"] < report["total"]
