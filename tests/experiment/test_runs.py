@@ -36,10 +36,16 @@ def tiny(data_dir, **model) -> dict:
 
 
 def test_pretrain_then_finetune_transfers_encoder_and_backbone(listops_dir, tmp_path):
-    exp = experiment_from_dict(tiny(listops_dir))
+    config = tiny(listops_dir, dropout=0.1)
+    config["pretrain_model"] = {"dropout": 0.0}
+    config["pretrain_task"] = {"options": {"truncate": True}}
+    exp = experiment_from_dict(config)
     pre = run_stage(exp, "pretrain", tmp_path / "pre", objective="masked")
     assert pre["stage"] == "pretrain" and pre["metric"] == "loss" and pre["test"] is None
     pretrained = load_model(tmp_path / "pre")
+    # Stage-specific model and task settings are used for pretraining only.
+    assert yaml_of(tmp_path / "pre")["model"]["dropout"] == 0.0
+    assert yaml_of(tmp_path / "pre")["task"]["options"] == {"seq_len": 64, "truncate": True}
     fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
     assert fine["regime"] == "masked-spt" and fine["test"]["accuracy"] >= 0
     record = json.loads(json.dumps(__import__("yaml").safe_load((tmp_path / "fine" / "config.yaml").read_text())))
@@ -49,6 +55,8 @@ def test_pretrain_then_finetune_transfers_encoder_and_backbone(listops_dir, tmp_
     # The finetuning run started from the pretrained weights: its first logged train loss is a
     # classification loss, and a model rebuilt from its record has the same structure.
     finetuned = load_model(tmp_path / "fine")
+    assert yaml_of(tmp_path / "fine")["model"]["dropout"] == 0.1
+    assert yaml_of(tmp_path / "fine")["task"]["options"] == {"seq_len": 64}
     assert finetuned.encoder.embedding.weight.shape == pretrained.encoder.embedding.weight.shape
 
 

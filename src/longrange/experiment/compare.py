@@ -63,7 +63,7 @@ def compare(
             if obj == "causal":
                 from longrange.experiment.runs import pretraining_model_config
 
-                pretraining_model_config(exp.model, "causal")
+                pretraining_model_config(exp.stage_model("pretrain"), "causal")
         plans.append((exp, objs, list(seeds) if seeds else list(exp.compare.seeds),
                       exp.compare.compute_matched if compute_matched is None else compute_matched))
     for exp, objs, exp_seeds, matched in plans:

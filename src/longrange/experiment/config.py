@@ -9,6 +9,8 @@ An experiment is one model on one task with its training settings, plus how self
     train: {lr: 0.0001, batch_size: 32, epochs: 40, ...}        # TrainConfig fields (scratch and finetuning)
     pretrain: {epochs: 40}                # TrainConfig overrides for the pretraining stage
     finetune: {}                          # TrainConfig overrides for the finetuning stage
+    pretrain_model: {dropout: 0.0}        # ModelConfig overrides for the pretraining stage
+    pretrain_task: {options: {pool: pretrain}}   # TaskConfig overrides for the pretraining stage
     objective: {mask_ratio: 0.1, ...}     # pretraining objective options (ObjectiveConfig)
     compare: {objectives: [causal, masked], seeds: [0, 1, 2], compute_matched: true}
 
@@ -87,8 +89,21 @@ class ExperimentConfig:
     train: dict[str, Any] = field(default_factory=dict)
     pretrain: dict[str, Any] = field(default_factory=dict)
     finetune: dict[str, Any] = field(default_factory=dict)
+    #: ModelConfig fields that differ during pretraining (e.g. dropout 0); the backbone's shape must not.
+    pretrain_model: dict[str, Any] = field(default_factory=dict)
+    #: TaskConfig fields that differ during pretraining (e.g. a separate pretraining pool of data).
+    pretrain_task: dict[str, Any] = field(default_factory=dict)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+
+    def stage_model(self, stage: str) -> ModelConfig:
+        return self.model.replace(**self.pretrain_model) if stage == "pretrain" and self.pretrain_model else self.model
+
+    def stage_task(self, stage: str) -> TaskConfig:
+        if stage != "pretrain" or not self.pretrain_task:
+            return self.task
+        merged = deep_merge(dataclasses.asdict(self.task), self.pretrain_task)
+        return _dataclass_from(TaskConfig, merged, "pretrain_task")
 
     def train_config(self, stage: str, **changes: Any) -> TrainConfig:
         """The TrainConfig of a stage: ``train`` updated by the stage's overrides and ``changes``."""
@@ -108,6 +123,8 @@ class ExperimentConfig:
     def validate(self) -> None:
         for stage in ("train", "pretrain", "finetune"):
             self.train_config(stage)
+        self.stage_model("pretrain")
+        self.stage_task("pretrain")
         unknown = [o for o in self.compare.objectives if o not in SPT_OBJECTIVES]
         if unknown:
             raise ConfigError(f"compare.objectives {unknown} are not SPT objectives; expected {', '.join(SPT_OBJECTIVES)}")
@@ -146,10 +163,10 @@ def experiment_from_dict(data: Mapping[str, Any]) -> ExperimentConfig:
     if not isinstance(model, Mapping):
         raise ConfigError(f"model must be a mapping, got {model!r}")
     kwargs["model"] = ModelConfig.from_dict(dict(model))
-    for name in ("train", "pretrain", "finetune"):
+    for name in ("train", "pretrain", "finetune", "pretrain_model", "pretrain_task"):
         section = data.get(name) or {}
         if not isinstance(section, Mapping):
-            raise ConfigError(f"{name} must be a mapping of TrainConfig fields, got {section!r}")
+            raise ConfigError(f"{name} must be a mapping, got {section!r}")
         kwargs[name] = dict(section)
     exp = ExperimentConfig(**kwargs)
     if not exp.label:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from longrange.errors import CheckpointError, ConfigError
-from longrange.experiment.config import ExperimentConfig, ObjectiveConfig
+from longrange.experiment.config import ExperimentConfig, ObjectiveConfig, TaskConfig
 from longrange.models.config import ModelConfig
 from longrange.models.model import SequenceModel, build_model, parameter_report
 from longrange.models.morph import morph_f1, morph_f1r1
@@ -27,11 +27,11 @@ SUMMARY = "summary.json"
 _DATA_CACHE: dict[str, Any] = {}
 
 
-def load_data(exp: ExperimentConfig):
+def load_data(task: TaskConfig):
     """The task's data, loaded once per process for the same task settings."""
     from longrange.data.tasks import load_task
 
-    t = exp.task
+    t = task
     key = json.dumps([t.name, t.options, t.data_dir, t.train_subset, t.skip_bad, t.seed], sort_keys=True, default=str)
     if key not in _DATA_CACHE:
         _DATA_CACHE[key] = load_task(
@@ -223,9 +223,12 @@ def run_stage(
     if stage != "pretrain" and kind != "supervised":
         raise ConfigError(f"stage {stage} trains on the task's labels; objective {kind!r} is for pretraining")
 
-    data = load_data(exp)
+    task_cfg = exp.stage_task(stage)
+    data = load_data(task_cfg)
     spec = data.spec
-    model_cfg = pretraining_model_config(exp.model, kind) if stage == "pretrain" else exp.model
+    model_cfg = exp.stage_model(stage)
+    if stage == "pretrain":
+        model_cfg = pretraining_model_config(model_cfg, kind)
     objective_fn, token_head = make_objective(kind, data, exp.objective, reverse=reverse)
     if token_head is None:
         head_kind, n_out = supervised_head(spec)
@@ -273,8 +276,8 @@ def run_stage(
         "regime": regime,
         "stage": stage,
         "seed": seed,
-        "task": {"name": exp.task.name, "options": exp.task.options, "data_dir": exp.task.data_dir,
-                 "train_subset": exp.task.train_subset, "seed": exp.task.seed},
+        "task": {"name": task_cfg.name, "options": task_cfg.options, "data_dir": task_cfg.data_dir,
+                 "train_subset": task_cfg.train_subset, "seed": task_cfg.seed},
         "model": model_cfg.to_dict(),
         "head": head,
         "objective": {"kind": kind, "reverse": reverse, **vars(exp.objective)},

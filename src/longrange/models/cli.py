@@ -38,7 +38,7 @@ def _params(args: argparse.Namespace) -> int:
         from longrange.models import build_model, parameter_report
 
         exp = resolve(name)
-        data = load_data(exp)  # the vocabulary size of token tasks comes from the data
+        data = load_data(exp.task)  # the vocabulary size of token tasks comes from the data
         head, n_out = supervised_head(data.spec)
         model = build_model(exp.model, input_kind=data.spec.input_kind, head=head, n_out=n_out,
                             vocab_size=data.vocab_size, d_input=data.spec.d_input)
