@@ -100,6 +100,17 @@ def test_multi_level_recursion_matches_ref(method):
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
 
 
+def test_segsum_blocks_of_chunks_match_one_block(monkeypatch):
+    # A tiny memory budget forces one chunk per block of (chunk x chunk) matrices.
+    inp = make_inputs(l=29, layout="grouped", seed=8)
+    use = ("D", "z", "delta_bias")
+    whole = run(selective_scan_chunked, inp, use, chunk_size=4, chunk_method="segsum")
+    monkeypatch.setattr(scan_mod, "_MAX_BLOCK_ELEMENTS", 1)
+    blocked = run(selective_scan_chunked, inp, use, chunk_size=4, chunk_method="segsum")
+    torch.testing.assert_close(blocked, whole, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(blocked, run(selective_scan_ref, inp, use), rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("method", METHODS)
 def test_stiff_decay_stays_finite_and_accurate(dtype, method):
@@ -232,21 +243,21 @@ def test_chunked_path_keeps_no_per_time_step_graph():
 @pytest.mark.parametrize("method", METHODS)
 def test_linear_scan_matches_loop_and_validates(method):
     g = torch.Generator().manual_seed(0)
-    a = -torch.rand(3, 2, 19, generator=g, **F64)
-    x = torch.randn(3, 2, 19, generator=g, **F64)
+    a = -torch.rand(19, 3, 2, generator=g, **F64)  # time-major
+    x = torch.randn(19, 3, 2, generator=g, **F64)
     h0 = torch.randn(3, 2, generator=g, **F64)
     h, states = h0, []
     for t in range(19):
-        h = torch.exp(a[..., t]) * h + x[..., t]
+        h = torch.exp(a[t]) * h + x[t]
         states.append(h)
     got = linear_scan(a, x, h0, chunk_size=4, method=method)
-    torch.testing.assert_close(got, torch.stack(states, -1), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got, torch.stack(states), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="unknown method"):
         linear_scan(a, x, method="parallel")
     with pytest.raises(ValueError, match="chunk_size"):
         linear_scan(a, x, chunk_size=1)
     with pytest.raises(ValueError, match="differ in shape"):
-        linear_scan(a, x[..., :5])
+        linear_scan(a, x[:5])
     with pytest.raises(ValueError, match="h0"):
         linear_scan(a, x, h0[:1])
 

@@ -21,6 +21,8 @@ Implementations (``impl``):
 - ``"ref"``: :func:`selective_scan_ref`, a plain loop over time; slow and obviously correct.
 - ``"chunked"``: a chunked parallel scan in PyTorch (see :func:`linear_scan`), with a hand-written
   backward that runs the same scan in reverse, so autograd never stores per-chunk temporaries.
+  Memory: a few tensors of (l, b, d, n) (the states, the log-decays, the gradients), plus for the
+  "segsum" method one bounded block of (chunk x chunk) matrices at a time; never (l x l).
 - ``"cuda"``: the ``mamba_ssm`` kernel (CUDA tensors, no ``initial_state``).
 - ``"auto"`` (default): ``"cuda"`` when usable, else ``"chunked"``.
 
@@ -43,18 +45,18 @@ IMPLS = ("auto", "chunked", "ref", "cuda")
 #: How the chunked scan computes the states inside a chunk:
 #: ``"segsum"``: in parallel, from (chunk x chunk) matrices of masked segment sums of log-decays;
 #: ``"loop"``: stepping through the chunk's positions, all chunks at once.
-#: Both are exact; they differ in speed only. On CPU the (chunk x chunk) matrices cost more than the
-#: few Python steps (forward+backward about 1.8x slower at the best chunk size of each), so CPU
-#: tensors use ``"loop"`` by default and other devices ``"segsum"``.
+#: Both are exact; they differ in speed only. On CPU the (chunk x chunk) work dominates: forward +
+#: backward of "segsum" took 2.4x (chunk 4) to 14x (chunk 32) the time of "loop" (batch 8, width 232,
+#: state 16, length 1024, one thread), so CPU tensors use "loop" and other devices "segsum".
 CHUNK_METHODS = ("segsum", "loop")
 
-#: Default chunk length per method. "loop": timed on CPU, flat between 8 and 32 for lengths
-#: 256-4096; "segsum": its work grows with the chunk length (about 3x from 4 to 32 on CPU), 32 is
-#: a middle value for parallel hardware. Any value >= 2 is correct.
+#: Default chunk length per method. "loop": timed on CPU, flat within 10% for chunks of 8 to 64 at
+#: lengths 1024 and 4096; "segsum": its work grows linearly with the chunk length; 32 is a middle
+#: value for parallel hardware (not timed there). Any value >= 2 is correct.
 DEFAULT_CHUNK_SIZE = {"loop": 16, "segsum": 32}
 
-#: Upper bound on the number of elements of the (chunk x chunk) decay matrices materialised at once;
-#: chunks are processed in blocks below this size so memory stays bounded for long inputs.
+#: Upper bound on the number of elements of the (chunk x chunk) decay matrices materialised at once
+#: by the "segsum" method; chunks are processed in blocks below this size.
 _MAX_BLOCK_ELEMENTS = 1 << 24
 
 _default_impl = "auto"
@@ -200,75 +202,81 @@ def selective_scan_ref(
 # --------------------------------------------------------------------------------------------
 
 
-def _chunk_states_segsum(cum: Tensor, x: Tensor) -> Tensor:
-    """States inside each chunk from a zero start, by masked segment sums: (..., nc, T) -> same.
+def _chunk_states_segsum(a: Tensor, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """States inside each chunk from a zero start, by masked segment sums. See :func:`_chunk_states_loop`.
 
     ``state_t = sum_{s<=t} exp(cum_t - cum_s) * x_s``; the differences above the diagonal are set
-    to -inf before the exponential, so every exponent is a true (non-positive for decaying
-    recurrences) partial sum and nothing overflows however negative the log-decays are.
+    to -inf before the exponential, so every exponent is a true partial sum of log-decays
+    (non-positive for a decaying recurrence) and nothing overflows however negative they are.
     """
-    T = x.shape[-1]
-    upper = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+    cum = a.cumsum(1)  # log-decay from the chunk start to t, inclusive
+    nc, T = x.shape[:2]
+    rest = x.shape[2:]
+    upper = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1).reshape(T, T, *([1] * len(rest)))
     local = torch.empty_like(x)
     # Blocks of chunks keep the (T, T) decay matrices within the memory budget.
-    block = max(1, _MAX_BLOCK_ELEMENTS // max(1, x[..., 0, 0].numel() * T * T))
-    nc = x.shape[-2]
+    block = max(1, _MAX_BLOCK_ELEMENTS // max(1, x[0, 0].numel() * T * T))
     for c0 in range(0, nc, block):
-        c1 = min(nc, c0 + block)
-        cb = cum[..., c0:c1, :]
-        seg = (cb[..., :, None] - cb[..., None, :]).masked_fill_(upper, -math.inf)
-        local[..., c0:c1, :] = (seg.exp_() @ x[..., c0:c1, :, None]).squeeze(-1)
-    return local
+        cb = cum[c0 : c0 + block]
+        seg = (cb[:, :, None] - cb[:, None, :]).masked_fill_(upper, -math.inf)  # (k, t, s, ...)
+        local[c0 : c0 + block] = (seg.exp_() * x[c0 : c0 + block, None]).sum(2)
+    return local, cum[:, -1].clone(), cum.exp_()
 
 
-def _chunk_states_loop(a: Tensor, x: Tensor) -> Tensor:
+def _chunk_states_loop(a: Tensor, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """States inside each chunk from a zero start, stepping through the T positions of all chunks
-    at once: (..., nc, T) -> same. Multiplies decay factors only, so nothing overflows."""
+    at once. Multiplies decay factors only, so nothing overflows.
+
+    ``a``, ``x``: (nc, T, ...) log-decays and inputs. Returns the states (nc, T, ...), each chunk's
+    total log-decay (nc, ...) and the decay from the chunk start to t inclusive (nc, T, ...).
+    """
     decay = a.exp()
     local = torch.empty_like(x)
-    h = x[..., 0]
-    local[..., 0] = h
-    for t in range(1, x.shape[-1]):
-        h = torch.addcmul(x[..., t], decay[..., t], h)
-        local[..., t] = h
-    return local
+    local[:, 0] = x[:, 0]
+    from_start = torch.empty_like(decay)
+    from_start[:, 0] = decay[:, 0]
+    for t in range(1, x.shape[1]):
+        torch.addcmul(x[:, t], decay[:, t], local[:, t - 1], out=local[:, t])
+        torch.mul(from_start[:, t - 1], decay[:, t], out=from_start[:, t])
+    return local, a.sum(1), from_start
 
 
 def _scan_states(log_decay: Tensor, inputs: Tensor, h0: Tensor | None, chunk_size: int, method: str) -> Tensor:
     """All states of ``h_t = exp(log_decay_t) * h_{t-1} + inputs_t`` (h_{-1} = h0), without autograd.
 
-    ``log_decay`` and ``inputs``: (..., L); ``h0``: (...) or None (zero). Returns (..., L).
+    Time-major: ``log_decay`` and ``inputs`` (L, ...); ``h0`` (...) or None (zero). Returns (L, ...).
 
     The length is split into chunks of ``chunk_size``; the states inside every chunk from a zero
     start are computed for all chunks at once (``method``: ``"segsum"`` or ``"loop"``). The
     chunk-initial states follow the same recurrence one level up (log-decay = the chunk's total
     log-decay, input = the chunk's final state from a zero start), solved by recursion, and are
-    added back decayed by ``exp(cumsum)`` of the chunk-local log-decays (never positive for a
-    decaying recurrence, so this cannot overflow either).
+    added back decayed by the product of the chunk-local decays up to t (at most 1 for a decaying
+    recurrence, so this cannot overflow either).
     """
-    L = log_decay.shape[-1]
+    L = log_decay.shape[0]
     if L <= 1:
         out = inputs.clone()
         if h0 is not None and L == 1:
-            out = out + torch.exp(log_decay) * h0[..., None]
+            out = out + torch.exp(log_decay) * h0
         return out
     T = min(chunk_size, L)
     pad = (-L) % T
     if pad:  # zero log-decay and zero input after the end: the padded states are discarded
-        log_decay = F.pad(log_decay, (0, pad))
-        inputs = F.pad(inputs, (0, pad))
+        zeros = log_decay.new_zeros(pad, *log_decay.shape[1:])
+        log_decay = torch.cat([log_decay, zeros])
+        inputs = torch.cat([inputs, zeros.to(inputs.dtype)])
     nc = (L + pad) // T
-    a = log_decay.unflatten(-1, (nc, T))
-    x = inputs.unflatten(-1, (nc, T))
-    cum = a.cumsum(-1)  # (..., nc, T): log-decay from the chunk start to t, inclusive
-    local = _chunk_states_segsum(cum, x) if method == "segsum" else _chunk_states_loop(a, x)
+    a = log_decay.unflatten(0, (nc, T))
+    x = inputs.unflatten(0, (nc, T))
+    chunk_states = _chunk_states_segsum if method == "segsum" else _chunk_states_loop
+    local, total, from_start = chunk_states(a, x)
     if nc > 1:
-        ends = _scan_states(cum[..., -1], local[..., -1], h0, chunk_size, method)  # state at each chunk end
-        starts = torch.cat([(torch.zeros_like(ends[..., :1]) if h0 is None else h0[..., None]), ends[..., :-1]], -1)
-        local = local + cum.exp() * starts[..., None]
+        ends = _scan_states(total, local[:, -1], h0, chunk_size, method)  # state at each chunk end
+        starts = torch.cat([(torch.zeros_like(ends[:1]) if h0 is None else h0[None]), ends[:-1]])
+        local = local.addcmul_(from_start, starts[:, None])
     elif h0 is not None:
-        local = local + cum.exp() * h0[..., None, None]
-    return local.flatten(-2)[..., :L]
+        local = local.addcmul_(from_start, h0)
+    return local.flatten(0, 1)[:L]
 
 
 class _LinearScan(torch.autograd.Function):
@@ -290,12 +298,16 @@ class _LinearScan(torch.autograd.Function):
         if not ctx.has_h0:
             h0 = None
         # Adjoint: g_t = grad_h_t + exp(log_decay_{t+1}) g_{t+1}, a forward scan on reversed time.
-        next_decay = F.pad(log_decay[..., 1:], (0, 1))
-        g = linear_scan(next_decay.flip(-1), grad_h.flip(-1), None, ctx.chunk_size, ctx.method).flip(-1)
-        h_prev = torch.cat([(torch.zeros_like(h[..., :1]) if h0 is None else h0[..., None]), h[..., :-1]], -1)
-        decay = torch.exp(log_decay)
-        grad_log_decay = g * decay * h_prev
-        grad_h0 = decay[..., 0] * g[..., 0] if h0 is not None and ctx.needs_input_grad[2] else None
+        next_decay = torch.cat([log_decay[1:], torch.zeros_like(log_decay[:1])])
+        g = linear_scan(next_decay.flip(0), grad_h.flip(0), None, ctx.chunk_size, ctx.method).flip(0)
+        # d h_t / d log_decay_t = exp(log_decay_t) * h_{t-1}
+        grad_log_decay = torch.exp(log_decay).mul_(g)
+        grad_h0 = grad_log_decay[0].clone() if h0 is not None and ctx.needs_input_grad[2] else None
+        grad_log_decay[1:].mul_(h[:-1])
+        if h0 is None:
+            grad_log_decay[0].zero_()
+        else:
+            grad_log_decay[0].mul_(h0)
         return grad_log_decay, g, grad_h0, None, None
 
 
@@ -308,10 +320,11 @@ def linear_scan(
 ) -> Tensor:
     """All states of the diagonal linear recurrence ``h_t = exp(log_decay_t) * h_{t-1} + inputs_t``.
 
-    ``log_decay``, ``inputs``: (..., L) (same shape); ``h0``: (...) or None for a zero initial
-    state. Returns the states (..., L). Differentiable in all three tensors; memory is a few
-    copies of (..., L) (plus, for ``method="segsum"``, one block of (chunk x chunk) matrices at a
-    time). ``method``: one of :data:`CHUNK_METHODS`, None for the device's default.
+    Time-major (time is the FIRST axis, so that every step touches contiguous memory):
+    ``log_decay``, ``inputs``: (L, ...) (same shape); ``h0``: (...) or None for a zero initial
+    state. Returns the states (L, ...). Differentiable in all three tensors; memory is a few copies
+    of (L, ...) (plus, for ``method="segsum"``, one block of (chunk x chunk) matrices at a time).
+    ``method``: one of :data:`CHUNK_METHODS`, None for the device's default.
     """
     if method is None:
         method = "loop" if inputs.device.type == "cpu" else "segsum"
@@ -320,11 +333,22 @@ def linear_scan(
     T = DEFAULT_CHUNK_SIZE[method] if chunk_size is None else int(chunk_size)
     if T < 2:
         raise ValueError(f"linear_scan: chunk_size must be >= 2, got {chunk_size}")
-    if log_decay.shape != inputs.shape:
+    if log_decay.shape != inputs.shape or log_decay.dim() < 1:
         raise ValueError(f"linear_scan: log_decay {_shape(log_decay)} and inputs {_shape(inputs)} differ in shape")
-    if h0 is not None and h0.shape != inputs.shape[:-1]:
-        raise ValueError(f"linear_scan: h0 must have shape {_shape(inputs)[:-1]}, got {_shape(h0)}")
+    if h0 is not None and h0.shape != inputs.shape[1:]:
+        raise ValueError(f"linear_scan: h0 must have shape {_shape(inputs)[1:]}, got {_shape(h0)}")
     return _LinearScan.apply(log_decay, inputs, h0, T, method)
+
+
+def _time_major(M: Tensor, d: int) -> Tensor:
+    """B or C as a contiguous time-major tensor broadcastable to (l, b, d, n), or (d, n) if time-invariant."""
+    if M.dim() == 2:
+        return M
+    if M.dim() == 3:  # (b, n, l) -> (l, b, 1, n)
+        return M.permute(2, 0, 1).contiguous()[:, :, None, :]
+    b, g, n, l = M.shape  # (b, g, n, l) -> (l, b, g, 1, n) -> channels
+    Mt = M.permute(3, 0, 1, 2).contiguous()[:, :, :, None, :]
+    return Mt.expand(l, b, g, d // g, n).reshape(l, b, d, n)
 
 
 def selective_scan_chunked(
@@ -347,22 +371,30 @@ def selective_scan_chunked(
     _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     dtype = _compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
     b, d, l = u.shape
+    n = A.shape[1]
     uc = u.to(dtype)
     dt = _prepare_delta(delta, delta_bias, delta_softplus, dtype)
-    log_decay = dt[:, :, None, :] * A.to(dtype)[None, :, :, None]  # (b, d, n, l)
-    inputs = (dt * uc)[:, :, None, :] * _per_channel(B.to(dtype), d)
+    # The states are laid out (l, b, d, n): time-major for the scan, state index innermost.
+    dt_t = dt.permute(2, 0, 1).contiguous()  # (l, b, d)
+    log_decay = dt_t[..., None] * A.to(dtype)  # (l, b, d, n)
+    Bt = _time_major(B.to(dtype), d)
+    inputs = (dt_t * uc.permute(2, 0, 1))[..., None] * Bt
     h0 = None if initial_state is None else initial_state.to(dtype)
     h = linear_scan(log_decay, inputs.expand_as(log_decay), h0, chunk_size, chunk_method)
     Cc = C.to(dtype)
     if Cc.dim() == 2:
-        y = torch.einsum("bdnl,dn->bdl", h, Cc)
-    elif Cc.dim() == 3:
-        y = torch.einsum("bdnl,bnl->bdl", h, Cc)
+        y = (h * Cc).sum(-1)  # (l, b, d)
+    elif Cc.dim() == 3:  # batched (d x n) @ (n x 1) over (l, b)
+        y = (h @ Cc.permute(2, 0, 1)[..., None]).squeeze(-1)
     else:
         g = Cc.shape[1]
-        y = torch.einsum("bghnl,bgnl->bghl", h.unflatten(1, (g, d // g)), Cc).flatten(1, 2)
-    out = _finish(y, uc, D, z, u.dtype)
-    return (out, h[..., -1] if l > 0 else (h0 if h0 is not None else uc.new_zeros(b, d, A.shape[1]))) if return_last_state else out
+        Ct = Cc.permute(3, 0, 1, 2)[:, :, :, :, None]  # (l, b, g, n, 1)
+        y = (h.unflatten(2, (g, d // g)) @ Ct).flatten(2)
+    out = _finish(y.permute(1, 2, 0), uc, D, z, u.dtype)
+    if not return_last_state:
+        return out
+    last = h[-1] if l > 0 else (h0 if h0 is not None else uc.new_zeros(b, d, n))
+    return out, last
 
 
 # --------------------------------------------------------------------------------------------
