@@ -340,17 +340,6 @@ def linear_scan(
     return _LinearScan.apply(log_decay, inputs, h0, T, method)
 
 
-def _time_major(M: Tensor, d: int) -> Tensor:
-    """B or C as a contiguous time-major tensor broadcastable to (l, b, d, n), or (d, n) if time-invariant."""
-    if M.dim() == 2:
-        return M
-    if M.dim() == 3:  # (b, n, l) -> (l, b, 1, n)
-        return M.permute(2, 0, 1).contiguous()[:, :, None, :]
-    b, g, n, l = M.shape  # (b, g, n, l) -> (l, b, g, 1, n) -> channels
-    Mt = M.permute(3, 0, 1, 2).contiguous()[:, :, :, None, :]
-    return Mt.expand(l, b, g, d // g, n).reshape(l, b, d, n)
-
-
 def selective_scan_chunked(
     u: Tensor,
     delta: Tensor,
@@ -377,8 +366,16 @@ def selective_scan_chunked(
     # The states are laid out (l, b, d, n): time-major for the scan, state index innermost.
     dt_t = dt.permute(2, 0, 1).contiguous()  # (l, b, d)
     log_decay = dt_t[..., None] * A.to(dtype)  # (l, b, d, n)
-    Bt = _time_major(B.to(dtype), d)
-    inputs = (dt_t * uc.permute(2, 0, 1))[..., None] * Bt
+    xu = dt_t * uc.permute(2, 0, 1)  # (l, b, d)
+    Bc = B.to(dtype)
+    if Bc.dim() == 2:
+        inputs = xu[..., None] * Bc
+    elif Bc.dim() == 3:
+        inputs = xu[..., None] * Bc.permute(2, 0, 1).contiguous()[:, :, None, :]
+    else:  # grouped: channels (g, d // g) times B (l, b, g, 1, n)
+        g = Bc.shape[1]
+        Bt = Bc.permute(3, 0, 1, 2).contiguous()[:, :, :, None, :]
+        inputs = (xu.unflatten(2, (g, d // g))[..., None] * Bt).flatten(2, 3)
     h0 = None if initial_state is None else initial_state.to(dtype)
     h = linear_scan(log_decay, inputs.expand_as(log_decay), h0, chunk_size, chunk_method)
     Cc = C.to(dtype)
