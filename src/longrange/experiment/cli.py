@@ -25,7 +25,10 @@ def _resolve(args: argparse.Namespace):
 
 
 def _print_summary(summary: dict) -> None:
-    print(json.dumps(summary, indent=2))
+    from longrange.train.distributed import is_main_process
+
+    if is_main_process():  # under torchrun every rank returns the same summary
+        print(json.dumps(summary, indent=2))
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -90,7 +90,10 @@ def cleanup(env: DistEnv | None = None) -> None:
 
 
 def is_main_process() -> bool:
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    """Rank 0 of the process group, or of the launch (``RANK``) once the group is gone."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return _env_int("RANK", 0) == 0
 
 
 def world_size() -> int:
