@@ -5,7 +5,6 @@ import gzip
 
 import numpy as np
 import pytest
-import torch
 
 import longrange.data  # noqa: F401  (registers the tasks)
 from longrange.data import get_spec, load_task

@@ -95,7 +95,7 @@ def test_numeric_pretraining_mask_channel_is_stripped_for_finetuning():
 
 def test_causal_pretraining_of_bidirectional_mamba_is_morphed_f1(listops_dir, tmp_path):
     exp = experiment_from_dict(tiny(listops_dir, block="mamba", primitive="s6"))
-    pre = run_stage(exp, "pretrain", tmp_path / "pre", objective="causal")
+    run_stage(exp, "pretrain", tmp_path / "pre", objective="causal")
     assert yaml_of(tmp_path / "pre")["model"]["direction"] == "causal"
     fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
     assert fine["regime"] == "f1-spt"

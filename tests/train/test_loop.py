@@ -1,7 +1,6 @@
 """The training loop on a toy task: learning, early stopping, accumulation, evaluation, run files."""
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +12,7 @@ from longrange.errors import ConfigError
 from longrange.train import Trainer, load_checkpoint, load_weights, train
 from longrange.train.logging import read_metrics
 from longrange.train.sampler import ShardedBatchSampler, epoch_permutation, eval_shards
-from toy import ToyDataset, ToyObjective, toy_setup
+from toy import ToyObjective, toy_setup
 
 FAST = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "log_every": 2}
 

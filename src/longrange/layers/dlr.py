@@ -33,8 +33,8 @@ import math
 import torch
 from torch import Tensor
 
-from longrange.layers.base import SequencePrimitive, apply_mask
 from longrange.layers.s4d import (
+    ConvolutionalSSM,
     as_complex,
     check_choice,
     check_positive_int,
@@ -47,13 +47,12 @@ from longrange.layers.s4d import (
     skip_parameter,
     ssm_parameter,
 )
-from longrange.ops.fftconv import fft_conv
 from longrange.ops.ssm_kernels import vandermonde_kernel
 
 DLR_INITS = ("structured", "random")
 
 
-class DLR(SequencePrimitive):
+class DLR(ConvolutionalSSM):
     """Diagonal linear RNN layer (see the module doc for the recurrence and the inits).
 
     Args:
@@ -113,14 +112,6 @@ class DLR(SequencePrimitive):
         """(channels, H, L) real kernel ``Re Σ_m C Λ^l``."""
         check_positive_int("L", L)
         return vandermonde_kernel(self.log_lambda(), as_complex(self.C), L)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """x (batch, length, d_model) -> same shape; ``mask`` (batch, length), True at real positions."""
-        self._check_input(x)
-        u = apply_mask(x, mask).transpose(1, 2)
-        K = self.kernel(x.shape[1])
-        y = fft_conv(u, K if self.bidirectional else K[0], self.D)
-        return y.transpose(1, 2)
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
         """Zero state (batch, d_model, d_state/2), complex."""

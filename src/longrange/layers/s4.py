@@ -26,9 +26,9 @@ import math
 import torch
 from torch import Tensor
 
-from longrange.layers.base import SequencePrimitive, apply_mask
 from longrange.layers.hippo import legs_nplr
 from longrange.layers.s4d import (
+    ConvolutionalSSM,
     REAL_TRANSFORMS,
     as_complex,
     check_choice,
@@ -44,7 +44,6 @@ from longrange.layers.s4d import (
     skip_parameter,
     ssm_parameter,
 )
-from longrange.ops.fftconv import fft_conv
 from longrange.ops.ssm_kernels import (
     bilinear_dense,
     c_tilde_to_c,
@@ -54,7 +53,7 @@ from longrange.ops.ssm_kernels import (
 )
 
 
-class S4(SequencePrimitive):
+class S4(ConvolutionalSSM):
     """The S4 layer (Gu, Goel & Ré, 2022) with the NPLR-LegS parameterisation.
 
     Args:
@@ -160,14 +159,6 @@ class S4(SequencePrimitive):
         return mats
 
     # -- modes ----------------------------------------------------------------------------
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """x (batch, length, d_model) -> same shape; ``mask`` (batch, length), True at real positions."""
-        self._check_input(x)
-        u = apply_mask(x, mask).transpose(1, 2)
-        K = self.kernel(x.shape[1])
-        y = fft_conv(u, K if self.bidirectional else K[0], self.D)
-        return y.transpose(1, 2)
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
         """Zero state (batch, d_model, d_state), complex, conjugate-complete."""

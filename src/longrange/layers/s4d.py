@@ -125,7 +125,28 @@ def check_step_input(layer: SequencePrimitive, x: Tensor, state: Tensor, state_t
 # ---- the layer -----------------------------------------------------------------------------
 
 
-class S4D(SequencePrimitive):
+class ConvolutionalSSM(SequencePrimitive):
+    """A primitive whose parallel mode is a convolution with its kernel (S4, S4D, DLR).
+
+    Subclasses provide ``kernel(L)`` of shape (channels, H, L) — channel 1, when bidirectional, is
+    the backward kernel — and the skip ``D`` (H,) or None.
+    """
+
+    D: Tensor | None
+
+    def kernel(self, L: int) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x (batch, length, d_model) -> same shape; ``mask`` (batch, length), True at real positions."""
+        self._check_input(x)
+        u = apply_mask(x, mask).transpose(1, 2)
+        K = self.kernel(x.shape[1])
+        y = fft_conv(u, K if self.bidirectional else K[0], self.D)
+        return y.transpose(1, 2)
+
+
+class S4D(ConvolutionalSSM):
     """Diagonal SSM layer (Gu et al., "On the Parameterization and Initialization of Diagonal SSMs").
 
     Per channel h and stored mode m: A = re(raw) + i·A_imag (see ``real_transform``), B, C
@@ -195,14 +216,6 @@ class S4D(SequencePrimitive):
         return diag_ssm_kernel(dt, A, B, C, L, self.discretization)
 
     # -- modes ----------------------------------------------------------------------------
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """x (batch, length, d_model) -> same shape; ``mask`` (batch, length), True at real positions."""
-        self._check_input(x)
-        u = apply_mask(x, mask).transpose(1, 2)
-        K = self.kernel(x.shape[1])
-        y = fft_conv(u, K if self.bidirectional else K[0], self.D)
-        return y.transpose(1, 2)
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
         """Zero state (batch, d_model, d_state/2), complex."""

@@ -78,7 +78,6 @@ class _ValueTargets:
         """pred (B, L, n_out), target (B, L) ids or (B, L, C) values, where (B, L) bool."""
         pred, target = pred[where].float(), target[where]
         n = target.shape[0]
-        count = torch.tensor(float(max(n, 1)), dtype=torch.float64)
         if n == 0:
             zero = pred.sum() * 0.0
             return StepOutput(zero, {"loss_sum": torch.zeros((), dtype=torch.float64), "count": torch.zeros((), dtype=torch.float64)})
