@@ -148,7 +148,13 @@ def _progress(args: argparse.Namespace) -> Callable[[str], None] | None:
     return lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
-def _write_json(path: str, payload: dict[str, Any]) -> None:
+def _write_json(path: str, payload: dict[str, Any], device: str) -> None:
+    from longrange.bench.measure import environment, resolve_device
+
+    # The command line, when this process is the ``longrange`` command (not a test or a script).
+    invoked = sys.argv[1:2] == ["bench"]
+    payload = {**payload, "command": " ".join(["longrange", *sys.argv[1:]]) if invoked else None}
+    payload["environment"] = environment(resolve_device(device))
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=1) + "\n")
@@ -201,7 +207,7 @@ def _run_table(args: argparse.Namespace) -> int:
     )
     print(format_table(rows, BENCH_COLUMNS, "model"))
     if args.json:
-        _write_json(args.json, {"mode": "bench", "settings": asdict(workload), "reference": args.reference, "rows": rows})
+        _write_json(args.json, {"mode": "bench", "settings": asdict(workload), "reference": args.reference, "rows": rows}, args.device)
     if args.plot:
         plot_bench(rows, args.plot, args.reference, title=f"{workload.batch_size} x {workload.length} x {workload.channels}, {ok['device']}")
     return _report_failures(rows, "model")
@@ -244,7 +250,7 @@ def _run_scaling(args: argparse.Namespace) -> int:
     for p, e in exponents.items():
         print(f"  {p:18s} {'-' if e is None else f'{e:.2f}':>5s}  {growth_label(e)}")
     if args.json:
-        _write_json(args.json, {"mode": "scaling", "settings": asdict(settings), "rows": rows, "exponents": exponents})
+        _write_json(args.json, {"mode": "scaling", "settings": asdict(settings), "rows": rows, "exponents": exponents}, args.device)
     if args.plot:
         plot_scaling(rows, exponents, args.plot, title=f"training step, {settings.unit}, d={settings.d_model}, batch {settings.batch_size}")
     return _report_failures(rows, "primitive")
@@ -276,7 +282,7 @@ def _run_generation(args: argparse.Namespace) -> int:
         for m, ratio in latency_growth(rows, first, last).items():
             print(f"  {m:18s} {'-' if ratio is None else f'{ratio:.2f}x'}")
     if args.json:
-        _write_json(args.json, {"mode": "generation", "settings": asdict(settings), "rows": rows})
+        _write_json(args.json, {"mode": "generation", "settings": asdict(settings), "rows": rows}, args.device)
     if args.plot:
         plot_generation(rows, args.plot, title=f"generation, batch {settings.batch_size}")
     return _report_failures(rows, "model")

@@ -121,6 +121,30 @@ def time_calls(fn: Callable[[], Any], *, warmup: int, batches: int, device: torc
     return times
 
 
+def environment(device: torch.device | None = None) -> dict[str, Any]:
+    """What the figures were measured on, saved with them."""
+    import platform
+
+    from longrange import __version__
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    env: dict[str, Any] = {
+        "longrange": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+    }
+    if device is not None and device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+    return env
+
+
 def _proc_status_kb(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:

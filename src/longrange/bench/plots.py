@@ -29,7 +29,7 @@ def plot_bench(rows: list[dict[str, Any]], path: str | Path, reference: str, tit
     Failed models appear with no bar and "failed" at their place.
     """
     names = [r["model"] for r in rows]
-    fig = Figure(figsize=(11, 1.6 + 0.32 * len(rows) * 2))
+    fig = Figure(figsize=(11, 1.6 + 0.45 * len(rows)))
     axes = fig.subplots(2, 2, sharey=True)
     for ax, (column, label) in zip(axes.flat, _PANELS):
         values = [r.get(column) for r in rows]
