@@ -18,9 +18,12 @@ calls, i.e. what running them needs on top of the model (and data) already in me
   this is 0 when the calls never exceed an earlier high-water mark. :attr:`PeakMemory.method` says
   which method was used, and it is reported with the figures.
 
-Resident memory also holds what the allocator keeps after earlier frees, so CPU figures are
-coarser than CUDA ones; running each measurement in a fresh process (:func:`run_isolated`) makes
-them comparable across models: every model starts from the same empty process.
+Resident memory also holds what the allocator keeps after earlier frees; before the baseline is
+read, freed heap memory is returned to the OS (``gc.collect`` and glibc's ``malloc_trim(0)``,
+when available), so that the baseline counts live memory. CPU figures remain coarser than CUDA
+ones (page granularity, allocator caching during the calls); running each measurement in a fresh
+process (:func:`run_isolated`) makes them comparable across models: every model starts from the
+same empty process.
 """
 from __future__ import annotations
 
