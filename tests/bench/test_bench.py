@@ -339,9 +339,12 @@ def test_cli_lists_models_and_is_registered(capsys):
     assert _cli(["--list"]) == 0
     listed = capsys.readouterr().out
     assert all(name in listed for name in bench_models.MODELS)
-    from longrange.cli import COMMAND_MODULES
+    from longrange.cli import COMMAND_MODULES, main
 
     assert "longrange.bench.cli" in COMMAND_MODULES
+    assert main(["bench", "--list"]) == 0
+    assert main(["bench", "--models", "mamba-s7"]) == 1  # a user error: one line, exit code 1
+    assert "unknown model 'mamba-s7'; known models: mamba-s6" in capsys.readouterr().err
 
 
 def test_cli_bad_list_option_is_a_usage_error():
