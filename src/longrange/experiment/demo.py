@@ -1,6 +1,6 @@
 """``longrange demo``: the fair comparison on a short generated ListOps, with no data on disk.
 
-It generates a ListOps of sequences of 64–256 tokens, trains a small Transformer and a small S4D
+It generates a ListOps of 8000 training sequences of 32–128 tokens, trains a small Transformer and a small S4D
 from scratch, with masked self-pretraining then finetuning, and from scratch for as many steps
 as pretraining plus finetuning, and prints the comparison table. About ten minutes on a 2-core CPU.
 """
@@ -16,7 +16,7 @@ from longrange.experiment.config import resolve
 DEMO_PRESETS = ("demo/transformer", "demo/s4d")
 
 #: The generated ListOps: small, short, and shallow enough to learn in minutes.
-DEMO_LISTOPS = dict(n_train=4000, n_val=500, n_test=1000, min_length=64, max_length=256, max_depth=6, max_args=5, seed=0)
+DEMO_LISTOPS = dict(n_train=8000, n_val=500, n_test=1000, min_length=32, max_length=128, max_depth=4, max_args=5, seed=0)
 
 
 def run_demo(out_dir: str | Path = "runs/demo", seeds: list[int] | None = None) -> str:
