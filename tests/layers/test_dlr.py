@@ -27,14 +27,16 @@ def test_output_shape_and_dtype():
     assert y.shape == (2, 11, 4) and y.dtype == torch.float32
 
 
+@pytest.mark.parametrize("chunk_bytes", [None, 1], ids=["one-group", "channel-by-channel"])
 @pytest.mark.parametrize("shared", [True, False])
-def test_vandermonde_kernel_matches_recurrence_values_and_gradients(shared):
+def test_vandermonde_kernel_matches_recurrence_values_and_gradients(shared, chunk_bytes):
     torch.manual_seed(0)
     log_dA = torch.complex(-torch.rand(1 if shared else 3, 4, dtype=F64), torch.randn(1 if shared else 3, 4, dtype=F64))
     W = torch.randn(2, 3, 4, dtype=torch.complex128)
     cot = torch.randn(2, 3, 10, dtype=F64)
     outs, grads = [], []
-    for fn in (vandermonde_kernel, vandermonde_kernel_ref):
+    fast = vandermonde_kernel if chunk_bytes is None else (lambda *a: vandermonde_kernel(*a, chunk_bytes=chunk_bytes))
+    for fn in (fast, vandermonde_kernel_ref):
         a, w = log_dA.clone().requires_grad_(True), W.clone().requires_grad_(True)
         y = fn(a, w, 10)
         (y * cot).sum().backward()

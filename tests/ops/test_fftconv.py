@@ -17,14 +17,16 @@ def _grads(fn, inputs, cotangent):
 @pytest.mark.parametrize("two_sided", [False, True])
 @pytest.mark.parametrize("lk", [3, 11, 17])
 @pytest.mark.parametrize("with_skip", [False, True])
-def test_fast_matches_reference_values_and_gradients(two_sided, lk, with_skip):
+@pytest.mark.parametrize("chunk_bytes", [None, 1], ids=["one-group", "channel-by-channel"])
+def test_fast_matches_reference_values_and_gradients(two_sided, lk, with_skip, chunk_bytes):
     torch.manual_seed(lk)
     b, h, l = 2, 3, 11
     u = torch.randn(b, h, l, dtype=DT)
     k = torch.randn(2, h, lk, dtype=DT) if two_sided else torch.randn(h, lk, dtype=DT)
     inputs = [u, k] + ([torch.randn(h, dtype=DT)] if with_skip else [])
     cot = torch.randn(b, h, l, dtype=DT)
-    y_fast, g_fast = _grads(fft_conv, inputs, cot)
+    fast = fft_conv if chunk_bytes is None else (lambda *a: fft_conv(*a, chunk_bytes=chunk_bytes))
+    y_fast, g_fast = _grads(fast, inputs, cot)
     y_ref, g_ref = _grads(fft_conv_ref, inputs, cot)
     torch.testing.assert_close(y_fast, y_ref, rtol=1e-10, atol=1e-12)
     for gf, gr in zip(g_fast, g_ref):

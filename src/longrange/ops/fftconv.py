@@ -30,6 +30,8 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
+from longrange.ops.chunking import TEMPORARY_BYTES, group_size
+
 KernelArg = Union[Tensor, Sequence[Tensor]]
 
 
@@ -86,11 +88,12 @@ def _check_skip(u: Tensor, D: Tensor | None) -> None:
         raise ValueError(f"skip D must have shape ({u.shape[1]},), got {tuple(D.shape)}")
 
 
-def fft_conv(u: Tensor, k: KernelArg, D: Tensor | None = None) -> Tensor:
+def fft_conv(u: Tensor, k: KernelArg, D: Tensor | None = None, *, chunk_bytes: int = TEMPORARY_BYTES) -> Tensor:
     """Convolve ``u`` (batch, h, l) with a causal or two-sided kernel by FFT; see the module doc.
 
     Returns (batch, h, l) in the dtype of ``u``; the FFTs run in the wider of the operands' dtypes
-    and float32.
+    and float32. Channels are convolved in groups whose spectra stay under ``chunk_bytes`` (see
+    :mod:`longrange.ops.chunking`).
     """
     k_fwd, k_bwd = _split_kernel(u, k)
     _check_skip(u, D)
@@ -111,9 +114,14 @@ def fft_conv(u: Tensor, k: KernelArg, D: Tensor | None = None) -> Tensor:
     # long kernels), in float64 if either operand is float64; the result has u's dtype.
     work = torch.promote_types(torch.promote_types(u.dtype, k_full.dtype), torch.float32)
     u_w = u.to(work)
-    u_f = torch.fft.rfft(u_w, n=n)
-    k_f = torch.fft.rfft(k_full.to(work), n=n)
-    y = torch.fft.irfft(u_f * k_f, n=n)[..., :l]
+    spectrum_bytes = u.shape[0] * (n // 2 + 1) * 2 * torch.empty((), dtype=work).element_size()
+    group = group_size(spectrum_bytes, chunk_bytes)
+    parts = []
+    for c in range(0, u.shape[1], group):
+        u_f = torch.fft.rfft(u_w[:, c : c + group], n=n)
+        k_f = torch.fft.rfft(k_full[c : c + group].to(work), n=n)
+        parts.append(torch.fft.irfft(u_f * k_f, n=n)[..., :l])
+    y = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
     if D is not None:
         y = y + D.to(work).unsqueeze(-1) * u_w
     return y.to(u.dtype)

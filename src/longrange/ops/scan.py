@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from longrange.ops.chunking import TEMPORARY_BYTES
+
 from longrange import _optional
 
 IMPLS = ("auto", "chunked", "ref", "cuda")
@@ -354,10 +356,41 @@ def selective_scan_chunked(
     initial_state: Tensor | None = None,
     chunk_size: int | None = None,
     chunk_method: str | None = None,
+    segment_bytes: int = TEMPORARY_BYTES,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The selective scan as a chunked parallel scan in PyTorch (see the module docstring and
-    :func:`linear_scan` for ``chunk_size`` and ``chunk_method``)."""
+    :func:`linear_scan` for ``chunk_size`` and ``chunk_method``).
+
+    Long inputs are scanned in segments along the length, each starting from the previous
+    segment's last state, so that no (length, batch, channels, state) temporary exceeds
+    ``segment_bytes`` (see :mod:`longrange.ops.chunking`); the result is the same.
+    """
     _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    b, d, l = u.shape
+    n = A.shape[1]
+    itemsize = torch.empty((), dtype=_compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)).element_size()
+    step = DEFAULT_CHUNK_SIZE[chunk_method or ("loop" if u.device.type == "cpu" else "segsum")] if chunk_size is None else chunk_size
+    seg = max(step, (segment_bytes // max(b * d * n * itemsize, 1)) // step * step)
+    if l > seg:
+        outs, state = [], initial_state
+        for s in range(0, l, seg):
+            part = slice(s, s + seg)
+            time_varying = lambda M: M[..., part] if M.dim() > 2 else M  # noqa: E731
+            y_part, state = _selective_scan_segment(
+                u[..., part], delta[..., part], A, time_varying(B), time_varying(C), D,
+                None if z is None else z[..., part], delta_bias, delta_softplus, state, chunk_size, chunk_method,
+            )
+            outs.append(y_part)
+        out = torch.cat(outs, dim=-1)
+        return (out, state) if return_last_state else out
+    out, last = _selective_scan_segment(
+        u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, chunk_size, chunk_method
+    )
+    return (out, last) if return_last_state else out
+
+
+def _selective_scan_segment(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, chunk_size, chunk_method):
+    """One segment of :func:`selective_scan_chunked`: (output, last state)."""
     dtype = _compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
     b, d, l = u.shape
     n = A.shape[1]
@@ -388,8 +421,6 @@ def selective_scan_chunked(
         Ct = Cc.permute(3, 0, 1, 2)[:, :, :, :, None]  # (l, b, g, n, 1)
         y = (h.unflatten(2, (g, d // g)) @ Ct).flatten(2)
     out = _finish(y.permute(1, 2, 0), uc, D, z, u.dtype)
-    if not return_last_state:
-        return out
     last = h[-1] if l > 0 else (h0 if h0 is not None else uc.new_zeros(b, d, n))
     return out, last
 

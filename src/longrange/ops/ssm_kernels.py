@@ -23,6 +23,8 @@ import math
 import torch
 from torch import Tensor
 
+from longrange.ops.chunking import TEMPORARY_BYTES, group_size
+
 from longrange import _optional
 
 DISCRETIZATIONS = ("zoh", "bilinear")
@@ -92,11 +94,13 @@ def diag_ssm_kernel(dt: Tensor, A: Tensor, B: Tensor, C: Tensor, L: int, method:
     return vandermonde_kernel(_log_dA(dt, A, method), 2 * C * dB, L)
 
 
-def vandermonde_kernel(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
+def vandermonde_kernel(log_dA: Tensor, W: Tensor, L: int, *, chunk_bytes: int = TEMPORARY_BYTES) -> Tensor:
     """``K[..., h, l] = Re sum_m W[..., h, m] exp(l · log_dA[h, m])`` for l < L.
 
     ``log_dA`` (H, M) or (1, M) (modes shared by all channels), ``W`` (..., H, M) complex; returns
     (..., H, L) real. Powers come from one exponential per entry, never repeated multiplication.
+    Per-channel modes are expanded in groups of channels whose (M, L) powers stay under
+    ``chunk_bytes`` (see :mod:`longrange.ops.chunking`).
     """
     if log_dA.dim() != 2 or W.dim() < 2 or log_dA.shape[-1] != W.shape[-1] or log_dA.shape[0] not in (1, W.shape[-2]):
         raise ValueError(
@@ -104,8 +108,15 @@ def vandermonde_kernel(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
             f"got W {tuple(W.shape)}"
         )
     pos = torch.arange(L, device=log_dA.device, dtype=log_dA.real.dtype)
-    vandermonde = torch.exp(log_dA.unsqueeze(-1) * pos)  # (H, M, L)
-    return torch.einsum("...hm,hml->...hl", W, vandermonde.expand(W.shape[-2], -1, -1)).real
+    H, M = W.shape[-2], W.shape[-1]
+    group = H if log_dA.shape[0] == 1 else group_size(M * L * log_dA.element_size(), chunk_bytes)
+    parts = []
+    for c in range(0, H, group):
+        modes = log_dA if log_dA.shape[0] == 1 else log_dA[c : c + group]
+        vandermonde = torch.exp(modes.unsqueeze(-1) * pos)  # (group, M, L) or (1, M, L)
+        w = W[..., c : c + group, :]
+        parts.append(torch.einsum("...hm,hml->...hl", w, vandermonde.expand(w.shape[-2], -1, -1)).real)
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)
 
 
 def vandermonde_kernel_ref(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
