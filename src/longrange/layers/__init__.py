@@ -1,4 +1,21 @@
 """Sequence primitives: (batch, length, d_model) -> same shape."""
-from longrange.layers.base import SSM_GROUP, SequencePrimitive, apply_mask, get_optim_hint, set_optim_hint
+from longrange.layers.attention import Attention
+from longrange.layers.base import (
+    NO_DECAY_GROUP,
+    SSM_GROUP,
+    SequencePrimitive,
+    apply_mask,
+    get_optim_hint,
+    set_optim_hint,
+)
+from longrange.layers.bidirectional import FlipSum
+from longrange.layers.dlr import DLR
+from longrange.layers.rope import RotaryEmbedding
+from longrange.layers.s4 import S4
+from longrange.layers.s4d import S4D
+from longrange.layers.s6 import S6
 
-__all__ = ["SSM_GROUP", "SequencePrimitive", "apply_mask", "get_optim_hint", "set_optim_hint"]
+__all__ = [
+    "Attention", "DLR", "FlipSum", "NO_DECAY_GROUP", "RotaryEmbedding", "S4", "S4D", "S6", "SSM_GROUP",
+    "SequencePrimitive", "apply_mask", "get_optim_hint", "set_optim_hint",
+]

@@ -28,6 +28,9 @@ OPTIM_HINT_ATTR = "_optim"
 #: learning rate and no weight decay (both configurable there, defaults 0.1·lr and 0).
 SSM_GROUP = "ssm"
 
+#: The parameter group trained at the full learning rate without weight decay (e.g. skip terms D).
+NO_DECAY_GROUP = "no_decay"
+
 
 def set_optim_hint(param: nn.Parameter, group: str = SSM_GROUP, **overrides: Any) -> nn.Parameter:
     """Tag ``param`` with an optimiser hint that the trainer reads.

@@ -20,14 +20,13 @@ import torch
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
-from longrange.layers.base import SequencePrimitive, apply_mask, set_optim_hint
+from longrange.layers.base import NO_DECAY_GROUP, SequencePrimitive, apply_mask, set_optim_hint
 from longrange.layers.hippo import S4D_INITS, s4d_init
 from longrange.ops.fftconv import fft_conv
 from longrange.ops.ssm_kernels import DISCRETIZATIONS, diag_ssm_kernel, discretize_diag
 
 REAL_TRANSFORMS = ("exp", "relu", "none")
 SKIP_INITS = ("ones", "zeros", "randn")
-NO_DECAY_GROUP = "no_decay"
 
 
 # ---- helpers shared by the SSM primitives --------------------------------------------------

@@ -40,13 +40,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
-from longrange.layers.base import SSM_GROUP, SequencePrimitive, apply_mask, set_optim_hint
+from longrange.layers.base import NO_DECAY_GROUP, SSM_GROUP, SequencePrimitive, apply_mask, set_optim_hint
 from longrange.layers.bidirectional import FlipSum
 from longrange.ops.scan import selective_scan
 
 ROPE_TARGETS = ("B", "C", "delta", "x")
 A_INITS = ("real", "legs")
-NO_DECAY_GROUP = "no_decay"
 
 
 def _check_positive_int(name: str, value: object) -> None:
