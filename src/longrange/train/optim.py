@@ -20,9 +20,8 @@ import torch
 from torch import nn
 
 from longrange.errors import ConfigError
-from longrange.layers.base import SSM_GROUP, get_optim_hint
+from longrange.layers.base import NO_DECAY_GROUP, SSM_GROUP, get_optim_hint
 
-NO_DECAY_GROUP = "no_decay"
 DEFAULT_GROUP = "default"
 
 
