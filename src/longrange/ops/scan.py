@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from longrange.ops.chunking import TEMPORARY_BYTES
+from longrange.ops.chunking import TEMPORARY_BYTES, group_size
 
 from longrange import _optional
 
@@ -313,6 +313,18 @@ class _LinearScan(torch.autograd.Function):
         return grad_log_decay, g, grad_h0, None, None
 
 
+def _chunk_settings(device: torch.device, chunk_size: int | None, method: str | None) -> tuple[int, str]:
+    """The chunk size and method to use: the device's defaults unless given; validated."""
+    if method is None:
+        method = "loop" if device.type == "cpu" else "segsum"
+    if method not in CHUNK_METHODS:
+        raise ValueError(f"linear_scan: unknown method {method!r}; expected one of {CHUNK_METHODS}")
+    T = DEFAULT_CHUNK_SIZE[method] if chunk_size is None else int(chunk_size)
+    if T < 2:
+        raise ValueError(f"linear_scan: chunk_size must be >= 2, got {chunk_size}")
+    return T, method
+
+
 def linear_scan(
     log_decay: Tensor,
     inputs: Tensor,
@@ -328,13 +340,7 @@ def linear_scan(
     of (L, ...) (plus, for ``method="segsum"``, one block of (chunk x chunk) matrices at a time).
     ``method``: one of :data:`CHUNK_METHODS`, None for the device's default.
     """
-    if method is None:
-        method = "loop" if inputs.device.type == "cpu" else "segsum"
-    if method not in CHUNK_METHODS:
-        raise ValueError(f"linear_scan: unknown method {method!r}; expected one of {CHUNK_METHODS}")
-    T = DEFAULT_CHUNK_SIZE[method] if chunk_size is None else int(chunk_size)
-    if T < 2:
-        raise ValueError(f"linear_scan: chunk_size must be >= 2, got {chunk_size}")
+    T, method = _chunk_settings(inputs.device, chunk_size, method)
     if log_decay.shape != inputs.shape or log_decay.dim() < 1:
         raise ValueError(f"linear_scan: log_decay {_shape(log_decay)} and inputs {_shape(inputs)} differ in shape")
     if h0 is not None and h0.shape != inputs.shape[1:]:
@@ -369,8 +375,8 @@ def selective_scan_chunked(
     b, d, l = u.shape
     n = A.shape[1]
     itemsize = torch.empty((), dtype=_compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)).element_size()
-    step = DEFAULT_CHUNK_SIZE[chunk_method or ("loop" if u.device.type == "cpu" else "segsum")] if chunk_size is None else chunk_size
-    seg = max(step, (segment_bytes // max(b * d * n * itemsize, 1)) // step * step)
+    step, _ = _chunk_settings(u.device, chunk_size, chunk_method)
+    seg = max(step, group_size(b * d * n * itemsize, segment_bytes) // step * step)
     if l > seg:
         outs, state = [], initial_state
         for s in range(0, l, seg):
