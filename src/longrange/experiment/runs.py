@@ -139,9 +139,10 @@ def load_model(run_dir: str | Path, which: str = "best") -> SequenceModel:
 
 def _prepare_source(source: SequenceModel, target: SequenceModel, reverse: SequenceModel | None) -> tuple[SequenceModel, str | None]:
     """Make a pretrained model structurally fit the finetuning model: drop the mask channel, morph."""
-    source.encoder.drop_mask_channel() if hasattr(source.encoder, "drop_mask_channel") else None
+    for model in (source, reverse):
+        if model is not None and hasattr(model.encoder, "drop_mask_channel"):
+            model.encoder.drop_mask_channel()
     if reverse is not None:
-        reverse.encoder.drop_mask_channel() if hasattr(reverse.encoder, "drop_mask_channel") else None
         if target.cfg.direction != "bidirectional":
             raise ConfigError("F1R1 (a reverse-pretrained model) initialises a bidirectional model: set model.direction=bidirectional")
         return morph_f1r1(source, reverse), "f1r1"

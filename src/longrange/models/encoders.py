@@ -58,11 +58,11 @@ class TokenEncoder(nn.Module):
     def forward(self, inputs: Tensor, offset: int = 0) -> Tensor:
         if inputs.dim() != 2 or inputs.is_floating_point():
             raise ValueError(f"token inputs must be integer ids of shape (batch, length), got {inputs.dtype} {tuple(inputs.shape)}")
-        if inputs.numel() and (int(inputs.max()) >= self.vocab_size or int(inputs.min()) < 0):
-            raise ValueError(
-                f"token id {int(inputs.max()) if int(inputs.max()) >= self.vocab_size else int(inputs.min())} "
-                f"is outside the vocabulary of size {self.vocab_size}"
-            )
+        if inputs.numel():
+            low, high = (int(v) for v in torch.aminmax(inputs))
+            if low < 0 or high >= self.vocab_size:
+                bad = low if low < 0 else high
+                raise ValueError(f"token id {bad} is outside the vocabulary of size {self.vocab_size}")
         return self.positions(self.embedding(inputs), offset)
 
 
