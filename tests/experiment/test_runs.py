@@ -123,6 +123,15 @@ def test_compare_runs_scratch_spt_and_compute_matched_and_reuses_finished_stages
     assert "reusing" in capsys.readouterr().err
 
 
+def test_compare_checks_objectives_before_training(listops_dir, tmp_path):
+    exp = experiment_from_dict(tiny(listops_dir))
+    with pytest.raises(ConfigError, match="unknown SPT objective"):
+        compare([exp], tmp_path, objectives=["mlm"])
+    with pytest.raises(ConfigError, match="reverse"):  # causal SPT of a bidirectional Simple-S4D
+        compare([exp], tmp_path, objectives=["causal"])
+    assert not list(tmp_path.iterdir())  # nothing was trained
+
+
 def test_overrides_and_unknown_fields():
     data = apply_overrides({"model": {"d_model": 4}}, ["model.d_model=128", "train.lr=3e-4", "task.options.seq_len=1024", "compare.seeds=[0,1]"])
     assert data["model"]["d_model"] == 128 and data["train"]["lr"] == 3e-4

@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from longrange.experiment.config import ExperimentConfig
-from longrange.experiment.runs import read_summary, run_stage
+from longrange.errors import ConfigError
+from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig
+from longrange.experiment.runs import pretraining_model_config, read_summary, run_stage
 
 
 def slug(text: str) -> str:
@@ -59,11 +60,11 @@ def compare(
     plans = []
     for exp in experiments:
         objs = list(objectives) if objectives else default_objectives(exp)
-        for obj in objs:
-            if obj == "causal":
-                from longrange.experiment.runs import pretraining_model_config
-
-                pretraining_model_config(exp.stage_model("pretrain"), "causal")
+        unknown = [o for o in objs if o not in SPT_OBJECTIVES]
+        if unknown:
+            raise ConfigError(f"unknown SPT objective(s) {unknown}; expected {', '.join(SPT_OBJECTIVES)}")
+        if "causal" in objs:
+            pretraining_model_config(exp.stage_model("pretrain"), "causal")
         plans.append((exp, objs, list(seeds) if seeds else list(exp.compare.seeds),
                       exp.compare.compute_matched if compute_matched is None else compute_matched))
     for exp, objs, exp_seeds, matched in plans:
