@@ -86,6 +86,9 @@ def init_distributed(device: torch.device | str | None = None) -> DistEnv:
 def cleanup(env: DistEnv | None = None) -> None:
     """Leave the process group if :func:`init_distributed` created it (or if ``env`` is None)."""
     if dist.is_available() and dist.is_initialized() and (env is None or env.owns_group):
+        # All ranks reach this point before any tears the group down: destroying it while a peer
+        # is still inside a gloo operation can abort that peer's process at exit.
+        dist.barrier()
         dist.destroy_process_group()
 
 
