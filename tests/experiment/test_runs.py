@@ -138,9 +138,9 @@ def test_overrides_and_unknown_fields():
     assert data["task"]["options"]["seq_len"] == 1024 and data["compare"]["seeds"] == [0, 1]
     with pytest.raises(ConfigError, match="form field.name=value"):
         apply_overrides({}, ["model.d_model"])
-    with pytest.raises(ConfigError, match="model field"):
+    with pytest.raises(ConfigError, match="unknown field.*model.d_modle.*did you mean d_model"):
         experiment_from_dict({"model": {"d_modle": 3}})
-    with pytest.raises(ConfigError, match="train config field"):
+    with pytest.raises(ConfigError, match="unknown field.*train.learning_rate"):
         experiment_from_dict({"train": {"learning_rate": 3}})
     with pytest.raises(ConfigError, match="task.nmae"):
         experiment_from_dict({"task": {"nmae": "x"}})

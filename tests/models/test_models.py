@@ -180,7 +180,7 @@ def test_config_errors_name_the_field():
         ModelConfig(block="lstm")
     with pytest.raises(ConfigError, match="placebo"):
         ModelConfig(block="simple", primitive="s4d", direction="placebo")
-    with pytest.raises(ConfigError, match="unknown model field"):
+    with pytest.raises(ConfigError, match="unknown field.*model.d_modle"):
         ModelConfig.from_dict({"d_modle": 3})
     with pytest.raises(ConfigError, match="bad options"):
         build_model(small(primitive_options={"nonsense": 1}), input_kind="numeric", head="classify", n_out=2)

@@ -138,7 +138,7 @@ def test_run_directory_guards(tmp_path):
 def test_bad_inputs_are_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match="batch_size 64 is larger than the training set \\(48 items\\)"):
         _trainer(tmp_path, cfg={"batch_size": 64})
-    with pytest.raises(ConfigError, match="unknown train config field.*'bach_size'"):
+    with pytest.raises(ConfigError, match="unknown field.*train.bach_size.*did you mean batch_size"):
         _trainer(tmp_path, cfg={"bach_size": 4})
 
     class WrongMetric(ToyObjective):

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from longrange import typed
 from longrange.errors import ConfigError
 from longrange.models.config import ModelConfig
 from longrange.train.config import TrainConfig
@@ -97,23 +98,29 @@ class ExperimentConfig:
     compare: CompareConfig = field(default_factory=CompareConfig)
 
     def stage_model(self, stage: str) -> ModelConfig:
-        return self.model.replace(**self.pretrain_model) if stage == "pretrain" and self.pretrain_model else self.model
+        if stage == "pretrain" and self.pretrain_model:
+            return self.model.replace("pretrain_model", **self.pretrain_model)
+        return self.model
 
     def stage_task(self, stage: str) -> TaskConfig:
         if stage != "pretrain" or not self.pretrain_task:
             return self.task
         merged = deep_merge(dataclasses.asdict(self.task), self.pretrain_task)
-        return _dataclass_from(TaskConfig, merged, "pretrain_task")
+        return typed.from_dict(TaskConfig, merged, "pretrain_task")
 
     def train_config(self, stage: str, **changes: Any) -> TrainConfig:
-        """The TrainConfig of a stage: ``train`` updated by the stage's overrides and ``changes``."""
-        merged = dict(self.train)
-        if stage == "pretrain":
-            merged.update(self.pretrain)
-        elif stage == "finetune":
-            merged.update(self.finetune)
-        merged.update(changes)
-        return TrainConfig.from_dict(merged)
+        """The TrainConfig of a stage: ``train`` updated by the stage's overrides and ``changes``.
+
+        The ``train`` section is checked alone first, so an error in the merged settings names the
+        stage's own section (``pretrain.lr``, ``finetune.epochs``)."""
+        base = TrainConfig.from_dict(self.train, "train")
+        section = {"pretrain": self.pretrain, "finetune": self.finetune}.get(stage)
+        if not section and not changes:
+            return base
+        merged = {**self.train, **(section or {})}
+        if section:
+            TrainConfig.from_dict(merged, stage)
+        return TrainConfig.from_dict({**merged, **changes}, stage if section else "train")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -133,37 +140,28 @@ class ExperimentConfig:
 
 
 _SECTIONS = {"task": TaskConfig, "objective": ObjectiveConfig, "compare": CompareConfig}
-
-
-def _dataclass_from(cls: type, data: Any, where: str) -> Any:
-    if data is None:
-        return cls()
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where} must be a mapping, got {data!r}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"unknown field(s) {', '.join(f'{where}.{u}' for u in unknown)}; known: {', '.join(sorted(names))}")
-    return cls(**data)
+_TRAIN_SECTIONS = ("train", "pretrain", "finetune", "pretrain_model", "pretrain_task")
 
 
 def experiment_from_dict(data: Mapping[str, Any]) -> ExperimentConfig:
+    """An :class:`ExperimentConfig` from plain values; every section is converted by its declared
+    types and checked (``longrange.typed``), so a bad value is one ConfigError naming the dotted field,
+    raised before any data is loaded."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"an experiment must be a mapping of sections, got {data!r}")
     data = dict(data)
     top = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    unknown = sorted(set(data) - top)
+    unknown = sorted(str(k) for k in data if k not in top)
     if unknown:
-        raise ConfigError(f"unknown top-level field(s) {', '.join(unknown)}; known: {', '.join(sorted(top))}")
+        raise typed.unknown_fields_error(unknown, top, "")
     kwargs: dict[str, Any] = {}
     for name in ("label", "description", "source"):
-        if name in data:
+        if data.get(name) is not None:
             kwargs[name] = str(data[name])
     for name, cls in _SECTIONS.items():
-        kwargs[name] = _dataclass_from(cls, data.get(name), name)
-    model = data.get("model") or {}
-    if not isinstance(model, Mapping):
-        raise ConfigError(f"model must be a mapping, got {model!r}")
-    kwargs["model"] = ModelConfig.from_dict(dict(model))
-    for name in ("train", "pretrain", "finetune", "pretrain_model", "pretrain_task"):
+        kwargs[name] = typed.from_dict(cls, data.get(name), name)
+    kwargs["model"] = ModelConfig.from_dict(data.get("model"), "model")
+    for name in _TRAIN_SECTIONS:
         section = data.get(name) or {}
         if not isinstance(section, Mapping):
             raise ConfigError(f"{name} must be a mapping, got {section!r}")
@@ -211,7 +209,7 @@ def load_preset(name: str) -> dict[str, Any]:
     if not path.is_file():
         names = list_presets()
         close = [n for n in names if name.split("/")[-1] in n]
-        hint = f" (did you mean {', '.join(close[:5])}?)" if close else ""
+        hint = f" (did you mean {', '.join(close[:5])}?)" if close else typed.did_you_mean(name, names)
         raise ConfigError(f"unknown preset {name!r}{hint}; `longrange presets` lists them")
     data = _read_yaml(path.read_text(), f"preset {name}")
     return _with_bases(data, f"preset {name}")

@@ -5,6 +5,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from longrange import typed
 from longrange.errors import ConfigError
 
 BLOCKS = ("simple", "mamba", "transformer")
@@ -104,12 +105,10 @@ class ModelConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**d)
+    def from_dict(cls, d: Any, where: str = "model") -> "ModelConfig":
+        """Build from plain values (YAML, overrides); unknown fields and wrong types raise ConfigError
+        naming the dotted field (see ``longrange.typed``)."""
+        return typed.from_dict(cls, d, where)
 
-    def replace(self, **changes: Any) -> "ModelConfig":
-        return ModelConfig.from_dict({**self.to_dict(), **changes})
+    def replace(self, where: str = "model", **changes: Any) -> "ModelConfig":
+        return ModelConfig.from_dict({**self.to_dict(), **changes}, where)

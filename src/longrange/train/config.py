@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from longrange import typed
 from longrange.errors import ConfigError
 
 SCHEDULES = ("cosine", "constant", "plateau")
@@ -130,57 +131,7 @@ class TrainConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
-        """Build from plain values (e.g. YAML). Unknown fields and wrong types raise ConfigError."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"train config must be a mapping of field names to values, got {type(data).__name__}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = [k for k in data if k not in fields]
-        if unknown:
-            raise ConfigError(
-                f"unknown train config field(s) {', '.join(map(repr, unknown))}; known fields: {', '.join(fields)}"
-            )
-        kwargs = {name: _coerce(name, value, type(fields[name].default)) for name, value in data.items()}
-        return cls(**kwargs)
-
-
-def _coerce(name: str, value: Any, kind: type) -> Any:
-    """Convert a plain value to the type of the field's default, or raise ConfigError naming it."""
-    bad = ConfigError(f"train.{name} must be of type {kind.__name__}, got {value!r}")
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise bad
-    if kind is int:
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                raise bad from None
-        raise bad
-    if kind is float:
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                raise bad from None
-        raise bad
-    if kind is str:
-        if isinstance(value, str):
-            return value
-        raise bad
-    if kind is tuple:
-        if isinstance(value, (list, tuple)):
-            return tuple(_coerce(name, v, float) for v in value)
-        raise bad
-    return value
+    def from_dict(cls, data: Any, where: str = "train") -> "TrainConfig":
+        """Build from plain values (e.g. YAML). Unknown fields and wrong types raise ConfigError naming
+        the dotted field (see ``longrange.typed``)."""
+        return typed.from_dict(cls, data, where)
