@@ -31,3 +31,8 @@ class DataFormatError(LongrangeError, ValueError):
 
 class CheckpointError(LongrangeError):
     """A checkpoint is missing, unreadable, unsafe, or does not fit the model."""
+
+
+class TrainingDivergedError(LongrangeError):
+    """The loss or the parameters became non-finite; the message names the step, the value and the
+    last good checkpoint."""

@@ -48,7 +48,7 @@ def test_two_process_ddp_equals_single_process(tmp_path):
     a = load_checkpoint(single / "checkpoints" / "last.pt")
     b = load_checkpoint(multi / "checkpoints" / "last.pt")
     assert b["world_size"] == 2 and len(b["rng"]) == 2
-    assert a["step"] == b["step"] == 12
+    assert a["trainer"]["step"] == b["trainer"]["step"] == 12
     for key, value in a["model"].items():
         torch.testing.assert_close(b["model"][key], value, rtol=1e-10, atol=1e-12, msg=key)
 

@@ -8,6 +8,7 @@ import torch
 import yaml
 
 from longrange.data.batch import collate
+from longrange.train.rundir import RunMismatchError
 from longrange.errors import ConfigError
 from longrange.train import Trainer, load_checkpoint, load_weights, train
 from longrange.train.logging import read_metrics
@@ -38,12 +39,14 @@ def test_toy_task_learns_and_writes_the_run(tmp_path):
     config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert config["model"] == {"d": 16, "dims": [1, 2]} and config["task"] == "toy"
     assert config["train"]["lr"] == 0.03 and config["train"]["betas"] == [0.9, 0.999]
-    # best.pt is the best evaluation; the model is left holding its weights.
-    best = load_checkpoint(tmp_path / "run" / "checkpoints" / "best.pt")
-    assert best["step"] == summary["best"]["step"]
+    # best.safetensors holds the weights of the best evaluation (weights only); the model is left
+    # holding them, and last.pt records which step that was.
+    assert not (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    last = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert last["trainer"]["best_step"] == summary["best"]["step"] <= last["trainer"]["step"]
     shared = load_weights(tmp_path / "run" / "checkpoints" / "best.safetensors")
     for key, value in trainer.model.state_dict().items():
-        assert torch.equal(value, best["model"][key]) and torch.equal(value, shared[key])
+        assert torch.equal(value, shared[key])
     assert summary["param_groups"]["ssm"]["lr"] == pytest.approx(0.003)
 
 
@@ -219,18 +222,32 @@ def test_iterable_dataset_is_refused(tmp_path):
         Trainer(model, ToyObjective(), Stream(), va, collate, FAST, tmp_path / "s")
 
 
-def test_resume_keeps_the_saved_extra_config(tmp_path):
+def test_resume_keeps_the_saved_extra_config_and_refuses_other_settings(tmp_path):
     _trainer(tmp_path, cfg={"epochs": 1}, extra_config={"model": {"d": 16}}).fit()
-    _trainer(tmp_path, cfg={"epochs": 2}, resume=True).fit()
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    for changed, field in (({"epochs": 2}, "train.epochs: 1 -> 2"), ({"epochs": 1, "lr": 0.5}, "train.lr"),
+                           ({"epochs": 1, "seed": 4}, "train.seed: 0 -> 4")):
+        with pytest.raises(RunMismatchError, match=f"cannot resume .*{field}.*--overwrite"):
+            _trainer(tmp_path, cfg=changed, resume=True)
+    with pytest.raises(RunMismatchError, match="model.d: 16 -> 17"):
+        _trainer(tmp_path, cfg={"epochs": 1}, extra_config={"model": {"d": 17}}, resume=True)
+    assert (tmp_path / "run" / "config.yaml").read_text() == saved  # nothing written by a refused resume
+    # Presentation settings may differ; the saved extra config is kept when none is given.
+    _trainer(tmp_path, cfg={"epochs": 1, "log_every": 3, "progress": False}, resume=True).fit()
     config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    assert config["model"] == {"d": 16} and config["train"]["epochs"] == 2
+    assert config["model"] == {"d": 16} and config["train"]["epochs"] == 1
     steps = [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["split"] == "val"]
-    assert steps == [6, 12]
+    assert steps == [6]
+
+
+def test_resume_and_overwrite_together_are_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="--resume and --overwrite contradict"):
+        _trainer(tmp_path, resume=True, overwrite=True)
 
 
 def test_more_bad_inputs(tmp_path):
     _trainer(tmp_path, cfg={"epochs": 1}).fit()
-    with pytest.raises(ConfigError, match="batch_size 8 on 48 items, this run has 4 on 48"):
+    with pytest.raises(ConfigError, match="train.batch_size: 8 -> 4"):
         _trainer(tmp_path, cfg={"epochs": 1, "batch_size": 4}, resume=True)
     with pytest.raises(ConfigError, match="extra_config.model.act of type function"):
         _trainer(tmp_path, "x", extra_config={"model": {"act": lambda x: x}})
@@ -265,5 +282,8 @@ def test_progress_bar_only_on_a_terminal_and_when_asked(tmp_path, monkeypatch):
         shown = stream.getvalue()
         if name == "tty":
             assert "6/6" in shown and "loss=" in shown and "lr=" in shown
+        elif name == "pipe":  # no bar; the validation metrics as a plain line
+            assert shown == "step 6/6: val loss 0.66, accuracy 0.6\n" or shown.startswith("step 6/6: val ")
+            assert "\r" not in shown and "loss=" not in shown
         else:
             assert shown == ""

@@ -61,7 +61,10 @@ class TrainConfig:
     #: Save ``last.pt`` every N steps (0 = only at evaluations and at the end).
     checkpoint_every: int = 0
     log_every: int = 10
+    #: A progress bar on a terminal; elsewhere (nohup, SLURM, ``> log``) a plain line every
+    #: ``progress_every`` seconds with step/total, loss, lr, the last validation metric and the ETA.
     progress: bool = True
+    progress_every: float = 60.0
 
     seed: int = 0
     num_workers: int = 0
@@ -101,6 +104,7 @@ class TrainConfig:
         need(self.patience >= 0, "patience", "must be >= 0 (0 = off)")
         need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
         need(self.log_every >= 1, "log_every", "must be >= 1")
+        need(self.progress_every > 0, "progress_every", "must be > 0 seconds")
         need(self.num_workers >= 0, "num_workers", "must be >= 0")
 
     def per_rank_batch(self, world_size: int) -> int:

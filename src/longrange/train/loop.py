@@ -5,12 +5,18 @@
 
 A run is a directory::
 
-    run_dir/config.yaml              the resolved configuration ({"train": ..., **extra_config})
+    run_dir/config.yaml              the resolved configuration ({"train": ..., **extra_config}) and
+                                     its fingerprint (see ``train/rundir.py``)
     run_dir/metrics.jsonl            one JSON record per log line (see ``train/logging.py``)
-    run_dir/checkpoints/last.pt      everything needed to continue exactly (``resume=True``)
-    run_dir/checkpoints/best.pt      the same, at the best evaluation of ``objective.metric``
-    run_dir/checkpoints/best.safetensors   the best model weights only, for sharing
+    run_dir/checkpoints/last.pt      everything needed to continue exactly (``resume=True``): model,
+                                     optimiser, schedule, RNG states and the :class:`TrainerState`
+    run_dir/checkpoints/best.safetensors   the model weights at the best evaluation of ``objective.metric``
     run_dir/tensorboard/             TensorBoard events, when tensorboard is installed
+    run_dir/.lock                    held while a process trains in the directory
+
+A non-finite training loss, validation metric or parameter stops the run with a
+:class:`~longrange.errors.TrainingDivergedError` naming the step and the last good checkpoint
+(``last.pt`` only ever holds finite weights).
 
 One step = one optimiser step over a global batch of ``cfg.batch_size`` items, split over ranks
 and micro-batches (see ``train/sampler.py``). The data order is a pure function of
@@ -19,12 +25,13 @@ continues exactly as if it had never stopped.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -34,58 +41,25 @@ import yaml
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from longrange.errors import CheckpointError, ConfigError
+from longrange.errors import CheckpointError, ConfigError, TrainingDivergedError
 from longrange.objectives.base import add_sums
 from longrange.train import distributed as D
 from longrange.train.checkpoint import (
     atomic_write,
     load_checkpoint,
     load_model_weights,
+    load_weights,
     rng_state,
     save_checkpoint,
     save_safetensors,
     set_rng_state,
 )
 from longrange.train.config import TrainConfig
-from longrange.train.logging import METRICS_FILE, MetricsLogger, truncate_metrics
+from longrange.train.logging import MetricsLogger, truncate_metrics
+from longrange.train.rundir import RunLock, RunPaths, check_out_dir, check_same_run, fingerprint
 from longrange.train.optim import build_optimizer, group_report
 from longrange.train.sampler import ShardedBatchSampler, eval_shards
 from longrange.train.schedules import build_schedule
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    """The files of a run directory."""
-
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / METRICS_FILE
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def last(self) -> Path:
-        return self.checkpoints / "last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.checkpoints / "best.pt"
-
-    @property
-    def best_weights(self) -> Path:
-        return self.checkpoints / "best.safetensors"
-
-    @property
-    def tensorboard(self) -> Path:
-        return self.root / "tensorboard"
 
 
 def move_to(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
@@ -115,6 +89,51 @@ def _derived_seed(*parts: int) -> int:
     return int(np.random.default_rng(list(parts)).integers(2**62))
 
 
+@dataclass
+class TrainerState:
+    """The progress of a run: saved whole in ``last.pt`` and restored whole on resume, so a resumed
+    run cannot forget a field."""
+
+    step: int = 0
+    epoch: int = 0
+    #: Global batches consumed in ``epoch``.
+    batches_done: int = 0
+    data_seed: int = 0
+    best_value: float | None = None
+    best_step: int = -1
+    best_metrics: dict[str, float] = field(default_factory=dict)
+    bad_evals: int = 0
+    stopped_early: bool = False
+    #: The objective's sums since the last train log line (tensors).
+    train_sums: dict[str, Any] = field(default_factory=dict)
+    #: Sum of step losses (a tensor between logs: no device sync per step) and steps since the last log.
+    loss_sum: Any = 0.0
+    loss_steps: int = 0
+    last_lr: float = 0.0
+    #: Seconds of training in this and earlier (resumed) segments, up to the last checkpoint.
+    elapsed: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    final_val: dict[str, float] = field(default_factory=dict)
+    #: Lines in metrics.jsonl at the checkpoint (later lines are dropped on resume).
+    metrics_lines: int = 0
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["train_sums"] = {k: v.detach().to("cpu") if isinstance(v, Tensor) else v for k, v in self.train_sums.items()}
+        out["loss_sum"] = float(self.loss_sum)
+        return out
+
+    @classmethod
+    def from_checkpoint(cls, data: Mapping[str, Any], source: object) -> "TrainerState":
+        names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(data, Mapping) or set(data) != names:
+            raise CheckpointError(
+                f"{source} was written by another version of the trainer (its state fields differ); "
+                "start afresh with --overwrite"
+            )
+        return cls(**dict(data))
+
+
 class Trainer:
     """Trains ``model`` with ``objective`` on ``train_set``, selecting by ``objective.metric``.
 
@@ -131,11 +150,14 @@ class Trainer:
         cfg: a :class:`TrainConfig` or a dict for :meth:`TrainConfig.from_dict`.
         run_dir: directory of the run (created).
         device: default ``cuda:LOCAL_RANK`` if CUDA is available, else the CPU.
-        extra_config: saved in ``config.yaml`` beside the train config (e.g. model and task).
+        extra_config: saved in ``config.yaml`` beside the train config (e.g. model and task). Its
+            identity (see ``train/rundir.py``) must match the saved one to resume.
         resume: continue exactly from ``run_dir/checkpoints/last.pt``.
         overwrite: start afresh in a run directory that already holds a run (its metrics,
             checkpoints and TensorBoard events are deleted). Without it, that is an error.
         tensorboard: also write TensorBoard events when the package is installed.
+        lock: lock the run directory while training (a second writer stops at once); pass a held
+            :class:`~longrange.train.rundir.RunLock` when the caller already holds it.
 
     Construction seeds python, numpy and torch with ``cfg.seed + rank`` (the stream used by dropout
     and random masking; build and initialise the model before). ``fit`` leaves the model holding
@@ -158,107 +180,127 @@ class Trainer:
         resume: bool = False,
         overwrite: bool = False,
         tensorboard: bool = True,
+        lock: bool | RunLock = True,
     ):
         self.cfg = cfg = TrainConfig.from_dict(cfg) if isinstance(cfg, Mapping) else cfg
         cfg.validate()
+        if resume and overwrite:
+            raise ConfigError("--resume and --overwrite contradict each other: resume a run, or replace it")
         self.objective = objective
         self.train_set, self.val_set, self.test_set = train_set, val_set, test_set
         self.collate = collate
-        self.paths = RunPaths(Path(run_dir))
+        self.paths = RunPaths(check_out_dir(run_dir))
+        self._check_objective()
+        self._check_datasets()
         self.env = D.init_distributed(device)
         self.device = self.env.device
         self.is_main = self.env.is_main
+        self._check_precision()
+        self._plan_length()
+        self._seed_streams()
+        self._build_optimisation(model)
+        self.state = TrainerState(data_seed=cfg.seed, last_lr=cfg.lr * self.schedule.multiplier(0))
+        self._best_weights: dict[str, Tensor] | None = None
+        self._segment_start = time.time()
+        #: Called as ``on_checkpoint(step, path)`` after ``last.pt`` is written (tests use it).
+        self.on_checkpoint: Callable[[int, Path], None] | None = None
 
+        self.lock = self._lock_run_dir(lock)
+        try:
+            config = self._resolved_config(extra_config, resume)
+            self._prepare_run_dir(resume, overwrite, config)
+            if resume:
+                self._resume()
+            self.logger = MetricsLogger(self.paths.root, enabled=self.is_main, tensorboard=tensorboard)
+            if self.is_main:
+                text = yaml.safe_dump(config, sort_keys=False).encode()
+                atomic_write(self.paths.config, lambda f: f.write(text))
+        except BaseException:
+            self.close()
+            raise
+        self.train_model = D.wrap_model(self.model, self.device, cfg.find_unused_parameters)
+        self._progress = Progress(self)
+
+    # ------------------------------------------------------------------ construction steps
+    def _check_objective(self) -> None:
         for attr in ("metric", "higher_is_better", "summarize"):
-            if not hasattr(objective, attr):
-                raise ConfigError(f"the objective {type(objective).__name__} has no '{attr}' (see objectives/base.py)")
-        if cfg.precision == "fp16" and self.device.type != "cuda":
-            raise ConfigError(
-                f"train.precision 'fp16' needs a CUDA device (it uses a GradScaler); this run is on "
-                f"{self.device.type}: use 'bf16' or 'fp32'"
-            )
-        self.micro_batch = cfg.micro_batch(self.env.world_size)
-        for split, ds in (("train", train_set), ("val", val_set), ("test", test_set)):
+            if not hasattr(self.objective, attr):
+                raise ConfigError(f"the objective {type(self.objective).__name__} has no '{attr}' (see objectives/base.py)")
+
+    def _check_datasets(self) -> None:
+        for split, ds in (("train", self.train_set), ("val", self.val_set), ("test", self.test_set)):
             if ds is not None and not hasattr(ds, "__len__"):
                 raise ConfigError(
                     f"the {split} set ({type(ds).__name__}) has no length: the trainer needs map-style datasets "
                     "(with __len__ and __getitem__) to derive a resumable batch order"
                 )
-        self.steps_per_epoch = len(train_set) // cfg.batch_size
+
+    def _check_precision(self) -> None:
+        if self.cfg.precision == "fp16" and self.device.type != "cuda":
+            raise ConfigError(
+                f"train.precision 'fp16' needs a CUDA device (it uses a GradScaler); this run is on "
+                f"{self.device.type}: use 'bf16' or 'fp32'"
+            )
+
+    def _plan_length(self) -> None:
+        cfg = self.cfg
+        self.micro_batch = cfg.micro_batch(self.env.world_size)
+        self.steps_per_epoch = len(self.train_set) // cfg.batch_size
         if self.steps_per_epoch == 0:
             raise ConfigError(
-                f"train.batch_size {cfg.batch_size} is larger than the training set ({len(train_set)} items): "
+                f"train.batch_size {cfg.batch_size} is larger than the training set ({len(self.train_set)} items): "
                 "no complete batch"
             )
         self.total_steps = cfg.max_steps if cfg.max_steps > 0 else cfg.epochs * self.steps_per_epoch
 
+    def _seed_streams(self) -> None:
         # The training RNG stream (dropout, masking) differs per rank, else all ranks drop alike.
-        random.seed(cfg.seed + self.env.rank)
-        np.random.seed(cfg.seed + self.env.rank)
-        torch.manual_seed(cfg.seed + self.env.rank)
+        seed = self.cfg.seed + self.env.rank
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
 
+    def _build_optimisation(self, model: nn.Module) -> None:
+        cfg = self.cfg
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg)
         self.param_report = group_report(self.optimizer.param_groups)
-        self.schedule = build_schedule(cfg, self.total_steps, higher_is_better=objective.higher_is_better)
+        self.schedule = build_schedule(cfg, self.total_steps, higher_is_better=self.objective.higher_is_better)
         self.scaler = torch.amp.GradScaler(self.device.type) if cfg.precision == "fp16" else None
 
-        # Progress of the run: everything here goes into the checkpoint.
-        self.step = 0
-        self.epoch = 0
-        self.batches_done = 0          # global batches consumed in self.epoch
-        self.data_seed = cfg.seed
-        self.best_value: float | None = None
-        self.best_step = -1
-        self.best_metrics: dict[str, float] = {}
-        self.bad_evals = 0
-        self.stopped_early = False
-        self.train_sums: dict[str, Tensor] | None = None
-        self.train_loss = [0.0, 0]     # sum of step losses and steps since the last train log
-        self.last_lr = cfg.lr * self.schedule.multiplier(0)
-        self.elapsed = 0.0             # seconds of training in earlier (resumed) segments
-        self._segment_start = time.time()
-        self.history: list[dict[str, Any]] = []
-        self._best_weights: dict[str, Tensor] | None = None
-        self.final_val: dict[str, float] = {}
+    def _lock_run_dir(self, lock: bool | RunLock) -> RunLock | None:
+        if isinstance(lock, RunLock):
+            return lock
+        if not lock or not self.is_main:
+            return None
+        return RunLock(self.paths.root).acquire()
 
-        #: Called as ``on_checkpoint(step, path)`` after ``last.pt`` is written (tests use it).
-        self.on_checkpoint: Callable[[int, Path], None] | None = None
-
-        self._prepare_run_dir(resume, overwrite)
-        if resume:
-            self._resume()
-        self.logger = MetricsLogger(self.paths.root, enabled=self.is_main, tensorboard=tensorboard)
-        if self.is_main:
-            if resume and extra_config is None and self.paths.config.is_file():
-                # Keep what the original run saved beside the train config (model, task, ...).
-                extra_config = yaml.safe_load(self.paths.config.read_text()) or {}
-            text = yaml.safe_dump(self._resolved_config(extra_config), sort_keys=False).encode()
-            atomic_write(self.paths.config, lambda f: f.write(text))
-
-        self.train_model = D.wrap_model(self.model, self.device, cfg.find_unused_parameters)
-
-    # ------------------------------------------------------------------ run directory
-    def _resolved_config(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    def _resolved_config(self, extra: Mapping[str, Any] | None, resume: bool) -> dict[str, Any]:
+        if resume and extra is None and self.paths.config.is_file():
+            # Keep what the original run saved beside the train config (model, task, ...).
+            saved = yaml.safe_load(self.paths.config.read_text()) or {}
+            extra = {k: v for k, v in saved.items() if k not in ("train", "fingerprint")}
         out = _plain(dict(extra or {}), "extra_config")
         out["train"] = self.cfg.to_dict()
+        out["fingerprint"] = fingerprint(out)
         return out
 
-    def _prepare_run_dir(self, resume: bool, overwrite: bool) -> None:
+    def _prepare_run_dir(self, resume: bool, overwrite: bool, config: Mapping[str, Any]) -> None:
         p = self.paths
         if resume:
             if not p.last.is_file():
                 raise CheckpointError(f"cannot resume: no checkpoint at {p.last}")
+            check_same_run(p.root, config, "resume")
             return
-        existing = [f for f in (p.last, p.best, p.metrics) if f.exists()]
+        existing = [f for f in (p.last, p.best_weights, p.metrics, p.summary) if f.exists()]
         if existing and not overwrite:
             raise ConfigError(
-                f"run directory {p.root} already holds a run ({existing[0].name}); resume it, choose a new "
-                "directory, or pass overwrite=True"
+                f"run directory {p.root} already holds a run ({existing[0].name}); pass --resume to continue it, "
+                "--overwrite to replace it, or choose a new --out"
             )
         D.barrier()  # every rank has looked before rank 0 deletes
         if self.is_main:
-            for f in (p.last, p.best, p.best_weights, p.metrics):
+            for f in (p.last, p.checkpoints / "best.pt", p.best_weights, p.metrics, p.summary):
                 f.unlink(missing_ok=True)
             if p.tensorboard.is_dir():
                 for f in p.tensorboard.glob("events.out.tfevents.*"):
@@ -266,81 +308,87 @@ class Trainer:
             p.checkpoints.mkdir(parents=True, exist_ok=True)
         D.barrier()
 
+    def close(self) -> None:
+        """Release the run directory's lock (``fit`` does this when it ends)."""
+        if self.lock is not None:
+            self.lock.release()
+
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self) -> dict[str, Any]:
         """The run's state. A collective: every rank must call it (RNG states are gathered)."""
         rng = D.gather_objects(rng_state())
+        self.state.elapsed = self._elapsed()
+        self.state.metrics_lines = self.logger.lines if self.is_main else 0
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": rng,
-            "data": {"epoch": self.epoch, "batches_done": self.batches_done, "seed": self.data_seed,
-                     "batch_size": self.cfg.batch_size, "n_items": len(self.train_set)},
-            "step": self.step,
-            "best": {"value": self.best_value, "step": self.best_step, "metrics": dict(self.best_metrics)},
-            "bad_evals": self.bad_evals,
-            "stopped_early": self.stopped_early,
-            "train_sums": {k: v.detach().to("cpu") for k, v in (self.train_sums or {}).items()},
-            "train_loss": [float(self.train_loss[0]), int(self.train_loss[1])],
-            "last_lr": self.last_lr,
-            "metrics_lines": self.logger.lines if self.is_main else 0,
-            "elapsed": self._elapsed(),
-            "history": list(self.history),
-            "final_val": dict(self.final_val),
+            "trainer": self.state.to_checkpoint(),
+            "data": {"batch_size": self.cfg.batch_size, "n_items": len(self.train_set)},
             "config": self.cfg.to_dict(),
             "world_size": self.env.world_size,
         }
 
+    def _check_finite_parameters(self) -> None:
+        bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            self._diverged(f"parameter(s) {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} became non-finite")
+
+    def _diverged(self, what: str) -> None:
+        last = ""
+        if self.paths.last.is_file():
+            last = f"; the last good checkpoint is {self.paths.last}"
+        raise TrainingDivergedError(
+            f"training diverged at step {self.state.step} of {self.total_steps}: {what}{last}. "
+            "Lower train.lr, set train.grad_clip, or check the data; the run is not a result"
+        )
+
     def _save(self, best: bool) -> None:
+        self._check_finite_parameters()  # last.pt always holds finite weights
         state = self._checkpoint_state()
         if self.is_main:
             if best:
-                save_checkpoint(state, self.paths.best)
                 save_safetensors(state["model"], self.paths.best_weights)
             save_checkpoint(state, self.paths.last)
+            if self.lock is not None:
+                self.lock.heartbeat(every=0)
         D.barrier()
         if self.on_checkpoint is not None:
-            self.on_checkpoint(self.step, self.paths.last)
+            self.on_checkpoint(self.state.step, self.paths.last)
 
     def _resume(self) -> None:
-        state = load_checkpoint(self.paths.last, map_location=self.device)
-        data = state["data"]
+        ckpt = load_checkpoint(self.paths.last, map_location=self.device)
+        if "trainer" not in ckpt:
+            raise CheckpointError(
+                f"{self.paths.last} was written by an older version of longrange and cannot be resumed; "
+                "start afresh with --overwrite"
+            )
+        data = ckpt["data"]
         if data["batch_size"] != self.cfg.batch_size or data["n_items"] != len(self.train_set):
             raise ConfigError(
                 f"cannot resume {self.paths.last}: it was trained with train.batch_size {data['batch_size']} on "
                 f"{data['n_items']} items, this run has {self.cfg.batch_size} on {len(self.train_set)}"
             )
-        load_model_weights(self.model, state["model"], source=self.paths.last)
+        load_model_weights(self.model, ckpt["model"], source=self.paths.last)
         try:
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
         except ValueError as err:
             raise CheckpointError(f"the optimiser state in {self.paths.last} does not fit the model: {err}") from None
-        self.schedule.load_state_dict(state["schedule"])
-        if self.scaler is not None and state["scaler"] is not None:
-            self.scaler.load_state_dict(state["scaler"])
-        rng = state["rng"]
+        self.schedule.load_state_dict(ckpt["schedule"])
+        if self.scaler is not None and ckpt["scaler"] is not None:
+            self.scaler.load_state_dict(ckpt["scaler"])
+        self.state = TrainerState.from_checkpoint(ckpt["trainer"], self.paths.last)
+        rng = ckpt["rng"]
         if len(rng) == self.env.world_size:
             set_rng_state(rng[self.env.rank])
         else:  # another number of ranks: data order stays exact, random streams restart
-            torch.manual_seed(_derived_seed(self.cfg.seed, state["step"], self.env.rank))
-        self.epoch, self.batches_done, self.data_seed = data["epoch"], data["batches_done"], data["seed"]
-        self.step = state["step"]
-        best = state["best"]
-        self.best_value, self.best_step, self.best_metrics = best["value"], best["step"], dict(best["metrics"])
-        self.bad_evals = state["bad_evals"]
-        self.stopped_early = state["stopped_early"]
-        self.train_sums = dict(state["train_sums"]) or None
-        self.train_loss = list(state["train_loss"])
-        self.last_lr = state["last_lr"]
-        self.elapsed = state["elapsed"]
-        self.history = list(state["history"])
-        self.final_val = dict(state["final_val"])
-        if self.paths.best.is_file():
-            self._best_weights = {k: v.to("cpu") for k, v in load_checkpoint(self.paths.best)["model"].items()}
+            torch.manual_seed(_derived_seed(self.cfg.seed, self.state.step, self.env.rank))
+        if self.paths.best_weights.is_file():
+            self._best_weights = load_weights(self.paths.best_weights)
         if self.is_main:  # drop records written after the checkpoint: they will be written again
-            truncate_metrics(self.paths.metrics, state["metrics_lines"])
+            truncate_metrics(self.paths.metrics, self.state.metrics_lines)
 
     # ------------------------------------------------------------------ data
     def _autocast(self):
@@ -364,18 +412,19 @@ class Trainer:
 
     def _global_batches(self) -> Iterator[list[dict[str, Any]]]:
         """The micro-batches of each optimiser step, from the current data position onwards."""
+        st = self.state
         while True:
-            if self.batches_done >= self.steps_per_epoch:
-                self.epoch += 1
-                self.batches_done = 0
+            if st.batches_done >= self.steps_per_epoch:
+                st.epoch += 1
+                st.batches_done = 0
             if hasattr(self.train_set, "set_epoch"):
-                self.train_set.set_epoch(self.epoch)
+                self.train_set.set_epoch(st.epoch)
             sampler = ShardedBatchSampler(
-                len(self.train_set), self.cfg.batch_size, self.data_seed, self.epoch,
+                len(self.train_set), self.cfg.batch_size, st.data_seed, st.epoch,
                 rank=self.env.rank, world_size=self.env.world_size, grad_accum=self.cfg.grad_accum,
-                start_batch=self.batches_done,
+                start_batch=st.batches_done,
             )
-            seed = _derived_seed(self.data_seed, self.epoch, self.batches_done, self.env.rank)
+            seed = _derived_seed(st.data_seed, st.epoch, st.batches_done, self.env.rank)
             group: list[dict[str, Any]] = []
             for batch in self._loader(self.train_set, sampler, seed):
                 group.append(batch)
@@ -385,11 +434,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def _train_step(self, micro_batches: list[dict[str, Any]]) -> None:
+        st = self.state
         self.train_model.train()
-        lr_mult = self.schedule.multiplier(self.step)
+        lr_mult = self.schedule.multiplier(st.step)
         for group in self.optimizer.param_groups:
             group["lr"] = group["peak_lr"] * lr_mult
-        self.last_lr = self.cfg.lr * lr_mult
+        st.last_lr = self.cfg.lr * lr_mult
         n = len(micro_batches)
         step_loss = 0.0
         for i, batch in enumerate(micro_batches):
@@ -402,7 +452,7 @@ class Trainer:
                 loss = out.loss / n
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             step_loss += loss.detach()
-            self.train_sums = add_sums(self.train_sums, out.sums)
+            st.train_sums = add_sums(st.train_sums or None, out.sums)
         if self.cfg.grad_clip > 0:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)
@@ -413,10 +463,10 @@ class Trainer:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.train_loss[0] = self.train_loss[0] + step_loss  # a tensor: no device sync per step
-        self.train_loss[1] += 1
-        self.step += 1
-        self.batches_done += 1
+        st.loss_sum = st.loss_sum + step_loss  # a tensor: no device sync per step
+        st.loss_steps += 1
+        st.step += 1
+        st.batches_done += 1
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -450,28 +500,33 @@ class Trainer:
         return value > than if self.objective.higher_is_better else value < than
 
     def _elapsed(self) -> float:
-        return self.elapsed + time.time() - self._segment_start
+        return self.state.elapsed + time.time() - self._segment_start
 
     def _log(self, split: str, metrics: Mapping[str, float]) -> None:
-        epoch = self.epoch + self.batches_done / self.steps_per_epoch
-        self.logger.log(self.step, epoch, split, metrics, self.last_lr, self._elapsed())
+        epoch = self.state.epoch + self.state.batches_done / self.steps_per_epoch
+        self.logger.log(self.state.step, epoch, split, metrics, self.state.last_lr, self._elapsed())
 
     def _log_train(self) -> dict[str, float]:
-        sums = D.all_reduce_sums(self.train_sums, self.device)
-        steps = self.train_loss[1]
-        loss = torch.tensor([float(self.train_loss[0]), float(steps)], dtype=torch.float64, device=self.device)
+        st = self.state
+        sums = D.all_reduce_sums(st.train_sums or None, self.device)
+        loss = torch.tensor([float(st.loss_sum), float(st.loss_steps)], dtype=torch.float64, device=self.device)
         if self.env.distributed:
             torch.distributed.all_reduce(loss)
             loss[0] /= self.env.world_size  # every rank counted every step
             loss[1] /= self.env.world_size
         metrics = {k: float(v) for k, v in self.objective.summarize(sums).items()} if sums else {}
         metrics.setdefault("loss", float(loss[0] / max(loss[1], 1.0)))
+        if not math.isfinite(metrics["loss"]):
+            self._diverged(f"the training loss is {metrics['loss']} (mean over the last {st.loss_steps} steps)")
         self._log("train", metrics)
-        self.train_sums, self.train_loss = None, [0.0, 0]
+        st.train_sums, st.loss_sum, st.loss_steps = {}, 0.0, 0
+        if self.lock is not None:
+            self.lock.heartbeat()
         return metrics
 
     def _validate(self) -> bool:
         """Evaluate on the validation set, track the best; True when it improved."""
+        st = self.state
         metrics = self.evaluate(self.val_set, "val")
         if self.objective.metric not in metrics:
             raise ConfigError(
@@ -479,19 +534,25 @@ class Trainer:
                 f"{sorted(metrics)}"
             )
         self._log("val", metrics)
-        self.final_val = metrics
+        self._progress.validated(metrics)
+        st.final_val = metrics
         value = metrics[self.objective.metric]
-        self.history.append({"step": self.step, "metrics": metrics})
+        if not math.isfinite(value):
+            self._diverged(f"the validation {self.objective.metric} is {value}")
+        st.history.append({"step": st.step, "metrics": metrics})
         self.schedule.observe(value)
-        if self._better(value, self.best_value):
-            self.best_value, self.best_step, self.best_metrics = value, self.step, metrics
-            self.bad_evals = 0
-            self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        if self._better(value, st.best_value):
+            st.best_value, st.best_step, st.best_metrics = value, st.step, metrics
+            st.bad_evals = 0
+            self._keep_best_weights()
             return True
-        self.bad_evals += 1
-        if self.cfg.patience and self.bad_evals >= self.cfg.patience:
-            self.stopped_early = True
+        st.bad_evals += 1
+        if self.cfg.patience and st.bad_evals >= self.cfg.patience:
+            st.stopped_early = True
         return False
+
+    def _keep_best_weights(self) -> None:
+        self._best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, Any]:
@@ -499,48 +560,50 @@ class Trainer:
 
         Leaves the model holding the best weights (the last ones when there is no validation set).
         Returns ``{"metric", "best": {"step", "value", "metrics"}, "final", "test", "step",
-        "epochs", "stopped_early", "param_groups"}``.
+        "epochs", "stopped_early", "param_groups", "seconds"}``.
         """
-        cfg = self.cfg
         self._segment_start = time.time()
-        show = self.is_main and cfg.progress and sys.stderr.isatty()
-        bar = None
-        if show:
-            from tqdm import tqdm
-
-            bar = tqdm(total=self.total_steps, initial=self.step, desc="train", dynamic_ncols=True)
         try:
-            if self.step < self.total_steps and not self.stopped_early:
-                for micro_batches in self._global_batches():
-                    self._train_step(micro_batches)
-                    if bar is not None:
-                        bar.update(1)
-                    done = self.step >= self.total_steps
-                    if self.step % cfg.log_every == 0 or done:
-                        train_metrics = self._log_train()
-                        if bar is not None:
-                            bar.set_postfix(loss=f"{train_metrics['loss']:.4g}", lr=f"{self.last_lr:.3g}")
-                    epoch_end = self.batches_done == self.steps_per_epoch
-                    evaluate = self.val_set is not None and (
-                        done or (cfg.eval_every == 0 and epoch_end)
-                        or (cfg.eval_every > 0 and self.step % cfg.eval_every == 0)
-                    )
-                    improved = self._validate() if evaluate else False
-                    if evaluate or done or self.stopped_early or (
-                        cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
-                    ):
-                        if self.val_set is None and (done or self.stopped_early):
-                            improved = True  # no selection: the final weights are the best
-                            self.best_step = self.step
-                            self._best_weights = {k: v.detach().to("cpu", copy=True)
-                                                  for k, v in self.model.state_dict().items()}
-                        self._save(best=improved)
-                    if done or self.stopped_early:
-                        break
+            self._progress.start()
+            self._train_until_done()
+            return self._finish()
         finally:
-            if bar is not None:
-                bar.close()
+            self._progress.close()
+            self.close()
 
+    def _train_until_done(self) -> None:
+        st = self.state
+        if st.step >= self.total_steps or st.stopped_early:
+            return
+        for micro_batches in self._global_batches():
+            self._train_step(micro_batches)
+            if self._after_step():
+                break
+
+    def _after_step(self) -> bool:
+        """Log, evaluate and checkpoint as configured after a step; True when training is over."""
+        cfg, st = self.cfg, self.state
+        done = st.step >= self.total_steps
+        if st.step % cfg.log_every == 0 or done:
+            self._progress.trained(self._log_train())
+        else:
+            self._progress.trained(None)
+        epoch_end = st.batches_done == self.steps_per_epoch
+        evaluate = self.val_set is not None and (
+            done or (cfg.eval_every == 0 and epoch_end) or (cfg.eval_every > 0 and st.step % cfg.eval_every == 0)
+        )
+        improved = self._validate() if evaluate else False
+        over = done or st.stopped_early
+        if evaluate or over or (cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0):
+            if self.val_set is None and over:
+                improved = True  # no selection: the final weights are the best
+                st.best_step = st.step
+                self._keep_best_weights()
+            self._save(best=improved)
+        return over
+
+    def _finish(self) -> dict[str, Any]:
+        st = self.state
         test_metrics = None
         if self._best_weights is not None:
             self.model.load_state_dict(self._best_weights)
@@ -550,14 +613,96 @@ class Trainer:
         self.logger.close()
         return {
             "metric": self.objective.metric,
-            "best": {"step": self.best_step, "value": self.best_value, "metrics": dict(self.best_metrics)},
-            "final": dict(self.final_val),
+            "best": {"step": st.best_step, "value": st.best_value, "metrics": dict(st.best_metrics)},
+            "final": dict(st.final_val),
             "test": test_metrics,
-            "step": self.step,
-            "epochs": self.epoch + self.batches_done / self.steps_per_epoch,
-            "stopped_early": self.stopped_early,
+            "step": st.step,
+            "epochs": st.epoch + st.batches_done / self.steps_per_epoch,
+            "stopped_early": st.stopped_early,
             "param_groups": self.param_report,
+            "seconds": self._elapsed(),
         }
+
+
+class Progress:
+    """What a person watching the run sees on stderr (rank 0 only).
+
+    On a terminal: a progress bar with the loss and lr. Elsewhere (nohup, SLURM, ``> log``): a plain
+    line every ``train.progress_every`` seconds with step/total, loss, lr, the last validation metric
+    and the ETA. Validation metrics are printed after each evaluation in both cases.
+    """
+
+    def __init__(self, trainer: Trainer):
+        self.t = trainer
+        self.enabled = trainer.is_main and trainer.cfg.progress
+        self.tty = self.enabled and sys.stderr.isatty()
+        self.bar = None
+        self.loss: float | None = None
+        self.val: str = ""
+        self._last_line = 0.0
+        self._start_step = 0
+        self._start = 0.0
+
+    def start(self) -> None:
+        self._start_step, self._start = self.t.state.step, time.time()
+        self._last_line = self._start
+        if self.tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.t.total_steps, initial=self.t.state.step, desc="train", dynamic_ncols=True)
+
+    def trained(self, metrics: Mapping[str, float] | None) -> None:
+        if not self.enabled:
+            return
+        if metrics is not None:
+            self.loss = metrics["loss"]
+        if self.bar is not None:
+            self.bar.update(1)
+            if metrics is not None:
+                self.bar.set_postfix(loss=f"{self.loss:.4g}", lr=f"{self.t.state.last_lr:.3g}")
+            return
+        now = time.time()
+        if now - self._last_line >= self.t.cfg.progress_every:
+            self._last_line = now
+            print(self.line(now), file=sys.stderr, flush=True)
+
+    def line(self, now: float) -> str:
+        st, total = self.t.state, self.t.total_steps
+        rate = (st.step - self._start_step) / max(now - self._start, 1e-9)
+        eta = (total - st.step) / rate if rate > 0 else float("inf")
+        loss = f"{self.loss:.4g}" if self.loss is not None else "-"
+        return (f"step {st.step}/{total} ({100 * st.step / total:.0f}%)  loss {loss}  lr {st.last_lr:.3g}"
+                f"{'  ' + self.val if self.val else ''}  eta {format_seconds(eta)}")
+
+    def validated(self, metrics: Mapping[str, float]) -> None:
+        if not self.enabled:
+            return
+        metric = self.t.objective.metric
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+        self.val = f"val {metric} {metrics.get(metric, float('nan')):.4g}"
+        text = f"step {self.t.state.step}/{self.t.total_steps}: val {shown}"
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def format_seconds(seconds: float) -> str:
+    """``1h02m``, ``3m05s``, ``12s``; ``?`` when unknown."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
 
 
 # ---------------------------------------------------------------------- entry point
@@ -614,4 +759,5 @@ def train(
     try:
         return trainer.fit()
     finally:
+        trainer.close()
         D.cleanup(trainer.env)
