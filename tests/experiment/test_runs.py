@@ -49,7 +49,7 @@ def test_pretrain_then_finetune_transfers_encoder_and_backbone(listops_dir, tmp_
     fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
     assert fine["regime"] == "masked-spt" and fine["test"]["accuracy"] >= 0
     record = json.loads(json.dumps(__import__("yaml").safe_load((tmp_path / "fine" / "config.yaml").read_text())))
-    transfer = record["init"]["transfer"]
+    transfer = record["record"]["transfer"]
     assert transfer["not_transferred"] == ["head.linear.bias", "head.linear.weight"]
     assert transfer["newly_initialised"] == ["head.linear.bias", "head.linear.weight"]
     # The finetuning run started from the pretrained weights: its first logged train loss is a
@@ -99,7 +99,7 @@ def test_causal_pretraining_of_bidirectional_mamba_is_morphed_f1(listops_dir, tm
     assert yaml_of(tmp_path / "pre")["model"]["direction"] == "causal"
     fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
     assert fine["regime"] == "f1-spt"
-    assert yaml_of(tmp_path / "fine")["init"]["morph"] == "f1"
+    assert yaml_of(tmp_path / "fine")["record"]["transfer"]["morph"] == "f1"
     # Causal pretraining of a bidirectional Simple-S4D model is refused with a clear reason.
     with pytest.raises(ConfigError, match="reverse"):
         run_stage(experiment_from_dict(tiny(listops_dir)), "pretrain", tmp_path / "x", objective="causal")

@@ -15,6 +15,9 @@ reads its own sub-directory of it (see ``docs/data.md``).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+
 import os
 import sys
 from dataclasses import dataclass, field
@@ -284,6 +287,23 @@ def task_status(name: str, data_dir: str | os.PathLike | None = None, **options)
         present &= ok
         lines.append(f"{path}: {'found' if ok else 'missing'}")
     return present, lines
+
+
+def data_identity(name: str, data_dir: str | os.PathLike | None = None, **options) -> dict[str, str]:
+    """What identifies the data a run reads, without loading it: the resolved data directory and a
+    hash of the task's expected files (resolved path, size and modification time of each file, as
+    the cache keys; see ``data/cache.py``). Replacing or editing a file changes the hash."""
+    from longrange.data.cache import _source_fingerprint
+
+    entry = _entry(name)
+    opts = _resolve_options(name, options)
+    root = default_data_dir(data_dir)
+    rows: list = []
+    if entry.expected is not None:
+        for path in entry.expected(root, **opts):
+            rows.append(_source_fingerprint(Path(path)) if Path(path).exists() else [str(path), "missing"])
+    text = json.dumps(rows, sort_keys=True, default=str)
+    return {"dir": str(root.resolve()), "files": hashlib.sha256(text.encode()).hexdigest()[:16]}
 
 
 # Helpers for loaders ------------------------------------------------------------------------------

@@ -41,7 +41,11 @@ def _train(args: argparse.Namespace) -> int:
 def _pretrain(args: argparse.Namespace) -> int:
     from longrange.experiment.runs import run_stage
 
-    summary = run_stage(_resolve(args), "pretrain", args.out, seed=args.seed, objective=args.objective,
+    exp = _resolve(args)
+    # Default: the model's natural objective (causal for causal models, masked for bidirectional
+    # ones), as compare chooses.
+    objective = args.objective or ("masked" if exp.model.direction == "bidirectional" else "causal")
+    summary = run_stage(exp, "pretrain", args.out, seed=args.seed, objective=objective,
                         reverse=args.reverse, resume=args.resume, overwrite=args.overwrite)
     _print_summary(summary)
     return 0
@@ -56,18 +60,40 @@ def _finetune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_status(out: str) -> int:
+    from longrange.experiment.compare import stage_statuses
+    from longrange.experiment.plan import Plan, describe
+
+    plan = Plan.load(out)
+    statuses = stage_statuses(out, plan)
+    print(describe(plan, statuses))
+    counts = {k: list(statuses.values()).count(k) for k in ("done", "running", "interrupted", "pending", "failed")}
+    print(", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    return 0
+
+
 def _compare(args: argparse.Namespace) -> int:
     from longrange.experiment.compare import compare
     from longrange.experiment.config import resolve
 
+    if args.status:
+        return _compare_status(args.status)
+    if not args.out:
+        raise ConfigError("give --out DIR (the directory of all runs and the report), or --status DIR")
     presets = args.preset or []
     if not presets and not args.config:
         raise ConfigError("give at least one --preset (repeatable) or --config")
     experiments = [resolve(p, args.config, args.settings) for p in presets] or [resolve(None, args.config, args.settings)]
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     objectives = args.objectives.split(",") if args.objectives else None
     compare(experiments, args.out, seeds=seeds, objectives=objectives,
-            compute_matched=False if args.no_compute_matched else None)
+            compute_matched=False if args.no_compute_matched else None, overwrite=args.overwrite,
+            dry_run=args.dry_run)
+    if args.dry_run:
+        return 0
     from longrange.report import write_report
 
     print(write_report([Path(args.out)], out_dir=Path(args.out)))
@@ -101,7 +127,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("pretrain", help="self-pretrain on the task's own training inputs (causal or masked)")
     _add_experiment_args(p, "run directory")
-    p.add_argument("--objective", choices=("causal", "masked"), default="masked")
+    p.add_argument("--objective", choices=("causal", "masked"), default=None,
+                   help="default: causal for causal models, masked for bidirectional ones (as compare)")
     p.add_argument("--reverse", action="store_true", help="causal pretraining on reversed sequences (the R1 model of F1R1)")
     p.set_defaults(func=_pretrain)
 
@@ -114,7 +141,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="scratch vs self-pretraining for one or more models over seeds, with a report")
     p.add_argument("--preset", action="append", help="a built-in preset; repeat for several models")
     p.add_argument("--config", help="a YAML experiment file (applied on top of each preset)")
-    p.add_argument("--out", required=True, help="directory of all runs and the report")
+    p.add_argument("--out", help="directory of all runs and the report")
+    p.add_argument("--status", metavar="OUT", help="show each stage of the comparison in OUT (pending, running, done, failed) and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (stages and their dependencies) and run nothing")
+    p.add_argument("--overwrite", action="store_true",
+                   help="run again the finished stages that were made with other settings (others are reused)")
     p.add_argument("--seeds", help="comma-separated seeds (default: the preset's compare.seeds)")
     p.add_argument("--objectives", help="comma-separated SPT objectives: causal,masked (default: the preset's, or the model's natural one)")
     p.add_argument("--no-compute-matched", action="store_true", help="skip the compute-matched scratch baseline")

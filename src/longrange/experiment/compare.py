@@ -1,47 +1,201 @@
 """The fair comparison: training from scratch versus self-pretraining (SPT) then finetuning.
 
-For each experiment (a model on a task) and each seed::
+``compare`` expands the grid into a plan of stages (``experiment/plan.py``), saves it as
+``OUT/plan.json``, and runs every stage that is not finished, in dependency order. A stage is:
 
-    OUT/<task>/<label>/scratch/seed<k>/                   supervised from random initialisation
-    OUT/<task>/<label>/<objective>-spt/seed<k>/pretrain/  SPT on the task's own training inputs
-    OUT/<task>/<label>/<objective>-spt/seed<k>/finetune/  supervised from the pretrained weights
-    OUT/<task>/<label>/scratch-matched/seed<k>/           from scratch for as many steps as the
-                                                          longest pretraining + finetuning
+* **done** (its ``summary.json`` exists): reused, only if it was made with the same settings (its
+  fingerprint, see ``train/rundir.py``); otherwise the comparison stops before training anything,
+  naming the differing fields (``overwrite=True`` replaces such stages);
+* **interrupted** (a last checkpoint, nobody holding its lock): resumed from its checkpoint;
+* **running** (its lock is held by a live process, e.g. a second ``compare`` on the same output):
+  left alone, and so is everything after it;
+* **failed** (``failed.json`` says why): run again; a stage that fails is recorded there, the
+  stages after it are skipped, and the rest of the grid goes on; the comparison then ends with an
+  error naming every failed stage.
 
-A stage whose summary.json exists is reused; one with a last checkpoint is resumed, so an
-interrupted comparison continues where it stopped when run again.
+:func:`execute_stage` runs one stage under its lock; every executor (in process, local workers, SLURM)
+goes through it, so a stage's outcome depends only on its settings and seed.
 """
 from __future__ import annotations
 
-import re
+import json
 import sys
+import time
+import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from longrange.errors import ConfigError
-from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig
-from longrange.experiment.runs import pretraining_model_config, read_summary, run_stage
+from longrange.errors import ConfigError, LongrangeError
+from longrange.experiment.config import ExperimentConfig
+from longrange.experiment.plan import Plan, Stage, default_objectives, describe, plan_grid, slug, stage_arguments
+from longrange.experiment.runs import plan_stage, read_summary, run_stage
+from longrange.train import rundir
+from longrange.train.loop import format_seconds
 
+__all__ = ["compare", "default_objectives", "execute_stage", "slug", "stage_statuses", "StageFailed"]
 
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).strip("-") or "model"
-
-
-def default_objectives(exp: ExperimentConfig) -> list[str]:
-    """Causal SPT for causal models, masked SPT for bidirectional ones (the SPT paper's choice)."""
-    if exp.compare.objectives:
-        return list(exp.compare.objectives)
-    return ["masked"] if exp.model.direction == "bidirectional" else ["causal"]
+FAILED_FILE = "failed.json"
+LOG_FILE = "stage.log"
 
 
-def _stage(run_dir: Path, log: list[str], **kwargs: Any) -> dict[str, Any]:
-    done = read_summary(run_dir)
-    if done is not None:
-        log.append(f"reusing {run_dir}")
-        return done
-    resume = (run_dir / "checkpoints" / "last.pt").is_file()
-    print(f"{'resuming' if resume else 'running'} {run_dir}", file=sys.stderr, flush=True)
-    return run_stage(run_dir=run_dir, resume=resume, overwrite=not resume, **kwargs)
+class StageFailed(LongrangeError):
+    """Stages of a comparison failed or could not run; the message names them."""
+
+
+def _summaries(out_dir: Path, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for i in ids:
+        summary = read_summary(out_dir / i)
+        if summary is not None:
+            out[i] = summary
+    return out
+
+
+def stage_status(out_dir: Path, stage: Stage) -> str:
+    """pending, running, done, failed or interrupted (a checkpoint to resume from)."""
+    paths = rundir.RunPaths(out_dir / stage.id)
+    if paths.summary.is_file():
+        return "done"
+    if rundir.RunLock(paths.root).holder() is not None:
+        return "running"
+    if (paths.root / FAILED_FILE).is_file():
+        return "failed"
+    if paths.last.is_file():
+        return "interrupted"
+    return "pending"
+
+
+def stage_statuses(out_dir: str | Path, plan: Plan | None = None) -> dict[str, str]:
+    out_dir = Path(out_dir)
+    plan = plan or Plan.load(out_dir)
+    return {s.id: stage_status(out_dir, s) for s in plan.stages}
+
+
+def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]:
+    """Stages whose finished run was made with other settings, as ``id: differences`` lines; an
+    error before anything runs unless ``overwrite`` (then they are run again)."""
+    stale = []
+    for stage in plan.stages:
+        run = out_dir / stage.id
+        if read_summary(run) is None:
+            continue
+        deps = _summaries(out_dir, stage.after)
+        if len(deps) < len(stage.after):
+            continue  # its inputs are not finished: checked when it is reached
+        config = plan_stage(**stage_arguments(plan, stage, out_dir, deps)).config()
+        saved = rundir.read_config(run) or {}
+        diff = rundir.differences(saved, json.loads(json.dumps(config, default=str)))
+        if diff:
+            stale.append(f"{stage.id}: {'; '.join(diff[:4])}{' ...' if len(diff) > 4 else ''}")
+    if stale and not overwrite:
+        raise rundir.RunMismatchError(
+            f"{len(stale)} finished stage(s) in {out_dir} were made with other settings: " + " | ".join(stale[:6])
+            + (f" | and {len(stale) - 6} more" if len(stale) > 6 else "")
+            + "; pass --overwrite to run them again with these settings, or choose a new --out"
+        )
+    return stale
+
+
+def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, overwrite: bool = False) -> dict[str, Any] | None:
+    """Run (or reuse, or resume) one stage under its lock; returns its summary.
+
+    Returns None when another live process holds the stage (it is running there). Raises when the
+    stage fails, after recording the failure in ``failed.json``.
+    """
+    out_dir = Path(out_dir)
+    stage = plan.by_id[stage_id]
+    run = out_dir / stage.id
+    deps = _summaries(out_dir, stage.after)
+    missing = [a for a in stage.after if a not in deps]
+    if missing:
+        raise StageFailed(f"stage {stage.id} needs {', '.join(missing)} finished first")
+    try:
+        lock = rundir.RunLock(rundir.check_out_dir(run)).acquire()
+    except rundir.RunLockedError:
+        return None
+    try:
+        kwargs = stage_arguments(plan, stage, out_dir, deps)
+        done = read_summary(run)
+        resume = (done is not None or rundir.RunPaths(run).last.is_file())
+        if resume:
+            try:
+                rundir.check_same_run(run, plan_stage(**kwargs).config(), "reuse" if done else "resume")
+            except rundir.RunMismatchError:
+                if not overwrite:
+                    raise
+                resume, done = False, None
+        if done is not None:
+            return done
+        print(f"{'resuming' if resume else 'running'} {run}", file=sys.stderr, flush=True)
+        summary = run_stage(run_dir=run, resume=resume, overwrite=not resume, lock=lock, **kwargs)
+        (run / FAILED_FILE).unlink(missing_ok=True)
+        return summary
+    except BaseException as err:
+        if not isinstance(err, (KeyboardInterrupt, rundir.RunMismatchError)):
+            record = {"stage": stage.id, "error": f"{type(err).__name__}: {err}",
+                      "traceback": traceback.format_exc(), "log": str(run / LOG_FILE) if (run / LOG_FILE).is_file() else None,
+                      "time": time.time()}
+            (run / FAILED_FILE).write_text(json.dumps(record, indent=1))
+        raise
+    finally:
+        lock.release()
+
+
+def run_in_process(plan: Plan, out_dir: Path, *, overwrite: bool = False,
+                   on_stage: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Run the plan's stages one after another in this process; returns each stage's outcome
+    (done, failed, skipped: after a failed stage, held: running elsewhere)."""
+    outcome: dict[str, str] = {}
+    n = len(plan.stages)
+    start, ran = time.time(), 0
+    for k, stage in enumerate(plan.stages, 1):
+        blocked = [a for a in stage.after if outcome.get(a) != "done"]
+        if blocked:
+            outcome[stage.id] = "skipped"
+            print(f"stage {k} of {n}: skipping {stage.id} (needs {', '.join(blocked)})", file=sys.stderr, flush=True)
+            continue
+        if read_summary(out_dir / stage.id) is not None:
+            print(f"stage {k} of {n}: reusing {stage.id}", file=sys.stderr, flush=True)
+        else:
+            eta = (time.time() - start) / ran * (n - k + 1) if ran else float("inf")
+            print(f"stage {k} of {n}: {stage.id} (overall eta {format_seconds(eta)})", file=sys.stderr, flush=True)
+        try:
+            t0 = time.time()
+            summary = execute_stage(plan, stage.id, out_dir, overwrite=overwrite)
+            if time.time() - t0 > 1:
+                ran += 1
+        except rundir.RunMismatchError:
+            raise
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # recorded in failed.json; the grid goes on
+            outcome[stage.id] = "failed"
+            print(f"stage {k} of {n}: {stage.id} FAILED: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            continue
+        outcome[stage.id] = "held" if summary is None else "done"
+        if summary is None:
+            print(f"stage {k} of {n}: {stage.id} is running in another process; leaving it", file=sys.stderr, flush=True)
+        if on_stage is not None:
+            on_stage(stage.id)
+    return outcome
+
+
+def raise_for_outcome(plan: Plan, out_dir: Path, outcome: dict[str, str]) -> None:
+    """A StageFailed naming every stage that did not finish, if any."""
+    failed = [i for i, o in outcome.items() if o == "failed"]
+    held = [i for i, o in outcome.items() if o == "held"]
+    skipped = [i for i, o in outcome.items() if o == "skipped"]
+    if not (failed or held or skipped):
+        return
+    parts = []
+    if failed:
+        parts.append(f"{len(failed)} stage(s) failed: " + ", ".join(f"{i} (see {out_dir / i / FAILED_FILE})" for i in failed))
+    if held:
+        parts.append(f"{len(held)} stage(s) are running in another process: {', '.join(held)}")
+    if skipped:
+        parts.append(f"{len(skipped)} stage(s) after them did not run")
+    raise StageFailed("; ".join(parts) + f"; `longrange compare --status {out_dir}` shows every stage, "
+                      "and running compare again does only the missing work")
 
 
 def compare(
@@ -51,39 +205,26 @@ def compare(
     seeds: Sequence[int] | None = None,
     objectives: Sequence[str] | None = None,
     compute_matched: bool | None = None,
+    overwrite: bool = False,
+    dry_run: bool = False,
+    executor: Callable[..., dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run scratch and SPT for every experiment and seed; return all final-stage summaries."""
-    out_dir = Path(out_dir)
-    summaries: list[dict[str, Any]] = []
-    log: list[str] = []
-    # Resolve every experiment's plan first, so configuration errors surface before any training.
-    plans = []
-    for exp in experiments:
-        objs = list(objectives) if objectives else default_objectives(exp)
-        unknown = [o for o in objs if o not in SPT_OBJECTIVES]
-        if unknown:
-            raise ConfigError(f"unknown SPT objective(s) {unknown}; expected {', '.join(SPT_OBJECTIVES)}")
-        if "causal" in objs:
-            pretraining_model_config(exp.stage_model("pretrain"), "causal")
-        plans.append((exp, objs, list(seeds) if seeds else list(exp.compare.seeds),
-                      exp.compare.compute_matched if compute_matched is None else compute_matched))
-    for exp, objs, exp_seeds, matched in plans:
-        base = out_dir / slug(exp.task.name) / slug(exp.label)
-        for seed in exp_seeds:
-            scratch = _stage(base / "scratch" / f"seed{seed}", log, exp=exp, stage="train", seed=seed, regime="scratch")
-            summaries.append(scratch)
-            spt_steps = 0
-            for obj in objs:
-                root = base / f"{obj}-spt" / f"seed{seed}"
-                pre = _stage(root / "pretrain", log, exp=exp, stage="pretrain", seed=seed, objective=obj)
-                fine = _stage(root / "finetune", log, exp=exp, stage="finetune", seed=seed,
-                              init_from=root / "pretrain", regime=f"{obj}-spt")
-                summaries.append(fine)
-                spt_steps = max(spt_steps, pre["steps"] + fine["steps"])
-            if matched and objs:
-                run = base / "scratch-matched" / f"seed{seed}"
-                summaries.append(_stage(run, log, exp=exp, stage="train", seed=seed, regime="scratch-matched",
-                                        train_changes={"max_steps": spt_steps}))
-    for line in log:
-        print(line, file=sys.stderr)
-    return summaries
+    """Run scratch and SPT for every experiment and seed; return the final-stage summaries
+    (scratch, finetuned, compute-matched), in plan order.
+
+    ``executor(plan, out_dir, overwrite=...)`` runs the stages and returns their outcomes; the
+    default runs them one after another in this process. ``dry_run`` prints the plan and runs nothing.
+    """
+    out_dir = rundir.check_out_dir(out_dir, "--out")
+    plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched)
+    if dry_run:
+        statuses = stage_statuses(out_dir, plan) if out_dir.is_dir() else None
+        print(describe(plan, statuses))
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_reuse(plan, out_dir, overwrite)
+    plan.save(out_dir)
+    outcome = (executor or run_in_process)(plan, out_dir, overwrite=overwrite)
+    raise_for_outcome(plan, out_dir, outcome)
+    summaries = _summaries(out_dir, [s.id for s in plan.stages if s.is_final])
+    return [summaries[s.id] for s in plan.stages if s.is_final]

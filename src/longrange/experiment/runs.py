@@ -7,19 +7,22 @@ stage can start from any pretraining run.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from longrange.errors import CheckpointError, ConfigError
-from longrange.experiment.config import ExperimentConfig, ObjectiveConfig, TaskConfig
+from longrange.experiment.config import OBJECTIVES, ExperimentConfig, ObjectiveConfig, TaskConfig
 from longrange.models.config import ModelConfig
 from longrange.models.model import SequenceModel, build_model, parameter_report
 from longrange.models.morph import morph_f1, morph_f1r1
+from longrange.train import rundir
+from longrange.train.config import TrainConfig
 
 STAGES = ("train", "pretrain", "finetune")
 SUMMARY = "summary.json"
@@ -189,6 +192,240 @@ def transfer_pretrained(target: SequenceModel, source: SequenceModel) -> dict[st
 
 
 # ------------------------------------------------------------------------------------ stage
+@dataclass
+class StagePlan:
+    """Everything a stage is, decided before any data is loaded (``plan_stage``)."""
+
+    exp: ExperimentConfig
+    stage: str
+    seed: int
+    objective: str                 # supervised, causal or masked
+    reverse: bool
+    regime: str
+    task: TaskConfig
+    model: ModelConfig
+    train: TrainConfig
+    init_from: Path | None = None
+    reverse_from: Path | None = None
+
+    def config(self) -> dict[str, Any]:
+        """The stage's resolved configuration as saved in config.yaml (without the ``head``, which
+        comes from the data, and the ``record`` written after the run). Its identity is the
+        stage's fingerprint (``longrange.train.rundir``)."""
+        from longrange import __version__
+
+        t = self.task
+        return {
+            "label": self.exp.label,
+            "regime": self.regime,
+            "stage": self.stage,
+            "seed": self.seed,
+            "task": {"name": t.name, "options": t.options, "data_dir": t.data_dir,
+                     "train_subset": t.train_subset, "skip_bad": t.skip_bad, "seed": t.seed},
+            "data": data_identity(t),
+            "model": self.model.to_dict(),
+            "objective": {"kind": self.objective, "reverse": self.reverse, **vars(self.exp.objective)},
+            "init": {"from": _run_fingerprint(self.init_from), "reverse_from": _run_fingerprint(self.reverse_from)},
+            "code": {"longrange": __version__},
+            "train": self.train.to_dict(),
+        }
+
+    def fingerprint(self) -> str:
+        return rundir.fingerprint(_plain_data(self.config()))
+
+
+_IDENTITY_CACHE: dict[str, dict[str, str]] = {}
+
+
+def data_identity(task: TaskConfig) -> dict[str, str]:
+    """The identity of a task's data files (see ``longrange.data.tasks.data_identity``), once per process."""
+    from longrange.data.tasks import data_identity as identity
+
+    key = json.dumps([task.name, task.data_dir, task.options], sort_keys=True, default=str)
+    if key not in _IDENTITY_CACHE:
+        _IDENTITY_CACHE[key] = identity(task.name, task.data_dir, **task.options)
+    return _IDENTITY_CACHE[key]
+
+
+def _run_fingerprint(run_dir: Path | None) -> str | None:
+    if run_dir is None:
+        return None
+    config = rundir.read_config(run_dir)
+    if config is None or "fingerprint" not in config:
+        raise CheckpointError(f"{run_dir} is not a finished longrange run (no fingerprint in its config.yaml)")
+    return str(config["fingerprint"])
+
+
+def _plain_data(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def plan_stage(
+    exp: ExperimentConfig,
+    stage: str,
+    *,
+    seed: int = 0,
+    regime: str | None = None,
+    objective: str | None = None,
+    reverse: bool = False,
+    init_from: str | Path | None = None,
+    reverse_from: str | Path | None = None,
+    train_changes: dict[str, Any] | None = None,
+) -> StagePlan:
+    """Check a stage's settings and resolve its task, model and training configs (no data loaded)."""
+    if stage not in STAGES:
+        raise ConfigError(f"unknown stage {stage!r}; expected {', '.join(STAGES)}")
+    if stage == "finetune" and init_from is None:
+        raise ConfigError("finetuning needs a pretrained run (--from RUN_DIR)")
+    if stage != "finetune" and (init_from is not None or reverse_from is not None):
+        raise ConfigError(f"stage {stage} starts from scratch; use finetune to start from a pretrained run")
+    kind = objective or ("causal" if stage == "pretrain" else "supervised")
+    if kind not in OBJECTIVES:
+        raise ConfigError(f"unknown objective {kind!r}; expected {', '.join(OBJECTIVES)}")
+    if stage == "pretrain" and kind == "supervised":
+        raise ConfigError("pretraining uses objective causal or masked")
+    if stage != "pretrain" and kind != "supervised":
+        raise ConfigError(f"stage {stage} trains on the task's labels; objective {kind!r} is for pretraining")
+    if reverse and kind != "causal":
+        raise ConfigError("reverse sequences are an option of causal pretraining (for F1R1)")
+    model_cfg = exp.stage_model(stage)
+    if stage == "pretrain":
+        model_cfg = pretraining_model_config(model_cfg, kind)
+    changes = {"seed": seed, **(train_changes or {})}
+    if stage == "pretrain" and model_cfg.pooling == "cls":
+        changes.setdefault("find_unused_parameters", True)  # the CLS vector is not used by a token head
+    init_from = Path(init_from) if init_from is not None else None
+    reverse_from = Path(reverse_from) if reverse_from is not None else None
+    if regime is None:
+        if stage == "finetune":
+            source = read_run_config(init_from)
+            morphs = reverse_from is not None or (source.get("model", {}).get("direction") == "causal"
+                                                  and model_cfg.direction == "bidirectional")
+            regime = f"{('f1r1' if reverse_from is not None else 'f1') if morphs else source['objective']['kind']}-spt"
+        else:
+            regime = {"train": "scratch", "pretrain": f"{kind}-spt"}[stage]
+    return StagePlan(exp=exp, stage=stage, seed=seed, objective=kind, reverse=reverse, regime=regime,
+                     task=exp.stage_task(stage), model=model_cfg, train=exp.train_config(stage, **changes),
+                     init_from=init_from, reverse_from=reverse_from)
+
+
+@dataclass
+class BuiltStage:
+    """The model, objective and head of a stage, built on its data."""
+
+    model: SequenceModel
+    objective: Any
+    head: dict[str, Any]
+
+
+def build_stage(plan: StagePlan, data) -> BuiltStage:
+    """The stage's objective and a freshly initialised model (seeded by the stage's seed)."""
+    import torch
+
+    spec = data.spec
+    objective_fn, token_head = make_objective(plan.objective, data, plan.exp.objective, reverse=plan.reverse)
+    head_kind, n_out = supervised_head(spec) if token_head is None else ("tokens", token_head)
+    head = {
+        "kind": head_kind,
+        "n_out": n_out,
+        "input_kind": spec.input_kind,
+        "vocab_size": data.vocab_size,
+        "d_input": spec.d_input,
+        "mask_channel": plan.objective == "masked" and spec.input_kind == "numeric",
+    }
+    torch.manual_seed(plan.seed)
+    return BuiltStage(_build_from_record(plan.model.to_dict(), head), objective_fn, head)
+
+
+def transfer_stage(plan: StagePlan, model: SequenceModel) -> dict[str, Any] | None:
+    """Finetuning: load the pretrained encoder and backbone into ``model`` (morphing F1/F1R1 when
+    needed) and say what was transferred. Other stages: None."""
+    if plan.stage != "finetune":
+        return None
+    source = load_model(plan.init_from)
+    reverse_model = load_model(plan.reverse_from) if plan.reverse_from is not None else None
+    source, morph = _prepare_source(source, model, reverse_model)
+    transfer = {**transfer_pretrained(model, source), "morph": morph}
+    print(
+        f"finetune: {transfer['transferred']} tensors from {plan.init_from}"
+        + (f" (morphed {morph.upper()})" if morph else "")
+        + f"; not transferred: {', '.join(transfer['not_transferred']) or 'none'}"
+        + f"; newly initialised: {', '.join(transfer['newly_initialised']) or 'none'}",
+        file=sys.stderr,
+    )
+    return transfer
+
+
+def run_record(plan: StagePlan, data, transfer: dict[str, Any] | None) -> dict[str, Any]:
+    """What the run directory records beside its settings: where the data came from, what was
+    skipped, software versions, what was transferred. Not part of the fingerprint."""
+    import platform
+    import socket
+
+    import torch
+
+    from longrange import __version__
+
+    skipped = {str(k): int(v) for k, v in (getattr(data, "skipped", None) or {}).items()}
+    return {
+        "data_dir": data_identity(plan.task)["dir"],
+        "skip_bad": plan.task.skip_bad,
+        "skipped": skipped,
+        "train_size": len(data.train),
+        "versions": {"longrange": __version__, "torch": str(torch.__version__), "cuda": torch.version.cuda,
+                     "python": platform.python_version()},
+        "host": socket.gethostname(),
+        "init": {"from": str(plan.init_from) if plan.init_from else None,
+                 "reverse_from": str(plan.reverse_from) if plan.reverse_from else None},
+        "transfer": transfer,
+    }
+
+
+def stage_summary(plan: StagePlan, built: BuiltStage, result: dict[str, Any], record: dict[str, Any],
+                  run_dir: Path) -> dict[str, Any]:
+    """The stage's ``summary.json``: its result, how long it took, and what it was made from."""
+    return _finite({
+        "task": plan.exp.task.name,
+        "label": plan.exp.label,
+        "regime": plan.regime,
+        "stage": plan.stage,
+        "seed": plan.seed,
+        "metric": result["metric"],
+        "higher_is_better": built.objective.higher_is_better,
+        "best_val": result["best"]["metrics"],
+        "test": result["test"],
+        "steps": result["step"],
+        "epochs": result["epochs"],
+        "stopped_early": result["stopped_early"],
+        "params": {k: v for k, v in parameter_report(built.model).items() if k in ("total", "in_primitives")},
+        "pretrain_run": os.path.relpath(plan.init_from, run_dir) if plan.init_from else None,
+        "seconds": result["seconds"],
+        "fingerprint": plan.fingerprint(),
+        "data_dir": record["data_dir"],
+        "skip_bad": record["skip_bad"],
+        "skipped": record["skipped"],
+        "versions": record["versions"],
+    })
+
+
+def _finite(value: Any) -> Any:
+    """Non-finite floats as None, so that summary.json is always valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    from longrange.train.checkpoint import atomic_write
+
+    text = json.dumps(summary, indent=2, allow_nan=False).encode()
+    atomic_write(rundir.RunPaths(run_dir).summary, lambda f: f.write(text))
+
+
 def run_stage(
     exp: ExperimentConfig,
     stage: str,
@@ -203,115 +440,51 @@ def run_stage(
     train_changes: dict[str, Any] | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    lock: rundir.RunLock | None = None,
 ) -> dict[str, Any]:
     """Run one stage and write ``summary.json``; returns the summary.
 
     stage "train": supervised from scratch; "pretrain": SPT with ``objective`` causal or masked;
     "finetune": supervised from the pretrained run ``init_from`` (and, for F1R1, the reverse-
-    pretrained run ``reverse_from``).
+    pretrained run ``reverse_from``). In steps: :func:`plan_stage` (settings, no data) ->
+    :func:`build_stage` (data, model, objective) -> :func:`transfer_stage` (pretrained weights) ->
+    the training loop -> :func:`stage_summary` (the record).
+
+    ``resume`` continues the run in ``run_dir`` from its last checkpoint, only if it was made with
+    the same settings (its fingerprint); a finished run is returned as it is, never rewritten.
+    The run directory is locked while the stage runs (``lock``: one the caller already holds).
     """
+    from longrange.train import distributed
     from longrange.train.loop import train as train_loop
 
-    if stage not in STAGES:
-        raise ConfigError(f"unknown stage {stage!r}; expected {', '.join(STAGES)}")
-    if stage == "finetune" and init_from is None:
-        raise ConfigError("finetuning needs a pretrained run (--from RUN_DIR)")
-    if stage != "finetune" and (init_from is not None or reverse_from is not None):
-        raise ConfigError(f"stage {stage} starts from scratch; use finetune to start from a pretrained run")
-    kind = objective or ("causal" if stage == "pretrain" else "supervised")
-    if stage == "pretrain" and kind == "supervised":
-        raise ConfigError("pretraining uses objective causal or masked")
-    if stage != "pretrain" and kind != "supervised":
-        raise ConfigError(f"stage {stage} trains on the task's labels; objective {kind!r} is for pretraining")
-
-    task_cfg = exp.stage_task(stage)
-    data = load_data(task_cfg)
-    spec = data.spec
-    model_cfg = exp.stage_model(stage)
-    if stage == "pretrain":
-        model_cfg = pretraining_model_config(model_cfg, kind)
-    objective_fn, token_head = make_objective(kind, data, exp.objective, reverse=reverse)
-    if token_head is None:
-        head_kind, n_out = supervised_head(spec)
-    else:
-        head_kind, n_out = "tokens", token_head
-    head = {
-        "kind": head_kind,
-        "n_out": n_out,
-        "input_kind": spec.input_kind,
-        "vocab_size": data.vocab_size,
-        "d_input": spec.d_input,
-        "mask_channel": kind == "masked" and spec.input_kind == "numeric",
-    }
-    changes = {"seed": seed, **(train_changes or {})}
-    if stage == "pretrain" and model_cfg.pooling == "cls":
-        changes.setdefault("find_unused_parameters", True)  # the CLS vector is not used by a token head
-    train_cfg = exp.train_config(stage, **changes)
-
-    import torch
-
-    torch.manual_seed(seed)
-    model = _build_from_record(model_cfg.to_dict(), head)
-    transfer = None
-    morph = None
-    if stage == "finetune":
-        source = load_model(init_from)
-        reverse_model = load_model(reverse_from) if reverse_from is not None else None
-        source, morph = _prepare_source(source, model, reverse_model)
-        transfer = transfer_pretrained(model, source)
-        print(
-            f"finetune: {transfer['transferred']} tensors from {init_from}"
-            + (f" (morphed {morph.upper()})" if morph else "")
-            + f"; not transferred: {', '.join(transfer['not_transferred']) or 'none'}"
-            + f"; newly initialised: {', '.join(transfer['newly_initialised']) or 'none'}",
-            file=sys.stderr,
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other: resume a run, or replace it")
+    run_dir = rundir.check_out_dir(run_dir)
+    plan = plan_stage(exp, stage, seed=seed, regime=regime, objective=objective, reverse=reverse,
+                      init_from=init_from, reverse_from=reverse_from, train_changes=train_changes)
+    config = _plain_data(plan.config())
+    own_lock = lock is None and distributed.is_main_process()
+    if own_lock:
+        lock = rundir.RunLock(run_dir).acquire()
+    try:
+        done = read_summary(run_dir)
+        if resume and done is not None:
+            rundir.check_same_run(run_dir, config, "resume")
+            print(f"{run_dir} already finished; its summary is unchanged", file=sys.stderr)
+            return done
+        data = load_data(plan.task)
+        built = build_stage(plan, data)
+        transfer = transfer_stage(plan, built.model)
+        record = run_record(plan, data, transfer)
+        result = train_loop(
+            built.model, built.objective, data, plan.train, run_dir,
+            extra_config={**{k: v for k, v in config.items() if k != "train"}, "head": built.head, "record": record},
+            resume=resume, overwrite=overwrite, evaluate_test=stage != "pretrain", lock=lock or False,
         )
-
-    if regime is None:
-        if stage == "finetune":
-            regime = f"{morph or read_run_config(init_from)['objective']['kind']}-spt"
-        else:
-            regime = {"train": "scratch", "pretrain": f"{kind}-spt"}[stage]
-    record = {
-        "label": exp.label,
-        "regime": regime,
-        "stage": stage,
-        "seed": seed,
-        "task": {"name": task_cfg.name, "options": task_cfg.options, "data_dir": task_cfg.data_dir,
-                 "train_subset": task_cfg.train_subset, "seed": task_cfg.seed},
-        "model": model_cfg.to_dict(),
-        "head": head,
-        "objective": {"kind": kind, "reverse": reverse, **vars(exp.objective)},
-        "init": {"from": str(init_from) if init_from else None, "reverse_from": str(reverse_from) if reverse_from else None,
-                 "morph": morph, "transfer": transfer},
-    }
-    start = time.time()
-    result = train_loop(
-        model, objective_fn, data, train_cfg, run_dir,
-        extra_config=record, resume=resume, overwrite=overwrite, evaluate_test=stage != "pretrain",
-    )
-    summary = {
-        "task": exp.task.name,
-        "label": exp.label,
-        "regime": regime,
-        "stage": stage,
-        "seed": seed,
-        "metric": result["metric"],
-        "higher_is_better": objective_fn.higher_is_better,
-        "best_val": result["best"]["metrics"],
-        "test": result["test"],
-        "steps": result["step"],
-        "epochs": result["epochs"],
-        "stopped_early": result["stopped_early"],
-        "params": {k: v for k, v in parameter_report(model).items() if k in ("total", "in_primitives")},
-        "pretrain_run": os.path.relpath(init_from, run_dir) if init_from else None,
-        "seconds": time.time() - start,
-    }
-    from longrange.train import distributed
-
-    if distributed.is_main_process():
-        path = Path(run_dir) / SUMMARY
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=2))
-        os.replace(tmp, path)
-    return summary
+        summary = stage_summary(plan, built, result, record, run_dir)
+        if distributed.is_main_process():
+            write_summary(run_dir, summary)
+        return summary
+    finally:
+        if own_lock:
+            lock.release()

@@ -75,7 +75,9 @@ def _plain(value: Any, where: str) -> Any:
         return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, Path):
         return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return str(value)  # also str subclasses (e.g. torch's version string), which YAML cannot write
+    if value is None or isinstance(value, (bool, int, float)):
         return value
     raise ConfigError(f"config value {where} of type {type(value).__name__} cannot be saved to YAML")
 
@@ -269,10 +271,12 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type) if cfg.precision == "fp16" else None
 
     def _lock_run_dir(self, lock: bool | RunLock) -> RunLock | None:
+        self._owns_lock = False
         if isinstance(lock, RunLock):
-            return lock
+            return lock  # held by the caller, who releases it
         if not lock or not self.is_main:
             return None
+        self._owns_lock = True
         return RunLock(self.paths.root).acquire()
 
     def _resolved_config(self, extra: Mapping[str, Any] | None, resume: bool) -> dict[str, Any]:
@@ -309,8 +313,8 @@ class Trainer:
         D.barrier()
 
     def close(self) -> None:
-        """Release the run directory's lock (``fit`` does this when it ends)."""
-        if self.lock is not None:
+        """Release the run directory's lock if this trainer took it (``fit`` does this when it ends)."""
+        if self.lock is not None and getattr(self, "_owns_lock", False):
             self.lock.release()
 
     # ------------------------------------------------------------------ checkpoints
@@ -738,6 +742,7 @@ def train(
     device: torch.device | str | None = None,
     evaluate_test: bool = True,
     tensorboard: bool = True,
+    lock: bool | RunLock = True,
 ) -> dict[str, Any]:
     """Train ``model`` on ``data`` and return :meth:`Trainer.fit`'s summary.
 
@@ -754,7 +759,7 @@ def train(
     trainer = Trainer(
         model, objective, train_set, val_set, collate, cfg, run_dir,
         test_set=test_set if evaluate_test else None, device=device,
-        extra_config=extra_config, resume=resume, overwrite=overwrite, tensorboard=tensorboard,
+        extra_config=extra_config, resume=resume, overwrite=overwrite, tensorboard=tensorboard, lock=lock,
     )
     try:
         return trainer.fit()

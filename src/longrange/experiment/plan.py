@@ -1,0 +1,184 @@
+"""The comparison as a plan: every stage of the grid, its run directory and its dependencies.
+
+For each experiment (a model on a task) and each seed::
+
+    <task>/<label>/scratch/seed<k>                    train         supervised from random initialisation
+    <task>/<label>/<objective>-spt/seed<k>/pretrain   pretrain      SPT on the task's own training inputs
+    <task>/<label>/<objective>-spt/seed<k>/finetune   finetune      after its pretrain
+    <task>/<label>/scratch-matched/seed<k>            train         as many steps as the longest
+                                                                    pretrain + finetune: after them
+
+A stage's id is its run directory relative to the comparison's output directory. The plan is
+plain data (``to_dict``/``from_dict``), saved as ``OUT/plan.json`` so that any executor (in
+process, local workers, a cluster scheduler) runs the same stages with the same settings.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from longrange.errors import ConfigError
+from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig, experiment_from_dict
+
+PLAN_FILE = "plan.json"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", text).strip("-") or "model"
+
+
+def default_objectives(exp: ExperimentConfig) -> list[str]:
+    """Causal SPT for causal models, masked SPT for bidirectional ones (the SPT paper's choice)."""
+    if exp.compare.objectives:
+        return list(exp.compare.objectives)
+    return ["masked"] if exp.model.direction == "bidirectional" else ["causal"]
+
+
+@dataclass
+class Stage:
+    """One run of the grid."""
+
+    id: str                       # the run directory relative to the output directory
+    experiment: int               # index into Plan.experiments
+    stage: str                    # train, pretrain or finetune
+    seed: int
+    regime: str                   # scratch, <objective>-spt, scratch-matched
+    objective: str | None = None  # the SPT objective of a pretrain stage
+    init_from: str | None = None  # the id of the pretrain stage a finetune starts from
+    #: Ids of the stages this one needs finished first.
+    after: list[str] = field(default_factory=list)
+    #: scratch-matched: pairs of (pretrain id, finetune id) whose summed steps set max_steps.
+    matched_to: list[list[str]] = field(default_factory=list)
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the stage's result is a row of the comparison (pretrain stages are not)."""
+        return self.stage != "pretrain"
+
+
+@dataclass
+class Plan:
+    experiments: list[ExperimentConfig]
+    stages: list[Stage]
+
+    def __post_init__(self) -> None:
+        self.by_id = {s.id: s for s in self.stages}
+        if len(self.by_id) != len(self.stages):
+            seen: set[str] = set()
+            dup = next(s.id for s in self.stages if s.id in seen or seen.add(s.id))
+            raise ConfigError(
+                f"two stages of the comparison share the run directory {dup}: give the experiments distinct labels"
+            )
+
+    def levels(self) -> list[list[Stage]]:
+        """The stages grouped by dependency depth: each level needs only earlier levels."""
+        depth: dict[str, int] = {}
+        for s in self.stages:  # stages are listed after their dependencies
+            depth[s.id] = 1 + max((depth[a] for a in s.after), default=-1)
+        out: list[list[Stage]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+        for s in self.stages:
+            out[depth[s.id]].append(s)
+        return out
+
+    def dependents(self, stage_id: str) -> list[Stage]:
+        """Every stage that needs ``stage_id``, directly or not."""
+        out, frontier = [], {stage_id}
+        for s in self.stages:
+            if frontier.intersection(s.after):
+                out.append(s)
+                frontier.add(s.id)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"experiments": [e.to_dict() for e in self.experiments], "stages": [asdict(s) for s in self.stages]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
+        return cls([experiment_from_dict(e) for e in data["experiments"]], [Stage(**s) for s in data["stages"]])
+
+    def save(self, out_dir: str | Path) -> Path:
+        from longrange.train.checkpoint import atomic_write
+
+        text = json.dumps(self.to_dict(), indent=1).encode()
+        return atomic_write(Path(out_dir) / PLAN_FILE, lambda f: f.write(text))
+
+    @classmethod
+    def load(cls, out_dir: str | Path) -> "Plan":
+        path = Path(out_dir) / PLAN_FILE
+        if not path.is_file():
+            raise ConfigError(f"{out_dir} holds no comparison ({PLAN_FILE} is missing)")
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def plan_grid(
+    experiments: Sequence[ExperimentConfig],
+    *,
+    seeds: Sequence[int] | None = None,
+    objectives: Sequence[str] | None = None,
+    compute_matched: bool | None = None,
+) -> Plan:
+    """Expand experiments x seeds x regimes into stages with their dependencies.
+
+    Every configuration error (an unknown objective, causal pretraining of a model that cannot be
+    morphed) surfaces here, before any training.
+    """
+    from longrange.experiment.runs import pretraining_model_config
+
+    stages: list[Stage] = []
+    for index, exp in enumerate(experiments):
+        objs = list(objectives) if objectives else default_objectives(exp)
+        unknown = [o for o in objs if o not in SPT_OBJECTIVES]
+        if unknown:
+            raise ConfigError(f"unknown SPT objective(s) {unknown}; expected {', '.join(SPT_OBJECTIVES)}")
+        if "causal" in objs:
+            pretraining_model_config(exp.stage_model("pretrain"), "causal")
+        matched = exp.compare.compute_matched if compute_matched is None else compute_matched
+        base = f"{slug(exp.task.name)}/{slug(exp.label)}"
+        for seed in (list(seeds) if seeds else list(exp.compare.seeds)):
+            stages.append(Stage(f"{base}/scratch/seed{seed}", index, "train", seed, "scratch"))
+            pairs = []
+            for obj in objs:
+                root = f"{base}/{obj}-spt/seed{seed}"
+                pre = Stage(f"{root}/pretrain", index, "pretrain", seed, f"{obj}-spt", objective=obj)
+                fine = Stage(f"{root}/finetune", index, "finetune", seed, f"{obj}-spt", init_from=pre.id, after=[pre.id])
+                stages += [pre, fine]
+                pairs.append([pre.id, fine.id])
+            if matched and pairs:
+                stages.append(Stage(f"{base}/scratch-matched/seed{seed}", index, "train", seed, "scratch-matched",
+                                    after=[i for pair in pairs for i in pair], matched_to=pairs))
+    return Plan(list(experiments), stages)
+
+
+def matched_steps(stage: Stage, summaries: Mapping[str, Mapping[str, Any]]) -> int:
+    """max over the SPT chains of pretraining + finetuning steps (the compute-matched budget)."""
+    return max(int(summaries[pre]["steps"]) + int(summaries[fine]["steps"]) for pre, fine in stage.matched_to)
+
+
+def stage_arguments(plan: Plan, stage: Stage, out_dir: Path, summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The keyword arguments of ``run_stage``/``plan_stage`` for ``stage`` (its dependencies done)."""
+    kwargs: dict[str, Any] = {"exp": plan.experiments[stage.experiment], "stage": stage.stage, "seed": stage.seed,
+                              "regime": stage.regime}
+    if stage.objective:
+        kwargs["objective"] = stage.objective
+    if stage.init_from:
+        kwargs["init_from"] = out_dir / stage.init_from
+    if stage.matched_to:
+        kwargs["train_changes"] = {"max_steps": matched_steps(stage, summaries)}
+    return kwargs
+
+
+def describe(plan: Plan, statuses: Mapping[str, str] | None = None) -> str:
+    """The plan as text: one line per stage with its dependencies (and status, when given)."""
+    lines = [f"{len(plan.stages)} stages in {len(plan.levels())} dependency levels"]
+    for s in plan.stages:
+        status = f"{statuses[s.id]:8s} " if statuses else ""
+        after = f"  after {', '.join(s.after)}" if s.after else ""
+        lines.append(f"  {status}{s.id}  [{s.stage}{' ' + s.objective if s.objective else ''}]{after}")
+    return "\n".join(lines)
+
+
+def final_ids(plan: Plan) -> Iterable[str]:
+    return (s.id for s in plan.stages if s.is_final)
