@@ -50,12 +50,13 @@ def _fwd(
     sBb, sBg, sBn, sBl, B_GROUP,
     sCb, sCg, sCn, sCl, C_GROUP,
     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
-    B_VARIES: tl.constexpr, C_VARIES: tl.constexpr,
+    B_VARIES: tl.constexpr, C_VARIES: tl.constexpr, B_ONE_GROUP: tl.constexpr, C_ONE_GROUP: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_H0: tl.constexpr,
     SOFTPLUS: tl.constexpr, STORE_STATES: tl.constexpr, ACC: tl.constexpr,
 ):
     pid_b = tl.program_id(0).to(tl.int64)
-    ch = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    ch0 = tl.program_id(1) * BLOCK_D
+    ch = ch0 + tl.arange(0, BLOCK_D)
     ch_ok = ch < d
     ns = tl.arange(0, BLOCK_N)
     n_ok = ns < n
@@ -64,8 +65,11 @@ def _fwd(
     off_dn = (pid_b * d + ch[:, None]) * n + ns[None, :]  # into (b, d, n)
 
     A = tl.load(A_ptr + ch[:, None] * n + ns[None, :], mask=m_dn, other=0.0).to(ACC)
+    # B, C per channel (BLOCK_D, BLOCK_N, .), or once for the block when it lies in one group
     B_rows = B_ptr + pid_b * sBb + (ch // B_GROUP)[:, None, None] * sBg + ns[None, :, None] * sBn
     C_rows = C_ptr + pid_b * sCb + (ch // C_GROUP)[:, None, None] * sCg + ns[None, :, None] * sCn
+    B_block_rows = B_ptr + pid_b * sBb + (ch0 // B_GROUP) * sBg + ns[:, None] * sBn
+    C_block_rows = C_ptr + pid_b * sCb + (ch0 // C_GROUP) * sCg + ns[:, None] * sCn
     if not B_VARIES:
         Bv = tl.load(B_rows, mask=m_dn[:, :, None], other=0.0).to(ACC)
     if not C_VARIES:
@@ -83,6 +87,7 @@ def _fwd(
     for c in range(n_chunks):
         t = c * CHUNK + ts
         m_dt = ch_ok[:, None] & (t < L)[None, :]
+        m_nt = n_ok[:, None] & (t < L)[None, :]
         m3 = m_dt[:, None, :] & n_ok[None, :, None]
         off = rows[:, None] + t[None, :]
         if STORE_STATES:
@@ -98,11 +103,17 @@ def _fwd(
             x = tl.where(x > 20.0, x, tl.maximum(x, 0.0) + log1p_e)
         dt = tl.where(m_dt, x, 0.0)  # zero beyond the end: decay 1, input 0
         if B_VARIES:
-            Bt = tl.load(B_rows + t[None, None, :] * sBl, mask=m3, other=0.0).to(ACC)
+            if B_ONE_GROUP:
+                Bt = tl.load(B_block_rows + t[None, :] * sBl, mask=m_nt, other=0.0).to(ACC)[None, :, :]
+            else:
+                Bt = tl.load(B_rows + t[None, None, :] * sBl, mask=m3, other=0.0).to(ACC)
         else:
             Bt = Bv
         if C_VARIES:
-            Ct = tl.load(C_rows + t[None, None, :] * sCl, mask=m3, other=0.0).to(ACC)
+            if C_ONE_GROUP:
+                Ct = tl.load(C_block_rows + t[None, :] * sCl, mask=m_nt, other=0.0).to(ACC)[None, :, :]
+            else:
+                Ct = tl.load(C_rows + t[None, None, :] * sCl, mask=m3, other=0.0).to(ACC)
         else:
             Ct = Cv
         a = tl.exp(dt[:, None, :] * A[:, :, None])
@@ -143,8 +154,11 @@ def _bwd(
     off_dn = (pid_b * d + ch[:, None]) * n + ns[None, :]
 
     A = tl.load(A_ptr + ch[:, None] * n + ns[None, :], mask=m_dn, other=0.0).to(ACC)
+    # B, C per channel (BLOCK_D, BLOCK_N, .), or once for the block when it lies in one group
     B_rows = B_ptr + pid_b * sBb + (ch // B_GROUP)[:, None, None] * sBg + ns[None, :, None] * sBn
     C_rows = C_ptr + pid_b * sCb + (ch // C_GROUP)[:, None, None] * sCg + ns[None, :, None] * sCn
+    B_block_rows = B_ptr + pid_b * sBb + (ch0 // B_GROUP) * sBg + ns[:, None] * sBn
+    C_block_rows = C_ptr + pid_b * sCb + (ch0 // C_GROUP) * sCg + ns[:, None] * sCn
     # dB, dC of time-varying B, C: contiguous (b, groups, n, l) buffers
     dB_rows = dB_ptr + ((pid_b * B_NG + ch // B_GROUP) * n)[:, None, None] * L + ns[None, :, None] * L
     dC_rows = dC_ptr + ((pid_b * C_NG + ch // C_GROUP) * n)[:, None, None] * L + ns[None, :, None] * L
@@ -173,6 +187,7 @@ def _bwd(
         t = c * CHUNK + ts
         m_dt = ch_ok[:, None] & (t < L)[None, :]
         m_next = ch_ok[:, None] & (t + 1 < L)[None, :]
+        m_nt = n_ok[:, None] & (t < L)[None, :]
         m3 = m_dt[:, None, :] & n_ok[None, :, None]
         off = rows[:, None] + t[None, :]
         u = tl.load(u_ptr + off, mask=m_dt, other=0.0).to(ACC)
@@ -196,11 +211,17 @@ def _bwd(
         dt = tl.where(m_dt, dt, 0.0)
         dt_next = tl.where(m_next, dt_next, 0.0)  # decay 1 after the end
         if B_VARIES:
-            Bt = tl.load(B_rows + t[None, None, :] * sBl, mask=m3, other=0.0).to(ACC)
+            if B_ONE_GROUP:
+                Bt = tl.load(B_block_rows + t[None, :] * sBl, mask=m_nt, other=0.0).to(ACC)[None, :, :]
+            else:
+                Bt = tl.load(B_rows + t[None, None, :] * sBl, mask=m3, other=0.0).to(ACC)
         else:
             Bt = Bv
         if C_VARIES:
-            Ct = tl.load(C_rows + t[None, None, :] * sCl, mask=m3, other=0.0).to(ACC)
+            if C_ONE_GROUP:
+                Ct = tl.load(C_block_rows + t[None, :] * sCl, mask=m_nt, other=0.0).to(ACC)[None, :, :]
+            else:
+                Ct = tl.load(C_rows + t[None, None, :] * sCl, mask=m3, other=0.0).to(ACC)
         else:
             Ct = Cv
 
@@ -247,7 +268,7 @@ def _bwd(
         gBx = g * (dt * u)[:, None, :]
         if B_VARIES:
             if B_ONE_GROUP:
-                tl.atomic_add(dB_block + t[None, :], tl.reduce(gBx, 0, _SUM), mask=n_ok[:, None] & (t < L)[None, :])
+                tl.atomic_add(dB_block + t[None, :], tl.reduce(gBx, 0, _SUM), mask=m_nt)
             else:
                 tl.atomic_add(dB_rows + t[None, None, :], gBx, mask=m3)
         else:
@@ -255,7 +276,7 @@ def _bwd(
         hdy = hs * dy[:, None, :]
         if C_VARIES:
             if C_ONE_GROUP:
-                tl.atomic_add(dC_block + t[None, :], tl.reduce(hdy, 0, _SUM), mask=n_ok[:, None] & (t < L)[None, :])
+                tl.atomic_add(dC_block + t[None, :], tl.reduce(hdy, 0, _SUM), mask=m_nt)
             else:
                 tl.atomic_add(dC_rows + t[None, None, :], hdy, mask=m3)
         else:

@@ -110,6 +110,10 @@ def _layout(M: Tensor, d: int) -> tuple[tuple[int, int, int, int], int, int, boo
     return (M.stride(0), M.stride(1), M.stride(2), M.stride(3)), d // g, g, True
 
 
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
 def _acc_dtype(dtype: torch.dtype):
     tl = _kernel_module().triton.language
     return tl.float64 if dtype == torch.float64 else tl.float32
@@ -135,7 +139,8 @@ class _TritonScan(torch.autograd.Function):
         (sBb, sBg, sBn, sBl), B_group, _, B_varies = _layout(B, d)
         (sCb, sCg, sCn, sCl), C_group, _, C_varies = _layout(C, d)
         fwd, _ = _kernel_module().kernels(_interpreting(u.device))
-        grid = (b, -(-d // cfg["block_d"]))
+        BD = cfg["block_d"]
+        grid = (b, -(-d // BD))
         fwd[grid](
             u, delta, A, B, C, u if D is None else D, u if z is None else z,
             u if delta_bias is None else delta_bias, last if h0 is None else h0,
@@ -143,8 +148,8 @@ class _TritonScan(torch.autograd.Function):
             d, L, n, n_chunks,
             sBb, sBg, sBn, sBl, B_group,
             sCb, sCg, sCn, sCl, C_group,
-            BLOCK_D=cfg["block_d"], BLOCK_N=max(1, triton_next_power_of_2(n)), CHUNK=T,
-            B_VARIES=B_varies, C_VARIES=C_varies,
+            BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=T,
+            B_VARIES=B_varies, C_VARIES=C_varies, B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
             HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_H0=h0 is not None,
             SOFTPLUS=bool(softplus), STORE_STATES=store_states, ACC=_acc_dtype(dtype),
             num_warps=cfg["num_warps"],
@@ -185,7 +190,7 @@ class _TritonScan(torch.autograd.Function):
             d, L, n, n_chunks,
             sBb, sBg, sBn, sBl, B_group, B_ng,
             sCb, sCg, sCn, sCl, C_group, C_ng,
-            BLOCK_D=BD, BLOCK_N=max(1, triton_next_power_of_2(n)), CHUNK=cfg["chunk"],
+            BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=cfg["chunk"],
             B_VARIES=B_varies, C_VARIES=C_varies,
             B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
             HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
@@ -211,10 +216,6 @@ class _TritonScan(torch.autograd.Function):
             None,
             None,
         )
-
-
-def triton_next_power_of_2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def _selective_scan_triton(
