@@ -190,3 +190,45 @@ def test_availability_and_errors(monkeypatch):
     assert not triton_available("cpu")
     with pytest.raises(RuntimeError, match="triton is not installed"):
         selective_scan_triton(*args)
+
+
+def _compile_variants():
+    # (kernel settings, pointer dtype, B/C time-varying, a block within one group, options on)
+    yield dict(BLOCK_D=4, BLOCK_N=16, CHUNK=32), "bf16", True, True, True  # the default, as in an S6 layer
+    yield dict(BLOCK_D=4, BLOCK_N=4, CHUNK=8), "fp64", True, False, False
+    yield dict(BLOCK_D=4, BLOCK_N=4, CHUNK=8), "fp32", False, False, True
+
+
+@pytest.mark.parametrize("variant", list(_compile_variants()), ids=["default-bf16", "grouped-fp64", "invariant-fp32"])
+def test_kernels_compile_for_a_cuda_gpu(variant, tmp_path, monkeypatch):
+    """Compile both kernels to a CUDA binary (sm_90), which needs Triton's bundled CUDA toolchain but
+    no GPU: the interpreter accepts code that the compiler may not."""
+    from longrange.ops import _scan_triton_kernels as K
+
+    triton = K.triton
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        assert "nvidia" in triton.backends.backends
+    except (ImportError, AttributeError, AssertionError):
+        pytest.skip("this Triton has no CUDA backend to compile with")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    sizes, dtype, varies, one_group, options = variant
+    acc = triton.language.float64 if dtype == "fp64" else triton.language.float32
+    flags = dict(B_VARIES=varies, C_VARIES=varies, B_ONE_GROUP=one_group, C_ONE_GROUP=one_group, HAS_D=options,
+                 HAS_Z=options, HAS_BIAS=options, SOFTPLUS=options, ACC=acc)
+    state_ptrs = ("A_ptr", "D_ptr", "bias_ptr", "h0_ptr", "last_ptr", "states_ptr", "dlast_ptr", "dA_ptr", "dB_ptr",
+                  "dC_ptr", "dD_ptr", "dbias_ptr", "dh0_ptr")
+    for fn, extra in ((K._fwd, dict(HAS_H0=options, STORE_STATES=options)), (K._bwd, {})):
+        jit = K.JITFunction(fn)
+        constants = dict(sizes, **flags, **extra)
+        signature = {
+            name: "constexpr" if name in constants
+            else (f"*{'fp32' if dtype != 'fp64' and name in state_ptrs else dtype}" if name.endswith("_ptr") else "i32")
+            for name in jit.arg_names
+        }
+        kernel = triton.compile(ASTSource(jit, signature, constexprs=constants),
+                                target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        assert kernel.asm["cubin"]
