@@ -37,10 +37,13 @@ def _add_fn(a, b):
 
 
 # The kernels use Triton's builtins only, no function of its jitted library (tl.sum, tl.zeros,
-# tl.sigmoid, ...): those are fixed to compiled or interpreted when Triton is imported, builtins
-# follow the mode of the kernel. Sums are therefore ``tl.reduce(x, axis, _SUM)``. Triton's own combine function, where it
-# exists, lets the interpreter use numpy's sum.
-_SUM = getattr(tl.standard, "_sum_combine", None) or JITFunction(_add_fn)
+# tl.sigmoid, ...): those are fixed to compiled or interpreted when Triton is imported (by
+# TRITON_INTERPRET), builtins follow the mode of the kernel. Sums are ``tl.reduce(x, axis, _SUM)``
+# with Triton's own combine function when it is compiled (the interpreter recognises it and sums
+# with numpy), else an equivalent one (correct in both modes, slower in the interpreter).
+_SUM = getattr(tl.standard, "_sum_combine", None)
+if not isinstance(_SUM, JITFunction):
+    _SUM = JITFunction(_add_fn)
 
 
 def _fwd(

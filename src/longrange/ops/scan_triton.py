@@ -29,7 +29,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from longrange.ops.scan import _check_shapes, _compute_dtype, selective_scan_ref
+from torch.autograd.function import once_differentiable
 
 #: Kernel settings per mode: channels per program (``block_d``), positions per chunk (``chunk``:
 #: the states are stored every ``chunk`` positions) and ``num_warps``. The GPU values are
@@ -124,7 +124,9 @@ class _TritonScan(torch.autograd.Function):
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, initial_state, softplus, cfg, store_states):
         b, d, L = u.shape
         n = A.shape[1]
-        dtype = _compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+        from longrange.ops import scan as _scan
+
+        dtype = _scan._compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
         u, delta = u.contiguous(), delta.contiguous()
         z = None if z is None else z.contiguous()
         A = A.contiguous()
@@ -160,6 +162,7 @@ class _TritonScan(torch.autograd.Function):
         return out, last
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout, dlast):
         u, delta, A, B, C, D, z, delta_bias, states = ctx.saved_tensors
         softplus, cfg, dtype, has_h0, h0_dtype = ctx.meta
@@ -235,12 +238,15 @@ def _selective_scan_triton(
     num_warps: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """:func:`selective_scan_triton` with the kernel settings exposed (see :data:`DEFAULT_CONFIG`)."""
-    _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    # Imported here, not at the top: scan.py may import this module at its own import.
+    from longrange.ops import scan as _scan
+
+    _scan._check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     tensors = dict(delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, initial_state=initial_state)
     _check_runnable(u, tensors)
     cfg = _config(u.device, block_d, chunk, num_warps)
     if u.numel() == 0 or A.shape[1] == 0:  # nothing to launch over
-        return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state)
+        return _scan.selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state)
     inputs = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
     out, last = _TritonScan.apply(*inputs, delta_softplus, cfg, needs_grad)
