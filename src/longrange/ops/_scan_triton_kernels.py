@@ -14,6 +14,11 @@ every gradient from (h_t, g_t) in registers. Reductions over batch (dA, dD, d de
 time-invariant dB/dC) go to per-batch partial sums; time-varying dB/dC are summed over the
 program's channels and added atomically across channel blocks.
 
+The reverse scan relies on ``tl.associative_scan(..., reverse=True)`` meaning flip, scan, flip
+(the combine function's first operand holds the later positions), as the interpreter and current
+Triton implement it; Triton releases have had bugs there for non-commutative combine functions
+such as this one, which the tests on CUDA tensors would show.
+
 The kernels are plain functions here; :func:`kernels` wraps them for compilation (``JITFunction``)
 or for Triton's CPU interpreter (``InterpretedFunction``) on request, so that the choice does not
 depend on the environment at import time.
