@@ -1,0 +1,273 @@
+"""The selective scan as Triton kernels, for GPUs: :func:`selective_scan_triton`.
+
+Same call and semantics as :func:`longrange.ops.scan.selective_scan` (see that module for the
+shapes and the recurrence): every B/C layout ((d, n), (b, n, l), (b, g, n, l)), ``D``, the SiLU
+gate ``z``, ``delta_bias`` and softplus, ``initial_state`` and the last state; gradients with
+respect to every tensor input, ``initial_state`` included.
+
+How it runs (kernels in :mod:`longrange.ops._scan_triton_kernels`): one program per batch element
+and block of channels keeps the state (channels x n) in registers and walks along the length in
+chunks; the states inside a chunk are computed in registers by an associative scan. The forward
+stores the state at chunk starts only (b, d, length / chunk, n); the backward walks the chunks in
+reverse, recomputes each chunk's states from the stored one and runs the adjoint recurrence as a
+reverse scan, so the per-position states never reach memory, as in ``mamba_ssm``'s CUDA kernel
+(which this one also matches in supporting ``initial_state``, which that kernel does not).
+
+Precision: inputs of any float dtype (float32 and bfloat16 are the intended ones) are read into a
+float32 state with float32 accumulation, or float64 if any input is float64 (the rule of
+``scan.py``); the output has u's dtype, the last state the computation's dtype.
+
+Devices: CUDA tensors run compiled kernels. CPU tensors run in Triton's interpreter when the
+environment variable ``TRITON_INTERPRET=1`` is set (slow; for tests). :func:`triton_available`
+says whether a device can run the kernels; :func:`selective_scan_triton` raises otherwise.
+"""
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+from torch.autograd.function import once_differentiable
+
+#: Kernel settings per mode: channels per program (``block_d``), positions per chunk (``chunk``:
+#: the states are stored every ``chunk`` positions) and ``num_warps``. The GPU values are
+#: a first choice that fits the registers (block_d x n x chunk = 2048 fp32 values per tile at
+#: n = 16), not tuned on hardware; ``benchmarks/gpu_scan.py --sweep`` times the alternatives.
+DEFAULT_CONFIG = {
+    "gpu": dict(block_d=4, chunk=32, num_warps=4),
+    "interpret": dict(block_d=4, chunk=16, num_warps=1),
+}
+
+_kernels_module: ModuleType | None | bool = False  # False: not tried yet
+
+
+def _kernel_module() -> ModuleType | None:
+    """The kernels module, or None if triton cannot be imported."""
+    global _kernels_module
+    if _kernels_module is False:
+        try:
+            from longrange.ops import _scan_triton_kernels
+        except Exception:  # ImportError, or a broken install
+            _kernels_module = None
+        else:
+            _kernels_module = _scan_triton_kernels
+    return _kernels_module
+
+
+def _interpret_requested() -> bool:
+    """Whether ``TRITON_INTERPRET`` asks for Triton's interpreter (read now, not at import)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def triton_available(device: torch.device | str) -> bool:
+    """Whether :func:`selective_scan_triton` can run on tensors of ``device``: triton importable and
+    either a CUDA device (with CUDA present) or a CPU device with ``TRITON_INTERPRET=1``."""
+    if _kernel_module() is None:
+        return False
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available()
+    return device.type == "cpu" and _interpret_requested()
+
+
+def _check_runnable(u: Tensor, tensors: dict[str, Tensor | None]) -> None:
+    if _kernel_module() is None:
+        raise RuntimeError("selective_scan_triton: triton is not installed (pip install triton)")
+    for name, t in tensors.items():
+        if t is not None and t.device != u.device:
+            raise ValueError(f"selective_scan_triton: {name} is on {t.device}, u on {u.device}; all must share a device")
+    if not triton_available(u.device):
+        raise RuntimeError(
+            f"selective_scan_triton: tensors on {u.device} cannot run the Triton kernels; "
+            "use CUDA tensors, or CPU tensors with the environment variable TRITON_INTERPRET=1 (interpreter, slow)"
+        )
+
+
+def _interpreting(device: torch.device) -> bool:
+    return device.type != "cuda" or _interpret_requested()
+
+
+def _config(device: torch.device, block_d: int | None, chunk: int | None, num_warps: int | None) -> dict:
+    cfg = dict(DEFAULT_CONFIG["interpret" if _interpreting(device) else "gpu"])
+    for key, value in (("block_d", block_d), ("chunk", chunk), ("num_warps", num_warps)):
+        if value is not None:
+            value = int(value)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"selective_scan_triton: {key} must be a power of two, got {value}")
+            cfg[key] = value
+    return cfg
+
+
+def _layout(M: Tensor, d: int) -> tuple[tuple[int, int, int, int], int, int, bool]:
+    """B or C as strides (batch, group, n, length), channels per group, groups, time-varying."""
+    if M.dim() == 2:  # (d, n): channel c reads row c
+        return (0, M.stride(0), M.stride(1), 0), 1, d, False
+    if M.dim() == 3:  # (b, n, l): one group of all d channels
+        return (M.stride(0), 0, M.stride(1), M.stride(2)), d, 1, True
+    g = M.shape[1]
+    return (M.stride(0), M.stride(1), M.stride(2), M.stride(3)), d // g, g, True
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _acc_dtype(dtype: torch.dtype):
+    tl = _kernel_module().triton.language
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+class _TritonScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, initial_state, softplus, cfg, store_states):
+        b, d, L = u.shape
+        n = A.shape[1]
+        from longrange.ops import scan as _scan
+
+        dtype = _scan._compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+        u, delta = u.contiguous(), delta.contiguous()
+        z = None if z is None else z.contiguous()
+        A = A.contiguous()
+        D = None if D is None else D.contiguous()
+        delta_bias = None if delta_bias is None else delta_bias.contiguous()
+        h0 = None if initial_state is None else initial_state.contiguous()
+        T = cfg["chunk"]
+        n_chunks = -(-L // T)
+        out = torch.empty_like(u, memory_format=torch.contiguous_format)
+        last = torch.empty(b, d, n, dtype=dtype, device=u.device)
+        states = torch.empty(b, d, n_chunks, n, dtype=dtype, device=u.device) if store_states else last
+        (sBb, sBg, sBn, sBl), B_group, _, B_varies = _layout(B, d)
+        (sCb, sCg, sCn, sCl), C_group, _, C_varies = _layout(C, d)
+        fwd, _ = _kernel_module().kernels(_interpreting(u.device))
+        BD = cfg["block_d"]
+        grid = (b, -(-d // BD))
+        fwd[grid](
+            u, delta, A, B, C, u if D is None else D, u if z is None else z,
+            u if delta_bias is None else delta_bias, last if h0 is None else h0,
+            out, last, states,
+            d, L, n, n_chunks,
+            sBb, sBg, sBn, sBl, B_group,
+            sCb, sCg, sCn, sCl, C_group,
+            BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=T,
+            B_VARIES=B_varies, C_VARIES=C_varies, B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
+            HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_H0=h0 is not None,
+            SOFTPLUS=bool(softplus), STORE_STATES=store_states, ACC=_acc_dtype(dtype),
+            num_warps=cfg["num_warps"],
+        )
+        if store_states:
+            ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, states)
+            ctx.meta = (softplus, cfg, dtype, initial_state is not None, initial_state.dtype if initial_state is not None else None)
+        return out, last
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout, dlast):
+        u, delta, A, B, C, D, z, delta_bias, states = ctx.saved_tensors
+        softplus, cfg, dtype, has_h0, h0_dtype = ctx.meta
+        b, d, L = u.shape
+        n = A.shape[1]
+        n_chunks = states.shape[2]
+        dev = u.device
+        dout = torch.zeros_like(u) if dout is None else dout.contiguous()
+        dlast = torch.zeros(b, d, n, dtype=dtype, device=dev) if dlast is None else dlast.contiguous()
+        (sBb, sBg, sBn, sBl), B_group, B_ng, B_varies = _layout(B, d)
+        (sCb, sCg, sCn, sCl), C_group, C_ng, C_varies = _layout(C, d)
+        du = torch.empty_like(u)
+        ddelta = torch.empty_like(delta)
+        dz = torch.empty_like(z) if z is not None else du
+        dA = torch.empty(b, d, n, dtype=dtype, device=dev)
+        dB = torch.zeros(b, B_ng, n, L, dtype=dtype, device=dev) if B_varies else torch.empty(b, d, n, dtype=dtype, device=dev)
+        dC = torch.zeros(b, C_ng, n, L, dtype=dtype, device=dev) if C_varies else torch.empty(b, d, n, dtype=dtype, device=dev)
+        dD = torch.empty(b, d, dtype=dtype, device=dev) if D is not None else dA
+        dbias = torch.empty(b, d, dtype=dtype, device=dev) if delta_bias is not None else dA
+        dh0 = torch.empty(b, d, n, dtype=dtype, device=dev)
+        BD = cfg["block_d"]
+        _, bwd = _kernel_module().kernels(_interpreting(dev))
+        bwd[(b, -(-d // BD))](
+            u, delta, A, B, C, u if D is None else D, u if z is None else z,
+            u if delta_bias is None else delta_bias, states,
+            dout, dlast,
+            du, ddelta, dz, dA, dB, dC, dD, dbias, dh0,
+            d, L, n, n_chunks,
+            sBb, sBg, sBn, sBl, B_group, B_ng,
+            sCb, sCg, sCn, sCl, C_group, C_ng,
+            BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=cfg["chunk"],
+            B_VARIES=B_varies, C_VARIES=C_varies,
+            B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
+            HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
+            SOFTPLUS=bool(softplus), ACC=_acc_dtype(dtype),
+            num_warps=cfg["num_warps"],
+        )
+
+        def bc_grad(grad: Tensor, M: Tensor, varies: bool) -> Tensor:
+            grad = grad.reshape(M.shape) if varies else grad.sum(0)  # (b, 1, n, l) -> (b, n, l) when shared
+            return grad.to(M.dtype)
+
+        return (
+            du,
+            ddelta,
+            dA.sum(0).to(A.dtype),
+            bc_grad(dB, B, B_varies),
+            bc_grad(dC, C, C_varies),
+            dD.sum(0).to(D.dtype) if D is not None else None,
+            dz if z is not None else None,
+            dbias.sum(0).to(delta_bias.dtype) if delta_bias is not None else None,
+            dh0.to(h0_dtype) if has_h0 else None,
+            None,
+            None,
+            None,
+        )
+
+
+def _selective_scan_triton(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    initial_state: Tensor | None = None,
+    block_d: int | None = None,
+    chunk: int | None = None,
+    num_warps: int | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`selective_scan_triton` with the kernel settings exposed (see :data:`DEFAULT_CONFIG`)."""
+    # Imported here, not at the top: scan.py may import this module at its own import.
+    from longrange.ops import scan as _scan
+
+    _scan._check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    tensors = dict(delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, initial_state=initial_state)
+    _check_runnable(u, tensors)
+    cfg = _config(u.device, block_d, chunk, num_warps)
+    if u.numel() == 0 or A.shape[1] == 0:  # nothing to launch over
+        return _scan.selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state)
+    inputs = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+    out, last = _TritonScan.apply(*inputs, delta_softplus, cfg, needs_grad)
+    return (out, last) if return_last_state else out
+
+
+def selective_scan_triton(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    initial_state: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The selective scan by Triton kernels; the semantics of :func:`longrange.ops.scan.selective_scan`
+    (see the module docstrings). Needs :func:`triton_available` for u's device, else RuntimeError."""
+    return _selective_scan_triton(
+        u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
+    )
