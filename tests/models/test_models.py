@@ -122,7 +122,7 @@ def test_bidirectional_models_see_the_future(name):
 ALL_CONFIGS = {**CAUSAL_CONFIGS, **BIDIRECTIONAL_CONFIGS}
 
 
-@pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
+@pytest.mark.parametrize("pooling", ["mean", "last", "cls", "max"])
 @pytest.mark.parametrize("name", list(ALL_CONFIGS))
 def test_padding_does_not_change_pooled_outputs(name, pooling):
     cfg = ALL_CONFIGS[name].replace(pooling=pooling)

@@ -157,7 +157,8 @@ def _prepare_source(source: SequenceModel, target: SequenceModel, reverse: Seque
 
 
 def _config_differences(a: ModelConfig, b: ModelConfig) -> dict[str, tuple[Any, Any]]:
-    free = {"dropout", "pooling", "direction"}  # may change between pretraining and finetuning
+    # may change between pretraining and finetuning (the head is not transferred)
+    free = {"dropout", "pooling", "direction", "head_layers", "head_hidden", "head_activation"}
     da, db = a.to_dict(), b.to_dict()
     return {k: (da[k], db[k]) for k in da if k not in free and da[k] != db[k]}
 

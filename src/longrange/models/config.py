@@ -10,7 +10,8 @@ from longrange.errors import ConfigError
 BLOCKS = ("simple", "mamba", "transformer")
 PRIMITIVES = ("s4", "s4d", "s6", "dlr", "attention")
 DIRECTIONS = ("causal", "bidirectional", "placebo")
-POOLINGS = ("mean", "last", "cls")
+POOLINGS = ("mean", "last", "cls", "max")
+HEAD_ACTIVATIONS = ("gelu", "relu")
 POSITIONAL = ("none", "learned", "sinusoidal")
 
 #: Norm placement and kind when the config leaves them unset (the papers' defaults).
@@ -56,6 +57,11 @@ class ModelConfig:
     pos_embedding: str = "none"
     max_len: int = 0
     pooling: str = "mean"
+    # Pooled (classification/regression) head: 1 = linear, 2 = MLP Linear(d, hidden) -> act -> Linear.
+    # The retrieval head is always the two-layer MLP; hidden and activation apply to it too.
+    head_layers: int = 1
+    head_hidden: int | None = None
+    head_activation: str = "gelu"
     # Extra keyword arguments for the primitive (e.g. {"init": "lin", "discretization": "bilinear"})
     primitive_options: dict[str, Any] = field(default_factory=dict)
 
@@ -86,6 +92,11 @@ class ModelConfig:
         choice("direction", DIRECTIONS)
         choice("pooling", POOLINGS)
         choice("pos_embedding", POSITIONAL)
+        choice("head_activation", HEAD_ACTIVATIONS)
+        if self.head_layers not in (1, 2):
+            raise ConfigError(f"model.head_layers must be 1 (linear) or 2 (MLP), got {self.head_layers!r}")
+        if self.head_hidden is not None and self.head_hidden < 1:
+            raise ConfigError(f"model.head_hidden must be None (= d_model) or positive, got {self.head_hidden}")
         if self.block == "transformer" and self.primitive != "attention":
             raise ConfigError(f"model.block = 'transformer' holds attention, not {self.primitive!r}")
         if self.direction == "placebo" and self.block != "mamba":

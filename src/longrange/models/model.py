@@ -18,17 +18,28 @@ from longrange.models.encoders import NumericEncoder, TokenEncoder
 from longrange.models.heads import HEADS, PooledHead, RetrievalHead, TokenHead
 
 
-def make_head(kind: str, d_model: int, n_out: int, pooling: str) -> nn.Module:
-    """A head by kind: "classify" and "regress" (pooled), "retrieval" (two sequences), "tokens"."""
+def make_head(
+    kind: str, d_model: int, n_out: int, pooling: str, layers: int = 1, hidden: int | None = None,
+    activation: str = "gelu",
+) -> nn.Module:
+    """A head by kind: "classify" and "regress" (pooled, ``layers`` linear maps), "retrieval"
+    (two sequences, an MLP with ``hidden`` units), "tokens" (per position, always linear)."""
     if n_out < 1:
         raise ConfigError(f"head {kind!r} needs a positive output size, got {n_out}")
     if kind in ("classify", "regress"):
-        return PooledHead(d_model, n_out, pooling)
+        return PooledHead(d_model, n_out, pooling, layers, hidden, activation)
     if kind == "retrieval":
-        return RetrievalHead(d_model, n_out, pooling)
+        return RetrievalHead(d_model, n_out, pooling, hidden, activation)
     if kind == "tokens":
         return TokenHead(d_model, n_out)
     raise ConfigError(f"unknown head {kind!r}; expected one of {', '.join(HEADS)}")
+
+
+def config_head(cfg: ModelConfig, kind: str, n_out: int, d_model: int | None = None) -> nn.Module:
+    """The head of ``kind`` that ``cfg`` describes (pooling and head_* fields) on features of width ``d_model``."""
+    return make_head(
+        kind, d_model or cfg.d_model, n_out, cfg.pooling, cfg.head_layers, cfg.head_hidden, cfg.head_activation
+    )
 
 
 class SequenceModel(nn.Module):
@@ -38,7 +49,7 @@ class SequenceModel(nn.Module):
         self.encoder = encoder
         self.backbone = Backbone(cfg)
         self.head_kind = head_kind
-        self.head = make_head(head_kind, cfg.d_model, n_out, cfg.pooling)
+        self.head = config_head(cfg, head_kind, n_out)
         # A learned CLS vector for cls pooling: first for bidirectional models, after the last
         # real position for causal ones (so that it sees the whole sequence).
         self.cls = nn.Parameter(torch.randn(cfg.d_model) * 0.02) if cfg.pooling == "cls" else None
@@ -51,7 +62,7 @@ class SequenceModel(nn.Module):
         """Swap the head (e.g. token prediction -> classification) on the same device and dtype."""
         ref = next(self.backbone.parameters())
         self.head_kind = kind
-        self.head = make_head(kind, self.cfg.d_model, n_out, self.cfg.pooling).to(ref.device, ref.dtype)
+        self.head = config_head(self.cfg, kind, n_out).to(ref.device, ref.dtype)
 
     def encode(self, inputs: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """Features (batch, length', d), their padding mask, and the CLS positions (or None)."""
