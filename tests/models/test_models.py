@@ -48,6 +48,7 @@ CAUSAL_CONFIGS = {
     "simple-s4d-batchnorm": small(block="simple", primitive="s4d", norm="batch"),
     "transformer": small(block="transformer", primitive="attention"),
     "transformer-rope": small(block="transformer", primitive="attention", rope=True),
+    "transformer-window": small(block="transformer", primitive="attention", rope=True, attn_window=2),
     "mamba-attention": small(primitive="attention"),
 }
 
@@ -59,6 +60,7 @@ BIDIRECTIONAL_CONFIGS = {
     "simple-s6-bi": small(block="simple", primitive="s6", direction="bidirectional"),
     "simple-dlr-bi": small(block="simple", primitive="dlr", direction="bidirectional"),
     "transformer-bi": small(block="transformer", primitive="attention", direction="bidirectional"),
+    "transformer-window-bi": small(block="transformer", primitive="attention", direction="bidirectional", attn_window=2),
 }
 
 
@@ -122,7 +124,7 @@ def test_bidirectional_models_see_the_future(name):
 ALL_CONFIGS = {**CAUSAL_CONFIGS, **BIDIRECTIONAL_CONFIGS}
 
 
-@pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
+@pytest.mark.parametrize("pooling", ["mean", "last", "cls", "max"])
 @pytest.mark.parametrize("name", list(ALL_CONFIGS))
 def test_padding_does_not_change_pooled_outputs(name, pooling):
     cfg = ALL_CONFIGS[name].replace(pooling=pooling)

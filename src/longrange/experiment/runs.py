@@ -120,6 +120,8 @@ def _build_from_record(model_cfg: dict, head: dict) -> SequenceModel:
         vocab_size=head.get("vocab_size"),
         d_input=head.get("d_input", 1),
         mask_channel=head.get("mask_channel", False),
+        vocab=head.get("vocab"),  # block hf: the task's tokens, mapped to a pretrained LM's
+        hf_resolved=head.get("hf_resolved"),  # block hf: rebuilds the LM without its snapshot
     )
 
 
@@ -160,7 +162,8 @@ def _prepare_source(source: SequenceModel, target: SequenceModel, reverse: Seque
 
 
 def _config_differences(a: ModelConfig, b: ModelConfig) -> dict[str, tuple[Any, Any]]:
-    free = {"dropout", "pooling", "direction"}  # may change between pretraining and finetuning
+    # may change between pretraining and finetuning (the head is not transferred)
+    free = {"dropout", "pooling", "direction", "head_layers", "head_hidden", "head_activation"}
     da, db = a.to_dict(), b.to_dict()
     return {k: (da[k], db[k]) for k in da if k not in free and da[k] != db[k]}
 
@@ -333,8 +336,13 @@ def build_stage(plan: StagePlan, data) -> BuiltStage:
         "d_input": spec.d_input,
         "mask_channel": plan.objective == "masked" and spec.input_kind == "numeric",
     }
+    if plan.model.block == "hf" and data.vocab is not None:
+        head["vocab"] = list(data.vocab.tokens)  # mapped to a pretrained LM's tokens
     torch.manual_seed(plan.seed)
-    return BuiltStage(_build_from_record(plan.model.to_dict(), head), objective_fn, head)
+    model = _build_from_record(plan.model.to_dict(), head)
+    if hasattr(model, "rebuild_info"):
+        head["hf_resolved"] = model.rebuild_info()  # rebuilds the LM without its snapshot
+    return BuiltStage(model, objective_fn, head)
 
 
 def transfer_stage(plan: StagePlan, model: SequenceModel) -> dict[str, Any] | None:

@@ -41,7 +41,8 @@ def _params(args: argparse.Namespace) -> int:
         data = load_data(exp.task)  # the vocabulary size of token tasks comes from the data
         head, n_out = supervised_head(data.spec)
         model = build_model(exp.model, input_kind=data.spec.input_kind, head=head, n_out=n_out,
-                            vocab_size=data.vocab_size, d_input=data.spec.d_input)
+                            vocab_size=data.vocab_size, d_input=data.spec.d_input,
+                            vocab=data.vocab.tokens if data.vocab is not None else None)
         rows.append({"model": name, **parameter_report(model)})
     print(format_rows(rows))
     return 0

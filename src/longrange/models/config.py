@@ -8,10 +8,12 @@ from typing import Any
 from longrange import typed
 from longrange.errors import ConfigError
 
-BLOCKS = ("simple", "mamba", "transformer")
+BLOCKS = ("simple", "mamba", "transformer", "hf")
 PRIMITIVES = ("s4", "s4d", "s6", "dlr", "attention")
 DIRECTIONS = ("causal", "bidirectional", "placebo")
-POOLINGS = ("mean", "last", "cls")
+POOLINGS = ("mean", "last", "cls", "max")
+HEAD_ACTIVATIONS = ("gelu", "relu")
+HF_KEYS = ("model", "pretrained", "config", "revision")
 POSITIONAL = ("none", "learned", "sinusoidal")
 
 #: Norm placement and kind when the config leaves them unset (the papers' defaults).
@@ -19,6 +21,7 @@ _BLOCK_DEFAULTS = {
     "simple": {"norm": "layer", "prenorm": False},
     "mamba": {"norm": "rms", "prenorm": True},
     "transformer": {"norm": "layer", "prenorm": True},
+    "hf": {"norm": "none", "prenorm": False},  # the LM's own
 }
 
 
@@ -27,7 +30,9 @@ class ModelConfig:
     """A sequence model: encoder -> ``n_layers`` blocks -> head.
 
     ``block`` is the block type and ``primitive`` the sequence primitive inside it (the Transformer
-    block always holds attention). ``direction`` is "causal", "bidirectional" or, for Mamba blocks,
+    block always holds attention); ``block="hf"`` wraps the Hugging Face causal LM that ``hf``
+    names instead (``longrange.models.hf``), whose own configuration gives width and depth.
+    ``direction`` is "causal", "bidirectional" or, for Mamba blocks,
     "placebo" (the bidirectional block's parameters without the flips).
     """
 
@@ -47,6 +52,9 @@ class ModelConfig:
     n_heads: int = 8
     mlp_ratio: float = 4.0
     attn_block_size: int | None = None
+    #: Sliding-window attention: windows of this many positions, each attending to itself and one
+    #: window back and forward (causal: itself up to the query and one window back). None = dense.
+    attn_window: int | None = None
     # Rotary embeddings: inside attention for attention; before the SSM for Mamba blocks (thesis 14.3)
     rope: bool = False
     rope_base: float = 10000.0
@@ -57,8 +65,15 @@ class ModelConfig:
     pos_embedding: str = "none"
     max_len: int = 0
     pooling: str = "mean"
+    # Pooled (classification/regression) head: 1 = linear, 2 = MLP Linear(d, hidden) -> act -> Linear.
+    # The retrieval head is always the two-layer MLP; hidden and activation apply to it too.
+    head_layers: int = 1
+    head_hidden: int | None = None
+    head_activation: str = "gelu"
     # Extra keyword arguments for the primitive (e.g. {"init": "lin", "discretization": "bilinear"})
     primitive_options: dict[str, Any] = field(default_factory=dict)
+    # block "hf": a Hugging Face causal LM {model, pretrained, config, revision} (see models/hf.py)
+    hf: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rope_targets = tuple(self.rope_targets)
@@ -87,6 +102,19 @@ class ModelConfig:
         choice("direction", DIRECTIONS)
         choice("pooling", POOLINGS)
         choice("pos_embedding", POSITIONAL)
+        choice("head_activation", HEAD_ACTIVATIONS)
+        if self.head_layers not in (1, 2):
+            raise ConfigError(f"model.head_layers must be 1 (linear) or 2 (MLP), got {self.head_layers!r}")
+        if self.head_hidden is not None and self.head_hidden < 1:
+            raise ConfigError(f"model.head_hidden must be None (= d_model) or positive, got {self.head_hidden}")
+        if self.block == "hf":
+            check_hf_spec(self.hf)
+            if self.direction != "causal":
+                raise ConfigError(
+                    f"model.block 'hf' wraps a causal language model: model.direction must be 'causal', got {self.direction!r}"
+                )
+        elif self.hf:
+            raise ConfigError(f"model.hf applies to model.block 'hf', not {self.block!r}")
         if self.block == "transformer" and self.primitive != "attention":
             raise ConfigError(f"model.block = 'transformer' holds attention, not {self.primitive!r}")
         if self.direction == "placebo" and self.block != "mamba":
@@ -96,6 +124,16 @@ class ModelConfig:
                 raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        for name in ("attn_block_size", "attn_window"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"model.{name} must be None or a positive int, got {value!r}")
+        if self.attn_block_size is not None and self.attn_window is not None:
+            raise ConfigError(
+                "model.attn_block_size (isolated blocks) and model.attn_window (sliding windows) exclude each other; set one"
+            )
+        if self.attn_window is not None and self.primitive != "attention":
+            raise ConfigError(f"model.attn_window applies to attention, not to primitive {self.primitive!r}")
         if self.pos_embedding == "learned" and self.max_len < 1:
             raise ConfigError("model.pos_embedding = 'learned' needs model.max_len (the longest input)")
 
@@ -112,3 +150,20 @@ class ModelConfig:
 
     def replace(self, where: str = "model", **changes: Any) -> "ModelConfig":
         return ModelConfig.from_dict({**self.to_dict(), **changes}, where)
+
+
+def check_hf_spec(hf: Any) -> None:
+    """Check ``model.hf`` without importing transformers (ConfigError naming the field)."""
+    if not isinstance(hf, dict):
+        raise ConfigError(f"model.hf must be a mapping {{model, pretrained, config, revision}}, got {hf!r}")
+    unknown = sorted(set(hf) - set(HF_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown model.hf key(s) {', '.join(unknown)}; known: {', '.join(HF_KEYS)}")
+    if not isinstance(hf.get("model"), str) or not hf["model"]:
+        raise ConfigError(f"model.hf.model must name a Hugging Face model id or local directory, got {hf.get('model')!r}")
+    if not isinstance(hf.get("pretrained", False), bool):
+        raise ConfigError(f"model.hf.pretrained must be true or false, got {hf['pretrained']!r}")
+    if not isinstance(hf.get("config") or {}, dict):
+        raise ConfigError(f"model.hf.config must be a mapping of configuration overrides, got {hf['config']!r}")
+    if hf.get("revision") is not None and not isinstance(hf["revision"], str):
+        raise ConfigError(f"model.hf.revision must be a string, got {hf['revision']!r}")

@@ -1,17 +1,26 @@
-"""Output heads and the pooling that respects padding."""
+"""Output heads and the pooling that respects padding.
+
+Pooled heads (classification, regression) and the retrieval head end in ``head_layers`` linear
+maps: 1 = a linear map, 2 = an MLP ``Linear(d, hidden) -> activation -> Linear(hidden, n_out)``.
+"""
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
+from longrange.models.config import POOLINGS
+
+HEAD_ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
 
 
 def pool(h: Tensor, mask: Tensor | None, pooling: str, cls_index: Tensor | None = None) -> Tensor:
     """Pool features h (batch, length, d) over real positions -> (batch, d).
 
-    "mean": the mean over real positions; "last": the last real position; "cls": the position
-    ``cls_index`` (batch,) where the model placed its CLS vector.
+    "mean": the mean over real positions; "last": the last real position; "max": the maximum
+    over real positions, per feature (padded positions never win; a sequence without real
+    positions pools to 0); "cls": the position ``cls_index`` (batch,) where the model placed its
+    CLS vector. ``mask`` (batch, length) is True at real positions; None = all real.
     """
     if pooling == "mean":
         if mask is None:
@@ -23,33 +32,66 @@ def pool(h: Tensor, mask: Tensor | None, pooling: str, cls_index: Tensor | None 
             return h[:, -1]
         index = mask.long().sum(1).clamp_min(1) - 1
         return h[torch.arange(h.shape[0], device=h.device), index]
+    if pooling == "max":
+        if mask is None:
+            return h.amax(1)
+        real = mask.unsqueeze(-1)
+        top = h.masked_fill(~real, float("-inf")).amax(1)
+        return torch.where(real.any(1), top, torch.zeros_like(top))
     if pooling == "cls":
         if cls_index is None:
             raise ValueError("cls pooling needs the CLS position")
         return h[torch.arange(h.shape[0], device=h.device), cls_index]
-    raise ConfigError(f"unknown pooling {pooling!r}; expected mean, last or cls")
+    raise ConfigError(f"unknown pooling {pooling!r}; expected {', '.join(POOLINGS)}")
+
+
+def mlp(d_in: int, n_out: int, layers: int = 1, hidden: int | None = None, activation: str = "gelu") -> nn.Module:
+    """``layers`` = 1: Linear(d_in, n_out); 2: Linear(d_in, hidden) -> activation -> Linear(hidden, n_out)."""
+    if layers == 1:
+        return nn.Linear(d_in, n_out)
+    if layers != 2:
+        raise ConfigError(f"model.head_layers must be 1 (linear) or 2 (MLP), got {layers!r}")
+    if activation not in HEAD_ACTIVATIONS:
+        raise ConfigError(f"model.head_activation {activation!r} is not one of {', '.join(HEAD_ACTIVATIONS)}")
+    hidden = hidden or d_in
+    return nn.Sequential(nn.Linear(d_in, hidden), HEAD_ACTIVATIONS[activation](), nn.Linear(hidden, n_out))
 
 
 class PooledHead(nn.Module):
-    """Pool, then a linear map to ``n_out`` (class logits, or regression targets)."""
+    """Pool, then a linear map (``layers=1``, parameters ``linear.*``) or an MLP (``layers=2``,
+    parameters ``mlp.*``) to ``n_out`` (class logits, or regression targets)."""
 
-    def __init__(self, d_model: int, n_out: int, pooling: str = "mean"):
+    def __init__(
+        self, d_model: int, n_out: int, pooling: str = "mean", layers: int = 1, hidden: int | None = None,
+        activation: str = "gelu",
+    ):
         super().__init__()
         self.pooling = pooling
-        self.linear = nn.Linear(d_model, n_out)
+        out = mlp(d_model, n_out, layers, hidden, activation)
+        # One linear map keeps its historical name, so older checkpoints load.
+        if layers == 1:
+            self.linear = out
+        else:
+            self.mlp = out
 
     def forward(self, h: Tensor, mask: Tensor | None, cls_index: Tensor | None = None) -> Tensor:
-        return self.linear(pool(h, mask, self.pooling, cls_index))
+        out = self.linear if hasattr(self, "linear") else self.mlp
+        return out(pool(h, mask, self.pooling, cls_index))
 
 
 class RetrievalHead(nn.Module):
-    """Two-sequence classification on pooled features a, b: MLP([a, b, a·b, a−b]) (the LRA two-tower head)."""
+    """Two-sequence classification on pooled features a, b: MLP([a, b, a·b, a−b]) (the LRA two-tower head).
 
-    def __init__(self, d_model: int, n_classes: int, pooling: str = "mean", hidden: int | None = None):
+    Always the two-layer MLP of the published head: ``Linear(4d, hidden) -> activation ->
+    Linear(hidden, n_classes)`` with ``hidden`` = d by default.
+    """
+
+    def __init__(
+        self, d_model: int, n_classes: int, pooling: str = "mean", hidden: int | None = None, activation: str = "gelu"
+    ):
         super().__init__()
         self.pooling = pooling
-        hidden = hidden or d_model
-        self.mlp = nn.Sequential(nn.Linear(4 * d_model, hidden), nn.GELU(), nn.Linear(hidden, n_classes))
+        self.mlp = mlp(4 * d_model, n_classes, 2, hidden or d_model, activation)
 
     def forward(
         self,

@@ -5,7 +5,7 @@ head is what changes (``replace_head``).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -18,17 +18,28 @@ from longrange.models.encoders import NumericEncoder, TokenEncoder
 from longrange.models.heads import HEADS, PooledHead, RetrievalHead, TokenHead
 
 
-def make_head(kind: str, d_model: int, n_out: int, pooling: str) -> nn.Module:
-    """A head by kind: "classify" and "regress" (pooled), "retrieval" (two sequences), "tokens"."""
+def make_head(
+    kind: str, d_model: int, n_out: int, pooling: str, layers: int = 1, hidden: int | None = None,
+    activation: str = "gelu",
+) -> nn.Module:
+    """A head by kind: "classify" and "regress" (pooled, ``layers`` linear maps), "retrieval"
+    (two sequences, an MLP with ``hidden`` units), "tokens" (per position, always linear)."""
     if n_out < 1:
         raise ConfigError(f"head {kind!r} needs a positive output size, got {n_out}")
     if kind in ("classify", "regress"):
-        return PooledHead(d_model, n_out, pooling)
+        return PooledHead(d_model, n_out, pooling, layers, hidden, activation)
     if kind == "retrieval":
-        return RetrievalHead(d_model, n_out, pooling)
+        return RetrievalHead(d_model, n_out, pooling, hidden, activation)
     if kind == "tokens":
         return TokenHead(d_model, n_out)
     raise ConfigError(f"unknown head {kind!r}; expected one of {', '.join(HEADS)}")
+
+
+def config_head(cfg: ModelConfig, kind: str, n_out: int, d_model: int | None = None) -> nn.Module:
+    """The head of ``kind`` that ``cfg`` describes (pooling and head_* fields) on features of width ``d_model``."""
+    return make_head(
+        kind, d_model or cfg.d_model, n_out, cfg.pooling, cfg.head_layers, cfg.head_hidden, cfg.head_activation
+    )
 
 
 class SequenceModel(nn.Module):
@@ -37,8 +48,9 @@ class SequenceModel(nn.Module):
         self.cfg = cfg
         self.encoder = encoder
         self.backbone = Backbone(cfg)
+        self.d_features = cfg.d_model
         self.head_kind = head_kind
-        self.head = make_head(head_kind, cfg.d_model, n_out, cfg.pooling)
+        self.head = config_head(cfg, head_kind, n_out)
         # A learned CLS vector for cls pooling: first for bidirectional models, after the last
         # real position for causal ones (so that it sees the whole sequence).
         self.cls = nn.Parameter(torch.randn(cfg.d_model) * 0.02) if cfg.pooling == "cls" else None
@@ -51,7 +63,7 @@ class SequenceModel(nn.Module):
         """Swap the head (e.g. token prediction -> classification) on the same device and dtype."""
         ref = next(self.backbone.parameters())
         self.head_kind = kind
-        self.head = make_head(kind, self.cfg.d_model, n_out, self.cfg.pooling).to(ref.device, ref.dtype)
+        self.head = config_head(self.cfg, kind, n_out, self.d_features).to(ref.device, ref.dtype)
 
     def encode(self, inputs: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """Features (batch, length', d), their padding mask, and the CLS positions (or None)."""
@@ -114,9 +126,23 @@ def build_model(
     vocab_size: int | None = None,
     d_input: int = 1,
     mask_channel: bool = False,
+    vocab: Sequence[str] | None = None,
+    hf_resolved: dict[str, Any] | None = None,
 ) -> SequenceModel:
     """Build a model for inputs of ``input_kind`` ("tokens" with ``vocab_size``, or "numeric"
-    with ``d_input`` channels, plus a mask-indicator channel if ``mask_channel``)."""
+    with ``d_input`` channels, plus a mask-indicator channel if ``mask_channel``).
+
+    ``block: hf`` models (:mod:`longrange.models.hf`) also take the task's token strings
+    ``vocab`` (to map them to a pretrained LM's tokens) and ``hf_resolved`` (their saved
+    :meth:`~longrange.models.hf.HFModel.rebuild_info`, to rebuild without the snapshot).
+    """
+    if cfg.block == "hf":
+        from longrange.models.hf import build_hf_model
+
+        return build_hf_model(
+            cfg, input_kind=input_kind, head=head, n_out=n_out, vocab_size=vocab_size, d_input=d_input,
+            mask_channel=mask_channel, vocab=vocab, hf_resolved=hf_resolved,
+        )
     if input_kind == "tokens":
         if mask_channel:
             raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")

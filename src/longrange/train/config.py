@@ -7,18 +7,22 @@ Conventions:
   * A *step* is one optimiser step. ``max_steps > 0`` fixes the length of training; otherwise it is
     ``epochs`` passes over the training set (the last incomplete global batch is dropped).
   * ``warmup`` below 1 is a fraction of the total steps; 1 or more is a number of steps.
+  * ``param_groups`` are rules by parameter name, ``{match: GLOB, lr: X | lr_scale: X,
+    weight_decay: X}``, applied in order before the layers' optimiser hints (first match wins;
+    see ``train/optim.py``).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from longrange import typed
 from longrange.errors import ConfigError
 
-SCHEDULES = ("cosine", "constant", "plateau")
+SCHEDULES = ("cosine", "constant", "plateau", "step")
+STEP_UNITS = ("step", "epoch")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -35,6 +39,9 @@ class TrainConfig:
     #: False puts every parameter with fewer than 2 dimensions (biases, norm gains) that carries
     #: no hint into the no-decay group.
     weight_decay_1d: bool = True
+    #: Rules by parameter name, first match wins, before the hints: each ``{match: <glob on the
+    #: qualified name, e.g. "*.log_dt">, lr: <absolute> | lr_scale: <x lr>, weight_decay: <float>}``.
+    param_groups: list[dict[str, Any]] = field(default_factory=list)
 
     # Learning-rate schedule.
     schedule: str = "cosine"
@@ -42,6 +49,11 @@ class TrainConfig:
     min_lr_ratio: float = 0.1
     plateau_factor: float = 0.5
     plateau_patience: int = 3
+    #: Step decay (``schedule: step``): the lr is multiplied by ``step_gamma`` every ``step_size``
+    #: optimiser steps (or epochs, with ``step_unit: epoch``) after the warmup.
+    step_size: int = 0
+    step_gamma: float = 0.1
+    step_unit: str = "step"
 
     # Length and batching.
     epochs: int = 10
@@ -93,6 +105,11 @@ class TrainConfig:
         need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
         need(0 < self.plateau_factor < 1, "plateau_factor", "must be in (0, 1)")
         need(self.plateau_patience >= 1, "plateau_patience", "must be >= 1")
+        need(self.schedule != "step" or self.step_size >= 1, "step_size",
+             "must be >= 1 (steps, or epochs with step_unit 'epoch', between decays) for schedule 'step'")
+        need(self.step_size >= 0, "step_size", "must be >= 0")
+        need(0 < self.step_gamma <= 1, "step_gamma", "must be in (0, 1]")
+        need(self.step_unit in STEP_UNITS, "step_unit", f"must be one of {', '.join(STEP_UNITS)}")
         need(self.epochs >= 1 or self.max_steps >= 1, "epochs", "must be >= 1 (or set max_steps)")
         need(self.max_steps >= 0, "max_steps", "must be >= 0 (0 = use epochs)")
         need(self.batch_size >= 1, "batch_size", "must be >= 1")
@@ -106,6 +123,9 @@ class TrainConfig:
         need(self.log_every >= 1, "log_every", "must be >= 1")
         need(self.progress_every > 0, "progress_every", "must be > 0 seconds")
         need(self.num_workers >= 0, "num_workers", "must be >= 0")
+        need(isinstance(self.param_groups, (list, tuple)), "param_groups",
+             "must be a list of rules {match: GLOB, lr | lr_scale, weight_decay}")
+        self.param_groups = [_param_rule(i, rule) for i, rule in enumerate(self.param_groups)]
 
     def per_rank_batch(self, world_size: int) -> int:
         """Items per rank in one optimiser step."""
@@ -139,3 +159,32 @@ class TrainConfig:
         """Build from plain values (e.g. YAML). Unknown fields and wrong types raise ConfigError naming
         the dotted field (see ``longrange.typed``)."""
         return typed.from_dict(cls, data, where)
+
+
+PARAM_RULE_FIELDS = ("match", "lr", "lr_scale", "weight_decay")
+
+
+def _param_rule(index: int, rule: Any) -> dict[str, Any]:
+    """A checked ``train.param_groups`` rule with float values."""
+    where = f"param_groups[{index}]"
+    if not isinstance(rule, Mapping):
+        raise ConfigError(f"train.{where} must be a mapping {{match: GLOB, lr | lr_scale, weight_decay}}, got {rule!r}")
+    unknown = sorted(set(rule) - set(PARAM_RULE_FIELDS))
+    if unknown:
+        raise ConfigError(f"train.{where} has unknown key(s) {', '.join(unknown)}; known: {', '.join(PARAM_RULE_FIELDS)}")
+    pattern = rule.get("match")
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError(f"train.{where}.match must be a glob on parameter names (e.g. '*.log_dt'), got {pattern!r}")
+    if "lr" in rule and "lr_scale" in rule:
+        raise ConfigError(f"train.{where} (match {pattern!r}) sets both lr and lr_scale; give one")
+    if not any(k in rule for k in ("lr", "lr_scale", "weight_decay")):
+        raise ConfigError(f"train.{where} (match {pattern!r}) sets none of lr, lr_scale, weight_decay")
+    out: dict[str, Any] = {"match": pattern}
+    for key in ("lr", "lr_scale", "weight_decay"):
+        if key in rule:
+            value = typed.convert(rule[key], float, f"train.{where}.{key}")
+            if not math.isfinite(value) or value < 0 or (key != "weight_decay" and value == 0):
+                raise ConfigError(f"train.{where}.{key} must be {'>= 0' if key == 'weight_decay' else '> 0'}, got {value!r}")
+            out[key] = value
+    return out
+

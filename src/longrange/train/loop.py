@@ -267,7 +267,9 @@ class Trainer:
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg)
         self.param_report = group_report(self.optimizer.param_groups)
-        self.schedule = build_schedule(cfg, self.total_steps, higher_is_better=self.objective.higher_is_better)
+        self.schedule = build_schedule(
+            cfg, self.total_steps, higher_is_better=self.objective.higher_is_better, steps_per_epoch=self.steps_per_epoch
+        )
         self.scaler = torch.amp.GradScaler(self.device.type) if cfg.precision == "fp16" else None
 
     def _lock_run_dir(self, lock: bool | RunLock) -> RunLock | None:
