@@ -70,7 +70,7 @@ def test_an_effect_is_spt_better_with_its_interval(tmp_path):
     assert (c.regime, c.baseline, c.seeds, c.outcome) == ("masked-spt", "scratch", [0, 1, 2], "spt")
     ci = stats.ttest_rel([0.60, 0.61, 0.63], [0.50, 0.52, 0.51]).confidence_interval(0.95)
     assert c.sentence() == f"SPT better by 10.33 points (95% CI [{ci.low * 100:.2f}, {ci.high * 100:.2f}], 3 seeds)"
-    assert "S4 + masked SPT vs S4 (listops): SPT better by 10.33 points" in verdict_text(runs)
+    assert "S4 + masked SPT vs S4 on listops: SPT better by 10.33 points" in verdict_text(runs)
 
 
 def test_no_effect_says_the_interval_contains_zero(tmp_path):

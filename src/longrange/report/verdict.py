@@ -94,7 +94,7 @@ class Comparison:
     @property
     def title(self) -> str:
         subset = "" if self.subset is None else f", train subset {self.subset!r}"
-        return f"{row_name(self.label, self.regime)} vs {row_name(self.label, self.baseline)} ({self.task}{subset})"
+        return f"{row_name(self.label, self.regime)} vs {row_name(self.label, self.baseline)} on {self.task}{subset}"
 
     def sentence(self) -> str:
         s, fmt = self.stat, metric_format(self.metric)
@@ -121,10 +121,6 @@ class Comparison:
         if self.source == "val":
             text += "; on the best validation metric (no test results)"
         return text
-
-
-def _value(run: Run, source: str) -> float:
-    return run.value(source)
 
 
 def comparisons(runs: Sequence[Run]) -> list[Comparison]:
@@ -158,7 +154,7 @@ def _subset_order(subset: float | int | None) -> tuple:
 
 
 def _compare(group: tuple, spt: dict[int, Run], base: dict[int, Run], regime: str, baseline: str) -> Comparison:
-    task, label, _, subset, = group
+    task, label, _, subset = group
     both = list(spt.values()) + list(base.values())
     metrics = {(r.metric, r.higher_is_better) for r in both}
     if len(metrics) > 1:
@@ -174,7 +170,7 @@ def _compare(group: tuple, spt: dict[int, Run], base: dict[int, Run], regime: st
         if seed not in spt:
             unpaired[seed] = f"no {regime} run"
             continue
-        a, b = _value(spt[seed], source), _value(base[seed], source)
+        a, b = spt[seed].value(source), base[seed].value(source)
         if not (math.isfinite(a) and math.isfinite(b)):
             unpaired[seed] = "no finite value"
             continue
