@@ -132,6 +132,8 @@ def test_a_tiny_sweep_end_to_end(listops_dir, tmp_path, capsys):
         for stage in ("scratch/seed0", "masked-spt/seed0/pretrain", "masked-spt/seed0/finetune"):
             summary = json.loads((out / f"listops/tiny/subset{sub}/{stage}/summary.json").read_text())
             assert summary["train_size"] == size and str(summary["train_subset"]) == sub
+            config = yaml.safe_load((out / f"listops/tiny/subset{sub}/{stage}/config.yaml").read_text())
+            assert str(config["task"]["train_subset"]) == sub and config["record"]["train_size"] == size
     assert "| Model | 16 examples (n_train=16) | 0.5 (n_train=32) |" in printed
     assert ("tiny + masked SPT vs tiny on listops, train subset 16: cannot tell from one seed (SPT − scratch = "
             in printed)
