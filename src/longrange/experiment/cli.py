@@ -90,14 +90,33 @@ def _compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     objectives = args.objectives.split(",") if args.objectives else None
     compare(experiments, args.out, seeds=seeds, objectives=objectives,
-            compute_matched=False if args.no_compute_matched else None, overwrite=args.overwrite,
+            compute_matched=False if args.no_compute_matched else None,
+            train_subsets=parse_train_subsets(args.train_subsets), overwrite=args.overwrite,
             dry_run=args.dry_run)
     if args.dry_run:
         return 0
     from longrange.report import write_report
+    from longrange.report.collect import collect_runs
+    from longrange.report.verdict import verdict_text
 
     print(write_report([Path(args.out)], out_dir=Path(args.out)))
+    print(verdict_text(collect_runs([Path(args.out)], warn=lambda message: None)))
     return 0
+
+
+def parse_train_subsets(text: str | None) -> list[float | int] | None:
+    """``--train-subsets 0.05,0.1,1.0,500``: fractions (with a decimal point or exponent) and counts."""
+    if not text:
+        return None
+    out: list[float | int] = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            out.append(float(item) if any(c in item for c in ".eE") else int(item))
+        except ValueError:
+            raise ConfigError(f"--train-subsets must be comma-separated fractions in (0, 1] or counts, "
+                              f"got {item!r} in {text!r}") from None
+    return out
 
 
 def _presets(args: argparse.Namespace) -> int:
@@ -149,6 +168,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", help="comma-separated seeds (default: the preset's compare.seeds)")
     p.add_argument("--objectives", help="comma-separated SPT objectives: causal,masked (default: the preset's, or the model's natural one)")
     p.add_argument("--no-compute-matched", action="store_true", help="skip the compute-matched scratch baseline")
+    p.add_argument("--train-subsets", metavar="LIST",
+                   help="a data-fraction sweep: comma-separated fractions in (0, 1] (0.05,0.1,1.0) or counts (500); "
+                        "every stage, pretraining included, runs once per subset (default: the preset's compare.train_subsets)")
     p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides applied to every experiment")
     p.set_defaults(func=_compare)
 

@@ -205,6 +205,7 @@ def compare(
     seeds: Sequence[int] | None = None,
     objectives: Sequence[str] | None = None,
     compute_matched: bool | None = None,
+    train_subsets: Sequence[float | int] | None = None,
     overwrite: bool = False,
     dry_run: bool = False,
     executor: Callable[..., dict[str, str]] | None = None,
@@ -214,9 +215,12 @@ def compare(
 
     ``executor(plan, out_dir, overwrite=...)`` runs the stages and returns their outcomes; the
     default runs them one after another in this process. ``dry_run`` prints the plan and runs nothing.
+    ``train_subsets`` (default: each experiment's ``compare.train_subsets``) sweeps the training
+    set's size: every regime and seed once per subset (see ``experiment/plan.py``).
     """
     out_dir = rundir.check_out_dir(out_dir, "--out")
-    plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched)
+    plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
+                     train_subsets=train_subsets)
     if dry_run:
         statuses = stage_statuses(out_dir, plan) if out_dir.is_dir() else None
         print(describe(plan, statuses))

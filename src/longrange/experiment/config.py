@@ -12,7 +12,8 @@ An experiment is one model on one task with its training settings, plus how self
     pretrain_model: {dropout: 0.0}        # ModelConfig overrides for the pretraining stage
     pretrain_task: {options: {pool: pretrain}}   # TaskConfig overrides for the pretraining stage
     objective: {mask_ratio: 0.1, ...}     # pretraining objective options (ObjectiveConfig)
-    compare: {objectives: [causal, masked], seeds: [0, 1, 2], compute_matched: true}
+    compare: {objectives: [causal, masked], seeds: [0, 1, 2], compute_matched: true,
+              train_subsets: [0.05, 0.1, 1.0]}     # a data-fraction sweep (optional)
 
 Any field can be overridden from the command line by its dotted name: ``model.d_model=128``,
 ``train.lr=3e-4``, ``task.options.seq_len=1024``. Values are read as YAML (numbers, booleans,
@@ -78,6 +79,10 @@ class CompareConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     #: Also train from scratch for as many steps as pretraining plus finetuning.
     compute_matched: bool = True
+    #: A data-fraction sweep: each entry (a fraction in (0, 1] or a count >= 1) is a dimension of
+    #: the grid and the ``task.train_subset`` of every stage under it, pretraining included.
+    #: [] = no sweep (the task's own ``train_subset``).
+    train_subsets: list[float | int] = field(default_factory=list)
 
 
 @dataclass
@@ -137,6 +142,24 @@ class ExperimentConfig:
             raise ConfigError(f"compare.objectives {unknown} are not SPT objectives; expected {', '.join(SPT_OBJECTIVES)}")
         if not self.compare.seeds:
             raise ConfigError("compare.seeds is empty")
+        check_train_subsets(self.compare.train_subsets, "compare.train_subsets")
+
+
+def check_train_subsets(values: Sequence[Any], where: str) -> list[float | int]:
+    """The subsets of a data-fraction sweep, checked: fractions (floats) in (0, 1] or counts
+    (integers) >= 1, no repeats. ``1.0`` is the whole training set, ``1`` one example."""
+    out: list[float | int] = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError(f"{where}: {v!r} is not a fraction in (0, 1] or a count of examples")
+        if isinstance(v, float) and not 0.0 < v <= 1.0:
+            raise ConfigError(f"{where}: the fraction {v} is not in (0, 1] (write a count of examples as an integer)")
+        if isinstance(v, int) and v < 1:
+            raise ConfigError(f"{where}: the count {v} is not >= 1")
+        if any(type(v) is type(o) and v == o for o in out):
+            raise ConfigError(f"{where}: {v} is given twice")
+        out.append(v)
+    return out
 
 
 _SECTIONS = {"task": TaskConfig, "objective": ObjectiveConfig, "compare": CompareConfig}

@@ -8,6 +8,11 @@ For each experiment (a model on a task) and each seed::
     <task>/<label>/scratch-matched/seed<k>            train         as many steps as the longest
                                                                     pretrain + finetune: after them
 
+With a data-fraction sweep (``compare.train_subsets`` or ``--train-subsets``) every id gains a
+level after the label, ``subset<value>`` (``listops/S4/subset0.1/scratch/seed0``), and every
+stage under it, pretraining included, trains on that ``task.train_subset`` (the same examples:
+the subset is drawn with the task's data seed, see ``data.tasks.subset_indices``).
+
 A stage's id is its run directory relative to the comparison's output directory. The plan is
 plain data (``to_dict``/``from_dict``), saved as ``OUT/plan.json`` so that any executor (in
 process, local workers, a cluster scheduler) runs the same stages with the same settings.
@@ -16,12 +21,13 @@ from __future__ import annotations
 
 import json
 import re
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from longrange.errors import ConfigError
-from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig, experiment_from_dict
+from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig, check_train_subsets, experiment_from_dict
 
 PLAN_FILE = "plan.json"
 
@@ -52,6 +58,8 @@ class Stage:
     after: list[str] = field(default_factory=list)
     #: scratch-matched: pairs of (pretrain id, finetune id) whose summed steps set max_steps.
     matched_to: list[list[str]] = field(default_factory=list)
+    #: The ``task.train_subset`` of a data-fraction sweep (None: no sweep, the task's own).
+    train_subset: float | int | None = None
 
     @property
     def is_final(self) -> bool:
@@ -113,14 +121,46 @@ class Plan:
         return cls.from_dict(json.loads(path.read_text()))
 
 
+def subset_name(subset: float | int) -> str:
+    """The id level of a sweep's subset: ``subset0.1`` (a fraction), ``subset500`` (a count)."""
+    return f"subset{subset!r}" if isinstance(subset, float) else f"subset{int(subset)}"
+
+
+def with_subset(exp: ExperimentConfig, subset: float | int | None) -> ExperimentConfig:
+    """``exp`` training (and pretraining) on ``subset`` of its training set; ``exp`` itself for None."""
+    if subset is None:
+        return exp
+    return dataclasses.replace(exp, task=dataclasses.replace(exp.task, train_subset=subset))
+
+
+def sweep_subsets(exp: ExperimentConfig, train_subsets: Sequence[float | int] | None) -> list[float | int | None]:
+    """The subsets of ``exp``'s sweep ([None] without one), checked; pretraining must be able to
+    follow them (its ``pretrain_task`` may not set its own train_subset or data seed)."""
+    where = "--train-subsets" if train_subsets else "compare.train_subsets"
+    subsets = check_train_subsets(list(train_subsets) if train_subsets else exp.compare.train_subsets, where)
+    if not subsets:
+        return [None]
+    fixed = [k for k in ("train_subset", "seed") if k in exp.pretrain_task
+             and (k == "train_subset" or exp.pretrain_task[k] != exp.task.seed)]
+    if fixed:
+        raise ConfigError(
+            f"{exp.label}: pretrain_task.{fixed[0]} is set, so pretraining would not use the examples of each "
+            f"subset of {where}; remove pretrain_task.{fixed[0]} or the sweep")
+    return list(subsets)
+
+
 def plan_grid(
     experiments: Sequence[ExperimentConfig],
     *,
     seeds: Sequence[int] | None = None,
     objectives: Sequence[str] | None = None,
     compute_matched: bool | None = None,
+    train_subsets: Sequence[float | int] | None = None,
 ) -> Plan:
-    """Expand experiments x seeds x regimes into stages with their dependencies.
+    """Expand experiments x train subsets x seeds x regimes into stages with their dependencies.
+
+    ``train_subsets`` (default: each experiment's ``compare.train_subsets``) makes a data-fraction
+    sweep: each subset is a level of the stage ids and the ``task.train_subset`` of its stages.
 
     Every configuration error (an unknown objective, causal pretraining of a model that cannot be
     morphed) surfaces here, before any training.
@@ -136,19 +176,22 @@ def plan_grid(
         if "causal" in objs:
             pretraining_model_config(exp.stage_model("pretrain"), "causal")
         matched = exp.compare.compute_matched if compute_matched is None else compute_matched
-        base = f"{slug(exp.task.name)}/{slug(exp.label)}"
-        for seed in (list(seeds) if seeds else list(exp.compare.seeds)):
-            stages.append(Stage(f"{base}/scratch/seed{seed}", index, "train", seed, "scratch"))
-            pairs = []
-            for obj in objs:
-                root = f"{base}/{obj}-spt/seed{seed}"
-                pre = Stage(f"{root}/pretrain", index, "pretrain", seed, f"{obj}-spt", objective=obj)
-                fine = Stage(f"{root}/finetune", index, "finetune", seed, f"{obj}-spt", init_from=pre.id, after=[pre.id])
-                stages += [pre, fine]
-                pairs.append([pre.id, fine.id])
-            if matched and pairs:
-                stages.append(Stage(f"{base}/scratch-matched/seed{seed}", index, "train", seed, "scratch-matched",
-                                    after=[i for pair in pairs for i in pair], matched_to=pairs))
+        for subset in sweep_subsets(exp, train_subsets):
+            base = f"{slug(exp.task.name)}/{slug(exp.label)}" + ("" if subset is None else f"/{subset_name(subset)}")
+            sub = {"train_subset": subset}
+            for seed in (list(seeds) if seeds else list(exp.compare.seeds)):
+                stages.append(Stage(f"{base}/scratch/seed{seed}", index, "train", seed, "scratch", **sub))
+                pairs = []
+                for obj in objs:
+                    root = f"{base}/{obj}-spt/seed{seed}"
+                    pre = Stage(f"{root}/pretrain", index, "pretrain", seed, f"{obj}-spt", objective=obj, **sub)
+                    fine = Stage(f"{root}/finetune", index, "finetune", seed, f"{obj}-spt", init_from=pre.id,
+                                 after=[pre.id], **sub)
+                    stages += [pre, fine]
+                    pairs.append([pre.id, fine.id])
+                if matched and pairs:
+                    stages.append(Stage(f"{base}/scratch-matched/seed{seed}", index, "train", seed, "scratch-matched",
+                                        after=[i for pair in pairs for i in pair], matched_to=pairs, **sub))
     return Plan(list(experiments), stages)
 
 
@@ -159,8 +202,8 @@ def matched_steps(stage: Stage, summaries: Mapping[str, Mapping[str, Any]]) -> i
 
 def stage_arguments(plan: Plan, stage: Stage, out_dir: Path, summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The keyword arguments of ``run_stage``/``plan_stage`` for ``stage`` (its dependencies done)."""
-    kwargs: dict[str, Any] = {"exp": plan.experiments[stage.experiment], "stage": stage.stage, "seed": stage.seed,
-                              "regime": stage.regime}
+    kwargs: dict[str, Any] = {"exp": with_subset(plan.experiments[stage.experiment], stage.train_subset),
+                              "stage": stage.stage, "seed": stage.seed, "regime": stage.regime}
     if stage.objective:
         kwargs["objective"] = stage.objective
     if stage.init_from:
@@ -176,7 +219,8 @@ def describe(plan: Plan, statuses: Mapping[str, str] | None = None) -> str:
     for s in plan.stages:
         status = f"{statuses[s.id]:8s} " if statuses else ""
         after = f"  after {', '.join(s.after)}" if s.after else ""
-        lines.append(f"  {status}{s.id}  [{s.stage}{' ' + s.objective if s.objective else ''}]{after}")
+        subset = "" if s.train_subset is None else f" train_subset={s.train_subset!r}"
+        lines.append(f"  {status}{s.id}  [{s.stage}{' ' + s.objective if s.objective else ''}{subset}]{after}")
     return "\n".join(lines)
 
 

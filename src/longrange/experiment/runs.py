@@ -407,6 +407,8 @@ def stage_summary(plan: StagePlan, built: BuiltStage, result: dict[str, Any], re
         "stopped_early": result["stopped_early"],
         "params": {k: v for k, v in parameter_report(built.model).items() if k in ("total", "in_primitives")},
         "pretrain_run": os.path.relpath(plan.init_from, run_dir) if plan.init_from else None,
+        "train_subset": plan.task.train_subset,
+        "train_size": record["train_size"],
         "seconds": result["seconds"],
         "fingerprint": plan.fingerprint(),
         "data_dir": record["data_dir"],

@@ -135,28 +135,33 @@ def write_report(
     if text_format not in ("md", "csv"):
         raise ConfigError(f"report format must be md or csv, got {text_format!r}")
     runs = collect_runs(paths, warn=note)
-    cells = aggregate(runs)
-    tables = markdown_tables(cells)
+    from longrange.report import sweep
+    from longrange.report.verdict import verdict_markdown
+
+    groups = sweep.split_by_subset(runs)  # one group unless the runs are a data-fraction sweep
+    tables = sweep.sweep_tables(groups)
     if csv_path is not None:
-        write_csv(cells, csv_path)
-    text = tables if text_format == "md" else csv_text(cells)
+        sweep.write_sweep_csv(groups, csv_path)
+    text = tables if text_format == "md" else sweep.sweep_csv_text(groups)
     if out_dir is None:
         return text
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    body = [tables]
+    body = [tables, verdict_markdown(runs)]
     if plots:
         from longrange.report import plots as P
 
-        images = []
-        final = [r for r in runs if r.is_final]
-        pre = [r for r in runs if not r.is_final]
-        if final:
-            images.append(("learning curves", P.learning_curves(final, out / "learning_curves.png", warn=note)))
-        if pre:
-            images.append(("pretraining curves", P.learning_curves(pre, out / "pretraining_curves.png", warn=note)))
-        images.append(("scratch vs self-pretraining", P.scratch_vs_spt_bars(cells, out / "bars.png")))
+        images = [("metric against the training subset", sweep.sweep_plot(groups, out / "sweep.png", warn=note))]
+        for g in groups:  # per subset when the runs are a sweep
+            suffix, what = (g.file_suffix, f", {g.title.lower()}") if sweep.is_sweep(groups) else ("", "")
+            final = [r for r in g.runs if r.is_final]
+            pre = [r for r in g.runs if not r.is_final]
+            if final:
+                images.append((f"learning curves{what}", P.learning_curves(final, out / f"learning_curves{suffix}.png", warn=note)))
+            if pre:
+                images.append((f"pretraining curves{what}", P.learning_curves(pre, out / f"pretraining_curves{suffix}.png", warn=note)))
+            images.append((f"scratch vs self-pretraining{what}", P.scratch_vs_spt_bars(g.cells, out / f"bars{suffix}.png")))
         shown = [f"![{name}]({png.name})" for name, png in images if png is not None]
         if shown:
             body.append("## Plots\n\n" + "\n\n".join(shown) + "\n")

@@ -10,9 +10,11 @@ stage), ``config.yaml`` and ``metrics.jsonl`` (written by the trainer, see ``tra
     steps: int;  params: {"total": int, "in_primitives": int}
     pretrain_run: str or null (finetune stages: the pretraining run, relative path)
     seconds: float
+    train_subset: float (a fraction) or int (a count) or null;  train_size: int or null
+                 (the task's train_subset and the number of training examples it left)
 
-``test`` and ``pretrain_run`` are optional (absent = null); everything else is required and a
-missing or mistyped field is a :class:`DataFormatError` naming the file and the field.
+``test``, ``pretrain_run``, ``train_subset`` and ``train_size`` are optional (absent = null);
+everything else is required and a missing or mistyped field is a :class:`DataFormatError` naming the file and the field.
 A directory with ``config.yaml`` but no ``summary.json`` is an unfinished run: it is reported as
 a warning, never dropped silently.
 """
@@ -57,6 +59,9 @@ class Run:
     params_in_primitives: int
     seconds: float
     pretrain_run: str | None = None
+    #: The task's train_subset (a data-fraction sweep's dimension) and the training set size it left.
+    train_subset: float | int | None = None
+    train_size: int | None = None
     _config: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -183,6 +188,8 @@ def read_summary(run_dir: str | Path) -> Run:
         params_in_primitives=_field(params, "in_primitives", (int,), path),
         seconds=float(_field(d, "seconds", (int, float), path)),
         pretrain_run=_field(d, "pretrain_run", (str,), path, optional=True),
+        train_subset=_field(d, "train_subset", (float, int), path, optional=True),
+        train_size=_field(d, "train_size", (int,), path, optional=True),
     )
 
 

@@ -1,0 +1,204 @@
+"""The verdict computed from the runs (paired by seed, Student t) and the data-fraction sweep in reports."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from scipy import stats
+
+from longrange.errors import DataFormatError
+from longrange.report import write_report
+from longrange.report.collect import collect_runs
+from longrange.report.sweep import confidence_band, split_by_subset, sweep_csv_text, sweep_plot, sweep_tables
+from longrange.report.verdict import comparisons, paired_stat, verdict_markdown, verdict_text
+
+
+def put_run(root: Path, *, regime="scratch", seed=0, test=0.5, label="S4", task="listops", metric="accuracy",
+            higher_is_better=True, subset=None, size=None, stage=None) -> Path:
+    """A made-up finished run: summary.json (and a config.yaml, as every run directory has)."""
+    stage = stage or ("finetune" if regime.endswith("-spt") else "train")
+    part = "" if subset is None else f"/subset{subset!r}"
+    d = root / f"{task}/{label}{part}/{regime}/seed{seed}/{stage}"
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("task: {name: %s}\n" % task)
+    summary = {"task": task, "label": label, "regime": regime, "stage": stage, "seed": seed, "metric": metric,
+               "higher_is_better": higher_is_better, "best_val": {metric: test},
+               "test": {metric: test}, "steps": 10, "params": {"total": 100, "in_primitives": 40}, "seconds": 1.0}
+    if subset is not None:
+        summary.update(train_subset=subset, train_size=size)
+    (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+def runs_of(root: Path, scratch: dict[int, float], spt: dict[int, float], **kw):
+    for seed, v in scratch.items():
+        put_run(root, regime="scratch", seed=seed, test=v, **kw)
+    for seed, v in spt.items():
+        put_run(root, regime="masked-spt", seed=seed, test=v, **kw)
+    return collect_runs([root], warn=lambda m: None)
+
+
+# ---------------------------------------------------------------------- statistics
+@pytest.mark.parametrize("a, b", [([0.61, 0.64, 0.59, 0.66], [0.55, 0.60, 0.58, 0.57]), ([1.0, 2.5, 2.0], [1.5, 2.0, 2.2])])
+def test_paired_stat_matches_scipy(a, b):
+    d = [x - y for x, y in zip(a, b)]
+    s = paired_stat(d)
+    ci = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert s.n == len(a) and s.mean == pytest.approx(sum(d) / len(d))
+    assert (s.low, s.high) == pytest.approx((ci.low, ci.high), rel=1e-10)
+    half = stats.t.ppf(0.975, len(d) - 1) * stats.tstd(d) / math.sqrt(len(d))
+    assert s.high - s.mean == pytest.approx(half, rel=1e-10)
+
+
+def test_paired_stat_small_samples():
+    assert paired_stat([]).n == 0 and math.isnan(paired_stat([]).mean)
+    one = paired_stat([0.3])
+    assert (one.n, one.mean, one.low, one.high) == (1, 0.3, None, None)
+    same = paired_stat([0.2, 0.2, 0.2])  # no spread: the interval is the point
+    assert same.low == pytest.approx(0.2) and same.high == pytest.approx(0.2)
+
+
+# ---------------------------------------------------------------------- wording
+def test_an_effect_is_spt_better_with_its_interval(tmp_path):
+    runs = runs_of(tmp_path, {0: 0.50, 1: 0.52, 2: 0.51}, {0: 0.60, 1: 0.61, 2: 0.63})
+    (c,) = comparisons(runs)
+    assert (c.regime, c.baseline, c.seeds, c.outcome) == ("masked-spt", "scratch", [0, 1, 2], "spt")
+    ci = stats.ttest_rel([0.60, 0.61, 0.63], [0.50, 0.52, 0.51]).confidence_interval(0.95)
+    assert c.sentence() == f"SPT better by 10.33 points (95% CI [{ci.low * 100:.2f}, {ci.high * 100:.2f}], 3 seeds)"
+    assert "S4 + masked SPT vs S4 on listops: SPT better by 10.33 points" in verdict_text(runs)
+
+
+def test_no_effect_says_the_interval_contains_zero(tmp_path):
+    runs = runs_of(tmp_path, {0: 0.50, 1: 0.60}, {0: 0.55, 1: 0.56})
+    (c,) = comparisons(runs)
+    assert c.outcome == "none"
+    assert c.sentence().startswith("no difference detectable at this scale (95% CI [")
+    assert c.sentence().endswith("contains 0, 2 seeds)")
+
+
+def test_a_reversed_effect_is_scratch_better(tmp_path):
+    runs = runs_of(tmp_path, {0: 0.70, 1: 0.72, 2: 0.71}, {0: 0.60, 1: 0.61, 2: 0.63})
+    (c,) = comparisons(runs)
+    assert c.outcome == "baseline" and c.sentence().startswith("scratch better by 9.67 points (95% CI [-")
+
+
+def test_lower_is_better_follows_the_metric(tmp_path):
+    kw = dict(metric="mse", higher_is_better=False)
+    runs = runs_of(tmp_path, {0: 0.50, 1: 0.52, 2: 0.51}, {0: 0.40, 1: 0.41, 2: 0.42}, **kw)
+    (c,) = comparisons(runs)
+    assert c.outcome == "spt" and c.sentence().startswith("SPT better by 0.100 in mse (95% CI [-0.1")
+
+
+def test_one_seed_cannot_tell(tmp_path):
+    runs = runs_of(tmp_path, {0: 0.50}, {0: 0.60})
+    (c,) = comparisons(runs)
+    assert c.outcome == "unknown"
+    assert c.sentence().startswith("cannot tell from one seed (SPT − scratch = 10.00 points on seed 0")
+
+
+def test_unpaired_seeds_are_dropped_and_counted(tmp_path):
+    runs = runs_of(tmp_path, {0: 0.50, 1: 0.52, 2: 0.51, 3: 0.9}, {0: 0.60, 1: 0.61, 2: 0.63, 4: 0.1})
+    (c,) = comparisons(runs)
+    assert c.seeds == [0, 1, 2] and c.unpaired == {3: "no masked-spt run", 4: "no scratch run"}
+    assert c.stat.mean == pytest.approx((0.10 + 0.09 + 0.12) / 3)
+    assert c.sentence().endswith("; 2 unpaired seeds left out (seed 3: no masked-spt run, seed 4: no scratch run)")
+    only_spt = runs_of(tmp_path / "b", {}, {0: 0.6})
+    assert comparisons(only_spt) == []
+    disjoint = runs_of(tmp_path / "c", {0: 0.5}, {1: 0.6})
+    assert comparisons(disjoint)[0].sentence().startswith("cannot tell: no seed has both")
+
+
+def test_each_spt_regime_against_scratch_and_matched_scratch(tmp_path):
+    runs_of(tmp_path, {0: 0.5, 1: 0.5}, {0: 0.6, 1: 0.6})
+    for seed in (0, 1):
+        put_run(tmp_path, regime="causal-spt", seed=seed, test=0.55)
+        put_run(tmp_path, regime="scratch-matched", seed=seed, test=0.7 + seed / 100)
+    found = comparisons(collect_runs([tmp_path], warn=lambda m: None))
+    assert [(c.regime, c.baseline) for c in found] == [
+        ("causal-spt", "scratch"), ("masked-spt", "scratch"),
+        ("causal-spt", "scratch-matched"), ("masked-spt", "scratch-matched")]
+    assert found[3].sentence().startswith("scratch with matched compute better by")
+    md = verdict_markdown(collect_runs([tmp_path], warn=lambda m: None))
+    assert md.startswith("## Verdict") and "| S4 + masked SPT | S4 (scratch, matched compute) | listops | 2 |" in md
+
+
+def test_duplicate_seed_is_an_error(tmp_path):
+    runs = runs_of(tmp_path, {0: 0.5}, {0: 0.6})
+    with pytest.raises(DataFormatError, match="appears twice"):
+        comparisons(runs + runs[:1])
+
+
+# ---------------------------------------------------------------------- sweep
+def sweep_tree(root: Path) -> None:
+    for subset, size, base in ((0.1, 10, 0.3), (1.0, 100, 0.6)):
+        for seed in (0, 1):
+            put_run(root, regime="scratch", seed=seed, test=base + seed / 100, subset=subset, size=size)
+            put_run(root, regime="masked-spt", seed=seed, test=base + 0.1 + seed / 50, subset=subset, size=size)
+            put_run(root, regime="masked-spt", stage="pretrain", seed=seed, test=1.0, subset=subset, size=size,
+                    metric="loss", higher_is_better=False)
+
+
+def test_sweep_groups_tables_and_csv(tmp_path):
+    sweep_tree(tmp_path)
+    runs = collect_runs([tmp_path], warn=lambda m: None)
+    groups = split_by_subset(runs)
+    assert [g.subset for g in groups] == [0.1, 1.0] and [g.train_size() for g in groups] == [10, 100]
+    text = sweep_tables(groups)
+    assert "## Train subset 0.1 (10 training examples)" in text and "## Train subset 1.0 (100 training examples)" in text
+    assert "| Model | 0.1 (n_train=10) | 1.0 (n_train=100) |" in text
+    assert "| S4 + masked SPT | 41.00 ± 12.71 | 71.00 ± 12.71 |" in text
+    rows = list(csv.DictReader(io.StringIO(sweep_csv_text(groups))))
+    assert [(r["train_subset"], r["train_size"], r["regime"], r["kind"]) for r in rows if r["kind"] == "final"] == [
+        ("0.1", "10", "scratch", "final"), ("0.1", "10", "masked-spt", "final"),
+        ("1.0", "100", "scratch", "final"), ("1.0", "100", "masked-spt", "final")]
+    found = comparisons(runs)
+    assert [(c.subset, c.seeds) for c in found] == [(0.1, [0, 1]), (1.0, [0, 1])]
+
+
+def test_no_sweep_keeps_the_report_as_it_was(tmp_path):
+    runs = runs_of(tmp_path, {0: 0.5, 1: 0.52}, {0: 0.6, 1: 0.61})
+    groups = split_by_subset(runs)
+    assert len(groups) == 1 and groups[0].subset is None
+    from longrange.report.tables import aggregate, csv_text, markdown_tables
+
+    assert sweep_tables(groups) == markdown_tables(aggregate(runs))
+    assert sweep_csv_text(groups) == csv_text(aggregate(runs))
+    assert sweep_plot(groups, tmp_path / "sweep.png") is None
+
+
+def test_confidence_band_is_clipped_to_the_metric_range():
+    assert confidence_band(0.98, 0.05, "accuracy") == (pytest.approx(0.93), 1.0)
+    assert confidence_band(0.02, 0.05, "mse") == (0.0, pytest.approx(0.07))
+    assert confidence_band(0.5, 2.0, "r2") == (pytest.approx(-1.5), 1.0)
+    assert confidence_band(0.5, 2.0, "something") == (pytest.approx(-1.5), pytest.approx(2.5))
+    assert all(math.isnan(v) for v in confidence_band(0.5, None, "accuracy"))
+
+
+def test_report_of_a_sweep_has_the_plot_table_and_verdict(tmp_path):
+    sweep_tree(tmp_path)
+    text = write_report([tmp_path], out_dir=tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Metric against the training subset" in text and "## Verdict" in md
+    assert "| S4 + masked SPT | S4 | listops | 0.1 | 2 |" in md
+    assert "![metric against the training subset](sweep.png)" in md
+    for name in ("sweep.png", "bars_subset0.1.png", "learning_curves_subset1.0.png"):
+        assert name in md or name == "learning_curves_subset1.0.png"
+    with Image.open(tmp_path / "sweep.png") as im:
+        assert im.size[0] > 100
+    assert (tmp_path / "bars_subset0.1.png").is_file() and (tmp_path / "bars_subset1.0.png").is_file()
+
+
+def test_mixed_fractions_and_counts_plot_against_the_train_size(tmp_path):
+    put_run(tmp_path, subset=0.5, size=50, seed=0)
+    put_run(tmp_path, subset=20, size=20, seed=0)
+    put_run(tmp_path, subset=5, size=None, seed=0)
+    notes = []
+    groups = split_by_subset(collect_runs([tmp_path], warn=lambda m: None))
+    assert [g.subset for g in groups] == [20, 0.5, 5]  # by size; unknown sizes last
+    assert sweep_plot(groups, tmp_path / "sweep.png", warn=notes.append).is_file()
+    assert notes == ["listops: the training set size of subset(s) 5 examples is not recorded; not plotted"]
