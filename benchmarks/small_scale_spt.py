@@ -1,0 +1,193 @@
+"""Where does self-pretraining pay at small scale? The study behind docs/small-scale-spt.md.
+
+Every setting is a small comparison (scratch, masked SPT -> finetune, compute-matched scratch) over
+at least three seeds on generated data. The rules of the study are built in:
+
+* ``screen`` runs settings and prints, per setting and model, the paired SPT-minus-scratch difference
+  of the VALIDATION metric (mean and 95% CI over seeds). Settings are chosen on this table only.
+* ``test SETTING...`` prints the test-split verdict of the chosen settings, once.
+* ``table`` prints every setting tried so far (validation, and test where it was looked at) in
+  Markdown, for the study document.
+
+    python benchmarks/small_scale_spt.py screen --jobs 2            # all settings (skips finished runs)
+    python benchmarks/small_scale_spt.py screen listops-500-s4d      # one setting
+    python benchmarks/small_scale_spt.py test listops-500-s4d
+    python benchmarks/small_scale_spt.py table > /tmp/table.md
+
+Runs go to ``runs/study/<setting>`` (``--out``); generated data to ``runs/study/data``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: Generated data sets (name -> generator and options).
+DATASETS: dict[str, dict[str, Any]] = {
+    "listops-short": {"kind": "listops", "n_train": 8000, "n_val": 500, "n_test": 1000, "min_length": 32,
+                      "max_length": 128, "max_depth": 4, "max_args": 5},
+    "listops-500": {"kind": "listops", "n_train": 4000, "n_val": 500, "n_test": 1000, "min_length": 250,
+                    "max_length": 500, "max_depth": 6, "max_args": 6},
+    "listops-1000": {"kind": "listops", "n_train": 2000, "n_val": 500, "n_test": 1000, "min_length": 500,
+                     "max_length": 1000, "max_depth": 8, "max_args": 8},
+    "pathfinder-16": {"kind": "pathfinder", "resolution": 16, "n_samples": 6000, "contour_length": 6},
+    "pathfinder-32": {"kind": "pathfinder", "resolution": 32, "n_samples": 6000, "contour_length": 9},
+}
+
+_MODELS: dict[str, dict[str, Any]] = {
+    "s4d": {"label": "S4D", "model": {"block": "simple", "primitive": "s4d", "direction": "bidirectional",
+                                      "n_layers": 2, "d_model": 64, "d_state": 32}},
+    "dlr-random": {"label": "DLR (random)", "model": {"block": "simple", "primitive": "dlr", "direction": "bidirectional",
+                                                      "n_layers": 2, "d_model": 64, "d_state": 64,
+                                                      "primitive_options": {"init": "random"}}},
+    "dlr-structured": {"label": "DLR (structured)", "model": {"block": "simple", "primitive": "dlr",
+                                                              "direction": "bidirectional", "n_layers": 2,
+                                                              "d_model": 64, "d_state": 64,
+                                                              "primitive_options": {"init": "structured"}}},
+    "transformer": {"label": "Transformer", "model": {"block": "transformer", "primitive": "attention",
+                                                      "direction": "bidirectional", "n_layers": 2, "d_model": 64,
+                                                      "n_heads": 4, "rope": True}},
+}
+
+
+def _setting(data: str, model: str, *, subset: float | None = None, epochs: int = 8, pre_epochs: int = 8,
+             mask_ratio: float | None = None, lr: float = 0.002, batch: int = 32) -> dict[str, Any]:
+    d = DATASETS[data]
+    task = ({"name": "listops", "options": {"seq_len": d["max_length"]}} if d["kind"] == "listops"
+            else {"name": "pathfinder", "options": {"resolution": d["resolution"]}})
+    if subset is not None:
+        task["train_subset"] = subset
+    return {
+        "data": data,
+        "experiment": {
+            "label": _MODELS[model]["label"],
+            "task": task,
+            "model": {**_MODELS[model]["model"], "dropout": 0.0},
+            "train": {"lr": lr, "weight_decay": 0.01, "batch_size": batch, "epochs": epochs, "warmup": 0.1,
+                      "schedule": "cosine", "grad_clip": 1.0, "log_every": 20, "progress": False},
+            "pretrain": {"epochs": pre_epochs},
+            "objective": {"mask_ratio": mask_ratio} if mask_ratio is not None else {},
+            "compare": {"objectives": ["masked"], "compute_matched": True},
+        },
+    }
+
+
+#: Every setting of the study, in the order they were tried. Never remove one that was run.
+SETTINGS: dict[str, dict[str, Any]] = {
+    "listops-short-s4d": _setting("listops-short", "s4d"),
+    "listops-short-s4d-10pct": _setting("listops-short", "s4d", subset=0.1, epochs=30, pre_epochs=30),
+    "listops-500-s4d": _setting("listops-500", "s4d"),
+    "listops-500-dlr-random": _setting("listops-500", "dlr-random"),
+    "listops-500-dlr-structured": _setting("listops-500", "dlr-structured"),
+    "listops-500-transformer": _setting("listops-500", "transformer"),
+    "listops-1000-s4d": _setting("listops-1000", "s4d"),
+    "pathfinder-16-s4d": _setting("pathfinder-16", "s4d", mask_ratio=0.5),
+    "pathfinder-16-dlr-random": _setting("pathfinder-16", "dlr-random", mask_ratio=0.5),
+    "pathfinder-32-s4d": _setting("pathfinder-32", "s4d", mask_ratio=0.5),
+}
+
+SEEDS = [0, 1, 2]
+
+
+def prepare_data(name: str, data_root: Path) -> None:
+    spec = dict(DATASETS[name])
+    kind = spec.pop("kind")
+    root = data_root / name
+    if kind == "listops":
+        from longrange.data.generate.listops import generate
+
+        if not (root / "listops" / "basic_test.tsv").is_file():
+            generate(root / "listops", seed=0, quiet=True, **spec)
+    else:
+        from longrange.data.generate.pathfinder import generate
+
+        if not (root / "pathfinder").is_dir():
+            generate(root / "pathfinder", seed=0, quiet=True, **spec)
+
+
+def screen(names: list[str], out: Path, jobs: int) -> None:
+    from longrange.experiment.compare import compare
+    from longrange.experiment.config import experiment_from_dict
+
+    executor = None
+    if jobs > 1:
+        from longrange.experiment import executors
+
+        def executor(plan, out_dir, overwrite=False):
+            return executors.run_local(plan, out_dir, jobs=jobs, overwrite=overwrite)
+    for name in names:
+        setting = SETTINGS[name]
+        prepare_data(setting["data"], out / "data")
+        exp = experiment_from_dict({**setting["experiment"],
+                                    "task": {**setting["experiment"]["task"], "data_dir": str(out / "data" / setting["data"])}})
+        start = time.time()
+        print(f"== {name}", file=sys.stderr, flush=True)
+        compare([exp], out / name, seeds=SEEDS, executor=executor)
+        print(f"== {name}: {(time.time() - start) / 60:.1f} min", file=sys.stderr, flush=True)
+        print(rows_markdown([name], out, split="val"))
+
+
+def _paired(out: Path, name: str, split: str) -> list[dict[str, Any]]:
+    """Per regime against scratch: paired differences of the chosen split's metric over seeds."""
+    from longrange.report.collect import collect_runs
+    from longrange.report.verdict import paired_stat
+
+    runs = [r for r in collect_runs([out / name]) if r.stage != "pretrain"]
+    rows = []
+    by = {}
+    for r in runs:
+        value = (r.test if split == "test" else r.best_val) or {}
+        by.setdefault(r.regime, {})[r.seed] = value.get(r.metric)
+    base = by.get("scratch", {})
+    for regime in sorted(k for k in by if k != "scratch"):
+        seeds = sorted(s for s in by[regime] if s in base and by[regime][s] is not None and base[s] is not None)
+        diffs = [100 * (by[regime][s] - base[s]) for s in seeds]
+        stat = paired_stat(diffs)
+        rows.append({"setting": name, "regime": regime, "n": stat.n, "scratch": [100 * base[s] for s in seeds],
+                     "spt": [100 * by[regime][s] for s in seeds], "mean": stat.mean, "low": stat.low, "high": stat.high})
+    return rows
+
+
+def rows_markdown(names: list[str], out: Path, split: str) -> str:
+    lines = [f"| setting | regime vs scratch | n | scratch ({split}) | other ({split}) | difference, 95% CI |",
+             "|---|---|---:|---:|---:|---|"]
+    for name in names:
+        if not (out / name).is_dir():
+            continue
+        for row in _paired(out, name, split):
+            mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+            ci = f"[{row['low']:+.1f}, {row['high']:+.1f}]" if row["low"] is not None else "n < 2"
+            lines.append(f"| {name} | {row['regime']} | {row['n']} | {mean(row['scratch']):.1f} | "
+                         f"{mean(row['spt']):.1f} | {row['mean']:+.1f} {ci} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=("screen", "test", "table", "list"))
+    parser.add_argument("settings", nargs="*")
+    parser.add_argument("--out", type=Path, default=Path("runs/study"))
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.settings if s not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown setting(s) {unknown}; known: {', '.join(SETTINGS)}")
+    names = args.settings or list(SETTINGS)
+    if args.action == "list":
+        print(json.dumps(SETTINGS, indent=1))
+    elif args.action == "screen":
+        screen(names, args.out, args.jobs)
+    elif args.action == "test":
+        if not args.settings:
+            parser.error("name the settings chosen on the validation split")
+        print(rows_markdown(names, args.out, split="test"))
+    else:
+        print(rows_markdown(names, args.out, split="val"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
