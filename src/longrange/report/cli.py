@@ -172,8 +172,12 @@ def write_report(
 
 
 def _run(args: argparse.Namespace) -> int:
+    from longrange.train.rundir import check_out_dir
+
     paths = [Path(p) for p in args.runs]
     out = args.out
+    if out is not None:
+        check_out_dir(out)  # a file in the way is a one-line error before any work
     if out is None:
         if not paths[0].is_dir():
             raise ConfigError(f"--out is needed: the first RUNS path {paths[0]} is not a directory")
