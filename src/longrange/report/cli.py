@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from longrange.errors import ConfigError, LongrangeError
-from longrange.report.collect import Run, collect_runs
+from longrange.report.collect import Run, collect, failed_section
 from longrange.report.tables import (
     Table,
     aggregate,
@@ -134,9 +134,12 @@ def write_report(
 
     if text_format not in ("md", "csv"):
         raise ConfigError(f"report format must be md or csv, got {text_format!r}")
-    runs = collect_runs(paths, warn=note)
+    found = collect(paths)  # failed or unfinished runs: listed apart with their reason, never in the tables
+    runs = found.runs
+    if found.failed:
+        note(f"{len(found.failed)} failed or unfinished run(s) left out of the tables (see 'Failed or unfinished runs')")
     cells = aggregate(runs)
-    tables = markdown_tables(cells)
+    tables = markdown_tables(cells) + ("\n" + failed_section(found.failed) if found.failed else "")
     if csv_path is not None:
         write_csv(cells, csv_path)
     text = tables if text_format == "md" else csv_text(cells)
