@@ -2,6 +2,10 @@
 
 Each subsystem owns its subcommands in a module with a ``register(subparsers)`` function that adds
 its parsers and sets ``func`` (called with the parsed namespace, returning an exit code).
+
+Every subcommand parses its arguments intermixed: positionals (``FIELD=VALUE`` overrides, run
+directories, task names) may come before, between or after the options, e.g.
+``longrange train --preset p train.lr=3e-4 --out runs/x model.d_model=64``.
 """
 from __future__ import annotations
 
@@ -21,10 +25,30 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser whose leaf commands (those without subcommands of their own) accept
+    positionals anywhere among the options (``parse_intermixed_args``).
+
+    Subparsers created by ``add_subparsers`` inherit the class, so every level of ``longrange``
+    uses it; a parser with subcommands parses as usual (argparse cannot intermix those).
+    """
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True  # parse_known_intermixed_args calls back into parse_known_args
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     from longrange import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="longrange",
         description="Long-sequence models, self-pretraining and fair comparison on long-range benchmarks.",
     )

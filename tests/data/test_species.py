@@ -162,7 +162,7 @@ def test_missing_files(tmp_path):
     with pytest.raises(DataMissingError, match=r"species/human"):
         load_task("species", tmp_path)
     make_species(tmp_path)
-    with pytest.raises(DataMissingError, match=r"human/chr6\.fa .*partial=True"):
+    with pytest.raises(DataMissingError, match=r"human/chr6\.fa .*task\.options\.partial=true"):
         load_task("species", tmp_path, species="human,mouse")
     make_species(tmp_path / "other", chroms=("2", "5"))
     with pytest.raises(DataMissingError, match="no val chromosome of human"):

@@ -121,3 +121,74 @@ def test_rng_state_survives_a_weights_only_round_trip(tmp_path):
     set_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"])
     got = (random.random(), np.random.randn(3).tolist(), torch.rand(3))
     assert got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
+
+
+class _RunsCommand:
+    """Unpickling this runs a shell command (torch 2.6+ words its refusal differently from open)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_command_payload_is_refused_in_our_words(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "last.pt"
+    torch.save({"model": {}, "payload": _RunsCommand(marker)}, path)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path)
+    message = str(err.value)
+    assert "refusing to load" in message and "system" in message and "execute code" in message
+    # PyTorch's own advice to load without restrictions never reaches the user
+    assert "weights_only" not in message and "Re-running" not in message and "will likely succeed" not in message
+    assert not marker.exists()
+
+
+def _finished_toy_run(run_dir):
+    from longrange.data.batch import collate
+    from longrange.train import Trainer
+    from toy import ToyObjective, toy_setup
+
+    model, tr, va, te = toy_setup()
+    Trainer(model, ToyObjective(), tr, va, collate, {"batch_size": 8, "epochs": 1, "lr": 0.01, "progress": False},
+            run_dir, test_set=te, tensorboard=False).fit()
+    return model
+
+
+@pytest.mark.parametrize("keep", ["empty", 40, "half", "zeros"])
+def test_truncated_last_pt_names_best_weights_and_overwrite(tmp_path, keep):
+    from longrange.data.batch import collate
+    from longrange.train import Trainer
+    from toy import ToyObjective, toy_setup
+
+    run = tmp_path / "run"
+    _finished_toy_run(run)
+    last, best = run / "checkpoints" / "last.pt", run / "checkpoints" / "best.safetensors"
+    data = last.read_bytes()
+    if keep == "zeros":
+        last.write_bytes(b"\0" * len(data))
+    else:
+        last.write_bytes(b"" if keep == "empty" else data[: len(data) // 2 if keep == "half" else keep])
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(last)
+    message = str(err.value)
+    assert "truncated or corrupt" in message and str(best) in message and "--overwrite" in message
+    assert "Errno" not in message and "weights_only" not in message
+    # the best weights it points to are usable
+    assert load_weights(best)
+    # resuming the run gives the same error
+    model, tr, va, te = toy_setup()
+    with pytest.raises(CheckpointError, match="best.safetensors.*--overwrite"):
+        Trainer(model, ToyObjective(), tr, va, collate, {"batch_size": 8, "epochs": 1, "lr": 0.01, "progress": False},
+                run, test_set=te, tensorboard=False, resume=True).fit()
+
+
+def test_corrupt_checkpoint_elsewhere_has_no_run_advice(tmp_path):
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(CheckpointError, match=r"model\.pt: the file is truncated or corrupt$"):
+        load_checkpoint(path)

@@ -120,9 +120,17 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_out(out: str) -> None:
+    """A file in the way of ``--out`` is a one-line ConfigError before anything is generated."""
+    from longrange.train.rundir import check_out_dir
+
+    check_out_dir(out)
+
+
 def cmd_generate_listops(args: argparse.Namespace) -> int:
     from longrange.data.generate.listops import generate
 
+    _check_out(args.out)
     start = time.perf_counter()
     paths = generate(args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
                      min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
@@ -154,6 +162,7 @@ _PATHFINDER_MAIN = ("resolution", "n_samples", "contour_length", "n_distractors"
 def cmd_generate_pathfinder(args: argparse.Namespace) -> int:
     from longrange.data.generate.pathfinder import generate
 
+    _check_out(args.out)
     kwargs = {name: getattr(args, name) for name in _PATHFINDER_MAIN if getattr(args, name) is not None}
     geometry = {name: value for name, value in vars(args).items()
                 if name.startswith("geometry_") and value is not None}

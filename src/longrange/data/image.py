@@ -26,11 +26,12 @@ random permutation seeded with the loader's ``seed`` (``torch.randperm`` with a 
 the first 45k of the permutation train, the last 5k validate). With ``seed=42`` this is exactly
 the S4 code's ``random_split`` of the training set.
 
-The pickles load in about a second, so they are not cached.
+The pickles load in about a second, so they are not cached. They are read by a restricted unpickler
+(``longrange.data.safe_pickle``) that builds dicts, lists, strings, numbers and numpy arrays only:
+a file that asks for anything else is refused, naming the global it asks for, and nothing from it runs.
 """
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from longrange.data.safe_pickle import load_data_pickle
 from longrange.errors import DataFormatError, DataMissingError
 
 #: Number of special tokens before the pixel levels (``tokenize.SPECIALS``).
@@ -73,11 +75,7 @@ def read_cifar_batch(path: str | Path, skip_bad: bool = False) -> tuple[np.ndarr
     path = Path(path)
     if not path.is_file():
         raise DataMissingError(f"missing CIFAR-10 batch {path}; {OBTAIN}")
-    try:
-        with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")
-    except Exception as exc:  # truncated file, not a pickle, ...
-        raise DataFormatError(f"not a readable CIFAR-10 pickle batch ({type(exc).__name__}: {exc})", path) from exc
+    batch = load_data_pickle(path)  # plain values and numpy arrays only; DataFormatError otherwise
     if not isinstance(batch, dict):
         raise DataFormatError(f"expected a pickled dict, found {type(batch).__name__}", path)
     for key in (b"data", b"labels"):

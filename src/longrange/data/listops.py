@@ -12,6 +12,9 @@ equivalent spelling). An ``<eos>`` is appended, as the S4 pipeline does.
 The vocabulary is fixed (the 10 digits, 4 operators and ``]`` after the 5 specials, 20 ids) and
 strict, so every split and every generated set share the same ids and a stray token is reported
 with its file and line instead of becoming ``<unk>``.
+
+A UTF-8 byte-order mark before the header and blank lines at the end of a file are ignored
+(``data/tsv.py``); a blank line between records is an error naming its line.
 """
 from __future__ import annotations
 
@@ -27,12 +30,12 @@ from longrange.data.tasks import (
     TaskSpec,
     id_dtype,
     pack,
-    read_lines,
     register_task,
     require_files,
     task_dir,
 )
 from longrange.data.tokenize import Vocabulary
+from longrange.data.tsv import check_not_blank, tsv_lines
 from longrange.errors import ConfigError, DataFormatError
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -51,7 +54,7 @@ OBTAIN = (
     "lra_release/listops-1000/basic_{train,val,test}.tsv to <data_dir>/listops/"
 )
 #: Bumped when the prepared output of this loader changes.
-LOADER_VERSION = 2
+LOADER_VERSION = 3
 
 
 def listops_vocabulary() -> Vocabulary:
@@ -89,13 +92,17 @@ def read_listops_file(path: Path, vocab: Vocabulary, seq_len: int, truncate: boo
     bad = bad if bad is not None else BadRecords(skip_bad=False)
     seqs: list[list[int]] = []
     labels: list[int] = []
-    lines = read_lines(path)
-    _, header = next(lines)
+    lines = tsv_lines(path)  # a leading BOM and trailing blank lines are tolerated (data/tsv.py)
+    first = next(lines, None)
+    if first is None:
+        raise DataFormatError("no header line (the file holds only blank lines)", path)
+    header = first[1]
     if header.split("\t") != HEADER:
         raise DataFormatError(f"expected the header 'Source<TAB>Target', found {header[:60]!r}", path, 1)
     eos = vocab.eos_id
     for number, text in lines:
         try:
+            check_not_blank(text, path, number)
             cols = text.split("\t")
             if len(cols) != 2:
                 raise DataFormatError(f"expected 2 tab-separated columns (Source, Target), found {len(cols)}",
@@ -114,7 +121,8 @@ def read_listops_file(path: Path, vocab: Vocabulary, seq_len: int, truncate: boo
                 if not truncate:
                     raise DataFormatError(
                         f"{len(ids)} tokens + <eos> exceed seq_len {seq_len} "
-                        "(raise the listops option seq_len, or set truncate=True)", path, number)
+                        "(raise the task option seq_len: task.options.seq_len=N, or -o seq_len=N with `longrange data`; "
+                        "or cut long sequences with task.options.truncate=true / -o truncate=true)", path, number)
                 ids = ids[: seq_len - 1]
         except DataFormatError as err:
             bad.handle(err)

@@ -12,6 +12,9 @@ Each document is split into characters, cut to ``seq_len - 1`` characters and en
 (as the S4 pipeline: 4000 positions per document). The vocabulary holds the characters seen at least
 ``min_count`` times (default 1, as S4) in both documents of the (truncated) training pairs.
 Items carry the two documents as ``inputs`` and ``inputs2``.
+
+A UTF-8 byte-order mark at the start and blank lines at the end of a file are ignored
+(``data/tsv.py``); a blank line between records is an error naming its line.
 """
 from __future__ import annotations
 
@@ -27,13 +30,13 @@ from longrange.data.tasks import (
     TaskSpec,
     id_dtype,
     pack,
-    read_lines,
     register_task,
     require_files,
     task_dir,
 )
 from longrange.data.text import encode_documents
 from longrange.data.tokenize import Vocabulary
+from longrange.data.tsv import check_not_blank, tsv_lines
 from longrange.errors import ConfigError, DataFormatError
 
 SUBDIR = "retrieval"
@@ -43,7 +46,7 @@ OBTAIN = (
     "download lra_release.gz from https://github.com/google-research/long-range-arena, unpack it and copy "
     "lra_release/tsv_data/new_aan_pairs.{train,eval,test}.tsv to <data_dir>/retrieval/"
 )
-LOADER_VERSION = 2
+LOADER_VERSION = 3
 
 
 def retrieval_spec(seq_len: int = 4000, min_count: int = 1) -> TaskSpec:
@@ -82,8 +85,9 @@ def read_pairs_file(path: Path, bad: BadRecords | None = None) -> tuple[list[str
     texts1: list[str] = []
     texts2: list[str] = []
     labels: list[int] = []
-    for number, text in read_lines(path):
+    for number, text in tsv_lines(path):  # a leading BOM and trailing blank lines are tolerated (data/tsv.py)
         try:
+            check_not_blank(text, path, number)
             cols = text.split("\t")
             if len(cols) != len(COLUMNS):
                 raise DataFormatError(f"expected {len(COLUMNS)} tab-separated columns ({', '.join(COLUMNS)}), "

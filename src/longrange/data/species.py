@@ -347,7 +347,8 @@ def load_species(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, se
                 found[chrom] = path
         if missing and not partial:
             raise DataMissingError(f"missing chromosome file {missing[0]} (or .fna/.fasta, optionally .gz); "
-                                   f"pass partial=True to use the chromosomes present; {OBTAIN}")
+                                   "set the task option partial (task.options.partial=true; `longrange data` commands: -o partial=true) "
+                                   f"to use the chromosomes present; {OBTAIN}")
         train_avail = [c for c in TRAIN_CHROMOSOMES[sp] if c in found]
         chosen = _select_train(sp, train_avail, train_chromosomes)
         if pool == "pretrain":

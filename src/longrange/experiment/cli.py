@@ -15,13 +15,39 @@ def _add_experiment_args(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if --out holds a run")
+    add_data_args(p)
     p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides by dotted name, e.g. model.d_model=128 train.lr=3e-4")
+
+
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    """``--data-dir`` and ``--skip-bad``: the command-line spelling of ``task.data_dir`` and
+    ``task.skip_bad`` (see :func:`data_settings`)."""
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="root data directory (task.data_dir; default $LONGRANGE_DATA or ./data)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="skip malformed records, counted in the run's record, instead of stopping (task.skip_bad)")
+
+
+def data_settings(args: argparse.Namespace, settings: list[str] | None) -> list[str]:
+    """``settings`` plus the overrides that ``--data-dir`` and ``--skip-bad`` stand for; giving a
+    field both ways is an error rather than a silent choice."""
+    settings = list(settings or [])
+    extra = []
+    if getattr(args, "data_dir", None) is not None:
+        extra.append(("task.data_dir", json.dumps(str(args.data_dir)), "--data-dir"))
+    if getattr(args, "skip_bad", False):
+        extra.append(("task.skip_bad", "true", "--skip-bad"))
+    for key, value, flag in extra:
+        if any(s.partition("=")[0].strip() == key for s in settings):
+            raise ConfigError(f"{flag} and {key}=... both given; give one of them")
+        settings.append(f"{key}={value}")
+    return settings
 
 
 def _resolve(args: argparse.Namespace):
     from longrange.experiment.config import resolve
 
-    return resolve(args.preset, args.config, args.settings)
+    return resolve(args.preset, args.config, data_settings(args, args.settings))
 
 
 def _print_summary(summary: dict) -> None:
@@ -83,7 +109,8 @@ def _compare(args: argparse.Namespace) -> int:
     presets = args.preset or []
     if not presets and not args.config:
         raise ConfigError("give at least one --preset (repeatable) or --config")
-    experiments = [resolve(p, args.config, args.settings) for p in presets] or [resolve(None, args.config, args.settings)]
+    settings = data_settings(args, args.settings)
+    experiments = [resolve(p, args.config, settings) for p in presets] or [resolve(None, args.config, settings)]
     try:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     except ValueError:
@@ -171,6 +198,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train-subsets", metavar="LIST",
                    help="a data-fraction sweep: comma-separated fractions in (0, 1] (0.05,0.1,1.0) or counts (500); "
                         "every stage, pretraining included, runs once per subset (default: the preset's compare.train_subsets)")
+    add_data_args(p)
     p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides applied to every experiment")
     p.set_defaults(func=_compare)
 

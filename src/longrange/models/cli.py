@@ -33,11 +33,12 @@ def format_rows(rows: list[dict]) -> str:
 def _params(args: argparse.Namespace) -> int:
     rows = table3_rows() if not args.preset else []
     for name in args.preset or []:
+        from longrange.experiment.cli import data_settings
         from longrange.experiment.config import resolve
         from longrange.experiment.runs import load_data, supervised_head
         from longrange.models import build_model, parameter_report
 
-        exp = resolve(name)
+        exp = resolve(name, overrides=data_settings(args, []))
         data = load_data(exp.task)  # the vocabulary size of token tasks comes from the data
         head, n_out = supervised_head(data.spec)
         model = build_model(exp.model, input_kind=data.spec.input_kind, head=head, n_out=n_out,
@@ -49,6 +50,9 @@ def _params(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from longrange.experiment.cli import add_data_args
+
     p = sub.add_parser("params", help="parameter counts, in total and inside the sequence primitives (default: the thesis' Table 3 models)")
     p.add_argument("--preset", action="append", help="count the model of a preset instead (repeatable; loads its task data)")
+    add_data_args(p)  # --data-dir, --skip-bad for the presets' task data
     p.set_defaults(func=_params)

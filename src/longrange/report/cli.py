@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from longrange.errors import ConfigError, LongrangeError
-from longrange.report.collect import Run, collect_runs
+from longrange.report.collect import Run, collect, failed_section
 from longrange.report.tables import (
     Table,
     aggregate,
@@ -134,12 +134,15 @@ def write_report(
 
     if text_format not in ("md", "csv"):
         raise ConfigError(f"report format must be md or csv, got {text_format!r}")
-    runs = collect_runs(paths, warn=note)
+    found = collect(paths)  # failed or unfinished runs: listed apart with their reason, never in the tables
+    runs = found.runs
+    if found.failed:
+        note(f"{len(found.failed)} failed or unfinished run(s) left out of the tables (see 'Failed or unfinished runs')")
     from longrange.report import sweep
     from longrange.report.verdict import verdict_markdown
 
     groups = sweep.split_by_subset(runs)  # one group unless the runs are a data-fraction sweep
-    tables = sweep.sweep_tables(groups)
+    tables = sweep.sweep_tables(groups) + ("\n" + failed_section(found.failed) if found.failed else "")
     if csv_path is not None:
         sweep.write_sweep_csv(groups, csv_path)
     text = tables if text_format == "md" else sweep.sweep_csv_text(groups)
@@ -177,8 +180,12 @@ def write_report(
 
 
 def _run(args: argparse.Namespace) -> int:
+    from longrange.train.rundir import check_out_dir
+
     paths = [Path(p) for p in args.runs]
     out = args.out
+    if out is not None:
+        check_out_dir(out)  # a file in the way is a one-line error before any work
     if out is None:
         if not paths[0].is_dir():
             raise ConfigError(f"--out is needed: the first RUNS path {paths[0]} is not a directory")

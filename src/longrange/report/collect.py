@@ -15,8 +15,11 @@ stage), ``config.yaml`` and ``metrics.jsonl`` (written by the trainer, see ``tra
 
 ``test``, ``pretrain_run``, ``train_subset`` and ``train_size`` are optional (absent = null);
 everything else is required and a missing or mistyped field is a :class:`DataFormatError` naming the file and the field.
-A directory with ``config.yaml`` but no ``summary.json`` is an unfinished run: it is reported as
-a warning, never dropped silently.
+A run that failed is never a result: a directory with ``failed.json`` (a stage that raised, e.g.
+diverged), with ``config.yaml`` but no ``summary.json`` (unfinished, interrupted or diverged), or
+whose ``summary.json`` holds a null or non-finite metric, is collected as a :class:`FailedRun`
+with its reason (:func:`collect`) and listed in the report's "Failed or unfinished runs" section,
+never in the tables.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import yaml
 
@@ -34,6 +37,7 @@ from longrange.errors import DataFormatError, DataMissingError
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
+FAILED_FILE = "failed.json"  # written by the experiment runner when a stage raises
 
 #: Stages whose runs are compared in the main table; pretraining stages are listed apart.
 FINAL_STAGES = ("train", "finetune")
@@ -243,7 +247,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
     """(finished, unfinished) run directories under ``paths``, each sorted and without repeats.
 
     A path is a run directory itself or a tree searched recursively. Finished runs hold
-    ``summary.json``; unfinished ones hold ``config.yaml`` only.
+    ``summary.json``; unfinished ones hold ``config.yaml`` or ``failed.json`` without it.
     """
     # Keyed by resolved path (no repeats when paths overlap), shown as the user spelled them.
     finished: dict[Path, Path] = {}
@@ -259,9 +263,10 @@ def find_run_dirs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
         for s in p.rglob(SUMMARY_FILE):  # rglob includes p itself
             if s.is_file():
                 finished[s.parent.resolve()] = s.parent
-        for c in p.rglob(CONFIG_FILE):
-            if c.is_file() and not (c.parent / SUMMARY_FILE).is_file():
-                unfinished[c.parent.resolve()] = c.parent
+        for marker in (CONFIG_FILE, FAILED_FILE):
+            for c in p.rglob(marker):
+                if c.is_file() and not (c.parent / SUMMARY_FILE).is_file():
+                    unfinished[c.parent.resolve()] = c.parent
     return sorted(finished.values()), sorted(unfinished.values())
 
 
@@ -270,20 +275,121 @@ def _warn_stderr(message: str) -> None:
 
 
 def collect_runs(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None) -> list[Run]:
-    """Every finished run under ``paths`` (run directories or trees searched recursively).
+    """Every finished run under ``paths`` (run directories or trees searched recursively) that
+    holds a result.
 
-    Unfinished runs (``config.yaml`` without ``summary.json``) are passed to ``warn`` (default:
-    a ``warning:`` line on stderr) in one message listing them. Malformed files raise
-    :class:`DataFormatError` naming the file. Raises :class:`DataMissingError` if nothing
-    finished is found.
+    Failed or unfinished runs (see :func:`collect`) are passed to ``warn`` (default: a
+    ``warning:`` line on stderr) in one message listing them with their reasons. Malformed files
+    raise :class:`DataFormatError` naming the file. Raises :class:`DataMissingError` if no run
+    with a result is found.
+    """
+    found = collect(paths)
+    if found.failed:
+        (warn or _warn_stderr)(f"{len(found.failed)} failed or unfinished run(s), not reported as results: "
+                               + "; ".join(f"{f.path} ({f.reason})" for f in found.failed))
+    return found.runs
+
+
+# ------------------------------------------------------------------------------------------------
+# failed and unfinished runs: listed with their reason, never in the tables
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class FailedRun:
+    """A run directory that holds no result, and why."""
+
+    path: Path
+    reason: str
+
+
+@dataclass
+class Collection:
+    """The runs with a result, and the runs that failed or did not finish."""
+
+    runs: list[Run]
+    failed: list[FailedRun]
+
+
+def _short(text: str, limit: int = 240) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def failure_reason(run_dir: Path) -> str:
+    """Why a run directory without a usable ``summary.json`` holds no result."""
+    failed = run_dir / FAILED_FILE
+    if failed.is_file():
+        try:
+            record = json.loads(failed.read_text())
+            error = record.get("error") if isinstance(record, dict) else None
+        except (OSError, ValueError):
+            error = None
+        return f"failed: {_short(error)}" if error else f"failed (unreadable {FAILED_FILE})"
+    try:
+        records = read_metrics(run_dir / METRICS_FILE)
+    except (DataMissingError, DataFormatError):
+        records = []
+    if records:
+        last = records[-1]
+        null = sorted(k for k, v in last["metrics"].items() if v is None or not math.isfinite(v))
+        if null:
+            return f"diverged: {last['split']} {', '.join(null)} non-finite at step {last['step']} (no {SUMMARY_FILE})"
+        return f"unfinished or interrupted: no {SUMMARY_FILE}, last logged step {last['step']}"
+    return f"unfinished: no {SUMMARY_FILE} and nothing logged"
+
+
+def result_problem(run: Run) -> str | None:
+    """Why a finished run's summary is not a result (a null or non-finite metric), or None."""
+    bad = []
+    v = run.best_val.get(run.metric)
+    if v is None or not math.isfinite(v):
+        bad.append(f"best_val.{run.metric} is {v}")
+    if run.test is not None and run.metric in run.test:
+        t = run.test[run.metric]
+        if t is None or not math.isfinite(t):
+            bad.append(f"test.{run.metric} is {t}")
+    return f"non-finite result: {'; '.join(bad)}" if bad else None
+
+
+def collect(paths: Iterable[str | Path]) -> Collection:
+    """The runs under ``paths`` with a result, and those without one, each with its reason:
+    ``failed.json`` (the stage raised, e.g. diverged), no ``summary.json`` (unfinished,
+    interrupted or diverged), or a summary whose metric is null or non-finite.
+
+    Malformed files raise :class:`DataFormatError` naming the file. Raises
+    :class:`DataMissingError` when no run under ``paths`` holds a result (naming the failed ones).
     """
     paths = list(paths)
-    warn = warn or _warn_stderr
     finished, unfinished = find_run_dirs(paths)
-    if unfinished:
-        listing = ", ".join(str(p) for p in unfinished)
-        warn(f"{len(unfinished)} unfinished run(s) without {SUMMARY_FILE}, not reported: {listing}")
-    if not finished:
+    runs: list[Run] = []
+    failed = [FailedRun(d, failure_reason(d)) for d in unfinished]
+    for d in finished:
+        run = read_summary(d)
+        problem = result_problem(run)
+        if (d / FAILED_FILE).is_file():  # a later attempt failed after this summary was written
+            problem = failure_reason(d)
+        if problem is None:
+            runs.append(run)
+        else:
+            failed.append(FailedRun(d, problem))
+    failed.sort(key=lambda f: str(f.path))
+    if not runs:
         where = ", ".join(str(p) for p in paths)
-        raise DataMissingError(f"no finished runs ({SUMMARY_FILE}) under {where}")
-    return [read_summary(d) for d in finished]
+        listing = "".join(f"; {f.path}: {f.reason}" for f in failed[:5]) + ("; ..." if len(failed) > 5 else "")
+        raise DataMissingError(f"no finished runs with a result ({SUMMARY_FILE}) under {where}{listing}")
+    return Collection(runs, failed)
+
+
+def failed_section(failed: Sequence[FailedRun]) -> str:
+    """Markdown section listing the failed or unfinished runs with their reasons ('' if none)."""
+    if not failed:
+        return ""
+    lines = ["## Failed or unfinished runs", "",
+             f"{len(failed)} run(s) without a result; none of them is in the tables above.", "",
+             "| Run | Reason |", "|---|---|"]
+
+    def cell(text: object) -> str:
+        return str(text).replace("|", "\\|")
+
+    for f in failed:
+        lines.append(f"| {cell(f.path)} | {cell(f.reason)} |")
+    return "\n".join(lines) + "\n"

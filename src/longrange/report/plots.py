@@ -1,12 +1,16 @@
 """PNG plots of runs: learning curves, scratch-vs-SPT bars, and kernel decay.
 
 matplotlib runs with the Agg backend (files only, no display). Each function writes one PNG and
-returns its path. Colours follow the regime, so a regime looks alike across plots. Accuracy is
-shown in percent, as in the tables.
+returns its path. Colour, line style and marker follow the regime, so a regime looks alike across
+plots and overlapping curves stay visible; lines and bars are named as the rows of the tables.
+Accuracy is shown in percent, as in the tables; 95% bands are clipped to the metric's range
+(``METRIC_RANGE``). The data behind each plot comes from a plain function (``curve_panels``,
+``bar_panels``) that the tests check.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -31,12 +35,50 @@ from longrange.report.tables import (  # noqa: E402
 )
 
 
+def _regime_index(regime: str) -> int:
+    known = list(REGIME_SUFFIX)
+    return known.index(regime) if regime in known else len(known) + sum(map(ord, regime))
+
+
 def regime_colour(regime: str) -> str:
     """A fixed colour per known regime; unknown regimes take the next colours of the cycle."""
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    known = list(REGIME_SUFFIX)
-    index = known.index(regime) if regime in known else len(known) + sum(map(ord, regime))
-    return palette[index % len(palette)]
+    return palette[_regime_index(regime) % len(palette)]
+
+
+#: Line styles and markers by regime (with the colour), so that curves lying on top of each other,
+#: or printed in grey, stay distinguishable.
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 2)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def regime_style(regime: str) -> dict:
+    """``color``, ``linestyle`` and ``marker`` of a regime: fixed for the known regimes, distinct
+    from each other (known regimes differ in all three)."""
+    i = _regime_index(regime)
+    return {"color": regime_colour(regime), "linestyle": LINESTYLES[i % len(LINESTYLES)],
+            "marker": MARKERS[i % len(MARKERS)]}
+
+
+#: The range each metric can take, in its raw units (accuracy as a fraction): confidence bands and
+#: error bars are clipped to it, so a band never shows an accuracy above 100% or a negative loss.
+METRIC_RANGE: dict[str, tuple[float, float]] = {
+    "accuracy": (0.0, 1.0),
+    "r2": (-math.inf, 1.0),
+    "loss": (0.0, math.inf),
+    "mse": (0.0, math.inf),
+    "mae": (0.0, math.inf),
+    "rmse": (0.0, math.inf),
+    "perplexity": (1.0, math.inf),
+}
+
+
+def clip_band(metric: str, mean: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) of ``mean ± half`` clipped to :data:`METRIC_RANGE` (unchanged for a metric
+    without a known range); NaN where ``half`` is NaN."""
+    lo, hi = METRIC_RANGE.get(metric, (-math.inf, math.inf))
+    mean, half = np.asarray(mean, dtype=np.float64), np.asarray(half, dtype=np.float64)
+    return np.clip(mean - half, lo, hi), np.clip(mean + half, lo, hi)
 
 
 def _grid(n: int, width: float = 4.5, height: float = 3.4):
@@ -86,12 +128,37 @@ def mean_curve(curves: Sequence[Sequence[tuple[int, float]]]) -> tuple[np.ndarra
     return steps, mean, half
 
 
-def learning_curves(runs: Sequence[Run], path: str | Path, split: str = "val",
-                    warn: Callable[[str], None] | None = None) -> Path | None:
-    """Metric on ``split`` vs step: one panel per (task, label), one line per regime (mean over
-    seeds, with a 95% CI band; the legend gives the number of seeds). Runs without
-    ``metrics.jsonl`` or without values on ``split`` are passed to ``warn`` in one message and
-    left out. None if no run has a curve."""
+@dataclass
+class Series:
+    """One line of a learning-curve panel: a regime's mean over ``n`` seeds with its 95% band
+    (clipped to the metric's range), in display units."""
+
+    name: str  # the table's row name, e.g. "S4 + masked SPT"
+    regime: str
+    n: int
+    steps: np.ndarray
+    mean: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+    @property
+    def legend(self) -> str:
+        return f"{self.name} (n={self.n})"
+
+
+@dataclass
+class CurvePanel:
+    task: str
+    label: str
+    metric: str
+    title: str
+    ylabel: str
+    series: list[Series]
+
+
+def curve_panels(runs: Sequence[Run], split: str = "val") -> tuple[list[CurvePanel], list[str]]:
+    """The data behind :func:`learning_curves`: panels per (task, label) with one series per
+    regime, and the runs without a curve on ``split``."""
     missing = []
     panels: dict[tuple[str, str], dict[str, list[list[tuple[int, float]]]]] = {}
     metrics: dict[tuple[str, str], str] = {}
@@ -105,65 +172,127 @@ def learning_curves(runs: Sequence[Run], path: str | Path, split: str = "val",
             continue
         panels.setdefault((r.task, r.label), {}).setdefault(r.regime, []).append(curve)
         metrics[(r.task, r.label)] = r.metric
+    out = []
+    for key in sorted(panels, key=lambda k: (task_sort_key(k[0]), k[1])):
+        task, label = key
+        metric = metrics[key]
+        fmt = metric_format(metric)
+        series = []
+        for regime in sorted(panels[key], key=regime_sort_key):
+            curves = panels[key][regime]
+            steps, mean, half = mean_curve(curves)
+            lower, upper = clip_band(metric, mean, half)
+            series.append(Series(row_name(label, regime), regime, len(curves), steps, mean * fmt.scale,
+                                 lower * fmt.scale, upper * fmt.scale))
+        title = f"{task}: {label}, {'validation' if split == 'val' else split} {fmt.name}"
+        out.append(CurvePanel(task, label, metric, title, fmt.name, series))
+    return out, missing
+
+
+def learning_curves(runs: Sequence[Run], path: str | Path, split: str = "val",
+                    warn: Callable[[str], None] | None = None) -> Path | None:
+    """Metric on ``split`` vs step: one panel per (task, label), one line per regime (mean over
+    seeds, with a 95% CI band clipped to the metric's range; the legend gives the table's row
+    name and the number of seeds). Each regime has its own colour, line style and marker.
+    Runs without ``metrics.jsonl`` or without values on ``split`` are passed to ``warn`` in one
+    message and left out. None if no run has a curve."""
+    panels, missing = curve_panels(runs, split)
     if missing and warn is not None:
         warn(f"{len(missing)} run(s) have no {split} curve in metrics.jsonl, not plotted: {', '.join(missing)}")
     if not panels:
         return None
-    keys = sorted(panels, key=lambda k: (task_sort_key(k[0]), k[1]))
-    fig, axes = _grid(len(keys))
-    for ax, key in zip(axes, keys):
-        task, label = key
-        fmt = metric_format(metrics[key])
-        for regime in sorted(panels[key], key=regime_sort_key):
-            curves = panels[key][regime]
-            steps, mean, half = mean_curve(curves)
-            colour = regime_colour(regime)
-            name = row_name(label, regime)
-            # Markers keep runs with a single evaluation visible.
-            ax.plot(steps, mean * fmt.scale, color=colour, marker="o", markersize=3, label=f"{name} (n={len(curves)})")
-            if np.isfinite(half).any():
-                ax.fill_between(steps, (mean - half) * fmt.scale, (mean + half) * fmt.scale, color=colour, alpha=0.2, lw=0)
-        ax.set_title(f"{task}: {label}, {'validation' if split == 'val' else split} {fmt.name}")
+    fig, axes = _grid(len(panels))
+    for ax, panel in zip(axes, panels):
+        for k, s in enumerate(panel.series):
+            style = regime_style(s.regime)
+            # Markers keep runs with a single evaluation visible; markevery staggers them so that
+            # markers of overlapping lines do not hide each other.
+            every = (k % 3, 3) if len(s.steps) > 12 else None
+            ax.plot(s.steps, s.mean, markersize=4, lw=1.4, markevery=every, label=s.legend, **style)
+            if np.isfinite(s.upper).any():
+                ax.fill_between(s.steps, s.lower, s.upper, color=style["color"], alpha=0.15, lw=0)
+        lo, hi = METRIC_RANGE.get(panel.metric, (-math.inf, math.inf))
+        scale = metric_format(panel.metric).scale
+        bottom, top = ax.get_ylim()
+        ax.set_ylim(max(bottom, lo * scale), min(top, hi * scale))
+        ax.set_title(panel.title)
         ax.set_xlabel("step")
-        ax.set_ylabel(fmt.name)
+        ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", title="mean, 95% CI band")
     return _save(fig, path)
 
 
-def scratch_vs_spt_bars(cells: Sequence[Cell], path: str | Path) -> Path | None:
-    """Per task a panel; per label a group of bars, one per regime, with 95% CI error bars."""
+@dataclass
+class Bar:
+    """One bar of :func:`scratch_vs_spt_bars`: a table row's mean with its 95% CI clipped to the
+    metric's range, in display units (``lower``/``upper`` None for a single seed)."""
+
+    name: str  # the table's row name
+    regime: str
+    x: float
+    mean: float
+    lower: float | None
+    upper: float | None
+    n: int
+
+
+@dataclass
+class BarPanel:
+    task: str
+    title: str
+    ylabel: str
+    bars: list[Bar]
+
+
+def bar_panels(cells: Sequence[Cell]) -> list[BarPanel]:
+    """The data behind :func:`scratch_vs_spt_bars`: per task a panel of bars, grouped by model
+    label (a gap between models), each named as its row of the results table."""
     final = [c for c in cells if c.kind == "final"]
-    if not final:
-        return None
-    tasks = sorted({c.task for c in final}, key=task_sort_key)
-    fig, axes = _grid(len(tasks), width=5.0)
-    for ax, task in zip(axes, tasks):
+    out = []
+    for task in sorted({c.task for c in final}, key=task_sort_key):
         here = [c for c in final if c.task == task]
-        labels = sorted({c.label for c in here})
-        regimes = sorted({c.regime for c in here}, key=regime_sort_key)
-        width = 0.8 / len(regimes)
-        fmts = {c.format.name for c in here}
-        for j, regime in enumerate(regimes):
-            xs, ys, errs = [], [], []
-            for i, label in enumerate(labels):
-                cell = next((c for c in here if c.label == label and c.regime == regime), None)
-                if cell is None:
-                    continue
+        bars: list[Bar] = []
+        x = 0.0
+        for label in sorted({c.label for c in here}):
+            mine = sorted((c for c in here if c.label == label), key=lambda c: regime_sort_key(c.regime))
+            for cell in mine:
                 s, f = cell.stat, cell.format
-                xs.append(i - 0.4 + width * (j + 0.5))
-                ys.append(s.mean * f.scale)
-                errs.append(0.0 if s.half_width is None else s.half_width * f.scale)
-            ax.bar(xs, ys, width=width, yerr=errs, capsize=3, color=regime_colour(regime), label=regime)
-        ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, rotation=15)
+                lower = upper = None
+                if s.half_width is not None and math.isfinite(s.half_width):
+                    lo, hi = clip_band(cell.metric, np.array([s.mean]), np.array([s.half_width]))
+                    lower, upper = float(lo[0]) * f.scale, float(hi[0]) * f.scale
+                bars.append(Bar(cell.row, cell.regime, x, s.mean * f.scale, lower, upper, s.n))
+                x += 1.0
+            x += 0.6  # a gap between models
+        fmts = sorted({c.format.name for c in here})
         sources = {c.source for c in here}
         what = "test" if sources == {"test"} else "best validation" if sources == {"val"} else "test / best validation"
-        ax.set_title(f"{task}: {what} {' / '.join(sorted(fmts))}")
-        ax.set_ylabel(" / ".join(sorted(fmts)))
-        ax.set_xlabel("model")
+        out.append(BarPanel(task, f"{task}: {what} {' / '.join(fmts)}", " / ".join(fmts), bars))
+    return out
+
+
+def scratch_vs_spt_bars(cells: Sequence[Cell], path: str | Path) -> Path | None:
+    """Per task a panel with one bar per row of the results table (named as there, grouped by
+    model, coloured and hatched by regime) with its 95% CI clipped to the metric's range."""
+    panels = bar_panels(cells)
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels), width=5.0, height=4.0)
+    hatches = ("", "//", "..", "xx", "\\\\", "--")
+    for ax, panel in zip(axes, panels):
+        bars = panel.bars
+        for b in bars:
+            err = None
+            if b.lower is not None and b.upper is not None:
+                err = [[b.mean - b.lower], [b.upper - b.mean]]
+            ax.bar([b.x], [b.mean], width=0.8, yerr=err, capsize=3, color=regime_colour(b.regime),
+                   hatch=hatches[_regime_index(b.regime) % len(hatches)], edgecolor="white", linewidth=0)
+        ax.set_xticks([b.x for b in bars])
+        ax.set_xticklabels([f"{b.name} (n={b.n})" for b in bars], rotation=30, ha="right", fontsize="small")
+        ax.set_title(panel.title)
+        ax.set_ylabel(panel.ylabel)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize="small", title="regime", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(fig, path)
 
 

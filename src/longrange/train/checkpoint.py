@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -66,36 +67,53 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`, refusing anything but data."""
+    """Read a checkpoint written by :func:`save_checkpoint`, refusing anything but data.
+
+    Every failure is a :class:`CheckpointError` in this project's words: a file that asks to call
+    code is refused naming what it asks for (never suggesting an unrestricted load); a truncated
+    or corrupt ``last.pt`` names the run's best weights (``best.safetensors``, still usable) and
+    ``--overwrite`` as the ways on.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        detail = _unpickler_detail(str(err))
-        if "GLOBAL" in detail or "global" in detail:
+        refused = refused_global(str(err))
+        if refused is not None:
             raise CheckpointError(
-                f"refusing to load {path}: the file asks to call or build something a checkpoint never holds "
-                f"(it may try to execute code); only tensors and plain containers are loaded. {detail}"
+                f"refusing to load {path}: the file asks to call {refused}, which a checkpoint never holds "
+                "(loading it could execute code); only tensors and plain containers are loaded. "
+                "Use checkpoints written by longrange, or weights in a .safetensors file"
             ) from None
-        raise CheckpointError(f"cannot read checkpoint {path}: not a checkpoint or corrupt ({detail})") from None
-    except Exception as err:
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(err).__name__}: {err}") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: not a checkpoint or corrupt{ways_on(path)}") from None
+    except Exception:  # truncated or corrupt: torch raises RuntimeError, OSError, EOFError, KeyError, ...
+        raise CheckpointError(f"cannot read checkpoint {path}: the file is truncated or corrupt{ways_on(path)}") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a checkpoint dict")
     return state
 
 
-def _unpickler_detail(message: str) -> str:
-    """The line of torch's weights-only error that says what was refused."""
-    for line in message.splitlines():
-        if "WeightsUnpickler error:" in line:
-            rest = line.split("WeightsUnpickler error:", 1)[1].strip()
-            if rest:
-                return rest.split(". Please use")[0]
-    lines = [l.strip() for l in message.splitlines() if l.strip().startswith("Unsupported")]
-    return lines[0] if lines else message.splitlines()[0] if message else "unpickling failed"
+def refused_global(message: str) -> str | None:
+    """The ``module.name`` a weights-only load refused, from torch's error text (any version:
+    "Unsupported global: GLOBAL x.y", "Trying to load unsupported GLOBAL x.y whose module ...");
+    None when the error is not about a global."""
+    match = re.search(r"GLOBAL\s+([A-Za-z_][\w.]*)", message)
+    return match.group(1) if match else None
+
+
+def ways_on(path: Path) -> str:
+    """The ways on from an unreadable checkpoint: for a run's ``last.pt``, its best weights
+    (``best.safetensors`` beside it) and ``--overwrite``."""
+    if path.name != "last.pt":
+        return ""
+    best = path.parent / "best.safetensors"
+    if best.is_file():
+        keep = f"the run's best weights so far are intact in {best} (loadable as model weights)"
+    else:
+        keep = f"the run has no best weights yet ({best} does not exist)"
+    return f"; the run cannot be resumed from it: {keep}; run again with --overwrite to start it afresh"
 
 
 # --------------------------------------------------------------------------- model weights
