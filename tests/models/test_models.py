@@ -48,6 +48,7 @@ CAUSAL_CONFIGS = {
     "simple-s4d-batchnorm": small(block="simple", primitive="s4d", norm="batch"),
     "transformer": small(block="transformer", primitive="attention"),
     "transformer-rope": small(block="transformer", primitive="attention", rope=True),
+    "transformer-window": small(block="transformer", primitive="attention", rope=True, attn_window=2),
     "mamba-attention": small(primitive="attention"),
 }
 
@@ -59,6 +60,7 @@ BIDIRECTIONAL_CONFIGS = {
     "simple-s6-bi": small(block="simple", primitive="s6", direction="bidirectional"),
     "simple-dlr-bi": small(block="simple", primitive="dlr", direction="bidirectional"),
     "transformer-bi": small(block="transformer", primitive="attention", direction="bidirectional"),
+    "transformer-window-bi": small(block="transformer", primitive="attention", direction="bidirectional", attn_window=2),
 }
 
 

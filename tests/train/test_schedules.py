@@ -63,10 +63,48 @@ def test_non_plateau_ignores_observations_and_state_mismatch_errors():
     with pytest.raises(ConfigError, match="'plateau'.*'cosine'"):
         LRSchedule("plateau", total_steps=10).load_state_dict(s.state_dict())
     with pytest.raises(ConfigError, match="train.schedule"):
-        LRSchedule("step", total_steps=10)
+        LRSchedule("linear-ish", total_steps=10)
 
 
 def test_build_from_config_warmup_fraction_or_steps():
     assert build_schedule(TrainConfig(warmup=0.1), 200).warmup_steps == 20
     assert build_schedule(TrainConfig(warmup=7), 200).warmup_steps == 7
     assert build_schedule(TrainConfig(warmup=500), 200).warmup_steps == 200
+
+
+def test_step_decay_values_with_and_without_warmup():
+    s = LRSchedule("step", total_steps=100, step_every=10, gamma=0.5)
+    assert [s.multiplier(i) for i in (0, 9, 10, 19, 20, 35)] == pytest.approx([1, 1, 0.5, 0.5, 0.25, 0.125])
+    w = LRSchedule("step", total_steps=100, warmup_steps=4, step_every=10, gamma=0.5)
+    assert [w.multiplier(i) for i in (0, 3, 4, 13, 14, 24)] == pytest.approx([0.25, 1, 1, 1, 0.5, 0.25])
+    assert s.state_dict()["kind"] == "step"
+    s.observe(0.3)  # no plateau reaction
+    assert s.multiplier(10) == pytest.approx(0.5)
+
+
+def test_step_decay_in_epochs_matches_multistep_milestones():
+    """MultiStepLR(milestones=[100, 200, ...], gamma=0.5) stepped per epoch = step decay every 100 epochs."""
+    cfg = TrainConfig(schedule="step", step_size=100, step_gamma=0.5, step_unit="epoch", warmup=0)
+    spe = 7
+    s = build_schedule(cfg, total_steps=500 * spe, steps_per_epoch=spe)
+    for epoch in (0, 99, 100, 199, 200, 450):
+        expected = 0.5 ** sum(epoch >= m for m in (100, 200, 300, 400, 500))
+        assert s.multiplier(epoch * spe) == pytest.approx(expected)
+        assert s.multiplier(epoch * spe + spe - 1) == pytest.approx(expected)
+    with pytest.raises(ConfigError, match="steps per epoch"):
+        build_schedule(cfg, total_steps=100)
+    assert build_schedule(TrainConfig(schedule="step", step_size=3, warmup=0), 100).step_every == 3
+
+
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        (dict(schedule="step"), "train.step_size"),
+        (dict(schedule="step", step_size=5, step_gamma=0.0), "train.step_gamma"),
+        (dict(schedule="step", step_size=5, step_unit="epochs"), "train.step_unit"),
+        (dict(schedule="linear"), "train.schedule"),
+    ],
+)
+def test_step_schedule_config_errors(data, field):
+    with pytest.raises(ConfigError, match=field):
+        TrainConfig.from_dict(data)

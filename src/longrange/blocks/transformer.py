@@ -23,7 +23,7 @@ class TransformerBlock(SequencePrimitive):
     """A Transformer layer with the sequence-primitive interface.
 
     Args:
-        d_model, n_heads, bidirectional, rope, rope_base, block_size: passed to :class:`Attention`.
+        d_model, n_heads, bidirectional, rope, rope_base, block_size, window: passed to :class:`Attention`.
         mlp_ratio: hidden width of the MLP as a multiple of ``d_model``.
         dropout: dropout on the outputs of both residual branches.
         norm: "layer", "batch", "rms" or "none" (see :func:`make_norm`).
@@ -50,6 +50,7 @@ class TransformerBlock(SequencePrimitive):
         block_size: int | None = None,
         activation: str = "gelu",
         attn_dropout: float = 0.0,
+        window: int | None = None,
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
@@ -66,6 +67,7 @@ class TransformerBlock(SequencePrimitive):
             rope=rope,
             rope_base=rope_base,
             block_size=block_size,
+            window=window,
         )
         self.d_model = d_model
         self.bidirectional = self.mixer.bidirectional

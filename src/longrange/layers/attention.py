@@ -14,9 +14,14 @@ of B positions (the last one may be shorter) and each position attends only with
 so memory is O(L·B) rather than O(L²). Rotary positions remain global positions, so the same
 token gets the same rotation whatever the block size.
 
+Sliding-window attention (``window=W``): each position attends to its own window of W positions
+and one window back and one forward (causally: its own window up to itself and one window back);
+the kernel and its dense reference are in :mod:`longrange.ops.sliding_window`. Memory O(L·W).
+
 Generation: ``default_state(batch)`` is an empty :class:`KVCache`; ``step(x_t, state)`` appends
 this step's key and value and attends over the cache. With ``block_size`` the cache is emptied at
-every block boundary, matching the blocked forward.
+every block boundary, matching the blocked forward; with ``window`` it keeps only the previous
+window's keys at every window boundary (at most 2·W cached steps).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from torch import Tensor, nn
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive, apply_mask
 from longrange.layers.rope import RotaryEmbedding
+from longrange.ops.sliding_window import sliding_window_attention
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,7 @@ class Attention(SequencePrimitive):
         rope_base: base of the rotary frequencies (10000 standard, 10 in the thesis comparison).
         block_size: attend only within blocks of this many positions (local attention).
         bias: bias in the qkv and output projections.
+        window: sliding-window attention with windows of this many positions (exclusive with block_size).
     """
 
     def __init__(
@@ -155,6 +162,7 @@ class Attention(SequencePrimitive):
         rope_base: float = 10000.0,
         block_size: int | None = None,
         bias: bool = True,
+        window: int | None = None,
     ):
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
@@ -166,12 +174,17 @@ class Attention(SequencePrimitive):
             raise ConfigError(f"Attention dropout must be in [0, 1), got {dropout!r}")
         if block_size is not None and (not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1):
             raise ConfigError(f"Attention block_size must be None or a positive int, got {block_size!r}")
+        if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            raise ConfigError(f"Attention window must be None or a positive int, got {window!r}")
+        if window is not None and block_size is not None:
+            raise ConfigError("Attention takes either block_size (isolated blocks) or window (sliding windows), not both")
         self.d_model = d_model
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
         self.bidirectional = bool(bidirectional)
         self.dropout = float(dropout)
         self.block_size = block_size
+        self.window = window
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.rope = RotaryEmbedding(self.head_dim, base=rope_base) if rope else None
@@ -179,7 +192,7 @@ class Attention(SequencePrimitive):
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, bidirectional={self.bidirectional}, "
-            f"block_size={self.block_size}"
+            f"block_size={self.block_size}" + (f", window={self.window}" if self.window is not None else "")
         )
 
     def _dropout_p(self) -> float:
@@ -206,7 +219,9 @@ class Attention(SequencePrimitive):
         if self.rope is not None:
             q, k = self.rope(q), self.rope(k)
         causal = not self.bidirectional
-        if self.block_size is not None and self.block_size < length:
+        if self.window is not None and 2 * self.window < length:  # up to two windows: plain attention
+            out = sliding_window_attention(q, k, v, mask, causal, self.window, self._dropout_p())
+        elif self.block_size is not None and self.block_size < length:
             out = blocked_attention(q, k, v, mask, causal, self.block_size, self._dropout_p())
         else:
             out = masked_attention(q, k, v, mask, causal, self._dropout_p())
@@ -241,6 +256,8 @@ class Attention(SequencePrimitive):
         k_cache, v_cache = state.k, state.v
         if self.block_size is not None and state.position % self.block_size == 0:
             k_cache, v_cache = k_cache[:, :, :0], v_cache[:, :, :0]
+        if self.window is not None and state.position % self.window == 0:
+            k_cache, v_cache = k_cache[:, :, -self.window :], v_cache[:, :, -self.window :]
         k_cache = torch.cat((k_cache, k.unsqueeze(2)), dim=2)
         v_cache = torch.cat((v_cache, v.unsqueeze(2)), dim=2)
         # Every cached key is in the past: no mask needed.

@@ -60,9 +60,12 @@ def make_block(cfg: ModelConfig) -> SequencePrimitive:
             rope=cfg.rope,
             rope_base=cfg.rope_base,
             block_size=cfg.attn_block_size,
+            window=cfg.attn_window,
         )
     if cfg.primitive == "attention":
-        options.update(n_heads=cfg.n_heads, rope=cfg.rope, rope_base=cfg.rope_base, block_size=cfg.attn_block_size)
+        options.update(
+            n_heads=cfg.n_heads, rope=cfg.rope, rope_base=cfg.rope_base, block_size=cfg.attn_block_size, window=cfg.attn_window
+        )
     if cfg.block == "simple":
         if cfg.rope and cfg.primitive != "attention":
             raise ConfigError("model.rope before the SSM is defined for Mamba blocks (thesis section 14); use block='mamba'")

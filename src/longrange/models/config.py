@@ -47,6 +47,9 @@ class ModelConfig:
     n_heads: int = 8
     mlp_ratio: float = 4.0
     attn_block_size: int | None = None
+    #: Sliding-window attention: windows of this many positions, each attending to itself and one
+    #: window back and forward (causal: itself up to the query and one window back). None = dense.
+    attn_window: int | None = None
     # Rotary embeddings: inside attention for attention; before the SSM for Mamba blocks (thesis 14.3)
     rope: bool = False
     rope_base: float = 10000.0
@@ -106,6 +109,16 @@ class ModelConfig:
                 raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        for name in ("attn_block_size", "attn_window"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"model.{name} must be None or a positive int, got {value!r}")
+        if self.attn_block_size is not None and self.attn_window is not None:
+            raise ConfigError(
+                "model.attn_block_size (isolated blocks) and model.attn_window (sliding windows) exclude each other; set one"
+            )
+        if self.attn_window is not None and self.primitive != "attention":
+            raise ConfigError(f"model.attn_window applies to attention, not to primitive {self.primitive!r}")
         if self.pos_embedding == "learned" and self.max_len < 1:
             raise ConfigError("model.pos_embedding = 'learned' needs model.max_len (the longest input)")
 

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 from longrange.errors import ConfigError
 
-SCHEDULES = ("cosine", "constant", "plateau")
+SCHEDULES = ("cosine", "constant", "plateau", "step")
+STEP_UNITS = ("step", "epoch")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -41,6 +42,11 @@ class TrainConfig:
     min_lr_ratio: float = 0.1
     plateau_factor: float = 0.5
     plateau_patience: int = 3
+    #: Step decay (``schedule: step``): the lr is multiplied by ``step_gamma`` every ``step_size``
+    #: optimiser steps (or epochs, with ``step_unit: epoch``) after the warmup.
+    step_size: int = 0
+    step_gamma: float = 0.1
+    step_unit: str = "step"
 
     # Length and batching.
     epochs: int = 10
@@ -89,6 +95,11 @@ class TrainConfig:
         need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
         need(0 < self.plateau_factor < 1, "plateau_factor", "must be in (0, 1)")
         need(self.plateau_patience >= 1, "plateau_patience", "must be >= 1")
+        need(self.schedule != "step" or self.step_size >= 1, "step_size",
+             "must be >= 1 (steps, or epochs with step_unit 'epoch', between decays) for schedule 'step'")
+        need(self.step_size >= 0, "step_size", "must be >= 0")
+        need(0 < self.step_gamma <= 1, "step_gamma", "must be in (0, 1]")
+        need(self.step_unit in STEP_UNITS, "step_unit", f"must be one of {', '.join(STEP_UNITS)}")
         need(self.epochs >= 1 or self.max_steps >= 1, "epochs", "must be >= 1 (or set max_steps)")
         need(self.max_steps >= 0, "max_steps", "must be >= 0 (0 = use epochs)")
         need(self.batch_size >= 1, "batch_size", "must be >= 1")

@@ -200,7 +200,9 @@ class Trainer:
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, cfg)
         self.param_report = group_report(self.optimizer.param_groups)
-        self.schedule = build_schedule(cfg, self.total_steps, higher_is_better=objective.higher_is_better)
+        self.schedule = build_schedule(
+            cfg, self.total_steps, higher_is_better=objective.higher_is_better, steps_per_epoch=self.steps_per_epoch
+        )
         self.scaler = torch.amp.GradScaler(self.device.type) if cfg.precision == "fp16" else None
 
         # Progress of the run: everything here goes into the checkpoint.

@@ -9,7 +9,10 @@
     ``multiplier(total_steps) == min_lr_ratio`` (and stays there if training runs longer);
   * ``constant``: then 1;
   * ``plateau``: then the current plateau scale, multiplied by ``factor`` each time ``patience``
-    evaluations in a row did not improve the selection metric (:meth:`LRSchedule.observe`).
+    evaluations in a row did not improve the selection metric (:meth:`LRSchedule.observe`);
+  * ``step``: then ``gamma ** ((step - warmup_steps) // step_every)``: multiplied by ``gamma``
+    every ``step_every`` steps after the warmup (PyTorch's ``StepLR``; with ``step_every`` a whole
+    number of epochs and no warmup, ``MultiStepLR`` with evenly spaced milestones).
 
 Only the plateau scale is state; :meth:`state_dict` holds it so a resumed run continues exactly.
 """
@@ -19,6 +22,8 @@ import math
 from typing import Any
 
 from longrange.errors import ConfigError
+
+KINDS = ("cosine", "constant", "plateau", "step")
 
 
 class LRSchedule:
@@ -31,9 +36,13 @@ class LRSchedule:
         plateau_factor: float = 0.5,
         plateau_patience: int = 3,
         higher_is_better: bool = True,
+        step_every: int = 0,
+        gamma: float = 0.1,
     ):
-        if kind not in ("cosine", "constant", "plateau"):
-            raise ConfigError(f"train.schedule must be cosine, constant or plateau, got {kind!r}")
+        if kind not in KINDS:
+            raise ConfigError(f"train.schedule must be one of {', '.join(KINDS)}, got {kind!r}")
+        if kind == "step" and step_every < 1:
+            raise ConfigError(f"the step schedule needs train.step_size >= 1, got {step_every} steps between decays")
         if total_steps < 1:
             raise ConfigError(f"a schedule needs at least one step, got total_steps={total_steps}")
         if warmup_steps < 0:
@@ -45,6 +54,8 @@ class LRSchedule:
         self.plateau_factor = plateau_factor
         self.plateau_patience = plateau_patience
         self.higher_is_better = higher_is_better
+        self.step_every = step_every
+        self.gamma = gamma
         # Plateau state.
         self.scale = 1.0
         self.best: float | None = None
@@ -58,6 +69,8 @@ class LRSchedule:
             return 1.0
         if self.kind == "plateau":
             return self.scale
+        if self.kind == "step":
+            return self.gamma ** ((step - self.warmup_steps) // self.step_every)
         span = self.total_steps - self.warmup_steps
         progress = min(1.0, (step - self.warmup_steps) / span) if span > 0 else 1.0
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
@@ -91,8 +104,16 @@ class LRSchedule:
         self.bad_evals = int(state["bad_evals"])
 
 
-def build_schedule(cfg, total_steps: int, higher_is_better: bool = True) -> LRSchedule:
-    """The schedule a :class:`~longrange.train.config.TrainConfig` asks for."""
+def build_schedule(cfg, total_steps: int, higher_is_better: bool = True, steps_per_epoch: int | None = None) -> LRSchedule:
+    """The schedule a :class:`~longrange.train.config.TrainConfig` asks for.
+
+    ``steps_per_epoch`` converts ``train.step_size`` from epochs to steps (``step_unit: epoch``).
+    """
+    step_every = cfg.step_size
+    if cfg.schedule == "step" and cfg.step_unit == "epoch":
+        if not steps_per_epoch:
+            raise ConfigError("train.step_unit 'epoch' needs the number of steps per epoch")
+        step_every = cfg.step_size * steps_per_epoch
     return LRSchedule(
         cfg.schedule,
         total_steps,
@@ -101,4 +122,6 @@ def build_schedule(cfg, total_steps: int, higher_is_better: bool = True) -> LRSc
         plateau_factor=cfg.plateau_factor,
         plateau_patience=cfg.plateau_patience,
         higher_is_better=higher_is_better,
+        step_every=step_every,
+        gamma=cfg.step_gamma,
     )
