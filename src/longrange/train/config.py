@@ -7,12 +7,15 @@ Conventions:
   * A *step* is one optimiser step. ``max_steps > 0`` fixes the length of training; otherwise it is
     ``epochs`` passes over the training set (the last incomplete global batch is dropped).
   * ``warmup`` below 1 is a fraction of the total steps; 1 or more is a number of steps.
+  * ``param_groups`` are rules by parameter name, ``{match: GLOB, lr: X | lr_scale: X,
+    weight_decay: X}``, applied in order before the layers' optimiser hints (first match wins;
+    see ``train/optim.py``).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from longrange.errors import ConfigError
@@ -35,6 +38,9 @@ class TrainConfig:
     #: False puts every parameter with fewer than 2 dimensions (biases, norm gains) that carries
     #: no hint into the no-decay group.
     weight_decay_1d: bool = True
+    #: Rules by parameter name, first match wins, before the hints: each ``{match: <glob on the
+    #: qualified name, e.g. "*.log_dt">, lr: <absolute> | lr_scale: <x lr>, weight_decay: <float>}``.
+    param_groups: list[dict[str, Any]] = field(default_factory=list)
 
     # Learning-rate schedule.
     schedule: str = "cosine"
@@ -112,6 +118,9 @@ class TrainConfig:
         need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
         need(self.log_every >= 1, "log_every", "must be >= 1")
         need(self.num_workers >= 0, "num_workers", "must be >= 0")
+        need(isinstance(self.param_groups, (list, tuple)), "param_groups",
+             "must be a list of rules {match: GLOB, lr | lr_scale, weight_decay}")
+        self.param_groups = [_param_rule(i, rule) for i, rule in enumerate(self.param_groups)]
 
     def per_rank_batch(self, world_size: int) -> int:
         """Items per rank in one optimiser step."""
@@ -153,6 +162,34 @@ class TrainConfig:
             )
         kwargs = {name: _coerce(name, value, type(fields[name].default)) for name, value in data.items()}
         return cls(**kwargs)
+
+
+PARAM_RULE_FIELDS = ("match", "lr", "lr_scale", "weight_decay")
+
+
+def _param_rule(index: int, rule: Any) -> dict[str, Any]:
+    """A checked ``train.param_groups`` rule with float values."""
+    where = f"param_groups[{index}]"
+    if not isinstance(rule, Mapping):
+        raise ConfigError(f"train.{where} must be a mapping {{match: GLOB, lr | lr_scale, weight_decay}}, got {rule!r}")
+    unknown = sorted(set(rule) - set(PARAM_RULE_FIELDS))
+    if unknown:
+        raise ConfigError(f"train.{where} has unknown key(s) {', '.join(unknown)}; known: {', '.join(PARAM_RULE_FIELDS)}")
+    pattern = rule.get("match")
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError(f"train.{where}.match must be a glob on parameter names (e.g. '*.log_dt'), got {pattern!r}")
+    if "lr" in rule and "lr_scale" in rule:
+        raise ConfigError(f"train.{where} (match {pattern!r}) sets both lr and lr_scale; give one")
+    if not any(k in rule for k in ("lr", "lr_scale", "weight_decay")):
+        raise ConfigError(f"train.{where} (match {pattern!r}) sets none of lr, lr_scale, weight_decay")
+    out: dict[str, Any] = {"match": pattern}
+    for key in ("lr", "lr_scale", "weight_decay"):
+        if key in rule:
+            value = _coerce(f"{where}.{key}", rule[key], float)
+            if not math.isfinite(value) or value < 0 or (key != "weight_decay" and value == 0):
+                raise ConfigError(f"train.{where}.{key} must be {'>= 0' if key == 'weight_decay' else '> 0'}, got {value!r}")
+            out[key] = value
+    return out
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:
