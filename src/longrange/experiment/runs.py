@@ -117,6 +117,8 @@ def _build_from_record(model_cfg: dict, head: dict) -> SequenceModel:
         vocab_size=head.get("vocab_size"),
         d_input=head.get("d_input", 1),
         mask_channel=head.get("mask_channel", False),
+        vocab=head.get("vocab"),  # block hf: the task's tokens, mapped to a pretrained LM's
+        hf_resolved=head.get("hf_resolved"),  # block hf: rebuilds the LM without its snapshot
     )
 
 
@@ -244,6 +246,8 @@ def run_stage(
         "d_input": spec.d_input,
         "mask_channel": kind == "masked" and spec.input_kind == "numeric",
     }
+    if model_cfg.block == "hf" and data.vocab is not None:
+        head["vocab"] = list(data.vocab.tokens)
     changes = {"seed": seed, **(train_changes or {})}
     if stage == "pretrain" and model_cfg.pooling == "cls":
         changes.setdefault("find_unused_parameters", True)  # the CLS vector is not used by a token head
@@ -253,6 +257,8 @@ def run_stage(
 
     torch.manual_seed(seed)
     model = _build_from_record(model_cfg.to_dict(), head)
+    if hasattr(model, "rebuild_info"):
+        head["hf_resolved"] = model.rebuild_info()
     transfer = None
     morph = None
     if stage == "finetune":

@@ -30,8 +30,8 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def fixed_vocab_size(task: str, options: dict) -> int | None:
-    """The vocabulary size of a token task whose vocabulary does not depend on its data (else None)."""
+def fixed_vocabulary(task: str, options: dict):
+    """The vocabulary of a token task that does not depend on its data (else None)."""
     from longrange.data.tasks import get_spec
 
     if get_spec(task, **options).input_kind != "tokens":
@@ -39,23 +39,23 @@ def fixed_vocab_size(task: str, options: dict) -> int | None:
     if task == "listops":
         from longrange.data.listops import listops_vocabulary
 
-        return len(listops_vocabulary())
+        return listops_vocabulary()
     if task in ("image", "pathfinder", "path-x", "path-x-256"):
         from longrange.data.image import level_vocabulary
 
-        return len(level_vocabulary())
+        return level_vocabulary()
     if task == "species":
         from longrange.data.species import ALPHABET
         from longrange.data.tokenize import Vocabulary
 
-        return len(Vocabulary(list(ALPHABET), strict=True))
+        return Vocabulary(list(ALPHABET), strict=True)
     return None  # text, retrieval: the characters of the training data
 
 
 def preset_row(name: str, vocab: int | None = None) -> dict:
-    """The parameter counts of a preset's (finetuning) model. Token tasks need the vocabulary size:
-    ``vocab`` if given, else the task's fixed vocabulary, else the task's data is loaded. The model is
-    built on the meta device (shapes only), so even large presets count instantly."""
+    """The parameter counts of a preset's (finetuning) model. Token tasks need the vocabulary:
+    its size ``vocab`` if given, else the task's fixed vocabulary, else the task's data is loaded.
+    The model is built on the meta device (shapes only), so even large presets count instantly."""
     import torch
 
     import longrange.data  # noqa: F401  (registers the tasks)
@@ -66,17 +66,20 @@ def preset_row(name: str, vocab: int | None = None) -> dict:
 
     exp = resolve(name)
     spec = get_spec(exp.task.name, **exp.task.options)
-    vocab_size = None
-    if spec.input_kind == "tokens":
-        vocab_size = vocab or fixed_vocab_size(exp.task.name, exp.task.options)
-        if vocab_size is None:
+    vocab_size, tokens = None, None
+    if spec.input_kind == "tokens" and vocab:
+        vocab_size = vocab
+    elif spec.input_kind == "tokens":
+        vocabulary = fixed_vocabulary(exp.task.name, exp.task.options)
+        if vocabulary is None:
             from longrange.experiment.runs import load_data
 
-            vocab_size = load_data(exp.task).vocab_size  # a missing data set is an error naming its files
+            vocabulary = load_data(exp.task).vocab  # a missing data set is an error naming its files
+        vocab_size, tokens = len(vocabulary), vocabulary.tokens
     head, n_out = supervised_head(spec)
     with torch.device("meta"):
         model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out,
-                            vocab_size=vocab_size, d_input=spec.d_input)
+                            vocab_size=vocab_size, d_input=spec.d_input, vocab=tokens)
     return {"model": name, **parameter_report(model)}
 
 

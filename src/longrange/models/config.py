@@ -7,11 +7,12 @@ from typing import Any
 
 from longrange.errors import ConfigError
 
-BLOCKS = ("simple", "mamba", "transformer")
+BLOCKS = ("simple", "mamba", "transformer", "hf")
 PRIMITIVES = ("s4", "s4d", "s6", "dlr", "attention")
 DIRECTIONS = ("causal", "bidirectional", "placebo")
 POOLINGS = ("mean", "last", "cls", "max")
 HEAD_ACTIVATIONS = ("gelu", "relu")
+HF_KEYS = ("model", "pretrained", "config", "revision")
 POSITIONAL = ("none", "learned", "sinusoidal")
 
 #: Norm placement and kind when the config leaves them unset (the papers' defaults).
@@ -19,6 +20,7 @@ _BLOCK_DEFAULTS = {
     "simple": {"norm": "layer", "prenorm": False},
     "mamba": {"norm": "rms", "prenorm": True},
     "transformer": {"norm": "layer", "prenorm": True},
+    "hf": {"norm": "none", "prenorm": False},  # the LM's own
 }
 
 
@@ -27,7 +29,9 @@ class ModelConfig:
     """A sequence model: encoder -> ``n_layers`` blocks -> head.
 
     ``block`` is the block type and ``primitive`` the sequence primitive inside it (the Transformer
-    block always holds attention). ``direction`` is "causal", "bidirectional" or, for Mamba blocks,
+    block always holds attention); ``block="hf"`` wraps the Hugging Face causal LM that ``hf``
+    names instead (``longrange.models.hf``), whose own configuration gives width and depth.
+    ``direction`` is "causal", "bidirectional" or, for Mamba blocks,
     "placebo" (the bidirectional block's parameters without the flips).
     """
 
@@ -67,6 +71,8 @@ class ModelConfig:
     head_activation: str = "gelu"
     # Extra keyword arguments for the primitive (e.g. {"init": "lin", "discretization": "bilinear"})
     primitive_options: dict[str, Any] = field(default_factory=dict)
+    # block "hf": a Hugging Face causal LM {model, pretrained, config, revision} (see models/hf.py)
+    hf: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rope_targets = tuple(self.rope_targets)
@@ -100,6 +106,14 @@ class ModelConfig:
             raise ConfigError(f"model.head_layers must be 1 (linear) or 2 (MLP), got {self.head_layers!r}")
         if self.head_hidden is not None and self.head_hidden < 1:
             raise ConfigError(f"model.head_hidden must be None (= d_model) or positive, got {self.head_hidden}")
+        if self.block == "hf":
+            check_hf_spec(self.hf)
+            if self.direction != "causal":
+                raise ConfigError(
+                    f"model.block 'hf' wraps a causal language model: model.direction must be 'causal', got {self.direction!r}"
+                )
+        elif self.hf:
+            raise ConfigError(f"model.hf applies to model.block 'hf', not {self.block!r}")
         if self.block == "transformer" and self.primitive != "attention":
             raise ConfigError(f"model.block = 'transformer' holds attention, not {self.primitive!r}")
         if self.direction == "placebo" and self.block != "mamba":
@@ -137,3 +151,20 @@ class ModelConfig:
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return ModelConfig.from_dict({**self.to_dict(), **changes})
+
+
+def check_hf_spec(hf: Any) -> None:
+    """Check ``model.hf`` without importing transformers (ConfigError naming the field)."""
+    if not isinstance(hf, dict):
+        raise ConfigError(f"model.hf must be a mapping {{model, pretrained, config, revision}}, got {hf!r}")
+    unknown = sorted(set(hf) - set(HF_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown model.hf key(s) {', '.join(unknown)}; known: {', '.join(HF_KEYS)}")
+    if not isinstance(hf.get("model"), str) or not hf["model"]:
+        raise ConfigError(f"model.hf.model must name a Hugging Face model id or local directory, got {hf.get('model')!r}")
+    if not isinstance(hf.get("pretrained", False), bool):
+        raise ConfigError(f"model.hf.pretrained must be true or false, got {hf['pretrained']!r}")
+    if not isinstance(hf.get("config") or {}, dict):
+        raise ConfigError(f"model.hf.config must be a mapping of configuration overrides, got {hf['config']!r}")
+    if hf.get("revision") is not None and not isinstance(hf["revision"], str):
+        raise ConfigError(f"model.hf.revision must be a string, got {hf['revision']!r}")

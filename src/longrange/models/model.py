@@ -5,7 +5,7 @@ head is what changes (``replace_head``).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -48,6 +48,7 @@ class SequenceModel(nn.Module):
         self.cfg = cfg
         self.encoder = encoder
         self.backbone = Backbone(cfg)
+        self.d_features = cfg.d_model
         self.head_kind = head_kind
         self.head = config_head(cfg, head_kind, n_out)
         # A learned CLS vector for cls pooling: first for bidirectional models, after the last
@@ -62,7 +63,7 @@ class SequenceModel(nn.Module):
         """Swap the head (e.g. token prediction -> classification) on the same device and dtype."""
         ref = next(self.backbone.parameters())
         self.head_kind = kind
-        self.head = config_head(self.cfg, kind, n_out).to(ref.device, ref.dtype)
+        self.head = config_head(self.cfg, kind, n_out, self.d_features).to(ref.device, ref.dtype)
 
     def encode(self, inputs: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """Features (batch, length', d), their padding mask, and the CLS positions (or None)."""
@@ -125,9 +126,23 @@ def build_model(
     vocab_size: int | None = None,
     d_input: int = 1,
     mask_channel: bool = False,
+    vocab: Sequence[str] | None = None,
+    hf_resolved: dict[str, Any] | None = None,
 ) -> SequenceModel:
     """Build a model for inputs of ``input_kind`` ("tokens" with ``vocab_size``, or "numeric"
-    with ``d_input`` channels, plus a mask-indicator channel if ``mask_channel``)."""
+    with ``d_input`` channels, plus a mask-indicator channel if ``mask_channel``).
+
+    ``block: hf`` models (:mod:`longrange.models.hf`) also take the task's token strings
+    ``vocab`` (to map them to a pretrained LM's tokens) and ``hf_resolved`` (their saved
+    :meth:`~longrange.models.hf.HFModel.rebuild_info`, to rebuild without the snapshot).
+    """
+    if cfg.block == "hf":
+        from longrange.models.hf import build_hf_model
+
+        return build_hf_model(
+            cfg, input_kind=input_kind, head=head, n_out=n_out, vocab_size=vocab_size, d_input=d_input,
+            mask_channel=mask_channel, vocab=vocab, hf_resolved=hf_resolved,
+        )
     if input_kind == "tokens":
         if mask_channel:
             raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")

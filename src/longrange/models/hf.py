@@ -1,0 +1,368 @@
+"""Hugging Face causal language models as baselines (``model.block: hf``).
+
+The LM's base model (``AutoModel``: embeddings, layers, final norm; not its LM head) replaces the
+encoder's embedding and the backbone; our heads (classify, regress, retrieval, tokens) sit on its
+last hidden states, so the model trains, pretrains, finetunes, saves and loads like any other::
+
+    model:
+      block: hf
+      hf: {model: EleutherAI/pythia-70m-deduped, pretrained: true}
+      pooling: last
+
+``model.hf``: ``model`` is a Hub id or a local snapshot directory; ``pretrained`` loads its
+weights (False, the default, initialises randomly from its configuration); ``config`` overrides
+fields of the configuration (e.g. ``{num_hidden_layers: 2}``); ``revision`` picks a Hub revision.
+Nothing is downloaded: files come from the local directory or the Hugging Face cache
+(``$HF_HOME``, ``$HF_HUB_CACHE``), and a missing file is an error saying how to download it.
+The width of the features is the LM's ``hidden_size``; ``model.d_model``, ``n_layers`` and the
+other fields of our own blocks are not used.
+
+Inputs, as the SPT code feeds Pythia (``src/models/lm/model.py`` of IdoAmos/not-from-scratch):
+
+- token tasks, pretrained: every entry of the task's vocabulary is mapped through the LM's
+  tokenizer, token by token. A token that the tokenizer splits (ListOps' ``[MAX`` -> ``[``,
+  ``MAX``) becomes several LM tokens in a row, as the SPT ListOps mapping does; the sequence
+  grows, and per-position outputs are read at the last LM token of each task token. Pixel-level
+  tasks with token inputs (``image``, ``pathfinder`` with ``input_kind: tokens``) thus feed the
+  intensity as its decimal string, as SPT's ``tokenize: true`` does. Specials: ``<pad>`` -> the
+  tokenizer's pad token, ``<unk>`` and ``<eos>`` -> its end-of-text token, ``<cls>`` and
+  ``<mask>`` -> new rows after the tokenizer's vocabulary (the embedding grows if it has no spare rows).
+- token tasks, random init: task ids are fed to the LM's embedding as they are.
+- numeric tasks: a linear map of the channels into the LM's input embeddings (``inputs_embeds``).
+
+The mapping and the LM's resolved configuration are returned by :meth:`HFModel.rebuild_info` and
+kept in a run's record, so a saved run loads without the snapshot (``build_model(...,
+hf_resolved=...)`` builds the same shapes, then the run's weights are loaded).
+"""
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from longrange.data.batch import padding_mask
+from longrange.errors import ConfigError, DataMissingError
+from longrange.models.config import ModelConfig
+from longrange.models.encoders import NumericEncoder
+from longrange.models.model import SequenceModel, config_head
+
+#: Our special tokens (``longrange.data.tokenize.SPECIALS``) and what they become in the LM.
+_SPECIAL_ROLES = {"<pad>": "pad", "<unk>": "eos", "<eos>": "eos", "<cls>": "new", "<mask>": "new"}
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as err:
+        raise ConfigError(
+            "model.block 'hf' needs the transformers package, an optional extra: pip install 'longrange[hf]'"
+        ) from err
+    return transformers
+
+
+def _where(model_id: str) -> str:
+    if Path(model_id).is_dir():
+        return f"the directory {model_id}"
+    try:
+        from huggingface_hub import constants
+
+        cache = constants.HF_HUB_CACHE
+    except ImportError:  # pragma: no cover - installed with transformers
+        cache = os.path.join(os.environ.get("HF_HOME", "~/.cache/huggingface"), "hub")
+    return f"the Hugging Face cache {cache}"
+
+
+def _missing(spec: dict, what: str, err: Exception) -> DataMissingError:
+    model_id = spec["model"]
+    revision = f" --revision {spec['revision']}" if spec.get("revision") else ""
+    return DataMissingError(
+        f"Hugging Face model {model_id!r}: its {what} is not found in {_where(model_id)} and nothing is downloaded; "
+        f"download it with `huggingface-cli download {model_id}{revision}` (or set model.hf.model to a local "
+        f"snapshot directory) ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+    )
+
+
+@contextmanager
+def _quiet(transformers):
+    """No weight-loading report or progress bars: a causal LM's checkpoint loads into its base
+    model with the LM head left over, which is expected here."""
+    logging = transformers.utils.logging
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def _dtype_kwarg(transformers) -> str:
+    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
+def _plain_config(config) -> dict[str, Any]:
+    """The LM configuration as plain, YAML-safe values."""
+    return json.loads(config.to_json_string(use_diff=False))
+
+
+def load_lm(spec: dict, resolved: dict | None = None) -> nn.Module:
+    """The LM's base model: from ``resolved`` (a plain configuration, random init), or from the
+    snapshot named by ``spec`` (its configuration with ``spec['config']`` overrides; pretrained
+    weights when ``spec['pretrained']``)."""
+    transformers = _transformers()
+    dtype = {_dtype_kwarg(transformers): torch.get_default_dtype()}
+    if resolved is not None:
+        resolved = dict(resolved)
+        config = transformers.AutoConfig.for_model(resolved.pop("model_type"), **resolved)
+        return transformers.AutoModel.from_config(config, **dtype)
+    kwargs = {"revision": spec.get("revision"), "local_files_only": True}
+    try:
+        config = transformers.AutoConfig.from_pretrained(spec["model"], **kwargs, **(spec.get("config") or {}))
+    except (OSError, ValueError) as err:
+        raise _missing(spec, "configuration (config.json)", err) from None
+    if not spec.get("pretrained", False):
+        return transformers.AutoModel.from_config(config, **dtype)
+    try:
+        with _quiet(transformers):
+            return transformers.AutoModel.from_pretrained(spec["model"], config=config, **kwargs, **dtype)
+    except (OSError, ValueError) as err:
+        raise _missing(spec, "pretrained weights", err) from None
+
+
+def token_map(spec: dict, vocab: Sequence[str], lm: nn.Module) -> list[list[int]]:
+    """LM token ids of every id of the task's vocabulary (specials first, as in ``data/tokenize.py``)."""
+    from longrange.data.tokenize import SPECIALS
+
+    transformers = _transformers()
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            spec["model"], revision=spec.get("revision"), local_files_only=True
+        )
+    except (OSError, ValueError) as err:
+        raise _missing(spec, "tokenizer", err) from None
+    eos = next((t for t in (tokenizer.eos_token_id, tokenizer.unk_token_id, tokenizer.bos_token_id) if t is not None), None)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    if eos is None:
+        raise ConfigError(f"the tokenizer of {spec['model']!r} has no end-of-text, unknown or begin token to map <eos>/<unk> to")
+    next_new = len(tokenizer)
+    out: list[list[int]] = []
+    for special in SPECIALS:
+        role = _SPECIAL_ROLES[special]
+        if role == "new":
+            out.append([next_new])
+            next_new += 1
+        else:
+            out.append([pad if role == "pad" else eos])
+    for tok in vocab:
+        ids = tokenizer(tok, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ConfigError(f"task token {tok!r} maps to no token of the tokenizer of {spec['model']!r}")
+        out.append([int(i) for i in ids])
+    rows = lm.get_input_embeddings().num_embeddings
+    if next_new > rows:
+        lm.resize_token_embeddings(next_new)
+    return out
+
+
+class HFTokenEncoder(nn.Module):
+    """Task token ids (batch, L) -> LM token ids (batch, L') with L' >= L (see the module docstring).
+
+    ``sub_ids`` (V, K) holds the LM tokens of every task id (padded with -1), ``sub_len`` (V,) their
+    number; both are saved with the model.
+    """
+
+    input_kind = "tokens"
+
+    def __init__(self, mapping: Sequence[Sequence[int]], pad_id: int = 0):
+        super().__init__()
+        width = max(len(m) for m in mapping)
+        sub = torch.full((len(mapping), width), -1, dtype=torch.long)
+        for i, ids in enumerate(mapping):
+            sub[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        self.register_buffer("sub_ids", sub)
+        self.register_buffer("sub_len", torch.tensor([len(m) for m in mapping], dtype=torch.long))
+        self.vocab_size = len(mapping)
+        self.pad_id = pad_id
+
+    @property
+    def expands(self) -> bool:
+        return self.sub_ids.shape[1] > 1
+
+    def forward(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """-> (LM ids (batch, L'), LM lengths (batch,), ends (batch, L): the LM position of the last
+        LM token of each task position)."""
+        if inputs.dim() != 2 or inputs.is_floating_point():
+            raise ValueError(f"token inputs must be integer ids of shape (batch, length), got {inputs.dtype} {tuple(inputs.shape)}")
+        if inputs.numel():
+            low, high = (int(v) for v in torch.aminmax(inputs))
+            if low < 0 or high >= self.vocab_size:
+                raise ValueError(f"token id {low if low < 0 else high} is outside the vocabulary of size {self.vocab_size}")
+        inputs = inputs.long()
+        if not self.expands:
+            ends = torch.arange(inputs.shape[1], device=inputs.device).expand_as(inputs)
+            return self.sub_ids[inputs, 0], lengths, ends
+        real = padding_mask(lengths, inputs.shape[1])
+        counts = self.sub_len[inputs] * real
+        new_lengths = counts.sum(1)
+        starts = counts.cumsum(1) - counts
+        out = torch.full((inputs.shape[0], max(int(new_lengths.max()), 1)), self.pad_id, dtype=torch.long, device=inputs.device)
+        rows = torch.arange(inputs.shape[0], device=inputs.device)[:, None].expand_as(inputs)
+        for k in range(self.sub_ids.shape[1]):
+            take = k < counts
+            out[rows[take], (starts + k)[take]] = self.sub_ids[inputs, k][take]
+        return out, new_lengths, (starts + counts - 1).clamp_min(0)
+
+
+class HFBackbone(nn.Module):
+    """The LM's base model on input embeddings (batch, L, hidden) with a padding mask."""
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+        self.d_model = lm.config.hidden_size
+
+    def embed(self, ids: Tensor) -> Tensor:
+        return self.lm.get_input_embeddings()(ids)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        attention = None if mask is None else mask.long()
+        h = self.lm(inputs_embeds=x, attention_mask=attention, use_cache=False).last_hidden_state
+        return h if mask is None else h * mask.unsqueeze(-1).to(h.dtype)
+
+    def mixers(self) -> list[nn.Module]:
+        """The attention modules of the LM's layers (for parameter reports)."""
+        return [m for m in self.lm.modules() if type(m).__name__.endswith("Attention")]
+
+
+class HFModel(SequenceModel):
+    """A Hugging Face causal LM with our heads; the interface of :class:`SequenceModel`."""
+
+    def __init__(self, cfg: ModelConfig, encoder: nn.Module, lm: nn.Module, head_kind: str, n_out: int):
+        nn.Module.__init__(self)
+        self.cfg = cfg
+        self.encoder = encoder
+        self.backbone = HFBackbone(lm)
+        self.d_features = self.backbone.d_model
+        self.head_kind = head_kind
+        self.head = config_head(cfg, head_kind, n_out, self.d_features)
+        self.cls = nn.Parameter(torch.randn(self.d_features) * 0.02) if cfg.pooling == "cls" else None
+
+    def rebuild_info(self) -> dict[str, Any]:
+        """What rebuilds this model's shapes without the snapshot (``build_model(hf_resolved=...)``)."""
+        mapping = None
+        if isinstance(self.encoder, HFTokenEncoder):
+            mapping = [row[: int(n)].tolist() for row, n in zip(self.encoder.sub_ids, self.encoder.sub_len)]
+        return {"config": _plain_config(self.backbone.lm.config), "token_map": mapping}
+
+    def _embed(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        if isinstance(self.encoder, HFTokenEncoder):
+            ids, lengths, ends = self.encoder(inputs, lengths)
+            return self.backbone.embed(ids), lengths, ends if self.encoder.expands else None
+        return self.encoder(inputs), lengths, None
+
+    def encode(self, inputs: Tensor, lengths: Tensor | None = None, return_ends: bool = False):
+        """Features (batch, L', hidden), their padding mask, the CLS positions (or None), and with
+        ``return_ends`` the LM position of each task position (None when the mapping is one-to-one)."""
+        batch = inputs.shape[0]
+        if lengths is None:
+            lengths = torch.full((batch,), inputs.shape[1], dtype=torch.long, device=inputs.device)
+        elif lengths.shape != (batch,):
+            raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
+        x, lengths, ends = self._embed(inputs, lengths.to(inputs.device))
+        cls_index = None
+        if self.cls is not None and self.head_kind != "tokens":
+            # After the last real position: a causal LM's CLS sees the whole sequence.
+            x = torch.cat([x, torch.zeros_like(x[:, :1])], dim=1)
+            cls_index = lengths
+            x = x.index_put((torch.arange(batch, device=x.device), cls_index), self.cls.to(x.dtype).expand(batch, -1))
+            lengths = lengths + 1
+        mask = padding_mask(lengths, x.shape[1])
+        h = self.backbone(x, mask)
+        return (h, mask, cls_index, ends) if return_ends else (h, mask, cls_index)
+
+    def forward(self, inputs: Tensor, lengths: Tensor | None = None, inputs2: Tensor | None = None,
+                lengths2: Tensor | None = None) -> Tensor:
+        h, mask, cls_index, ends = self.encode(inputs, lengths, return_ends=True)
+        if self.head_kind == "retrieval":
+            if inputs2 is None:
+                raise ValueError("a retrieval model needs the second sequence (inputs2)")
+            h2, mask2, cls2 = self.encode(inputs2, lengths2)
+            return self.head(h, mask, h2, mask2, cls_index, cls2)
+        if self.head_kind == "tokens" and ends is not None:
+            h = h.gather(1, ends.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # back to task positions
+        return self.head(h, mask, cls_index)
+
+    def default_state(self, batch_size: int, device=None, dtype=None) -> dict[str, Any]:
+        if isinstance(self.encoder, HFTokenEncoder) and self.encoder.expands:
+            raise RuntimeError("step() needs one LM token per task token; this task's tokens map to several")
+        return {"pos": 0, "past": None}
+
+    def step(self, x_t: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
+        """One position through the LM's key-value cache (updated in place) -> head output (batch, n_out)."""
+        if self.head_kind != "tokens":
+            raise RuntimeError(f"step() produces per-position outputs; the model has a {self.head_kind!r} head")
+        lengths = torch.ones(x_t.shape[0], dtype=torch.long, device=x_t.device)
+        x, _, _ = self._embed(x_t.unsqueeze(1), lengths)
+        out = self.backbone.lm(inputs_embeds=x, past_key_values=state["past"], use_cache=True)
+        return self.head(out.last_hidden_state[:, 0]), {"pos": state["pos"] + 1, "past": out.past_key_values}
+
+
+def build_hf_model(
+    cfg: ModelConfig,
+    *,
+    input_kind: str,
+    head: str,
+    n_out: int,
+    vocab_size: int | None = None,
+    d_input: int = 1,
+    mask_channel: bool = False,
+    vocab: Sequence[str] | None = None,
+    hf_resolved: dict | None = None,
+) -> HFModel:
+    """The model of ``cfg`` (``block: hf``) for a task (see :func:`longrange.models.model.build_model`).
+
+    ``vocab`` is the task's token strings (without the specials), needed for pretrained LMs on
+    token tasks; ``hf_resolved`` (from :meth:`HFModel.rebuild_info`) rebuilds a saved model
+    without the snapshot.
+    """
+    spec = cfg.hf
+    lm = load_lm(spec, None if hf_resolved is None else hf_resolved["config"])
+    hidden = lm.config.hidden_size
+    if input_kind == "tokens":
+        if mask_channel:
+            raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")
+        if not vocab_size:
+            raise ConfigError("a token task needs its vocabulary size")
+        if hf_resolved is not None and hf_resolved.get("token_map") is not None:
+            mapping = hf_resolved["token_map"]
+        elif spec.get("pretrained", False):
+            if vocab is None:
+                raise ConfigError(
+                    f"a pretrained Hugging Face LM ({spec['model']!r}) on a token task needs the task's vocabulary "
+                    "(build_model(..., vocab=data.vocab.tokens)) to map its tokens to the LM's"
+                )
+            mapping = token_map(spec, vocab, lm)
+        else:
+            rows = lm.get_input_embeddings().num_embeddings
+            if vocab_size > rows:
+                raise ConfigError(
+                    f"the task's {vocab_size} token ids do not fit the LM's {rows} embeddings; set model.hf.config.vocab_size"
+                )
+            mapping = [[i] for i in range(vocab_size)]
+        if len(mapping) != vocab_size:
+            raise ConfigError(f"the token mapping has {len(mapping)} entries for a vocabulary of {vocab_size}")
+        pad = getattr(lm.config, "pad_token_id", None)
+        encoder: nn.Module = HFTokenEncoder(mapping, pad_id=pad if isinstance(pad, int) and pad >= 0 else 0)
+    elif input_kind == "numeric":
+        encoder = NumericEncoder(d_input, hidden, mask_channel)
+    else:
+        raise ConfigError(f"unknown input kind {input_kind!r}; expected tokens or numeric")
+    return HFModel(cfg, encoder, lm, head, n_out)

@@ -1,0 +1,77 @@
+"""A Hugging Face causal LM (block hf) through the stages: training, causal pretraining then
+finetuning, save/load through the run directory (also without the snapshot)."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from longrange.experiment.config import experiment_from_dict
+from longrange.experiment.runs import load_data, load_model, run_stage
+from longrange.models.model import parameter_report
+
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+from hf_tiny import write_tiny_lm  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def listops_dir(tmp_path_factory):
+    from longrange.data.generate.listops import generate
+
+    root = tmp_path_factory.mktemp("data")
+    generate(root / "listops", n_train=48, n_val=16, n_test=16, min_length=8, max_length=30, max_depth=3, max_args=3,
+             seed=0, quiet=True)
+    return root
+
+
+def experiment(data_dir, lm_dir, pretrained=True):
+    return experiment_from_dict({
+        "label": "tiny-neox",
+        "task": {"name": "listops", "options": {"seq_len": 48}, "data_dir": str(data_dir)},
+        "model": {"block": "hf", "hf": {"model": str(lm_dir), "pretrained": pretrained}, "pooling": "last",
+                  "head_layers": 2},
+        "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 1},
+        "pretrain": {"epochs": 1},
+    })
+
+
+def test_pretrain_causal_then_finetune_and_load_without_the_snapshot(listops_dir, tmp_path):
+    lm_dir = tmp_path / "snapshot"
+    write_tiny_lm(lm_dir)
+    exp = experiment(listops_dir, lm_dir)
+    pre = run_stage(exp, "pretrain", tmp_path / "pre", objective="causal")
+    assert pre["steps"] == 3 and pre["params"]["total"] > 0
+    record = yaml.safe_load((tmp_path / "pre" / "config.yaml").read_text())
+    assert record["head"]["vocab"][:3] == ["0", "1", "2"] and record["head"]["hf_resolved"]["config"]["hidden_size"] == 32
+    fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
+    assert fine["regime"] == "causal-spt" and 0 <= fine["test"]["accuracy"] <= 1
+    transfer = yaml.safe_load((tmp_path / "fine" / "config.yaml").read_text())["init"]["transfer"]
+    assert transfer["newly_initialised"] == ["head.mlp.0.bias", "head.mlp.0.weight", "head.mlp.2.bias", "head.mlp.2.weight"]
+    assert any(k.startswith("backbone.lm.layers.") for k in torch.load(tmp_path / "fine" / "checkpoints" / "best.pt",
+                                                                         weights_only=True)["model"])
+    # The run reloads without the snapshot, with its own weights.
+    shutil.rmtree(lm_dir)
+    model = load_model(tmp_path / "fine")
+    data = load_data(exp.task)
+    batch = data.collate([data.test[i] for i in range(4)])
+    ref = torch.load(tmp_path / "fine" / "checkpoints" / "best.pt", weights_only=True)["model"]
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, ref[key]), key
+    out = model(batch["inputs"], batch["lengths"])
+    assert out.shape == (4, data.spec.n_classes) and torch.isfinite(out).all()
+    assert parameter_report(model)["total"] == fine["params"]["total"]
+
+
+def test_scratch_training_of_a_random_init_lm(listops_dir, tmp_path):
+    lm_dir = tmp_path / "config-only"
+    write_tiny_lm(lm_dir, weights=False, tokenizer=False)
+    exp = experiment(listops_dir, lm_dir, pretrained=False)
+    summary = run_stage(exp, "train", tmp_path / "scratch")
+    assert summary["steps"] == 3 and summary["regime"] == "scratch"
+    model = load_model(tmp_path / "scratch")
+    assert model.encoder.sub_ids[:, 0].tolist() == list(range(model.encoder.vocab_size))
