@@ -9,7 +9,8 @@ A dataset item is a dict with
 tokens and 0.0 for numeric inputs) and returns a batch dict with
   ``inputs`` (B, L) or (B, L, C); ``lengths`` LongTensor (B,); ``targets`` (B,) or (B, T);
   ``inputs2``/``lengths2`` for two-sequence tasks.
-The padding mask is always derived from the lengths with :func:`padding_mask`.
+The padding mask is always derived from the lengths with :func:`padding_mask`
+(:func:`longrange.ops.masks.padding_mask`, re-exported here).
 """
 from __future__ import annotations
 
@@ -18,14 +19,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from longrange.ops.masks import padding_mask  # noqa: F401  (part of the batch format's API)
+
 #: Token id of padding. Special tokens take the first ids of every vocabulary.
 PAD_ID = 0
-
-
-def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
-    """Boolean (B, max_len) mask, True at real positions of left-aligned sequences."""
-    positions = torch.arange(max_len, device=lengths.device)
-    return positions.unsqueeze(0) < lengths.unsqueeze(1)
 
 
 def _pad(seqs: Sequence[Tensor], pad_value: float | int) -> tuple[Tensor, Tensor]:

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from longrange.data.batch import padding_mask
 from longrange.errors import ConfigError
 from longrange.models.backbone import Backbone
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder, TokenEncoder
 from longrange.models.heads import HEADS, PooledHead, RetrievalHead, TokenHead
+from longrange.ops.masks import padding_mask
 
 
 def make_head(kind: str, d_model: int, n_out: int, pooling: str) -> nn.Module:

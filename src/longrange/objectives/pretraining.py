@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from longrange.data.batch import padding_mask
 from longrange.errors import ConfigError
 from longrange.objectives.base import StepOutput
+from longrange.ops.masks import padding_mask
 
 NUMERIC_LOSSES = ("l1", "classes")
 
