@@ -17,7 +17,7 @@ import longrange
 SRC = Path(longrange.__file__).parent
 
 #: Modules every layer may import.
-BASE = {"longrange", "longrange.errors", "longrange.registry", "longrange._optional"}
+BASE = {"longrange", "longrange.errors", "longrange.registry", "longrange._optional", "longrange._exports"}
 
 _BELOW_OBJECTIVES = {"ops", "layers", "blocks", "models", "data"}
 #: For each package, the packages its modules may import (besides their own package and BASE).

@@ -38,9 +38,9 @@ def toy_expected(data_dir, seq_len, flavour):
 
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setattr(tasks, "_REGISTRY", dict(tasks._REGISTRY))
     register_task("toy", toy_spec, toy_loader, {"seq_len": 8, "flavour": "a"}, expected=toy_expected)
-    return "toy"
+    yield "toy"
+    tasks.TASKS.unregister("toy")
 
 
 def test_registry_lists_and_builds_specs(toy):
@@ -52,7 +52,7 @@ def test_registry_lists_and_builds_specs(toy):
 def test_unknown_task_and_option_are_config_errors(toy):
     with pytest.raises(ConfigError, match=r"unknown task 'nope'.*toy"):
         get_spec("nope")
-    with pytest.raises(ConfigError, match=r"unknown option 'seqlen' for task toy; valid options: flavour, seq_len"):
+    with pytest.raises(ConfigError, match=r"unknown option 'seqlen' for task toy \(did you mean 'seq_len'\?\); valid options: flavour, seq_len"):
         load_task("toy", "x", seqlen=3)
 
 

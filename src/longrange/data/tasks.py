@@ -28,6 +28,7 @@ from torch.utils.data import Dataset, Subset
 from longrange.data.batch import PAD_ID, collate
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
+from longrange.registry import Registry, unknown_option
 
 #: Environment variable naming the default data directory.
 DATA_ENV = "LONGRANGE_DATA"
@@ -159,7 +160,8 @@ class _Registered:
     expected: Callable[..., list[Path]] | None
 
 
-_REGISTRY: dict[str, _Registered] = {}
+#: The registered tasks by name (each task module registers its tasks with :func:`register_task`).
+TASKS: Registry = Registry("task")
 
 
 def register_task(name: str, spec: Callable[..., TaskSpec], loader: Callable[..., TaskData], options: dict,
@@ -174,18 +176,18 @@ def register_task(name: str, spec: Callable[..., TaskSpec], loader: Callable[...
         options: the task's option names with their defaults.
         expected: ``expected(data_dir: Path, **options) -> list[Path]``, the files/directories that
             must exist (for :func:`task_status` and ``longrange data info``).
+
+    Registering a name again replaces the earlier task.
     """
-    _REGISTRY[name] = _Registered(spec, loader, dict(options), expected)
+    TASKS.register(name, _Registered(spec, loader, dict(options), expected), replace=True)
 
 
 def list_tasks() -> list[str]:
-    return sorted(_REGISTRY)
+    return TASKS.names()
 
 
 def _entry(name: str) -> _Registered:
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown task {name!r}; available tasks: {', '.join(list_tasks()) or '(none)'}")
-    return _REGISTRY[name]
+    return TASKS.get(name)
 
 
 def task_options(name: str) -> dict[str, Any]:
@@ -197,8 +199,7 @@ def _resolve_options(name: str, options: dict) -> dict:
     entry = _entry(name)
     unknown = sorted(set(options) - set(entry.options))
     if unknown:
-        valid = ", ".join(sorted(entry.options)) or "(none)"
-        raise ConfigError(f"unknown option {unknown[0]!r} for task {name}; valid options: {valid}")
+        raise unknown_option(unknown[0], f"task {name}", list(entry.options))
     return {**entry.options, **options}
 
 

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive, apply_mask
 from longrange.layers.rope import RotaryEmbedding
+from longrange.layers.registry import register_primitive
 from longrange.ops.attention import blocked_attention, masked_attention
 
 
@@ -47,6 +48,7 @@ class KVCache:
     position: int = 0
 
 
+@register_primitive("attention")
 class Attention(SequencePrimitive):
     """Multi-head self-attention as a sequence primitive (see the module docstring for conventions).
 

@@ -33,6 +33,7 @@ import math
 import torch
 from torch import Tensor
 
+from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import (
     ConvolutionalSSM,
     as_complex,
@@ -51,6 +52,7 @@ from longrange.ops.ssm_kernels import vandermonde_kernel
 DLR_INITS = ("structured", "random")
 
 
+@register_primitive("dlr")
 class DLR(ConvolutionalSSM):
     """Diagonal linear RNN layer (see the module doc for the recurrence and the inits).
 

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from longrange.layers.hippo import legs_nplr
+from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import (
     REAL_TRANSFORMS,
     ConvolutionalSSM,
@@ -52,6 +53,7 @@ from longrange.ops.ssm_kernels import (
 )
 
 
+@register_primitive("s4")
 class S4(ConvolutionalSSM):
     """The S4 layer (Gu, Goel & Ré, 2022) with the NPLR-LegS parameterisation.
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from longrange.layers.hippo import S4D_INITS, s4d_init
+from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import (
     REAL_TRANSFORMS,
     ConvolutionalSSM,
@@ -38,6 +39,7 @@ from longrange.layers.ssm import (
 from longrange.ops.ssm_kernels import DISCRETIZATIONS, diag_ssm_kernel, discretize_diag
 
 
+@register_primitive("s4d")
 class S4D(ConvolutionalSSM):
     """Diagonal SSM layer (Gu et al., "On the Parameterization and Initialization of Diagonal SSMs").
 

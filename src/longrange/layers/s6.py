@@ -47,6 +47,7 @@ from torch import Tensor, nn
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive, apply_mask
 from longrange.layers.bidirectional import FlipSum
+from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import (
     check_choice,
     check_dt_range,
@@ -80,6 +81,7 @@ def s6_dt_bias_init(d_model: int, dt_min: float, dt_max: float, dt_init_floor: f
     return dt + torch.log(-torch.expm1(-dt))  # softplus^{-1}(dt) = log(exp(dt) - 1), computed stably
 
 
+@register_primitive("s6")
 class S6(SequencePrimitive):
     """The selective SSM of Mamba (see the module docstring)."""
 

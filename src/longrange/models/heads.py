@@ -1,10 +1,24 @@
-"""Output heads and the pooling that respects padding."""
+"""Output heads and the pooling that respects padding.
+
+Heads are registered by kind (:data:`HEADS`): ``cls(d_model, n_out, **options)``, with the model's
+``pooling`` passed to the heads that take it. A head reads the backbone's features of one sequence,
+``head(h, mask, cls_index)``, or with ``two_sequences = True`` of two,
+``head(h1, mask1, h2, mask2, cls1, cls2)``; a head with ``per_position = True`` gives an output
+per position (it can generate step by step, and needs no CLS vector).
+"""
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
+from longrange.registry import Registry
+
+#: The output heads by kind ("classify", "regress", "retrieval", "tokens").
+HEADS: Registry = Registry("head")
+
+#: Decorator: ``@register_head("kind")`` on a head class.
+register_head = HEADS.register
 
 
 def pool(h: Tensor, mask: Tensor | None, pooling: str, cls_index: Tensor | None = None) -> Tensor:
@@ -30,6 +44,8 @@ def pool(h: Tensor, mask: Tensor | None, pooling: str, cls_index: Tensor | None 
     raise ConfigError(f"unknown pooling {pooling!r}; expected mean, last or cls")
 
 
+@register_head("classify")
+@register_head("regress")
 class PooledHead(nn.Module):
     """Pool, then a linear map to ``n_out`` (class logits, or regression targets)."""
 
@@ -42,8 +58,11 @@ class PooledHead(nn.Module):
         return self.linear(pool(h, mask, self.pooling, cls_index))
 
 
+@register_head("retrieval")
 class RetrievalHead(nn.Module):
     """Two-sequence classification on pooled features a, b: MLP([a, b, a·b, a−b]) (the LRA two-tower head)."""
+
+    two_sequences = True
 
     def __init__(self, d_model: int, n_classes: int, pooling: str = "mean", hidden: int | None = None):
         super().__init__()
@@ -65,8 +84,11 @@ class RetrievalHead(nn.Module):
         return self.mlp(torch.cat([a, b, a * b, a - b], dim=-1))
 
 
+@register_head("tokens")
 class TokenHead(nn.Module):
     """A per-position linear map: next-token/masked-token logits, intensity classes or values."""
+
+    per_position = True
 
     def __init__(self, d_model: int, n_out: int):
         super().__init__()
@@ -74,6 +96,3 @@ class TokenHead(nn.Module):
 
     def forward(self, h: Tensor, mask: Tensor | None = None, cls_index: Tensor | None = None) -> Tensor:
         return self.linear(h)
-
-
-HEADS = ("classify", "regress", "retrieval", "tokens")

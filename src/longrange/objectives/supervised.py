@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from longrange.objectives.base import StepOutput
+from longrange.objectives.base import StepOutput, register_objective
 
 
 def model_outputs(model: nn.Module, batch: Mapping[str, Tensor], inputs: Tensor | None = None) -> Tensor:
@@ -24,6 +24,7 @@ def _f64(x: Tensor) -> Tensor:
     return x.detach().to(torch.float64)
 
 
+@register_objective("classification")
 class Classification:
     """Cross-entropy; metric accuracy."""
 
@@ -47,6 +48,7 @@ class Classification:
         return {"loss": float(sums["loss_sum"]) / n, "accuracy": float(sums["correct"]) / n}
 
 
+@register_objective("regression")
 class Regression:
     """Mean squared error on standardised targets; metric R² (the mean over targets)."""
 

@@ -10,7 +10,8 @@ CSV), ``plots`` (PNG figures), ``kernels`` (convolution-kernel decay), ``writer`
 from __future__ import annotations
 
 from longrange.report.collect import Run, collect_runs
-from longrange.report.tables import aggregate, mean_ci
+from longrange.report.kernels import kernel_decay
+from longrange.report.tables import aggregate, mean_ci, t_critical
 from longrange.report.writer import write_report
 
-__all__ = ["Run", "aggregate", "collect_runs", "mean_ci", "write_report"]
+__all__ = ["Run", "aggregate", "collect_runs", "kernel_decay", "mean_ci", "t_critical", "write_report"]
