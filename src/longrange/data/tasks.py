@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from longrange.data.batch import PAD_ID, collate
+from longrange.data.batch import PAD_ID, check_class_labels, collate
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 from longrange.registry import Registry, unknown_option
@@ -144,8 +144,12 @@ class TaskData:
     info: dict[str, Any] = field(default_factory=dict)
 
     def collate(self, items: Sequence[dict]) -> dict[str, Tensor]:
-        """Pad items into a batch with the vocabulary's pad id (see ``data/batch.py``)."""
-        return collate(items, pad_id=self.vocab.pad_id if self.vocab is not None else PAD_ID)
+        """Pad items into a batch with the vocabulary's pad id (see ``data/batch.py``); class labels
+        outside [0, n_classes) are a DataFormatError (checked here, on the CPU, once per batch)."""
+        batch = collate(items, pad_id=self.vocab.pad_id if self.vocab is not None else PAD_ID)
+        if self.spec.n_classes > 0:
+            check_class_labels(batch["targets"], self.spec.n_classes, f"a batch of task {self.spec.name}")
+        return batch
 
     @property
     def vocab_size(self) -> int | None:
