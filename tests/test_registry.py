@@ -160,3 +160,25 @@ def test_plugins_named_in_the_environment_are_imported_at_the_first_lookup(tmp_p
     finally:
         PRIMITIVES.unregister("plugin-identity")
         sys.modules.pop("my_longrange_plugin", None)
+
+
+def test_a_registered_block_builds_the_backbone(monkeypatch):
+    import longrange.models.config as model_config
+    from longrange.blocks import SimpleBlock
+    from longrange.models import make_mixer, register_block
+
+    # ModelConfig.validate reads models.config.BLOCKS: the registry, once models/config.py imports it.
+    monkeypatch.setattr(model_config, "BLOCKS", BLOCKS)
+
+    @register_block("plain")
+    def plain_block(cfg):
+        return SimpleBlock(make_mixer(cfg), dropout=cfg.dropout, norm="none")
+
+    try:
+        cfg = ModelConfig(block="plain", primitive="s4d", n_layers=2, d_model=8, d_state=4, norm="none", prenorm=False)
+        model = build_model(cfg, input_kind="numeric", head="classify", n_out=2)
+        assert [type(b).__name__ for b in model.backbone.blocks] == ["SimpleBlock", "SimpleBlock"]
+        assert [type(m).__name__ for m in model.backbone.mixers()] == ["S4D", "S4D"]
+        assert model(torch.randn(2, 5, 1)).shape == (2, 2)
+    finally:
+        BLOCKS.unregister("plain")

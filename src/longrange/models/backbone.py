@@ -87,6 +87,11 @@ def make_block(cfg: ModelConfig) -> SequencePrimitive:
     return BLOCKS.get(cfg.block)(cfg)
 
 
+def _residual_options(cfg: ModelConfig) -> dict[str, Any]:
+    """What every built-in block takes from the config for its residual branches."""
+    return {"dropout": cfg.dropout, "norm": cfg.resolved_norm, "prenorm": cfg.resolved_prenorm}
+
+
 @register_block("transformer")
 def transformer_block(cfg: ModelConfig) -> SequencePrimitive:
     """Attention and an MLP (the block holds its own attention; ``model.primitive`` is "attention")."""
@@ -94,13 +99,11 @@ def transformer_block(cfg: ModelConfig) -> SequencePrimitive:
         cfg.d_model,
         n_heads=cfg.n_heads,
         mlp_ratio=cfg.mlp_ratio,
-        dropout=cfg.dropout,
-        norm=cfg.resolved_norm,
-        prenorm=cfg.resolved_prenorm,
         bidirectional=cfg.bidirectional,
         rope=cfg.rope,
         rope_base=cfg.rope_base,
         block_size=cfg.attn_block_size,
+        **_residual_options(cfg),
     )
 
 
@@ -109,7 +112,7 @@ def simple_block(cfg: ModelConfig) -> SequencePrimitive:
     """The S4 block around the configured primitive."""
     if cfg.rope and not rotates_itself(cfg.primitive):
         raise ConfigError("model.rope before the SSM is defined for Mamba blocks (thesis section 14); use block='mamba'")
-    return SimpleBlock(make_mixer(cfg), dropout=cfg.dropout, norm=cfg.resolved_norm, prenorm=cfg.resolved_prenorm)
+    return SimpleBlock(make_mixer(cfg), **_residual_options(cfg))
 
 
 def _rope_options(cfg: ModelConfig) -> RopeOptions | None:
@@ -133,11 +136,9 @@ def mamba_block(cfg: ModelConfig) -> SequencePrimitive:
         make_ssm,
         expand=cfg.expand,
         d_conv=cfg.d_conv,
-        dropout=cfg.dropout,
-        norm=cfg.resolved_norm,
-        prenorm=cfg.resolved_prenorm,
         direction=cfg.direction,
         rope=_rope_options(cfg),
+        **_residual_options(cfg),
     )
 
 
