@@ -134,7 +134,7 @@ def test_training_from_python_and_from_the_command_line(plugin_dir, capsys):
     runpy.run_path(str(plugin_dir / "train_moving_average.py"), run_name="__main__")
     test_metrics = eval(capsys.readouterr().out.strip().splitlines()[-1])  # the script prints summary["test"]
     assert set(test_metrics) == {"loss", "accuracy"} and 0 <= test_metrics["accuracy"] <= 1
-    assert (plugin_dir / "runs" / "ma-python" / "checkpoints" / "best.pt").is_file()
+    assert (plugin_dir / "runs" / "ma-python" / "metrics.jsonl").is_file()
 
     from longrange.cli import main
 

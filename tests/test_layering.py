@@ -4,8 +4,10 @@
     objectives < train < experiment < report, bench < the command line
 
 Imports are read with ``ast`` from every module, including imports inside functions (a lazy
-import is still a dependency). The command modules (``cli.py``, ``*_cli.py``, ``__main__.py``) and
-the demo sit at the top, whatever package holds them: they wire everything together.
+import is still a dependency). The single modules at the package's root (``errors``,
+``registry``, ...) are the base that every layer may use; they import only each other. The command
+modules (``cli.py``, ``*_cli.py``, ``__main__.py``) and the demo sit at the top, whatever package
+holds them: they wire everything together.
 """
 from __future__ import annotations
 
@@ -16,8 +18,14 @@ import longrange
 
 SRC = Path(longrange.__file__).parent
 
-#: Modules every layer may import.
-BASE = {"longrange", "longrange.errors", "longrange.registry", "longrange._optional", "longrange._exports"}
+
+def base_modules(src: Path) -> set[str]:
+    """Modules every layer may import: the package itself and the single modules at its root
+    (errors, registry, optional imports, ...), except the command line."""
+    return {"longrange"} | {f"longrange.{p.stem}" for p in src.glob("*.py") if p.stem not in ("__init__", "__main__", "cli")}
+
+
+BASE = base_modules(SRC)
 
 _BELOW_OBJECTIVES = {"ops", "layers", "blocks", "models", "data"}
 #: For each package, the packages its modules may import (besides their own package and BASE).
@@ -101,4 +109,10 @@ def test_the_check_sees_a_violation(tmp_path, monkeypatch):
     assert imported_modules(bad) == [(2, "longrange.models.model")]
     assert package_of("longrange.models.model") not in ALLOWED["ops"]
     monkeypatch.setattr(__import__(__name__), "SRC", tmp_path / "longrange")
-    assert violations() == ["longrange/ops/bad.py:2: longrange.ops.bad imports longrange.models.model"]
+    (tmp_path / "longrange" / "errors.py").write_text("from longrange.ops import bad\n")
+    monkeypatch.setattr(__import__(__name__), "BASE", base_modules(tmp_path / "longrange"))
+    assert BASE >= {"longrange", "longrange.errors"}
+    assert violations() == [
+        "longrange/errors.py:1: longrange.errors imports longrange.ops",
+        "longrange/ops/bad.py:2: longrange.ops.bad imports longrange.models.model",
+    ]

@@ -127,6 +127,12 @@ def test_a_primitive_without_bidirectional_mode_is_refused(monkeypatch):
 
 def test_heads_and_objectives_build_by_name():
     assert type(HEADS.build("classify", 8, 3)).__name__ == "PooledHead"
+    from longrange.models import make_head
+
+    # settings go to the heads that take them
+    assert make_head("retrieval", 8, 2, "last", hidden=5).mlp[0].out_features == 5
+    assert make_head("tokens", 8, 3, "last", hidden=5).linear.out_features == 3
+    assert make_head("regress", 8, 1, "last").pooling == "last"
     masked = OBJECTIVES.build("masked", "tokens", 0.15, vocab_size=10)
     assert masked.ratio == 0.15 and masked.metric == "loss"
     with pytest.raises(ConfigError, match=r"unknown option 'spans' for objective 'masked' \(did you mean 'span'\?\)"):

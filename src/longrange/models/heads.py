@@ -1,7 +1,7 @@
 """Output heads and the pooling that respects padding.
 
-Heads are registered by kind (:data:`HEADS`): ``cls(d_model, n_out, **options)``, with the model's
-``pooling`` passed to the heads that take it. A head reads the backbone's features of one sequence,
+Heads are registered by kind (:data:`longrange.models.registry.HEADS`): ``cls(d_model, n_out,
+**options)``, with the model's ``pooling`` passed to the heads that take it. A head reads the backbone's features of one sequence,
 ``head(h, mask, cls_index)``, or with ``two_sequences = True`` of two,
 ``head(h1, mask1, h2, mask2, cls1, cls2)``; a head with ``per_position = True`` gives an output
 per position (it can generate step by step, and needs no CLS vector).
@@ -12,13 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
-from longrange.registry import Registry
-
-#: The output heads by kind ("classify", "regress", "retrieval", "tokens").
-HEADS: Registry = Registry("head")
-
-#: Decorator: ``@register_head("kind")`` on a head class.
-register_head = HEADS.register
+from longrange.models.registry import register_head
 
 
 def pool(h: Tensor, mask: Tensor | None, pooling: str, cls_index: Tensor | None = None) -> Tensor:

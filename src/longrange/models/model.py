@@ -14,16 +14,17 @@ from longrange.errors import ConfigError
 from longrange.models.backbone import Backbone
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder, TokenEncoder
-from longrange.models.heads import HEADS
+from longrange.models.registry import HEADS
 from longrange.ops.masks import padding_mask
 
 
-def make_head(kind: str, d_model: int, n_out: int, pooling: str) -> nn.Module:
-    """A head by kind (see :data:`~longrange.models.heads.HEADS`): "classify" and "regress"
-    (pooled), "retrieval" (two sequences), "tokens" (per position)."""
+def make_head(kind: str, d_model: int, n_out: int, pooling: str = "mean", **settings: Any) -> nn.Module:
+    """A head by kind (see :data:`~longrange.models.registry.HEADS`): "classify" and "regress"
+    (pooled), "retrieval" (two sequences), "tokens" (per position). ``pooling`` and ``settings``
+    go to the heads whose constructors take them."""
     if n_out < 1:
         raise ConfigError(f"head {kind!r} needs a positive output size, got {n_out}")
-    return HEADS.build_from(kind, (d_model, n_out), offered={"pooling": pooling})
+    return HEADS.build_from(kind, (d_model, n_out), offered={"pooling": pooling, **settings})
 
 
 class SequenceModel(nn.Module):

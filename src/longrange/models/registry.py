@@ -15,15 +15,22 @@ names are.
 from __future__ import annotations
 
 from longrange.layers.registry import PRIMITIVES, register_primitive
-from longrange.models.heads import HEADS, register_head
 from longrange.registry import Registry
 
-#: Block builders by name; the built-ins ("simple", "mamba", "transformer") are registered by
-#: :mod:`longrange.models.backbone`, imported at the first lookup.
+# The built-in blocks and heads are registered by the modules named here, imported at the first
+# lookup: this module imports no other module of the models package (models.config imports it).
+
+#: Block builders by name ("simple", "mamba", "transformer").
 BLOCKS: Registry = Registry("block", modules=("longrange.models.backbone",))
 
 #: Decorator: ``@register_block("name")`` on a function ``build(cfg) -> SequencePrimitive``.
 register_block = BLOCKS.register
+
+#: Output heads by kind ("classify", "regress", "retrieval", "tokens").
+HEADS: Registry = Registry("head", modules=("longrange.models.heads",))
+
+#: Decorator: ``@register_head("kind")`` on a head class.
+register_head = HEADS.register
 
 
 def primitive_names() -> list[str]:
