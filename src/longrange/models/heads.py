@@ -1,10 +1,11 @@
 """Output heads and the pooling that respects padding.
 
-Heads are registered by kind (:data:`longrange.models.registry.HEADS`): ``cls(d_model, n_out,
-**options)``, with the model's ``pooling`` passed to the heads that take it. A head reads the backbone's features of one sequence,
-``head(h, mask, cls_index)``, or with ``two_sequences = True`` of two,
-``head(h1, mask1, h2, mask2, cls1, cls2)``; a head with ``per_position = True`` gives an output
-per position (it can generate step by step, and needs no CLS vector).
+Heads are registered by kind (:data:`longrange.models.registry.HEADS`) and built as
+``cls(d_model, n_out, **options)``, the model's ``pooling`` going to the heads that take it. A
+head reads the backbone's features of one sequence, ``head(h, mask, cls_index)``, or, with
+``two_sequences = True``, of two: ``head(h1, mask1, h2, mask2, cls1, cls2)``. A head with
+``per_position = True`` gives an output per position (it can generate step by step, and needs no
+CLS vector).
 """
 from __future__ import annotations
 
