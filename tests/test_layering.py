@@ -6,8 +6,8 @@
 Imports are read with ``ast`` from every module, including imports inside functions (a lazy
 import is still a dependency). The single modules at the package's root (``errors``,
 ``registry``, ...) are the base that every layer may use; they import only each other. The command
-modules (``cli.py``, ``*_cli.py``, ``__main__.py``) and the demo sit at the top, whatever package
-holds them: they wire everything together.
+modules (those of ``longrange.cli.COMMAND_MODULES``, any ``cli.py``, ``*_cli.py``, ``__main__.py``)
+and the demo sit at the top, whatever package holds them: they wire everything together.
 """
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ import ast
 from pathlib import Path
 
 import longrange
+from longrange.cli import COMMAND_MODULES
 
 SRC = Path(longrange.__file__).parent
 
 
 def base_modules(src: Path) -> set[str]:
     """Modules every layer may import: the package itself and the single modules at its root
-    (errors, registry, optional imports, ...), except the command line."""
-    return {"longrange"} | {f"longrange.{p.stem}" for p in src.glob("*.py") if p.stem not in ("__init__", "__main__", "cli")}
+    (errors, registry, optional imports, ...), except the command modules."""
+    root = {f"longrange.{p.stem}" for p in src.glob("*.py") if p.stem != "__init__"}
+    return {"longrange"} | {name for name in root if not is_top_level(name)}
 
-
-BASE = base_modules(SRC)
 
 _BELOW_OBJECTIVES = {"ops", "layers", "blocks", "models", "data"}
 #: For each package, the packages its modules may import (besides their own package and BASE).
@@ -53,7 +53,10 @@ def module_name(path: Path) -> str:
 
 def is_top_level(name: str) -> bool:
     last = name.rsplit(".", 1)[-1]
-    return name in TOP_LEVEL or last in ("cli", "__main__") or last.endswith("_cli")
+    return name in TOP_LEVEL or name in COMMAND_MODULES or last in ("cli", "__main__") or last.endswith("_cli")
+
+
+BASE = base_modules(SRC)
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
