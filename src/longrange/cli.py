@@ -17,7 +17,7 @@ from longrange.errors import LongrangeError
 
 #: Modules that add subcommands, in the order they are listed in ``longrange --help``.
 COMMAND_MODULES: list[str] = [
-    "longrange.models.cli",
+    "longrange.experiment.params_cli",
     "longrange.data.cli",
     "longrange.experiment.cli",
     "longrange.bench.cli",

@@ -53,7 +53,7 @@ def test_errors_print_one_line(main, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert err.startswith("longrange data: error: unknown task 'nope'") and "\n" not in err
     assert main(["data", "info", "listops", "-o", "seqlen=3"]) == 1
-    assert "unknown option 'seqlen' for task listops; valid options: seq_len, truncate" in capsys.readouterr().err
+    assert "unknown option 'seqlen' for task listops (did you mean 'seq_len'?); valid options: seq_len, truncate" in capsys.readouterr().err
     assert main(["data", "prepare", "listops", "--data-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "basic_train.tsv but it does not exist" in err and len(err.strip().splitlines()) == 1

@@ -18,7 +18,7 @@ from longrange.data.tasks import (
     unpack,
 )
 from longrange.data.tokenize import Vocabulary
-from longrange.errors import ConfigError
+from longrange.errors import ConfigError, DataFormatError
 
 
 def toy_spec(seq_len=8, flavour="a"):
@@ -38,9 +38,9 @@ def toy_expected(data_dir, seq_len, flavour):
 
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setattr(tasks, "_REGISTRY", dict(tasks._REGISTRY))
     register_task("toy", toy_spec, toy_loader, {"seq_len": 8, "flavour": "a"}, expected=toy_expected)
-    return "toy"
+    yield "toy"
+    tasks.TASKS.unregister("toy")
 
 
 def test_registry_lists_and_builds_specs(toy):
@@ -52,7 +52,7 @@ def test_registry_lists_and_builds_specs(toy):
 def test_unknown_task_and_option_are_config_errors(toy):
     with pytest.raises(ConfigError, match=r"unknown task 'nope'.*toy"):
         get_spec("nope")
-    with pytest.raises(ConfigError, match=r"unknown option 'seqlen' for task toy; valid options: flavour, seq_len"):
+    with pytest.raises(ConfigError, match=r"unknown option 'seqlen' for task toy \(did you mean 'seq_len'\?\); valid options: flavour, seq_len"):
         load_task("toy", "x", seqlen=3)
 
 
@@ -94,6 +94,17 @@ def test_collate_pads_with_the_vocabulary_pad_id(toy):
     assert batch["inputs"][0].tolist() == [5, 0, 0, 0]
     assert batch["targets"].tolist() == [0, 1, 2, 0]
     assert data.vocab_size == 7
+
+
+def test_collate_refuses_labels_outside_the_classes(toy):
+    data = load_task("toy", "x")
+    items = [data.train[0], {"inputs": torch.tensor([5, 6]), "target": torch.tensor(3)}]
+    with pytest.raises(DataFormatError, match=r"class label 3 in a batch of task toy is outside \[0, 3\)"):
+        data.collate(items)
+    items[1]["target"] = torch.tensor(-1)
+    with pytest.raises(DataFormatError, match="class label -1"):
+        data.collate(items)
+    assert data.collate(items[:1])["targets"].tolist() == [0]
 
 
 def test_task_status_reports_each_expected_path(toy, tmp_path):

@@ -74,7 +74,7 @@ def test_forward_matches_equations_and_reference_path():
     y = layer(x)
     assert y.shape == x.shape and y.dtype == torch.float64
     torch.testing.assert_close(y, manual_forward(layer, x), rtol=1e-10, atol=1e-10)
-    slow = make(use_fast_path=False)
+    slow = make(scan_impl="ref")
     torch.testing.assert_close(slow(x), y, rtol=1e-10, atol=1e-10)
 
 
@@ -208,6 +208,26 @@ def test_bad_configuration_raises():
         S6(8, d_state=0)
     with pytest.raises(ConfigError, match="dt_min"):
         S6(8, dt_min=0.1, dt_max=0.01)
+    with pytest.raises(ConfigError, match="scan_impl"):
+        S6(8, scan_impl="fast")
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_scan_impl_ref_runs_the_reference_loop(monkeypatch, bidirectional):
+    from longrange.ops import scan
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return selective_scan_ref(*args, **kwargs)
+
+    monkeypatch.setattr(scan, "selective_scan_ref", spy)
+    x = rand(2, 5, 6)
+    make(bidirectional=bidirectional)(x)
+    assert calls == []  # the default takes a fast path
+    make(bidirectional=bidirectional, scan_impl="ref")(x)
+    assert len(calls) == (2 if bidirectional else 1)
 
 
 def test_bad_inputs_raise():

@@ -157,3 +157,11 @@ def test_missing_transformers_names_the_extra(tiny, monkeypatch):
 def test_config_errors(kw, match):
     with pytest.raises(ConfigError, match=match):
         ModelConfig(**kw)
+
+
+def test_special_token_roles_follow_the_vocabulary_order():
+    # models may not import data (layering): hf.py keeps its own list of the specials, held equal here.
+    from longrange.data.tokenize import SPECIALS
+    from longrange.models.hf import _SPECIAL_ROLES
+
+    assert tuple(_SPECIAL_ROLES) == SPECIALS

@@ -184,8 +184,10 @@ def test_config_errors_name_the_field():
         ModelConfig(block="simple", primitive="s4d", direction="placebo")
     with pytest.raises(ConfigError, match="unknown field.*model.d_modle"):
         ModelConfig.from_dict({"d_modle": 3})
-    with pytest.raises(ConfigError, match="bad options"):
+    with pytest.raises(ConfigError, match=r"model.primitive_options: unknown option 'nonsense' for primitive 's6'"):
         build_model(small(primitive_options={"nonsense": 1}), input_kind="numeric", head="classify", n_out=2)
+    with pytest.raises(ConfigError, match=r"'d_state' of primitive 's6' is set by model.d_state"):
+        build_model(small(primitive_options={"d_state": 4}), input_kind="numeric", head="classify", n_out=2)
     with pytest.raises(ConfigError, match="need an S6"):
         build_model(small(primitive="s4d", rope=True, rope_targets=("B",)), input_kind="numeric", head="classify", n_out=2)
 

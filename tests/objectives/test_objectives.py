@@ -158,8 +158,34 @@ def test_classification_sums_are_exact_across_batches():
         total = add_sums(total, objective(Recorder(logits[part]), {"inputs": torch.zeros(1, 1), "targets": targets[part]}).sums)
     assert objective.summarize(total) == pytest.approx(objective.summarize(whole.sums))
     assert objective.summarize(total)["accuracy"] == (logits.argmax(-1) == targets).sum().item() / 10
-    with pytest.raises(ValueError, match="outside"):
-        objective(Recorder(logits), {"inputs": torch.zeros(1, 1), "targets": targets + 4})
+    with pytest.raises(ValueError, match=r"class label 7 in the first batch is outside \[0, 4\)"):
+        Classification()(Recorder(logits), {"inputs": torch.zeros(1, 1), "targets": targets + 4})
+
+
+def test_classification_checks_the_label_range_at_the_first_batch_only(monkeypatch):
+    """The check reads the labels' extremes on the host: once, not at every step."""
+    import longrange.objectives.supervised as supervised
+
+    calls = []
+    check = supervised.check_class_labels
+    monkeypatch.setattr(supervised, "check_class_labels", lambda *a, **k: (calls.append(1), check(*a, **k)))
+    objective = Classification()
+    logits, targets = torch.randn(6, 3), torch.tensor([0, 1, 2, 0, 1, 2])
+    for _ in range(4):
+        objective(Recorder(logits), {"inputs": torch.zeros(6, 1), "targets": targets})
+    assert calls == [1]
+
+
+def test_masked_prediction_uses_the_vocabulary_mask_token():
+    from longrange.data import FIRST_TOKEN_ID, MASK_ID, SPECIALS, Vocabulary
+
+    vocab = Vocabulary(["a", "b"])
+    assert MASK_ID == vocab.mask_id == SPECIALS.index("<mask>") and FIRST_TOKEN_ID == len(SPECIALS) == 5
+    objective = MaskedPrediction("tokens", 0.5)
+    assert (objective.mask_id, objective.first_token_id) == (MASK_ID, FIRST_TOKEN_ID)
+    inputs = torch.tensor([[5, 6, 5, 6]])
+    chosen = torch.tensor([[True, False, True, False]])
+    assert objective.corrupt(inputs, chosen).tolist() == [[MASK_ID, 6, MASK_ID, 6]]
 
 
 def test_r2_over_batches_equals_the_formula():

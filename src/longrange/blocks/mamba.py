@@ -28,7 +28,7 @@ from longrange.blocks.common import FeatureDropout, norm_step
 from longrange.blocks.norms import make_norm
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive, apply_mask
-from longrange.ops.conv import causal_conv1d
+from longrange.ops.conv import causal_conv1d, causal_conv1d_update
 
 DIRECTIONS = ("causal", "bidirectional", "placebo")
 
@@ -86,8 +86,7 @@ class ConvSSMBranch(nn.Module):
         return {"conv": conv, "ssm": self.ssm.default_state(batch_size, device=device, dtype=dtype), "pos": 0}
 
     def step(self, u_t: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
-        window = torch.cat([state["conv"], u_t.unsqueeze(-1)], dim=-1)  # (batch, d_inner, d_conv)
-        v = F.silu((window * self.conv1d.weight.squeeze(1)).sum(-1) + self.conv1d.bias)
+        v, conv_state = causal_conv1d_update(u_t, state["conv"], self.conv1d.weight.squeeze(1), self.conv1d.bias, activation="silu")
         pos = state["pos"]
         if self.rope is None:
             y, ssm_state = self.ssm.step(v, state["ssm"])
@@ -95,7 +94,7 @@ class ConvSSMBranch(nn.Module):
             y, ssm_state = self.ssm.step(v, state["ssm"], x_rot_t=self.rope.rotate_at(v, pos))
         else:
             y, ssm_state = self.ssm.step(self.rope.rotate_at(v, pos), state["ssm"])
-        return y, {"conv": window[..., 1:], "ssm": ssm_state, "pos": pos + 1}
+        return y, {"conv": conv_state, "ssm": ssm_state, "pos": pos + 1}
 
 
 class MambaBlock(SequencePrimitive):

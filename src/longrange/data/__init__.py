@@ -13,6 +13,7 @@ import importlib.util
 
 from longrange.data.batch import PAD_ID, collate, padding_mask
 from longrange.data.tasks import (
+    TASKS,
     SequenceDataset,
     TaskData,
     TaskSpec,
@@ -23,7 +24,7 @@ from longrange.data.tasks import (
     task_options,
     task_status,
 )
-from longrange.data.tokenize import SPECIALS, Vocabulary
+from longrange.data.tokenize import CLS_ID, EOS_ID, FIRST_TOKEN_ID, MASK_ID, SPECIALS, UNK_ID, Vocabulary
 
 #: Modules that register tasks, in ``longrange data list`` order of authorship.
 TASK_MODULES = (
@@ -44,6 +45,7 @@ for _name in TASK_MODULES:
         importlib.import_module(_name)
 
 __all__ = [
-    "PAD_ID", "SPECIALS", "SequenceDataset", "TaskData", "TaskSpec", "Vocabulary", "collate", "get_spec",
-    "list_tasks", "load_task", "padding_mask", "register_task", "task_options", "task_status",
+    "CLS_ID", "EOS_ID", "FIRST_TOKEN_ID", "MASK_ID", "PAD_ID", "SPECIALS", "TASKS", "UNK_ID", "SequenceDataset",
+    "TaskData", "TaskSpec", "Vocabulary", "collate", "get_spec", "list_tasks", "load_task", "padding_mask",
+    "register_task", "task_options", "task_status",
 ]

@@ -9,7 +9,8 @@ A dataset item is a dict with
 tokens and 0.0 for numeric inputs) and returns a batch dict with
   ``inputs`` (B, L) or (B, L, C); ``lengths`` LongTensor (B,); ``targets`` (B,) or (B, T);
   ``inputs2``/``lengths2`` for two-sequence tasks.
-The padding mask is always derived from the lengths with :func:`padding_mask`.
+The padding mask is always derived from the lengths with :func:`padding_mask`
+(:func:`longrange.ops.masks.padding_mask`, re-exported here).
 """
 from __future__ import annotations
 
@@ -18,14 +19,11 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from longrange.errors import DataFormatError
+from longrange.ops.masks import padding_mask  # noqa: F401  (part of the batch format's API)
+
 #: Token id of padding. Special tokens take the first ids of every vocabulary.
 PAD_ID = 0
-
-
-def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
-    """Boolean (B, max_len) mask, True at real positions of left-aligned sequences."""
-    positions = torch.arange(max_len, device=lengths.device)
-    return positions.unsqueeze(0) < lengths.unsqueeze(1)
 
 
 def _pad(seqs: Sequence[Tensor], pad_value: float | int) -> tuple[Tensor, Tensor]:
@@ -52,3 +50,18 @@ def collate(items: Sequence[dict], pad_id: int = PAD_ID) -> dict[str, Tensor]:
             batch[key], batch[len_key] = _pad(seqs, pad_value)
     batch["targets"] = torch.stack([torch.as_tensor(it["target"]) for it in items])
     return batch
+
+
+def check_class_labels(targets: Tensor, n_classes: int, where: str = "the batch") -> None:
+    """DataFormatError unless ``targets`` are class indices in [0, n_classes).
+
+    One reduction and one read of its result: on CPU tensors (a batch being collated) this costs
+    no device synchronisation.
+    """
+    if targets.dim() != 1 or targets.is_floating_point():
+        raise DataFormatError(f"class labels in {where} must be indices of shape (batch,), got {targets.dtype} {tuple(targets.shape)}")
+    if not targets.numel():
+        return
+    low, high = (int(v) for v in torch.aminmax(targets))
+    if low < 0 or high >= n_classes:
+        raise DataFormatError(f"class label {low if low < 0 else high} in {where} is outside [0, {n_classes})")

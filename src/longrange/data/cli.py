@@ -16,6 +16,7 @@ import importlib.util
 import time
 
 from longrange.errors import ConfigError
+from longrange.registry import unknown_option
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -33,8 +34,7 @@ def parse_task_options(task: str, pairs: list[str] | None) -> dict:
         if not sep or not key:
             raise ConfigError(f"task option {pair!r} must look like KEY=VALUE")
         if key not in defaults:
-            valid = ", ".join(sorted(defaults)) or "(none)"
-            raise ConfigError(f"unknown option {key!r} for task {task}; valid options: {valid}")
+            raise unknown_option(key, f"task {task}", list(defaults))
         default = defaults[key]
         try:
             if isinstance(default, bool):

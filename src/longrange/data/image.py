@@ -40,10 +40,9 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from longrange.data.safe_pickle import load_data_pickle
+from longrange.data.tokenize import FIRST_TOKEN_ID, Vocabulary
 from longrange.errors import DataFormatError, DataMissingError
 
-#: Number of special tokens before the pixel levels (``tokenize.SPECIALS``).
-N_SPECIALS = 5
 #: LRA (TensorFlow) grayscale weights for R, G, B.
 GRAY_WEIGHTS = (0.2989, 0.5870, 0.1140)
 #: S4's grayscale normalisation, in 0..255 units.
@@ -179,7 +178,7 @@ class PixelDataset(Dataset):
         row = int(self.index[i])
         x = self.pixels[row]
         if self.kind == "tokens":
-            inputs = x[:, 0].long() + N_SPECIALS
+            inputs = x[:, 0].long() + FIRST_TOKEN_ID
         else:
             inputs = (x.float() - self.mean) / self.std
         return {"inputs": inputs, "target": self.labels[row]}
@@ -187,9 +186,6 @@ class PixelDataset(Dataset):
 
 def level_vocabulary():
     """The 256-level pixel vocabulary (tokens "0".."255" after the specials)."""
-    from longrange.data.tokenize import SPECIALS, Vocabulary
-
-    assert len(SPECIALS) == N_SPECIALS
     return Vocabulary([str(i) for i in range(256)], strict=True)
 
 

@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from longrange.data.tokenize import FIRST_TOKEN_ID, Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 
 SPECIES = ("human", "lemur", "mouse", "pig", "hippo")
@@ -67,7 +68,6 @@ TRAIN_CHROMOSOMES = {
     "hippo": ("2", "4", "6", "8", *_AUTOSOMES_FROM_14(17), "X"),
 }
 ALPHABET = ("A", "C", "G", "T", "N")
-N_SPECIALS = 5
 SUFFIXES = (".fa", ".fna", ".fasta")
 _SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 OBTAIN = (
@@ -88,7 +88,7 @@ _VALID_BYTES = bytes(i for i in range(256) if _CANON[i])
 # canonical base -> token id
 _IDS = np.zeros(256, dtype=np.int64)
 for _i, _c in enumerate(b"ACGTN"):
-    _IDS[_c] = N_SPECIALS + _i
+    _IDS[_c] = FIRST_TOKEN_ID + _i
 
 
 # ------------------------------------------------------------------------------------------------
@@ -327,7 +327,6 @@ def load_species(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, se
                  train_max_bases=None, pool="finetune", partial=False):
     """Load the species task as TaskData (see the module docstring)."""
     from longrange.data.tasks import TaskData
-    from longrange.data.tokenize import Vocabulary
 
     names = _species_list(species)
     root = Path(data_dir) / "species"

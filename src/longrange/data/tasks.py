@@ -28,9 +28,10 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from longrange.data.batch import PAD_ID, collate
+from longrange.data.batch import PAD_ID, check_class_labels, collate
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
+from longrange.registry import Registry, unknown_option
 
 #: Environment variable naming the default data directory.
 DATA_ENV = "LONGRANGE_DATA"
@@ -146,8 +147,12 @@ class TaskData:
     info: dict[str, Any] = field(default_factory=dict)
 
     def collate(self, items: Sequence[dict]) -> dict[str, Tensor]:
-        """Pad items into a batch with the vocabulary's pad id (see ``data/batch.py``)."""
-        return collate(items, pad_id=self.vocab.pad_id if self.vocab is not None else PAD_ID)
+        """Pad items into a batch with the vocabulary's pad id (see ``data/batch.py``); class labels
+        outside [0, n_classes) are a DataFormatError (checked here, on the CPU, once per batch)."""
+        batch = collate(items, pad_id=self.vocab.pad_id if self.vocab is not None else PAD_ID)
+        if self.spec.n_classes > 0:
+            check_class_labels(batch["targets"], self.spec.n_classes, f"a batch of task {self.spec.name}")
+        return batch
 
     @property
     def vocab_size(self) -> int | None:
@@ -162,7 +167,8 @@ class _Registered:
     expected: Callable[..., list[Path]] | None
 
 
-_REGISTRY: dict[str, _Registered] = {}
+#: The registered tasks by name (each task module registers its tasks with :func:`register_task`).
+TASKS: Registry = Registry("task")
 
 
 def register_task(name: str, spec: Callable[..., TaskSpec], loader: Callable[..., TaskData], options: dict,
@@ -177,18 +183,18 @@ def register_task(name: str, spec: Callable[..., TaskSpec], loader: Callable[...
         options: the task's option names with their defaults.
         expected: ``expected(data_dir: Path, **options) -> list[Path]``, the files/directories that
             must exist (for :func:`task_status` and ``longrange data info``).
+
+    Registering a name again replaces the earlier task.
     """
-    _REGISTRY[name] = _Registered(spec, loader, dict(options), expected)
+    TASKS.register(name, _Registered(spec, loader, dict(options), expected), replace=True)
 
 
 def list_tasks() -> list[str]:
-    return sorted(_REGISTRY)
+    return TASKS.names()
 
 
 def _entry(name: str) -> _Registered:
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown task {name!r}; available tasks: {', '.join(list_tasks()) or '(none)'}")
-    return _REGISTRY[name]
+    return TASKS.get(name)
 
 
 def task_options(name: str) -> dict[str, Any]:
@@ -200,8 +206,7 @@ def _resolve_options(name: str, options: dict) -> dict:
     entry = _entry(name)
     unknown = sorted(set(options) - set(entry.options))
     if unknown:
-        valid = ", ".join(sorted(entry.options)) or "(none)"
-        raise ConfigError(f"unknown option {unknown[0]!r} for task {name}; valid options: {valid}")
+        raise unknown_option(unknown[0], f"task {name}", list(entry.options))
     return {**entry.options, **options}
 
 

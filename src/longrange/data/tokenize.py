@@ -1,8 +1,9 @@
 """Token vocabularies shared by every token task.
 
 Every vocabulary starts with the same five special tokens at ids 0..4 (:data:`SPECIALS`), so a
-model pretrained on a task finetunes on it without remapping ids, and ``<pad>`` is always
-:data:`longrange.data.batch.PAD_ID`. The task's own tokens follow from id 5 on.
+model pretrained on a task finetunes on it without remapping ids: ``<pad>`` is always
+:data:`longrange.data.batch.PAD_ID`, and :data:`UNK_ID`, :data:`EOS_ID`, :data:`CLS_ID`,
+:data:`MASK_ID` name the others. The task's own tokens follow from :data:`FIRST_TOKEN_ID` (5) on.
 
 A vocabulary is saved as JSON next to the prepared data::
 
@@ -23,6 +24,10 @@ from longrange.errors import DataFormatError
 
 #: Special tokens, ids 0..4 in every vocabulary.
 SPECIALS: tuple[str, ...] = ("<pad>", "<unk>", "<eos>", "<cls>", "<mask>")
+#: Ids of the special tokens other than ``<pad>`` (:data:`~longrange.data.batch.PAD_ID`).
+UNK_ID, EOS_ID, CLS_ID, MASK_ID = (SPECIALS.index(token) for token in ("<unk>", "<eos>", "<cls>", "<mask>"))
+#: Id of a task's first own token: the specials come first.
+FIRST_TOKEN_ID = len(SPECIALS)
 
 _FORMAT = "longrange-vocabulary"
 _VERSION = 1
@@ -34,7 +39,7 @@ class Vocabulary:
     """A fixed mapping between tokens (strings) and integer ids.
 
     Args:
-        tokens: the task's tokens, in id order; they get ids ``len(SPECIALS)`` onwards. They must
+        tokens: the task's tokens, in id order; they get ids ``FIRST_TOKEN_ID`` onwards. They must
             be distinct and must not repeat a special token.
         strict: if True, encoding a token outside the vocabulary raises :class:`DataFormatError`
             (for tasks whose alphabet is closed, e.g. ListOps); otherwise it maps to ``<unk>``.
@@ -58,28 +63,28 @@ class Vocabulary:
     # ids of the specials -------------------------------------------------------------------------
     @property
     def pad_id(self) -> int:
-        return 0
+        return PAD_ID
 
     @property
     def unk_id(self) -> int:
-        return 1
+        return UNK_ID
 
     @property
     def eos_id(self) -> int:
-        return 2
+        return EOS_ID
 
     @property
     def cls_id(self) -> int:
-        return 3
+        return CLS_ID
 
     @property
     def mask_id(self) -> int:
-        return 4
+        return MASK_ID
 
     @property
     def tokens(self) -> tuple[str, ...]:
         """The task's tokens (without the specials), in id order."""
-        return tuple(self._itos[len(SPECIALS):])
+        return tuple(self._itos[FIRST_TOKEN_ID:])
 
     def __len__(self) -> int:
         return len(self._itos)
@@ -115,8 +120,8 @@ class Vocabulary:
             return [stoi.get(t, unk) for t in tokens]
         tokens = tokens if isinstance(tokens, (list, tuple, str)) else list(tokens)
         ids = [stoi.get(t, -1) for t in tokens]
-        if ids and min(ids) < len(SPECIALS):
-            pos = next(i for i, idx in enumerate(ids) if idx < len(SPECIALS))
+        if ids and min(ids) < FIRST_TOKEN_ID:
+            pos = next(i for i, idx in enumerate(ids) if idx < FIRST_TOKEN_ID)
             raise DataFormatError(
                 f"token {tokens[pos]!r} (position {pos}) is not in the vocabulary "
                 f"(expected one of {list(self.tokens)[:20]})",
@@ -131,7 +136,7 @@ class Vocabulary:
         if table is None:
             table = np.full(0x110000, self.unk_id, dtype=np.int32)
             for tok, idx in self._stoi.items():
-                if len(tok) == 1 and idx >= len(SPECIALS):
+                if len(tok) == 1 and idx >= FIRST_TOKEN_ID:
                     table[ord(tok)] = idx
             self._table = table
         return table
@@ -144,7 +149,7 @@ class Vocabulary:
         """
         points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         ids = self._char_table()[points]
-        if self.strict and ids.size and int(ids.min()) < len(SPECIALS):
+        if self.strict and ids.size and int(ids.min()) < FIRST_TOKEN_ID:
             self.encode(list(text), path=path, line=line)  # raises, locating the first bad character
         return ids
 

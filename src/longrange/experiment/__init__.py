@@ -1,1 +1,25 @@
-"""The longrange package: see longrange.cli for the command line."""
+"""Experiments: presets and configs, the stages (train / pretrain / finetune), the comparison of
+scratch against self-pretraining, and the demo.
+
+    from longrange.experiment import compare, resolve
+    compare([resolve("spt/listops/transformer")], "runs/listops", seeds=[0, 1, 2])
+
+Modules: ``config`` (presets, config files, dotted overrides), ``runs`` (one stage as a run
+directory; rebuilding a run's model), ``compare`` (the comparison plan), ``demo``, and the command
+modules ``cli`` and ``params_cli``. The names below are imported on first use, so that the command
+line starts without importing the whole stack.
+"""
+from longrange._exports import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(
+        ("ExperimentConfig", "ObjectiveConfig", "TaskConfig", "list_presets", "load_preset", "resolve"),
+        "longrange.experiment.config",
+    ),
+    **dict.fromkeys(("load_model", "run_stage"), "longrange.experiment.runs"),
+    "compare": "longrange.experiment.compare",
+    "run_demo": "longrange.experiment.demo",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from longrange.errors import ConfigError, LongrangeError
+from longrange.errors import LongrangeError
 from longrange.experiment.config import ExperimentConfig
 from longrange.experiment.plan import Plan, Stage, default_objectives, describe, plan_grid, slug, stage_arguments
 from longrange.experiment.runs import plan_stage, read_summary, run_stage

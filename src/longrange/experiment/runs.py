@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from longrange.data.tokenize import MASK_ID
 from longrange.errors import CheckpointError, ConfigError
 from longrange.experiment.config import OBJECTIVES, ExperimentConfig, ObjectiveConfig, TaskConfig
 from longrange.models.config import ModelConfig
@@ -71,7 +72,7 @@ def make_objective(kind: str, data, options: ObjectiveConfig, reverse: bool = Fa
         objective = MaskedPrediction(
             spec.input_kind,
             options.mask_ratio if options.mask_ratio is not None else spec.mask_ratio,
-            mask_id=vocab.mask_id if vocab is not None else 4,
+            mask_id=vocab.mask_id if vocab is not None else MASK_ID,
             vocab_size=data.vocab_size,
             bert=options.bert,
             span=options.span,

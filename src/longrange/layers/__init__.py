@@ -10,12 +10,13 @@ from longrange.layers.base import (
 )
 from longrange.layers.bidirectional import FlipSum
 from longrange.layers.dlr import DLR
+from longrange.layers.registry import PRIMITIVES, register_primitive
 from longrange.layers.rope import RotaryEmbedding
 from longrange.layers.s4 import S4
 from longrange.layers.s4d import S4D
 from longrange.layers.s6 import S6
 
 __all__ = [
-    "Attention", "DLR", "FlipSum", "NO_DECAY_GROUP", "RotaryEmbedding", "S4", "S4D", "S6", "SSM_GROUP",
-    "SequencePrimitive", "apply_mask", "get_optim_hint", "set_optim_hint",
+    "Attention", "DLR", "FlipSum", "NO_DECAY_GROUP", "PRIMITIVES", "RotaryEmbedding", "S4", "S4D", "S6", "SSM_GROUP",
+    "SequencePrimitive", "apply_mask", "get_optim_hint", "register_primitive", "set_optim_hint",
 ]

@@ -33,14 +33,14 @@ import math
 import torch
 from torch import Tensor
 
-from longrange.layers.s4d import (
+from longrange.layers.registry import register_primitive
+from longrange.layers.ssm import (
     ConvolutionalSSM,
     as_complex,
     check_choice,
     check_positive_int,
     check_state_size,
     check_step_input,
-    complex_dtype_of,
     real_param,
     sample_log_dt,
     skip_init,
@@ -52,6 +52,7 @@ from longrange.ops.ssm_kernels import vandermonde_kernel
 DLR_INITS = ("structured", "random")
 
 
+@register_primitive("dlr")
 class DLR(ConvolutionalSSM):
     """Diagonal linear RNN layer (see the module doc for the recurrence and the inits).
 
@@ -115,9 +116,7 @@ class DLR(ConvolutionalSSM):
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
         """Zero state (batch, d_model, d_state/2), complex."""
-        self._check_step()
-        dtype = complex_dtype_of(dtype or self.nu.dtype)
-        return torch.zeros(batch_size, self.d_model, self.d_state // 2, dtype=dtype, device=device or self.nu.device)
+        return self.zero_state(batch_size, self.d_state // 2, device, dtype)
 
     def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """One step: x (batch, d_model) -> y (batch, d_model), new state; ``x_n = Λ x_{n-1} + u_n``."""

@@ -19,22 +19,14 @@ import math
 import torch
 from torch import Tensor
 
+from longrange.layers.ssm import check_positive_int, check_state_size
+
 S4D_INITS = ("legs", "lin", "inv", "real", "random")
-
-
-def _check_even(N: int) -> None:
-    if not isinstance(N, int) or N < 2 or N % 2:
-        raise ValueError(f"state size N must be an even integer >= 2 (stored as N/2 conjugate pairs), got {N!r}")
-
-
-def _complex_of(dtype: torch.dtype) -> torch.dtype:
-    return {torch.float32: torch.complex64, torch.float64: torch.complex128}.get(dtype, dtype)
 
 
 def legs_matrices(N: int, dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor]:
     """Dense HiPPO-LegS (A, B): A (N, N), B (N,)."""
-    if not isinstance(N, int) or N < 1:
-        raise ValueError(f"state size N must be a positive integer, got {N!r}")
+    check_positive_int("state size N", N)
     n = torch.arange(N, dtype=torch.float64)
     r = torch.sqrt(2 * n + 1)
     A = -torch.tril(r.unsqueeze(1) * r.unsqueeze(0), diagonal=-1) - torch.diag(n + 1)
@@ -61,7 +53,7 @@ def legs_nplr(N: int, rank: int = 1, dtype: torch.dtype = torch.complex128) -> t
         V (N, N/2): the matching orthonormal eigenvectors. With ``V_full = [V, conj(V)]``
             (unitary), ``A = V_full (diag(Λ_full) - P_full P_full^H) V_full^H``.
     """
-    _check_even(N)
+    check_state_size(N, "N")
     A, B = legs_matrices(N)
     P = legs_rank_correction(N, rank)
     S = A + P.T @ P
@@ -92,7 +84,7 @@ def s4d_init(
 
     n = 0..N/2-1 and N is the full state size. B is ones except for ``legs``.
     """
-    _check_even(N)
+    check_state_size(N, "N")
     if init not in S4D_INITS:
         raise ValueError(f"unknown S4D init {init!r}; expected one of {S4D_INITS}")
     M = N // 2

@@ -27,15 +27,15 @@ import torch
 from torch import Tensor
 
 from longrange.layers.hippo import legs_nplr
-from longrange.layers.s4d import (
-    ConvolutionalSSM,
+from longrange.layers.registry import register_primitive
+from longrange.layers.ssm import (
     REAL_TRANSFORMS,
+    ConvolutionalSSM,
     as_complex,
     check_choice,
     check_positive_int,
     check_state_size,
     check_step_input,
-    complex_dtype_of,
     decode_real_part,
     encode_real_part,
     real_param,
@@ -53,6 +53,7 @@ from longrange.ops.ssm_kernels import (
 )
 
 
+@register_primitive("s4")
 class S4(ConvolutionalSSM):
     """The S4 layer (Gu, Goel & Ré, 2022) with the NPLR-LegS parameterisation.
 
@@ -162,9 +163,7 @@ class S4(ConvolutionalSSM):
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
         """Zero state (batch, d_model, d_state), complex, conjugate-complete."""
-        self._check_step()
-        dtype = complex_dtype_of(dtype or self.log_dt.dtype)
-        return torch.zeros(batch_size, self.d_model, self.d_state, dtype=dtype, device=device or self.log_dt.device)
+        return self.zero_state(batch_size, self.d_state, device, dtype)
 
     def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """One step: x (batch, d_model) -> y (batch, d_model), new state; ``x_k = Ā x_{k-1} + B̄ u_k``."""

@@ -1,6 +1,7 @@
 """S4D: a bank of independent diagonal SSMs, one per channel, applied by FFT convolution.
 
-Conventions shared with :mod:`longrange.layers.s4` and :mod:`longrange.layers.dlr`:
+Conventions shared with :mod:`longrange.layers.s4` and :mod:`longrange.layers.dlr` (their
+helpers are in :mod:`longrange.layers.ssm`):
 
 * ``d_model`` = H channels, each an independent single-input single-output SSM.
 * ``d_state`` = N is the full (real) state size, stored as N/2 complex modes, one per conjugate
@@ -14,137 +15,31 @@ Conventions shared with :mod:`longrange.layers.s4` and :mod:`longrange.layers.dl
 """
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from longrange.errors import ConfigError
-from longrange.layers.base import NO_DECAY_GROUP, SequencePrimitive, apply_mask, set_optim_hint
 from longrange.layers.hippo import S4D_INITS, s4d_init
-from longrange.ops.fftconv import fft_conv
+from longrange.layers.registry import register_primitive
+from longrange.layers.ssm import (
+    REAL_TRANSFORMS,
+    ConvolutionalSSM,
+    as_complex,
+    check_choice,
+    check_positive_int,
+    check_state_size,
+    check_step_input,
+    decode_real_part,
+    encode_real_part,
+    real_param,
+    sample_log_dt,
+    skip_init,
+    skip_parameter,
+    ssm_parameter,
+)
 from longrange.ops.ssm_kernels import DISCRETIZATIONS, diag_ssm_kernel, discretize_diag
 
-REAL_TRANSFORMS = ("exp", "relu", "none")
-SKIP_INITS = ("ones", "zeros", "randn")
 
-
-# ---- helpers shared by the SSM primitives --------------------------------------------------
-
-
-def check_positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-
-
-def check_state_size(d_state: object) -> None:
-    if not isinstance(d_state, int) or isinstance(d_state, bool) or d_state < 2 or d_state % 2:
-        raise ConfigError(
-            f"d_state must be an even integer >= 2 (the state is stored as d_state/2 conjugate pairs), got {d_state!r}"
-        )
-
-
-def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {choices}, got {value!r}")
-
-
-def sample_log_dt(H: int, dt_min: float, dt_max: float) -> Tensor:
-    """(H,) log step sizes, log-uniform in [dt_min, dt_max]."""
-    if not (0 < dt_min <= dt_max):
-        raise ConfigError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min!r}, dt_max={dt_max!r}")
-    return math.log(dt_min) + torch.rand(H, dtype=torch.float64) * (math.log(dt_max) - math.log(dt_min))
-
-
-def skip_init(H: int, d_init: str) -> Tensor:
-    check_choice("d_init", d_init, SKIP_INITS)
-    if d_init == "ones":
-        return torch.ones(H)
-    if d_init == "zeros":
-        return torch.zeros(H)
-    return torch.randn(H)
-
-
-def real_param(t: Tensor) -> Tensor:
-    """A complex tensor as a real (..., 2) tensor for storage as a parameter."""
-    if not t.is_complex():
-        t = t.to(torch.complex128)
-    return torch.view_as_real(t.contiguous()).clone()
-
-
-def as_complex(p: Tensor) -> Tensor:
-    """Inverse of :func:`real_param` (complex64 for float32 storage, complex128 for float64)."""
-    return torch.view_as_complex(p if p.is_contiguous() else p.contiguous())
-
-
-def encode_real_part(re: Tensor, transform: str) -> Tensor:
-    """Raw parameter for a negative real part ``re`` under ``transform`` (inverse of decode)."""
-    if transform == "exp":
-        return torch.log(-re)
-    if transform == "relu":
-        return -re
-    return re
-
-
-def decode_real_part(raw: Tensor, transform: str) -> Tensor:
-    """Real part of A from its raw parameter: ``exp``: -exp(raw); ``relu``: -relu(raw); ``none``: raw."""
-    if transform == "exp":
-        return -torch.exp(raw)
-    if transform == "relu":
-        return -torch.relu(raw)
-    return raw
-
-
-def ssm_parameter(value: Tensor, lr_scale: float | None) -> nn.Parameter:
-    p = nn.Parameter(value.to(torch.get_default_dtype()))
-    overrides = {} if lr_scale is None else {"lr_scale": lr_scale}
-    return set_optim_hint(p, "ssm", **overrides)
-
-
-def skip_parameter(value: Tensor) -> nn.Parameter:
-    return set_optim_hint(nn.Parameter(value.to(torch.get_default_dtype())), NO_DECAY_GROUP)
-
-
-def complex_dtype_of(dtype: torch.dtype) -> torch.dtype:
-    return {torch.float64: torch.complex128, torch.float32: torch.complex64, torch.float16: torch.complex32}.get(
-        dtype, torch.complex64
-    )
-
-
-def check_step_input(layer: SequencePrimitive, x: Tensor, state: Tensor, state_tail: tuple[int, ...]) -> None:
-    if x.dim() != 2 or x.shape[-1] != layer.d_model:
-        raise ValueError(f"{type(layer).__name__}.step expects x of shape (batch, {layer.d_model}), got {tuple(x.shape)}")
-    expected = (x.shape[0], *state_tail)
-    if tuple(state.shape) != expected:
-        raise ValueError(
-            f"{type(layer).__name__}.step: state of shape {tuple(state.shape)} does not match expected {expected}"
-        )
-
-
-# ---- the layer -----------------------------------------------------------------------------
-
-
-class ConvolutionalSSM(SequencePrimitive):
-    """A primitive whose parallel mode is a convolution with its kernel (S4, S4D, DLR).
-
-    Subclasses provide ``kernel(L)`` of shape (channels, H, L) — channel 1, when bidirectional, is
-    the backward kernel — and the skip ``D`` (H,) or None.
-    """
-
-    D: Tensor | None
-
-    def kernel(self, L: int) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """x (batch, length, d_model) -> same shape; ``mask`` (batch, length), True at real positions."""
-        self._check_input(x)
-        u = apply_mask(x, mask).transpose(1, 2)
-        K = self.kernel(x.shape[1])
-        y = fft_conv(u, K if self.bidirectional else K[0], self.D)
-        return y.transpose(1, 2)
-
-
+@register_primitive("s4d")
 class S4D(ConvolutionalSSM):
     """Diagonal SSM layer (Gu et al., "On the Parameterization and Initialization of Diagonal SSMs").
 
@@ -218,9 +113,7 @@ class S4D(ConvolutionalSSM):
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
         """Zero state (batch, d_model, d_state/2), complex."""
-        self._check_step()
-        dtype = complex_dtype_of(dtype or self.log_dt.dtype)
-        return torch.zeros(batch_size, self.d_model, self.d_state // 2, dtype=dtype, device=device or self.log_dt.device)
+        return self.zero_state(batch_size, self.d_state // 2, device, dtype)
 
     def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """One step: x (batch, d_model) -> y (batch, d_model), new state; ``x_k = Ā x_{k-1} + B̄ u_k``."""

@@ -30,6 +30,11 @@ RoPE hook: ``forward(x, mask=None, x_rot=None)`` and ``step(x_t, state, x_rot_t=
 from ``x``.
 
 ``bidirectional=True`` wraps two independent causal S6 in :class:`FlipSum` (no recurrent mode).
+
+``scan_impl`` chooses the implementation of the scan (the ``impl`` of
+:func:`~longrange.ops.scan.selective_scan`): None (default) takes the process-wide default
+(:func:`~longrange.ops.scan.set_default_impl`, normally "auto", the fastest usable), "ref" the
+Python reference loop over time (slow; for tests), or a named fast path.
 """
 from __future__ import annotations
 
@@ -40,17 +45,23 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
-from longrange.layers.base import NO_DECAY_GROUP, SSM_GROUP, SequencePrimitive, apply_mask, set_optim_hint
+from longrange.layers.base import SequencePrimitive, apply_mask
 from longrange.layers.bidirectional import FlipSum
+from longrange.layers.registry import register_primitive
+from longrange.layers.ssm import (
+    check_choice,
+    check_dt_range,
+    check_positive_int,
+    check_step_input,
+    sample_log_dt,
+    skip_parameter,
+    ssm_parameter,
+)
+from longrange.ops.scan import IMPLS as SCAN_IMPLS
 from longrange.ops.scan import selective_scan
 
 ROPE_TARGETS = ("B", "C", "delta", "x")
 A_INITS = ("real", "legs")
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"S6: {name} must be a positive integer, got {value!r}")
 
 
 def s6_A_log_init(d_model: int, d_state: int, A_init: str) -> Tensor:
@@ -60,17 +71,17 @@ def s6_A_log_init(d_model: int, d_state: int, A_init: str) -> Tensor:
     elif A_init == "legs":
         A = torch.full((d_model, d_state), 0.5, dtype=torch.float64)
     else:
-        raise ConfigError(f"S6: A_init must be one of {A_INITS}, got {A_init!r}")
+        check_choice("A_init", A_init, A_INITS, where="S6")
     return torch.log(A)
 
 
 def s6_dt_bias_init(d_model: int, dt_min: float, dt_max: float, dt_init_floor: float) -> Tensor:
     """(d_model,) inverse softplus of dt, dt log-uniform in [dt_min, dt_max], floored at dt_init_floor."""
-    log_dt = math.log(dt_min) + torch.rand(d_model, dtype=torch.float64) * (math.log(dt_max) - math.log(dt_min))
-    dt = torch.exp(log_dt).clamp(min=dt_init_floor)
+    dt = torch.exp(sample_log_dt(d_model, dt_min, dt_max)).clamp(min=dt_init_floor)
     return dt + torch.log(-torch.expm1(-dt))  # softplus^{-1}(dt) = log(exp(dt) - 1), computed stably
 
 
+@register_primitive("s6")
 class S6(SequencePrimitive):
     """The selective SSM of Mamba (see the module docstring)."""
 
@@ -85,20 +96,20 @@ class S6(SequencePrimitive):
         A_init: str = "real",
         bidirectional: bool = False,
         rope_targets: tuple[str, ...] | list[str] = (),
-        use_fast_path: bool = True,
+        scan_impl: str | None = None,
     ):
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("d_state", d_state)
+        check_positive_int("d_model", d_model, where="S6")
+        check_positive_int("d_state", d_state, where="S6")
         if dt_rank == "auto":
             dt_rank = math.ceil(d_model / 16)
-        _check_positive_int("dt_rank", dt_rank)
-        if not (0 < dt_min <= dt_max):
-            raise ConfigError(f"S6: need 0 < dt_min <= dt_max, got dt_min={dt_min!r}, dt_max={dt_max!r}")
+        check_positive_int("dt_rank", dt_rank, where="S6")
+        check_dt_range(dt_min, dt_max, where="S6")
         if not dt_init_floor >= 0:
             raise ConfigError(f"S6: dt_init_floor must be >= 0, got {dt_init_floor!r}")
-        if A_init not in A_INITS:
-            raise ConfigError(f"S6: A_init must be one of {A_INITS}, got {A_init!r}")
+        check_choice("A_init", A_init, A_INITS, where="S6")
+        if scan_impl is not None:
+            check_choice("scan_impl", scan_impl, tuple(SCAN_IMPLS), where="S6")
         if isinstance(rope_targets, str):
             raise ConfigError(f"S6: rope_targets must be a list of names from {ROPE_TARGETS}, got the string {rope_targets!r}")
         unknown = [t for t in rope_targets if t not in ROPE_TARGETS]
@@ -109,11 +120,11 @@ class S6(SequencePrimitive):
         self.dt_rank = dt_rank
         self.bidirectional = bool(bidirectional)
         self.rope_targets = tuple(dict.fromkeys(rope_targets))
-        self.use_fast_path = use_fast_path
+        self.scan_impl = scan_impl
         if self.bidirectional:
             kwargs = dict(d_model=d_model, d_state=d_state, dt_rank=dt_rank, dt_min=dt_min, dt_max=dt_max,
                           dt_init_floor=dt_init_floor, A_init=A_init, rope_targets=rope_targets,
-                          use_fast_path=use_fast_path)
+                          scan_impl=scan_impl)
             self.directions = FlipSum(S6(**kwargs), S6(**kwargs))
             return
         self.x_proj = nn.Linear(d_model, dt_rank + 2 * d_state, bias=False)
@@ -122,9 +133,8 @@ class S6(SequencePrimitive):
             bound = dt_rank**-0.5
             self.dt_proj.weight.uniform_(-bound, bound)
             self.dt_proj.bias.copy_(s6_dt_bias_init(d_model, dt_min, dt_max, dt_init_floor))
-        dtype = torch.get_default_dtype()
-        self.A_log = set_optim_hint(nn.Parameter(s6_A_log_init(d_model, d_state, A_init).to(dtype)), SSM_GROUP)
-        self.D = set_optim_hint(nn.Parameter(torch.ones(d_model, dtype=dtype)), NO_DECAY_GROUP)
+        self.A_log = ssm_parameter(s6_A_log_init(d_model, d_state, A_init), lr_scale=None)
+        self.D = skip_parameter(torch.ones(d_model))
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, d_state={self.d_state}, dt_rank={self.dt_rank}, "
@@ -174,7 +184,7 @@ class S6(SequencePrimitive):
             D=self.D,
             delta_bias=self.dt_proj.bias,
             delta_softplus=True,
-            impl=None if self.use_fast_path else "ref",
+            impl=self.scan_impl,
         )
         return y.transpose(1, 2)
 
@@ -188,11 +198,7 @@ class S6(SequencePrimitive):
     def step(self, x: Tensor, state: Tensor, x_rot_t: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """One position: x, x_rot_t (batch, d_model); state (batch, d_model, d_state) -> (y, new state)."""
         self._check_step()
-        if x.dim() != 2 or x.shape[-1] != self.d_model:
-            raise ValueError(f"S6.step expects x of shape (batch, {self.d_model}), got {tuple(x.shape)}")
-        expected_state = (x.shape[0], self.d_model, self.d_state)
-        if state.shape != expected_state:
-            raise ValueError(f"S6.step expects state of shape {expected_state}, got {tuple(state.shape)}")
+        check_step_input(self, x, state, (self.d_model, self.d_state))
         self._check_rot(x, x_rot_t, "x_rot_t")
         u, delta, B, C = self._selection(x, x_rot_t)
         delta = F.softplus(delta + self.dt_proj.bias)

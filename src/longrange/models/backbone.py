@@ -1,4 +1,8 @@
-"""Building primitives and blocks by name, and the backbone that stacks the blocks."""
+"""Building primitives and blocks by name, and the backbone that stacks the blocks.
+
+Blocks are built by the function registered under ``model.block`` (:data:`BLOCKS`), which
+receives the model config; the configured primitive inside a block comes from :func:`make_mixer`.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -9,90 +13,134 @@ from longrange.blocks.common import norm_step
 from longrange.blocks.mamba import MambaBlock, RopeOptions, mamba_dt_rank
 from longrange.blocks.norms import make_norm
 from longrange.blocks.simple import SimpleBlock
+from longrange.blocks.transformer import TransformerBlock
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive
 from longrange.models.config import ModelConfig
+from longrange.models.registry import BLOCKS, PRIMITIVES, register_block
+
+#: Model fields behind the settings the builder passes to primitives (for messages).
+_SETTING_FIELDS = {"bidirectional": "direction", "block_size": "attn_block_size", "window": "attn_window"}
 
 
-def make_primitive(name: str, d_model: int, *, d_state: int, bidirectional: bool, **options: Any) -> SequencePrimitive:
-    """A sequence primitive by name: "s4", "s4d", "s6", "dlr" or "attention"."""
-    try:
-        if name == "s4d":
-            from longrange.layers.s4d import S4D as cls
-        elif name == "s4":
-            from longrange.layers.s4 import S4 as cls
-        elif name == "s6":
-            from longrange.layers.s6 import S6 as cls
-        elif name == "dlr":
-            from longrange.layers.dlr import DLR as cls
-        elif name == "attention":
-            from longrange.layers.attention import Attention
+def make_primitive(name: str, d_model: int, *, d_state: int | None = None, bidirectional: bool = False,
+                   **options: Any) -> SequencePrimitive:
+    """The primitive registered as ``name`` (:data:`PRIMITIVES`): ``cls(d_model, **options)``.
 
-            return Attention(d_model, bidirectional=bidirectional, **options)
-        else:
-            raise ConfigError(f"unknown primitive {name!r}; expected s4, s4d, s6, dlr or attention")
-        return cls(d_model, d_state=d_state, bidirectional=bidirectional, **options)
-    except TypeError as err:  # an unknown keyword in primitive_options
-        raise ConfigError(f"bad options for primitive {name!r} {sorted(options)}: {err}") from err
+    ``d_state`` and ``bidirectional`` go to the constructors that name them (attention has no
+    state size); ``bidirectional=True`` needs a constructor that takes it. Options are checked
+    against the constructor's signature before it is called (unknown option -> ConfigError).
+    """
+    given = {"bidirectional": bool(bidirectional), **({} if d_state is None else {"d_state": d_state})}
+    return build_primitive(name, d_model, options, given=given)
+
+
+def build_primitive(name: str, d_model: int, options: dict[str, Any], *, given: dict[str, Any],
+                    defaults: dict[str, Any] | None = None, where: str = "options") -> SequencePrimitive:
+    """:func:`make_primitive` with the settings spelled out.
+
+    ``given`` are the model's own settings (``bidirectional``, ``d_state``, ``n_heads``, ...): they go
+    to the constructors that name them, and an option that sets one of them again is an error.
+    ``defaults`` also go to the constructors that name them, unless an option sets them.
+    ``where`` names the options in messages (e.g. "model.primitive_options").
+    """
+    if given.get("bidirectional") and not PRIMITIVES.accepts(name, "bidirectional", 1):
+        raise ConfigError(
+            f"primitive {name!r} has no bidirectional mode (its constructor takes no 'bidirectional'); "
+            "use model.direction = 'causal', or a Mamba block, whose bidirectional direction runs causal primitives"
+        )
+    for key in sorted(options):
+        if key in given and PRIMITIVES.accepts(name, key, 1):
+            raise ConfigError(
+                f"{where}: {key!r} of primitive {name!r} is set by model.{_SETTING_FIELDS.get(key, key)}; set it there"
+            )
+    return PRIMITIVES.build_from(name, (d_model,), options, offered={**(defaults or {}), **given}, where=where)
+
+
+def make_mixer(cfg: ModelConfig, d_model: int | None = None, *, bidirectional: bool | None = None,
+               **defaults: Any) -> SequencePrimitive:
+    """The configured primitive (``cfg.primitive`` with ``cfg.primitive_options``) for a block.
+
+    ``d_model`` defaults to ``cfg.d_model`` and ``bidirectional`` to ``cfg.bidirectional``; the
+    model's state size and attention settings go to the primitives that take them, and
+    ``defaults`` (e.g. ``dt_rank``) to those that take them unless ``cfg.primitive_options`` sets them.
+    """
+    given = {
+        "bidirectional": cfg.bidirectional if bidirectional is None else bool(bidirectional),
+        "d_state": cfg.d_state,
+        "n_heads": cfg.n_heads,
+        "rope": cfg.rope,
+        "rope_base": cfg.rope_base,
+        "block_size": cfg.attn_block_size,
+        "window": cfg.attn_window,
+    }
+    return build_primitive(cfg.primitive, cfg.d_model if d_model is None else d_model, dict(cfg.primitive_options),
+                           given=given, defaults=defaults, where="model.primitive_options")
+
+
+def rotates_itself(primitive: str) -> bool:
+    """Whether a primitive applies rotary positions itself (its constructor takes ``rope``)."""
+    return PRIMITIVES.accepts(primitive, "rope", 1)
+
+
+def make_block(cfg: ModelConfig) -> SequencePrimitive:
+    """One block of the backbone described by ``cfg``: the builder registered as ``cfg.block``."""
+    return BLOCKS.get(cfg.block)(cfg)
+
+
+def _residual_options(cfg: ModelConfig) -> dict[str, Any]:
+    """What every built-in block takes from the config for its residual branches."""
+    return {"dropout": cfg.dropout, "norm": cfg.resolved_norm, "prenorm": cfg.resolved_prenorm}
+
+
+@register_block("transformer")
+def transformer_block(cfg: ModelConfig) -> SequencePrimitive:
+    """Attention and an MLP (the block holds its own attention; ``model.primitive`` is "attention")."""
+    return TransformerBlock(
+        cfg.d_model,
+        n_heads=cfg.n_heads,
+        mlp_ratio=cfg.mlp_ratio,
+        bidirectional=cfg.bidirectional,
+        rope=cfg.rope,
+        rope_base=cfg.rope_base,
+        block_size=cfg.attn_block_size,
+        window=cfg.attn_window,
+        **_residual_options(cfg),
+    )
+
+
+@register_block("simple")
+def simple_block(cfg: ModelConfig) -> SequencePrimitive:
+    """The S4 block around the configured primitive."""
+    if cfg.rope and not rotates_itself(cfg.primitive):
+        raise ConfigError("model.rope before the SSM is defined for Mamba blocks (thesis section 14); use block='mamba'")
+    return SimpleBlock(make_mixer(cfg), **_residual_options(cfg))
 
 
 def _rope_options(cfg: ModelConfig) -> RopeOptions | None:
-    if not cfg.rope:
+    if not cfg.rope or rotates_itself(cfg.primitive):
         return None
     return RopeOptions(base=cfg.rope_base, trainable=cfg.rope_trainable, normalize_len=cfg.rope_normalize_len, targets=cfg.rope_targets)
 
 
-def make_block(cfg: ModelConfig) -> SequencePrimitive:
-    """One block of the backbone described by ``cfg``."""
-    norm, prenorm = cfg.resolved_norm, cfg.resolved_prenorm
-    options = dict(cfg.primitive_options)
-    if cfg.block == "transformer":
-        from longrange.blocks.transformer import TransformerBlock
-
-        return TransformerBlock(
-            cfg.d_model,
-            n_heads=cfg.n_heads,
-            mlp_ratio=cfg.mlp_ratio,
-            dropout=cfg.dropout,
-            norm=norm,
-            prenorm=prenorm,
-            bidirectional=cfg.bidirectional,
-            rope=cfg.rope,
-            rope_base=cfg.rope_base,
-            block_size=cfg.attn_block_size,
-            window=cfg.attn_window,
-        )
-    if cfg.primitive == "attention":
-        options.update(
-            n_heads=cfg.n_heads, rope=cfg.rope, rope_base=cfg.rope_base, block_size=cfg.attn_block_size, window=cfg.attn_window
-        )
-    if cfg.block == "simple":
-        if cfg.rope and cfg.primitive != "attention":
-            raise ConfigError("model.rope before the SSM is defined for Mamba blocks (thesis section 14); use block='mamba'")
-        mixer = make_primitive(cfg.primitive, cfg.d_model, d_state=cfg.d_state, bidirectional=cfg.bidirectional, **options)
-        return SimpleBlock(mixer, dropout=cfg.dropout, norm=norm, prenorm=prenorm)
-    # Mamba block: causal primitives in each branch; the block provides the direction.
-    if cfg.primitive == "s6":
-        options.setdefault("dt_rank", mamba_dt_rank(cfg.d_model))
-        if cfg.rope:
-            options.setdefault("rope_targets", cfg.rope_targets)
-    rope = None
-    if cfg.primitive != "attention":
-        rope = _rope_options(cfg)
+@register_block("mamba")
+def mamba_block(cfg: ModelConfig) -> SequencePrimitive:
+    """The Mamba block with causal primitives in each branch; the block provides the direction."""
+    defaults: dict[str, Any] = {"dt_rank": mamba_dt_rank(cfg.d_model)}
+    if cfg.rope:
+        defaults["rope_targets"] = cfg.rope_targets
 
     def make_ssm(d_inner: int) -> SequencePrimitive:
-        return make_primitive(cfg.primitive, d_inner, d_state=cfg.d_state, bidirectional=False, **options)
+        return make_mixer(cfg, d_inner, bidirectional=False, **defaults)
 
     return MambaBlock(
         cfg.d_model,
         make_ssm,
         expand=cfg.expand,
         d_conv=cfg.d_conv,
-        dropout=cfg.dropout,
-        norm=norm,
-        prenorm=prenorm,
         direction=cfg.direction,
-        rope=rope,
+        rope=_rope_options(cfg),
+        **_residual_options(cfg),
     )
 
 

@@ -7,9 +7,8 @@ from typing import Any
 
 from longrange import typed
 from longrange.errors import ConfigError
+from longrange.models.registry import BLOCKS, PRIMITIVES  # the registries are the source of truth
 
-BLOCKS = ("simple", "mamba", "transformer", "hf")
-PRIMITIVES = ("s4", "s4d", "s6", "dlr", "attention")
 DIRECTIONS = ("causal", "bidirectional", "placebo")
 POOLINGS = ("mean", "last", "cls", "max")
 HEAD_ACTIVATIONS = ("gelu", "relu")
@@ -23,6 +22,8 @@ _BLOCK_DEFAULTS = {
     "transformer": {"norm": "layer", "prenorm": True},
     "hf": {"norm": "none", "prenorm": False},  # the LM's own
 }
+#: A user's registered block with norm/prenorm unset.
+_OTHER_BLOCK = {"norm": "layer", "prenorm": True}
 
 
 @dataclass
@@ -85,11 +86,11 @@ class ModelConfig:
 
     @property
     def resolved_norm(self) -> str:
-        return self.norm if self.norm is not None else _BLOCK_DEFAULTS[self.block]["norm"]
+        return self.norm if self.norm is not None else _BLOCK_DEFAULTS.get(self.block, _OTHER_BLOCK)["norm"]
 
     @property
     def resolved_prenorm(self) -> bool:
-        return self.prenorm if self.prenorm is not None else _BLOCK_DEFAULTS[self.block]["prenorm"]
+        return self.prenorm if self.prenorm is not None else _BLOCK_DEFAULTS.get(self.block, _OTHER_BLOCK)["prenorm"]
 
     def validate(self) -> None:
         def choice(name: str, options: tuple[str, ...]) -> None:

@@ -2,6 +2,13 @@
 
 Pooled heads (classification, regression) and the retrieval head end in ``head_layers`` linear
 maps: 1 = a linear map, 2 = an MLP ``Linear(d, hidden) -> activation -> Linear(hidden, n_out)``.
+
+Heads are registered by kind (:data:`longrange.models.registry.HEADS`) and built as
+``cls(d_model, n_out, **options)``, the model's ``pooling`` going to the heads that take it. A
+head reads the backbone's features of one sequence, ``head(h, mask, cls_index)``, or, with
+``two_sequences = True``, of two: ``head(h1, mask1, h2, mask2, cls1, cls2)``. A head with
+``per_position = True`` gives an output per position (it can generate step by step, and needs no
+CLS vector).
 """
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from longrange.errors import ConfigError
 from longrange.models.config import POOLINGS
 
 HEAD_ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
+from longrange.models.registry import register_head
 
 
 def pool(h: Tensor, mask: Tensor | None, pooling: str, cls_index: Tensor | None = None) -> Tensor:
@@ -57,6 +65,8 @@ def mlp(d_in: int, n_out: int, layers: int = 1, hidden: int | None = None, activ
     return nn.Sequential(nn.Linear(d_in, hidden), HEAD_ACTIVATIONS[activation](), nn.Linear(hidden, n_out))
 
 
+@register_head("classify")
+@register_head("regress")
 class PooledHead(nn.Module):
     """Pool, then a linear map (``layers=1``, parameters ``linear.*``) or an MLP (``layers=2``,
     parameters ``mlp.*``) to ``n_out`` (class logits, or regression targets)."""
@@ -79,12 +89,15 @@ class PooledHead(nn.Module):
         return out(pool(h, mask, self.pooling, cls_index))
 
 
+@register_head("retrieval")
 class RetrievalHead(nn.Module):
     """Two-sequence classification on pooled features a, b: MLP([a, b, a·b, a−b]) (the LRA two-tower head).
 
     Always the two-layer MLP of the published head: ``Linear(4d, hidden) -> activation ->
     Linear(hidden, n_classes)`` with ``hidden`` = d by default.
     """
+
+    two_sequences = True
 
     def __init__(
         self, d_model: int, n_classes: int, pooling: str = "mean", hidden: int | None = None, activation: str = "gelu"
@@ -107,8 +120,11 @@ class RetrievalHead(nn.Module):
         return self.mlp(torch.cat([a, b, a * b, a - b], dim=-1))
 
 
+@register_head("tokens")
 class TokenHead(nn.Module):
     """A per-position linear map: next-token/masked-token logits, intensity classes or values."""
+
+    per_position = True
 
     def __init__(self, d_model: int, n_out: int):
         super().__init__()
@@ -116,6 +132,3 @@ class TokenHead(nn.Module):
 
     def forward(self, h: Tensor, mask: Tensor | None = None, cls_index: Tensor | None = None) -> Tensor:
         return self.linear(h)
-
-
-HEADS = ("classify", "regress", "retrieval", "tokens")

@@ -45,13 +45,15 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor, nn
 
-from longrange.data.batch import padding_mask
 from longrange.errors import ConfigError, DataMissingError
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder
 from longrange.models.model import SequenceModel, config_head
+from longrange.models.registry import register_block
+from longrange.ops.masks import padding_mask
 
-#: Our special tokens (``longrange.data.tokenize.SPECIALS``) and what they become in the LM.
+#: Our special tokens, in id order (``longrange.data.tokenize.SPECIALS``; a test holds them equal),
+#: and what they become in the LM.
 _SPECIAL_ROLES = {"<pad>": "pad", "<unk>": "eos", "<eos>": "eos", "<cls>": "new", "<mask>": "new"}
 
 
@@ -139,8 +141,6 @@ def load_lm(spec: dict, resolved: dict | None = None) -> nn.Module:
 
 def token_map(spec: dict, vocab: Sequence[str], lm: nn.Module) -> list[list[int]]:
     """LM token ids of every id of the task's vocabulary (specials first, as in ``data/tokenize.py``)."""
-    from longrange.data.tokenize import SPECIALS
-
     transformers = _transformers()
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(
@@ -154,8 +154,7 @@ def token_map(spec: dict, vocab: Sequence[str], lm: nn.Module) -> list[list[int]
         raise ConfigError(f"the tokenizer of {spec['model']!r} has no end-of-text, unknown or begin token to map <eos>/<unk> to")
     next_new = len(tokenizer)
     out: list[list[int]] = []
-    for special in SPECIALS:
-        role = _SPECIAL_ROLES[special]
+    for role in _SPECIAL_ROLES.values():
         if role == "new":
             out.append([next_new])
             next_new += 1
@@ -366,3 +365,9 @@ def build_hf_model(
     else:
         raise ConfigError(f"unknown input kind {input_kind!r}; expected tokens or numeric")
     return HFModel(cfg, encoder, lm, head, n_out)
+
+
+@register_block("hf")
+def _hf_block(cfg: ModelConfig) -> nn.Module:
+    """``block: hf`` names a whole Hugging Face model, built by :func:`build_hf_model`, not a block."""
+    raise ConfigError("model.block 'hf' is a whole Hugging Face model: build it with build_model, not as a block")

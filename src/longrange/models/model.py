@@ -10,36 +10,27 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor, nn
 
-from longrange.data.batch import padding_mask
 from longrange.errors import ConfigError
 from longrange.models.backbone import Backbone
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder, TokenEncoder
-from longrange.models.heads import HEADS, PooledHead, RetrievalHead, TokenHead
+from longrange.models.registry import HEADS
+from longrange.ops.masks import padding_mask
 
 
-def make_head(
-    kind: str, d_model: int, n_out: int, pooling: str, layers: int = 1, hidden: int | None = None,
-    activation: str = "gelu",
-) -> nn.Module:
-    """A head by kind: "classify" and "regress" (pooled, ``layers`` linear maps), "retrieval"
-    (two sequences, an MLP with ``hidden`` units), "tokens" (per position, always linear)."""
+def make_head(kind: str, d_model: int, n_out: int, pooling: str = "mean", **settings: Any) -> nn.Module:
+    """A head by kind (see :data:`~longrange.models.registry.HEADS`): "classify" and "regress"
+    (pooled), "retrieval" (two sequences), "tokens" (per position). ``pooling`` and ``settings``
+    go to the heads whose constructors take them."""
     if n_out < 1:
         raise ConfigError(f"head {kind!r} needs a positive output size, got {n_out}")
-    if kind in ("classify", "regress"):
-        return PooledHead(d_model, n_out, pooling, layers, hidden, activation)
-    if kind == "retrieval":
-        return RetrievalHead(d_model, n_out, pooling, hidden, activation)
-    if kind == "tokens":
-        return TokenHead(d_model, n_out)
-    raise ConfigError(f"unknown head {kind!r}; expected one of {', '.join(HEADS)}")
+    return HEADS.build_from(kind, (d_model, n_out), offered={"pooling": pooling, **settings})
 
 
 def config_head(cfg: ModelConfig, kind: str, n_out: int, d_model: int | None = None) -> nn.Module:
     """The head of ``kind`` that ``cfg`` describes (pooling and head_* fields) on features of width ``d_model``."""
-    return make_head(
-        kind, d_model or cfg.d_model, n_out, cfg.pooling, cfg.head_layers, cfg.head_hidden, cfg.head_activation
-    )
+    return make_head(kind, d_model or cfg.d_model, n_out, cfg.pooling,
+                     layers=cfg.head_layers, hidden=cfg.head_hidden, activation=cfg.head_activation)
 
 
 class SequenceModel(nn.Module):
@@ -59,6 +50,11 @@ class SequenceModel(nn.Module):
     def causal(self) -> bool:
         return not self.cfg.bidirectional
 
+    @property
+    def per_position(self) -> bool:
+        """Whether the head gives an output per position (token prediction)."""
+        return bool(getattr(self.head, "per_position", False))
+
     def replace_head(self, kind: str, n_out: int) -> None:
         """Swap the head (e.g. token prediction -> classification) on the same device and dtype."""
         ref = next(self.backbone.parameters())
@@ -74,7 +70,7 @@ class SequenceModel(nn.Module):
         elif lengths.shape != (batch,):
             raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
         cls_index = None
-        if self.cls is not None and self.head_kind != "tokens":
+        if self.cls is not None and not self.per_position:
             cls = self.cls.to(x.dtype).expand(batch, 1, -1)
             if self.causal:
                 x = torch.cat([x, torch.zeros_like(cls)], dim=1)
@@ -95,7 +91,7 @@ class SequenceModel(nn.Module):
         lengths2: Tensor | None = None,
     ) -> Tensor:
         h, mask, cls_index = self.encode(inputs, lengths)
-        if self.head_kind == "retrieval":
+        if getattr(self.head, "two_sequences", False):
             if inputs2 is None:
                 raise ValueError("a retrieval model needs the second sequence (inputs2)")
             h2, mask2, cls2 = self.encode(inputs2, lengths2)
@@ -110,7 +106,7 @@ class SequenceModel(nn.Module):
 
     def step(self, x_t: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
         """One position: x_t (batch,) token ids or (batch, channels) values -> head output (batch, n_out)."""
-        if self.head_kind != "tokens":
+        if not self.per_position:
             raise RuntimeError(f"step() produces per-position outputs; the model has a {self.head_kind!r} head")
         e = self.encoder(x_t.unsqueeze(1), offset=state["pos"]).squeeze(1)
         h, backbone_state = self.backbone.step(e, state["backbone"])

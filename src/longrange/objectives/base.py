@@ -8,6 +8,10 @@ evaluation do not depend on how the data was split into batches or processes.
     out.loss.backward()                      # the mean loss of this batch
     totals = add_sums(totals, out.sums)      # accumulate (all-reduce across ranks if distributed)
     metrics = objective.summarize(totals)    # {"loss": ..., "accuracy": ...}
+
+Objectives are registered by name (:data:`OBJECTIVES`): "classification" and "regression"
+(supervised), "causal" (next-token) and "masked" SPT. ``OBJECTIVES.build("masked",
+input_kind="tokens", ratio=0.15)`` checks the options against the constructor before building.
 """
 from __future__ import annotations
 
@@ -16,6 +20,16 @@ from typing import Mapping, Protocol
 
 import torch
 from torch import Tensor, nn
+
+from longrange.registry import Registry
+
+#: Objective classes by name; the built-ins are registered by the modules named here.
+OBJECTIVES: Registry = Registry(
+    "objective", modules=("longrange.objectives.supervised", "longrange.objectives.pretraining")
+)
+
+#: Decorator: ``@register_objective("name")`` on an objective class.
+register_objective = OBJECTIVES.register
 
 
 @dataclass

@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from longrange.data.batch import padding_mask
+from longrange.data.tokenize import FIRST_TOKEN_ID, MASK_ID
 from longrange.errors import ConfigError
-from longrange.objectives.base import StepOutput
+from longrange.objectives.base import StepOutput, register_objective
+from longrange.ops.masks import padding_mask
 
 NUMERIC_LOSSES = ("l1", "classes")
 
@@ -107,6 +108,7 @@ def _summarize(sums: Mapping[str, Tensor]) -> dict[str, float]:
     return out
 
 
+@register_objective("causal")
 class NextTokenPrediction:
     """Causal pretraining: predict position t+1 from positions ≤ t (targets = inputs shifted by one).
 
@@ -137,6 +139,7 @@ class NextTokenPrediction:
     summarize = staticmethod(_summarize)
 
 
+@register_objective("masked")
 class MaskedPrediction:
     """Masked pretraining: predict the inputs at masked positions only.
 
@@ -150,7 +153,7 @@ class MaskedPrediction:
     metric = "loss"
     higher_is_better = False
 
-    def __init__(self, input_kind: str, ratio: float, *, mask_id: int = 4, first_token_id: int = 5,
+    def __init__(self, input_kind: str, ratio: float, *, mask_id: int = MASK_ID, first_token_id: int = FIRST_TOKEN_ID,
                  vocab_size: int | None = None, bert: bool = False, span: int = 1, numeric_loss: str = "l1",
                  levels: int = 256, value_range: tuple[float, float] | None = None):
         if not 0.0 < ratio < 1.0:

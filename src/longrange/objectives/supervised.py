@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from longrange.objectives.base import StepOutput
+from longrange.data.batch import check_class_labels
+from longrange.objectives.base import StepOutput, register_objective
 
 
 def model_outputs(model: nn.Module, batch: Mapping[str, Tensor], inputs: Tensor | None = None) -> Tensor:
@@ -24,19 +25,30 @@ def _f64(x: Tensor) -> Tensor:
     return x.detach().to(torch.float64)
 
 
+@register_objective("classification")
 class Classification:
-    """Cross-entropy; metric accuracy."""
+    """Cross-entropy; metric accuracy.
+
+    The label range is checked on the first batch only: a per-step check would wait for the device
+    at every step. Batches of a task's data are checked when they are collated
+    (:meth:`longrange.data.TaskData.collate`).
+    """
 
     metric = "accuracy"
     higher_is_better = True
 
+    def __init__(self) -> None:
+        self._labels_checked = False
+
     def __call__(self, model: nn.Module, batch: Mapping[str, Tensor]) -> StepOutput:
         logits = model_outputs(model, batch)
-        targets = batch["targets"].to(logits.device)
+        targets = batch["targets"]
         if targets.dim() != 1 or targets.is_floating_point():
             raise ValueError(f"classification targets must be class indices of shape (batch,), got {targets.dtype} {tuple(targets.shape)}")
-        if int(targets.max()) >= logits.shape[-1] or int(targets.min()) < 0:
-            raise ValueError(f"a class index in the batch is outside [0, {logits.shape[-1]})")
+        if not self._labels_checked:
+            check_class_labels(targets, logits.shape[-1], "the first batch")
+            self._labels_checked = True
+        targets = targets.to(logits.device)
         loss = F.cross_entropy(logits.float(), targets, reduction="sum")
         n = targets.numel()
         sums = {"loss_sum": _f64(loss), "count": torch.tensor(float(n), dtype=torch.float64), "correct": _f64((logits.argmax(-1) == targets).sum())}
@@ -47,6 +59,7 @@ class Classification:
         return {"loss": float(sums["loss_sum"]) / n, "accuracy": float(sums["correct"]) / n}
 
 
+@register_objective("regression")
 class Regression:
     """Mean squared error on standardised targets; metric R² (the mean over targets)."""
 

@@ -4,12 +4,14 @@
     print(write_report(["runs/"], out_dir="runs/"))     # also writes runs/report.md and PNGs
 
 Modules: ``collect`` (reading run directories), ``tables`` (aggregation, statistics, Markdown and
-CSV), ``plots`` (PNG figures), ``kernels`` (convolution-kernel decay), ``cli`` (``longrange report``).
+CSV), ``plots`` (PNG figures), ``kernels`` (convolution-kernel decay), ``writer`` (``report.md``),
+``cli`` (``longrange report``: argument handling only).
 """
 from __future__ import annotations
 
-from longrange.report.cli import write_report
 from longrange.report.collect import Run, collect_runs
-from longrange.report.tables import aggregate, mean_ci
+from longrange.report.kernels import kernel_decay
+from longrange.report.tables import aggregate, mean_ci, t_critical
+from longrange.report.writer import write_report
 
-__all__ = ["Run", "aggregate", "collect_runs", "mean_ci", "write_report"]
+__all__ = ["Run", "aggregate", "collect_runs", "kernel_decay", "mean_ci", "t_critical", "write_report"]

@@ -41,78 +41,15 @@ VAL_MARK = "†"
 
 
 # ---------------------------------------------------------------------- statistics
-# The t quantile is found by bisection on the t distribution's CDF, written with the regularised
-# incomplete beta function (a continued fraction evaluated by the modified Lentz method):
-#     P(T <= t) = 1 - I_x(df/2, 1/2) / 2,   x = df / (df + t²),   for t >= 0.
-# This keeps scipy optional.
-_TINY = 1e-300
-
-
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of I_x(a, b) (converges fast for x < (a + 1) / (a + b + 2))."""
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > _TINY else _TINY)
-    f = d
-    for m in range(1, 1000):
-        # Even step, then odd step, of the fraction's terms d_{2m} and d_{2m+1}.
-        for num in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > _TINY else _TINY)
-            c = 1.0 + num / c
-            c = c if abs(c) > _TINY else _TINY
-            f *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return f
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularised incomplete beta function I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"betainc: x must be in [0, 1], got {x}")
-    if x == 0.0 or x == 1.0:
-        return x
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    front = math.exp(log_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_continued_fraction(a, b, x) / a
-    # Symmetry I_x(a, b) = 1 - I_{1-x}(b, a) keeps the fraction in its fast region.
-    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
-    if df <= 0:
-        raise ValueError(f"t_cdf: degrees of freedom must be positive, got {df}")
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
 def t_quantile(p: float, df: float) -> float:
-    """The t value with P(T <= t) = p, for 0 < p < 1."""
+    """The t value with P(T <= t) = p, for 0 < p < 1, of Student's t with ``df`` degrees of freedom."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"t_quantile: p must be in (0, 1), got {p}")
     if df <= 0:
         raise ValueError(f"t_quantile: degrees of freedom must be positive, got {df}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    if df == 1:  # Cauchy: exact
-        return math.tan(math.pi * (p - 0.5))
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        lo, hi = hi, 2.0 * hi
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-13 * hi:
-            break
-    return 0.5 * (lo + hi)
+    from scipy.stats import t  # imported here: reading and tabulating runs does not need it
+
+    return float(t.ppf(p, df))
 
 
 def t_critical(n: int, confidence: float = 0.95) -> float:

@@ -1,4 +1,8 @@
-"""``longrange params``: parameter counts of models, in total and inside the sequence primitives."""
+"""``longrange params``: parameter counts of models, in total and inside the sequence primitives.
+
+The default table is the thesis' Table 3; ``--preset`` counts the model of an experiment preset
+(which needs the preset's task data for the vocabulary size).
+"""
 from __future__ import annotations
 
 import argparse
