@@ -1,0 +1,214 @@
+"""The comparison's executors (local workers, SLURM through submitit's local executor) run the same
+stages as the in-process run, with the same results; a killed worker's stage resumes; two comparisons
+on one output directory never run a stage twice."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from longrange.errors import ConfigError
+from longrange.experiment.compare import StageFailed, compare, stage_statuses
+from longrange.experiment.config import LauncherConfig, experiment_from_dict
+from longrange.experiment.executors import LocalWorkers, SlurmLauncher, make_executor, worker_command, worker_env
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+#: Fields of a summary that depend on when and where it ran, not on what it computed.
+VOLATILE = ("seconds",)
+
+
+@pytest.fixture(scope="module")
+def listops_dir(tmp_path_factory):
+    from longrange.data.generate.listops import generate
+
+    root = tmp_path_factory.mktemp("data")
+    generate(root / "listops", n_train=64, n_val=16, n_test=16, min_length=8, max_length=24, max_depth=3, max_args=3,
+             seed=0, quiet=True)
+    return root
+
+
+def tiny(data_dir, label, **train) -> dict:
+    return {
+        "label": label,
+        "task": {"name": "listops", "options": {"seq_len": 32}, "data_dir": str(data_dir)},
+        "model": dict(block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction="bidirectional"),
+        "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 2, **train},
+        "compare": {"objectives": ["masked"], "seeds": [0, 1]},
+    }
+
+
+def grid(data_dir, **train):
+    return [experiment_from_dict(tiny(data_dir, label, **train)) for label in ("a", "b")]
+
+
+def comparable(summaries):
+    return [{k: v for k, v in s.items() if k not in VOLATILE} for s in summaries]
+
+
+def all_summaries(out: Path) -> dict[str, dict]:
+    return {str(p.parent.relative_to(out)): {k: v for k, v in json.loads(p.read_text()).items() if k not in VOLATILE}
+            for p in out.rglob("summary.json")}
+
+
+@pytest.fixture(scope="module")
+def reference(listops_dir, tmp_path_factory):
+    """The grid (2 models x 2 seeds: scratch, masked SPT, matched) run in process, one stage after
+    another, with one thread (as the workers below: torch's CPU reductions split their work by
+    thread, so another thread count can change the last bits of a float)."""
+    import torch
+
+    out = tmp_path_factory.mktemp("sequential")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        summaries = compare(grid(listops_dir), out)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(summaries) == 12
+    return out, summaries
+
+
+def test_local_workers_give_the_sequential_results(listops_dir, reference, tmp_path, capsys):
+    ref_out, ref = reference
+    got = compare(grid(listops_dir), tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[]))
+    assert comparable(got) == comparable(ref)  # bitwise: every metric, step count and fingerprint
+    assert all_summaries(tmp_path) == all_summaries(ref_out)  # the pretraining stages too
+    err = capsys.readouterr().err
+    assert "up to 2 at once" in err and "1 thread(s) each" in err
+    log = (tmp_path / "listops/a/masked-spt/seed1/finetune/stage.log").read_text()
+    assert "running " in log and "worker: listops/a/masked-spt/seed1/finetune done" in log
+    # Run again: everything is reused, no worker starts.
+    assert comparable(compare(grid(listops_dir), tmp_path, executor=LocalWorkers(2, gpus=[]))) == comparable(ref)
+    assert "started" not in capsys.readouterr().err
+
+
+def test_submitit_local_executor_runs_the_grid_through_the_slurm_path(listops_dir, reference, tmp_path, capsys):
+    ref_out, ref = reference
+    launcher = SlurmLauncher(LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1), cluster="local", poll=0.2)
+    got = compare(grid(listops_dir), tmp_path, executor=launcher)
+    assert comparable(got) == comparable(ref)
+    assert all_summaries(tmp_path) == all_summaries(ref_out)
+    err = capsys.readouterr().err
+    assert len(re.findall(r"submitted listops/\S+: job \d+", err)) == 16
+    # The local executor ignores dependencies: levels are submitted one after another, so a
+    # finetune starts only after its pretrain wrote its summary.
+    for seed in (0, 1):
+        pre = tmp_path / f"listops/a/masked-spt/seed{seed}/pretrain/summary.json"
+        fine_log = tmp_path / f"listops/a/masked-spt/seed{seed}/finetune/stage.log"
+        assert pre.stat().st_mtime <= fine_log.stat().st_mtime
+    assert list((tmp_path / "slurm").iterdir())  # submitit's scripts and logs
+
+
+def test_a_failing_job_skips_its_dependents_only(listops_dir, tmp_path):
+    # A pretrain that cannot run (its learning rate is invalid only for pretraining) fails in its
+    # job; its finetune and matched run are skipped; the scratch runs finish.
+    exp = experiment_from_dict({**tiny(listops_dir, "a"), "pretrain": {"batch_size": 1000}})
+    launcher = SlurmLauncher(LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1), cluster="local", poll=0.2)
+    with pytest.raises(StageFailed, match=r"2 stage\(s\) failed: listops/a/masked-spt/seed0/pretrain .*4 stage\(s\) after them"):
+        compare([exp], tmp_path, executor=launcher)
+    statuses = stage_statuses(tmp_path)
+    assert statuses["listops/a/scratch/seed1"] == "done" and statuses["listops/a/masked-spt/seed1/pretrain"] == "failed"
+    failure = json.loads((tmp_path / "listops/a/masked-spt/seed0/pretrain/failed.json").read_text())
+    assert "batch_size 1000 is larger than the training set" in failure["error"]
+    assert failure["log"].endswith("stage.log")
+
+
+def killing_worker(argv: list[str]) -> int:
+    """The worker, killed (SIGKILL, no clean-up) right after the pretraining stage's first checkpoint."""
+    import signal
+
+    from longrange.experiment.worker import main
+    from longrange.train import loop
+
+    save = loop.Trainer._save
+
+    def _save(self, best):
+        save(self, best)
+        if self.paths.root.name == "pretrain" and self.state.step == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    loop.Trainer._save = _save
+    return main(argv)
+
+
+def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run(listops_dir, reference, tmp_path, capsys):
+    ref_out, _ = reference
+    exp = experiment_from_dict({**tiny(listops_dir, "a", checkpoint_every=1), "compare": {"objectives": ["masked"], "seeds": [0]}})
+
+    with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/a/masked-spt/seed0/pretrain"):
+        compare([exp], tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[], target=killing_worker))
+    assert "killed by SIGKILL" in capsys.readouterr().err
+    pretrain = tmp_path / "listops/a/masked-spt/seed0/pretrain"
+    assert (pretrain / "checkpoints/last.pt").is_file() and not (pretrain / "summary.json").exists()
+    assert stage_statuses(tmp_path)["listops/a/scratch/seed0"] == "done"
+
+    compare([exp], tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[]))
+    err = capsys.readouterr().err
+    started = re.findall(r"started (\S+) \(worker", err)
+    assert sorted(started) == sorted(["listops/a/masked-spt/seed0/pretrain", "listops/a/masked-spt/seed0/finetune",
+                                      "listops/a/scratch-matched/seed0"])  # not the finished scratch run
+    assert f"resuming {pretrain}" in (pretrain / "stage.log").read_text()
+    ref = all_summaries(ref_out)
+    for sid, summary in all_summaries(tmp_path).items():
+        assert summary == ref[sid], sid  # the resumed stage ends exactly as an uninterrupted one
+    lines = (pretrain / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == len(set(lines)) == len((ref_out / "listops/a/masked-spt/seed0/pretrain/metrics.jsonl").read_text().splitlines())
+
+
+def test_two_compares_on_one_output_never_run_a_stage_twice(listops_dir, tmp_path):
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump({**tiny(listops_dir, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}}))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "longrange.cli", "compare", "--config", str(config), "--out", str(out)]
+    env = worker_env(1)
+    procs = [subprocess.Popen(cmd + extra, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for extra in (["--jobs", "2", "--threads-per-job", "1"], [])]
+    results = [p.communicate(timeout=300) for p in procs]
+    text = "".join(err for _, err in results) + "".join(p.read_text() for p in out.rglob("stage.log"))
+    runs = re.findall(r"^(?:running|resuming) (\S+)$", text, flags=re.M)
+    assert len(runs) == len(set(runs)) <= 4, runs
+    for metrics in out.rglob("metrics.jsonl"):
+        lines = metrics.read_text().splitlines()
+        assert len(lines) == len(set(lines)), metrics
+    for p, (_, err) in zip(procs, results):  # each finished, or stopped naming the stages running elsewhere
+        assert p.returncode == 0 or "running in another process" in err, err
+    # Whatever was left (stages after one held by the other command) is done by one more run.
+    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=300)
+    assert set(stage_statuses(out).values()) == {"done"}
+
+
+def test_launcher_settings_and_errors(tmp_path, monkeypatch, capsys):
+    from longrange.cli import main
+
+    assert make_executor(LauncherConfig()).__name__ == "run_in_process"
+    workers = make_executor(LauncherConfig(jobs=3, threads_per_job=2))
+    assert isinstance(workers, LocalWorkers) and workers.threads == 2
+    assert LocalWorkers(2).threads == max(1, (os.cpu_count() or 1) // 2)
+    assert isinstance(make_executor(LauncherConfig(kind="slurm")), SlurmLauncher)
+    with pytest.raises(ConfigError, match="compare.launcher.kind must be one of local, slurm"):
+        experiment_from_dict({"compare": {"launcher": {"kind": "pbs"}}})
+    with pytest.raises(ConfigError, match=r"compare.launcher.jobz \(did you mean jobs\?\)"):
+        experiment_from_dict({"compare": {"launcher": {"jobz": 2}}})
+    with pytest.raises(ConfigError, match="--no-wait needs SLURM"):
+        SlurmLauncher(LauncherConfig(kind="slurm", wait=False), cluster="local")
+    cmd = worker_command(tmp_path, "t/x/scratch/seed0", overwrite=True, threads=3, gpus=4)
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
+    assert cmd[5:] == ["-m", "longrange.experiment.worker", str(tmp_path), "t/x/scratch/seed0", "--overwrite", "--threads", "3"]
+    assert worker_command(tmp_path, "s")[1:3] == ["-m", "longrange.experiment.worker"]
+    env = worker_env(3, gpu="1")
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3" and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == SRC
+    # --launcher slurm on a host without SLURM: a clear error before anything is submitted.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump(tiny(tmp_path, "a")))
+    assert main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--launcher", "slurm", "--seeds", "0"]) == 1
+    assert "needs SLURM's sbatch on PATH" in capsys.readouterr().err
+    assert main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--jobs", "2", "--no-wait"]) == 1
+    assert "--no-wait is for --launcher slurm" in capsys.readouterr().err
