@@ -88,35 +88,35 @@ def test_local_workers_give_the_sequential_results(listops_dir, reference, tmp_p
     assert "started" not in capsys.readouterr().err
 
 
-def test_submitit_local_executor_runs_the_grid_through_the_slurm_path(listops_dir, reference, tmp_path, capsys):
-    ref_out, ref = reference
-    launcher = SlurmLauncher(LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1), cluster="local", poll=0.2)
-    got = compare(grid(listops_dir), tmp_path, executor=launcher)
-    assert comparable(got) == comparable(ref)
-    assert all_summaries(tmp_path) == all_summaries(ref_out)
+def test_submitit_local_executor_runs_stages_through_the_slurm_path(listops_dir, reference, tmp_path, capsys):
+    """The SLURM code path with submitit's local executor (jobs are local processes), dependencies
+    included: "a" is a model of the reference grid; "bad" cannot pretrain (its pretraining batch is
+    larger than the training set), so its finetune and matched run are skipped, and the rest runs."""
+    ref_out, _ = reference
+    good = {**tiny(listops_dir, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}}
+    bad = {**good, "label": "bad", "pretrain": {"batch_size": 1000}}
+    launcher = SlurmLauncher(LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1),
+                             cluster="local", poll=0.2)
+    with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/bad/masked-spt/seed0/pretrain .*2 stage\(s\) after them"):
+        compare([experiment_from_dict(good), experiment_from_dict(bad)], tmp_path, executor=launcher)
     err = capsys.readouterr().err
-    assert len(re.findall(r"submitted listops/\S+: job \d+", err)) == 16
-    # The local executor ignores dependencies: levels are submitted one after another, so a
-    # finetune starts only after its pretrain wrote its summary.
-    for seed in (0, 1):
-        pre = tmp_path / f"listops/a/masked-spt/seed{seed}/pretrain/summary.json"
-        fine_log = tmp_path / f"listops/a/masked-spt/seed{seed}/finetune/stage.log"
-        assert pre.stat().st_mtime <= fine_log.stat().st_mtime
+    assert len(re.findall(r"submitted listops/\S+: job \d+", err)) == 6  # not the two after the failed pretrain
+    ref = all_summaries(ref_out)
+    got = all_summaries(tmp_path)
+    assert sorted(got) == ["listops/a/masked-spt/seed0/finetune", "listops/a/masked-spt/seed0/pretrain",
+                           "listops/a/scratch-matched/seed0", "listops/a/scratch/seed0", "listops/bad/scratch/seed0"]
+    for sid, summary in got.items():  # the label is part of a stage's settings (its fingerprint)
+        same = ("label", "fingerprint") if "/bad/" in sid else ()
+        assert {k: v for k, v in summary.items() if k not in same} == \
+            {k: v for k, v in ref[sid.replace("/bad/", "/a/")].items() if k not in same}, sid
+    # The local executor ignores dependencies: this process submits a level once the previous
+    # one ended, so the finetune started after its pretrain had finished.
+    pre = tmp_path / "listops/a/masked-spt/seed0/pretrain/summary.json"
+    assert pre.stat().st_mtime <= (tmp_path / "listops/a/masked-spt/seed0/finetune/stage.log").stat().st_mtime
+    failure = json.loads((tmp_path / "listops/bad/masked-spt/seed0/pretrain/failed.json").read_text())
+    assert "batch_size 1000 is larger than the training set" in failure["error"] and failure["log"].endswith("stage.log")
+    assert stage_statuses(tmp_path)["listops/bad/masked-spt/seed0/finetune"] == "pending"
     assert list((tmp_path / "slurm").iterdir())  # submitit's scripts and logs
-
-
-def test_a_failing_job_skips_its_dependents_only(listops_dir, tmp_path):
-    # A pretrain that cannot run (its learning rate is invalid only for pretraining) fails in its
-    # job; its finetune and matched run are skipped; the scratch runs finish.
-    exp = experiment_from_dict({**tiny(listops_dir, "a"), "pretrain": {"batch_size": 1000}})
-    launcher = SlurmLauncher(LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1), cluster="local", poll=0.2)
-    with pytest.raises(StageFailed, match=r"2 stage\(s\) failed: listops/a/masked-spt/seed0/pretrain .*4 stage\(s\) after them"):
-        compare([exp], tmp_path, executor=launcher)
-    statuses = stage_statuses(tmp_path)
-    assert statuses["listops/a/scratch/seed1"] == "done" and statuses["listops/a/masked-spt/seed1/pretrain"] == "failed"
-    failure = json.loads((tmp_path / "listops/a/masked-spt/seed0/pretrain/failed.json").read_text())
-    assert "batch_size 1000 is larger than the training set" in failure["error"]
-    assert failure["log"].endswith("stage.log")
 
 
 def killing_worker(argv: list[str]) -> int:
@@ -161,25 +161,37 @@ def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run
     assert len(lines) == len(set(lines)) == len((ref_out / "listops/a/masked-spt/seed0/pretrain/metrics.jsonl").read_text().splitlines())
 
 
-def test_two_compares_on_one_output_never_run_a_stage_twice(listops_dir, tmp_path):
+def test_two_compares_on_one_output_never_run_a_stage_twice(listops_dir, tmp_path, capfd):
+    """``compare --jobs 2`` in another process and the sequential compare in this one, at once."""
+    import time
+
     config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump({**tiny(listops_dir, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}}))
+    exp = {**tiny(listops_dir, "a", epochs=3), "compare": {"objectives": ["masked"], "seeds": [0]}}
+    config.write_text(yaml.safe_dump(exp))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "longrange.cli", "compare", "--config", str(config), "--out", str(out)]
-    env = worker_env(1)
-    procs = [subprocess.Popen(cmd + extra, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for extra in (["--jobs", "2", "--threads-per-job", "1"], [])]
-    results = [p.communicate(timeout=300) for p in procs]
-    text = "".join(err for _, err in results) + "".join(p.read_text() for p in out.rglob("stage.log"))
+    other = subprocess.Popen(cmd + ["--jobs", "2", "--threads-per-job", "1"], env=worker_env(1),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list(out.rglob("stage.log")) and time.time() < deadline:  # the other one has started a stage
+        time.sleep(0.05)
+    try:
+        compare([experiment_from_dict(exp)], out)
+        here = "done"
+    except StageFailed as err:
+        assert "running in another process" in str(err)
+        here = "held"
+    _, other_err = other.communicate(timeout=300)
+    assert other.returncode == 0 or "running in another process" in other_err, other_err
+    text = capfd.readouterr().err + "".join(p.read_text() for p in out.rglob("stage.log"))
     runs = re.findall(r"^(?:running|resuming) (\S+)$", text, flags=re.M)
-    assert len(runs) == len(set(runs)) <= 4, runs
+    assert len(runs) == len(set(runs)) <= 4, runs  # no stage ran twice
+    assert here == "held" or other.returncode != 0 or len(runs) == 4
     for metrics in out.rglob("metrics.jsonl"):
         lines = metrics.read_text().splitlines()
         assert len(lines) == len(set(lines)), metrics
-    for p, (_, err) in zip(procs, results):  # each finished, or stopped naming the stages running elsewhere
-        assert p.returncode == 0 or "running in another process" in err, err
     # Whatever was left (stages after one held by the other command) is done by one more run.
-    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=300)
+    compare([experiment_from_dict(exp)], out)
     assert set(stage_statuses(out).values()) == {"done"}
 
 
