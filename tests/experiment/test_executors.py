@@ -224,3 +224,78 @@ def test_launcher_settings_and_errors(tmp_path, monkeypatch, capsys):
     assert "needs SLURM's sbatch on PATH" in capsys.readouterr().err
     assert main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--jobs", "2", "--no-wait"]) == 1
     assert "--no-wait is for --launcher slurm" in capsys.readouterr().err
+
+
+class _FakeJob:
+    def __init__(self, job_id):
+        self.job_id = job_id
+
+
+class _FakeSlurm:
+    """Records what would be submitted to SLURM (no sbatch needed)."""
+
+    def __init__(self):
+        self.params, self.submitted, self._array = {}, [], None
+
+    def update_parameters(self, **kw):
+        self.params.update(kw)
+
+    def submit(self, fn):
+        dep = self.params.get("slurm_additional_parameters", {}).get("dependency")
+        if self._array is not None:
+            job = _FakeJob(f"{self._array}_{sum(1 for s in self.submitted if s[2].startswith(self._array + '_'))}")
+        else:
+            job = _FakeJob(str(100 + len(self.submitted)))
+        self.submitted.append((fn.stage_id, dep, job.job_id))
+        return job
+
+    def batch(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def array():
+            self._array = str(900 + len(self.submitted))
+            yield
+            self._array = None
+
+        return array()
+
+
+@pytest.mark.parametrize("array", [False, True])
+def test_slurm_jobs_carry_their_dependencies(tmp_path, monkeypatch, capsys, array):
+    """Per-stage jobs wait (afterok) for exactly the stages they need; level arrays wait (afterany)
+    for the previous levels; --no-wait returns once submitted and records the job ids."""
+    fake = _FakeSlurm()
+    monkeypatch.setattr(SlurmLauncher, "_executor", lambda self, out: fake)
+    launcher = make_executor(LauncherConfig(kind="slurm", wait=False, array=array))
+    exp = experiment_from_dict({**tiny(tmp_path, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}})
+    assert compare([exp], tmp_path / "out", executor=launcher) == []
+    deps = {sid: dep for sid, dep, _ in fake.submitted}
+    ids = {sid: job for sid, _, job in fake.submitted}
+    pre, fine = "listops/a/masked-spt/seed0/pretrain", "listops/a/masked-spt/seed0/finetune"
+    if not array:
+        assert deps == {"listops/a/scratch/seed0": None, pre: None, fine: f"afterok:{ids[pre]}",
+                        "listops/a/scratch-matched/seed0": f"afterok:{ids[pre]}:{ids[fine]}"}
+        assert fake.params["slurm_additional_parameters"]["kill-on-invalid-dep"] == "yes"
+    else:  # levels: [scratch, pretrain], [finetune], [matched]
+        assert deps[pre] is None and deps[fine] == f"afterany:{ids[pre].split('_')[0]}"
+        kind, _, after = deps["listops/a/scratch-matched/seed0"].partition(":")
+        assert kind == "afterany" and set(after.split(":")) == {ids[pre].split("_")[0], ids[fine].split("_")[0]}
+    assert json.loads((tmp_path / "out" / "jobs.json").read_text()) == ids
+    assert "longrange compare --status" in capsys.readouterr().err
+
+
+def test_sbatch_script_has_the_launcher_settings(tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    settings = LauncherConfig(kind="slurm", partition="gpu", time_min=90, gpus_per_job=2, cpus_per_job=16, mem_gb=64,
+                              account="proj", qos="high", extra={"constraint": "a100"})
+    launcher = SlurmLauncher(settings)
+    ex = launcher._executor(tmp_path)
+    ex.update_parameters(slurm_additional_parameters=launcher._extra("afterok:12:13"))
+    text = ex._executor._make_submission_file_text("python -m x", "uid")
+    for line in ("--partition=gpu", "--time=90", "--gpus-per-node=2", "--cpus-per-task=16", "--mem=64GB", "--account=proj",
+                 "--qos=high", "--constraint=a100", "--dependency=afterok:12:13", "--kill-on-invalid-dep=yes",
+                 "--ntasks-per-node=1", "--signal=USR2@120"):
+        assert f"#SBATCH {line}\n" in text, line
