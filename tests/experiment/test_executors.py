@@ -299,3 +299,21 @@ def test_sbatch_script_has_the_launcher_settings(tmp_path, monkeypatch):
                  "--qos=high", "--constraint=a100", "--dependency=afterok:12:13", "--kill-on-invalid-dep=yes",
                  "--ntasks-per-node=1", "--signal=USR2@120"):
         assert f"#SBATCH {line}\n" in text, line
+
+
+@pytest.mark.slow
+def test_a_stage_under_torchrun_runs_once_and_is_then_reused(listops_dir, tmp_path):
+    """What a SLURM job with --gpus-per-job 2 runs, here on 2 CPU processes (gloo): rank 0 decides and writes."""
+    from longrange.experiment.plan import plan_grid
+
+    plan = plan_grid([experiment_from_dict(tiny(listops_dir, "a"))], seeds=[0])
+    plan.save(tmp_path)
+    stage = "listops/a/scratch/seed0"
+    cmd = worker_command(tmp_path, stage, threads=1, gpus=2)
+    for attempt in range(2):
+        done = subprocess.run(cmd, env=worker_env(1), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.count(f"running {tmp_path / stage}") == (1 if attempt == 0 else 0)
+        assert done.stderr.count(f"worker: {stage} done") == 2  # both ranks
+    lines = (tmp_path / stage / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == len(set(lines)) and json.loads((tmp_path / stage / "summary.json").read_text())["steps"] == 4

@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace a finished run made with other settings")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = p.parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # not inside a submitit job, which handles it
+        signal.signal(signal.SIGTERM, _interrupt)
 
     import torch
 
