@@ -199,6 +199,7 @@ def test_launcher_settings_and_errors(tmp_path, monkeypatch, capsys):
     from longrange.cli import main
 
     assert make_executor(LauncherConfig()).__name__ == "run_in_process"
+    assert make_executor(LauncherConfig(threads_per_job=1)).threads == 1
     workers = make_executor(LauncherConfig(jobs=3, threads_per_job=2))
     assert isinstance(workers, LocalWorkers) and workers.threads == 2
     assert LocalWorkers(2).threads == max(1, (os.cpu_count() or 1) // 2)
@@ -283,6 +284,11 @@ def test_slurm_jobs_carry_their_dependencies(tmp_path, monkeypatch, capsys, arra
         assert kind == "afterany" and set(after.split(":")) == {ids[pre].split("_")[0], ids[fine].split("_")[0]}
     assert json.loads((tmp_path / "out" / "jobs.json").read_text()) == ids
     assert "longrange compare --status" in capsys.readouterr().err
+    from longrange.cli import main
+
+    assert main(["compare", "--status", str(tmp_path / "out")]) == 0
+    shown = capsys.readouterr().out
+    assert "4 pending" in shown and f"SLURM jobs ({tmp_path / 'out' / 'jobs.json'}): listops/a/scratch/seed0 {ids['listops/a/scratch/seed0']}" in shown
 
 
 def test_sbatch_script_has_the_launcher_settings(tmp_path, monkeypatch):

@@ -558,10 +558,15 @@ class SlurmLauncher:
                     return {s.id: outcome.get(s.id, "submitted") for s in plan.stages}
                 self._wait(plan, out_dir, jobs, outcome, start)
         except KeyboardInterrupt:
-            _say(f"interrupted: cancelling {len(jobs)} job(s)")
-            for job in jobs.values():
-                if not job.done():
+            running = [j for j in jobs.values() if not j.done()]
+            if self.cluster == "local":  # the jobs are this machine's processes: stop them
+                _say(f"interrupted: cancelling {len(running)} job(s)")
+                for job in running:
                     job.cancel(check=False)
+            elif running:  # SLURM jobs run on without this process; the next compare reuses their stages
+                (out_dir / JOBS_FILE).write_text(json.dumps({sid: j.job_id for sid, j in jobs.items()}, indent=1))
+                _say(f"interrupted: {len(running)} SLURM job(s) keep running ({' '.join(j.job_id for j in running)}); "
+                     f"`longrange compare --status {out_dir}` shows them, scancel stops them")
             raise
         return {s.id: outcome.get(s.id, "skipped") for s in plan.stages}
 
@@ -573,4 +578,23 @@ def make_executor(settings: LauncherConfig) -> Callable[..., dict[str, str]]:
         return SlurmLauncher(settings)
     if settings.jobs > 1:
         return LocalWorkers(settings.jobs, settings.threads_per_job)
+    if settings.threads_per_job:
+        return InProcess(settings.threads_per_job)
     return run_in_process
+
+
+@dataclass
+class InProcess:
+    """``run_in_process`` with torch set to ``threads`` threads while it runs (``--threads-per-job`` without ``--jobs``)."""
+
+    threads: int
+
+    def __call__(self, plan: Plan, out_dir: Path, *, overwrite: bool = False) -> dict[str, str]:
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            return run_in_process(plan, out_dir, overwrite=overwrite)
+        finally:
+            torch.set_num_threads(before)
