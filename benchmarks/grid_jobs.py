@@ -5,7 +5,8 @@
     python benchmarks/grid_jobs.py --max-steps 30  # 30 steps per stage (60 for the matched runs): on a busy machine
 
 Generates the demo's ListOps once, then runs the grid (demo/transformer and demo/s4d: scratch, masked
-SPT, finetune, compute-matched) sequentially in this process and with ``--jobs`` workers, back to back,
+SPT, finetune, compute-matched) sequentially in this process (with torch's default threads, and with
+one thread) and with ``--jobs`` workers, back to back,
 each into a fresh directory, and prints both wall times and the load average around each run (the
 timings mean little on a machine busy with other work).
 """
@@ -31,7 +32,7 @@ def main() -> None:
     from longrange.experiment.compare import compare
     from longrange.experiment.config import resolve
     from longrange.experiment.demo import DEMO_LISTOPS, DEMO_PRESETS
-    from longrange.experiment.executors import LocalWorkers
+    from longrange.experiment.executors import InProcess, LocalWorkers
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="grid-jobs-"))
     data = root / "data"
@@ -44,8 +45,11 @@ def main() -> None:
         overrides += [f"train.max_steps={args.max_steps}", f"pretrain.max_steps={args.max_steps}"]
     experiments = [resolve(name, overrides=overrides) for name in DEMO_PRESETS]
     rows = []
-    for name, executor in (("sequential (in process)", None), (f"--jobs {args.jobs}", LocalWorkers(args.jobs))):
-        out = root / name.split()[0].strip("-")
+    runs = [("sequential (in process, torch's default threads)", None),
+            ("sequential (in process, --threads-per-job 1)", InProcess(1)),
+            (f"--jobs {args.jobs} (cores // jobs threads each)", LocalWorkers(args.jobs))]
+    for k, (name, executor) in enumerate(runs):
+        out = root / f"run{k}"
         shutil.rmtree(out, ignore_errors=True)
         load = os.getloadavg()[0]
         start = time.time()

@@ -2,13 +2,15 @@
 
 An executor is ``executor(plan, out_dir, overwrite=...) -> {stage id: outcome}`` with the outcomes of
 ``run_in_process`` (done, failed, skipped: after a stage that did not finish, held: running in
-another process). Every executor runs a stage the same way, as ``python -m longrange.experiment.worker
-OUT STAGE_ID`` (which loads ``OUT/plan.json`` and calls ``execute_stage``), so a stage's outcome
-depends only on its settings and seed, and the stage lock, reuse by fingerprint, resume from the
-last checkpoint and ``failed.json`` work the same under every executor. A worker's output goes to
-``OUT/<stage id>/stage.log``.
+another process). Every executor runs a stage the same way, through the worker
+(``longrange.experiment.worker``: the command ``python -m longrange.experiment.worker OUT STAGE_ID``, or
+its ``main`` in a process of its own), which loads ``OUT/plan.json`` and calls ``execute_stage``; so a
+stage's outcome depends only on its settings and seed, and the stage lock, reuse by fingerprint,
+resume from the last checkpoint and ``failed.json`` work the same under every executor. A worker's
+output goes to ``OUT/<stage id>/stage.log``.
 
-* :class:`LocalWorkers` (``compare --jobs N``): up to N workers at once on this machine, each with its own
+* :class:`LocalWorkers` (``compare --jobs N``): up to N worker processes at once on this machine (forked
+  from a server process that imported torch once, so a stage starts at once), each with its own
   threads (``threads_per_job``; torch threads and OMP/MKL_NUM_THREADS) or its own GPU
   (``CUDA_VISIBLE_DEVICES``, round-robin over the visible GPUs). A stage starts when every stage in
   its ``after`` list is done; this process enforces the order.
