@@ -95,12 +95,54 @@ def _compare_status(out: str) -> int:
     print(describe(plan, statuses))
     counts = {k: list(statuses.values()).count(k) for k in ("done", "running", "interrupted", "pending", "failed")}
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    jobs = Path(out) / "jobs.json"
+    if jobs.is_file():  # compare --launcher slurm: the SLURM job of each stage
+        ids = json.loads(jobs.read_text())
+        print(f"SLURM jobs ({jobs}): " + ", ".join(f"{sid} {ids[sid]}" for sid in ids if statuses.get(sid) != "done")
+              if any(statuses.get(sid) != "done" for sid in ids) else f"SLURM jobs ({jobs}): all done")
     return 0
+
+
+def launcher_settings(experiments: list, args: argparse.Namespace):
+    """The ``compare.launcher`` section of the experiments (all alike), updated by the command-line options."""
+    import dataclasses
+
+    from longrange import typed
+    from longrange.experiment.config import LauncherConfig
+
+    base = experiments[0].compare.launcher if experiments else LauncherConfig()
+    for exp in experiments[1:]:
+        if exp.compare.launcher != base:
+            raise ConfigError(f"the experiments {experiments[0].label!r} and {exp.label!r} have different "
+                              "compare.launcher sections; one comparison runs with one launcher")
+    changes = {name: getattr(args, name) for name in ("jobs", "threads_per_job", "partition", "time_min", "gpus_per_job",
+                                                      "cpus_per_job", "mem_gb", "account", "qos")
+               if getattr(args, name, None) is not None}
+    if args.launcher:
+        changes["kind"] = args.launcher
+    elif args.jobs is not None:
+        changes["kind"] = "local"
+    if args.slurm_array:
+        changes["array"] = True
+    if args.no_wait:
+        changes["wait"] = False
+    extra = dict(base.extra)
+    for item in args.sbatch or []:
+        if "=" not in item:
+            raise ConfigError(f"--sbatch {item!r} is not of the form option=value (e.g. constraint=a100)")
+        key, value = item.split("=", 1)
+        extra[key.strip().lstrip("-")] = value
+    changes["extra"] = extra
+    settings = typed.from_dict(LauncherConfig, {**dataclasses.asdict(base), **changes}, "compare.launcher")
+    if not settings.wait and settings.kind != "slurm":
+        raise ConfigError("--no-wait is for --launcher slurm (local runs end when the stages do)")
+    return settings
 
 
 def _compare(args: argparse.Namespace) -> int:
     from longrange.experiment.compare import compare
     from longrange.experiment.config import resolve
+    from longrange.experiment.executors import make_executor
 
     if args.status:
         return _compare_status(args.status)
@@ -116,11 +158,12 @@ def _compare(args: argparse.Namespace) -> int:
     except ValueError:
         raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     objectives = args.objectives.split(",") if args.objectives else None
+    settings = launcher_settings(experiments, args)
     compare(experiments, args.out, seeds=seeds, objectives=objectives,
             compute_matched=False if args.no_compute_matched else None,
             train_subsets=parse_train_subsets(args.train_subsets), overwrite=args.overwrite,
-            dry_run=args.dry_run)
-    if args.dry_run:
+            dry_run=args.dry_run, executor=make_executor(settings))
+    if args.dry_run or not settings.wait:
         return 0
     from longrange.report import write_report
     from longrange.report.collect import collect_runs
@@ -162,7 +205,7 @@ def _presets(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from longrange.experiment.demo import run_demo
 
-    print(run_demo(args.out))
+    print(run_demo(args.out, jobs=args.jobs))
     return 0
 
 
@@ -199,6 +242,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a data-fraction sweep: comma-separated fractions in (0, 1] (0.05,0.1,1.0) or counts (500); "
                         "every stage, pretraining included, runs once per subset (default: the preset's compare.train_subsets)")
     add_data_args(p)
+    g = p.add_argument_group("running the grid (override the config's compare.launcher; see docs/cluster.md)")
+    g.add_argument("--jobs", type=int, help="run up to N stages at once as worker processes on this machine (default 1: in this process)")
+    g.add_argument("--threads-per-job", type=int, help="torch/OMP threads per worker (default: cores // jobs)")
+    g.add_argument("--launcher", choices=("local", "slurm"), help="local (this machine) or slurm (jobs through submitit)")
+    g.add_argument("--partition", help="slurm: the partition")
+    g.add_argument("--time-min", type=int, help="slurm: time limit per job in minutes (default 240)")
+    g.add_argument("--gpus-per-job", type=int, help="slurm: GPUs per job (default 1; >1 runs the stage under torchrun; 0: CPU)")
+    g.add_argument("--cpus-per-job", type=int, help="slurm: CPUs per job")
+    g.add_argument("--mem-gb", type=float, help="slurm: memory per job in GB")
+    g.add_argument("--account", help="slurm: the account to charge")
+    g.add_argument("--qos", help="slurm: the quality of service")
+    g.add_argument("--sbatch", action="append", metavar="OPTION=VALUE", help="slurm: another sbatch option (repeatable), e.g. constraint=a100")
+    g.add_argument("--slurm-array", action="store_true", help="slurm: one job array per dependency level instead of one job per stage")
+    g.add_argument("--no-wait", action="store_true", help="slurm: return once the jobs are submitted (print their ids)")
     p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides applied to every experiment")
     p.set_defaults(func=_compare)
 
@@ -208,5 +265,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("demo", help="the comparison on a generated short ListOps, no data needed (about 10 min on a CPU)")
     p.add_argument("--out", default="runs/demo", help="directory of the runs and the report (default runs/demo)")
+    p.add_argument("--jobs", type=int, default=None, help="stages at once as worker processes (default: 2 on a machine "
+                   "with 2 or more cores, else 1 = in this process)")
     p.set_defaults(func=_demo)
 

@@ -96,12 +96,39 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
     return stale
 
 
+def _decide(plan: Plan, stage: Stage, run: Path, kwargs: dict[str, Any], overwrite: bool) -> tuple[str, Any]:
+    """Under the stage's lock: ("done", summary), ("resume", None) or ("fresh", None)."""
+    done = read_summary(run)
+    resume = done is not None or rundir.RunPaths(run).last.is_file()
+    if resume:
+        try:
+            rundir.check_same_run(run, plan_stage(**kwargs).config(), "reuse" if done else "resume")
+        except rundir.RunMismatchError:
+            if not overwrite:
+                raise
+            resume, done = False, None
+    if done is not None:
+        return "done", done
+    return ("resume" if resume else "fresh"), None
+
+
+def _record_failure(run: Path, stage: Stage, err: BaseException) -> None:
+    record = {"stage": stage.id, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(),
+              "log": str(run / LOG_FILE) if (run / LOG_FILE).is_file() else None, "time": time.time()}
+    (run / FAILED_FILE).write_text(json.dumps(record, indent=1))
+
+
 def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, overwrite: bool = False) -> dict[str, Any] | None:
     """Run (or reuse, or resume) one stage under its lock; returns its summary.
 
     Returns None when another live process holds the stage (it is running there). Raises when the
     stage fails, after recording the failure in ``failed.json``.
+
+    Under ``torchrun`` (WORLD_SIZE > 1) every rank calls this: rank 0 takes the lock and decides
+    (reuse, resume or start afresh), the other ranks follow its decision, and only rank 0 writes.
     """
+    from longrange.train import distributed as D
+
     out_dir = Path(out_dir)
     stage = plan.by_id[stage_id]
     run = out_dir / stage.id
@@ -109,36 +136,47 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, overwrite: 
     missing = [a for a in stage.after if a not in deps]
     if missing:
         raise StageFailed(f"stage {stage.id} needs {', '.join(missing)} finished first")
+    kwargs = stage_arguments(plan, stage, out_dir, deps)
+    env = D.init_distributed() if D._env_int("WORLD_SIZE", 1) > 1 else None
+    main = env is None or env.is_main
+    lock, decision, error = None, ("held", None), None
+    if main:
+        try:
+            lock = rundir.RunLock(rundir.check_out_dir(run)).acquire()
+            decision = _decide(plan, stage, run, kwargs, overwrite)
+        except rundir.RunLockedError:
+            decision = ("held", None)
+        except BaseException as err:
+            decision, error = ("error", f"{type(err).__name__}: {err}"), err
+            if lock is not None:
+                lock.release()
+            if env is None:
+                raise
+    if env is not None:
+        shared = [decision]
+        D.dist.broadcast_object_list(shared, src=0)
+        decision = shared[0]
+    what, value = decision
+    if what == "error":
+        raise error if error is not None else StageFailed(f"stage {stage.id}: rank 0 stopped: {value}")
+    if what in ("held", "done"):
+        if lock is not None:
+            lock.release()
+        return value
     try:
-        lock = rundir.RunLock(rundir.check_out_dir(run)).acquire()
-    except rundir.RunLockedError:
-        return None
-    try:
-        kwargs = stage_arguments(plan, stage, out_dir, deps)
-        done = read_summary(run)
-        resume = (done is not None or rundir.RunPaths(run).last.is_file())
-        if resume:
-            try:
-                rundir.check_same_run(run, plan_stage(**kwargs).config(), "reuse" if done else "resume")
-            except rundir.RunMismatchError:
-                if not overwrite:
-                    raise
-                resume, done = False, None
-        if done is not None:
-            return done
-        print(f"{'resuming' if resume else 'running'} {run}", file=sys.stderr, flush=True)
-        summary = run_stage(run_dir=run, resume=resume, overwrite=not resume, lock=lock, **kwargs)
-        (run / FAILED_FILE).unlink(missing_ok=True)
+        if main:
+            print(f"{'resuming' if what == 'resume' else 'running'} {run}", file=sys.stderr, flush=True)
+        summary = run_stage(run_dir=run, resume=what == "resume", overwrite=what != "resume", lock=lock, **kwargs)
+        if main:
+            (run / FAILED_FILE).unlink(missing_ok=True)
         return summary
     except BaseException as err:
-        if not isinstance(err, (KeyboardInterrupt, rundir.RunMismatchError)):
-            record = {"stage": stage.id, "error": f"{type(err).__name__}: {err}",
-                      "traceback": traceback.format_exc(), "log": str(run / LOG_FILE) if (run / LOG_FILE).is_file() else None,
-                      "time": time.time()}
-            (run / FAILED_FILE).write_text(json.dumps(record, indent=1))
+        if main and not isinstance(err, (KeyboardInterrupt, SystemExit, rundir.RunMismatchError)):
+            _record_failure(run, stage, err)
         raise
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def run_in_process(plan: Plan, out_dir: Path, *, overwrite: bool = False,
@@ -214,9 +252,11 @@ def compare(
     (scratch, finetuned, compute-matched), in plan order.
 
     ``executor(plan, out_dir, overwrite=...)`` runs the stages and returns their outcomes; the
-    default runs them one after another in this process. ``dry_run`` prints the plan and runs nothing.
-    ``train_subsets`` (default: each experiment's ``compare.train_subsets``) sweeps the training
-    set's size: every regime and seed once per subset (see ``experiment/plan.py``).
+    default runs them one after another in this process (others: ``experiment/executors.py``). When
+    the executor only submitted them (outcome "submitted"), nothing is returned. ``dry_run`` prints
+    the plan and runs nothing. ``train_subsets`` (default: each experiment's
+    ``compare.train_subsets``) sweeps the training set's size: every regime and seed once per
+    subset (see ``experiment/plan.py``).
     """
     out_dir = rundir.check_out_dir(out_dir, "--out")
     plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
@@ -229,6 +269,8 @@ def compare(
     check_reuse(plan, out_dir, overwrite)
     plan.save(out_dir)
     outcome = (executor or run_in_process)(plan, out_dir, overwrite=overwrite)
+    if "submitted" in outcome.values():  # a scheduler runs them (compare --launcher slurm --no-wait)
+        return []
     raise_for_outcome(plan, out_dir, outcome)
     summaries = _summaries(out_dir, [s.id for s in plan.stages if s.is_final])
     return [summaries[s.id] for s in plan.stages if s.is_final]

@@ -13,7 +13,8 @@ An experiment is one model on one task with its training settings, plus how self
     pretrain_task: {options: {pool: pretrain}}   # TaskConfig overrides for the pretraining stage
     objective: {mask_ratio: 0.1, ...}     # pretraining objective options (ObjectiveConfig)
     compare: {objectives: [causal, masked], seeds: [0, 1, 2], compute_matched: true,
-              train_subsets: [0.05, 0.1, 1.0]}     # a data-fraction sweep (optional)
+              train_subsets: [0.05, 0.1, 1.0],     # a data-fraction sweep (optional)
+              launcher: {kind: local, jobs: 2}}   # how the grid runs (LauncherConfig)
 
 Any field can be overridden from the command line by its dotted name: ``model.d_model=128``,
 ``train.lr=3e-4``, ``task.options.seq_len=1024``. Values are read as YAML (numbers, booleans,
@@ -71,6 +72,56 @@ class TaskConfig:
     seed: int = 0
 
 
+LAUNCHERS = ("local", "slurm")
+
+
+@dataclass
+class LauncherConfig:
+    """How ``compare`` runs the stages of its grid (``compare.launcher``; command-line options override it).
+
+    ``kind: local`` with ``jobs: 1`` runs the stages one after another in the ``compare`` process
+    (the default); ``jobs: N`` runs up to N at once as worker processes on this machine. ``kind: slurm``
+    submits one SLURM job per stage (or one job array per dependency level) through submitit.
+    See docs/cluster.md.
+    """
+
+    kind: str = "local"
+    #: local: stages at once (worker processes); 1 = in this process, one after another.
+    jobs: int = 1
+    #: torch/OMP/MKL threads per stage; 0 = the machine's cores // jobs (local), the job's CPUs (slurm).
+    threads_per_job: int = 0
+    #: slurm: the partition (None: the cluster's default).
+    partition: str | None = None
+    #: slurm: the time limit of each job, in minutes.
+    time_min: int = 240
+    #: slurm: GPUs per job; more than 1 runs the stage data-parallel (torchrun) inside its job. 0: CPU only.
+    gpus_per_job: int = 1
+    #: slurm: CPUs per job (0: the cluster's default).
+    cpus_per_job: int = 0
+    #: slurm: memory per job in GB (None: the cluster's default).
+    mem_gb: float | None = None
+    account: str | None = None
+    qos: str | None = None
+    #: slurm: one job array per dependency level instead of one job per stage.
+    array: bool = False
+    #: slurm: more sbatch options by their long name, e.g. {constraint: a100, exclude: node7}.
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: slurm: wait for the jobs and write the report (false: return once submitted).
+    wait: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in LAUNCHERS:
+            raise ConfigError(f"compare.launcher.kind must be one of {', '.join(LAUNCHERS)}, got {self.kind!r}")
+        for name in ("jobs", "time_min"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"compare.launcher.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("threads_per_job", "gpus_per_job", "cpus_per_job"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"compare.launcher.{name} must be >= 0, got {getattr(self, name)}")
+        if self.mem_gb is not None and self.mem_gb <= 0:
+            raise ConfigError(f"compare.launcher.mem_gb must be positive, got {self.mem_gb}")
+
+
 @dataclass
 class CompareConfig:
     #: SPT objectives to compare against training from scratch; [] = the model's natural one
@@ -83,6 +134,8 @@ class CompareConfig:
     #: the grid and the ``task.train_subset`` of every stage under it, pretraining included.
     #: [] = no sweep (the task's own ``train_subset``).
     train_subsets: list[float | int] = field(default_factory=list)
+    #: How the grid's stages are run (in process, local workers, SLURM); not part of any stage's settings.
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
 
 
 @dataclass
