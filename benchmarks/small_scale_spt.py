@@ -112,12 +112,10 @@ def screen(names: list[str], out: Path, jobs: int) -> None:
     from longrange.experiment.compare import compare
     from longrange.experiment.config import experiment_from_dict
 
-    executor = None
-    if jobs > 1:
-        from longrange.experiment import executors
+    from longrange.experiment.executors import LocalWorkers
 
-        def executor(plan, out_dir, overwrite=False):
-            return executors.run_local(plan, out_dir, jobs=jobs, overwrite=overwrite)
+    # One thread per stage, also with one job: runs are then bitwise the same whatever --jobs is.
+    executor = LocalWorkers(jobs=jobs, threads_per_job=1)
     for name in names:
         setting = SETTINGS[name]
         prepare_data(setting["data"], out / "data")
@@ -189,5 +187,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the guard that local worker processes need
     sys.exit(main())
