@@ -55,6 +55,19 @@ def unavailable_reason() -> str | None:
     return _import_error
 
 
+def _use_threads(kernels: ModuleType) -> int:
+    """Run the kernels on ``torch.get_num_threads()`` threads; returns the number used.
+
+    numba's OpenMP layer can share the OpenMP runtime of PyTorch, and starting it sets that
+    runtime's thread count to numba's maximum; PyTorch's setting is put back.
+    """
+    wanted = torch.get_num_threads()
+    used = kernels.set_threads(wanted)
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+    return used
+
+
 def _as_4d(M: Tensor, d: int) -> Tensor:
     """B or C in the kernel layout (bM, groups, LM, n) with the state index innermost, contiguous."""
     if M.dim() == 2:  # (d, n): every channel its own group, one position
@@ -86,7 +99,8 @@ def _reduce_partial(part: Tensor, M4: Tensor) -> Tensor:
     """Sum the kernel's partial gradient (b, S, LM, n) to the shape of ``M4`` (bM, G, LM, n)."""
     b, S, LM, n = part.shape
     G = M4.shape[1]
-    grad = part.view(b, G, S // G, LM, n).sum(2)
+    grad = part.view(b, G, S // G, LM, n)
+    grad = grad[:, :, 0] if S == G else grad.sum(2)
     return grad.sum(0, keepdim=True) if M4.shape[0] == 1 else grad
 
 
@@ -98,7 +112,7 @@ class _NumbaScan(torch.autograd.Function):
         k = _load()
         b, d, l = u.shape
         n = A.shape[1]
-        threads = k.set_threads(torch.get_num_threads())
+        threads = _use_threads(k)
         D_ = D if D is not None else u.new_zeros(d)
         z_ = z if z is not None else u.new_zeros(1, 1, 1)
         h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
@@ -121,7 +135,7 @@ class _NumbaScan(torch.autograd.Function):
         has_D, has_z, has_h0 = ctx.has
         b, d, l = u.shape
         n = A.shape[1]
-        k.set_threads(torch.get_num_threads())
+        _use_threads(k)
         gout = gout.contiguous() if gout is not None else torch.zeros_like(u)
         glast = glast.contiguous() if glast is not None else u.new_zeros(b, d, n)
         per_task = _channels_per_task(b, d, B4, C4, ctx.threads)
