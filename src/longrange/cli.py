@@ -18,6 +18,7 @@ COMMAND_MODULES: list[str] = [
     "longrange.experiment.cli",
     "longrange.bench.cli",
     "longrange.report.cli",
+    "longrange.info",
 ]
 
 
