@@ -226,12 +226,13 @@ def scan_backward(
             for t in range(l):
                 step = dt[bi, c, t]
                 x = step * u[bi, c, t]
-                acc = zero
                 for i in range(n):
-                    hi = fast_exp(step * A[c, i]) * hs[t, i] + x * B[bB, gBi, t * tB, i]
-                    hs[t + 1, i] = hi
-                    acc += C[bC, gCi, t * tC, i] * hi
-                if has_z:
+                    hs[t + 1, i] = fast_exp(step * A[c, i]) * hs[t, i] + x * B[bB, gBi, t * tB, i]
+            if has_z:
+                for t in range(l):
+                    acc = zero
+                    for i in range(n):
+                        acc += C[bC, gCi, t * tC, i] * hs[t + 1, i]
                     ypre[t] = acc + Dc * u[bi, c, t]
             # gradient w.r.t. y_t before the gate (into gz's row, overwritten below)
             if has_z:
