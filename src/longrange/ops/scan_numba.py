@@ -112,7 +112,7 @@ class _NumbaScan(torch.autograd.Function):
         k = _load()
         b, d, l = u.shape
         n = A.shape[1]
-        threads = _use_threads(k)
+        _use_threads(k)
         D_ = D if D is not None else u.new_zeros(d)
         z_ = z if z is not None else u.new_zeros(1, 1, 1)
         h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
@@ -122,7 +122,6 @@ class _NumbaScan(torch.autograd.Function):
             _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_),
             z is not None, _np(out), _np(last),
         )
-        ctx.threads = threads
         ctx.has = (D is not None, z is not None, h0 is not None)
         ctx.save_for_backward(u, dt, A, B4, C4, D_, z_, h0_)
         return out, last
@@ -135,10 +134,10 @@ class _NumbaScan(torch.autograd.Function):
         has_D, has_z, has_h0 = ctx.has
         b, d, l = u.shape
         n = A.shape[1]
-        _use_threads(k)
+        threads = _use_threads(k)
         gout = gout.contiguous() if gout is not None else torch.zeros_like(u)
         glast = glast.contiguous() if glast is not None else u.new_zeros(b, d, n)
-        per_task = _channels_per_task(b, d, B4, C4, ctx.threads)
+        per_task = _channels_per_task(b, d, B4, C4, threads)
         tasks = d // per_task
 
         def partial(M4: Tensor) -> Tensor:
@@ -190,7 +189,7 @@ def selective_scan_numba(
     if devices != {"cpu"}:
         raise RuntimeError(f"selective_scan: impl='numba' runs on CPU tensors only, got tensors on {sorted(devices)}")
     dtype = _compute_dtype(*tensors)
-    b, d, l = u.shape
+    d = u.shape[1]
 
     def prep(t: Tensor | None) -> Tensor | None:
         return None if t is None else t.to(dtype).contiguous()
@@ -201,7 +200,7 @@ def selective_scan_numba(
     if delta_softplus:
         dt = F.softplus(dt)
     out, last = _NumbaScan.apply(
-        prep(u), dt.contiguous(), prep(A), _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d),
+        prep(u), prep(dt), prep(A), _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d),
         prep(D), prep(z), prep(initial_state),
     )
     out = out.to(u.dtype)
