@@ -47,7 +47,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def cuda_device(request: pytest.FixtureRequest) -> torch.device:
     """The CUDA device for tests that need one; skips when CUDA is absent or not selected."""
-    if "cuda" not in selected_devices(request.config):
+    if request.config.getoption("device") == "cpu":
         pytest.skip("CUDA tests not selected (--device cpu)")
     if not torch.cuda.is_available():
         pytest.skip("CUDA is not available")
