@@ -275,3 +275,12 @@ def test_softplus_matches_torch_threshold():
     y, _ = call(selective_scan_numba, inp, ())
     torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
     assert math.isfinite(y.abs().max().item())
+
+
+def test_warm_up_loads_both_dtypes():
+    scan_numba.warm_up()
+    from longrange.ops import _scan_numba_kernels as kernels
+
+    dtypes = {str(sig[0].dtype) for sig in kernels.scan_forward.signatures}
+    assert {"float32", "float64"} <= dtypes
+    assert {str(sig[0].dtype) for sig in kernels.scan_backward.signatures} >= {"float32", "float64"}

@@ -117,8 +117,13 @@ def scan_impl(impl: str, device: str | None) -> Iterator[str]:
     from longrange.ops.scan import auto_impl, default_impl
 
     check_scan_impl(impl)
+    resolved = auto_impl(resolve_device(device)) if impl == "auto" else impl
+    if resolved == "numba":  # load the compiled kernels before any memory baseline
+        from longrange.ops.scan_numba import warm_up
+
+        warm_up()
     with default_impl(impl):
-        yield auto_impl(resolve_device(device)) if impl == "auto" else impl
+        yield resolved
 
 
 def synchronize(device: torch.device) -> None:

@@ -55,6 +55,17 @@ def unavailable_reason() -> str | None:
     return _import_error
 
 
+def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)) -> None:
+    """Load the kernels for ``dtypes`` now (from numba's cache, or compiling them): one tiny
+    forward and backward each. Benchmarks call this before their memory baseline, so that the
+    one-time cost of loading numba is not counted as the scan's memory."""
+    if _load() is None:
+        return
+    for dtype in dtypes:
+        u = torch.ones(1, 1, 2, dtype=dtype, requires_grad=True)
+        selective_scan_numba(u, u, -torch.ones(1, 1, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype)).sum().backward()
+
+
 def _use_threads(kernels: ModuleType) -> int:
     """Run the kernels on ``torch.get_num_threads()`` threads; returns the number used.
 
