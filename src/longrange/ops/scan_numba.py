@@ -14,8 +14,9 @@ Dtypes follow :mod:`longrange.ops.scan`: the computation runs in float64 if any 
 float64, else in float32; the output has u's dtype, the last state the compute dtype.
 ``delta_bias`` and the softplus are applied before the kernel (differentiably, by PyTorch).
 
-The kernels are compiled on first use (a few seconds) and cached on disk by numba, so later
-processes load them. Without numba (:func:`numba_available` is False) ``impl="auto"`` runs the
+The kernels are compiled on first use (seconds per dtype) and cached on disk by numba, so later
+processes load them; numba's threading layer is its default (``NUMBA_THREADING_LAYER`` chooses
+another). Without numba (:func:`numba_available` is False) ``impl="auto"`` runs the
 chunked scan instead, and calling this function raises an error saying so.
 """
 from __future__ import annotations
