@@ -11,3 +11,5 @@ longrange bench --scaling "$@" --json benchmarks/results/scaling.json --plot doc
 longrange bench --scaling --unit block --primitives s4d s6 --lengths 1024,2048,4096,8192 "$@" \
     --json benchmarks/results/scaling_block.json --plot docs/img/scaling_block.png | tee benchmarks/results/scaling_block.txt
 longrange bench --generation "$@" --json benchmarks/results/generation.json --plot docs/img/generation.png | tee benchmarks/results/generation.txt
+# The CPU scan comparison takes no device options.
+python benchmarks/cpu_scan.py --json benchmarks/results/cpu_scan.json | tee benchmarks/results/cpu_scan.txt

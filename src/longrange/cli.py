@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "longrange.experiment.cli",
     "longrange.bench.cli",
     "longrange.report.cli",
+    "longrange.info",
 ]
 
 

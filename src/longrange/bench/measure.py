@@ -102,6 +102,30 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def check_scan_impl(impl: str) -> None:
+    """``--scan-impl`` must name an implementation of :func:`longrange.ops.scan.selective_scan`."""
+    from longrange.ops.scan import IMPLS
+
+    if impl not in IMPLS:
+        raise ConfigError(f"--scan-impl {impl!r} is unknown; expected one of {', '.join(IMPLS)}")
+
+
+@contextmanager
+def scan_impl(impl: str, device: str | None) -> Iterator[str]:
+    """Run with ``impl`` as the selective scan's default implementation; yields the implementation
+    that runs on ``device`` (``"auto"`` resolved), which the rows record."""
+    from longrange.ops.scan import auto_impl, default_impl
+
+    check_scan_impl(impl)
+    resolved = auto_impl(resolve_device(device)) if impl == "auto" else impl
+    if resolved == "numba":  # load the compiled kernels before any memory baseline
+        from longrange.ops.scan_numba import warm_up
+
+        warm_up()
+    with default_impl(impl):
+        yield resolved
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels so that wall-clock time covers the work (no-op on CPU)."""
     if device.type == "cuda":

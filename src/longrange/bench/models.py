@@ -153,8 +153,11 @@ class Workload:
     seed: int = 0
     #: torch threads in the measurement process; None: torch's default (see docs/performance.md).
     threads: int | None = 1
+    #: The selective scan's implementation for S6 (``longrange.ops.scan.IMPLS``; "auto": the device's best).
+    scan_impl: str = "auto"
 
     def validate(self) -> None:
+        measure.check_scan_impl(self.scan_impl)
         for name in ("batch_size", "length", "channels", "n_classes", "batches"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -179,8 +182,8 @@ def measure_model(name: str, config: dict[str, Any], workload: dict[str, Any]) -
 
     wl = Workload(**workload)
     wl.validate()
-    with measure.torch_threads(wl.threads):
-        return _measure_model(name, config, wl)
+    with measure.torch_threads(wl.threads), measure.scan_impl(wl.scan_impl, wl.device) as impl:
+        return {**_measure_model(name, config, wl), "scan_impl": impl}
 
 
 def _measure_model(name: str, config: dict[str, Any], wl: Workload) -> dict[str, Any]:

@@ -61,8 +61,11 @@ class ScalingSettings:
     seed: int = 0
     #: torch threads in the measurement process; None: torch's default (see docs/performance.md).
     threads: int | None = 1
+    #: The selective scan's implementation for S6 (``longrange.ops.scan.IMPLS``; "auto": the device's best).
+    scan_impl: str = "auto"
 
     def validate(self) -> None:
+        measure.check_scan_impl(self.scan_impl)
         if self.unit not in UNITS:
             raise ConfigError(f"--unit {self.unit!r} is unknown; expected one of {', '.join(UNITS)}")
         for name in ("d_model", "d_state", "n_heads", "block_size", "batch_size", "batches"):
@@ -104,8 +107,8 @@ def measure_point(primitive: str, length: int, settings: dict[str, Any]) -> dict
     """Seconds per training step and peak memory of one primitive at one length (JSON-able)."""
     s = ScalingSettings(**settings)
     s.validate()
-    with measure.torch_threads(s.threads):
-        return _measure_point(primitive, length, s)
+    with measure.torch_threads(s.threads), measure.scan_impl(s.scan_impl, s.device) as impl:
+        return {**_measure_point(primitive, length, s), "scan_impl": impl}
 
 
 def _measure_point(primitive: str, length: int, s: ScalingSettings) -> dict[str, Any]:

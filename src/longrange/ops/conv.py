@@ -65,6 +65,26 @@ def causal_conv1d_ref(
     return _activate(y, activation)
 
 
+#: Kernel widths the ``causal-conv1d`` CUDA kernel supports.
+CUDA_WIDTHS = (2, 3, 4)
+
+
+def _cuda_usable(device: torch.device, width: int, dtype: torch.dtype) -> bool:
+    return (
+        _optional.causal_conv1d_cuda_fn is not None
+        and device.type == "cuda"
+        and width in CUDA_WIDTHS
+        and dtype in (torch.float32, torch.float16, torch.bfloat16)
+    )
+
+
+def auto_impl(device: torch.device | str, width: int = 4, dtype: torch.dtype = torch.float32) -> str:
+    """The implementation ``impl="auto"`` runs: ``"cuda"`` (the ``causal-conv1d`` kernel) for
+    CUDA inputs when its compiled extension ``causal_conv1d_cuda`` imports (see
+    :mod:`longrange._optional`), the width is 2 to 4 and the dtype not float64; else ``"torch"``."""
+    return "cuda" if _cuda_usable(torch.device(device), width, dtype) else "torch"
+
+
 def causal_conv1d(
     x: Tensor,
     weight: Tensor,
@@ -74,16 +94,22 @@ def causal_conv1d(
 ) -> Tensor:
     """Causal depthwise convolution (see the module docstring).
 
-    ``impl``: ``"auto"`` (the ``causal-conv1d`` CUDA kernel for CUDA tensors when installed, else
-    ``"torch"``), ``"torch"`` (grouped ``conv1d`` with left padding), ``"ref"``, ``"cuda"``.
+    ``impl``: ``"auto"`` (see :func:`auto_impl`), ``"torch"`` (grouped ``conv1d`` with left
+    padding), ``"ref"``, ``"cuda"``.
     """
     if impl not in IMPLS:
         raise ValueError(f"causal_conv1d: unknown impl {impl!r}; expected one of {IMPLS}")
     _check_conv_inputs(x, weight, bias, activation)
-    cuda_ok = _optional.causal_conv1d_cuda_fn is not None and x.is_cuda
-    if impl == "cuda" and not cuda_ok:
-        raise RuntimeError("causal_conv1d: impl='cuda' needs the causal-conv1d package and CUDA tensors")
-    if impl == "cuda" or (impl == "auto" and cuda_ok):
+    if impl == "auto":
+        impl = auto_impl(x.device, weight.shape[1], x.dtype)
+    if impl == "cuda":
+        if not _cuda_usable(x.device, weight.shape[1], x.dtype):
+            reason = _optional.status()["causal_conv1d"].get("reason", "")
+            raise RuntimeError(
+                "causal_conv1d: impl='cuda' needs the causal-conv1d package with its compiled extension "
+                f"causal_conv1d_cuda{f' ({reason})' if reason else ''}, CUDA tensors, a width in {CUDA_WIDTHS} "
+                "and float32/float16/bfloat16 inputs"
+            )
         return _optional.causal_conv1d_cuda_fn(x, weight, bias, activation=activation)
     if impl == "ref":
         return causal_conv1d_ref(x, weight, bias, activation)

@@ -23,8 +23,15 @@ Implementations (``impl``):
   backward that runs the same scan in reverse, so autograd never stores per-chunk temporaries.
   Memory: a few tensors of (l, b, d, n) (the states, the log-decays, the gradients), plus for the
   "segsum" method one bounded block of (chunk x chunk) matrices at a time; never (l x l).
-- ``"cuda"``: the ``mamba_ssm`` kernel (CUDA tensors, no ``initial_state``).
-- ``"auto"`` (default): ``"cuda"`` when usable, else ``"chunked"``.
+- ``"numba"``: :func:`longrange.ops.scan_numba.selective_scan_numba`, the scan fused into one
+  compiled loop per direction on CPU tensors (numba), with a hand-written backward; memory of a
+  few (b, d, l) tensors.
+- ``"triton"``: ``selective_scan_triton`` from ``longrange.ops.scan_triton`` (needs triton).
+- ``"cuda"``: the ``mamba_ssm`` kernel (CUDA tensors, no ``initial_state``, not float64; only
+  when its compiled extension ``selective_scan_cuda`` imports, see :mod:`longrange._optional`).
+- ``"auto"`` (default): see :func:`auto_impl`: on CUDA tensors ``"cuda"`` when usable, else
+  ``"triton"`` when it imports, else ``"chunked"``; on CPU tensors ``"numba"`` when numba
+  imports, else ``"chunked"``.
 
 Computation runs in float64 if any floating input is float64, else in float32.
 """
@@ -42,7 +49,7 @@ from longrange.ops.chunking import TEMPORARY_BYTES, group_size
 
 from longrange import _optional
 
-IMPLS = ("auto", "chunked", "ref", "cuda")
+IMPLS = ("auto", "chunked", "ref", "cuda", "numba", "triton")
 
 #: How the chunked scan computes the states inside a chunk:
 #: ``"segsum"``: in parallel, from (chunk x chunk) matrices of masked segment sums of log-decays;
@@ -436,8 +443,47 @@ def _selective_scan_segment(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
 # --------------------------------------------------------------------------------------------
 
 
-def _cuda_usable(u: Tensor, initial_state: Tensor | None) -> bool:
-    return _optional.selective_scan_cuda_fn is not None and u.is_cuda and initial_state is None
+_triton: tuple[object | None, str | None] | None = None
+
+
+def _triton_scan() -> tuple[object | None, str | None]:
+    """(``selective_scan_triton``, None), or (None, why it does not import); imported once."""
+    global _triton
+    if _triton is None:
+        try:
+            from longrange.ops.scan_triton import selective_scan_triton
+        except Exception as err:  # the module or triton missing, or triton broken
+            _triton = (None, f"{type(err).__name__}: {err}")
+        else:
+            _triton = (selective_scan_triton, None)
+    return _triton
+
+
+def _cuda_usable(device: torch.device, has_initial_state: bool, dtype: torch.dtype) -> bool:
+    return (
+        _optional.selective_scan_cuda_fn is not None
+        and device.type == "cuda"
+        and not has_initial_state
+        and dtype != torch.float64
+    )
+
+
+def auto_impl(device: torch.device | str, has_initial_state: bool = False, dtype: torch.dtype = torch.float32) -> str:
+    """The implementation ``impl="auto"`` runs for inputs on ``device`` (with or without an
+    initial state, computing in ``dtype``): on CUDA ``"cuda"`` (mamba_ssm's kernel, when its
+    compiled extension imports; no initial state, not float64), else ``"triton"`` when
+    ``longrange.ops.scan_triton`` imports, else ``"chunked"``; on CPU ``"numba"`` when numba
+    imports, else ``"chunked"``; elsewhere ``"chunked"``."""
+    from longrange.ops.scan_numba import numba_available
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        if _cuda_usable(device, has_initial_state, dtype):
+            return "cuda"
+        return "triton" if _triton_scan()[0] is not None else "chunked"
+    if device.type == "cpu" and numba_available():
+        return "numba"
+    return "chunked"
 
 
 def selective_scan(
@@ -460,25 +506,36 @@ def selective_scan(
 
     Extra keyword arguments: ``initial_state`` (b, d, n) starts the recurrence from a given state
     (so a long sequence can be scanned piece by piece, passing the returned last state on);
-    ``impl`` in ``("auto", "chunked", "ref", "cuda")`` (None: the module default, see
-    :func:`set_default_impl`); ``chunk_size`` and ``chunk_method`` for the chunked implementation
-    (see :func:`linear_scan`).
+    ``impl``, one of :data:`IMPLS` (None: the module default, see :func:`set_default_impl`;
+    ``"auto"``: see :func:`auto_impl`); ``chunk_size`` and ``chunk_method`` for the chunked
+    implementation (see :func:`linear_scan`; the others ignore them).
     """
     impl = _default_impl if impl is None else impl
     _check_impl(impl)
-    if impl == "cuda" or (impl == "auto" and _cuda_usable(u, initial_state)):
-        if not _cuda_usable(u, initial_state):
+    _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    dtype = _compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    if impl == "auto":
+        impl = auto_impl(u.device, initial_state is not None, dtype)
+    if impl == "cuda":
+        if not _cuda_usable(u.device, initial_state is not None, dtype):
+            reason = _optional.status()["mamba_ssm"].get("reason", "")
             raise RuntimeError(
-                "selective_scan: impl='cuda' needs the mamba_ssm package, CUDA tensors and no initial_state"
+                "selective_scan: impl='cuda' needs mamba_ssm with its compiled extension selective_scan_cuda"
+                f"{f' ({reason})' if reason else ''}, CUDA tensors, float32/float16/bfloat16 inputs and no initial_state"
             )
-        _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
-        return _optional.selective_scan_cuda_fn(
-            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
-        )
+        return _optional.selective_scan_cuda_fn(*args)
+    if impl == "triton":
+        fn, error = _triton_scan()
+        if fn is None:
+            raise RuntimeError(
+                f"selective_scan: impl='triton' needs the triton package and longrange.ops.scan_triton, which do not import ({error})"
+            )
+        return fn(*args, initial_state=initial_state)
+    if impl == "numba":
+        from longrange.ops.scan_numba import selective_scan_numba
+
+        return selective_scan_numba(*args, initial_state=initial_state)
     if impl == "ref":
-        return selective_scan_ref(
-            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
-        )
-    return selective_scan_chunked(
-        u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state, chunk_size, chunk_method
-    )
+        return selective_scan_ref(*args, initial_state=initial_state)
+    return selective_scan_chunked(*args, initial_state=initial_state, chunk_size=chunk_size, chunk_method=chunk_method)

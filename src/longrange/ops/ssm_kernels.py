@@ -194,6 +194,12 @@ class _ChunkedCauchy(torch.autograd.Function):
         return grad_v, (torch.cat(grad_z, dim=-1) if grad_z is not None else None), grad_w, None
 
 
+def cauchy_impl(device: torch.device | str) -> str:
+    """How :func:`cauchy` evaluates on ``device``: ``"pykeops"`` on CUDA when pykeops and its
+    CUDA toolchain are found (see :mod:`longrange._optional`), else ``"chunked"`` (PyTorch)."""
+    return "pykeops" if _optional.pykeops is not None and torch.device(device).type == "cuda" else "chunked"
+
+
 def cauchy(v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None = None) -> Tensor:
     """Cauchy kernel ``out[..., k] = sum_n v[..., n] / (z[..., k] - w[..., n])``.
 
@@ -205,7 +211,7 @@ def cauchy(v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None = None) -
     """
     if v.shape[-1] != w.shape[-1]:
         raise ValueError(f"cauchy: v {tuple(v.shape)} and w {tuple(w.shape)} differ in their last dimension")
-    if _optional.pykeops is not None and v.is_cuda:  # pragma: no cover - needs CUDA and pykeops
+    if cauchy_impl(v.device) == "pykeops":  # pragma: no cover - needs CUDA and pykeops
         return _cauchy_keops(v, z, w)
     lead = torch.broadcast_shapes(v.shape[:-1], z.shape[:-1], w.shape[:-1])
     dtype = torch.promote_types(torch.promote_types(v.dtype, z.dtype), w.dtype)

@@ -1,0 +1,164 @@
+"""``longrange info``: versions, devices, optional kernels and which implementation each op runs.
+
+:func:`info_table` returns everything as a dict (JSON-able); :func:`format_info` prints it::
+
+    longrange info [--json]
+
+For every op with several implementations (the selective scan, the causal convolution, S4's Cauchy
+kernel, FFT convolutions) and every available device, the table names the implementation that
+``impl="auto"`` runs there, as decided by the ops' own ``auto_impl`` functions.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+from typing import Any
+
+import torch
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _imports(module: str) -> tuple[bool, str | None]:
+    try:
+        __import__(module)
+    except Exception as err:  # ImportError, or a broken install
+        return False, f"{type(err).__name__}: {err}"
+    return True, None
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python, longrange, torch, CUDA (torch's build), numpy, numba and triton."""
+    from longrange import __version__
+
+    cuda = torch.version.cuda
+    out = {
+        "python": platform.python_version(),
+        "longrange": __version__,
+        "torch": torch.__version__,
+        "CUDA (torch build)": cuda if cuda else "none (CPU build)",
+    }
+    if torch.cuda.is_available() and torch.backends.cudnn.is_available():
+        out["cuDNN"] = str(torch.backends.cudnn.version())
+    for name in ("numpy", "numba", "triton"):
+        version = _version(name)
+        if version is None:
+            out[name] = "not installed"
+        else:
+            ok, error = _imports(name)
+            out[name] = version if ok else f"{version} (does not import: {error})"
+    return out
+
+
+def devices() -> list[dict[str, Any]]:
+    """The devices torch can use: the CPU, then every CUDA device."""
+    from longrange.bench.measure import environment
+
+    rows = [{"device": "cpu", "name": environment()["cpu"], "threads": torch.get_num_threads()}]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            rows.append({
+                "device": f"cuda:{i}", "name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
+                "capability": f"{props.major}.{props.minor}",
+            })
+    return rows
+
+
+def dispatch(device: str) -> dict[str, str]:
+    """Per op, the implementation ``impl="auto"`` runs on ``device`` (with the fallbacks in words)."""
+    from longrange.ops import conv, scan
+    from longrange.ops.ssm_kernels import cauchy_impl
+
+    scan_impl = scan.auto_impl(device)
+    scan_note = scan_impl
+    if scan_impl == "cuda":
+        other = scan.auto_impl(device, has_initial_state=True)
+        scan_note = f"cuda (mamba_ssm); {other} with an initial state or float64"
+    conv_impl = conv.auto_impl(device)
+    conv_note = "cuda (causal-conv1d) for widths 2-4, else torch" if conv_impl == "cuda" else conv_impl
+    return {
+        "selective_scan": scan_note,
+        "causal_conv1d": conv_note,
+        "S4 Cauchy kernel": cauchy_impl(device),
+        "fft_conv": "torch.fft",
+    }
+
+
+def info_table() -> dict[str, Any]:
+    """Everything ``longrange info`` prints: versions, optional packages, devices, dispatch."""
+    from longrange import _optional
+    from longrange.ops.scan import _triton_scan
+    from longrange.ops.scan_numba import numba_available, unavailable_reason
+
+    optional = _optional.status()
+    triton_fn, triton_error = _triton_scan()
+    optional["scan_triton"] = {
+        "installed": _version("triton") is not None, "version": _version("triton"), "extension": "longrange.ops.scan_triton (triton)",
+        "extension_imports": triton_fn is not None, "usable": triton_fn is not None,
+        **({"reason": triton_error} if triton_error else {}),
+    }
+    numba_ok = numba_available()
+    optional["scan_numba"] = {
+        "installed": _version("numba") is not None, "version": _version("numba"),
+        "extension": "longrange.ops.scan_numba (numba)", "extension_imports": numba_ok, "usable": numba_ok,
+        **({} if numba_ok else {"reason": unavailable_reason()}),
+    }
+    devs = devices()
+    return {
+        "versions": versions(),
+        "optional": optional,
+        "devices": devs,
+        "dispatch": {d["device"]: dispatch(d["device"]) for d in devs},
+    }
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def format_info(table: dict[str, Any]) -> str:
+    """The text ``longrange info`` prints."""
+    parts = ["versions"]
+    parts += [f"  {k:20s} {v}" for k, v in table["versions"].items()]
+    parts += ["", "optional kernels"]
+    rows = []
+    for name, st in table["optional"].items():
+        state = "yes" if st["usable"] else f"no: {st.get('reason', '')}"
+        rows.append([name, st.get("version") or "-", st["extension"], state])
+    parts.append(_table(["package", "version", "compiled part", "usable"], rows))
+    parts += ["", "devices"]
+    for d in table["devices"]:
+        extra = f"{d['threads']} threads" if d["device"] == "cpu" else f"{d['memory_gib']} GiB, compute capability {d['capability']}"
+        parts.append(f"  {d['device']:8s} {d['name']} ({extra})")
+    parts += ["", 'implementation run by impl="auto"']
+    devs = list(table["dispatch"])
+    ops = list(next(iter(table["dispatch"].values())))
+    parts.append(_table(["op", *devs], [[op, *(table["dispatch"][d][op] for d in devs)] for op in ops]))
+    return "\n".join(parts)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "info",
+        help="versions, devices, optional kernels, and which implementation each op runs where",
+        description="Print the versions of longrange and its dependencies, the devices, whether the optional "
+        "compiled kernels import, and for each op the implementation impl='auto' runs on each device.",
+    )
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    table = info_table()
+    print(json.dumps(table, indent=1) if args.json else format_info(table))
+    return 0

@@ -1,0 +1,284 @@
+"""The numba kernels of :mod:`longrange.ops.scan_numba` (imported on first use: importing numba
+costs about half a second, compiling the kernels a few seconds once, after which they are loaded
+from numba's on-disk cache).
+
+Array layouts (all C-contiguous, one floating dtype, the compute dtype)::
+
+    u, dt, z, out, gout, gu, gdt, gz  (b, d, l)     dt: delta after bias and softplus
+    A                                 (d, n)
+    B, C                              (bM, G, LM, n) bM in {1, b}, LM in {1, l}; channel c reads
+                                                     group c // (d // G), position t * (LM > 1)
+    D                                 (d,)
+    h0, last, glast, gh0              (b, d, n)
+
+A time-invariant (d, n) matrix is passed as (1, d, 1, n), a shared (b, n, l) one as (b, 1, l, n)
+and a grouped (b, g, n, l) one as (b, g, l, n): the state index is innermost everywhere, so the
+loop over it is contiguous and vectorised.
+
+The exponential is computed inline (:func:`fast_exp`: range reduction by powers of two and a
+polynomial, exact to about one unit in the last place) because a call to the C library's ``exp``
+would stop the compiler from vectorising the loop over the state.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, overload
+
+#: Floating-point licences: contraction into fused multiply-adds and reassociation (to vectorise
+#: the sums over the state). No assumptions about NaN or infinity, which propagate as usual.
+FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers generic over float32 / float64
+# --------------------------------------------------------------------------------------------
+
+
+def like(x, ref):  # pragma: no cover - replaced by the overload below inside compiled code
+    """``x`` converted to the dtype of the array (or scalar) ``ref``."""
+    raise NotImplementedError
+
+
+@overload(like, inline="always")
+def _like(x, ref):
+    target = ref.dtype if isinstance(ref, types.Array) else ref
+
+    def impl(x, ref):
+        return target(x)
+
+    return impl
+
+
+@intrinsic
+def _pow2(typingctx, k):
+    """2**k for a float k holding an integer in the normal exponent range, from its bits."""
+    if k == types.float32:
+        width, shift, bias = 32, 23, 127
+    elif k == types.float64:
+        width, shift, bias = 64, 52, 1023
+    else:
+        return None
+
+    def codegen(context, builder, signature, args):
+        int_type = ir.IntType(width)
+        exponent = builder.add(builder.fptosi(args[0], int_type), ir.Constant(int_type, bias))
+        bits = builder.shl(exponent, ir.Constant(int_type, shift))
+        return builder.bitcast(bits, context.get_value_type(signature.return_type))
+
+    return k(k), codegen
+
+
+def fast_exp(x):  # pragma: no cover - replaced by the overload below inside compiled code
+    """exp(x), vectorisable; see the module docstring."""
+    raise NotImplementedError
+
+
+def _exp_impl(dtype, lo, hi, ln2_hi, ln2_lo, poly):
+    """exp for one dtype: x = k ln2 + f with |f| <= ln2 / 2, exp(x) = 2**k * (1 + f + f^2 P(f)).
+
+    ``lo``/``hi``: below ``lo`` the result is 0 (exp(lo) is about the smallest normal number),
+    above ``hi`` infinity (``hi`` keeps 2**k finite); NaN gives NaN. ``ln2_hi + ln2_lo`` = ln 2
+    with ``ln2_hi`` exact in few bits, so ``k * ln2_hi`` is exact (Cody and Waite's reduction).
+    """
+    lo, hi, ln2_hi, ln2_lo = dtype(lo), dtype(hi), dtype(ln2_hi), dtype(ln2_lo)
+    log2e, half, one, zero, inf = dtype(1.4426950408889634), dtype(0.5), dtype(1.0), dtype(0.0), dtype(np.inf)
+
+    def impl(x):
+        xc = min(max(x, lo), hi)
+        k = np.floor(xc * log2e + half)
+        f = (xc - k * ln2_hi) - k * ln2_lo
+        r = (poly(f) * (f * f) + f + one) * _pow2(k)
+        return x if x != x else (zero if x < lo else (inf if x > hi else r))
+
+    return impl
+
+
+_F32, _F64 = np.float32, np.float64
+
+
+@njit(inline="always")
+def _poly32(f):  # pragma: no cover - compiled
+    """Cephes' expf minimax polynomial (relative error ~1e-7 on |f| <= ln2/2)."""
+    return (((((_F32(1.9875691500e-4) * f + _F32(1.3981999507e-3)) * f + _F32(8.3334519073e-3)) * f
+              + _F32(4.1665795894e-2)) * f + _F32(1.6666665459e-1)) * f + _F32(5.0000001201e-1))
+
+
+@njit(inline="always")
+def _poly64(f):  # pragma: no cover - compiled
+    """(exp(f) - 1 - f) / f^2 by its Taylor series: exp to degree 12 in f, error below 2e-16 on |f| <= ln2/2."""
+    p = _F64(1.0 / 479001600.0)  # 1/12!
+    p = p * f + _F64(1.0 / 39916800.0)
+    p = p * f + _F64(1.0 / 3628800.0)
+    p = p * f + _F64(1.0 / 362880.0)
+    p = p * f + _F64(1.0 / 40320.0)
+    p = p * f + _F64(1.0 / 5040.0)
+    p = p * f + _F64(1.0 / 720.0)
+    p = p * f + _F64(1.0 / 120.0)
+    p = p * f + _F64(1.0 / 24.0)
+    p = p * f + _F64(1.0 / 6.0)
+    return p * f + _F64(0.5)
+
+
+_EXP32 = _exp_impl(_F32, -87.33, 88.37, 0.693359375, -2.12194440e-4, _poly32)
+_EXP64 = _exp_impl(_F64, -708.0, 709.0, 6.93145751953125e-1, 1.42860682030941723212e-6, _poly64)
+
+
+@overload(fast_exp)
+def _fast_exp(x):
+    if x == types.float32:
+        return _EXP32
+    if x == types.float64:
+        return _EXP64
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Forward
+# --------------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def scan_forward(u, dt, A, B, C, D, z, h0, has_z, out, last):  # pragma: no cover - compiled
+    """``out`` (b, d, l) = the scan's output (with D and the z gate); ``last`` (b, d, n)."""
+    b, d, l = u.shape
+    n = A.shape[1]
+    one = like(1.0, u)
+    zero = like(0.0, u)
+    for task in prange(b * d):
+        bi = task // d
+        c = task % d
+        gB = c // (d // B.shape[1])
+        gC = c // (d // C.shape[1])
+        bB = bi if B.shape[0] > 1 else 0
+        bC = bi if C.shape[0] > 1 else 0
+        tB = 1 if B.shape[2] > 1 else 0
+        tC = 1 if C.shape[2] > 1 else 0
+        Dc = D[c]
+        h = np.empty(n, dtype=u.dtype)
+        for i in range(n):
+            h[i] = h0[bi, c, i]
+        for t in range(l):
+            step = dt[bi, c, t]
+            x = step * u[bi, c, t]
+            acc = zero
+            for i in range(n):
+                hi = fast_exp(step * A[c, i]) * h[i] + x * B[bB, gB, t * tB, i]
+                h[i] = hi
+                acc += C[bC, gC, t * tC, i] * hi
+            out[bi, c, t] = acc + Dc * u[bi, c, t]
+        if has_z:
+            for t in range(l):  # the gate, vectorised over the positions
+                zt = z[bi, c, t]
+                out[bi, c, t] = out[bi, c, t] * zt / (one + fast_exp(-zt))
+        for i in range(n):
+            last[bi, c, i] = h[i]
+
+
+# --------------------------------------------------------------------------------------------
+# Backward
+# --------------------------------------------------------------------------------------------
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def scan_backward(
+    u, dt, A, B, C, D, z, h0, has_z, gout, glast, channels_per_task,
+    gu, gdt, gA, gB, gC, gD, gz, gh0,
+):  # pragma: no cover - compiled
+    """Gradients of the scan, one task per (batch element, run of ``channels_per_task`` channels).
+
+    Per channel: one forward pass recomputes the states into a scratch buffer of (l + 1, n)
+    (row 0: the initial state), then one reverse pass runs the adjoint recurrence
+    ``g_{t-1} = exp(dt_t A) * g_t`` (``g_{l-1}`` starts from ``glast``), accumulating every
+    gradient. Outputs: ``gu``, ``gdt``, ``gz`` (b, d, l) and ``gh0`` (b, d, n) written; ``gA``
+    (b, d, n) and ``gD`` (b, d) per batch element (the caller sums over it); ``gB`` and ``gC``
+    zero-initialised partial sums of shape (b, S, LM, n), indexed by channel (S = d) for a
+    time-invariant matrix and by task (S = d / channels_per_task) for a time-varying one, so no
+    two tasks write the same element; the caller sums them over the channels of each group.
+    """
+    b, d, l = u.shape
+    n = A.shape[1]
+    one = like(1.0, u)
+    zero = like(0.0, u)
+    per_batch = d // channels_per_task
+    for task in prange(b * per_batch):
+        bi = task // per_batch
+        k = task % per_batch
+        bB = bi if B.shape[0] > 1 else 0
+        bC = bi if C.shape[0] > 1 else 0
+        tB = 1 if B.shape[2] > 1 else 0
+        tC = 1 if C.shape[2] > 1 else 0
+        hs = np.empty((l + 1, n), dtype=u.dtype)
+        gh = np.empty(n, dtype=u.dtype)
+        gAc = np.empty(n, dtype=u.dtype)
+        ypre = np.empty(l if has_z else 0, dtype=u.dtype)
+        for c in range(k * channels_per_task, (k + 1) * channels_per_task):
+            gBi = c // (d // B.shape[1])
+            gCi = c // (d // C.shape[1])
+            sB = k if tB else c
+            sC = k if tC else c
+            Dc = D[c]
+            # forward: the states h_0 .. h_{l-1} into hs[1:], the pre-gate output if gated
+            for i in range(n):
+                hs[0, i] = h0[bi, c, i]
+            for t in range(l):
+                step = dt[bi, c, t]
+                x = step * u[bi, c, t]
+                for i in range(n):
+                    hs[t + 1, i] = fast_exp(step * A[c, i]) * hs[t, i] + x * B[bB, gBi, t * tB, i]
+            if has_z:
+                for t in range(l):
+                    acc = zero
+                    for i in range(n):
+                        acc += C[bC, gCi, t * tC, i] * hs[t + 1, i]
+                    ypre[t] = acc + Dc * u[bi, c, t]
+            # gradient w.r.t. y_t before the gate (into gz's row, overwritten below)
+            if has_z:
+                for t in range(l):
+                    zt = z[bi, c, t]
+                    s = one / (one + fast_exp(-zt))
+                    g = gout[bi, c, t]
+                    gz[bi, c, t] = g * ypre[t] * s * (one + zt * (one - s))
+                    gdt[bi, c, t] = g * zt * s  # parked here until the reverse pass reads it
+            # reverse: adjoint of the state
+            for i in range(n):
+                gh[i] = glast[bi, c, i]
+                gAc[i] = zero
+            gDc = zero
+            for t in range(l - 1, -1, -1):
+                gy = gdt[bi, c, t] if has_z else gout[bi, c, t]
+                step = dt[bi, c, t]
+                ut = u[bi, c, t]
+                x = step * ut
+                gx = zero
+                gstep = zero
+                for i in range(n):
+                    a = A[c, i]
+                    decay = fast_exp(step * a)
+                    Bv = B[bB, gBi, t * tB, i]
+                    Cv = C[bC, gCi, t * tC, i]
+                    h_now = hs[t + 1, i]
+                    g = gh[i] + gy * Cv  # total gradient w.r.t. h_t
+                    gC[bi, sC, t * tC, i] += gy * h_now
+                    gB[bi, sB, t * tB, i] += g * x
+                    gx += g * Bv
+                    e = g * hs[t, i] * decay  # w.r.t. step * a
+                    gstep += e * a
+                    gAc[i] += e * step
+                    gh[i] = g * decay
+                gDc += gy * ut
+                gu[bi, c, t] = gx * step + gy * Dc
+                gdt[bi, c, t] = gx * ut + gstep
+            for i in range(n):
+                gA[bi, c, i] = gAc[i]
+                gh0[bi, c, i] = gh[i]
+            gD[bi, c] = gDc
+
+
+def set_threads(count: int) -> int:
+    """Use ``count`` threads (capped at numba's maximum); returns the number used."""
+    count = max(1, min(int(count), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(count)
+    return count

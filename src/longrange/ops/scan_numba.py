@@ -1,0 +1,219 @@
+"""The selective scan fused into one compiled loop per direction, for CPUs (numba).
+
+:func:`selective_scan_numba` has the signature and semantics of
+:func:`longrange.ops.scan.selective_scan` (see that module for the shapes and equations), minus
+``impl`` and the chunking arguments. Each (batch element, channel) is one task of a parallel loop
+(``numba.prange``, ``torch.get_num_threads()`` threads): it walks along the length once, keeping
+the state (n values) in local variables, and writes only the output and the last state. The
+backward pass (hand-written, :class:`_NumbaScan`) recomputes the states of one channel at a time
+into a scratch buffer of (length + 1, n) values, then runs the adjoint recurrence in reverse; the
+forward pass stores nothing per position. Memory is therefore a few tensors of (b, d, l), never
+(b, d, n, l) as in the chunked scan.
+
+Dtypes follow :mod:`longrange.ops.scan`: the computation runs in float64 if any floating input is
+float64, else in float32; the output has u's dtype, the last state the compute dtype.
+``delta_bias`` and the softplus are applied before the kernel (differentiably, by PyTorch).
+
+The kernels are compiled on first use (seconds per dtype) and cached on disk by numba, so later
+processes load them; numba's threading layer is its default (``NUMBA_THREADING_LAYER`` chooses
+another). Without numba (:func:`numba_available` is False) ``impl="auto"`` runs the
+chunked scan instead, and calling this function raises an error saying so.
+"""
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+_kernels: ModuleType | None = None
+_import_error: str | None = None
+
+
+def _load() -> ModuleType | None:
+    """The compiled-kernel module, imported once; None (with the reason kept) if numba is unusable."""
+    global _kernels, _import_error
+    if _kernels is None and _import_error is None:
+        try:
+            from longrange.ops import _scan_numba_kernels
+        except Exception as err:  # ImportError, or a numba/numpy version mismatch
+            _import_error = f"{type(err).__name__}: {err}"
+        else:
+            _kernels = _scan_numba_kernels
+    return _kernels
+
+
+def numba_available() -> bool:
+    """Whether numba imports, i.e. whether :func:`selective_scan_numba` can run."""
+    return _load() is not None
+
+
+def unavailable_reason() -> str | None:
+    """Why numba cannot be used (the import error), or None when it can."""
+    _load()
+    return _import_error
+
+
+def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)) -> None:
+    """Load the kernels for ``dtypes`` now (from numba's cache, or compiling them): one tiny
+    forward and backward each. Benchmarks call this before their memory baseline, so that the
+    one-time cost of loading numba is not counted as the scan's memory."""
+    if _load() is None:
+        return
+    for dtype in dtypes:
+        u = torch.ones(1, 1, 2, dtype=dtype, requires_grad=True)
+        selective_scan_numba(u, u, -torch.ones(1, 1, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype)).sum().backward()
+
+
+def _use_threads(kernels: ModuleType) -> int:
+    """Run the kernels on ``torch.get_num_threads()`` threads; returns the number used.
+
+    numba's OpenMP layer can share the OpenMP runtime of PyTorch, and starting it sets that
+    runtime's thread count to numba's maximum; PyTorch's setting is put back.
+    """
+    wanted = torch.get_num_threads()
+    used = kernels.set_threads(wanted)
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+    return used
+
+
+def _as_4d(M: Tensor, d: int) -> Tensor:
+    """B or C in the kernel layout (bM, groups, LM, n) with the state index innermost, contiguous."""
+    if M.dim() == 2:  # (d, n): every channel its own group, one position
+        return M[None, :, None, :].contiguous()
+    if M.dim() == 3:  # (b, n, l): one group
+        return M.transpose(1, 2)[:, None].contiguous()
+    return M.transpose(2, 3).contiguous()  # (b, g, n, l) -> (b, g, l, n)
+
+
+def _channels_per_task(b: int, d: int, B4: Tensor, C4: Tensor, threads: int) -> int:
+    """Channels per backward task: divides the channels of every group of a time-varying B or C
+    (so each task's partial sums belong to one group), as many as keep >= 4 tasks per thread."""
+    base = d
+    for M in (B4, C4):
+        if M.shape[2] > 1:
+            base = math.gcd(base, d // M.shape[1])
+    for size in sorted((s for s in range(1, base + 1) if base % s == 0), reverse=True):
+        if b * (d // size) >= 4 * threads:
+            return size
+    return 1
+
+
+def _np(t: Tensor):
+    """A NumPy view of a CPU tensor (no copy)."""
+    return t.detach().numpy()
+
+
+def _reduce_partial(part: Tensor, M4: Tensor) -> Tensor:
+    """Sum the kernel's partial gradient (b, S, LM, n) to the shape of ``M4`` (bM, G, LM, n)."""
+    b, S, LM, n = part.shape
+    G = M4.shape[1]
+    grad = part.view(b, G, S // G, LM, n)
+    grad = grad[:, :, 0] if S == G else grad.sum(2)
+    return grad.sum(0, keepdim=True) if M4.shape[0] == 1 else grad
+
+
+class _NumbaScan(torch.autograd.Function):
+    """(u, dt, A, B4, C4, D, z, h0) -> (out, last) in the compute dtype; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, u, dt, A, B4, C4, D, z, h0):
+        k = _load()
+        b, d, l = u.shape
+        n = A.shape[1]
+        _use_threads(k)
+        D_ = D if D is not None else u.new_zeros(d)
+        z_ = z if z is not None else u.new_zeros(1, 1, 1)
+        h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
+        out = torch.empty_like(u)
+        last = u.new_empty(b, d, n)
+        k.scan_forward(
+            _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_),
+            z is not None, _np(out), _np(last),
+        )
+        ctx.has = (D is not None, z is not None, h0 is not None)
+        ctx.save_for_backward(u, dt, A, B4, C4, D_, z_, h0_)
+        return out, last
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gout, glast):
+        k = _load()
+        u, dt, A, B4, C4, D, z, h0 = ctx.saved_tensors
+        has_D, has_z, has_h0 = ctx.has
+        b, d, l = u.shape
+        n = A.shape[1]
+        threads = _use_threads(k)
+        gout = gout.contiguous() if gout is not None else torch.zeros_like(u)
+        glast = glast.contiguous() if glast is not None else u.new_zeros(b, d, n)
+        per_task = _channels_per_task(b, d, B4, C4, threads)
+        tasks = d // per_task
+
+        def partial(M4: Tensor) -> Tensor:
+            return u.new_zeros(b, d if M4.shape[2] == 1 else tasks, M4.shape[2], n)
+
+        gu, gdt = torch.empty_like(u), torch.empty_like(u)
+        gz = torch.empty_like(u) if has_z else u.new_empty(1, 1, 1)
+        gA, gD, gh0 = u.new_empty(b, d, n), u.new_empty(b, d), u.new_empty(b, d, n)
+        gB, gC = partial(B4), partial(C4)
+        k.scan_backward(
+            _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D), _np(z), _np(h0), has_z,
+            _np(gout), _np(glast), per_task,
+            _np(gu), _np(gdt), _np(gA), _np(gB), _np(gC), _np(gD), _np(gz), _np(gh0),
+        )
+        need = ctx.needs_input_grad
+        return (
+            gu if need[0] else None,
+            gdt if need[1] else None,
+            gA.sum(0) if need[2] else None,
+            _reduce_partial(gB, B4) if need[3] else None,
+            _reduce_partial(gC, C4) if need[4] else None,
+            gD.sum(0) if has_D and need[5] else None,
+            gz if has_z and need[6] else None,
+            gh0 if has_h0 and need[7] else None,
+        )
+
+
+def selective_scan_numba(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    initial_state: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The selective scan in one compiled pass per direction on CPU tensors (see the module docstring)."""
+    from longrange.ops.scan import _check_shapes, _compute_dtype
+
+    _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    if _load() is None:
+        raise RuntimeError(f"selective_scan: impl='numba' needs the numba package, which does not import ({_import_error})")
+    tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
+    devices = {t.device.type for t in tensors if t is not None}
+    if devices != {"cpu"}:
+        raise RuntimeError(f"selective_scan: impl='numba' runs on CPU tensors only, got tensors on {sorted(devices)}")
+    dtype = _compute_dtype(*tensors)
+    d = u.shape[1]
+
+    def prep(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.to(dtype).contiguous()
+
+    dt = delta.to(dtype)
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(dtype)[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    out, last = _NumbaScan.apply(
+        prep(u), prep(dt), prep(A), _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d),
+        prep(D), prep(z), prep(initial_state),
+    )
+    out = out.to(u.dtype)
+    return (out, last) if return_last_state else out

@@ -1,0 +1,46 @@
+"""``longrange info``: the table and the command."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from longrange.cli import COMMAND_MODULES, main
+from longrange.info import dispatch, format_info, info_table
+from longrange.ops import conv, scan
+
+
+def test_info_table_names_versions_devices_and_dispatch():
+    table = info_table()
+    assert table["versions"]["torch"] == torch.__version__
+    for name in ("longrange", "numba", "triton", "CUDA (torch build)"):
+        assert name in table["versions"]
+    assert set(table["optional"]) >= {"mamba_ssm", "causal_conv1d", "pykeops", "scan_triton", "scan_numba"}
+    for st in table["optional"].values():
+        assert isinstance(st["usable"], bool) and (st["usable"] or st["reason"])
+    names = [d["device"] for d in table["devices"]]
+    assert names[0] == "cpu" and (len(names) > 1) == torch.cuda.is_available()
+    assert set(table["dispatch"]) == set(names)
+    for device, ops in table["dispatch"].items():
+        assert set(ops) == {"selective_scan", "causal_conv1d", "S4 Cauchy kernel", "fft_conv"}
+    cpu = table["dispatch"]["cpu"]
+    assert cpu["selective_scan"] == scan.auto_impl("cpu") and cpu["causal_conv1d"] == conv.auto_impl("cpu") == "torch"
+    assert cpu["S4 Cauchy kernel"] == "chunked"
+    text = format_info(table)
+    assert "selective_scan" in text and "mamba_ssm" in text and 'impl="auto"' in text
+
+
+def test_dispatch_on_cuda_follows_the_ops_own_choice():
+    ops = dispatch("cuda")  # asks the ops; needs no GPU
+    assert ops["selective_scan"].split(" ")[0] == scan.auto_impl("cuda")
+    assert ops["causal_conv1d"].split(" ")[0] == conv.auto_impl("cuda")
+
+
+def test_info_command(capsys):
+    assert "longrange.info" in COMMAND_MODULES
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "versions" in out and "selective_scan" in out
+    assert main(["info", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table["dispatch"]["cpu"]["fft_conv"] == "torch.fft"
