@@ -33,8 +33,8 @@ def selected_devices(config: pytest.Config) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "device" not in metafunc.fixturenames:
-        return
+    if "device" not in metafunc.fixturenames or hasattr(metafunc.module, "device"):
+        return  # not device-parametrised, or a module with a device fixture of its own
     params = []
     for name in selected_devices(metafunc.config):
         marks = []
