@@ -117,3 +117,18 @@ def test_plain_progress_lines_off_a_terminal(tmp_path, monkeypatch):
     assert any(l.startswith("step 12/12: val loss") for l in lines)
     assert any("val accuracy" in l for l in lines if l.startswith("step 7/12 "))  # after the first evaluation
     assert format_seconds(3725) == "1h02m" and format_seconds(65) == "1m05s" and format_seconds(float("inf")) == "?"
+
+
+def test_wall_time_is_counted_once_across_checkpoints_and_summed_over_resumes(tmp_path):
+    start = time.time()
+    summary = _trainer(tmp_path / "run", cfg={"checkpoint_every": 1, "epochs": 3}).fit()
+    wall = time.time() - start
+    assert 0 < summary["seconds"] <= wall
+    from longrange.train import load_checkpoint
+
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["trainer"]["elapsed"]
+    assert 0 < saved <= summary["seconds"]
+    # A resumed (finished) run adds its own segment to the saved time, once.
+    start = time.time()
+    again = _trainer(tmp_path / "run", cfg={"checkpoint_every": 1, "epochs": 3}, resume=True).fit()
+    assert saved <= again["seconds"] <= saved + (time.time() - start)

@@ -204,6 +204,7 @@ class Trainer:
         self.state = TrainerState(data_seed=cfg.seed, last_lr=cfg.lr * self.schedule.multiplier(0))
         self._best_weights: dict[str, Tensor] | None = None
         self._segment_start = time.time()
+        self._elapsed_before = 0.0  # seconds of the segments before this one (from last.pt)
         #: Called as ``on_checkpoint(step, path)`` after ``last.pt`` is written (tests use it).
         self.on_checkpoint: Callable[[int, Path], None] | None = None
 
@@ -386,6 +387,7 @@ class Trainer:
         if self.scaler is not None and ckpt["scaler"] is not None:
             self.scaler.load_state_dict(ckpt["scaler"])
         self.state = TrainerState.from_checkpoint(ckpt["trainer"], self.paths.last)
+        self._elapsed_before = self.state.elapsed
         rng = ckpt["rng"]
         if len(rng) == self.env.world_size:
             set_rng_state(rng[self.env.rank])
@@ -506,7 +508,8 @@ class Trainer:
         return value > than if self.objective.higher_is_better else value < than
 
     def _elapsed(self) -> float:
-        return self.state.elapsed + time.time() - self._segment_start
+        """Seconds of training: earlier (resumed) segments plus this one."""
+        return self._elapsed_before + time.time() - self._segment_start
 
     def _log(self, split: str, metrics: Mapping[str, float]) -> None:
         epoch = self.state.epoch + self.state.batches_done / self.steps_per_epoch
