@@ -28,13 +28,20 @@ def dense_rope(t: torch.Tensor, base: float) -> torch.Tensor:
 
 
 def naive_attention(layer: Attention, x: torch.Tensor, mask=None) -> torch.Tensor:
-    """softmax(QKᵀ/√d + M)V with an explicit (B, 1, L, L) admissibility matrix M."""
-    b, length, d_model = x.shape
+    """softmax(QKᵀ/√d + M)V with an explicit (B, 1, L, L) admissibility matrix M.
+
+    Queries, keys and values have ``layer.attn_dim`` features (``h`` heads of ``attn_dim / h``);
+    the admissible keys follow causality, blocks and sliding windows as the module docstring states.
+    """
+    b, length, _ = x.shape
     h, dh = layer.n_heads, layer.head_dim
+    width = h * dh
     if mask is not None:
         x = x * mask[..., None].to(x.dtype)
-    qkv = x @ layer.qkv.weight.T + layer.qkv.bias
-    q, k, v = (t.reshape(b, length, h, dh).transpose(1, 2) for t in qkv.split(d_model, dim=-1))
+    qkv = x @ layer.qkv.weight.T
+    if layer.qkv.bias is not None:
+        qkv = qkv + layer.qkv.bias
+    q, k, v = (t.reshape(b, length, h, dh).transpose(1, 2) for t in qkv.split(width, dim=-1))
     if layer.rope is not None:
         q, k = dense_rope(q, layer.rope.base), dense_rope(k, layer.rope.base)
     scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
@@ -44,13 +51,17 @@ def naive_attention(layer: Attention, x: torch.Tensor, mask=None) -> torch.Tenso
         allowed &= pos[:, None] >= pos[None, :]
     if layer.block_size is not None:
         allowed &= (pos[:, None] // layer.block_size) == (pos[None, :] // layer.block_size)
+    if layer.window is not None:  # own window and one back and forward
+        allowed &= ((pos[:, None] // layer.window) - (pos[None, :] // layer.window)).abs() <= 1
     allowed = allowed.expand(b, 1, length, length)
     if mask is not None:
         allowed = allowed & mask[:, None, None, :]
     has_key = allowed.any(-1, keepdim=True)
     probs = torch.softmax(scores.masked_fill(~(allowed | ~has_key), float("-inf")), dim=-1) * has_key
-    out = (probs @ v).transpose(1, 2).reshape(b, length, d_model)
-    out = out @ layer.out_proj.weight.T + layer.out_proj.bias
+    out = (probs @ v).transpose(1, 2).reshape(b, length, width)
+    out = out @ layer.out_proj.weight.T
+    if layer.out_proj.bias is not None:
+        out = out + layer.out_proj.bias
     if mask is not None:
         out = out * mask[..., None].to(out.dtype)
     return out
@@ -74,9 +85,10 @@ def make_mask(kind: str, batch: int, length: int) -> torch.Tensor | None:
 def make_layer(**kwargs) -> Attention:
     torch.manual_seed(0)
     layer = Attention(8, n_heads=2, **kwargs).double()
-    with torch.no_grad():  # non-zero biases so the reference checks them too
-        layer.qkv.bias.normal_()
-        layer.out_proj.bias.normal_()
+    if layer.qkv.bias is not None:
+        with torch.no_grad():  # non-zero biases so the reference checks them too
+            layer.qkv.bias.normal_()
+            layer.out_proj.bias.normal_()
     return layer
 
 
@@ -278,3 +290,88 @@ def test_odd_head_dim_with_rope():
     for t in range(6):
         y_t, state = layer.step(x[:, t], state)
         torch.testing.assert_close(y_t, y[:, t], rtol=1e-10, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- attn_dim, bias
+LOCALITY = {"dense": {}, "blocked": {"block_size": 3}, "window": {"window": 2}}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("locality", list(LOCALITY))
+@pytest.mark.parametrize("rope", [False, True])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("attn_dim", [4, 12])
+def test_attn_dim_matches_naive_values_and_gradients(attn_dim, bidirectional, rope, locality, bias):
+    layer = make_layer(attn_dim=attn_dim, bidirectional=bidirectional, rope=rope, bias=bias, **LOCALITY[locality])
+    assert layer.head_dim == attn_dim // 2 and layer.qkv.weight.shape == (3 * attn_dim, 8)
+    assert layer.out_proj.weight.shape == (8, attn_dim)
+    torch.manual_seed(1)
+    x = torch.randn(3, 9, 8, dtype=DT)  # 9 > 2 windows: the sliding-window kernel, not the dense path
+    mask = make_mask("padded", 3, 9)
+    y, ref = layer(x, mask), naive_attention(layer, x, mask)
+    assert y.shape == (3, 9, 8)
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+    probe = torch.randn_like(y)
+    for g, g_ref in zip(grads(layer, x, lambda t: layer(t, mask), probe), grads(layer, x, lambda t: naive_attention(layer, t, mask), probe)):
+        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("locality", list(LOCALITY))
+@pytest.mark.parametrize("rope", [False, True])
+@pytest.mark.parametrize("attn_dim", [4, 6, 12])  # head_dim 2, 3 (odd: a feature RoPE leaves alone), 6
+def test_attn_dim_step_equals_forward(attn_dim, rope, locality):
+    layer = make_layer(attn_dim=attn_dim, rope=rope, bias=attn_dim != 6, **LOCALITY[locality])
+    torch.manual_seed(4)
+    x = torch.randn(2, 9, 8, dtype=DT)
+    y = layer(x)
+    state = layer.default_state(2)
+    assert state.k.shape == (2, 2, 0, attn_dim // 2)
+    for t in range(9):
+        y_t, state = layer.step(x[:, t], state)
+        assert y_t.shape == (2, 8)
+        torch.testing.assert_close(y_t, y[:, t], rtol=1e-10, atol=1e-10)
+
+
+def test_attn_dim_need_not_divide_d_model():
+    layer = make_layer(attn_dim=6).float()  # d_model 8, 2 heads of 3
+    layer10 = Attention(10, n_heads=4, attn_dim=8)  # d_model 10 is not divisible by 4 heads; attn_dim is
+    assert layer10.head_dim == 2 and layer10(torch.randn(1, 5, 10)).shape == (1, 5, 10)
+    assert layer(torch.randn(2, 5, 8)).shape == (2, 5, 8)
+
+
+def test_attn_dim_parameter_counts_and_bias_free():
+    with_bias = Attention(16, n_heads=4, attn_dim=8)
+    assert sum(p.numel() for p in with_bias.parameters()) == 16 * 3 * 8 + 3 * 8 + 8 * 16 + 16
+    bias_free = Attention(16, n_heads=4, attn_dim=8, bias=False)
+    assert not [n for n, _ in bias_free.named_parameters() if "bias" in n]
+    assert sum(p.numel() for p in bias_free.parameters()) == 16 * 3 * 8 + 8 * 16
+    assert "attn_dim=8" in repr(bias_free) and "bias=False" in repr(bias_free)
+
+
+def test_default_attn_dim_is_d_model_bitwise():
+    """attn_dim=None and attn_dim=d_model build the same parameters (names, shapes, values) and outputs."""
+    torch.manual_seed(3)
+    a = Attention(8, n_heads=2, rope=True)
+    torch.manual_seed(3)
+    b = Attention(8, n_heads=2, rope=True, attn_dim=8)
+    assert a.attn_dim == 8 and "attn_dim" not in repr(a)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb) == ["qkv.weight", "qkv.bias", "out_proj.weight", "out_proj.bias"]
+    for name in sa:
+        assert torch.equal(sa[name], sb[name])
+    x = torch.randn(2, 5, 8)
+    assert torch.equal(a(x), b(x))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(d_model=8, n_heads=4, attn_dim=6), r"attn_dim=6 is not divisible by n_heads=4"),
+        (dict(d_model=8, attn_dim=0), "attn_dim must be None"),
+        (dict(d_model=8, attn_dim=4.0), "attn_dim must be None"),
+        (dict(d_model=8, attn_dim=True), "attn_dim must be None"),
+    ],
+)
+def test_bad_attn_dim(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        Attention(**kwargs)

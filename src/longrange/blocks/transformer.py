@@ -23,7 +23,9 @@ class TransformerBlock(SequencePrimitive):
     """A Transformer layer with the sequence-primitive interface.
 
     Args:
-        d_model, n_heads, bidirectional, rope, rope_base, block_size, window: passed to :class:`Attention`.
+        d_model, n_heads, bidirectional, rope, rope_base, block_size, window, attn_dim: passed to
+            :class:`Attention` (``attn_dim``: width of queries, keys and values; None = ``d_model``).
+        attn_bias: biases in the attention's qkv and output projections (the MLP always has them).
         mlp_ratio: hidden width of the MLP as a multiple of ``d_model``.
         dropout: dropout on the outputs of both residual branches.
         norm: "layer", "batch", "rms" or "none" (see :func:`make_norm`).
@@ -51,6 +53,8 @@ class TransformerBlock(SequencePrimitive):
         activation: str = "gelu",
         attn_dropout: float = 0.0,
         window: int | None = None,
+        attn_dim: int | None = None,
+        attn_bias: bool = True,
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
@@ -68,6 +72,8 @@ class TransformerBlock(SequencePrimitive):
             rope_base=rope_base,
             block_size=block_size,
             window=window,
+            attn_dim=attn_dim,
+            bias=attn_bias,
         )
         self.d_model = d_model
         self.bidirectional = self.mixer.bidirectional

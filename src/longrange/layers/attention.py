@@ -1,8 +1,9 @@
 """Multi-head softmax attention, optionally rotary, blocked (local) and with a KV-cache step mode.
 
 Shapes: inputs and outputs are (batch, L, d_model); inside, queries/keys/values are
-(batch, heads, L, head_dim) with ``head_dim = d_model / heads``. Scores are scaled by
-``1 / sqrt(head_dim)``.
+(batch, heads, L, head_dim) with ``head_dim = attn_dim / heads``, where ``attn_dim`` (the width of
+the q/k/v projections, d_model -> attn_dim; the output projection maps attn_dim -> d_model) is
+d_model unless set. Scores are scaled by ``1 / sqrt(head_dim)``.
 
 The kernels (full, blocked, and their dense reference) are in :mod:`longrange.ops.attention`.
 
@@ -59,14 +60,15 @@ class Attention(SequencePrimitive):
     """Multi-head self-attention as a sequence primitive (see the module docstring for conventions).
 
     Args:
-        d_model: model width; must be divisible by ``n_heads``.
-        n_heads: number of heads.
+        d_model: model width (inputs and outputs).
+        n_heads: number of heads; must divide ``attn_dim``.
+        attn_dim: width of the queries, keys and values (all heads together); None = ``d_model``.
         bidirectional: attend to all positions instead of only to earlier ones (no step mode).
         dropout: dropout on the attention probabilities (training only).
         rope: apply rotary embeddings (on the head dimension) to queries and keys.
         rope_base: base of the rotary frequencies (10000 standard, 10 in the thesis comparison).
         block_size: attend only within blocks of this many positions (local attention).
-        bias: bias in the qkv and output projections.
+        bias: biases in the qkv and output projections.
         window: sliding-window attention with windows of this many positions (exclusive with block_size).
     """
 
@@ -81,13 +83,18 @@ class Attention(SequencePrimitive):
         block_size: int | None = None,
         bias: bool = True,
         window: int | None = None,
+        attn_dim: int | None = None,
     ):
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"Attention {name} must be a positive int, got {value!r}")
-        if d_model % n_heads:
-            raise ConfigError(f"Attention d_model={d_model} is not divisible by n_heads={n_heads}")
+        if attn_dim is not None and (not isinstance(attn_dim, int) or isinstance(attn_dim, bool) or attn_dim < 1):
+            raise ConfigError(f"Attention attn_dim must be None (= d_model) or a positive int, got {attn_dim!r}")
+        width = d_model if attn_dim is None else attn_dim
+        if width % n_heads:
+            name = "d_model" if attn_dim is None else "attn_dim"
+            raise ConfigError(f"Attention {name}={width} is not divisible by n_heads={n_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ConfigError(f"Attention dropout must be in [0, 1), got {dropout!r}")
         if block_size is not None and (not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1):
@@ -98,19 +105,23 @@ class Attention(SequencePrimitive):
             raise ConfigError("Attention takes either block_size (isolated blocks) or window (sliding windows), not both")
         self.d_model = d_model
         self.n_heads = n_heads
-        self.head_dim = d_model // n_heads
+        self.attn_dim = width
+        self.head_dim = width // n_heads
         self.bidirectional = bool(bidirectional)
         self.dropout = float(dropout)
         self.block_size = block_size
         self.window = window
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qkv = nn.Linear(d_model, 3 * width, bias=bias)
+        self.out_proj = nn.Linear(width, d_model, bias=bias)
         self.rope = RotaryEmbedding(self.head_dim, base=rope_base) if rope else None
 
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, bidirectional={self.bidirectional}, "
-            f"block_size={self.block_size}" + (f", window={self.window}" if self.window is not None else "")
+            f"block_size={self.block_size}"
+            + (f", attn_dim={self.attn_dim}" if self.attn_dim != self.d_model else "")
+            + (f", window={self.window}" if self.window is not None else "")
+            + (", bias=False" if self.qkv.bias is None else "")
         )
 
     def _dropout_p(self) -> float:
@@ -143,7 +154,7 @@ class Attention(SequencePrimitive):
             out = blocked_attention(q, k, v, mask, causal, self.block_size, self._dropout_p())
         else:
             out = masked_attention(q, k, v, mask, causal, self._dropout_p())
-        out = self.out_proj(out.transpose(1, 2).reshape(batch, length, self.d_model))
+        out = self.out_proj(out.transpose(1, 2).reshape(batch, length, self.attn_dim))
         return apply_mask(out, mask)
 
     def default_state(self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None) -> KVCache:
@@ -180,5 +191,5 @@ class Attention(SequencePrimitive):
         v_cache = torch.cat((v_cache, v.unsqueeze(2)), dim=2)
         # Every cached key is in the past: no mask needed.
         out = F.scaled_dot_product_attention(q.unsqueeze(2), k_cache, v_cache, dropout_p=self._dropout_p())
-        y = self.out_proj(out.reshape(batch, self.d_model))
+        y = self.out_proj(out.reshape(batch, self.attn_dim))
         return y, KVCache(k=k_cache, v=v_cache, position=state.position + 1)

@@ -20,7 +20,9 @@ from longrange.models.config import ModelConfig
 from longrange.models.registry import BLOCKS, PRIMITIVES, register_block
 
 #: Model fields behind the settings the builder passes to primitives (for messages).
-_SETTING_FIELDS = {"bidirectional": "direction", "block_size": "attn_block_size", "window": "attn_window"}
+_SETTING_FIELDS = {
+    "bidirectional": "direction", "block_size": "attn_block_size", "window": "attn_window", "bias": "attn_bias",
+}
 
 
 def make_primitive(name: str, d_model: int, *, d_state: int | None = None, bidirectional: bool = False,
@@ -73,7 +75,12 @@ def make_mixer(cfg: ModelConfig, d_model: int | None = None, *, bidirectional: b
         "rope_base": cfg.rope_base,
         "block_size": cfg.attn_block_size,
         "window": cfg.attn_window,
+        "attn_dim": cfg.attn_dim,
     }
+    # "bias" is too common a name to offer to every primitive: model.attn_bias goes to attention-like
+    # primitives only (those that take attn_dim).
+    if PRIMITIVES.accepts(cfg.primitive, "attn_dim", 1):
+        given["bias"] = cfg.attn_bias
     return build_primitive(cfg.primitive, cfg.d_model if d_model is None else d_model, dict(cfg.primitive_options),
                            given=given, defaults=defaults, where="model.primitive_options")
 
@@ -105,6 +112,8 @@ def transformer_block(cfg: ModelConfig) -> SequencePrimitive:
         rope_base=cfg.rope_base,
         block_size=cfg.attn_block_size,
         window=cfg.attn_window,
+        attn_dim=cfg.attn_dim,
+        attn_bias=cfg.attn_bias,
         **_residual_options(cfg),
     )
 

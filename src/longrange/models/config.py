@@ -56,6 +56,11 @@ class ModelConfig:
     #: Sliding-window attention: windows of this many positions, each attending to itself and one
     #: window back and forward (causal: itself up to the query and one window back). None = dense.
     attn_window: int | None = None
+    #: Width of the attention's queries, keys and values (d_model -> attn_dim; the output projection
+    #: maps back to d_model); head_dim = attn_dim / n_heads. None = d_model (LRA's "qkv_dim").
+    attn_dim: int | None = None
+    #: Biases in the attention's qkv and output projections (LRA's Transformers have none).
+    attn_bias: bool = True
     # Rotary embeddings: inside attention for attention; before the SSM for Mamba blocks (thesis 14.3)
     rope: bool = False
     rope_base: float = 10000.0
@@ -135,6 +140,20 @@ class ModelConfig:
             )
         if self.attn_window is not None and self.primitive != "attention":
             raise ConfigError(f"model.attn_window applies to attention, not to primitive {self.primitive!r}")
+        if self.attn_dim is not None:
+            if not isinstance(self.attn_dim, int) or isinstance(self.attn_dim, bool) or self.attn_dim < 1:
+                raise ConfigError(f"model.attn_dim must be None (= d_model) or a positive int, got {self.attn_dim!r}")
+            if self.primitive != "attention":
+                raise ConfigError(f"model.attn_dim applies to attention, not to primitive {self.primitive!r}")
+            if self.attn_dim % self.n_heads:
+                raise ConfigError(
+                    f"model.attn_dim = {self.attn_dim} is not divisible by model.n_heads = {self.n_heads} "
+                    "(each head gets attn_dim / n_heads features)"
+                )
+        if not isinstance(self.attn_bias, bool):
+            raise ConfigError(f"model.attn_bias must be true or false, got {self.attn_bias!r}")
+        if not self.attn_bias and self.primitive != "attention":
+            raise ConfigError(f"model.attn_bias applies to attention, not to primitive {self.primitive!r}")
         if self.pos_embedding == "learned" and self.max_len < 1:
             raise ConfigError("model.pos_embedding = 'learned' needs model.max_len (the longest input)")
 
