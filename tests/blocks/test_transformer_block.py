@@ -56,6 +56,28 @@ def test_mixer_is_the_attention():
     assert sum(p.numel() for p in block.parameters()) == inside + mlp + 2 * 2 * 16
 
 
+def test_attn_dim_and_attn_bias_reach_the_attention():
+    block = TransformerBlock(16, n_heads=4, mlp_ratio=2.0, attn_dim=8, attn_bias=False)
+    assert block.mixer.attn_dim == 8 and block.mixer.head_dim == 2
+    assert block.mixer.qkv.bias is None and block.mixer.out_proj.bias is None
+    inside = sum(p.numel() for p in block.mixer.parameters())
+    assert inside == 16 * 24 + 8 * 16
+    mlp = (16 * 32 + 32) + (32 * 16 + 16)  # the MLP keeps its biases
+    assert sum(p.numel() for p in block.parameters()) == inside + mlp + 2 * 2 * 16
+
+
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("prenorm", [True, False])
+def test_attn_dim_step_equals_forward(prenorm, window):
+    block = make_block(prenorm=prenorm, rope=True, attn_dim=4, attn_bias=False, window=window).eval()
+    x = torch.randn(2, 7, 8, dtype=DT)
+    y = block(x)
+    state = block.default_state(2)
+    for t in range(7):
+        y_t, state = block.step(x[:, t], state)
+        torch.testing.assert_close(y_t, y[:, t], rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("block_size", [None, 3])
 @pytest.mark.parametrize("rope", [False, True])
 @pytest.mark.parametrize("norm", ["layer", "rms", "batch", "none"])
@@ -138,6 +160,7 @@ def test_batch_norm_step_needs_eval():
         (dict(dropout=-0.1), "dropout"),
         (dict(norm="group"), "norm 'group'"),
         (dict(n_heads=3), "not divisible by n_heads=3"),
+        (dict(n_heads=4, attn_dim=6), "attn_dim=6 is not divisible by n_heads=4"),
     ],
 )
 def test_bad_config(kwargs, match):

@@ -50,6 +50,8 @@ CAUSAL_CONFIGS = {
     "transformer-rope": small(block="transformer", primitive="attention", rope=True),
     "transformer-window": small(block="transformer", primitive="attention", rope=True, attn_window=2),
     "mamba-attention": small(primitive="attention"),
+    "transformer-attn-dim": small(block="transformer", primitive="attention", rope=True, attn_dim=4, attn_bias=False),
+    "mamba-attention-attn-dim": small(primitive="attention", attn_dim=6, attn_bias=False),
 }
 
 BIDIRECTIONAL_CONFIGS = {
@@ -190,6 +192,44 @@ def test_config_errors_name_the_field():
         build_model(small(primitive_options={"d_state": 4}), input_kind="numeric", head="classify", n_out=2)
     with pytest.raises(ConfigError, match="need an S6"):
         build_model(small(primitive="s4d", rope=True, rope_targets=("B",)), input_kind="numeric", head="classify", n_out=2)
+
+
+def test_attn_dim_and_attn_bias_reach_every_attention():
+    for cfg in (small(block="transformer", primitive="attention", attn_dim=4, attn_bias=False),
+                small(primitive="attention", attn_dim=4, attn_bias=False)):
+        model = numeric_model(cfg)
+        attentions = [m for m in model.modules() if type(m).__name__ == "Attention"]
+        assert len(attentions) == cfg.n_layers
+        for a in attentions:
+            assert a.attn_dim == 4 and a.head_dim == 2 and a.qkv.bias is None and a.out_proj.bias is None
+    # The defaults build what the model always built: q/k/v of width d_model, with biases.
+    names = {n: tuple(p.shape) for n, p in numeric_model(small(block="transformer", primitive="attention")).named_parameters()}
+    assert names["backbone.blocks.0.mixer.qkv.weight"] == (24, 8) and names["backbone.blocks.0.mixer.qkv.bias"] == (24,)
+    assert names["backbone.blocks.0.mixer.out_proj.weight"] == (8, 8) and "backbone.blocks.0.mixer.out_proj.bias" in names
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(block="transformer", primitive="attention", attn_dim=6, n_heads=4), r"model.attn_dim = 6 is not divisible by model.n_heads = 4"),
+        (dict(block="transformer", primitive="attention", attn_dim=0), "model.attn_dim must be None"),
+        (dict(attn_dim=4), "model.attn_dim applies to attention, not to primitive 's6'"),
+        (dict(primitive="s4d", attn_bias=False), "model.attn_bias applies to attention, not to primitive 's4d'"),
+    ],
+)
+def test_attn_dim_config_errors(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        small(**kw)
+
+
+def test_attn_bias_must_be_a_bool():
+    with pytest.raises(ConfigError, match=r"model.attn_bias"):
+        ModelConfig.from_dict({"block": "transformer", "primitive": "attention", "attn_bias": "no"})
+
+
+def test_attention_bias_option_is_set_by_model_attn_bias():
+    with pytest.raises(ConfigError, match=r"'bias' of primitive 'attention' is set by model.attn_bias; set it there"):
+        build_model(small(primitive="attention", primitive_options={"bias": False}), input_kind="numeric", head="classify", n_out=2)
 
 
 def test_token_ids_outside_the_vocabulary_are_reported():
