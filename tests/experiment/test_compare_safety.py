@@ -15,16 +15,6 @@ from longrange.experiment.runs import run_stage
 from longrange.train.rundir import RunMismatchError
 
 
-@pytest.fixture(scope="module")
-def listops_dir(tmp_path_factory):
-    from longrange.data.generate.listops import generate
-
-    root = tmp_path_factory.mktemp("data")
-    generate(root / "listops", n_train=64, n_val=16, n_test=16, min_length=8, max_length=24, max_depth=3, max_args=3,
-             seed=0, quiet=True)
-    return root
-
-
 def tiny(data_dir, label="tiny", **train) -> dict:
     return {
         "label": label,
@@ -50,11 +40,11 @@ def test_plan_lists_stages_with_dependencies():
         plan_grid([exps[0], exps[0]], seeds=[0])
 
 
-def test_compare_refuses_stale_reuse_and_overwrite_reruns(listops_dir, tmp_path, capsys):
-    exp = experiment_from_dict(tiny(listops_dir))
+def test_compare_refuses_stale_reuse_and_overwrite_reruns(tiny_listops_dir, tmp_path, capsys):
+    exp = experiment_from_dict(tiny(tiny_listops_dir))
     first = compare([exp], tmp_path, seeds=[0], objectives=["masked"])
     assert [s["regime"] for s in first] == ["scratch", "masked-spt", "scratch-matched"]
-    changed = experiment_from_dict(tiny(listops_dir, lr=0.01))
+    changed = experiment_from_dict(tiny(tiny_listops_dir, lr=0.01))
     with pytest.raises(RunMismatchError, match=r"4 finished stage\(s\) .* other settings: .*train.lr: 0.003 -> 0.01.*--overwrite"):
         compare([changed], tmp_path, seeds=[0], objectives=["masked"])
     again = compare([changed], tmp_path, seeds=[0], objectives=["masked"], overwrite=True)
@@ -66,7 +56,7 @@ def test_compare_refuses_stale_reuse_and_overwrite_reruns(listops_dir, tmp_path,
     assert set(stage_statuses(tmp_path).values()) == {"done"}
 
 
-def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(listops_dir, tmp_path, monkeypatch):
+def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_dir, tmp_path, monkeypatch):
     import longrange.experiment.compare as C
 
     real = C.run_stage
@@ -77,7 +67,7 @@ def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(listops_dir, t
         return real(**kw)
 
     monkeypatch.setattr(C, "run_stage", failing)
-    exp = experiment_from_dict(tiny(listops_dir))
+    exp = experiment_from_dict(tiny(tiny_listops_dir))
     with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/tiny/masked-spt/seed0/pretrain .*failed.json.*2 stage\(s\) after them"):
         compare([exp], tmp_path, seeds=[0], objectives=["masked"])
     statuses = stage_statuses(tmp_path)
@@ -91,11 +81,11 @@ def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(listops_dir, t
     assert set(stage_statuses(tmp_path).values()) == {"done"}
 
 
-def test_compare_cli_dry_run_and_status(listops_dir, tmp_path, capsys):
+def test_compare_cli_dry_run_and_status(tiny_listops_dir, tmp_path, capsys):
     import yaml
 
     config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump(tiny(listops_dir)))
+    config.write_text(yaml.safe_dump(tiny(tiny_listops_dir)))
     assert main(["compare", "--config", str(config), "--out", str(tmp_path / "out"), "--seeds", "0", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "4 stages in 3 dependency levels" in out and "after listops/tiny/masked-spt/seed0/pretrain" in out
@@ -104,11 +94,11 @@ def test_compare_cli_dry_run_and_status(listops_dir, tmp_path, capsys):
     assert "holds no comparison" in capsys.readouterr().err
 
 
-def test_resume_refuses_other_settings_and_never_rewrites_a_finished_run(listops_dir, tmp_path, capsys):
+def test_resume_refuses_other_settings_and_never_rewrites_a_finished_run(tiny_listops_dir, tmp_path, capsys):
     import yaml
 
     config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump(tiny(listops_dir)))
+    config.write_text(yaml.safe_dump(tiny(tiny_listops_dir)))
     run = str(tmp_path / "run")
     assert main(["train", "--config", str(config), "--out", run, "--seed", "3"]) == 0
     summary = (tmp_path / "run" / "summary.json").read_text()
@@ -124,4 +114,4 @@ def test_resume_refuses_other_settings_and_never_rewrites_a_finished_run(listops
     assert "--resume and --overwrite contradict" in capsys.readouterr().err
     json.loads(summary)  # valid JSON
     with pytest.raises(ConfigError, match="already holds a run"):
-        run_stage(experiment_from_dict(tiny(listops_dir)), "train", run, seed=3)
+        run_stage(experiment_from_dict(tiny(tiny_listops_dir)), "train", run, seed=3)

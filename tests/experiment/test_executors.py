@@ -23,16 +23,6 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 VOLATILE = ("seconds",)
 
 
-@pytest.fixture(scope="module")
-def listops_dir(tmp_path_factory):
-    from longrange.data.generate.listops import generate
-
-    root = tmp_path_factory.mktemp("data")
-    generate(root / "listops", n_train=64, n_val=16, n_test=16, min_length=8, max_length=24, max_depth=3, max_args=3,
-             seed=0, quiet=True)
-    return root
-
-
 def tiny(data_dir, label, **train) -> dict:
     return {
         "label": label,
@@ -57,7 +47,7 @@ def all_summaries(out: Path) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def reference(listops_dir, tmp_path_factory):
+def reference(tiny_listops_dir, tmp_path_factory):
     """The grid (2 models x 2 seeds: scratch, masked SPT, matched) run in process, one stage after
     another, with one thread (as the workers below: torch's CPU reductions split their work by
     thread, so another thread count can change the last bits of a float)."""
@@ -67,16 +57,16 @@ def reference(listops_dir, tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        summaries = compare(grid(listops_dir), out)
+        summaries = compare(grid(tiny_listops_dir), out)
     finally:
         torch.set_num_threads(threads)
     assert len(summaries) == 12
     return out, summaries
 
 
-def test_local_workers_give_the_sequential_results(listops_dir, reference, tmp_path, capsys):
+def test_local_workers_give_the_sequential_results(tiny_listops_dir, reference, tmp_path, capsys):
     ref_out, ref = reference
-    got = compare(grid(listops_dir), tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[]))
+    got = compare(grid(tiny_listops_dir), tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[]))
     assert comparable(got) == comparable(ref)  # bitwise: every metric, step count and fingerprint
     assert all_summaries(tmp_path) == all_summaries(ref_out)  # the pretraining stages too
     err = capsys.readouterr().err
@@ -84,16 +74,16 @@ def test_local_workers_give_the_sequential_results(listops_dir, reference, tmp_p
     log = (tmp_path / "listops/a/masked-spt/seed1/finetune/stage.log").read_text()
     assert "running " in log and "worker: listops/a/masked-spt/seed1/finetune done" in log
     # Run again: everything is reused, no worker starts.
-    assert comparable(compare(grid(listops_dir), tmp_path, executor=LocalWorkers(2, gpus=[]))) == comparable(ref)
+    assert comparable(compare(grid(tiny_listops_dir), tmp_path, executor=LocalWorkers(2, gpus=[]))) == comparable(ref)
     assert "started" not in capsys.readouterr().err
 
 
-def test_submitit_local_executor_runs_stages_through_the_slurm_path(listops_dir, reference, tmp_path, capsys):
+def test_submitit_local_executor_runs_stages_through_the_slurm_path(tiny_listops_dir, reference, tmp_path, capsys):
     """The SLURM code path with submitit's local executor (jobs are local processes), dependencies
     included: "a" is a model of the reference grid; "bad" cannot pretrain (its pretraining batch is
     larger than the training set), so its finetune and matched run are skipped, and the rest runs."""
     ref_out, _ = reference
-    good = {**tiny(listops_dir, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}}
+    good = {**tiny(tiny_listops_dir, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}}
     bad = {**good, "label": "bad", "pretrain": {"batch_size": 1000}}
     launcher = SlurmLauncher(LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1),
                              cluster="local", poll=0.2)
@@ -137,9 +127,9 @@ def killing_worker(argv: list[str]) -> int:
     return main(argv)
 
 
-def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run(listops_dir, reference, tmp_path, capsys):
+def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run(tiny_listops_dir, reference, tmp_path, capsys):
     ref_out, _ = reference
-    exp = experiment_from_dict({**tiny(listops_dir, "a", checkpoint_every=1), "compare": {"objectives": ["masked"], "seeds": [0]}})
+    exp = experiment_from_dict({**tiny(tiny_listops_dir, "a", checkpoint_every=1), "compare": {"objectives": ["masked"], "seeds": [0]}})
 
     with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/a/masked-spt/seed0/pretrain"):
         compare([exp], tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[], target=killing_worker))
@@ -161,12 +151,12 @@ def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run
     assert len(lines) == len(set(lines)) == len((ref_out / "listops/a/masked-spt/seed0/pretrain/metrics.jsonl").read_text().splitlines())
 
 
-def test_two_compares_on_one_output_never_run_a_stage_twice(listops_dir, tmp_path, capfd):
+def test_two_compares_on_one_output_never_run_a_stage_twice(tiny_listops_dir, tmp_path, capfd):
     """``compare --jobs 2`` in another process and the sequential compare in this one, at once."""
     import time
 
     config = tmp_path / "exp.yaml"
-    exp = {**tiny(listops_dir, "a", epochs=3), "compare": {"objectives": ["masked"], "seeds": [0]}}
+    exp = {**tiny(tiny_listops_dir, "a", epochs=3), "compare": {"objectives": ["masked"], "seeds": [0]}}
     config.write_text(yaml.safe_dump(exp))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "longrange.cli", "compare", "--config", str(config), "--out", str(out)]
@@ -308,11 +298,11 @@ def test_sbatch_script_has_the_launcher_settings(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_stage_under_torchrun_runs_once_and_is_then_reused(listops_dir, tmp_path):
+def test_a_stage_under_torchrun_runs_once_and_is_then_reused(tiny_listops_dir, tmp_path):
     """What a SLURM job with --gpus-per-job 2 runs, here on 2 CPU processes (gloo): rank 0 decides and writes."""
     from longrange.experiment.plan import plan_grid
 
-    plan = plan_grid([experiment_from_dict(tiny(listops_dir, "a"))], seeds=[0])
+    plan = plan_grid([experiment_from_dict(tiny(tiny_listops_dir, "a"))], seeds=[0])
     plan.save(tmp_path)
     stage = "listops/a/scratch/seed0"
     cmd = worker_command(tmp_path, stage, threads=1, gpus=2)

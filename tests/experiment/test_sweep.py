@@ -15,16 +15,6 @@ from longrange.experiment.plan import Plan, plan_grid, stage_arguments
 from longrange.experiment.runs import load_data, plan_stage
 
 
-@pytest.fixture(scope="module")
-def listops_dir(tmp_path_factory):
-    from longrange.data.generate.listops import generate
-
-    root = tmp_path_factory.mktemp("data")
-    generate(root / "listops", n_train=64, n_val=16, n_test=16, min_length=8, max_length=24, max_depth=3, max_args=3,
-             seed=0, quiet=True)
-    return root
-
-
 def tiny(data_dir, label="tiny", **extra) -> dict:
     return {
         "label": label,
@@ -35,8 +25,8 @@ def tiny(data_dir, label="tiny", **extra) -> dict:
     }
 
 
-def test_plan_expands_subsets_into_ids_dependencies_and_task_configs(listops_dir, tmp_path):
-    exp = experiment_from_dict(tiny(listops_dir, pretrain_task={"skip_bad": True}))
+def test_plan_expands_subsets_into_ids_dependencies_and_task_configs(tiny_listops_dir, tmp_path):
+    exp = experiment_from_dict(tiny(tiny_listops_dir, pretrain_task={"skip_bad": True}))
     plan = plan_grid([exp], seeds=[0], objectives=["masked"], train_subsets=[0.25, 16])
     ids = [s.id for s in plan.stages]
     assert ids == [f"listops/tiny/subset{sub}/{rest}" for sub in ("0.25", "16") for rest in (
@@ -63,11 +53,11 @@ def test_plan_expands_subsets_into_ids_dependencies_and_task_configs(listops_dir
     assert type(again.stages[4].train_subset) is int
 
 
-def test_without_a_sweep_the_layout_is_unchanged_and_the_config_sweeps(listops_dir):
-    plain = plan_grid([experiment_from_dict(tiny(listops_dir))], seeds=[0], objectives=["masked"])
+def test_without_a_sweep_the_layout_is_unchanged_and_the_config_sweeps(tiny_listops_dir):
+    plain = plan_grid([experiment_from_dict(tiny(tiny_listops_dir))], seeds=[0], objectives=["masked"])
     assert [s.id for s in plain.stages][:1] == ["listops/tiny/scratch/seed0"]
     assert all(s.train_subset is None for s in plain.stages)
-    exp = resolve(None, None, [f"task.data_dir={listops_dir}", "label=x", "model.block=simple",
+    exp = resolve(None, None, [f"task.data_dir={tiny_listops_dir}", "label=x", "model.block=simple",
                                "compare.train_subsets=[0.5, 1.0, 10]", "compare.compute_matched=false"])
     assert exp.compare.train_subsets == [0.5, 1.0, 10] and type(exp.compare.train_subsets[1]) is float
     plan = plan_grid([exp], seeds=[1])
@@ -109,8 +99,8 @@ def test_parse_train_subsets():
         parse_train_subsets("0.1,half")
 
 
-def test_pretraining_and_finetuning_see_the_same_examples(listops_dir, tmp_path):
-    exp = experiment_from_dict(tiny(listops_dir, pretrain_task={"skip_bad": True}))
+def test_pretraining_and_finetuning_see_the_same_examples(tiny_listops_dir, tmp_path):
+    exp = experiment_from_dict(tiny(tiny_listops_dir, pretrain_task={"skip_bad": True}))
     plan = plan_grid([exp], seeds=[0, 1], objectives=["masked"], train_subsets=[0.25])
     train_sets = []
     for s in plan.stages:
@@ -121,9 +111,9 @@ def test_pretraining_and_finetuning_see_the_same_examples(listops_dir, tmp_path)
     assert len(train_sets[0]) == 16 and all(t == train_sets[0] for t in train_sets)
 
 
-def test_a_tiny_sweep_end_to_end(listops_dir, tmp_path, capsys):
+def test_a_tiny_sweep_end_to_end(tiny_listops_dir, tmp_path, capsys):
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(tiny(listops_dir)))
+    config.write_text(yaml.safe_dump(tiny(tiny_listops_dir)))
     out = tmp_path / "out"
     assert main(["compare", "--config", str(config), "--out", str(out), "--seeds", "0", "--objectives", "masked",
                  "--no-compute-matched", "--train-subsets", "0.5,16"]) == 0

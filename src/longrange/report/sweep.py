@@ -37,15 +37,7 @@ from longrange.report.tables import (
     task_sort_key,
 )
 
-#: The values a metric can take (for clipping confidence bands); unknown metrics are unbounded.
-METRIC_RANGE = {
-    "accuracy": (0.0, 1.0),
-    "r2": (-math.inf, 1.0),
-    "loss": (0.0, math.inf),
-    "mse": (0.0, math.inf),
-    "mae": (0.0, math.inf),
-    "rmse": (0.0, math.inf),
-}
+from longrange.report.plots import METRIC_RANGE
 
 
 def metric_range(metric: str) -> tuple[float, float]:
