@@ -135,30 +135,32 @@ def _paired(out: Path, name: str, split: str) -> list[dict[str, Any]]:
 
     runs = [r for r in collect_runs([out / name]) if r.stage != "pretrain"]
     rows = []
-    by = {}
+    by: dict[tuple[str, str], dict[int, float | None]] = {}
     for r in runs:
         value = (r.test if split == "test" else r.best_val) or {}
-        by.setdefault(r.regime, {})[r.seed] = value.get(r.metric)
-    base = by.get("scratch", {})
-    for regime in sorted(k for k in by if k != "scratch"):
-        seeds = sorted(s for s in by[regime] if s in base and by[regime][s] is not None and base[s] is not None)
-        diffs = [100 * (by[regime][s] - base[s]) for s in seeds]
+        by.setdefault((r.label, r.regime), {})[r.seed] = value.get(r.metric)
+    for (label, regime) in sorted(k for k in by if k[1] != "scratch"):
+        base = by.get((label, "scratch"), {})
+        seeds = sorted(s for s in by[(label, regime)] if s in base and by[(label, regime)][s] is not None
+                       and base[s] is not None)
+        diffs = [100 * (by[(label, regime)][s] - base[s]) for s in seeds]
         stat = paired_stat(diffs)
-        rows.append({"setting": name, "regime": regime, "n": stat.n, "scratch": [100 * base[s] for s in seeds],
-                     "spt": [100 * by[regime][s] for s in seeds], "mean": stat.mean, "low": stat.low, "high": stat.high})
+        rows.append({"setting": name, "label": label, "regime": regime, "n": stat.n,
+                     "scratch": [100 * base[s] for s in seeds], "spt": [100 * by[(label, regime)][s] for s in seeds],
+                     "mean": stat.mean, "low": stat.low, "high": stat.high})
     return rows
 
 
 def rows_markdown(names: list[str], out: Path, split: str) -> str:
-    lines = [f"| setting | regime vs scratch | n | scratch ({split}) | other ({split}) | difference, 95% CI |",
-             "|---|---|---:|---:|---:|---|"]
+    lines = [f"| setting | model | regime vs scratch | n | scratch ({split}) | other ({split}) | difference, 95% CI |",
+             "|---|---|---|---:|---:|---:|---|"]
     for name in names:
         if not (out / name).is_dir():
             continue
         for row in _paired(out, name, split):
             mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
             ci = f"[{row['low']:+.1f}, {row['high']:+.1f}]" if row["low"] is not None else "n < 2"
-            lines.append(f"| {name} | {row['regime']} | {row['n']} | {mean(row['scratch']):.1f} | "
+            lines.append(f"| {name} | {row['label']} | {row['regime']} | {row['n']} | {mean(row['scratch']):.1f} | "
                          f"{mean(row['spt']):.1f} | {row['mean']:+.1f} {ci} |")
     return "\n".join(lines)
 
