@@ -25,7 +25,6 @@ import math
 from types import ModuleType
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 _kernels: ModuleType | None = None
@@ -191,7 +190,7 @@ def selective_scan_numba(
     initial_state: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The selective scan in one compiled pass per direction on CPU tensors (see the module docstring)."""
-    from longrange.ops.scan import _check_shapes, _compute_dtype
+    from longrange.ops.scan import _check_shapes, _compute_dtype, _prepare_delta
 
     _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     if _load() is None:
@@ -206,11 +205,7 @@ def selective_scan_numba(
     def prep(t: Tensor | None) -> Tensor | None:
         return None if t is None else t.to(dtype).contiguous()
 
-    dt = delta.to(dtype)
-    if delta_bias is not None:
-        dt = dt + delta_bias.to(dtype)[:, None]
-    if delta_softplus:
-        dt = F.softplus(dt)
+    dt = _prepare_delta(delta, delta_bias, delta_softplus, dtype)
     out, last = _NumbaScan.apply(
         prep(u), prep(dt), prep(A), _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d),
         prep(D), prep(z), prep(initial_state),
