@@ -84,7 +84,7 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
             continue  # its inputs are not finished: checked when it is reached
         config = plan_stage(**stage_arguments(plan, stage, out_dir, deps)).config()
         saved = rundir.read_config(run) or {}
-        diff = rundir.differences(saved, json.loads(json.dumps(config, default=str)))
+        diff = rundir.differences(saved, config)
         if diff:
             stale.append(f"{stage.id}: {'; '.join(diff[:4])}{' ...' if len(diff) > 4 else ''}")
     if stale and not overwrite:

@@ -235,7 +235,7 @@ class StagePlan:
         }
 
     def fingerprint(self) -> str:
-        return rundir.fingerprint(_plain_data(self.config()))
+        return rundir.fingerprint(self.config())
 
 
 _IDENTITY_CACHE: dict[str, dict[str, str]] = {}
@@ -258,10 +258,6 @@ def _run_fingerprint(run_dir: Path | None) -> str | None:
     if config is None or "fingerprint" not in config:
         raise CheckpointError(f"{run_dir} is not a finished longrange run (no fingerprint in its config.yaml)")
     return str(config["fingerprint"])
-
-
-def _plain_data(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
 
 
 def plan_stage(
@@ -473,7 +469,7 @@ def run_stage(
     run_dir = rundir.check_out_dir(run_dir)
     plan = plan_stage(exp, stage, seed=seed, regime=regime, objective=objective, reverse=reverse,
                       init_from=init_from, reverse_from=reverse_from, train_changes=train_changes)
-    config = _plain_data(plan.config())
+    config = plan.config()
     own_lock = lock is None and distributed.is_main_process()
     if own_lock:
         lock = rundir.RunLock(run_dir).acquire()

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 import yaml
 
 from longrange.errors import ConfigError, LongrangeError
+from longrange.train.logging import METRICS_FILE
 
 #: Settings that change how a run is shown, not what it computes.
 VOLATILE = {
@@ -51,7 +52,7 @@ class RunPaths:
 
     @property
     def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
+        return self.root / METRICS_FILE
 
     @property
     def summary(self) -> Path:
@@ -92,8 +93,10 @@ def check_out_dir(path: str | os.PathLike, what: str = "--out") -> Path:
 
 # ----------------------------------------------------------------------------- identity
 def identity(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a resolved configuration that determines the run's result."""
-    out = {k: v for k, v in config.items() if k not in NOT_IDENTITY}
+    """The part of a resolved configuration that determines the run's result, as plain data (as it
+    reads back from config.yaml: tuples are lists, other objects their strings)."""
+    plain = json.loads(json.dumps(dict(config), default=str))
+    out = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}
     for section, key in VOLATILE:
         if isinstance(out.get(section), Mapping) and key in out[section]:
             out[section] = {k: v for k, v in out[section].items() if k != key}
@@ -145,18 +148,13 @@ def check_same_run(run_dir: str | os.PathLike, config: Mapping[str, Any], action
     saved = read_config(run_dir)
     if saved is None:
         return
-    diff = differences(saved, _plain(config))
+    diff = differences(saved, config)
     if diff:
         shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
         raise RunMismatchError(
             f"cannot {action} {run_dir}: it holds a run made with other settings ({shown}); "
             "pass --overwrite to replace it, or choose a new --out"
         )
-
-
-def _plain(value: Any) -> Any:
-    # The identity of a config as it will read back from YAML (tuples are lists).
-    return json.loads(json.dumps(value, default=str))
 
 
 # ----------------------------------------------------------------------------- lock
