@@ -170,13 +170,3 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     kwargs = {name: convert(value, hints[name], f"{prefix}{name}") for name, value in data.items()}
     return cls(**kwargs)
 
-
-def to_dict(obj: Any) -> Any:
-    """Plain data (dicts, lists, scalars) of a dataclass instance, tuples as lists."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {str(k): to_dict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_dict(v) for v in obj]
-    return obj

@@ -24,7 +24,7 @@ import re
 import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from longrange.errors import ConfigError
 from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig, check_train_subsets, experiment_from_dict
@@ -223,6 +223,3 @@ def describe(plan: Plan, statuses: Mapping[str, str] | None = None) -> str:
         lines.append(f"  {status}{s.id}  [{s.stage}{' ' + s.objective if s.objective else ''}{subset}]{after}")
     return "\n".join(lines)
 
-
-def final_ids(plan: Plan) -> Iterable[str]:
-    return (s.id for s in plan.stages if s.is_final)
