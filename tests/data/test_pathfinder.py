@@ -64,8 +64,18 @@ def test_tokens_variant_and_aliases(tmp_path):
     assert data.vocab_size == 261
     assert get_spec("path-x").seq_len == 128 * 128
     assert get_spec("path-x-256").seq_len == 256 * 256
-    with pytest.raises(ConfigError, match="resolution"):
-        get_spec("pathfinder", resolution=48)
+    for bad in (4, "big", True):
+        with pytest.raises(ConfigError, match="resolution: must be a side of at least 8 pixels"):
+            get_spec("pathfinder", resolution=bad)
+    assert get_spec("pathfinder", resolution=16).seq_len == 256  # generated data comes in any size
+
+
+def test_reads_a_generated_resolution_that_lra_does_not_publish(tmp_path):
+    make_pathfinder(tmp_path / "pathfinder", resolution=16)
+    data = load_task("pathfinder", tmp_path, resolution=16, difficulty="curv_contour_length_14")
+    assert data.train[0]["inputs"].shape == (256, 1)
+    with pytest.raises(DataMissingError, match="pathfinder24"):
+        load_task("pathfinder", tmp_path, resolution=24)
     with pytest.raises(ConfigError, match="input_kind"):
         get_spec("pathfinder", input_kind="pixels")
 

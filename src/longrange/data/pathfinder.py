@@ -41,7 +41,10 @@ import torch
 from longrange.data.image import PixelDataset, level_vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 
+#: The resolutions LRA publishes; ``longrange data generate pathfinder`` writes any side of at least
+#: MIN_RESOLUTION pixels, and the task reads those too.
 RESOLUTIONS = (32, 64, 128, 256)
+MIN_RESOLUTION = 8
 #: Normalisation of numeric inputs, in 0..255 units ((x/255 - 0.5) / 0.5).
 NUMERIC_MEAN, NUMERIC_STD = 127.5, 127.5
 VAL_FRACTION = TEST_FRACTION = 0.1
@@ -207,8 +210,9 @@ def _check_options(resolution, input_kind) -> int:
         r = int(resolution)
     except (TypeError, ValueError):
         r = -1
-    if r not in RESOLUTIONS:
-        raise ConfigError(f"resolution: must be one of {RESOLUTIONS}, got {resolution!r}")
+    if isinstance(resolution, bool) or r < MIN_RESOLUTION:
+        raise ConfigError(f"resolution: must be a side of at least {MIN_RESOLUTION} pixels (LRA publishes "
+                          f"{', '.join(map(str, RESOLUTIONS))}), got {resolution!r}")
     if input_kind not in ("numeric", "tokens"):
         raise ConfigError(f"input_kind: must be 'numeric' or 'tokens', got {input_kind!r}")
     return r

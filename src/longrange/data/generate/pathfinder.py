@@ -293,10 +293,10 @@ def generate(out_dir: str | Path, resolution: int = 32, n_samples: int = 1000, c
     from PIL import Image
     from tqdm import tqdm
 
-    from longrange.data.pathfinder import difficulty_dirname
+    from longrange.data.pathfinder import MIN_RESOLUTION, difficulty_dirname
 
-    if resolution < 8:
-        raise ConfigError(f"resolution: must be at least 8 pixels, got {resolution}")
+    if resolution < MIN_RESOLUTION:
+        raise ConfigError(f"resolution: must be at least {MIN_RESOLUTION} pixels, got {resolution}")
     if n_samples < 1:
         raise ConfigError(f"n_samples: must be positive, got {n_samples}")
     if contour_length < 2:
