@@ -1,10 +1,10 @@
 """Wall time of the demo's comparison grid run one stage after another vs with local workers.
 
-    python benchmarks/grid_jobs.py                 # the full demo grid (about 6 min sequentially on 2 idle cores)
+    python benchmarks/grid_jobs.py                 # the full demo grid (as long as the demo, three times)
     python benchmarks/grid_jobs.py --epochs 1      # the same grid, 1 epoch per stage (a quicker check)
     python benchmarks/grid_jobs.py --max-steps 30  # 30 steps per stage (60 for the matched runs): on a busy machine
 
-Generates the demo's ListOps once, then runs the grid (demo/transformer and demo/s4d: scratch, masked
+Generates the demo's data once, then runs the demo's grid (its presets and seeds: scratch, masked
 SPT, finetune, compute-matched) sequentially in this process (with torch's default threads, and with
 one thread) and with ``--jobs`` workers, back to back,
 each into a fresh directory, and prints both wall times and the load average around each run (the
@@ -22,22 +22,20 @@ from pathlib import Path
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=0, help="epochs per stage (0: the demo's own, 8)")
+    p.add_argument("--epochs", type=int, default=0, help="epochs per stage (0: the demo's own)")
     p.add_argument("--max-steps", type=int, default=0, help="steps per stage (0: by epochs)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--dir", default=None, help="working directory (default: a temporary one, removed)")
     args = p.parse_args()
 
-    from longrange.data.generate.listops import generate
     from longrange.experiment.compare import compare
     from longrange.experiment.config import resolve
-    from longrange.experiment.demo import DEMO_LISTOPS, DEMO_PRESETS
+    from longrange.experiment.demo import DEMO_PRESETS, DEMO_SEEDS, generate_demo_data
     from longrange.experiment.executors import InProcess, LocalWorkers
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="grid-jobs-"))
     data = root / "data"
-    if not (data / "listops" / "basic_test.tsv").is_file():
-        generate(data / "listops", quiet=True, **DEMO_LISTOPS)
+    generate_demo_data(data)
     overrides = [f"task.data_dir={data}"]
     if args.epochs:
         overrides += [f"train.epochs={args.epochs}", f"pretrain.epochs={args.epochs}"]
@@ -53,7 +51,7 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)
         load = os.getloadavg()[0]
         start = time.time()
-        compare(experiments, out, executor=executor)
+        compare(experiments, out, seeds=list(DEMO_SEEDS), executor=executor)
         rows.append((name, time.time() - start, load, os.getloadavg()[0]))
     print(f"\n{os.cpu_count()} cores; grid: {', '.join(DEMO_PRESETS)}, epochs {args.epochs or 'as the demo'}"
           + (f", {args.max_steps} steps per stage" if args.max_steps else ""))

@@ -149,6 +149,6 @@ def test_overrides_and_unknown_fields():
 
 
 def test_demo_presets_resolve():
-    for name in ("demo/transformer", "demo/s4d"):
+    for name in ("demo/dlr", "demo/transformer", "demo/s4d"):
         exp = resolve(name)
         assert exp.task.name == "listops" and exp.compare.objectives == ["masked"]
