@@ -194,3 +194,22 @@ def test_cli_kernels_section(tmp_path, monkeypatch, capsys):
     assert "no convolution kernels" in report and "(S6)" in report
     with Image.open(tmp_path / "kernels_listops_m.png") as im:
         assert im.format == "PNG"
+
+
+def test_kernel_lines_average_the_seeds_of_a_row_and_name_rows_not_runs():
+    """The plot's legend has one entry per row and direction (n seeds), its thick line the mean envelope."""
+    from longrange.report.plots import kernel_lines
+
+    a, b = tiny("s4d"), tiny("s4d")
+    for layer in b.backbone.mixers():
+        set_s4d_real_mode(layer, [2.0] * 4, [0.1] * 4)
+    ra, rb = kernel_decay(a, 32), kernel_decay(b, 32)
+    panels = kernel_lines({"S4D": ("scratch", [ra, rb]), "S4D + masked SPT": ("masked-spt", rb)})
+    assert sorted(panels) == sorted({p.layer for p in ra.profiles})
+    for layer, lines in panels.items():
+        assert [line.label for line in lines if line.direction == "forward"] == ["S4D, n=2", "S4D + masked SPT"]
+        first = next(line for line in lines if line.label == "S4D, n=2")
+        ea = next(p.envelope for p in ra.profiles if p.layer == layer and p.direction == "forward")
+        eb = next(p.envelope for p in rb.profiles if p.layer == layer and p.direction == "forward")
+        np.testing.assert_allclose(first.mean, (ea + eb) / 2)
+        assert len(first.runs) == 2

@@ -25,7 +25,7 @@ from longrange.experiment.config import resolve
 #: The setting of ``benchmarks/small_scale_spt.py`` that the demo runs (its presets repeat it field by field).
 DEMO_SETTING = "listops-short-dlr-random-10pct"
 DEMO_PRESETS = ("demo/dlr",)
-DEMO_SEEDS = (0, 1, 2)
+DEMO_SEEDS = (0, 1, 2, 3, 4)
 
 #: The generated data of the demo presets' task: the generator module and its options.
 DEMO_DATA: dict[str, Any] = {"kind": "listops", "n_train": 8000, "n_val": 500, "n_test": 1000, "min_length": 32,

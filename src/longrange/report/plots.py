@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 from longrange.errors import DataMissingError  # noqa: E402
 from longrange.report.collect import Run  # noqa: E402
-from longrange.report.kernels import KernelReport  # noqa: E402
+from longrange.report.kernels import DIRECTION_NAMES, KernelReport  # noqa: E402
 from longrange.report.tables import (  # noqa: E402
     CONFIDENCE,
     REGIME_SUFFIX,
@@ -296,32 +296,64 @@ def scratch_vs_spt_bars(cells: Sequence[Cell], path: str | Path) -> Path | None:
     return _save(fig, path)
 
 
-def kernel_decay_plot(reports: Mapping[str, tuple[str, KernelReport]], path: str | Path, title: str = "") -> Path | None:
-    """Kernel envelopes on log-log axes, one panel per layer, one line per run and direction.
+@dataclass
+class KernelLine:
+    """One (row, direction) of a kernel panel: the mean envelope over its runs and each run's."""
 
-    ``reports`` maps a run's name (the legend entry) to (regime, its :class:`KernelReport`).
-    The x axis is lag + 1 (log axes need positive values); zero envelope values are not drawn.
-    None if no report has kernels.
+    label: str
+    regime: str
+    direction: str
+    mean: np.ndarray          # (L,) mean over runs of the normalised envelopes
+    runs: list[np.ndarray]    # one envelope per run (seed)
+
+
+def kernel_lines(reports: Mapping[str, tuple[str, KernelReport | Sequence[KernelReport]]]) -> dict[int, list[KernelLine]]:
+    """Per layer, one :class:`KernelLine` per (row, direction): ``reports`` maps a row's name to (its
+    regime, its runs' :class:`KernelReport` or reports, e.g. one per seed)."""
+    lines: dict[int, list[KernelLine]] = {}
+    for name, (regime, reps) in reports.items():
+        reps = [reps] if isinstance(reps, KernelReport) else list(reps)
+        keys = sorted({(p.layer, p.direction) for rep in reps for p in rep.profiles},
+                      key=lambda k: (k[0], DIRECTION_NAMES.index(k[1]) if k[1] in DIRECTION_NAMES else 2))
+        for layer, direction in keys:
+            envs = [p.envelope for rep in reps for p in rep.profiles if p.layer == layer and p.direction == direction]
+            size = min(len(e) for e in envs)
+            envs = [np.asarray(e[:size], dtype=np.float64) for e in envs]
+            label = name + (f" ({direction})" if direction != "forward" else "") + (f", n={len(envs)}" if len(envs) > 1 else "")
+            lines.setdefault(layer, []).append(KernelLine(label, regime, direction, np.mean(envs, axis=0), envs))
+    return dict(sorted(lines.items()))
+
+
+def kernel_decay_plot(reports: Mapping[str, tuple[str, KernelReport | Sequence[KernelReport]]], path: str | Path,
+                      title: str = "") -> Path | None:
+    """Kernel envelopes on log-log axes, one panel per layer.
+
+    ``reports`` maps a row's name (the legend entry, as in the tables) to (its regime, its runs'
+    :class:`KernelReport`, or one per seed). Each row and direction is one thick line, the mean
+    envelope over its runs, with each run as a thin line of the same style behind it; the legend
+    names rows, not runs. The x axis is lag + 1 (log axes need positive values); zero envelope
+    values are not drawn. None if no report has kernels.
     """
-    layers = sorted({p.layer for _, rep in reports.values() for p in rep.profiles})
-    if not layers:
+    panels = kernel_lines(reports)
+    if not panels:
         return None
-    fig, axes = _grid(len(layers))
+    fig, axes = _grid(len(panels))
     styles = {"forward": "-", "backward": "--"}
-    for ax, layer in zip(axes, layers):
-        for name, (regime, rep) in reports.items():
-            for p in rep.profiles:
-                if p.layer != layer:
-                    continue
-                env = np.where(p.envelope > 0, p.envelope, np.nan)
-                lag = np.arange(1, len(env) + 1)
-                ax.plot(lag, env, styles.get(p.direction, ":"), color=regime_colour(regime), lw=1.2,
-                        label=f"{name} ({p.direction})" if p.direction != "forward" else name)
+    for ax, (layer, lines) in zip(axes, panels.items()):
+        for line in lines:
+            colour, style = regime_colour(line.regime), styles.get(line.direction, ":")
+            lag = np.arange(1, len(line.mean) + 1)
+            if len(line.runs) > 1:
+                for env in line.runs:
+                    ax.plot(lag, np.where(env > 0, env, np.nan), style, color=colour, lw=0.6, alpha=0.25)
+            ax.plot(lag, np.where(line.mean > 0, line.mean, np.nan), style, color=colour, lw=1.6, label=line.label)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("lag + 1 (steps)")
         ax.set_ylabel("mean |K| / max")
-        ax.set_title(f"{title}layer {layer}" if title else f"layer {layer}")
+        ax.set_title(f"layer {layer}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="x-small")
+    if title:
+        fig.suptitle(title.rstrip(", "))
     return _save(fig, path)

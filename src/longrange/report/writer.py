@@ -86,9 +86,11 @@ def kernel_section(runs: Sequence[Run], out_dir: Path | None, length: int | None
         if plots and out_dir is not None:
             from longrange.report.plots import kernel_decay_plot
 
-            named = {f"{row_name(r.label, r.regime)} s{r.seed}": (r.regime, rep) for r, rep in items}
-            png = kernel_decay_plot(named, out_dir / f"kernels_{_slug(task)}_{_slug(label)}.png",
-                                    title=f"{task}: {label}, kernel envelope, ")
+            rows: dict[str, tuple[str, list[Any]]] = {}
+            for r, rep in items:  # one legend entry per row of the tables, its seeds as thin lines
+                rows.setdefault(row_name(r.label, r.regime), (r.regime, []))[1].append(rep)
+            png = kernel_decay_plot(rows, out_dir / f"kernels_{_slug(task)}_{_slug(label)}.png",
+                                    title=f"{task}: {label}, kernel envelope")
             if png is not None:
                 lines.append(f"![kernel decay, {task}, {label}]({png.name})")
                 lines.append("")
