@@ -167,7 +167,7 @@ def rows_markdown(names: list[str], out: Path, split: str) -> str:
 
 def settings_markdown(names: list[str]) -> str:
     """One row per setting: its data, model, training subset and epochs (for the study document)."""
-    lines = ["| setting | data | model | training examples | epochs (pretrain / finetune and scratch) | mask ratio |",
+    lines = ["| setting | data | model | training examples | epochs: pretrain / finetune, scratch | mask ratio |",
              "|---|---|---|---:|---|---:|"]
     for name in names:
         setting = SETTINGS[name]
@@ -181,7 +181,10 @@ def settings_markdown(names: list[str]) -> str:
         m = exp["model"]
         model = f"{exp['label']}: {m['n_layers']} layers, d_model {m['d_model']}" + (
             f", d_state {m['d_state']}" if "d_state" in m else "")
-        subset = exp["task"].get("train_subset", "all")
+        n_train = d["n_train"] if d["kind"] == "listops" else int(0.8 * d["n_samples"])
+        subset = exp["task"].get("train_subset")
+        subset = (f"all {n_train}" if subset is None else f"{subset:.0%} = {max(1, round(subset * n_train))}"
+                  if isinstance(subset, float) else f"{subset} of {n_train}")
         ratio = exp["objective"].get("mask_ratio") or ("0.1" if d["kind"] == "listops" else "0.5")
         lines.append(f"| {name} | {data} | {model} | {subset} | {exp['pretrain']['epochs']} / {exp['train']['epochs']} "
                      f"| {ratio} |")

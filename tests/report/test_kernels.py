@@ -213,3 +213,30 @@ def test_kernel_lines_average_the_seeds_of_a_row_and_name_rows_not_runs():
         eb = next(p.envelope for p in rb.profiles if p.layer == layer and p.direction == "forward")
         np.testing.assert_allclose(first.mean, (ea + eb) / 2)
         assert len(first.runs) == 2
+
+
+def test_kernel_plot_rows_keep_the_subsets_of_a_sweep_apart(tmp_path, monkeypatch):
+    """In a data-fraction sweep, each subset is its own line (its seeds averaged), never one mean over subsets."""
+    import longrange.experiment.runs as runs_module
+    import longrange.report.plots as plots_module
+    from longrange.report import write_report
+
+    models = {}
+    for subset in (0.1, 0.5):
+        for seed in (0, 1):
+            d = tmp_path / f"subset{subset}" / f"seed{seed}"
+            d.mkdir(parents=True)
+            (d / "config.yaml").write_text(json.dumps({"task": {"name": "listops", "options": {"seq_len": 16},
+                                                                "train_subset": subset}}))
+            (d / "summary.json").write_text(json.dumps({
+                "task": "listops", "label": "M", "regime": "scratch", "stage": "train", "seed": seed,
+                "metric": "accuracy", "higher_is_better": True, "best_val": {"accuracy": 0.5},
+                "test": {"accuracy": 0.5}, "steps": 1, "params": {"total": 1, "in_primitives": 1},
+                "pretrain_run": None, "seconds": 1.0, "train_subset": subset, "train_size": 10}))
+            models[d.resolve()] = tiny("s4d")
+    monkeypatch.setattr(runs_module, "load_model", lambda run_dir: models[run_dir.resolve()])
+    seen = {}
+    monkeypatch.setattr(plots_module, "kernel_decay_plot", lambda rows, path, title="": seen.update(rows))
+    write_report([tmp_path], out_dir=tmp_path, kernels=True)
+    assert sorted(seen) == ["M, subset 0.1", "M, subset 0.5"]
+    assert all(regime == "scratch" and len(reps) == 2 for regime, reps in seen.values())

@@ -87,8 +87,10 @@ def kernel_section(runs: Sequence[Run], out_dir: Path | None, length: int | None
             from longrange.report.plots import kernel_decay_plot
 
             rows: dict[str, tuple[str, list[Any]]] = {}
-            for r, rep in items:  # one legend entry per row of the tables, its seeds as thin lines
-                rows.setdefault(row_name(r.label, r.regime), (r.regime, []))[1].append(rep)
+            sweep = len({repr(r.train_subset) for r, _ in items}) > 1
+            for r, rep in items:  # one legend entry per row of the tables (and subset), its seeds as thin lines
+                name = row_name(r.label, r.regime) + (f", subset {r.train_subset!r}" if sweep else "")
+                rows.setdefault(name, (r.regime, []))[1].append(rep)
             png = kernel_decay_plot(rows, out_dir / f"kernels_{_slug(task)}_{_slug(label)}.png",
                                     title=f"{task}: {label}, kernel envelope")
             if png is not None:
