@@ -6,13 +6,14 @@ at least three seeds on generated data. The rules of the study are built in:
 * ``screen`` runs settings and prints, per setting and model, the paired SPT-minus-scratch difference
   of the VALIDATION metric (mean and 95% CI over seeds). Settings are chosen on this table only.
 * ``test SETTING...`` prints the test-split verdict of the chosen settings, once.
-* ``table`` prints every setting tried so far (validation, and test where it was looked at) in
+* ``table`` prints every setting tried so far (validation split only) in
   Markdown, for the study document.
 
+    python benchmarks/small_scale_spt.py settings                   # what each setting is (Markdown)
     python benchmarks/small_scale_spt.py screen --jobs 2            # all settings (skips finished runs)
-    python benchmarks/small_scale_spt.py screen listops-500-s4d      # one setting
-    python benchmarks/small_scale_spt.py test listops-500-s4d
+    python benchmarks/small_scale_spt.py screen listops-short-s4d-10pct --seeds 0,1,2,3,4 --jobs 2
     python benchmarks/small_scale_spt.py table > /tmp/table.md
+    python benchmarks/small_scale_spt.py test listops-short-dlr-random-10pct   # once, when chosen
 
 Runs go to ``runs/study/<setting>`` (``--out``); generated data to ``runs/study/data``.
 """
