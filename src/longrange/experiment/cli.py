@@ -165,12 +165,9 @@ def _compare(args: argparse.Namespace) -> int:
             dry_run=args.dry_run, executor=make_executor(settings))
     if args.dry_run or not settings.wait:
         return 0
-    from longrange.report import write_report
-    from longrange.report.collect import collect_runs
-    from longrange.report.verdict import verdict_text
+    from longrange.report.writer import report_and_verdict
 
-    print(write_report([Path(args.out)], out_dir=Path(args.out)))
-    print(verdict_text(collect_runs([Path(args.out)], warn=lambda message: None)))
+    print(report_and_verdict(args.out))
     return 0
 
 

@@ -32,9 +32,9 @@ DEMO_DATA: dict[str, Any] = {"kind": "listops", "n_train": 8000, "n_val": 500, "
                              "max_length": 128, "max_depth": 4, "max_args": 5, "seed": 0}
 
 
-def generate_demo_data(data_dir: Path, spec: dict[str, Any] | None = None) -> None:
+def generate_demo_data(data_dir: Path) -> None:
     """Write the demo's ListOps under ``data_dir / "listops"`` (the layout its task reads), unless it is there."""
-    options = dict(DEMO_DATA if spec is None else spec)
+    options = dict(DEMO_DATA)
     kind = options.pop("kind")
     if kind != "listops":
         raise ValueError(f"the demo generates ListOps, got data kind {kind!r}")
@@ -61,8 +61,7 @@ def run_demo(out_dir: str | Path = "runs/demo", seeds: Sequence[int] | None = No
     --jobs``; None: :func:`default_jobs`, 1: one after another in this process); the results do not
     depend on it. ``overrides``: ``FIELD=VALUE`` settings applied to every preset."""
     from longrange.experiment.executors import LocalWorkers
-    from longrange.report import collect_runs, write_report
-    from longrange.report.verdict import verdict_text
+    from longrange.report.writer import report_and_verdict
 
     out = Path(out_dir)
     start = time.time()
@@ -71,7 +70,6 @@ def run_demo(out_dir: str | Path = "runs/demo", seeds: Sequence[int] | None = No
     jobs = default_jobs() if jobs is None else jobs
     compare(experiments, out, seeds=list(DEMO_SEEDS if seeds is None else seeds),
             executor=LocalWorkers(jobs) if jobs > 1 else None)
-    table = write_report([out], out_dir=out, kernels=True)
-    verdict = verdict_text(collect_runs([out], warn=lambda message: None))
+    text = report_and_verdict(out, kernels=True)
     print(f"\ndemo finished in {(time.time() - start) / 60:.1f} min; runs and report.md in {out}", file=sys.stderr)
-    return table + "\n" + verdict
+    return text

@@ -19,7 +19,6 @@ import csv
 import io
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Sequence
 
 from longrange.errors import DataFormatError
@@ -382,11 +381,3 @@ def csv_text(cells: Sequence[Cell]) -> str:
             sum(r.seconds for r in c.runs) / len(c.runs),
         ])
     return buf.getvalue()
-
-
-def write_csv(cells: Sequence[Cell], path: str | Path) -> Path:
-    """:func:`csv_text` written to ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(csv_text(cells))
-    return path

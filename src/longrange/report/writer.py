@@ -173,3 +173,14 @@ def write_report(
         head.append("Warnings:\n\n" + "\n".join(f"- {w}" for w in warnings) + "\n")
     (out / REPORT_FILE).write_text("\n".join(head + body))
     return text
+
+
+def report_and_verdict(out_dir: str | Path, *, kernels: bool = False) -> str:
+    """Write the report of the runs under ``out_dir`` into it and return what ``compare`` and the demo
+    print: the tables, then the verdict lines."""
+    from longrange.report.collect import collect_runs
+    from longrange.report.verdict import verdict_text
+
+    out = Path(out_dir)
+    tables = write_report([out], out_dir=out, kernels=kernels)
+    return tables + "\n" + verdict_text(collect_runs([out], warn=lambda message: None))
