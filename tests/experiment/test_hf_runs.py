@@ -19,16 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from hf_tiny import write_tiny_lm  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def listops_dir(tmp_path_factory):
-    from longrange.data.generate.listops import generate
-
-    root = tmp_path_factory.mktemp("data")
-    generate(root / "listops", n_train=48, n_val=16, n_test=16, min_length=8, max_length=30, max_depth=3, max_args=3,
-             seed=0, quiet=True)
-    return root
-
-
 def experiment(data_dir, lm_dir, pretrained=True):
     return experiment_from_dict({
         "label": "tiny-neox",
@@ -40,12 +30,12 @@ def experiment(data_dir, lm_dir, pretrained=True):
     })
 
 
-def test_pretrain_causal_then_finetune_and_load_without_the_snapshot(listops_dir, tmp_path):
+def test_pretrain_causal_then_finetune_and_load_without_the_snapshot(tiny_listops_dir, tmp_path):
     lm_dir = tmp_path / "snapshot"
     write_tiny_lm(lm_dir)
-    exp = experiment(listops_dir, lm_dir)
+    exp = experiment(tiny_listops_dir, lm_dir)
     pre = run_stage(exp, "pretrain", tmp_path / "pre", objective="causal")
-    assert pre["steps"] == 3 and pre["params"]["total"] > 0
+    assert pre["steps"] == 4 and pre["params"]["total"] > 0  # 64 training sequences (tiny_listops_dir), batch 16
     record = yaml.safe_load((tmp_path / "pre" / "config.yaml").read_text())
     assert record["head"]["vocab"][:3] == ["0", "1", "2"] and record["head"]["hf_resolved"]["config"]["hidden_size"] == 32
     fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
@@ -68,11 +58,11 @@ def test_pretrain_causal_then_finetune_and_load_without_the_snapshot(listops_dir
     assert parameter_report(model)["total"] == fine["params"]["total"]
 
 
-def test_scratch_training_of_a_random_init_lm(listops_dir, tmp_path):
+def test_scratch_training_of_a_random_init_lm(tiny_listops_dir, tmp_path):
     lm_dir = tmp_path / "config-only"
     write_tiny_lm(lm_dir, weights=False, tokenizer=False)
-    exp = experiment(listops_dir, lm_dir, pretrained=False)
+    exp = experiment(tiny_listops_dir, lm_dir, pretrained=False)
     summary = run_stage(exp, "train", tmp_path / "scratch")
-    assert summary["steps"] == 3 and summary["regime"] == "scratch"
+    assert summary["steps"] == 4 and summary["regime"] == "scratch"
     model = load_model(tmp_path / "scratch")
     assert model.encoder.sub_ids[:, 0].tolist() == list(range(model.encoder.vocab_size))
