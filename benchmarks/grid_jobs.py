@@ -31,7 +31,7 @@ def main() -> None:
     from longrange.experiment.compare import compare
     from longrange.experiment.config import resolve
     from longrange.experiment.demo import DEMO_PRESETS, DEMO_SEEDS, generate_demo_data
-    from longrange.experiment.executors import InProcess, LocalWorkers
+    from longrange.experiment.backends import InProcess, LocalWorkers
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="grid-jobs-"))
     data = root / "data"

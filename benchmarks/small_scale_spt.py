@@ -113,7 +113,7 @@ def screen(names: list[str], out: Path, jobs: int, seeds: list[int]) -> None:
     from longrange.experiment.compare import compare
     from longrange.experiment.config import experiment_from_dict
 
-    from longrange.experiment.executors import LocalWorkers
+    from longrange.experiment.backends import LocalWorkers
 
     # One thread per stage, also with one job: runs are then bitwise the same whatever --jobs is.
     executor = LocalWorkers(jobs=jobs, threads_per_job=1)

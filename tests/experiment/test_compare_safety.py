@@ -11,7 +11,7 @@ from longrange.errors import ConfigError
 from longrange.experiment.compare import StageFailed, compare, stage_statuses
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.plan import Plan, plan_grid
-from longrange.experiment.runs import run_stage
+from longrange.experiment.execute import run_stage
 from longrange.train.rundir import RunMismatchError
 
 
@@ -57,16 +57,16 @@ def test_compare_refuses_stale_reuse_and_overwrite_reruns(tiny_listops_dir, tmp_
 
 
 def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_dir, tmp_path, monkeypatch):
-    import longrange.experiment.compare as C
+    import longrange.experiment.execute as C
 
-    real = C.run_stage
+    real = C.train_stage
 
-    def failing(**kw):
-        if kw["stage"] == "pretrain":
+    def failing(stage, run):
+        if stage.stage == "pretrain":
             raise ValueError("boom")
-        return real(**kw)
+        return real(stage, run)
 
-    monkeypatch.setattr(C, "run_stage", failing)
+    monkeypatch.setattr(C, "train_stage", failing)
     exp = experiment_from_dict(tiny(tiny_listops_dir))
     with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/tiny/masked-spt/seed0/pretrain .*failed.json.*2 stage\(s\) after them"):
         compare([exp], tmp_path, seeds=[0], objectives=["masked"])
@@ -76,7 +76,7 @@ def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_d
     assert statuses["listops/tiny/masked-spt/seed0/finetune"] == "pending"
     failure = json.loads((tmp_path / "listops/tiny/masked-spt/seed0/pretrain/failed.json").read_text())
     assert failure["error"] == "ValueError: boom"
-    monkeypatch.setattr(C, "run_stage", real)
+    monkeypatch.setattr(C, "train_stage", real)
     compare([exp], tmp_path, seeds=[0], objectives=["masked"])  # only the missing work
     assert set(stage_statuses(tmp_path).values()) == {"done"}
 

@@ -16,7 +16,8 @@ import yaml
 from longrange.errors import ConfigError
 from longrange.experiment.compare import StageFailed, compare, stage_statuses
 from longrange.experiment.config import LauncherConfig, experiment_from_dict
-from longrange.experiment.executors import LocalWorkers, SlurmLauncher, make_executor, worker_command, worker_env
+from longrange.experiment.backends import InProcess, LocalWorkers, SlurmLauncher, make_backend
+from longrange.experiment.worker import command as worker_command, environment as worker_env
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 #: Fields of a summary that depend on when and where it ran, not on what it computed.
@@ -86,7 +87,7 @@ def test_submitit_local_executor_runs_stages_through_the_slurm_path(tiny_listops
     good = {**tiny(tiny_listops_dir, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}}
     bad = {**good, "label": "bad", "pretrain": {"batch_size": 1000}}
     launcher = SlurmLauncher(LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1),
-                             cluster="local", poll=0.2)
+                             cluster="local", poll_every=0.2)
     with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/bad/masked-spt/seed0/pretrain .*2 stage\(s\) after them"):
         compare([experiment_from_dict(good), experiment_from_dict(bad)], tmp_path, executor=launcher)
     err = capsys.readouterr().err
@@ -120,7 +121,7 @@ def killing_worker(argv: list[str]) -> int:
 
     def _save(self, best):
         save(self, best)
-        if self.paths.root.name == "pretrain" and self.state.step == 1:
+        if self.run.dir.root.name == "pretrain" and self.state.step == 1:
             os.kill(os.getpid(), signal.SIGKILL)
 
     loop.Trainer._save = _save
@@ -188,12 +189,12 @@ def test_two_compares_on_one_output_never_run_a_stage_twice(tiny_listops_dir, tm
 def test_launcher_settings_and_errors(tmp_path, monkeypatch, capsys):
     from longrange.cli import main
 
-    assert make_executor(LauncherConfig()).__name__ == "run_in_process"
-    assert make_executor(LauncherConfig(threads_per_job=1)).threads == 1
-    workers = make_executor(LauncherConfig(jobs=3, threads_per_job=2))
+    assert isinstance(make_backend(LauncherConfig()), InProcess) and make_backend(LauncherConfig()).threads == 0
+    assert make_backend(LauncherConfig(threads_per_job=1)).threads == 1
+    workers = make_backend(LauncherConfig(jobs=3, threads_per_job=2))
     assert isinstance(workers, LocalWorkers) and workers.threads == 2
     assert LocalWorkers(2).threads == max(1, (os.cpu_count() or 1) // 2)
-    assert isinstance(make_executor(LauncherConfig(kind="slurm")), SlurmLauncher)
+    assert isinstance(make_backend(LauncherConfig(kind="slurm")), SlurmLauncher)
     with pytest.raises(ConfigError, match="compare.launcher.kind must be one of local, slurm"):
         experiment_from_dict({"compare": {"launcher": {"kind": "pbs"}}})
     with pytest.raises(ConfigError, match=r"compare.launcher.jobz \(did you mean jobs\?\)"):
@@ -258,7 +259,7 @@ def test_slurm_jobs_carry_their_dependencies(tmp_path, monkeypatch, capsys, arra
     for the previous levels; --no-wait returns once submitted and records the job ids."""
     fake = _FakeSlurm()
     monkeypatch.setattr(SlurmLauncher, "_executor", lambda self, out: fake)
-    launcher = make_executor(LauncherConfig(kind="slurm", wait=False, array=array))
+    launcher = make_backend(LauncherConfig(kind="slurm", wait=False, array=array))
     exp = experiment_from_dict({**tiny(tmp_path, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}})
     assert compare([exp], tmp_path / "out", executor=launcher) == []
     deps = {sid: dep for sid, dep, _ in fake.submitted}

@@ -11,7 +11,9 @@ import torch
 import yaml
 
 from longrange.experiment.config import experiment_from_dict
-from longrange.experiment.runs import load_data, load_model, run_stage
+from longrange.experiment.execute import run_stage
+from longrange.experiment.taskdata import load_data
+from longrange.experiment.weights import load_model
 from longrange.models.model import parameter_report
 
 pytest.importorskip("transformers")

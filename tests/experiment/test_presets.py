@@ -24,7 +24,8 @@ from longrange.cli import main as cli_main
 from longrange.data.tasks import get_spec, list_tasks
 from longrange.errors import ConfigError, DataMissingError
 from longrange.experiment.config import ExperimentConfig, list_presets, load_preset, resolve
-from longrange.experiment.runs import pretraining_model_config, supervised_head
+from longrange.experiment.stage import pretraining_model_config
+from longrange.objectives.factory import supervised_head
 from longrange.experiment.params_cli import preset_row
 from longrange.models.model import build_model, parameter_report
 from longrange.train.optim import param_groups

@@ -9,7 +9,8 @@ import torch
 from longrange.errors import CheckpointError, ConfigError
 from longrange.experiment.compare import compare
 from longrange.experiment.config import apply_overrides, experiment_from_dict, resolve
-from longrange.experiment.runs import load_model, run_stage, transfer_pretrained
+from longrange.experiment.execute import run_stage
+from longrange.experiment.weights import load_model, transfer_pretrained
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 
@@ -81,7 +82,7 @@ def test_finetune_fails_when_backbone_tensors_are_missing():
 
 
 def test_numeric_pretraining_mask_channel_is_stripped_for_finetuning():
-    from longrange.experiment.runs import _prepare_source
+    from longrange.experiment.weights import prepare_source as _prepare_source
 
     cfg = ModelConfig(block="mamba", primitive="s4d", n_layers=1, d_model=8, d_state=4)
     source = build_model(cfg, input_kind="numeric", d_input=3, head="tokens", n_out=3, mask_channel=True)

@@ -11,8 +11,8 @@ from longrange.cli import main
 from longrange.errors import ConfigError
 from longrange.experiment.cli import parse_train_subsets
 from longrange.experiment.config import experiment_from_dict, resolve
-from longrange.experiment.plan import Plan, plan_grid, stage_arguments
-from longrange.experiment.runs import load_data, plan_stage
+from longrange.experiment.plan import Plan, plan_grid
+from longrange.experiment.taskdata import load_data
 
 
 def tiny(data_dir, label="tiny", **extra) -> dict:
@@ -41,7 +41,7 @@ def test_plan_expands_subsets_into_ids_dependencies_and_task_configs(tiny_listop
     for s in plan.stages:
         if s.stage == "finetune":  # needs a finished pretraining run: checked below through the runs
             continue
-        stage_plan = plan_stage(**stage_arguments(plan, s, tmp_path, done))
+        stage_plan = plan.resolve(s, tmp_path, done)
         assert stage_plan.config()["task"]["train_subset"] == s.train_subset and type(s.train_subset) in (float, int)
         if s.stage == "pretrain":
             assert stage_plan.task.skip_bad  # the pretrain_task override is kept, and so is the subset
@@ -106,7 +106,7 @@ def test_pretraining_and_finetuning_see_the_same_examples(tiny_listops_dir, tmp_
     for s in plan.stages:
         if s.stage == "finetune":
             continue
-        data = load_data(plan_stage(**stage_arguments(plan, s, tmp_path, {i: {"steps": 1} for i in s.after})).task)
+        data = load_data(plan.resolve(s, tmp_path, {i: {"steps": 1} for i in s.after}).task)
         train_sets.append(list(data.train.indices))
     assert len(train_sets[0]) == 16 and all(t == train_sets[0] for t in train_sets)
 

@@ -15,7 +15,7 @@ import torch
 from longrange.data.batch import collate
 from longrange.errors import ConfigError, TrainingDivergedError
 from longrange.train import Trainer
-from longrange.train.loop import Progress, format_seconds
+from longrange.train.progress import format_seconds
 from longrange.train.rundir import RunLock, RunLockedError, check_out_dir, differences, fingerprint
 from toy import ToyObjective, toy_setup
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from longrange.errors import ConfigError
 
@@ -58,19 +57,18 @@ def _print_summary(summary: dict) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from longrange.experiment.runs import run_stage
+    from longrange.experiment.execute import run_stage
 
     _print_summary(run_stage(_resolve(args), "train", args.out, seed=args.seed, resume=args.resume, overwrite=args.overwrite))
     return 0
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    from longrange.experiment.runs import run_stage
+    from longrange.experiment.execute import run_stage
+    from longrange.objectives.factory import natural_objective
 
     exp = _resolve(args)
-    # Default: the model's natural objective (causal for causal models, masked for bidirectional
-    # ones), as compare chooses.
-    objective = args.objective or ("masked" if exp.model.direction == "bidirectional" else "causal")
+    objective = args.objective or natural_objective(exp.model.direction)  # as compare chooses
     summary = run_stage(exp, "pretrain", args.out, seed=args.seed, objective=objective,
                         reverse=args.reverse, resume=args.resume, overwrite=args.overwrite)
     _print_summary(summary)
@@ -78,7 +76,7 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from longrange.experiment.runs import run_stage
+    from longrange.experiment.execute import run_stage
 
     summary = run_stage(_resolve(args), "finetune", args.out, seed=args.seed, init_from=args.init_from,
                         reverse_from=args.reverse_from, resume=args.resume, overwrite=args.overwrite)
@@ -87,6 +85,7 @@ def _finetune(args: argparse.Namespace) -> int:
 
 
 def _compare_status(out: str) -> int:
+    from longrange.experiment.backends import jobs_file, read_jobs
     from longrange.experiment.compare import stage_statuses
     from longrange.experiment.plan import Plan, describe
 
@@ -95,11 +94,10 @@ def _compare_status(out: str) -> int:
     print(describe(plan, statuses))
     counts = {k: list(statuses.values()).count(k) for k in ("done", "running", "interrupted", "pending", "failed")}
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v))
-    jobs = Path(out) / "jobs.json"
-    if jobs.is_file():  # compare --launcher slurm: the SLURM job of each stage
-        ids = json.loads(jobs.read_text())
-        print(f"SLURM jobs ({jobs}): " + ", ".join(f"{sid} {ids[sid]}" for sid in ids if statuses.get(sid) != "done")
-              if any(statuses.get(sid) != "done" for sid in ids) else f"SLURM jobs ({jobs}): all done")
+    ids = read_jobs(out)
+    if ids is not None:  # compare --launcher slurm: the SLURM job of each stage
+        pending = [f"{sid} {ids[sid]}" for sid in ids if statuses.get(sid) != "done"]
+        print(f"SLURM jobs ({jobs_file(out)}): " + (", ".join(pending) if pending else "all done"))
     return 0
 
 
@@ -142,7 +140,7 @@ def launcher_settings(experiments: list, args: argparse.Namespace):
 def _compare(args: argparse.Namespace) -> int:
     from longrange.experiment.compare import compare
     from longrange.experiment.config import resolve
-    from longrange.experiment.executors import make_executor
+    from longrange.experiment.backends import make_backend
 
     if args.status:
         return _compare_status(args.status)
@@ -162,7 +160,7 @@ def _compare(args: argparse.Namespace) -> int:
     compare(experiments, args.out, seeds=seeds, objectives=objectives,
             compute_matched=False if args.no_compute_matched else None,
             train_subsets=parse_train_subsets(args.train_subsets), overwrite=args.overwrite,
-            dry_run=args.dry_run, executor=make_executor(settings))
+            dry_run=args.dry_run, executor=make_backend(settings))
     if args.dry_run or not settings.wait:
         return 0
     from longrange.report.writer import report_and_verdict

@@ -34,27 +34,11 @@ import yaml
 from longrange import typed
 from longrange.errors import ConfigError
 from longrange.models.config import ModelConfig
+from longrange.objectives.factory import KINDS, SPT_KINDS, ObjectiveConfig
 from longrange.train.config import TrainConfig
 
-OBJECTIVES = ("supervised", "causal", "masked")
-SPT_OBJECTIVES = ("causal", "masked")
-
-
-@dataclass
-class ObjectiveConfig:
-    """Options of the pretraining objectives (the kind is chosen per stage)."""
-
-    #: Masking ratio for masked SPT; None takes the task's default (0.5 visual, 0.15 text, 0.1 ListOps).
-    mask_ratio: float | None = None
-    #: BERT-style replacement of masked tokens (80% mask, 10% random, 10% unchanged).
-    bert: bool = False
-    #: Masked spans of this many positions.
-    span: int = 1
-    #: Numeric inputs: "l1" regression of the values, or "classes" (``levels``-way classification).
-    numeric_loss: str = "l1"
-    levels: int = 256
-    #: The values that levels 0 and levels-1 stand for, for numeric_loss "classes".
-    value_range: list[float] | None = None
+#: The objectives of a stage, and those of self-pretraining.
+OBJECTIVES, SPT_OBJECTIVES = KINDS, SPT_KINDS
 
 
 @dataclass

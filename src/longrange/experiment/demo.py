@@ -60,7 +60,7 @@ def run_demo(out_dir: str | Path = "runs/demo", seeds: Sequence[int] | None = No
     ``seeds``: default :data:`DEMO_SEEDS`. ``jobs``: stages at once as worker processes (``compare
     --jobs``; None: :func:`default_jobs`, 1: one after another in this process); the results do not
     depend on it. ``overrides``: ``FIELD=VALUE`` settings applied to every preset."""
-    from longrange.experiment.executors import LocalWorkers
+    from longrange.experiment.backends import LocalWorkers
     from longrange.report.writer import report_and_verdict
 
     out = Path(out_dir)

@@ -65,7 +65,7 @@ def preset_row(name: str, vocab: int | None = None, overrides: list[str] | None 
     import longrange.data  # noqa: F401  (registers the tasks)
     from longrange.data.tasks import get_spec
     from longrange.experiment.config import resolve
-    from longrange.experiment.runs import supervised_head
+    from longrange.objectives.factory import supervised_head
     from longrange.models import build_model, parameter_report
 
     exp = resolve(name, overrides=overrides or [])
@@ -76,7 +76,7 @@ def preset_row(name: str, vocab: int | None = None, overrides: list[str] | None 
     elif spec.input_kind == "tokens":
         vocabulary = fixed_vocabulary(exp.task.name, exp.task.options)
         if vocabulary is None:
-            from longrange.experiment.runs import load_data
+            from longrange.experiment.taskdata import load_data
 
             vocabulary = load_data(exp.task).vocab  # a missing data set is an error naming its files
         vocab_size, tokens = len(vocabulary), vocabulary.tokens

@@ -28,6 +28,10 @@ from typing import Any, Mapping, Sequence
 
 from longrange.errors import ConfigError
 from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig, check_train_subsets, experiment_from_dict
+from longrange.experiment.stage import ResolvedStage, pretraining_model_config, resolve_stage
+from longrange.fileio import atomic_write
+from longrange.objectives.factory import natural_objective
+from longrange.train.rundir import RunDir
 
 PLAN_FILE = "plan.json"
 
@@ -40,7 +44,7 @@ def default_objectives(exp: ExperimentConfig) -> list[str]:
     """Causal SPT for causal models, masked SPT for bidirectional ones (the SPT paper's choice)."""
     if exp.compare.objectives:
         return list(exp.compare.objectives)
-    return ["masked"] if exp.model.direction == "bidirectional" else ["causal"]
+    return [natural_objective(exp.model.direction)]
 
 
 @dataclass
@@ -107,9 +111,25 @@ class Plan:
     def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
         return cls([experiment_from_dict(e) for e in data["experiments"]], [Stage(**s) for s in data["stages"]])
 
-    def save(self, out_dir: str | Path) -> Path:
-        from longrange.train.checkpoint import atomic_write
+    def summaries(self, out_dir: str | Path, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The summaries of the finished stages among ``ids``."""
+        out = {}
+        for i in ids:
+            summary = RunDir(Path(out_dir) / i).read_summary()
+            if summary is not None:
+                out[i] = summary
+        return out
 
+    def resolve(self, stage: Stage, out_dir: str | Path, summaries: Mapping[str, Mapping[str, Any]]) -> ResolvedStage:
+        """The resolved settings of ``stage``, whose dependencies' ``summaries`` are given."""
+        return resolve_stage(
+            with_subset(self.experiments[stage.experiment], stage.train_subset), stage.stage, seed=stage.seed,
+            regime=stage.regime, objective=stage.objective,
+            init_from=Path(out_dir) / stage.init_from if stage.init_from else None,
+            max_steps=matched_steps(stage, summaries) if stage.matched_to else None,
+        )
+
+    def save(self, out_dir: str | Path) -> Path:
         text = json.dumps(self.to_dict(), indent=1).encode()
         return atomic_write(Path(out_dir) / PLAN_FILE, lambda f: f.write(text))
 
@@ -165,8 +185,6 @@ def plan_grid(
     Every configuration error (an unknown objective, causal pretraining of a model that cannot be
     morphed) surfaces here, before any training.
     """
-    from longrange.experiment.runs import pretraining_model_config
-
     stages: list[Stage] = []
     for index, exp in enumerate(experiments):
         objs = list(objectives) if objectives else default_objectives(exp)
@@ -198,19 +216,6 @@ def plan_grid(
 def matched_steps(stage: Stage, summaries: Mapping[str, Mapping[str, Any]]) -> int:
     """max over the SPT chains of pretraining + finetuning steps (the compute-matched budget)."""
     return max(int(summaries[pre]["steps"]) + int(summaries[fine]["steps"]) for pre, fine in stage.matched_to)
-
-
-def stage_arguments(plan: Plan, stage: Stage, out_dir: Path, summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The keyword arguments of ``run_stage``/``plan_stage`` for ``stage`` (its dependencies done)."""
-    kwargs: dict[str, Any] = {"exp": with_subset(plan.experiments[stage.experiment], stage.train_subset),
-                              "stage": stage.stage, "seed": stage.seed, "regime": stage.regime}
-    if stage.objective:
-        kwargs["objective"] = stage.objective
-    if stage.init_from:
-        kwargs["init_from"] = out_dir / stage.init_from
-    if stage.matched_to:
-        kwargs["train_changes"] = {"max_steps": matched_steps(stage, summaries)}
-    return kwargs
 
 
 def describe(plan: Plan, statuses: Mapping[str, str] | None = None) -> str:

@@ -1,9 +1,10 @@
 """One stage of a comparison in a process of its own: ``python -m longrange.experiment.worker OUT STAGE_ID``.
 
-The worker loads ``OUT/plan.json`` and calls :func:`~longrange.experiment.compare.execute_stage`, the
-same function the in-process run calls, so a stage's outcome does not depend on how it was launched.
-The local-workers and SLURM executors (``experiment/executors.py``) start it; under ``torchrun``
-every rank runs it (rank 0 decides and writes). Its exit status says what happened:
+The worker loads ``OUT/plan.json`` and calls :func:`~longrange.experiment.execute.execute_stage`, the
+same function the in-process backend calls, so a stage's outcome does not depend on how it was
+launched. The local-worker and SLURM backends (``experiment/backends/``) start it; under ``torchrun``
+every rank runs it (rank 0 decides and writes). Its exit status says what happened
+(:func:`outcome` reads it, for every backend):
 
     0  the stage is done (trained, resumed, or reused)
     1  the stage failed (``OUT/<stage>/failed.json`` says why)
@@ -12,15 +13,76 @@ every rank runs it (rank 0 decides and writes). Its exit status says what happen
     5  a stage it needs is not finished
     130 interrupted (SIGINT or SIGTERM): the stage's lock is released, its last checkpoint kept
 
-``--threads N`` sets torch's threads (the executor also sets OMP/MKL_NUM_THREADS in its environment).
+``--threads N`` sets torch's threads (the backend also sets OMP/MKL_NUM_THREADS in its environment).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+from pathlib import Path
 
 DONE, FAILED, HELD, MISMATCH, NOT_READY, INTERRUPTED = 0, 1, 3, 4, 5, 130
+#: The prefix of the worker's error line (the last such line of a stage's log is its error).
+ERROR_PREFIX = "worker: error: "
+#: Environment variables that set the thread pools of a worker.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def outcome(rc: int):
+    """The :class:`~longrange.experiment.scheduler.Outcome` of a worker's exit status; None for
+    :data:`MISMATCH`, which is not an outcome but an error that stops the comparison."""
+    from longrange.experiment.scheduler import Outcome
+
+    if rc == MISMATCH:
+        return None
+    return {DONE: Outcome.DONE, HELD: Outcome.HELD, NOT_READY: Outcome.SKIPPED}.get(rc, Outcome.FAILED)
+
+
+def exit_reason(rc: int) -> str:
+    """Why a worker ended, in words, from its exit status (a negative status: the signal)."""
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"the worker was killed by {name}" + (" (out of memory?)" if -rc == signal.SIGKILL else "")
+    return f"the worker exited with status {rc}"
+
+
+def error_line(log: Path) -> str:
+    """The worker's last error line in ``log`` (without its prefix), or ''."""
+    try:
+        lines = [l for l in log.read_text(errors="replace").splitlines() if l.startswith(ERROR_PREFIX)]
+    except OSError:
+        return ""
+    return lines[-1][len(ERROR_PREFIX):] if lines else ""
+
+
+def command(out_dir: str | Path, stage_id: str, *, overwrite: bool = False, threads: int = 0, gpus: int = 1) -> list[str]:
+    """The command that runs one stage; under torchrun (``gpus > 1``) on that many GPUs of one node."""
+    args = ["-m", "longrange.experiment.worker", str(out_dir), stage_id]
+    if overwrite:
+        args.append("--overwrite")
+    if threads > 0:
+        args += ["--threads", str(threads)]
+    if gpus > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}", *args]
+    return [sys.executable, *args]
+
+
+def environment(threads: int = 0, gpu: str | None = None) -> dict[str, str]:
+    """This process's environment for a worker: longrange importable, its threads, its GPU."""
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])  # the directory that holds the longrange package
+    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    if threads > 0:
+        env.update({v: str(threads) for v in THREAD_VARS})
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
 
 
 def _interrupt(signum, frame):  # SIGTERM behaves as Ctrl-C: locks are released, no failure recorded
@@ -40,36 +102,34 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from longrange.errors import LongrangeError
-    from longrange.experiment.compare import StageFailed, execute_stage
+    from longrange.experiment.execute import StageNotReady, execute_stage
     from longrange.experiment.plan import Plan
-    from longrange.train import distributed, rundir
+    from longrange.train.rundir import RunMismatchError
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
         plan = Plan.load(args.out)
         if args.stage not in plan.by_id:
-            print(f"worker: error: {args.out}/plan.json has no stage {args.stage}", file=sys.stderr, flush=True)
+            print(f"{ERROR_PREFIX}{args.out}/plan.json has no stage {args.stage}", file=sys.stderr, flush=True)
             return FAILED
         summary = execute_stage(plan, args.stage, args.out, overwrite=args.overwrite)
     except KeyboardInterrupt:
         print(f"worker: interrupted; {args.stage} resumes from its last checkpoint", file=sys.stderr, flush=True)
         return INTERRUPTED
-    except rundir.RunMismatchError as err:
-        print(f"worker: error: {err}", file=sys.stderr, flush=True)
+    except RunMismatchError as err:
+        print(f"{ERROR_PREFIX}{err}", file=sys.stderr, flush=True)
         return MISMATCH
-    except StageFailed as err:
-        print(f"worker: error: {err}", file=sys.stderr, flush=True)
+    except StageNotReady as err:
+        print(f"{ERROR_PREFIX}{err}", file=sys.stderr, flush=True)
         return NOT_READY
     except Exception as err:  # recorded in failed.json by execute_stage
         if not isinstance(err, LongrangeError):
             import traceback
 
             traceback.print_exc()
-        print(f"worker: error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        print(f"{ERROR_PREFIX}{type(err).__name__}: {err}", file=sys.stderr, flush=True)
         return FAILED
-    if distributed.world_size() > 1:
-        distributed.cleanup()
     if summary is None:
         print(f"worker: {args.stage} is running in another process; leaving it", file=sys.stderr, flush=True)
         return HELD

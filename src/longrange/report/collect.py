@@ -30,14 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-import yaml
-
 from longrange.errors import DataFormatError, DataMissingError
-
-SUMMARY_FILE = "summary.json"
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-FAILED_FILE = "failed.json"  # written by the experiment runner when a stage raises
+from longrange.train.logging import read_metrics
+from longrange.train.rundir import CONFIG_FILE, FAILED_FILE, SUMMARY_FILE, RunDir
 
 #: Stages whose runs are compared in the main table; pretraining stages are listed apart.
 FINAL_STAGES = ("train", "finetune")
@@ -73,6 +68,11 @@ class Run:
         return self.stage in FINAL_STAGES
 
     @property
+    def summary_file(self) -> Path:
+        """The ``summary.json`` this run was read from."""
+        return RunDir(self.path).summary
+
+    @property
     def key(self) -> tuple[str, str, str]:
         """The table cell this run belongs to: (task, label, regime)."""
         return (self.task, self.label, self.regime)
@@ -84,7 +84,7 @@ class Run:
         """The run's ``metric`` from ``source`` "test" or "val" (best validation); NaN if logged as null."""
         if source == "test":
             if not self.has_test():
-                raise DataFormatError(f"no test value of '{self.metric}'", self.path / SUMMARY_FILE)
+                raise DataFormatError(f"no test value of '{self.metric}'", self.summary_file)
             return float(self.test[self.metric])  # type: ignore[index]
         if source == "val":
             v = self.best_val.get(self.metric)
@@ -93,7 +93,7 @@ class Run:
                     return math.nan
                 raise DataFormatError(
                     f"best_val has no '{self.metric}' (the run's metric); it has {sorted(self.best_val)}",
-                    self.path / SUMMARY_FILE,
+                    RunDir(self.path).summary,
                 )
             return float(v)
         raise ValueError(f"source must be 'test' or 'val', got {source!r}")
@@ -102,7 +102,10 @@ class Run:
     def config(self) -> dict[str, Any]:
         """The run's ``config.yaml`` (read on first use)."""
         if self._config is None:
-            self._config = read_config(self.path)
+            config = RunDir(self.path).read_config()
+            if config is None:
+                raise DataMissingError(f"{RunDir(self.path).config}: no such file (every run directory has its resolved configuration)")
+            self._config = config
         return self._config
 
     def curve(self, split: str = "val", metric: str | None = None) -> list[tuple[int, float]]:
@@ -113,7 +116,7 @@ class Run:
         """
         metric = metric or self.metric
         out = []
-        for rec in read_metrics(self.path / METRICS_FILE):
+        for rec in read_metrics(RunDir(self.path).metrics):
             if rec["split"] == split:
                 v = rec["metrics"].get(metric)
                 if v is not None:
@@ -123,17 +126,6 @@ class Run:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise DataMissingError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise DataFormatError(f"not valid JSON: {err.msg} (column {err.colno})", path, err.lineno) from None
 
 
 def _field(d: dict, name: str, kinds: tuple[type, ...], path: Path, *, optional: bool = False) -> Any:
@@ -160,13 +152,16 @@ def _metrics_dict(d: dict, name: str, path: Path, *, optional: bool = False) -> 
     return dict(m)
 
 
-def read_summary(run_dir: str | Path) -> Run:
-    """The :class:`Run` described by ``run_dir/summary.json``."""
-    run_dir = Path(run_dir)
-    path = run_dir / SUMMARY_FILE
-    d = _read_json(path)
-    if not isinstance(d, dict):
-        raise DataFormatError(f"expected a JSON object, got {type(d).__name__}", path)
+def read_run(run_dir: str | Path) -> Run:
+    """The :class:`Run` described by the run directory's ``summary.json``, its fields checked."""
+    run = RunDir(Path(run_dir))
+    run_dir, path = run.root, run.summary
+    try:
+        d = run.read_summary()
+    except OSError as err:
+        raise DataMissingError(f"{path}: cannot read ({err.strerror})") from None
+    if d is None:
+        raise DataMissingError(f"{path}: no such file")
     stage = _field(d, "stage", (str,), path)
     if stage not in STAGES:
         raise DataFormatError(f"field 'stage' must be one of {', '.join(STAGES)}, got {stage!r}", path)
@@ -195,52 +190,6 @@ def read_summary(run_dir: str | Path) -> Run:
         train_subset=_field(d, "train_subset", (float, int), path, optional=True),
         train_size=_field(d, "train_size", (int,), path, optional=True),
     )
-
-
-def read_config(run_dir: str | Path) -> dict[str, Any]:
-    """``run_dir/config.yaml`` as a dict."""
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise DataMissingError(f"{path}: no such file (every run directory has its resolved configuration)")
-    try:
-        cfg = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise DataFormatError(f"not valid YAML: {getattr(err, 'problem', err)}", path,
-                              mark.line + 1 if mark is not None else None) from None
-    if not isinstance(cfg, dict):
-        raise DataFormatError(f"expected a mapping at the top level, got {type(cfg).__name__}", path)
-    return cfg
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` file, checked line by line.
-
-    Each record needs ``step`` (int), ``split`` (str) and ``metrics`` (object of numbers or null).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataMissingError(f"{path}: no such file")
-    out = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataFormatError(f"not valid JSON: {err.msg} (column {err.colno})", path, lineno) from None
-            if not isinstance(rec, dict):
-                raise DataFormatError(f"expected a JSON object, got {type(rec).__name__}", path, lineno)
-            step, split, metrics = rec.get("step"), rec.get("split"), rec.get("metrics")
-            if not isinstance(step, int) or isinstance(step, bool):
-                raise DataFormatError(f"'step' must be an integer, got {step!r}", path, lineno)
-            if not isinstance(split, str):
-                raise DataFormatError(f"'split' must be a string, got {split!r}", path, lineno)
-            if not isinstance(metrics, dict) or any(v is not None and not _is_number(v) for v in metrics.values()):
-                raise DataFormatError(f"'metrics' must be an object of numbers or null, got {metrics!r}", path, lineno)
-            out.append(rec)
-    return out
 
 
 def find_run_dirs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
@@ -316,16 +265,13 @@ def _short(text: str, limit: int = 240) -> str:
 
 def failure_reason(run_dir: Path) -> str:
     """Why a run directory without a usable ``summary.json`` holds no result."""
-    failed = run_dir / FAILED_FILE
-    if failed.is_file():
-        try:
-            record = json.loads(failed.read_text())
-            error = record.get("error") if isinstance(record, dict) else None
-        except (OSError, ValueError):
-            error = None
+    run = RunDir(run_dir)
+    record = run.read_failure()
+    if record is not None:
+        error = record.get("error")
         return f"failed: {_short(error)}" if error else f"failed (unreadable {FAILED_FILE})"
     try:
-        records = read_metrics(run_dir / METRICS_FILE)
+        records = read_metrics(run.metrics)
     except (DataMissingError, DataFormatError):
         records = []
     if records:
@@ -363,9 +309,9 @@ def collect(paths: Iterable[str | Path]) -> Collection:
     runs: list[Run] = []
     failed = [FailedRun(d, failure_reason(d)) for d in unfinished]
     for d in finished:
-        run = read_summary(d)
+        run = read_run(d)
         problem = result_problem(run)
-        if (d / FAILED_FILE).is_file():  # a later attempt failed after this summary was written
+        if RunDir(d).failure.is_file():  # a later attempt failed after this summary was written
             problem = failure_reason(d)
         if problem is None:
             runs.append(run)

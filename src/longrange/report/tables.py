@@ -187,12 +187,12 @@ def aggregate(runs: Iterable[Run]) -> list[Cell]:
             if r.seed in by_seed:
                 raise DataFormatError(
                     f"seed {r.seed} of {where} appears twice: {by_seed[r.seed].path} and {r.path}; "
-                    "report one of them", r.path / "summary.json")
+                    "report one of them", r.summary_file)
             by_seed[r.seed] = r
         metrics = {(r.metric, r.higher_is_better) for r in group}
         if len(metrics) > 1:
             raise DataFormatError(
-                f"the runs of {where} use different metrics {sorted(metrics)}", group[0].path / "summary.json")
+                f"the runs of {where} use different metrics {sorted(metrics)}", group[0].summary_file)
         metric, hib = metrics.pop()
         source = "test" if all(r.has_test() for r in group) else "val"
         cells.append(Cell(task, label, regime, kind, metric, hib, source, sorted(group, key=lambda r: r.seed)))

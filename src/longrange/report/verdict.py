@@ -133,7 +133,7 @@ def comparisons(runs: Sequence[Run]) -> list[Comparison]:
         seeds = cells.setdefault(key, {})
         if r.seed in seeds:
             raise DataFormatError(f"seed {r.seed} of (task {r.task!r}, label {r.label!r}, regime {r.regime!r}) "
-                                  f"appears twice: {seeds[r.seed].path} and {r.path}", r.path / "summary.json")
+                                  f"appears twice: {seeds[r.seed].path} and {r.path}", r.summary_file)
         seeds[r.seed] = r
     out = []
     groups = sorted({k[:4] for k in cells}, key=lambda k: (task_sort_key(k[0]), k[1], k[2], _subset_order(k[3])))
@@ -159,7 +159,7 @@ def _compare(group: tuple, spt: dict[int, Run], base: dict[int, Run], regime: st
     metrics = {(r.metric, r.higher_is_better) for r in both}
     if len(metrics) > 1:
         raise DataFormatError(f"the runs of {label} on {task} ({regime} and {baseline}) use different metrics "
-                              f"{sorted(metrics)}", both[0].path / "summary.json")
+                              f"{sorted(metrics)}", both[0].summary_file)
     metric, hib = metrics.pop()
     source = "test" if all(r.has_test() for r in both) else "val"
     seeds, diffs, unpaired = [], [], {}

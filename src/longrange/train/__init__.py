@@ -5,12 +5,14 @@
 """
 from longrange.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from longrange.train.config import TrainConfig
-from longrange.train.loop import RunPaths, Trainer, train
+from longrange.train.loop import Trainer, train
 from longrange.train.optim import build_optimizer, group_report, param_groups
+from longrange.train.rundir import RunDir, RunPaths
 from longrange.train.schedules import LRSchedule, build_schedule
 
 __all__ = [
     "LRSchedule",
+    "RunDir",
     "RunPaths",
     "TrainConfig",
     "Trainer",

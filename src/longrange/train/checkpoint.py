@@ -16,48 +16,18 @@ import random
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from longrange.errors import CheckpointError
+from longrange.fileio import atomic_write
+from longrange.train.rundir import BEST_WEIGHTS, LAST_CHECKPOINT, RunDir
 
-#: Version of the checkpoint layout written by :func:`save_checkpoint`.
+#: Version of the checkpoint layout written by :func:`save_checkpoint`; a newer one is refused.
 FORMAT_VERSION = 1
-
-
-# --------------------------------------------------------------------------- atomic writes
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> Path:
-    """Call ``write(file)`` on a temporary file beside ``path``, then move it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
 
 
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
@@ -106,9 +76,9 @@ def refused_global(message: str) -> str | None:
 def ways_on(path: Path) -> str:
     """The ways on from an unreadable checkpoint: for a run's ``last.pt``, its best weights
     (``best.safetensors`` beside it) and ``--overwrite``."""
-    if path.name != "last.pt":
+    if path.name != LAST_CHECKPOINT:
         return ""
-    best = path.parent / "best.safetensors"
+    best = path.parent / BEST_WEIGHTS
     if best.is_file():
         keep = f"the run's best weights so far are intact in {best} (loadable as model weights)"
     else:
@@ -176,6 +146,41 @@ def load_model_weights(model: nn.Module, weights: Mapping[str, Tensor], source: 
             parts.append(f"shape mismatches {shapes[:8]}{' ...' if len(shapes) > 8 else ''}")
         raise CheckpointError(f"weights in {source} do not fit the model: " + "; ".join(parts))
     model.load_state_dict(weights)
+
+
+# --------------------------------------------------------------------------- a run's checkpoints
+class Checkpointer:
+    """A run's checkpoints: ``last.pt`` (everything needed to continue exactly) and the best weights
+    (``best.safetensors``), both written atomically."""
+
+    def __init__(self, run: RunDir):
+        self.run = run
+
+    def save(self, state: Mapping[str, Any], best: bool = False) -> Path:
+        """Write ``state`` as the last checkpoint, and its ``model`` entry as the best weights if ``best``."""
+        if best:
+            save_safetensors(state["model"], self.run.best_weights)
+        return save_checkpoint(state, self.run.last)
+
+    def load(self, map_location: Any = "cpu") -> dict[str, Any]:
+        """The last checkpoint; one in a newer format than :data:`FORMAT_VERSION` is refused naming both."""
+        state = load_checkpoint(self.run.last, map_location=map_location)
+        version = state.get("format", 1)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise CheckpointError(
+                f"{self.run.last} is in checkpoint format {version}, written by a newer longrange; this version "
+                f"reads formats up to {FORMAT_VERSION}: resume it with the longrange that wrote it, or start afresh "
+                "with --overwrite"
+            )
+        return state
+
+    def load_best(self) -> dict[str, Tensor] | None:
+        """The best weights so far, or None."""
+        return load_weights(self.run.best_weights) if self.run.best_weights.is_file() else None
+
+    def last_good(self) -> str:
+        """``; the last good checkpoint is ...`` for error messages ('' before the first)."""
+        return f"; the last good checkpoint is {self.run.last}" if self.run.last.is_file() else ""
 
 
 # --------------------------------------------------------------------------- RNG state

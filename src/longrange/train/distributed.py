@@ -10,8 +10,9 @@ Only rank 0 writes files and shows progress (:func:`is_main_process`).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -90,6 +91,22 @@ def cleanup(env: DistEnv | None = None) -> None:
         # is still inside a gloo operation can abort that peer's process at exit.
         dist.barrier()
         dist.destroy_process_group()
+
+
+@contextmanager
+def process_group(device: torch.device | str | None = None) -> Iterator[DistEnv]:
+    """Join the torchrun process group for the duration of the block (nothing without torchrun);
+    leave it at the end if it was joined here."""
+    env = init_distributed(device)
+    try:
+        yield env
+    finally:
+        cleanup(env)
+
+
+def env_world_size() -> int:
+    """The WORLD_SIZE of the launch (1 without torchrun), before the process group is joined."""
+    return _env_int("WORLD_SIZE", 1)
 
 
 def is_main_process() -> bool:

@@ -11,11 +11,14 @@ Only the main process writes; other ranks get a disabled logger.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
-METRICS_FILE = "metrics.jsonl"
+from longrange.errors import DataFormatError, DataMissingError
+from longrange.fileio import finite_or_none
+from longrange.train.rundir import METRICS_FILE, RunDir
+
+__all__ = ["METRICS_FILE", "MetricsLogger", "read_metrics", "truncate_metrics"]
 
 
 def _tensorboard_writer(log_dir: Path):
@@ -29,16 +32,40 @@ def _tensorboard_writer(log_dir: Path):
         return None
 
 
-def _finite_or_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` file."""
+    """The records of a ``metrics.jsonl`` file, checked line by line.
+
+    Each record needs ``step`` (int), ``split`` (str) and ``metrics`` (object of numbers or null);
+    a missing file is a :class:`DataMissingError`, a bad line a :class:`DataFormatError` naming the
+    file and the line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataMissingError(f"{path}: no such file")
+    out = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataFormatError(f"not valid JSON: {err.msg} (column {err.colno})", path, lineno) from None
+            if not isinstance(rec, dict):
+                raise DataFormatError(f"expected a JSON object, got {type(rec).__name__}", path, lineno)
+            step, split, metrics = rec.get("step"), rec.get("split"), rec.get("metrics")
+            if not isinstance(step, int) or isinstance(step, bool):
+                raise DataFormatError(f"'step' must be an integer, got {step!r}", path, lineno)
+            if not isinstance(split, str):
+                raise DataFormatError(f"'split' must be a string, got {split!r}", path, lineno)
+            if not isinstance(metrics, dict) or any(v is not None and not _is_number(v) for v in metrics.values()):
+                raise DataFormatError(f"'metrics' must be an object of numbers or null, got {metrics!r}", path, lineno)
+            out.append(rec)
+    return out
 
 
 def truncate_metrics(path: str | Path, n_lines: int) -> None:
@@ -53,9 +80,12 @@ def truncate_metrics(path: str | Path, n_lines: int) -> None:
 
 
 class MetricsLogger:
-    def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True):
+    """Appends records to a run directory's ``metrics.jsonl`` (and TensorBoard events when installed)."""
+
+    def __init__(self, run_dir: str | Path | RunDir, enabled: bool = True, tensorboard: bool = True):
+        run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
         self.enabled = enabled
-        self.path = Path(run_dir) / METRICS_FILE
+        self.path = run.metrics
         self.lines = 0
         self._tb = None
         if enabled:
@@ -63,7 +93,7 @@ class MetricsLogger:
             if self.path.exists():
                 self.lines = len(read_metrics(self.path))
             if tensorboard:
-                self._tb = _tensorboard_writer(Path(run_dir) / "tensorboard")
+                self._tb = _tensorboard_writer(run.tensorboard)
 
     def log(self, step: int, epoch: float, split: str, metrics: Mapping[str, float], lr: float, elapsed: float) -> None:
         if not self.enabled:
@@ -72,7 +102,7 @@ class MetricsLogger:
             "step": int(step),
             "epoch": round(float(epoch), 6),
             "split": split,
-            "metrics": {k: _finite_or_none(float(v)) for k, v in metrics.items()},
+            "metrics": {k: finite_or_none(float(v)) for k, v in metrics.items()},
             "lr": float(lr),
             "elapsed": round(float(elapsed), 3),
         }

@@ -1,16 +1,37 @@
-"""What a run directory is: its files, its identity (fingerprint) and its lock.
+"""The run directory: the one module that knows its files, holds its lock and decides what a run does.
 
-A run directory knows what made it. ``config.yaml`` holds the resolved configuration; its
-*identity* is that configuration without the parts that cannot change a result (presentation
-settings such as ``train.progress``, and the ``record`` and ``head`` sections, which are written by
-the run or derived from its data), and its *fingerprint* is a short hash of the identity. A run is
-resumed, and a finished stage reused, only when the fingerprints match; otherwise the error names
-every field that differs.
+A run directory holds::
 
-A run directory is also locked while a process writes to it (``.lock``, holding the writer's PID
-and host): a second writer stops at once with the holder's PID and host. A lock left by a process
-that died is detected (same host, PID gone; or no heartbeat for ``STALE_AFTER`` seconds when the
-holder is on another host, e.g. a SLURM node that went down) and taken over safely.
+    config.yaml                  the resolved configuration and its fingerprint, the run's record
+    metrics.jsonl                one JSON record per log line (train/logging.py)
+    summary.json                 the stage's result (written when the stage finishes)
+    failed.json                  why the last attempt of a comparison's stage failed
+    stage.log                    a worker's output (comparisons run by workers or SLURM)
+    checkpoints/last.pt          everything needed to continue exactly
+    checkpoints/best.safetensors the model weights at the best evaluation
+    tensorboard/                 TensorBoard events, when tensorboard is installed
+    .lock                        held while a process writes to the directory
+
+Every other module reaches these files through :class:`RunDir`; none spells their names.
+
+**Identity.** ``config.yaml`` holds the resolved configuration; its *identity* is that configuration
+without the parts that cannot change a result (presentation settings such as ``train.progress``,
+and the ``record`` and ``head`` sections, written by the run or derived from its data), and its
+*fingerprint* a short hash of the identity. A run is resumed, and a finished one reused, only when
+the identities match; otherwise the error names every field that differs.
+
+**Lifecycle.** :meth:`RunDir.status` reads where a run is: pending (nothing to continue from),
+running (a live process holds the lock), done (``summary.json``), failed (``failed.json``) or
+interrupted (a checkpoint, nobody holding the lock). :meth:`RunDir.open` takes the lock and makes
+the single decision — start afresh, resume from the checkpoint, or reuse the finished run — from
+what the caller intends (:class:`Intent`: the command line's plain, ``--resume`` and
+``--overwrite``; a comparison's continue, with or without ``--overwrite``) and the fingerprint.
+The trainer receives the opened run directory and acts on its decision; nobody else decides.
+
+**Lock.** ``.lock`` holds the writer's PID and host: a second writer stops at once naming them. A
+lock left by a process that died is detected (same host, PID gone; or no heartbeat for
+``STALE_AFTER`` seconds when the holder is on another host, e.g. a SLURM node that went down) and
+taken over safely.
 """
 from __future__ import annotations
 
@@ -19,14 +40,32 @@ import json
 import os
 import socket
 import time
+import traceback
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-from longrange.errors import ConfigError, LongrangeError
-from longrange.train.logging import METRICS_FILE
+from longrange.errors import CheckpointError, ConfigError, DataFormatError, DataMissingError, LongrangeError
+from longrange.fileio import atomic_write, check_out_dir, write_json
+
+__all__ = [
+    "RunDir", "RunPaths", "OpenRun", "Intent", "Decision", "RunStatus", "RunLock", "RunLockedError",
+    "RunMismatchError", "check_out_dir", "identity", "fingerprint", "differences",
+]
+
+CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.jsonl"
+FAILED_FILE = "failed.json"
+LOG_FILE = "stage.log"
+LOCK_FILE = ".lock"
+CHECKPOINT_DIR = "checkpoints"
+LAST_CHECKPOINT = "last.pt"
+BEST_WEIGHTS = "best.safetensors"
+TENSORBOARD_DIR = "tensorboard"
 
 #: Settings that change how a run is shown, not what it computes.
 VOLATILE = {
@@ -38,57 +77,6 @@ VOLATILE = {
 }
 #: Top-level sections of config.yaml that are outcomes or derived values, not settings.
 NOT_IDENTITY = ("fingerprint", "record", "head")
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    """The files of a run directory."""
-
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / METRICS_FILE
-
-    @property
-    def summary(self) -> Path:
-        return self.root / "summary.json"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def last(self) -> Path:
-        return self.checkpoints / "last.pt"
-
-    @property
-    def best_weights(self) -> Path:
-        return self.checkpoints / "best.safetensors"
-
-    @property
-    def tensorboard(self) -> Path:
-        return self.root / "tensorboard"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / ".lock"
-
-
-def check_out_dir(path: str | os.PathLike, what: str = "--out") -> Path:
-    """``path`` as a directory that exists or can be created; a ConfigError if a file is in the way."""
-    path = Path(path)
-    for parent in (path, *path.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                where = "" if parent == path else f" (its parent {parent} is a file)"
-                raise ConfigError(f"{what} {path} is not a directory{where}; choose another {what}")
-            break
-    return path
 
 
 # ----------------------------------------------------------------------------- identity
@@ -128,33 +116,337 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def read_config(run_dir: str | os.PathLike) -> dict[str, Any] | None:
-    path = RunPaths(Path(run_dir)).config
-    if not path.is_file():
-        return None
-    data = yaml.safe_load(path.read_text())
-    return data if isinstance(data, dict) else None
+def plain(value: Any, where: str = "config") -> Any:
+    """``value`` as YAML-safe plain data (tuples become lists, paths strings); a ConfigError naming
+    the field for anything else."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, str):
+        return str(value)  # also str subclasses (e.g. torch's version string), which YAML cannot write
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    raise ConfigError(f"config value {where} of type {type(value).__name__} cannot be saved to YAML")
 
 
 class RunMismatchError(ConfigError):
     """A run directory holds a run made with other settings."""
 
 
-def check_same_run(run_dir: str | os.PathLike, config: Mapping[str, Any], action: str) -> None:
-    """Raise :class:`RunMismatchError` if ``run_dir`` holds a run whose identity differs from ``config``'s.
+# ----------------------------------------------------------------------------- lifecycle
+class RunStatus(Enum):
+    """Where a run directory is (:meth:`RunDir.status`)."""
 
-    ``action`` says what was attempted ("resume", "reuse") for the message.
-    """
-    saved = read_config(run_dir)
-    if saved is None:
-        return
-    diff = differences(saved, config)
-    if diff:
-        shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
-        raise RunMismatchError(
-            f"cannot {action} {run_dir}: it holds a run made with other settings ({shown}); "
-            "pass --overwrite to replace it, or choose a new --out"
-        )
+    PENDING = "pending"          # nothing to continue from
+    RUNNING = "running"          # a live process holds its lock
+    DONE = "done"                # summary.json: finished
+    FAILED = "failed"            # failed.json: the last attempt failed
+    INTERRUPTED = "interrupted"  # a checkpoint to resume from, nobody holding the lock
+
+
+class Intent(Enum):
+    """What the caller asks of a run directory (:meth:`RunDir.open`)."""
+
+    NEW = "new"                  # start a run; an error if the directory holds one
+    RESUME = "resume"            # continue it from its checkpoint (a finished run is returned as it is)
+    OVERWRITE = "overwrite"      # start afresh, replacing whatever is there
+    CONTINUE = "continue"        # reuse it if finished, resume it if interrupted, else start
+    REPLACE_STALE = "replace-stale"  # as CONTINUE, but a run made with other settings is replaced
+
+    @classmethod
+    def from_flags(cls, resume: bool = False, overwrite: bool = False) -> "Intent":
+        """The intent of the command line's ``--resume`` / ``--overwrite`` (neither: NEW)."""
+        if resume and overwrite:
+            raise ConfigError("--resume and --overwrite contradict each other: resume a run, or replace it")
+        return cls.RESUME if resume else cls.OVERWRITE if overwrite else cls.NEW
+
+
+class Decision(Enum):
+    """What a run does, decided once by :meth:`RunDir.open`."""
+
+    FRESH = "fresh"    # train from the start (the directory was cleared)
+    RESUME = "resume"  # continue from checkpoints/last.pt
+    REUSE = "reuse"    # finished with the same settings: its summary is the result
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory: its files, what they hold, its lock and its lifecycle (see the module doc)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    # -- files
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS_FILE
+
+    @property
+    def summary(self) -> Path:
+        return self.root / SUMMARY_FILE
+
+    @property
+    def failure(self) -> Path:
+        return self.root / FAILED_FILE
+
+    @property
+    def log(self) -> Path:
+        return self.root / LOG_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINT_DIR
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / LAST_CHECKPOINT
+
+    @property
+    def best_weights(self) -> Path:
+        return self.checkpoints / BEST_WEIGHTS
+
+    def weights(self, which: str = "best") -> list[Path]:
+        """The files that may hold the ``best`` (or ``last``) weights, preferred first."""
+        return [self.checkpoints / f"{which}.safetensors", self.checkpoints / f"{which}.pt"]
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / TENSORBOARD_DIR
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / LOCK_FILE
+
+    # -- reading
+    def read_config(self, required: bool = False) -> dict[str, Any] | None:
+        """``config.yaml`` as a dict; None when it is missing (an error naming it with ``required``).
+        Invalid YAML is a :class:`DataFormatError` naming the file and line."""
+        if not self.config.is_file():
+            if required:
+                raise DataMissingError(f"{self.root} is not a run directory (no {CONFIG_FILE})")
+            return None
+        try:
+            data = yaml.safe_load(self.config.read_text())
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            raise DataFormatError(f"not valid YAML: {getattr(err, 'problem', err)}", self.config,
+                                  mark.line + 1 if mark is not None else None) from None
+        if not isinstance(data, dict):
+            raise DataFormatError(f"expected a mapping at the top level, got {type(data).__name__}", self.config)
+        return data
+
+    def read_summary(self) -> dict[str, Any] | None:
+        """``summary.json`` as a dict, or None when the run has not finished."""
+        return self._read_json(self.summary)
+
+    def read_failure(self) -> dict[str, Any] | None:
+        """``failed.json`` as a dict, or None (an unreadable record reads as ``{}``)."""
+        try:
+            return self._read_json(self.failure)
+        except DataFormatError:
+            return {}
+
+    @staticmethod
+    def _read_json(path: Path) -> dict[str, Any] | None:
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(f"not valid JSON: {err.msg} (column {err.colno})", path, err.lineno) from None
+        if not isinstance(data, dict):
+            raise DataFormatError(f"expected a JSON object, got {type(data).__name__}", path)
+        return data
+
+    def finished(self) -> bool:
+        return self.summary.is_file()
+
+    def holds_run(self) -> str | None:
+        """The name of the first file that shows a run was made here, or None."""
+        for f in (self.last, self.best_weights, self.metrics, self.summary):
+            if f.exists():
+                return f.name
+        return None
+
+    # -- writing
+    def write_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Write ``config`` (plain data, see :func:`plain`) with its fingerprint; returns what was written."""
+        out = plain({k: v for k, v in config.items() if k != "fingerprint"})
+        out["fingerprint"] = fingerprint(out)
+        text = yaml.safe_dump(out, sort_keys=False).encode()
+        atomic_write(self.config, lambda f: f.write(text))
+        return out
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        write_json(self.summary, dict(summary))
+
+    def record_failure(self, error: str, *, stage: str | None = None, trace: str | None = None) -> None:
+        """Write ``failed.json``: the error, its traceback and where the log is."""
+        record = {"stage": stage, "error": error, "traceback": trace,
+                  "log": str(self.log) if self.log.is_file() else None, "time": time.time()}
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.failure.write_text(json.dumps(record, indent=1))
+
+    def record_exception(self, err: BaseException, stage: str | None = None) -> None:
+        self.record_failure(f"{type(err).__name__}: {err}", stage=stage, trace=traceback.format_exc())
+
+    def failure_since(self, since: float) -> str | None:
+        """The error of a failure recorded at ``since`` or later, else None."""
+        record = self.read_failure()
+        if record and record.get("time", 0) >= since - 1:
+            return str(record.get("error"))
+        return None
+
+    def clear_failure(self) -> None:
+        self.failure.unlink(missing_ok=True)
+
+    def start_log(self, line: str) -> Path:
+        """Append a header line to ``stage.log`` (created) and return its path."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a") as f:
+            f.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+        return self.log
+
+    def clear(self) -> None:
+        """Remove what a run wrote (checkpoints, metrics, summary, TensorBoard events) before a fresh start."""
+        for f in (self.last, self.checkpoints / "best.pt", self.best_weights, self.metrics, self.summary):
+            f.unlink(missing_ok=True)
+        if self.tensorboard.is_dir():
+            for f in self.tensorboard.glob("events.out.tfevents.*"):
+                f.unlink()
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+
+    # -- lock and lifecycle
+    def lock(self) -> "RunLock":
+        return RunLock(self.root)
+
+    def status(self) -> RunStatus:
+        if self.summary.is_file():
+            return RunStatus.DONE
+        if self.lock().holder() is not None:
+            return RunStatus.RUNNING
+        if self.failure.is_file():
+            return RunStatus.FAILED
+        if self.last.is_file():
+            return RunStatus.INTERRUPTED
+        return RunStatus.PENDING
+
+    def mismatch(self, config: Mapping[str, Any]) -> list[str]:
+        """The fields whose values differ between the saved run and ``config`` ([] when none is saved)."""
+        saved = self.read_config()
+        return [] if saved is None else differences(saved, config)
+
+    def check_same_run(self, config: Mapping[str, Any], action: str) -> None:
+        """A :class:`RunMismatchError` if the saved run's identity differs from ``config``'s."""
+        diff = self.mismatch(config)
+        if diff:
+            shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
+            raise RunMismatchError(
+                f"cannot {action} {self.root}: it holds a run made with other settings ({shown}); "
+                "pass --overwrite to replace it, or choose a new --out"
+            )
+
+    def decide(self, config: Mapping[str, Any], intent: Intent) -> Decision:
+        """The decision for ``intent`` (no lock taken: :meth:`open` takes it and then decides)."""
+        if intent is Intent.OVERWRITE:
+            return Decision.FRESH
+        if intent is Intent.NEW:
+            held = self.holds_run()
+            if held:
+                raise ConfigError(
+                    f"run directory {self.root} already holds a run ({held}); pass --resume to continue it, "
+                    "--overwrite to replace it, or choose a new --out"
+                )
+            return Decision.FRESH
+        done, resumable = self.finished(), self.last.is_file()
+        if intent is Intent.RESUME:
+            if not (done or resumable):
+                raise CheckpointError(f"cannot resume: no checkpoint at {self.last}")
+            self.check_same_run(config, "resume")
+            return Decision.REUSE if done else Decision.RESUME
+        if not (done or resumable):
+            return Decision.FRESH
+        if intent is Intent.REPLACE_STALE and self.mismatch(config):
+            return Decision.FRESH
+        self.check_same_run(config, "reuse" if done else "resume")
+        return Decision.REUSE if done else Decision.RESUME
+
+    def open(self, config: Mapping[str, Any], intent: Intent) -> "OpenRun":
+        """Lock the directory, decide what the run does (:meth:`decide`) and clear it for a fresh start.
+
+        Under ``torchrun`` every rank calls this: rank 0 takes the lock and decides, the other ranks
+        receive its decision (or its error). A directory locked by another live process raises
+        :class:`RunLockedError`.
+        """
+        from longrange.train import distributed as D
+
+        main = D.is_main_process()
+        lock, outcome = None, None
+        if main:
+            try:
+                check_out_dir(self.root)
+                lock = self.lock().acquire()
+                decision = self.decide(config, intent)
+                if decision is Decision.FRESH:
+                    self.clear()
+                outcome = ("ok", decision.value)
+            except BaseException as err:
+                if lock is not None:
+                    lock.release()
+                if D.world_size() > 1:
+                    D.broadcast_object(("locked" if isinstance(err, RunLockedError) else "error", f"{err}"))
+                raise
+        outcome = D.broadcast_object(outcome)
+        kind, value = outcome
+        if kind == "locked":
+            raise RunLockedError(value)
+        if kind == "error":
+            raise ConfigError(f"rank 0 could not open {self.root}: {value}")
+        return OpenRun(self, Decision(value), lock)
+
+
+#: The files of a run directory (the name under which earlier versions exported :class:`RunDir`).
+RunPaths = RunDir
+
+
+@dataclass
+class OpenRun:
+    """A run directory opened by :meth:`RunDir.open`: its decision, and its lock (rank 0) until closed."""
+
+    dir: RunDir
+    decision: Decision
+    lock: "RunLock | None" = None
+
+    @property
+    def resumes(self) -> bool:
+        """Whether the run continues from its checkpoint (a finished run is continued too)."""
+        return self.decision is not Decision.FRESH
+
+    def heartbeat(self, every: float = 60.0) -> None:
+        if self.lock is not None:
+            self.lock.heartbeat(every)
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def __enter__(self) -> "OpenRun":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 # ----------------------------------------------------------------------------- lock
@@ -183,7 +475,7 @@ class RunLock:
     host and start time. :meth:`heartbeat` refreshes its modification time.
     """
 
-    def __init__(self, directory: str | os.PathLike, name: str = ".lock", what: str = "run directory"):
+    def __init__(self, directory: str | os.PathLike, name: str = LOCK_FILE, what: str = "run directory"):
         self.path = Path(directory) / name
         self.what = what
         self.held = False

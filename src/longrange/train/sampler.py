@@ -8,14 +8,18 @@ splits them into ``grad_accum`` consecutive micro-batches.
 
 Because the order is a pure function of (seed, epoch, position), a resumed run skips the global
 batches it already consumed and sees exactly the batches the uninterrupted run would have seen,
-whatever the number of ranks.
+whatever the number of ranks. :class:`BatchPlan` turns this order into the loaders of a run: the
+micro-batches of each optimiser step, from a data position onwards.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
-from torch.utils.data import Sampler
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from longrange.errors import ConfigError
 
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> np.ndarray:
@@ -86,3 +90,83 @@ def eval_shards(n_items: int, batch_size: int, rank: int = 0, world_size: int = 
     """
     lo, hi = rank * n_items // world_size, (rank + 1) * n_items // world_size
     return [list(range(i, min(i + batch_size, hi))) for i in range(lo, hi, batch_size)]
+
+
+# ---------------------------------------------------------------------------- loaders
+def derived_seed(*parts: int) -> int:
+    """A seed derived from integers (a fresh, well-mixed stream per combination)."""
+    return int(np.random.default_rng(list(parts)).integers(2**62))
+
+
+def _seed_worker(worker_id: int) -> None:
+    # torch seeds each worker's torch and python generators; numpy needs it done by hand.
+    np.random.seed(torch.initial_seed() % 2**32)
+
+
+def make_loader(dataset: Dataset, batch_sampler: Any, collate: Callable[[Sequence[dict]], dict], *,
+                num_workers: int = 0, pin_memory: bool = False, generator_seed: int = 0) -> DataLoader:
+    """A loader of ``batch_sampler``'s batches. It has a private generator: creating it never draws
+    from the global RNG, whose stream belongs to the model (dropout) and continues exactly across a
+    resume."""
+    return DataLoader(
+        dataset,
+        batch_sampler=batch_sampler,
+        collate_fn=collate,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        worker_init_fn=_seed_worker if num_workers else None,
+        generator=torch.Generator().manual_seed(generator_seed),
+    )
+
+
+class DataPosition(Protocol):
+    """Where a run is in its data: ``epoch``, and the global batches ``batches_done`` in it."""
+
+    epoch: int
+    batches_done: int
+    data_seed: int
+
+
+class BatchPlan:
+    """The training batches of a run: ``steps_per_epoch`` global batches of ``batch_size`` items per
+    epoch, each split over ``world_size`` ranks and ``grad_accum`` micro-batches."""
+
+    def __init__(self, train_set: Dataset, collate: Callable[[Sequence[dict]], dict], *, batch_size: int,
+                 grad_accum: int = 1, rank: int = 0, world_size: int = 1, num_workers: int = 0,
+                 pin_memory: bool = False):
+        self.train_set, self.collate = train_set, collate
+        self.batch_size, self.grad_accum = batch_size, grad_accum
+        self.rank, self.world_size = rank, world_size
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.steps_per_epoch = len(train_set) // batch_size
+        if self.steps_per_epoch == 0:
+            raise ConfigError(
+                f"train.batch_size {batch_size} is larger than the training set ({len(train_set)} items): "
+                "no complete batch"
+            )
+
+    def loader(self, dataset: Dataset, batch_sampler: Any, generator_seed: int) -> DataLoader:
+        return make_loader(dataset, batch_sampler, self.collate, num_workers=self.num_workers,
+                           pin_memory=self.pin_memory, generator_seed=generator_seed)
+
+    def steps(self, position: DataPosition) -> Iterator[list[dict[str, Any]]]:
+        """The micro-batches of each optimiser step from ``position`` onwards, without end. The caller
+        counts ``position.batches_done`` up after each step; a new epoch starts here."""
+        while True:
+            if position.batches_done >= self.steps_per_epoch:
+                position.epoch += 1
+                position.batches_done = 0
+            if hasattr(self.train_set, "set_epoch"):
+                self.train_set.set_epoch(position.epoch)
+            sampler = ShardedBatchSampler(
+                len(self.train_set), self.batch_size, position.data_seed, position.epoch,
+                rank=self.rank, world_size=self.world_size, grad_accum=self.grad_accum,
+                start_batch=position.batches_done,
+            )
+            seed = derived_seed(position.data_seed, position.epoch, position.batches_done, self.rank)
+            group: list[dict[str, Any]] = []
+            for batch in self.loader(self.train_set, sampler, seed):
+                group.append(batch)
+                if len(group) == self.grad_accum:
+                    yield group
+                    group = []

@@ -1,0 +1,64 @@
+"""The in-process backend: one stage after another in this process (``compare`` without ``--jobs``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from longrange.experiment.plan import Plan, Stage
+from longrange.experiment.scheduler import Outcome, say
+from longrange.train.rundir import RunMismatchError
+
+
+@dataclass
+class InProcess:
+    """Runs each submitted stage at once, in this process. ``threads``: torch's threads while the
+    comparison runs (0: as they are)."""
+
+    threads: int = 0
+    submits_ahead = False
+    wait = True
+    poll_interval = 0.0
+
+    def begin(self, plan: Plan, out_dir: Path, overwrite: bool) -> None:
+        self.plan, self.out_dir, self.overwrite = plan, out_dir, overwrite
+
+    def slots(self) -> int | None:
+        return 1
+
+    def submit(self, stages: Sequence[Stage], after: dict[str, Any]) -> dict[str, Any]:
+        return {stage.id: self._run(stage) for stage in stages}
+
+    def _run(self, stage: Stage) -> Outcome:
+        import torch
+
+        from longrange.experiment.execute import execute_stage
+
+        before = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            summary = execute_stage(self.plan, stage.id, self.out_dir, overwrite=self.overwrite)
+        except (RunMismatchError, KeyboardInterrupt):
+            raise
+        except Exception as err:  # recorded in failed.json; the grid goes on
+            say(f"{stage.id} FAILED: {type(err).__name__}: {err}")
+            return Outcome.FAILED
+        finally:
+            torch.set_num_threads(before)
+        if summary is None:
+            say(f"{stage.id} is running in another process; leaving it")
+            return Outcome.HELD
+        return Outcome.DONE
+
+    def poll(self, handle: Outcome) -> Outcome:
+        return handle
+
+    def cancel(self, handle: Any) -> None:
+        pass
+
+    def stop(self, handles: dict[str, Any], interrupted: bool) -> None:
+        pass
+
+    def end(self, handles: dict[str, Any]) -> None:
+        pass

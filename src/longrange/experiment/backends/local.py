@@ -1,0 +1,182 @@
+"""Local worker processes (``compare --jobs N``): up to N stages at once on this machine.
+
+Each stage runs in a process of its own, forked from a server process that imported torch and
+longrange once (``multiprocessing``'s forkserver; spawn where there is none), so a stage starts at
+once instead of importing torch again. The process runs the worker's ``main`` exactly as the
+command ``python -m longrange.experiment.worker OUT STAGE_ID`` does, with its output in
+``OUT/<stage>/stage.log``, its own threads (``threads_per_job``; torch threads and OMP/MKL) or its
+own GPU (``CUDA_VISIBLE_DEVICES``, round-robin over the visible GPUs).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from longrange.errors import ConfigError
+from longrange.experiment import worker as W
+from longrange.experiment.plan import Plan, Stage
+from longrange.experiment.scheduler import Outcome, say
+from longrange.train.rundir import RunDir, RunMismatchError
+
+#: Modules the worker processes' fork server imports once, so that a worker starts in a fraction of
+#: a second instead of importing torch again (a few seconds per stage on a small machine).
+PRELOAD = ["longrange.experiment.worker", "longrange.experiment.execute", "torch._dynamo"]
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs a worker may be given: CUDA_VISIBLE_DEVICES if set, else every CUDA device."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # pragma: no cover - a broken CUDA setup runs on the CPU
+        return []
+
+
+def _worker_process(target: Callable[[list[str]], int], argv: list[str], log: str, env: dict[str, str],
+                    threads: int) -> None:
+    """The body of a local worker process: output to the stage's log, its GPU and threads, then the worker."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.environ.update(env)  # before CUDA initialises (the fork server never initialised it)
+    if threads > 0 and "numba" in sys.modules:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    code = target(argv)  # the worker sets torch's threads (--threads)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+@dataclass
+class _Worker:
+    stage: Stage
+    proc: Any
+    slot: int
+    start: float
+    run: RunDir
+
+
+@dataclass
+class LocalWorkers:
+    """Run up to ``jobs`` stages at once as worker processes on this machine (see the module docstring).
+
+    ``threads_per_job`` 0 = the machine's cores // jobs. ``gpus``: the GPUs to hand out round-robin
+    (one per worker; None: the visible ones; [] for none). ``target``: a module-level function that
+    replaces the worker's ``main`` (argv -> exit status; tests use it).
+    """
+
+    jobs: int
+    threads_per_job: int = 0
+    gpus: Sequence[str] | None = None
+    target: Callable[[list[str]], int] | None = None
+    poll_interval: float = 0.1
+    #: Seconds a worker has to exit after SIGTERM (on Ctrl-C) before it is killed.
+    grace: float = 20.0
+    submits_ahead = False
+    wait = True
+    _free: list[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.threads_per_job < 0:
+            raise ConfigError(f"--threads-per-job must be >= 0, got {self.threads_per_job}")
+
+    @property
+    def threads(self) -> int:
+        return self.threads_per_job or max(1, (os.cpu_count() or 1) // self.jobs)
+
+    def begin(self, plan: Plan, out_dir: Path, overwrite: bool) -> None:
+        self.out_dir, self.overwrite = out_dir, overwrite
+        self._gpus = list(visible_gpus() if self.gpus is None else self.gpus)
+        self._free = list(range(self.jobs))
+        where = f"GPU {', '.join(self._gpus)} round-robin" if self._gpus else f"{self.threads} thread(s) each"
+        say(f"{len(plan.stages)} stages, up to {self.jobs} at once as worker processes ({where}); "
+            f"logs in OUT/<stage>/{RunDir(out_dir).log.name}")
+
+    def slots(self) -> int | None:
+        return len(self._free)
+
+    @staticmethod
+    def _context():
+        import multiprocessing as mp
+
+        if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - Windows
+            return mp.get_context("spawn")
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        return ctx
+
+    def submit(self, stages: Sequence[Stage], after: dict[str, Any]) -> dict[str, Any]:
+        return {stage.id: self._start(stage, self._free.pop(0)) for stage in stages}
+
+    def _start(self, stage: Stage, slot: int) -> _Worker:
+        gpu = self._gpus[slot % len(self._gpus)] if self._gpus else None
+        threads = self.threads
+        argv = [str(self.out_dir), stage.id, "--threads", str(threads)] + (["--overwrite"] if self.overwrite else [])
+        how = f"worker {slot}" + (f" on GPU {gpu}" if gpu is not None else f" with {threads} thread(s)")
+        run = RunDir(self.out_dir / stage.id)
+        log = run.start_log(f"{how}: worker {' '.join(argv)}")
+        env = {v: str(threads) for v in W.THREAD_VARS}
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        proc = self._context().Process(target=_worker_process, args=(self.target or W.main, argv, str(log), env, threads),
+                                       name=f"longrange-worker-{slot}")
+        proc.start()
+        say(f"started {stage.id} ({how}, PID {proc.pid}; log {log})")
+        return _Worker(stage, proc, slot, time.time(), run)
+
+    def poll(self, job: _Worker) -> Outcome | None:
+        rc = job.proc.exitcode
+        if rc is None:
+            return None
+        self._free.append(job.slot)
+        self._free.sort()
+        result = W.outcome(rc)
+        if result is None:
+            raise RunMismatchError(W.error_line(job.run.log) or f"{job.stage.id}: a run made with other settings (see {job.run.log})")
+        if result is Outcome.DONE and not job.run.finished():
+            result = Outcome.FAILED
+        if result is Outcome.FAILED:
+            reason = W.error_line(job.run.log) if rc == W.FAILED else ""
+            error = job.run.failure_since(job.start)
+            if error is None:  # a worker killed by a signal writes nothing
+                error = reason or W.exit_reason(rc)
+                job.run.record_failure(error, stage=job.stage.id)
+            say(f"{job.stage.id} FAILED: {error} (log {job.run.log})")
+        return result
+
+    def cancel(self, job: _Worker) -> None:
+        self.stop({job.stage.id: job}, interrupted=False)
+
+    def stop(self, handles: dict[str, Any], interrupted: bool) -> None:
+        """Terminate the workers (they release their locks and keep their last checkpoints), then
+        kill those that do not exit in time."""
+        running = list(handles.values())
+        for job in running:
+            if job.proc.is_alive():
+                job.proc.terminate()
+        deadline = time.time() + self.grace
+        for job in running:
+            job.proc.join(max(0.1, deadline - time.time()))
+            if job.proc.is_alive():
+                job.proc.kill()
+                job.proc.join()
+        if running:
+            say(f"stopped {len(running)} worker(s): {', '.join(j.stage.id for j in running)} resume from their last checkpoints")
+
+    def end(self, handles: dict[str, Any]) -> None:
+        pass

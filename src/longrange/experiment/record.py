@@ -1,0 +1,63 @@
+"""What a stage's run directory records beside its settings (``config.yaml``'s ``record``), and its
+``summary.json``: the result, how long it took, and what it was made from."""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import Any
+
+from longrange.experiment.stage import ResolvedStage
+from longrange.experiment.taskdata import data_identity
+
+
+def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None) -> dict[str, Any]:
+    """Where the data came from, what was skipped, software versions, what was transferred. Not part
+    of the fingerprint."""
+    import torch
+
+    from longrange import __version__
+
+    skipped = {str(k): int(v) for k, v in (getattr(data, "skipped", None) or {}).items()}
+    return {
+        "data_dir": data_identity(stage.task)["dir"],
+        "skip_bad": stage.task.skip_bad,
+        "skipped": skipped,
+        "train_size": len(data.train),
+        "versions": {"longrange": __version__, "torch": str(torch.__version__), "cuda": torch.version.cuda,
+                     "python": platform.python_version()},
+        "host": socket.gethostname(),
+        "init": {"from": str(stage.init_from) if stage.init_from else None,
+                 "reverse_from": str(stage.reverse_from) if stage.reverse_from else None},
+        "transfer": transfer,
+    }
+
+
+def stage_summary(stage: ResolvedStage, objective: Any, params: dict[str, int], result: dict[str, Any],
+                  record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The stage's ``summary.json`` (see ``longrange.report.collect`` for its fields)."""
+    return {
+        "task": stage.exp.task.name,
+        "label": stage.exp.label,
+        "regime": stage.regime,
+        "stage": stage.stage,
+        "seed": stage.seed,
+        "metric": result["metric"],
+        "higher_is_better": objective.higher_is_better,
+        "best_val": result["best"]["metrics"],
+        "test": result["test"],
+        "steps": result["step"],
+        "epochs": result["epochs"],
+        "stopped_early": result["stopped_early"],
+        "params": params,
+        "pretrain_run": os.path.relpath(stage.init_from, run_dir) if stage.init_from else None,
+        "train_subset": stage.task.train_subset,
+        "train_size": record["train_size"],
+        "seconds": result["seconds"],
+        "fingerprint": stage.fingerprint(),
+        "data_dir": record["data_dir"],
+        "skip_bad": record["skip_bad"],
+        "skipped": record["skipped"],
+        "versions": record["versions"],
+    }

@@ -1,0 +1,177 @@
+"""Running a comparison's plan: one walk of the dependency graph over any backend.
+
+:func:`run_plan` decides, for every stage of the plan in order:
+
+* a stage whose dependency failed, was skipped or is held elsewhere is **skipped**;
+* a stage whose dependencies are done and whose run directory holds a finished run is **reused** in
+  this process (its fingerprint checked, see ``execute.execute_stage``);
+* a stage that another live process holds is **held** (left alone);
+* otherwise it is **submitted** to the backend once its dependencies are done (or, for a backend
+  that orders jobs itself, such as SLURM with ``afterok``, once they are submitted), as capacity
+  allows; the backend is polled until every submitted stage has an outcome.
+
+A backend is small (:class:`Backend`): ``submit`` stages, ``poll`` a handle for its outcome,
+``cancel`` a handle, ``stop`` what is running when the walk ends early. The in-process, local-worker
+and SLURM backends live in ``experiment/backends/``; a new launcher is one backend there.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+from longrange.experiment.plan import Plan, Stage
+from longrange.train.progress import format_seconds
+from longrange.train.rundir import RunDir, RunStatus
+
+
+class Outcome(Enum):
+    """How a stage of a comparison ended."""
+
+    DONE = "done"            # finished (trained, resumed or reused)
+    FAILED = "failed"        # raised or was killed (its failed.json says why)
+    SKIPPED = "skipped"      # a stage it needs did not finish
+    HELD = "held"            # another live process holds it (it runs there)
+    SUBMITTED = "submitted"  # handed to a scheduler that runs it later (SLURM, --no-wait)
+
+    @property
+    def blocks(self) -> bool:
+        """Whether the stages after this one cannot run."""
+        return self in (Outcome.FAILED, Outcome.SKIPPED, Outcome.HELD)
+
+
+class Backend(Protocol):
+    #: Whether stages may be submitted before their dependencies are done (the backend orders them).
+    submits_ahead: bool
+    #: Whether the walk waits for the submitted stages (False: return once submitted).
+    wait: bool
+    #: Seconds between polls.
+    poll_interval: float
+
+    def begin(self, plan: Plan, out_dir: Path, overwrite: bool) -> None: ...
+
+    def slots(self) -> int | None:
+        """How many more stages may be submitted now (None: no limit)."""
+
+    def submit(self, stages: Sequence[Stage], after: dict[str, Any]) -> dict[str, Any]:
+        """Start ``stages`` (of one dependency level); ``after`` holds the handles of their
+        dependencies that are still running. Returns a handle per stage id."""
+
+    def poll(self, handle: Any) -> Outcome | None:
+        """The outcome of a submitted stage, or None while it runs."""
+
+    def cancel(self, handle: Any) -> None: ...
+
+    def stop(self, handles: dict[str, Any], interrupted: bool) -> None:
+        """The walk ends early (an error, or Ctrl-C when ``interrupted``) with these stages running."""
+
+    def end(self, handles: dict[str, Any]) -> None:
+        """The walk ends (``handles``: every stage submitted)."""
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, overwrite: bool = False) -> dict[str, Outcome]:
+    """Run the plan's stages on ``backend``; returns each stage's outcome, in plan order."""
+    out_dir = Path(out_dir)
+    outcome: dict[str, Outcome] = {}
+    running: dict[str, Any] = {}    # submitted, no outcome yet
+    submitted: dict[str, Any] = {}  # every handle, for the backend's end
+    waiting = list(plan.stages)
+    number = {s.id: k for k, s in enumerate(plan.stages, 1)}
+    n, start, ran = len(plan.stages), time.time(), 0
+    backend.begin(plan, out_dir, overwrite)
+
+    def settle(sid: str, result: Outcome) -> None:
+        outcome[sid] = result
+        done = sum(o is Outcome.DONE for o in outcome.values())
+        say(f"[{done}/{n} done, {format_seconds(time.time() - start)}] {sid}: {result.value}")
+        if result.blocks:  # its dependents will not run: cancel those already submitted
+            for dep in plan.dependents(sid):
+                if dep.id in running:
+                    backend.cancel(running.pop(dep.id))
+                    outcome[dep.id] = Outcome.SKIPPED
+
+    try:
+        while waiting or running:
+            ready: list[Stage] = []
+            free = backend.slots()
+            for stage in list(waiting):
+                blocked = [a for a in stage.after if a in outcome and outcome[a].blocks]
+                deps_done = all(outcome.get(a) is Outcome.DONE for a in stage.after)
+                ahead = backend.submits_ahead and all(
+                    outcome.get(a) is Outcome.DONE or a in running or a in {s.id for s in ready} for a in stage.after)
+                k = number[stage.id]
+                if blocked:
+                    outcome[stage.id] = Outcome.SKIPPED
+                    say(f"stage {k} of {n}: skipping {stage.id} (needs {', '.join(blocked)})")
+                elif deps_done and RunDir(out_dir / stage.id).finished():
+                    outcome[stage.id] = _reuse(plan, stage, out_dir, overwrite, f"stage {k} of {n}")
+                elif (deps_done or ahead) and RunDir(out_dir / stage.id).status() is RunStatus.RUNNING:
+                    outcome[stage.id] = Outcome.HELD
+                    say(f"stage {k} of {n}: {stage.id} is running in another process; leaving it")
+                elif (deps_done or ahead) and (free is None or len(ready) < free):
+                    ready.append(stage)
+                else:
+                    continue
+                waiting.remove(stage)
+            for level in _by_level(plan, ready):
+                for stage in level:
+                    eta = (time.time() - start) / ran * (n - len(outcome) - len(running)) if ran else float("inf")
+                    say(f"stage {number[stage.id]} of {n}: {stage.id} (overall eta {format_seconds(eta)})")
+                handles = backend.submit(level, {a: running[a] for s in level for a in s.after if a in running})
+                running.update(handles)
+                submitted.update(handles)
+            if not backend.wait:
+                break
+            if not running:
+                if waiting:  # pragma: no cover - the plan lists stages after their dependencies
+                    raise RuntimeError(f"stages {[s.id for s in waiting]} wait on stages that never ran")
+                break
+            polled = False
+            for sid, handle in list(running.items()):
+                result = backend.poll(handle)
+                if result is None or sid not in running:
+                    continue
+                del running[sid]
+                ran += 1
+                polled = True
+                settle(sid, result)
+            if running and not polled:
+                time.sleep(backend.poll_interval)
+    except BaseException as err:
+        backend.stop(running, interrupted=isinstance(err, KeyboardInterrupt))
+        raise
+    backend.end(submitted)
+    return {s.id: outcome.get(s.id, Outcome.SUBMITTED if s.id in running else Outcome.SKIPPED) for s in plan.stages}
+
+
+def _reuse(plan: Plan, stage: Stage, out_dir: Path, overwrite: bool, where: str) -> Outcome:
+    """A finished stage, checked and reused in this process (no backend needed)."""
+    from longrange.experiment.execute import execute_stage
+    from longrange.train.rundir import RunMismatchError
+
+    try:
+        summary = execute_stage(plan, stage.id, out_dir, overwrite=overwrite)
+    except (RunMismatchError, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        say(f"{where}: {stage.id} FAILED: {type(err).__name__}: {err}")
+        return Outcome.FAILED
+    say(f"{where}: {'reusing' if summary is not None else 'held elsewhere:'} {stage.id}")
+    return Outcome.HELD if summary is None else Outcome.DONE
+
+
+def _by_level(plan: Plan, stages: list[Stage]) -> list[list[Stage]]:
+    """``stages`` grouped by dependency level, in order (a level's dependencies are in earlier ones)."""
+    depth: dict[str, int] = {}
+    for s in plan.stages:
+        depth[s.id] = 1 + max((depth[a] for a in s.after), default=-1)
+    levels: dict[int, list[Stage]] = {}
+    for s in stages:
+        levels.setdefault(depth[s.id], []).append(s)
+    return [levels[d] for d in sorted(levels)]
