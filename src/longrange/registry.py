@@ -21,7 +21,6 @@ registry.
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import inspect
@@ -29,6 +28,7 @@ import os
 from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from longrange.errors import ConfigError
+from longrange.typed import did_you_mean
 
 T = TypeVar("T")
 
@@ -59,15 +59,9 @@ def load_plugins() -> list[str]:
     return new
 
 
-def close_matches(name: str, known: Sequence[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``known``, or ''."""
-    matches = difflib.get_close_matches(str(name), list(known), n=2, cutoff=0.6)
-    return f" (did you mean {' or '.join(repr(m) for m in matches)}?)" if matches else ""
-
-
 def unknown_option(key: str, what: str, valid: Sequence[str]) -> ConfigError:
     """The error for an option that ``what`` (e.g. "task listops") does not take."""
-    return ConfigError(f"unknown option {key!r} for {what}{close_matches(key, valid)}; "
+    return ConfigError(f"unknown option {key!r} for {what}{did_you_mean(key, valid, quote=True)}; "
                        f"valid options: {', '.join(sorted(valid)) or '(none)'}")
 
 
@@ -155,7 +149,7 @@ class Registry(Generic[T]):
         if name not in self._entries:
             known = self.names()
             raise ConfigError(
-                f"unknown {self.kind} {name!r}{close_matches(name, known)}; "
+                f"unknown {self.kind} {name!r}{did_you_mean(name, known, quote=True)}; "
                 f"known {self.kind}s: {', '.join(known) or '(none)'}"
             )
         return self._entries[name]

@@ -35,10 +35,10 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def did_you_mean(name: str, known: typing.Iterable[str]) -> str:
-    """`` (did you mean x?)`` for the closest known names, or an empty string."""
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
-    return f" (did you mean {', '.join(close)}?)" if close else ""
+def did_you_mean(name: str, known: typing.Iterable[str], quote: bool = False) -> str:
+    """`` (did you mean x or y?)`` for the closest known names (quoted as ``'x'`` with ``quote``), or ''."""
+    close = difflib.get_close_matches(str(name), list(known), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) if quote else c for c in close)}?)" if close else ""
 
 
 def unknown_fields_error(unknown: typing.Sequence[str], known: typing.Iterable[str], where: str) -> ConfigError:

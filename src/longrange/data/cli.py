@@ -122,7 +122,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def _check_out(out: str) -> None:
     """A file in the way of ``--out`` is a one-line ConfigError before anything is generated."""
-    from longrange.train.rundir import check_out_dir
+    from longrange.fileio import check_out_dir
 
     check_out_dir(out)
 

@@ -270,7 +270,7 @@ def load_preset(name: str) -> dict[str, Any]:
         names = list_presets()
         # The closest spellings first; else the presets that contain the last part of the name.
         close = [n for n in names if name.split("/")[-1] in n]
-        hint = typed.did_you_mean(name, names) or (f" (did you mean {', '.join(close[:5])}?)" if close else "")
+        hint = typed.did_you_mean(name, names) or (f" (did you mean {' or '.join(close[:5])}?)" if close else "")
         raise ConfigError(f"unknown preset {name!r}{hint}; `longrange presets` lists them")
     data = _read_yaml(path.read_text(), f"preset {name}")
     return _with_bases(data, f"preset {name}")

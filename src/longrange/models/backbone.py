@@ -17,7 +17,7 @@ from longrange.blocks.transformer import TransformerBlock
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive
 from longrange.models.config import ModelConfig
-from longrange.models.registry import BLOCKS, PRIMITIVES, register_block
+from longrange.models.registry import BLOCKS, PRIMITIVES, builds_model, register_block
 
 #: Model fields behind the settings the builder passes to primitives (for messages).
 _SETTING_FIELDS = {
@@ -92,7 +92,10 @@ def rotates_itself(primitive: str) -> bool:
 
 def make_block(cfg: ModelConfig) -> SequencePrimitive:
     """One block of the backbone described by ``cfg``: the builder registered as ``cfg.block``."""
-    return BLOCKS.get(cfg.block)(cfg)
+    build = BLOCKS.get(cfg.block)
+    if builds_model(build):
+        raise ConfigError(f"model.block {cfg.block!r} is a whole model: build it with build_model, not as a block")
+    return build(cfg)
 
 
 def _residual_options(cfg: ModelConfig) -> dict[str, Any]:

@@ -48,8 +48,8 @@ from torch import Tensor, nn
 from longrange.errors import ConfigError, DataMissingError
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder
-from longrange.models.model import SequenceModel, config_head
-from longrange.models.registry import register_block
+from longrange.models.model import SequenceModel, check_inputs
+from longrange.models.registry import register_model
 from longrange.ops.masks import padding_mask
 
 #: Our special tokens, in id order (``longrange.data.tokenize.SPECIALS``; a test holds them equal),
@@ -221,7 +221,8 @@ class HFTokenEncoder(nn.Module):
 
 
 class HFBackbone(nn.Module):
-    """The LM's base model on input embeddings (batch, L, hidden) with a padding mask."""
+    """The LM's base model on input embeddings (batch, L, hidden) with a padding mask; one position
+    at a time through its key-value cache (the state)."""
 
     def __init__(self, lm: nn.Module):
         super().__init__()
@@ -236,23 +237,25 @@ class HFBackbone(nn.Module):
         h = self.lm(inputs_embeds=x, attention_mask=attention, use_cache=False).last_hidden_state
         return h if mask is None else h * mask.unsqueeze(-1).to(h.dtype)
 
+    def default_state(self, batch_size: int, device=None, dtype=None) -> Any:
+        return None  # an empty key-value cache
+
+    def step(self, x: Tensor, past: Any) -> tuple[Tensor, Any]:
+        """One position (batch, hidden) -> (batch, hidden), with the cache updated in place."""
+        out = self.lm(inputs_embeds=x.unsqueeze(1), past_key_values=past, use_cache=True)
+        return out.last_hidden_state[:, 0], out.past_key_values
+
     def mixers(self) -> list[nn.Module]:
         """The attention modules of the LM's layers (for parameter reports)."""
         return [m for m in self.lm.modules() if type(m).__name__.endswith("Attention")]
 
 
 class HFModel(SequenceModel):
-    """A Hugging Face causal LM with our heads; the interface of :class:`SequenceModel`."""
+    """A Hugging Face causal LM with our heads: a :class:`SequenceModel` whose backbone is the LM and
+    whose embedding goes through the LM's input embeddings (task tokens mapped to LM tokens)."""
 
     def __init__(self, cfg: ModelConfig, encoder: nn.Module, lm: nn.Module, head_kind: str, n_out: int):
-        nn.Module.__init__(self)
-        self.cfg = cfg
-        self.encoder = encoder
-        self.backbone = HFBackbone(lm)
-        self.d_features = self.backbone.d_model
-        self.head_kind = head_kind
-        self.head = config_head(cfg, head_kind, n_out, self.d_features)
-        self.cls = nn.Parameter(torch.randn(self.d_features) * 0.02) if cfg.pooling == "cls" else None
+        super().__init__(cfg, encoder, head_kind, n_out, backbone=HFBackbone(lm))
 
     def rebuild_info(self) -> dict[str, Any]:
         """What rebuilds this model's shapes without the snapshot (``build_model(hf_resolved=...)``)."""
@@ -261,59 +264,23 @@ class HFModel(SequenceModel):
             mapping = [row[: int(n)].tolist() for row, n in zip(self.encoder.sub_ids, self.encoder.sub_len)]
         return {"config": _plain_config(self.backbone.lm.config), "token_map": mapping}
 
-    def _embed(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    def embed(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         if isinstance(self.encoder, HFTokenEncoder):
             ids, lengths, ends = self.encoder(inputs, lengths)
             return self.backbone.embed(ids), lengths, ends if self.encoder.expands else None
         return self.encoder(inputs), lengths, None
 
-    def encode(self, inputs: Tensor, lengths: Tensor | None = None, return_ends: bool = False):
-        """Features (batch, L', hidden), their padding mask, the CLS positions (or None), and with
-        ``return_ends`` the LM position of each task position (None when the mapping is one-to-one)."""
-        batch = inputs.shape[0]
-        if lengths is None:
-            lengths = torch.full((batch,), inputs.shape[1], dtype=torch.long, device=inputs.device)
-        elif lengths.shape != (batch,):
-            raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
-        x, lengths, ends = self._embed(inputs, lengths.to(inputs.device))
-        cls_index = None
-        if self.cls is not None and self.head_kind != "tokens":
-            # After the last real position: a causal LM's CLS sees the whole sequence.
-            x = torch.cat([x, torch.zeros_like(x[:, :1])], dim=1)
-            cls_index = lengths
-            x = x.index_put((torch.arange(batch, device=x.device), cls_index), self.cls.to(x.dtype).expand(batch, -1))
-            lengths = lengths + 1
-        mask = padding_mask(lengths, x.shape[1])
-        h = self.backbone(x, mask)
-        return (h, mask, cls_index, ends) if return_ends else (h, mask, cls_index)
-
-    def forward(self, inputs: Tensor, lengths: Tensor | None = None, inputs2: Tensor | None = None,
-                lengths2: Tensor | None = None) -> Tensor:
-        h, mask, cls_index, ends = self.encode(inputs, lengths, return_ends=True)
-        if self.head_kind == "retrieval":
-            if inputs2 is None:
-                raise ValueError("a retrieval model needs the second sequence (inputs2)")
-            h2, mask2, cls2 = self.encode(inputs2, lengths2)
-            return self.head(h, mask, h2, mask2, cls_index, cls2)
-        if self.head_kind == "tokens" and ends is not None:
-            h = h.gather(1, ends.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # back to task positions
-        return self.head(h, mask, cls_index)
+    def embed_step(self, x_t: Tensor, pos: int) -> Tensor:
+        lengths = torch.ones(x_t.shape[0], dtype=torch.long, device=x_t.device)
+        return self.embed(x_t.unsqueeze(1), lengths)[0][:, 0]
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> dict[str, Any]:
         if isinstance(self.encoder, HFTokenEncoder) and self.encoder.expands:
             raise RuntimeError("step() needs one LM token per task token; this task's tokens map to several")
-        return {"pos": 0, "past": None}
-
-    def step(self, x_t: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
-        """One position through the LM's key-value cache (updated in place) -> head output (batch, n_out)."""
-        if self.head_kind != "tokens":
-            raise RuntimeError(f"step() produces per-position outputs; the model has a {self.head_kind!r} head")
-        lengths = torch.ones(x_t.shape[0], dtype=torch.long, device=x_t.device)
-        x, _, _ = self._embed(x_t.unsqueeze(1), lengths)
-        out = self.backbone.lm(inputs_embeds=x, past_key_values=state["past"], use_cache=True)
-        return self.head(out.last_hidden_state[:, 0]), {"pos": state["pos"] + 1, "past": out.past_key_values}
+        return super().default_state(batch_size, device=device, dtype=dtype)
 
 
+@register_model("hf")
 def build_hf_model(
     cfg: ModelConfig,
     *,
@@ -332,12 +299,11 @@ def build_hf_model(
     token tasks; ``hf_resolved`` (from :meth:`HFModel.rebuild_info`) rebuilds a saved model
     without the snapshot.
     """
+    check_inputs(input_kind, mask_channel)
     spec = cfg.hf
     lm = load_lm(spec, None if hf_resolved is None else hf_resolved["config"])
     hidden = lm.config.hidden_size
     if input_kind == "tokens":
-        if mask_channel:
-            raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")
         if not vocab_size:
             raise ConfigError("a token task needs its vocabulary size")
         if hf_resolved is not None and hf_resolved.get("token_map") is not None:
@@ -360,14 +326,6 @@ def build_hf_model(
             raise ConfigError(f"the token mapping has {len(mapping)} entries for a vocabulary of {vocab_size}")
         pad = getattr(lm.config, "pad_token_id", None)
         encoder: nn.Module = HFTokenEncoder(mapping, pad_id=pad if isinstance(pad, int) and pad >= 0 else 0)
-    elif input_kind == "numeric":
-        encoder = NumericEncoder(d_input, hidden, mask_channel)
     else:
-        raise ConfigError(f"unknown input kind {input_kind!r}; expected tokens or numeric")
+        encoder = NumericEncoder(d_input, hidden, mask_channel)
     return HFModel(cfg, encoder, lm, head, n_out)
-
-
-@register_block("hf")
-def _hf_block(cfg: ModelConfig) -> nn.Module:
-    """``block: hf`` names a whole Hugging Face model, built by :func:`build_hf_model`, not a block."""
-    raise ConfigError("model.block 'hf' is a whole Hugging Face model: build it with build_model, not as a block")

@@ -14,7 +14,7 @@ from longrange.errors import ConfigError
 from longrange.models.backbone import Backbone
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder, TokenEncoder
-from longrange.models.registry import HEADS
+from longrange.models.registry import BLOCKS, HEADS, builds_model
 from longrange.ops.masks import padding_mask
 
 
@@ -34,17 +34,23 @@ def config_head(cfg: ModelConfig, kind: str, n_out: int, d_model: int | None = N
 
 
 class SequenceModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, encoder: nn.Module, head_kind: str, n_out: int):
+    """encoder -> backbone -> head. ``backbone`` defaults to the blocks of ``cfg``
+    (:class:`~longrange.models.backbone.Backbone`); a variant passes its own (any module with
+    ``d_model``, ``forward(x, mask)``, ``default_state``, ``step`` and ``mixers``) and may override
+    :meth:`embed` and :meth:`embed_step`, the only steps that depend on the encoder."""
+
+    def __init__(self, cfg: ModelConfig, encoder: nn.Module, head_kind: str, n_out: int,
+                 backbone: nn.Module | None = None):
         super().__init__()
         self.cfg = cfg
         self.encoder = encoder
-        self.backbone = Backbone(cfg)
-        self.d_features = cfg.d_model
+        self.backbone = Backbone(cfg) if backbone is None else backbone
+        self.d_features = self.backbone.d_model
         self.head_kind = head_kind
-        self.head = config_head(cfg, head_kind, n_out)
+        self.head = config_head(cfg, head_kind, n_out, self.d_features)
         # A learned CLS vector for cls pooling: first for bidirectional models, after the last
         # real position for causal ones (so that it sees the whole sequence).
-        self.cls = nn.Parameter(torch.randn(cfg.d_model) * 0.02) if cfg.pooling == "cls" else None
+        self.cls = nn.Parameter(torch.randn(self.d_features) * 0.02) if cfg.pooling == "cls" else None
 
     @property
     def causal(self) -> bool:
@@ -61,14 +67,24 @@ class SequenceModel(nn.Module):
         self.head_kind = kind
         self.head = config_head(self.cfg, kind, n_out, self.d_features).to(ref.device, ref.dtype)
 
-    def encode(self, inputs: Tensor, lengths: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Features (batch, length', d), their padding mask, and the CLS positions (or None)."""
-        x = self.encoder(inputs)
-        batch, length = x.shape[:2]
+    def embed(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Inputs -> (embeddings (batch, L', d), their lengths, and the position in L' of each input
+        position, or None when L' = L)."""
+        return self.encoder(inputs), lengths, None
+
+    def embed_step(self, x_t: Tensor, pos: int) -> Tensor:
+        """One position's input (batch,) or (batch, channels) at position ``pos`` -> (batch, d)."""
+        return self.encoder(x_t.unsqueeze(1), offset=pos).squeeze(1)
+
+    def encode(self, inputs: Tensor, lengths: Tensor | None = None, return_ends: bool = False):
+        """Features (batch, length', d), their padding mask, and the CLS positions (or None); with
+        ``return_ends`` also the feature position of each input position (None when one-to-one)."""
+        batch = inputs.shape[0]
         if lengths is None:
-            lengths = torch.full((batch,), length, dtype=torch.long, device=x.device)
+            lengths = torch.full((batch,), inputs.shape[1], dtype=torch.long, device=inputs.device)
         elif lengths.shape != (batch,):
             raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
+        x, lengths, ends = self.embed(inputs, lengths)
         cls_index = None
         if self.cls is not None and not self.per_position:
             cls = self.cls.to(x.dtype).expand(batch, 1, -1)
@@ -81,7 +97,8 @@ class SequenceModel(nn.Module):
                 cls_index = torch.zeros(batch, dtype=torch.long, device=x.device)
             lengths = lengths + 1
         mask = padding_mask(lengths.to(x.device), x.shape[1])
-        return self.backbone(x, mask), mask, cls_index
+        h = self.backbone(x, mask)
+        return (h, mask, cls_index, ends) if return_ends else (h, mask, cls_index)
 
     def forward(
         self,
@@ -90,12 +107,14 @@ class SequenceModel(nn.Module):
         inputs2: Tensor | None = None,
         lengths2: Tensor | None = None,
     ) -> Tensor:
-        h, mask, cls_index = self.encode(inputs, lengths)
+        h, mask, cls_index, ends = self.encode(inputs, lengths, return_ends=True)
         if getattr(self.head, "two_sequences", False):
             if inputs2 is None:
                 raise ValueError("a retrieval model needs the second sequence (inputs2)")
             h2, mask2, cls2 = self.encode(inputs2, lengths2)
             return self.head(h, mask, h2, mask2, cls_index, cls2)
+        if self.per_position and ends is not None:
+            h = h.gather(1, ends.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # back to input positions
         return self.head(h, mask, cls_index)
 
     # Recurrent generation (causal models with a token head)
@@ -108,8 +127,7 @@ class SequenceModel(nn.Module):
         """One position: x_t (batch,) token ids or (batch, channels) values -> head output (batch, n_out)."""
         if not self.per_position:
             raise RuntimeError(f"step() produces per-position outputs; the model has a {self.head_kind!r} head")
-        e = self.encoder(x_t.unsqueeze(1), offset=state["pos"]).squeeze(1)
-        h, backbone_state = self.backbone.step(e, state["backbone"])
+        h, backbone_state = self.backbone.step(self.embed_step(x_t, state["pos"]), state["backbone"])
         return self.head(h), {"pos": state["pos"] + 1, "backbone": backbone_state}
 
 
@@ -128,26 +146,32 @@ def build_model(
     """Build a model for inputs of ``input_kind`` ("tokens" with ``vocab_size``, or "numeric"
     with ``d_input`` channels, plus a mask-indicator channel if ``mask_channel``).
 
-    ``block: hf`` models (:mod:`longrange.models.hf`) also take the task's token strings
+    A block name registered with :func:`~longrange.models.registry.register_model` stands for a
+    whole model and is built by its function: ``block: hf`` models (:mod:`longrange.models.hf`)
+    also take the task's token strings
     ``vocab`` (to map them to a pretrained LM's tokens) and ``hf_resolved`` (their saved
     :meth:`~longrange.models.hf.HFModel.rebuild_info`, to rebuild without the snapshot).
     """
-    if cfg.block == "hf":
-        from longrange.models.hf import build_hf_model
-
-        return build_hf_model(
+    builder = BLOCKS.get(cfg.block)
+    if builds_model(builder):  # a block name that stands for a whole model (block: hf)
+        return builder(
             cfg, input_kind=input_kind, head=head, n_out=n_out, vocab_size=vocab_size, d_input=d_input,
             mask_channel=mask_channel, vocab=vocab, hf_resolved=hf_resolved,
         )
+    check_inputs(input_kind, mask_channel)
     if input_kind == "tokens":
-        if mask_channel:
-            raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")
         encoder: nn.Module = TokenEncoder(vocab_size or 0, cfg.d_model, cfg.pos_embedding, cfg.max_len)
-    elif input_kind == "numeric":
-        encoder = NumericEncoder(d_input, cfg.d_model, mask_channel, cfg.pos_embedding, cfg.max_len)
     else:
-        raise ConfigError(f"unknown input kind {input_kind!r}; expected tokens or numeric")
+        encoder = NumericEncoder(d_input, cfg.d_model, mask_channel, cfg.pos_embedding, cfg.max_len)
     return SequenceModel(cfg, encoder, head, n_out)
+
+
+def check_inputs(input_kind: str, mask_channel: bool) -> None:
+    """A ConfigError for an unknown input kind, or a mask channel on token inputs."""
+    if input_kind not in ("tokens", "numeric"):
+        raise ConfigError(f"unknown input kind {input_kind!r}; expected tokens or numeric")
+    if input_kind == "tokens" and mask_channel:
+        raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")
 
 
 def _count(params) -> int:

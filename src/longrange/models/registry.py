@@ -10,6 +10,8 @@ names are.
 - :data:`BLOCKS` (``@register_block``): functions ``build(cfg: ModelConfig) -> SequencePrimitive``
   making one block of the backbone; the built-ins are in :mod:`longrange.models.backbone`, whose
   :func:`~longrange.models.backbone.make_mixer` builds the configured primitive inside a block.
+  A block name may instead stand for a whole model (``@register_model``; ``hf``, a Hugging Face
+  LM): its function builds the model, see :func:`longrange.models.model.build_model`.
 - :data:`HEADS` (``@register_head``): head classes, see :mod:`longrange.models.heads`.
 """
 from __future__ import annotations
@@ -25,6 +27,22 @@ BLOCKS: Registry = Registry("block", modules=("longrange.models.backbone", "long
 
 #: Decorator: ``@register_block("name")`` on a function ``build(cfg) -> SequencePrimitive``.
 register_block = BLOCKS.register
+
+def register_model(name: str):
+    """Decorator: ``model.block: name`` stands for a whole model, built by the decorated function
+    ``build(cfg, *, input_kind, head, n_out, vocab_size, d_input, mask_channel, vocab, hf_resolved)``
+    instead of a backbone of blocks."""
+    def add(build):
+        build.builds_model = True
+        return register_block(name)(build)
+
+    return add
+
+
+def builds_model(entry: object) -> bool:
+    """Whether a :data:`BLOCKS` entry builds a whole model (:func:`register_model`), not a block."""
+    return bool(getattr(entry, "builds_model", False))
+
 
 #: Output heads by kind ("classify", "regress", "retrieval", "tokens").
 HEADS: Registry = Registry("head", modules=("longrange.models.heads",))
@@ -49,6 +67,6 @@ def head_names() -> list[str]:
 
 
 __all__ = [
-    "BLOCKS", "HEADS", "PRIMITIVES", "block_names", "head_names", "primitive_names", "register_block",
-    "register_head", "register_primitive",
+    "BLOCKS", "HEADS", "PRIMITIVES", "block_names", "builds_model", "head_names", "primitive_names", "register_block",
+    "register_head", "register_model", "register_primitive",
 ]

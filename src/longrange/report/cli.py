@@ -15,10 +15,11 @@ from typing import Any
 
 from longrange.errors import ConfigError
 from longrange.report.writer import REPORT_FILE, write_report
+from longrange.train.rundir import SUMMARY_FILE
 
 
 def _run(args: argparse.Namespace) -> int:
-    from longrange.train.rundir import check_out_dir
+    from longrange.fileio import check_out_dir
 
     paths = [Path(p) for p in args.runs]
     out = args.out
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "report",
         help="tables (mean ± 95%% CI over seeds) and plots from run directories",
-        description="Aggregate finished runs (summary.json) over seeds into Markdown/CSV tables and PNG plots.",
+        description=f"Aggregate finished runs ({SUMMARY_FILE}) over seeds into Markdown/CSV tables and PNG plots.",
     )
     p.add_argument("runs", nargs="+", metavar="RUNS", help="run directories or trees searched recursively")
     p.add_argument("--out", default=None, help="directory for report.md and the PNGs (default: the first RUNS directory)")

@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 
 from longrange.errors import DataMissingError  # noqa: E402
 from longrange.report.collect import Run  # noqa: E402
+from longrange.train.rundir import METRICS_FILE  # noqa: E402
 from longrange.report.kernels import DIRECTION_NAMES, KernelReport  # noqa: E402
 from longrange.report.tables import (  # noqa: E402
     CONFIDENCE,
@@ -198,7 +199,7 @@ def learning_curves(runs: Sequence[Run], path: str | Path, split: str = "val",
     message and left out. None if no run has a curve."""
     panels, missing = curve_panels(runs, split)
     if missing and warn is not None:
-        warn(f"{len(missing)} run(s) have no {split} curve in metrics.jsonl, not plotted: {', '.join(missing)}")
+        warn(f"{len(missing)} run(s) have no {split} curve in {METRICS_FILE}, not plotted: {', '.join(missing)}")
     if not panels:
         return None
     fig, axes = _grid(len(panels))

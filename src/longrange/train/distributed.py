@@ -104,11 +104,6 @@ def process_group(device: torch.device | str | None = None) -> Iterator[DistEnv]
         cleanup(env)
 
 
-def env_world_size() -> int:
-    """The WORLD_SIZE of the launch (1 without torchrun), before the process group is joined."""
-    return _env_int("WORLD_SIZE", 1)
-
-
 def is_main_process() -> bool:
     """Rank 0 of the process group, or of the launch (``RANK``) once the group is gone."""
     if dist.is_available() and dist.is_initialized():
