@@ -50,6 +50,15 @@ class Objective(Protocol):
     def summarize(self, sums: Mapping[str, Tensor]) -> dict[str, float]: ...
 
 
+def check_objective(objective: object) -> None:
+    """A ConfigError naming what ``objective`` lacks of the :class:`Objective` interface."""
+    from longrange.errors import ConfigError
+
+    for attr in ("metric", "higher_is_better", "summarize"):
+        if not hasattr(objective, attr):
+            raise ConfigError(f"the objective {type(objective).__name__} has no '{attr}' (see objectives/base.py)")
+
+
 def add_sums(total: dict[str, Tensor] | None, new: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """Accumulate ``new`` into ``total`` (returns a new dict; ``total`` may be None)."""
     out = {} if total is None else dict(total)

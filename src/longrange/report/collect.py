@@ -23,7 +23,6 @@ never in the tables.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass, field

@@ -10,6 +10,7 @@ parts live in their own modules, each with a narrow interface:
     train/checkpoint.py  Checkpointer: last.pt (model, optimiser, schedule, RNG, every component's
                          state) and best.safetensors, written atomically
     train/sampler.py     BatchPlan: the micro-batches of each step, a pure function of the position
+    train/evaluation.py  Evaluator: when to validate, and a dataset's metrics over all ranks
     train/precision.py   Precision: autocast and the fp16 gradient scaler
     train/meter.py       MetricMeter: training metrics between log lines
     train/selection.py   BestSelector: the best evaluation, its weights, early stopping
@@ -37,7 +38,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from longrange.errors import CheckpointError, ConfigError, TrainingDivergedError
-from longrange.objectives.base import add_sums
+from longrange.objectives.base import check_objective
 from longrange.train import distributed as D
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
 from longrange.train.config import TrainConfig
@@ -47,17 +48,13 @@ from longrange.train.optim import build_optimizer, group_report
 from longrange.train.precision import Precision
 from longrange.train.progress import Progress
 from longrange.train.rundir import Intent, OpenRun, RunDir, RunPaths, check_out_dir, plain
-from longrange.train.sampler import BatchPlan, derived_seed, eval_shards
+from longrange.train.evaluation import Evaluator, move_to
+from longrange.train.sampler import BatchPlan, check_map_style, derived_seed
 from longrange.train.schedules import build_schedule
 from longrange.train.selection import BestSelector
 from longrange.train.state import STATE_FIELDS, TrainState
 
 __all__ = ["Trainer", "train", "RunPaths"]
-
-
-def move_to(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
-    """The batch with its tensors on ``device``."""
-    return {k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
 
 class Trainer:
@@ -99,8 +96,8 @@ class Trainer:
         self.objective, self.train_set, self.val_set, self.test_set = objective, train_set, val_set, test_set
         opened = isinstance(run_dir, OpenRun)
         run = run_dir.dir if opened else RunDir(check_out_dir(run_dir))
-        _check_objective(objective)
-        _check_datasets(train=train_set, val=val_set, test=test_set)
+        check_objective(objective)
+        check_map_style(train=train_set, val=val_set, test=test_set)
         self.env = D.init_distributed(device)
         self.device, self.is_main = self.env.device, self.env.is_main
         self.precision = Precision(cfg.precision, self.device)
@@ -109,6 +106,8 @@ class Trainer:
                                  rank=self.env.rank, world_size=self.env.world_size, num_workers=cfg.num_workers,
                                  pin_memory=self.device.type == "cuda")
         self.steps_per_epoch = self.batches.steps_per_epoch
+        self.evaluator = Evaluator(objective, self.precision, self.batches.loader, self.env,
+                                   cfg.eval_batch_size or self.micro_batch, cfg.eval_every)
         self.total_steps = cfg.max_steps if cfg.max_steps > 0 else cfg.epochs * self.steps_per_epoch
         seed = cfg.seed + self.env.rank  # dropout and masking differ per rank, else all ranks drop alike
         random.seed(seed)
@@ -209,10 +208,7 @@ class Trainer:
         done = st.step >= self.total_steps
         metrics = self._log_train() if st.step % cfg.log_every == 0 or done else None
         self.progress.trained(st.step, st.last_lr, metrics)
-        epoch_end = st.batches_done == self.steps_per_epoch
-        evaluate = self.val_set is not None and (
-            done or (cfg.eval_every == 0 and epoch_end) or (cfg.eval_every > 0 and st.step % cfg.eval_every == 0)
-        )
+        evaluate = self.val_set is not None and self.evaluator.due(st.step, st.batches_done == self.steps_per_epoch, done)
         improved = self._validate() if evaluate else False
         over = done or self.selector.stopped_early
         if evaluate or over or (cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0):
@@ -277,27 +273,9 @@ class Trainer:
             self.selector.keep(self.model)
         return improved
 
-    @torch.no_grad()
     def evaluate(self, dataset: Dataset, split: str = "val") -> dict[str, float]:
         """Metrics of ``dataset`` (all ranks' sums added), in eval mode without gradients."""
-        if self.env.distributed:  # every rank evaluates rank 0's buffers (e.g. norm statistics)
-            for buf in self.model.buffers():
-                torch.distributed.broadcast(buf, src=0)
-        was_training = self.model.training
-        self.model.eval()
-        shards = eval_shards(len(dataset), self.cfg.eval_batch_size or self.micro_batch, self.env.rank, self.env.world_size)
-        sums: dict[str, Tensor] | None = None
-        try:
-            for b in self.batches.loader(dataset, shards, generator_seed=0):
-                with self.precision.autocast():
-                    out = self.objective(self.model, move_to(b, self.device))
-                sums = add_sums(sums, out.sums)
-        finally:
-            self.model.train(was_training)
-        total = D.all_reduce_sums(sums, self.device)
-        if not total:
-            raise ValueError(f"the objective returned no sums on the {split} set ({len(dataset)} items)")
-        return {k: float(v) for k, v in self.objective.summarize(total).items()}
+        return self.evaluator(self.model, dataset, split)
 
     def _diverged(self, what: str) -> None:
         raise TrainingDivergedError(
@@ -368,21 +346,6 @@ class Trainer:
         self.selector.best_weights = self.checkpointer.load_best()
         if self.is_main:  # drop records written after the checkpoint: they will be written again
             truncate_metrics(self.run.dir.metrics, self.state.metrics_lines)
-
-
-def _check_objective(objective: Any) -> None:
-    for attr in ("metric", "higher_is_better", "summarize"):
-        if not hasattr(objective, attr):
-            raise ConfigError(f"the objective {type(objective).__name__} has no '{attr}' (see objectives/base.py)")
-
-
-def _check_datasets(**splits: Dataset | None) -> None:
-    for split, ds in splits.items():
-        if ds is not None and not hasattr(ds, "__len__"):
-            raise ConfigError(
-                f"the {split} set ({type(ds).__name__}) has no length: the trainer needs map-style datasets "
-                "(with __len__ and __getitem__) to derive a resumable batch order"
-            )
 
 
 # ---------------------------------------------------------------------- entry point

@@ -119,6 +119,16 @@ def make_loader(dataset: Dataset, batch_sampler: Any, collate: Callable[[Sequenc
     )
 
 
+def check_map_style(**splits: Dataset | None) -> None:
+    """A ConfigError for a dataset without a length: the batch order needs map-style datasets."""
+    for split, ds in splits.items():
+        if ds is not None and not hasattr(ds, "__len__"):
+            raise ConfigError(
+                f"the {split} set ({type(ds).__name__}) has no length: the trainer needs map-style datasets "
+                "(with __len__ and __getitem__) to derive a resumable batch order"
+            )
+
+
 class DataPosition(Protocol):
     """Where a run is in its data: ``epoch``, and the global batches ``batches_done`` in it."""
 
