@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from longrange.ops import scan as scan_mod
+from longrange.ops.scan import chunked as chunked_mod
+from longrange.ops.scan import dispatch as scan_mod
 from longrange.ops.scan import (
     default_impl,
     linear_scan,
@@ -136,7 +137,7 @@ def test_segsum_blocks_of_chunks_match_one_block(monkeypatch):
     inp = make_inputs(l=29, layout="grouped", seed=8)
     use = ("D", "z", "delta_bias")
     whole = run(selective_scan_chunked, inp, use, chunk_size=4, chunk_method="segsum")
-    monkeypatch.setattr(scan_mod, "_MAX_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(chunked_mod, "_MAX_BLOCK_ELEMENTS", 1)
     blocked = run(selective_scan_chunked, inp, use, chunk_size=4, chunk_method="segsum")
     torch.testing.assert_close(blocked, whole, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(blocked, run(selective_scan_ref, inp, use), rtol=1e-10, atol=1e-10)
