@@ -6,7 +6,8 @@
 
 For every op with several implementations (the selective scan, the causal convolution, S4's Cauchy
 kernel, FFT convolutions) and every available device, the table names the implementation that
-``impl="auto"`` runs there, as decided by the ops' own ``auto_impl`` functions.
+``impl="auto"`` runs there, as decided by the ops' own ``auto_impl`` functions. It ends by
+pointing to ``longrange check``, which verifies those implementations on the machine.
 """
 from __future__ import annotations
 
@@ -144,6 +145,7 @@ def format_info(table: dict[str, Any]) -> str:
     devs = list(table["dispatch"])
     ops = list(next(iter(table["dispatch"].values())))
     parts.append(_table(["op", *devs], [[op, *(table["dispatch"][d][op] for d in devs)] for op in ops]))
+    parts += ["", "longrange check: verify every implementation available here against its float64 reference (--quick)"]
     return "\n".join(parts)
 
 
