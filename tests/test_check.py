@@ -10,6 +10,8 @@ import torch
 
 from longrange import check
 from longrange.cli import COMMAND_MODULES, main
+from longrange.ops import check_cases
+from longrange.ops.checking import Case, compare, random_inputs
 from longrange.info import format_info, info_table
 from longrange.ops import scan
 from longrange.ops.scan import dispatch
@@ -32,7 +34,7 @@ def _rows(text: str) -> dict[tuple[str, str, str], str]:
 @pytest.fixture
 def scan_only(monkeypatch):
     """Only the selective scan's cases, to keep the failure tests short."""
-    monkeypatch.setattr(check, "FAMILIES", [check.scan_cases])
+    monkeypatch.setattr(check, "FAMILIES", [check_cases.scan_cases])
 
 
 def test_check_passes_on_the_cpu_and_prints_the_table(capsys):
@@ -106,9 +108,9 @@ def test_a_dispatcher_that_runs_another_implementation_is_a_failure(monkeypatch,
 
 def test_a_new_family_is_one_function(monkeypatch):
     def family(device, dtype):
-        inputs = check._inputs(0, x=(3, 4))
-        return [check.Case("double", "torch", device, dtype, "3x4",
-                           lambda: check.compare(lambda x: 2 * x, lambda x: x + x, inputs, dtype, device), 1e-6)]
+        inputs = random_inputs(0, x=(3, 4))
+        return [Case("double", "torch", device, dtype, "3x4", lambda: compare(lambda x: 2 * x, lambda x: x + x, inputs, dtype, device),
+                     1e-6)]
 
     monkeypatch.setattr(check, "FAMILIES", [family])
     rows = check.run_cases(check.cases(["cpu"], [torch.float32, torch.bfloat16]))
@@ -129,12 +131,12 @@ def test_the_interpreter_setting_does_not_leak(monkeypatch, scan_only):
 
 
 def test_compare_measures_the_error_of_outputs_and_gradients():
-    inputs = check._inputs(0, x=(5,))
-    assert check.compare(lambda x: x.sin(), lambda x: x.sin(), inputs, torch.float32, "cpu") < 1e-6
-    assert check.compare(lambda x: 1.1 * x, lambda x: x, inputs, torch.float32, "cpu") == pytest.approx(0.1, rel=1e-5)
+    inputs = random_inputs(0, x=(5,))
+    assert compare(lambda x: x.sin(), lambda x: x.sin(), inputs, torch.float32, "cpu") < 1e-6
+    assert compare(lambda x: 1.1 * x, lambda x: x, inputs, torch.float32, "cpu") == pytest.approx(0.1, rel=1e-5)
     # right values, wrong gradients
-    assert check.compare(lambda x: x + (x - x.detach()), lambda x: x, inputs, torch.float32, "cpu") == pytest.approx(1.0)
-    assert math.isinf(check.compare(lambda x: x * math.nan, lambda x: x, inputs, torch.float32, "cpu"))
+    assert compare(lambda x: x + (x - x.detach()), lambda x: x, inputs, torch.float32, "cpu") == pytest.approx(1.0)
+    assert math.isinf(compare(lambda x: x * math.nan, lambda x: x, inputs, torch.float32, "cpu"))
 
 
 def test_bad_arguments_are_refused(capsys):
