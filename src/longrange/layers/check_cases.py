@@ -19,16 +19,6 @@ from longrange.ops import scan
 from longrange.ops.checking import TOLERANCE, Case, compare, random_inputs
 
 
-def _step_through(layer: torch.nn.Module, x: Tensor) -> Tensor:
-    """The layer's outputs for x (batch, length, d) by its step mode from the default state."""
-    state = layer.default_state(x.shape[0], device=x.device, dtype=x.dtype)
-    ys = []
-    for t in range(x.shape[1]):
-        y, state = layer.step(x[:, t], state)
-        ys.append(y)
-    return torch.stack(ys, dim=1)
-
-
 def _conv_ssm_directions(bi: torch.nn.Module, make: Callable[[bool], torch.nn.Module], c_name: str):
     """The two causal directions of a bidirectional convolutional SSM (S4, S4D, DLR): the same
     parameters with the forward or the backward output vector (``c_name``), and no skip term
