@@ -20,7 +20,7 @@ import time
 import torch
 
 from longrange.ops.scan import selective_scan_chunked
-from longrange.ops.scan_numba import numba_available, selective_scan_numba
+from longrange.ops.scan.numba import numba_available, selective_scan_numba
 
 IMPLS = {"chunked": selective_scan_chunked, "numba": selective_scan_numba}
 

@@ -26,7 +26,7 @@ import torch
 from longrange import _optional
 from longrange.bench.measure import environment, summarize_times, time_calls
 from longrange.ops.scan import selective_scan_chunked
-from longrange.ops.scan_triton import DEFAULT_CONFIG, _selective_scan_triton, triton_available
+from longrange.ops.scan.triton import DEFAULT_CONFIG, _selective_scan_triton, triton_available
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SWEEP = [(bd, chunk, warps) for bd in (1, 2, 4, 8) for chunk in (16, 32, 64) for warps in (2, 4, 8)]

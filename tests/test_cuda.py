@@ -22,9 +22,10 @@ from longrange.models.backbone import make_block, make_primitive
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 from longrange.objectives.supervised import Classification
-from longrange.ops import conv, scan
+from longrange.ops import conv
+from longrange.ops.scan import dispatch as scan
 from longrange.ops.fftconv import fft_conv, fft_conv_ref
-from longrange.ops.scan_numba import numba_available
+from longrange.ops.scan.numba import numba_available
 from longrange.ops.ssm_kernels import (
     cauchy,
     cauchy_ref,

@@ -12,7 +12,7 @@ import torch
 
 from longrange import _optional
 from longrange.ops import conv as conv_mod
-from longrange.ops import scan as scan_mod
+from longrange.ops.scan import dispatch as scan_mod
 
 FAKE_NAMES = (
     "mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.selective_scan_interface", "selective_scan_cuda",

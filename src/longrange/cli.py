@@ -23,6 +23,7 @@ COMMAND_MODULES: list[str] = [
     "longrange.bench.cli",
     "longrange.report.cli",
     "longrange.info",
+    "longrange.check",
 ]
 
 

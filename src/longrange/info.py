@@ -6,7 +6,8 @@
 
 For every op with several implementations (the selective scan, the causal convolution, S4's Cauchy
 kernel, FFT convolutions) and every available device, the table names the implementation that
-``impl="auto"`` runs there, as decided by the ops' own ``auto_impl`` functions.
+``impl="auto"`` runs there, as decided by the ops' own ``auto_impl`` functions. It ends by
+pointing to ``longrange check``, which verifies those implementations on the machine.
 """
 from __future__ import annotations
 
@@ -95,21 +96,21 @@ def dispatch(device: str) -> dict[str, str]:
 def info_table() -> dict[str, Any]:
     """Everything ``longrange info`` prints: versions, optional packages, devices, dispatch."""
     from longrange import _optional
-    from longrange.ops.scan import _triton_scan
-    from longrange.ops.scan_numba import numba_available, unavailable_reason
+    import longrange.ops.scan.numba as numba_scan
+    import longrange.ops.scan.triton as triton_scan
 
     optional = _optional.status()
-    triton_fn, triton_error = _triton_scan()
+    triton_error = triton_scan.unavailable_reason()
     optional["scan_triton"] = {
-        "installed": _version("triton") is not None, "version": _version("triton"), "extension": "longrange.ops.scan_triton (triton)",
-        "extension_imports": triton_fn is not None, "usable": triton_fn is not None,
+        "installed": _version("triton") is not None, "version": _version("triton"), "extension": "longrange.ops.scan.triton (triton)",
+        "extension_imports": triton_error is None, "usable": triton_error is None,
         **({"reason": triton_error} if triton_error else {}),
     }
-    numba_ok = numba_available()
+    numba_ok = numba_scan.numba_available()
     optional["scan_numba"] = {
         "installed": _version("numba") is not None, "version": _version("numba"),
-        "extension": "longrange.ops.scan_numba (numba)", "extension_imports": numba_ok, "usable": numba_ok,
-        **({} if numba_ok else {"reason": unavailable_reason()}),
+        "extension": "longrange.ops.scan.numba (numba)", "extension_imports": numba_ok, "usable": numba_ok,
+        **({} if numba_ok else {"reason": numba_scan.unavailable_reason()}),
     }
     devs = devices()
     return {
@@ -144,6 +145,7 @@ def format_info(table: dict[str, Any]) -> str:
     devs = list(table["dispatch"])
     ops = list(next(iter(table["dispatch"].values())))
     parts.append(_table(["op", *devs], [[op, *(table["dispatch"][d][op] for d in devs)] for op in ops]))
+    parts += ["", "longrange check: verify every implementation available here against its float64 reference (--quick)"]
     return "\n".join(parts)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from longrange.ops.scan_numba import numba_available
+from longrange.ops.scan.numba import numba_available
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "cpu_scan.py"
 

@@ -9,7 +9,7 @@ import pytest
 from longrange.bench import models as bench_models
 from longrange.bench import scaling
 from longrange.errors import ConfigError
-from longrange.ops import scan as scan_mod
+from longrange.ops.scan import dispatch as scan_mod
 
 TINY = dict(batch_size=2, length=16, channels=3, warmup=0, batches=1, device="cpu")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from longrange.ops import scan as scan_mod
+from longrange.ops.scan import chunked as chunked_mod
+from longrange.ops.scan import dispatch as scan_mod
 from longrange.ops.scan import (
     default_impl,
     linear_scan,
@@ -136,7 +137,7 @@ def test_segsum_blocks_of_chunks_match_one_block(monkeypatch):
     inp = make_inputs(l=29, layout="grouped", seed=8)
     use = ("D", "z", "delta_bias")
     whole = run(selective_scan_chunked, inp, use, chunk_size=4, chunk_method="segsum")
-    monkeypatch.setattr(scan_mod, "_MAX_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(chunked_mod, "_MAX_BLOCK_ELEMENTS", 1)
     blocked = run(selective_scan_chunked, inp, use, chunk_size=4, chunk_method="segsum")
     torch.testing.assert_close(blocked, whole, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(blocked, run(selective_scan_ref, inp, use), rtol=1e-10, atol=1e-10)
@@ -349,3 +350,78 @@ def test_zero_length_returns_empty_output_and_initial_state():
         y, s = fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], return_last_state=True)
         assert y.shape == (2, 4, 0) and torch.equal(s, torch.zeros(2, 4, 3, **F64))
 
+
+
+# --------------------------------------------------------------------------------------------
+# Determinism: with PyTorch's deterministic algorithms on, no implementation whose backward is not
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def deterministic():
+    """torch.use_deterministic_algorithms(True) inside the test, restored afterwards."""
+    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+def test_every_impl_states_whether_its_backward_is_deterministic():
+    assert set(scan_mod.DETERMINISTIC_BACKWARD) == set(scan_mod.IMPLS) - {"auto"}
+    assert {i for i, ok in scan_mod.DETERMINISTIC_BACKWARD.items() if not ok} == {"triton", "cuda"}
+
+
+def test_auto_picks_only_deterministic_impls_in_deterministic_mode(deterministic):
+    for device in ("cpu", "cuda"):
+        for has_state in (False, True):
+            assert scan_mod.DETERMINISTIC_BACKWARD[scan_mod.auto_impl(device, has_state)]
+    assert scan_mod.auto_impl("cuda") == "chunked"
+    assert scan_mod.auto_impl("cuda", deterministic=False) in ("cuda", "triton", "chunked")
+    inp = make_inputs(l=6, layout="shared")
+    args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
+    torch.testing.assert_close(selective_scan(*args), selective_scan_ref(*args))
+
+
+def test_forcing_a_non_deterministic_impl_raises_naming_the_alternatives(deterministic, monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter counts as Triton
+    inp = make_inputs(l=6, layout="shared")
+    args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
+    for impl in ("triton", "cuda"):
+        with pytest.raises(RuntimeError, match=rf"impl='{impl}' has a non-deterministic backward.*'chunked'.*'ref'"):
+            selective_scan(*args, impl=impl)
+    for impl in ("chunked", "ref"):
+        selective_scan(*args, impl=impl)  # deterministic ones run
+
+
+def test_warn_only_mode_warns_and_runs(monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        inp = make_inputs(l=6, layout="shared")
+        args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
+        with pytest.warns(UserWarning, match="impl='triton' has a non-deterministic backward"):
+            y = selective_scan(*args, impl="triton")
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+    torch.testing.assert_close(y, selective_scan_ref(*args))
+
+
+@pytest.mark.parametrize("impl", ["chunked", "numba", "ref"])
+def test_deterministic_impls_repeat_their_gradients_bit_for_bit(impl):
+    if impl not in scan_mod.available_impls("cpu"):
+        pytest.skip(f"{impl} cannot run here")
+    inp = make_inputs(l=21, layout="grouped", seed=3)
+
+    def grads():
+        leaves = {k: v.float().requires_grad_() for k, v in inp.items()}
+        leaves["h0"] = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(4)).requires_grad_()
+        y, last = selective_scan(*(leaves[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")), True, True,
+                                 leaves["h0"], impl=impl)
+        (y.square().sum() + last.sum()).backward()
+        return [y, last] + [leaves[k].grad for k in sorted(leaves)]
+
+    for a, b in zip(grads(), grads()):
+        assert torch.equal(a, b)

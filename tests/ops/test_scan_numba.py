@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from longrange.ops import scan as scan_mod
-from longrange.ops import scan_numba
+from longrange.ops.scan import dispatch as scan_mod
+from longrange.ops.scan import numba as scan_numba
 from longrange.ops.scan import auto_impl, selective_scan, selective_scan_ref
-from longrange.ops.scan_numba import numba_available, selective_scan_numba
+from longrange.ops.scan.numba import numba_available, selective_scan_numba
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba does not import")
 
@@ -190,7 +190,7 @@ def test_stiff_and_tiny_decays(dtype):
 def test_fast_exp_matches_exp(dtype):
     from numba import njit
 
-    from longrange.ops._scan_numba_kernels import fast_exp
+    from longrange.ops.scan._numba_kernels import fast_exp
 
     @njit
     def apply(x, out):
@@ -279,7 +279,7 @@ def test_softplus_matches_torch_threshold():
 
 def test_warm_up_loads_both_dtypes():
     scan_numba.warm_up()
-    from longrange.ops import _scan_numba_kernels as kernels
+    from longrange.ops.scan import _numba_kernels as kernels
 
     dtypes = {str(sig[0].dtype) for sig in kernels.scan_forward.signatures}
     assert {"float32", "float64"} <= dtypes

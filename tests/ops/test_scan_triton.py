@@ -12,9 +12,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from longrange.ops import scan_triton  # noqa: E402
+from longrange.ops.scan import triton as scan_triton  # noqa: E402
 from longrange.ops.scan import selective_scan_ref  # noqa: E402
-from longrange.ops.scan_triton import _selective_scan_triton, selective_scan_triton, triton_available  # noqa: E402
+from longrange.ops.scan.triton import _selective_scan_triton, selective_scan_triton, triton_available  # noqa: E402
 
 F64 = dict(dtype=torch.float64)
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
@@ -203,7 +203,7 @@ def _compile_variants():
 def test_kernels_compile_for_a_cuda_gpu(variant, tmp_path, monkeypatch):
     """Compile both kernels to a CUDA binary (sm_90), which needs Triton's bundled CUDA toolchain but
     no GPU: the interpreter accepts code that the compiler may not."""
-    from longrange.ops import _scan_triton_kernels as K
+    from longrange.ops.scan import _triton_kernels as K
 
     triton = K.triton
     try:

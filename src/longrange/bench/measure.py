@@ -119,7 +119,7 @@ def scan_impl(impl: str, device: str | None) -> Iterator[str]:
     check_scan_impl(impl)
     resolved = auto_impl(resolve_device(device)) if impl == "auto" else impl
     if resolved == "numba":  # load the compiled kernels before any memory baseline
-        from longrange.ops.scan_numba import warm_up
+        from longrange.ops.scan.numba import warm_up
 
         warm_up()
     with default_impl(impl):

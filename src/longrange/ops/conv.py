@@ -14,6 +14,10 @@ Generation keeps a rolling window of recent inputs, ``conv_state`` of shape (b, 
 ``s >= w - 1`` (the last ``s`` inputs, oldest first; zeros before the start). ``s = w - 1`` is
 enough; Mamba's own step keeps ``s = w``. :func:`causal_conv1d_update` returns the output and the
 shifted state, so stepping through a sequence from a zero state reproduces :func:`causal_conv1d`.
+
+:func:`causal_conv1d` runs the implementation named by ``impl`` (:data:`IMPLS`; ``"auto"``: see
+:func:`auto_impl`; :func:`available_impls` lists those that can run on a device) and reports it
+to :mod:`longrange.ops.used` (op ``"causal_conv1d"``).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from longrange import _optional
+from longrange.ops import used
 
 ACTIVATIONS = (None, "silu", "swish")
 IMPLS = ("auto", "torch", "ref", "cuda")
@@ -85,6 +90,14 @@ def auto_impl(device: torch.device | str, width: int = 4, dtype: torch.dtype = t
     return "cuda" if _cuda_usable(torch.device(device), width, dtype) else "torch"
 
 
+def available_impls(device: torch.device | str) -> tuple[str, ...]:
+    """The implementations that can run on tensors of ``device`` here (``"auto"`` excluded):
+    ``"ref"`` and ``"torch"`` everywhere, ``"cuda"`` on CUDA when causal-conv1d's compiled
+    extension imports (widths 2 to 4, not float64)."""
+    device = torch.device(device)
+    return ("ref", "torch", "cuda") if _cuda_usable(device, CUDA_WIDTHS[-1], torch.float32) else ("ref", "torch")
+
+
 def causal_conv1d(
     x: Tensor,
     weight: Tensor,
@@ -110,12 +123,14 @@ def causal_conv1d(
                 f"causal_conv1d_cuda{f' ({reason})' if reason else ''}, CUDA tensors, a width in {CUDA_WIDTHS} "
                 "and float32/float16/bfloat16 inputs"
             )
-        return _optional.causal_conv1d_cuda_fn(x, weight, bias, activation=activation)
-    if impl == "ref":
-        return causal_conv1d_ref(x, weight, bias, activation)
-    w = weight.shape[1]
-    y = F.conv1d(F.pad(x, (w - 1, 0)), weight[:, None, :], bias, groups=x.shape[1])
-    return _activate(y, activation)
+        y = _optional.causal_conv1d_cuda_fn(x, weight, bias, activation=activation)
+    elif impl == "ref":
+        y = causal_conv1d_ref(x, weight, bias, activation)
+    else:
+        w = weight.shape[1]
+        y = _activate(F.conv1d(F.pad(x, (w - 1, 0)), weight[:, None, :], bias, groups=x.shape[1]), activation)
+    used.note("causal_conv1d", impl)
+    return y
 
 
 def causal_conv1d_update(

@@ -1,4 +1,4 @@
-"""The numba kernels of :mod:`longrange.ops.scan_numba` (imported on first use: importing numba
+"""The numba kernels of :mod:`longrange.ops.scan.numba` (imported on first use: importing numba
 costs about half a second, compiling the kernels a few seconds once, after which they are loaded
 from numba's on-disk cache).
 

@@ -1,4 +1,4 @@
-"""Triton kernels of the selective scan (imported by :mod:`longrange.ops.scan_triton` only when triton is).
+"""Triton kernels of the selective scan (imported by :mod:`longrange.ops.scan.triton` only when triton is).
 
 One program handles one batch element and a block of ``BLOCK_D`` channels, with the state
 (``BLOCK_D`` x ``BLOCK_N``) in registers, and walks along the length in chunks of ``CHUNK``

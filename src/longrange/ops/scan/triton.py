@@ -1,11 +1,11 @@
 """The selective scan as Triton kernels, for GPUs: :func:`selective_scan_triton`.
 
-Same call and semantics as :func:`longrange.ops.scan.selective_scan` (see that module for the
+Same call and semantics as :func:`longrange.ops.scan.selective_scan` (see the package for the
 shapes and the recurrence): every B/C layout ((d, n), (b, n, l), (b, g, n, l)), ``D``, the SiLU
 gate ``z``, ``delta_bias`` and softplus, ``initial_state`` and the last state; gradients with
 respect to every tensor input, ``initial_state`` included.
 
-How it runs (kernels in :mod:`longrange.ops._scan_triton_kernels`): one program per batch element
+How it runs (kernels in :mod:`longrange.ops.scan._triton_kernels`): one program per batch element
 and block of channels keeps the state (channels x n) in registers and walks along the length in
 chunks; the states inside a chunk are computed in registers by an associative scan. The forward
 stores the state at chunk starts only (b, d, length / chunk, n); the backward walks the chunks in
@@ -15,11 +15,15 @@ reverse scan, so the per-position states never reach memory, as in ``mamba_ssm``
 
 Precision: inputs of any float dtype (float32 and bfloat16 are the intended ones) are read into a
 float32 state with float32 accumulation, or float64 if any input is float64 (the rule of
-``scan.py``); the output has u's dtype, the last state the computation's dtype.
+:func:`~longrange.ops.scan.common.compute_dtype`); the output has u's dtype, the last state the computation's dtype.
 
 Devices: CUDA tensors run compiled kernels. CPU tensors run in Triton's interpreter when the
 environment variable ``TRITON_INTERPRET=1`` is set (slow; for tests). :func:`triton_available`
 says whether a device can run the kernels; :func:`selective_scan_triton` raises otherwise.
+
+Determinism: the forward is deterministic; the backward is not: the gradients of a time-varying B
+and C (the S6 case) are summed over blocks of channels with atomic additions, whose order varies
+from run to run on a GPU (see :data:`longrange.ops.scan.dispatch.DETERMINISTIC_BACKWARD`).
 """
 from __future__ import annotations
 
@@ -28,8 +32,10 @@ from types import ModuleType
 
 import torch
 from torch import Tensor
-
 from torch.autograd.function import once_differentiable
+
+from longrange.ops.scan.common import check_shapes, compute_dtype
+from longrange.ops.scan.reference import selective_scan_ref
 
 #: Kernel settings per mode: channels per program (``block_d``), positions per chunk (``chunk``:
 #: the states are stored every ``chunk`` positions) and ``num_warps``. The GPU values are
@@ -41,19 +47,28 @@ DEFAULT_CONFIG = {
 }
 
 _kernels_module: ModuleType | None | bool = False  # False: not tried yet
+_import_error: str | None = None
 
 
 def _kernel_module() -> ModuleType | None:
-    """The kernels module, or None if triton cannot be imported."""
-    global _kernels_module
+    """The kernels module, or None if triton cannot be imported (the reason kept)."""
+    global _kernels_module, _import_error
     if _kernels_module is False:
         try:
-            from longrange.ops import _scan_triton_kernels
-        except Exception:  # ImportError, or a broken install
+            import longrange.ops.scan._triton_kernels as _triton_kernels
+        except Exception as err:  # ImportError, or a broken install
             _kernels_module = None
+            _import_error = f"{type(err).__name__}: {err}"
         else:
-            _kernels_module = _scan_triton_kernels
+            _kernels_module = _triton_kernels
     return _kernels_module
+
+
+def unavailable_reason() -> str | None:
+    """Why the Triton kernels cannot be used anywhere (triton's import error), or None when triton imports."""
+    if _kernel_module() is None:
+        return _import_error or "triton does not import"
+    return None
 
 
 def _interpret_requested() -> bool:
@@ -124,9 +139,7 @@ class _TritonScan(torch.autograd.Function):
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, initial_state, softplus, cfg, store_states):
         b, d, L = u.shape
         n = A.shape[1]
-        from longrange.ops import scan as _scan
-
-        dtype = _scan._compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+        dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
         u, delta = u.contiguous(), delta.contiguous()
         z = None if z is None else z.contiguous()
         A = A.contiguous()
@@ -238,15 +251,12 @@ def _selective_scan_triton(
     num_warps: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """:func:`selective_scan_triton` with the kernel settings exposed (see :data:`DEFAULT_CONFIG`)."""
-    # Imported here, not at the top: scan.py may import this module at its own import.
-    from longrange.ops import scan as _scan
-
-    _scan._check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     tensors = dict(delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, initial_state=initial_state)
     _check_runnable(u, tensors)
     cfg = _config(u.device, block_d, chunk, num_warps)
     if u.numel() == 0 or A.shape[1] == 0:  # nothing to launch over
-        return _scan.selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state)
+        return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state)
     inputs = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
     out, last = _TritonScan.apply(*inputs, delta_softplus, cfg, needs_grad)

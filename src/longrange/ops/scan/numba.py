@@ -1,7 +1,7 @@
 """The selective scan fused into one compiled loop per direction, for CPUs (numba).
 
 :func:`selective_scan_numba` has the signature and semantics of
-:func:`longrange.ops.scan.selective_scan` (see that module for the shapes and equations), minus
+:func:`longrange.ops.scan.selective_scan` (see the package for the shapes and equations), minus
 ``impl`` and the chunking arguments. Each (batch element, channel) is one task of a parallel loop
 (``numba.prange``, ``torch.get_num_threads()`` threads): it walks along the length once, keeping
 the state (n values) in local variables, and writes only the output and the last state. The
@@ -18,6 +18,10 @@ The kernels are compiled on first use (seconds per dtype) and cached on disk by 
 processes load them; numba's threading layer is its default (``NUMBA_THREADING_LAYER`` chooses
 another). Without numba (:func:`numba_available` is False) ``impl="auto"`` runs the
 chunked scan instead, and calling this function raises an error saying so.
+
+Deterministic: every (task, element) of the backward's partial sums is written by one task and
+the partial sums are added in a fixed order, so two runs give the same bits at the same number of
+threads (the grouping of channels into tasks follows the thread count).
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ from types import ModuleType
 
 import torch
 from torch import Tensor
+
+from longrange.ops.scan.common import check_shapes, compute_dtype, prepare_delta
 
 _kernels: ModuleType | None = None
 _import_error: str | None = None
@@ -36,11 +42,11 @@ def _load() -> ModuleType | None:
     global _kernels, _import_error
     if _kernels is None and _import_error is None:
         try:
-            from longrange.ops import _scan_numba_kernels
+            import longrange.ops.scan._numba_kernels as _numba_kernels
         except Exception as err:  # ImportError, or a numba/numpy version mismatch
             _import_error = f"{type(err).__name__}: {err}"
         else:
-            _kernels = _scan_numba_kernels
+            _kernels = _numba_kernels
     return _kernels
 
 
@@ -190,22 +196,20 @@ def selective_scan_numba(
     initial_state: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The selective scan in one compiled pass per direction on CPU tensors (see the module docstring)."""
-    from longrange.ops.scan import _check_shapes, _compute_dtype, _prepare_delta
-
-    _check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     if _load() is None:
         raise RuntimeError(f"selective_scan: impl='numba' needs the numba package, which does not import ({_import_error})")
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     devices = {t.device.type for t in tensors if t is not None}
     if devices != {"cpu"}:
         raise RuntimeError(f"selective_scan: impl='numba' runs on CPU tensors only, got tensors on {sorted(devices)}")
-    dtype = _compute_dtype(*tensors)
+    dtype = compute_dtype(*tensors)
     d = u.shape[1]
 
     def prep(t: Tensor | None) -> Tensor | None:
         return None if t is None else t.to(dtype).contiguous()
 
-    dt = _prepare_delta(delta, delta_bias, delta_softplus, dtype)
+    dt = prepare_delta(delta, delta_bias, delta_softplus, dtype)
     out, last = _NumbaScan.apply(
         prep(u), prep(dt), prep(A), _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d),
         prep(D), prep(z), prep(initial_state),

@@ -1,0 +1,243 @@
+"""The ops' cases for ``longrange check`` (:mod:`longrange.check`): one function per op family,
+``(device, dtype) -> [Case]``, listed in :data:`OP_FAMILIES`.
+
+A family with several implementations asks the op for those that can run here
+(:func:`longrange.ops.scan.available_impls`, :func:`longrange.ops.conv.available_impls`), so a new
+implementation is checked as soon as its op lists it. The shapes are small, with odd lengths and
+an initial state where the op takes one. The Triton scan is also checked on the CPU, in Triton's
+interpreter (``TRITON_INTERPRET=1`` set only while its cases run); the S4 kernels (complex) in
+float32 only.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+import longrange.ops.scan.triton as triton_scan
+from longrange.ops import conv, scan
+from longrange.ops import ssm_kernels as K
+from longrange.ops.attention import admissible_ref, attention_ref, blocked_attention, masked_attention
+from longrange.ops.checking import REPORT, TOLERANCE, Case, compare, preferred, random_inputs
+from longrange.ops.fftconv import fft_conv, fft_conv_ref
+from longrange.ops.sliding_window import sliding_window_attention, sliding_window_attention_ref
+
+
+def _scan_avoid(device: str, interpreted: bool) -> Callable[[list[str]], str]:
+    """How to avoid a failing scan implementation: name the best one that passed on the device."""
+    order = ("numba", "chunked", "ref") if device == "cpu" else ("cuda", "triton", "chunked", "ref")
+
+    def avoid(passed: list[str]) -> str:
+        if interpreted:
+            return ("impl='auto' never runs Triton's interpreter; only impl='triton' with TRITON_INTERPRET=1 on CPU "
+                    "tensors does, so nothing needs avoiding on the CPU, but check the Triton install before using a GPU")
+        alt = preferred(passed, order)
+        if alt is None:
+            return REPORT
+        return (
+            f"avoid it with impl='{alt}': selective_scan(..., impl='{alt}'), "
+            f"longrange.ops.scan.set_default_impl('{alt}'), or for S6 layers model.primitive_options.scan_impl={alt}"
+        )
+
+    return avoid
+
+
+def _scan_inputs(b: int, d: int, n: int, l: int, layout: str, seed: int) -> dict[str, Tensor]:
+    bc = {"time-invariant": (d, n), "shared": (b, n, l), "grouped": (b, 2, n, l)}[layout]
+    t = random_inputs(seed, u=(b, d, l), delta=(b, d, l), A=(d, n), B=bc, C=bc, D=(d,), z=(b, d, l), delta_bias=(d,),
+                      initial_state=(b, d, n))
+    t["A"] = -(t["A"].abs() + 0.2)
+    t["delta"] = 0.5 * t["delta"]
+    return t
+
+
+#: The scan's cases: (b, d, n, l, B/C layout, with an initial state, with the z gate).
+SCAN_SHAPES = [
+    (2, 4, 3, 7, "shared", True, True),
+    (1, 8, 4, 37, "grouped", False, False),
+    (2, 4, 5, 1, "time-invariant", True, True),
+    (1, 6, 16, 21, "shared", True, False),  # S6's state size; channels not a multiple of Triton's blocks
+]
+
+
+def scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """The selective scan: every implementation that runs here, and Triton in its interpreter on
+    the CPU when triton imports."""
+    impls: list[tuple[str, str, dict[str, str | None]]] = [
+        (impl, "", {"TRITON_INTERPRET": None} if impl == "triton" else {})
+        for impl in scan.available_impls(device) if impl != "ref"
+    ]
+    if device == "cpu" and "triton" not in scan.available_impls(device) and triton_scan.unavailable_reason() is None:
+        impls.append(("triton", "interpreter", {"TRITON_INTERPRET": "1"}))
+    cases = []
+    for impl, note, env in impls:
+        for b, d, n, l, layout, with_state, with_z in SCAN_SHAPES:
+            if with_state and impl == "cuda":
+                continue  # mamba-ssm's kernel takes no initial state
+            inputs = _scan_inputs(b, d, n, l, layout, seed=l)
+            if not with_state:
+                del inputs["initial_state"]
+            if not with_z:
+                del inputs["z"]
+
+            # As in an S6 layer under autocast: the parameters (and a time-invariant B, C) stay float32.
+            weights = ("A", "D", "delta_bias", "initial_state") + (("B", "C") if layout == "time-invariant" else ())
+
+            def run(inputs=inputs, impl=impl, weights=weights) -> float:
+                def fn(**kw):
+                    y, last = scan.selective_scan(**kw, delta_softplus=True, return_last_state=True, impl=impl)
+                    return (y,) if impl == "cuda" else (y, last)  # mamba-ssm takes no gradient of the last state
+
+                def ref(**kw):
+                    y, last = scan.selective_scan_ref(**kw, delta_softplus=True, return_last_state=True)
+                    return (y,) if impl == "cuda" else (y, last)
+
+                return compare(fn, ref, inputs, dtype, device, keep_float32=weights)
+
+            shape = f"b={b} d={d} n={n} l={l}, B and C {layout}" + (", initial state" if with_state else "")
+            cases.append(Case("selective_scan", impl, device, dtype, shape, run, TOLERANCE[dtype],
+                              _scan_avoid(device, bool(note)), note, env, record=("selective_scan", impl)))
+    return cases
+
+
+def _conv_avoid(passed: list[str]) -> str:
+    if "torch" not in passed:
+        return REPORT
+    return (
+        "avoid it with causal_conv1d(..., impl='torch'); the Mamba block runs impl='auto', which takes causal-conv1d's "
+        "kernel whenever its compiled extension imports: uninstall causal-conv1d (pip uninstall causal-conv1d) there"
+    )
+
+
+#: The causal convolution's cases: (b, d, l, width, with bias and SiLU).
+CONV_SHAPES = [(2, 3, 9, 4, True), (1, 5, 6, 3, False)]
+
+
+def conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """The causal depthwise convolution (every implementation that runs here) and its step."""
+    cases = []
+    for b, d, l, w, full in CONV_SHAPES:
+        inputs = random_inputs(l, x=(b, d, l), weight=(d, w), bias=(d,))
+        if not full:
+            del inputs["bias"]
+        activation = "silu" if full else None
+        shape = f"b={b} d={d} l={l} width={w}" + (", bias, SiLU" if full else "")
+        for impl in conv.available_impls(device):
+            if impl == "ref":
+                continue
+
+            def run(inputs=inputs, impl=impl, activation=activation) -> float:
+                return compare(lambda **kw: conv.causal_conv1d(**kw, activation=activation, impl=impl),
+                               lambda **kw: conv.causal_conv1d_ref(**kw, activation=activation), inputs, dtype, device)
+
+            cases.append(Case("causal_conv1d", impl, device, dtype, shape, run, TOLERANCE[dtype], _conv_avoid,
+                              record=("causal_conv1d", impl)))
+
+        def step(inputs=inputs, activation=activation, w=w) -> float:
+            def fn(x, weight, bias=None):
+                state = x.new_zeros(x.shape[0], x.shape[1], w - 1)
+                ys = []
+                for t in range(x.shape[-1]):
+                    y, state = conv.causal_conv1d_update(x[..., t], state, weight, bias, activation)
+                    ys.append(y)
+                return torch.stack(ys, dim=-1)
+
+            return compare(fn, lambda **kw: conv.causal_conv1d_ref(**kw, activation=activation), inputs, dtype, device)
+
+        cases.append(Case("causal_conv1d_update (steps)", "torch", device, dtype, shape, step, TOLERANCE[dtype]))
+    return cases
+
+
+def fft_conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """Long convolutions by FFT, causal and two-sided, with a skip term."""
+    cases = []
+    for two_sided, (b, h, l, lk) in ((False, (2, 3, 9, 5)), (True, (1, 4, 11, 11))):
+        inputs = random_inputs(l, u=(b, h, l), k=(2, h, lk) if two_sided else (h, lk), D=(h,))
+        shape = f"b={b} h={h} l={l} kernel={lk}, {'two-sided' if two_sided else 'causal'}"
+        cases.append(Case("fft_conv", "torch.fft", device, dtype, shape,
+                          lambda inputs=inputs: compare(fft_conv, fft_conv_ref, inputs, dtype, device), TOLERANCE[dtype]))
+    return cases
+
+
+def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """Full, blocked and sliding-window attention (through PyTorch's fused kernels) against the
+    written-out softmax, with padding at the end of one sequence."""
+    n, heads, l, hd = 2, 2, 11, 4
+    inputs = random_inputs(l, q=(n, heads, l, hd), k=(n, heads, l, hd), v=(n, heads, l, hd))
+    inputs["key_mask"] = torch.arange(l)[None, :] < torch.tensor([[l], [l - 3]])
+
+    def dense(causal: bool, block: int | None):
+        return lambda q, k, v, key_mask: attention_ref(q, k, v, admissible_ref(l, key_mask, causal, block))
+
+    cases = []
+    for causal in (True, False):
+        kind = "causal" if causal else "bidirectional"
+        variants = [
+            ("masked_attention", lambda causal=causal, **kw: masked_attention(**kw, causal=causal), dense(causal, None), ""),
+            ("blocked_attention", lambda causal=causal, **kw: blocked_attention(**kw, causal=causal, block_size=4),
+             dense(causal, 4), ", blocks of 4"),
+            ("sliding_window_attention", lambda causal=causal, **kw: sliding_window_attention(**kw, causal=causal, window=3),
+             lambda causal=causal, **kw: sliding_window_attention_ref(**kw, causal=causal, window=3), ", windows of 3"),
+        ]
+        for op, fn, ref, extra in variants:
+            shape = f"n={n} heads={heads} l={l} head_dim={hd}, {kind}, padded{extra}"
+            cases.append(Case(op, "sdpa", device, dtype, shape,
+                              lambda fn=fn, ref=ref: compare(fn, ref, inputs, dtype, device), TOLERANCE[dtype]))
+    return cases
+
+
+def ssm_kernel_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """The kernels of S4 and S4D through their public functions: the Cauchy kernel, the
+    Vandermonde product and the diagonal and DPLR SSM kernels. Complex, so float32 only."""
+    if dtype != torch.float32:
+        return []
+    cauchy_impl = K.cauchy_impl(device) if hasattr(K, "cauchy_impl") else "auto"
+
+    def keops_avoid(passed: list[str]) -> str:
+        if cauchy_impl != "pykeops":
+            return REPORT
+        return "S4 runs pykeops' Cauchy kernel on CUDA whenever pykeops imports: uninstall it (pip uninstall pykeops) to run the PyTorch one"
+
+    def cplx(seed: int, *shape: int) -> Tensor:
+        t = random_inputs(seed, re=shape, im=shape)
+        return torch.complex(t["re"], t["im"])
+
+    H, N, L = 3, 4, 9
+    Lambda = torch.complex(-0.5 - torch.rand(H, N, generator=torch.Generator().manual_seed(3), dtype=torch.float64),
+                           torch.arange(N, dtype=torch.float64).expand(H, N) * math.pi)
+    dt = torch.full((H,), 0.1, dtype=torch.float64) * torch.arange(1, H + 1)
+    z = torch.complex(torch.zeros(7, dtype=torch.float64), torch.linspace(-3, 3, 7, dtype=torch.float64))
+    cases = [
+        Case("cauchy", cauchy_impl, device, dtype, f"N={N}, K=7, 3 rows",
+             lambda: compare(K.cauchy, K.cauchy_ref, {"v": cplx(1, 3, N), "z": z.expand(3, 7), "w": Lambda}, dtype, device),
+             TOLERANCE[dtype], keops_avoid),
+        Case("vandermonde_kernel", "torch", device, dtype, f"H={H} M={N} L={L}",
+             lambda: compare(lambda **kw: K.vandermonde_kernel(**kw, L=L), lambda **kw: K.vandermonde_kernel_ref(**kw, L=L),
+                             {"log_dA": Lambda * 0.1, "W": cplx(2, H, N)}, dtype, device),
+             TOLERANCE[dtype]),
+    ]
+    for method in ("zoh", "bilinear"):
+        inputs = {"dt": dt, "A": Lambda, "B": cplx(4, H, N), "C": cplx(5, 2, H, N)}
+        cases.append(Case("diag_ssm_kernel", "torch", device, dtype, f"H={H} M={N} L={L}, {method}",
+                          lambda inputs=inputs, method=method: compare(
+                              lambda **kw: K.diag_ssm_kernel(**kw, L=L, method=method),
+                              lambda **kw: K.diag_ssm_kernel_ref(**kw, L=L, method=method), inputs, dtype, device),
+                          TOLERANCE[dtype]))
+    for conj_pairs in (True, False):
+        inputs = {"dt": dt, "Lambda": Lambda, "P": 0.3 * cplx(6, 2, H, N), "Q": 0.3 * cplx(7, 2, H, N), "B": cplx(8, H, N),
+                  "C": cplx(9, 2, H, N)}
+        cases.append(Case("dplr_ssm_kernel", cauchy_impl, device, dtype,
+                          f"H={H} N={N} rank 2 L={L}" + (", conjugate pairs" if conj_pairs else ""),
+                          lambda inputs=inputs, conj_pairs=conj_pairs: compare(
+                              lambda **kw: K.dplr_ssm_kernel(**kw, L=L, conj_pairs=conj_pairs),
+                              lambda **kw: K.dplr_ssm_kernel_ref(**kw, L=L, conj_pairs=conj_pairs), inputs, dtype, device),
+                          10 * TOLERANCE[dtype], keops_avoid))  # dense solves and matrix powers inside
+    return cases
+
+
+#: The op families, each ``(device, dtype) -> cases``.
+OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
+    scan_cases, conv_cases, fft_conv_cases, attention_cases, ssm_kernel_cases,
+]
