@@ -175,6 +175,21 @@ class ModelConfig:
         if self.pos_embedding == "learned" and self.max_len < 1:
             raise ConfigError("model.pos_embedding = 'learned' needs model.max_len (the longest input)")
 
+    def describe(self) -> str:
+        """One line naming the model by the fields that build it: a Hugging Face LM by its id and
+        weights (``hf: EleutherAI/pythia-70m-deduped, pretrained`` or ``random init``); any other model
+        by block, primitive, direction and sizes (the state size only for primitives that have one,
+        the heads for attention)."""
+        if self.block == "hf":
+            weights = "pretrained" if self.hf.get("pretrained", False) else "random init"
+            return f"hf: {self.hf.get('model')}, {weights}"
+        size = f"L={self.n_layers} d={self.d_model}"
+        if self.primitive == "attention":
+            size += f" heads={self.n_heads}"
+        elif PRIMITIVES.accepts(self.primitive, "d_state", 1):
+            size += f" N={self.d_state}"
+        return f"{self.block}-{self.primitive} {self.direction} {size}"
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["rope_targets"] = list(self.rope_targets)
