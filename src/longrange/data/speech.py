@@ -124,32 +124,22 @@ def read_split_list(path: Path, root: Path) -> dict[str, int]:
     return entries
 
 
-def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: bool | None = None) -> dict:
-    """Decode every word file under ``root``.
-
-    Returns ``{"waves": int16 tensor (N, 16000), "labels": int64 (N,), "split": int64 (N,)
-    (0 train, 1 val, 2 test), "skipped": {file: 1}}``.
-    """
-    from tqdm import tqdm
-
-    root = Path(root)
-    missing = [w for w in WORDS if not (root / w).is_dir()]
+def word_files(root: Path, words: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """(word, path) of every WAV in the word directories, in word order then file-name order;
+    DataMissingError naming the missing directories."""
+    missing = [w for w in words if not (root / w).is_dir()]
     if missing:
         raise DataMissingError(f"missing word directories under {root}: {', '.join(missing)}; {OBTAIN}")
-    val = read_split_list(root / "validation_list.txt", root)
-    test = read_split_list(root / "testing_list.txt", root)
-    both = sorted(set(val) & set(test))
-    if both:
-        raise DataFormatError(f"{both[0]} is listed for validation (line {val[both[0]]}) and for testing",
-                              root / "testing_list.txt", test[both[0]])
-    files = [(w, p) for w in WORDS for p in sorted((root / w).glob("*.wav"))]
-    waves = np.zeros((len(files), LENGTH), dtype=np.int16)
-    labels = np.zeros(len(files), dtype=np.int64)
-    split = np.zeros(len(files), dtype=np.int64)
-    skipped: dict[str, int] = {}
-    n = 0
+    return [(w, p) for w in words for p in sorted((root / w).glob("*.wav"))]
+
+
+def decode_files(files, skip_bad: bool, skipped: dict[str, int], progress: bool | None, desc: str):
+    """Yield (word, path, int16 samples) per file; with ``skip_bad`` an unreadable file is counted in
+    ``skipped`` and left out, otherwise its DataFormatError propagates."""
+    from tqdm import tqdm
+
     show = sys.stderr.isatty() if progress is None else progress
-    for word, path in tqdm(files, desc="decoding speech_commands", unit="wav", disable=not show):
+    for word, path in tqdm(files, desc=desc, unit="wav", disable=not show):
         try:
             samples = read_wav(path)
         except DataFormatError:
@@ -157,6 +147,29 @@ def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: boo
                 skipped[str(path)] = 1
                 continue
             raise
+        yield word, path, samples
+
+
+def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: bool | None = None) -> dict:
+    """Decode every word file under ``root``.
+
+    Returns ``{"waves": int16 tensor (N, 16000), "labels": int64 (N,), "split": int64 (N,)
+    (0 train, 1 val, 2 test), "skipped": {file: 1}}``.
+    """
+    root = Path(root)
+    files = word_files(root, WORDS)
+    val = read_split_list(root / "validation_list.txt", root)
+    test = read_split_list(root / "testing_list.txt", root)
+    both = sorted(set(val) & set(test))
+    if both:
+        raise DataFormatError(f"{both[0]} is listed for validation (line {val[both[0]]}) and for testing",
+                              root / "testing_list.txt", test[both[0]])
+    waves = np.zeros((len(files), LENGTH), dtype=np.int16)
+    labels = np.zeros(len(files), dtype=np.int64)
+    split = np.zeros(len(files), dtype=np.int64)
+    skipped: dict[str, int] = {}
+    n = 0
+    for word, path, samples in decode_files(files, skip_bad, skipped, progress, "decoding speech_commands"):
         rel = f"{word}/{path.name}"
         waves[n] = fit_length(samples)
         labels[n] = WORDS.index(word)
@@ -173,25 +186,11 @@ def read_sc10(root: str | Path, skip_bad: bool = False, progress: bool | None = 
     {word: clips dropped for being shorter}, "skipped": {file: 1}}``, clips in word order, then
     file-name order.
     """
-    from tqdm import tqdm
-
-    root = Path(root)
-    missing = [w for w in SC10_WORDS if not (root / w).is_dir()]
-    if missing:
-        raise DataMissingError(f"missing word directories under {root}: {', '.join(missing)}; {OBTAIN}")
-    files = [(w, p) for w in SC10_WORDS for p in sorted((root / w).glob("*.wav"))]
+    files = word_files(Path(root), SC10_WORDS)
     waves, labels = [], []
     short: dict[str, int] = {w: 0 for w in SC10_WORDS}
     skipped: dict[str, int] = {}
-    show = sys.stderr.isatty() if progress is None else progress
-    for word, path in tqdm(files, desc="decoding speech_commands (SC10)", unit="wav", disable=not show):
-        try:
-            samples = read_wav(path)
-        except DataFormatError:
-            if skip_bad:
-                skipped[str(path)] = 1
-                continue
-            raise
+    for word, _, samples in decode_files(files, skip_bad, skipped, progress, "decoding speech_commands (SC10)"):
         if samples.shape[0] != LENGTH:
             short[word] += 1
             continue
