@@ -310,3 +310,19 @@ def test_output_glu_false_is_the_v1_output_layer():
     x = torch.randn(2, 5, d)
     expected = block.norm(x + block.output_linear(torch.nn.functional.gelu(block.mixer(x))), None)
     torch.testing.assert_close(block(x), expected)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"n_ssm": 3}, r"n_ssm must be None \(one per channel\) or a positive divisor of d_model = 8, got 3"),
+        ({"n_ssm_A": 16}, r"n_ssm_A must be None .* divisor of d_model = 8, got 16"),
+        ({"dt_transform": "sigmoid"}, r"dt_transform must be one of \('exp', 'softplus'\), got 'sigmoid'"),
+    ],
+)
+def test_s4_option_errors_from_the_config_name_the_option(options, match):
+    with pytest.raises(ConfigError, match=match):
+        numeric_model(small(block="simple", primitive="s4", primitive_options=options))
+    if "dt_transform" in options:  # S4D takes it too
+        with pytest.raises(ConfigError, match=match):
+            numeric_model(small(block="simple", primitive="s4d", primitive_options=options))
