@@ -24,7 +24,8 @@ File format (see the header of _fidelity.yaml)::
            or, for what no config field expresses, {name: text, published: text, ours: text, at, why}
 
 Dotted paths: ``model.X`` (the finetuning/scratch model; ``norm`` and ``prenorm`` resolved to the
-block's defaults where unset, ``primitive_options.X`` to the primitive's), ``pretrain_model.X`` (the pretraining model), ``train.X`` / ``pretrain.X`` / ``finetune.X`` (the stages' TrainConfig), ``task.name``,
+block's defaults where unset, ``primitive_options.X`` to the primitive's), ``pretrain_model.X``
+(the pretraining model), ``train.X`` / ``pretrain.X`` / ``finetune.X`` (the stages' TrainConfig), ``task.name``,
 ``task.options.X`` and ``pretrain_task.options.X`` (with the task's defaults), ``objective.X``
 (``objective.mask_ratio`` falls back to the task's default), ``compare.X``; deeper keys index into
 dicts (``model.primitive_options.l_max``).
@@ -256,7 +257,8 @@ def stale_limitations(data: dict[str, Any], descriptions: dict[str, str]) -> lis
     """Reasons and descriptions that name a limitation the config now expresses (see EXPRESSIBLE)."""
     found = []
     texts = [(f"shared {k}: {entry_key(e)}", e.get("why", "")) for k, v in data["shared"].items() for e in v]
-    texts += [(f"preset {k}: {entry_key(e)}", e.get("why", "")) for k, v in data["presets"].items() for e in v.get("fields") or []]
+    texts += [(f"preset {k}: {entry_key(e)}", e.get("why", ""))
+              for k, v in data["presets"].items() for e in v.get("fields") or []]
     texts += [(f"description of {k}", text) for k, text in descriptions.items()]
     for where, text in texts:
         low = text.lower()

@@ -47,7 +47,8 @@ class S4D(ConvolutionalSSM):
     """Diagonal SSM layer (Gu et al., "On the Parameterization and Initialization of Diagonal SSMs").
 
     Per channel h and stored mode m: A = re(raw) + i·A_imag (see ``real_transform``), B, C
-    complex, Δ = exp(log_dt) (or softplus(inv_dt), see ``dt_transform``); kernel ``K[l] = 2 Re Σ_m C B̄ Ā^l`` with ``discretization`` ZOH or
+    complex, Δ = exp(log_dt) (or softplus(inv_dt), see ``dt_transform``); kernel
+    ``K[l] = 2 Re Σ_m C B̄ Ā^l`` with ``discretization`` ZOH or
     bilinear, output ``y = K * u + D u``.
 
     Args:

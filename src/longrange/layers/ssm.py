@@ -92,7 +92,9 @@ def check_copies(name: str, value: object, d_model: int) -> int:
     if value is None:
         return d_model
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 or d_model % value:
-        raise ConfigError(f"{name} must be None (one per channel) or a positive divisor of d_model = {d_model}, got {value!r}")
+        raise ConfigError(
+            f"{name} must be None (one per channel) or a positive divisor of d_model = {d_model}, got {value!r}"
+        )
     return value
 
 

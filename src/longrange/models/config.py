@@ -171,7 +171,9 @@ class ModelConfig:
         if not isinstance(self.output_glu, bool):
             raise ConfigError(f"model.output_glu must be true or false, got {self.output_glu!r}")
         if not self.output_glu and self.block != "simple":
-            raise ConfigError(f"model.output_glu applies to the simple block (the S4 layer's output), not to block {self.block!r}")
+            raise ConfigError(
+                f"model.output_glu applies to the simple block (the S4 layer's output), not to block {self.block!r}"
+            )
         if self.pos_embedding == "learned" and self.max_len < 1:
             raise ConfigError("model.pos_embedding = 'learned' needs model.max_len (the longest input)")
 

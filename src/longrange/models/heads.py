@@ -70,7 +70,9 @@ def mlp(d_in: int, n_out: int, layers: int = 1, hidden: int | None = None, activ
     if layers == 2:
         return nn.Sequential(nn.Linear(d_in, hidden), HEAD_ACTIVATIONS[activation](), nn.Linear(hidden, n_out))
     if hidden < 2:
-        raise ConfigError(f"model.head_hidden must be >= 2 for head_layers 3 (its second layer has hidden // 2), got {hidden}")
+        raise ConfigError(
+            f"model.head_hidden must be >= 2 for head_layers 3 (its second layer has hidden // 2), got {hidden}"
+        )
     half = hidden // 2
     return nn.Sequential(nn.Linear(d_in, hidden), HEAD_ACTIVATIONS[activation](), nn.Linear(hidden, half),
                          HEAD_ACTIVATIONS[activation](), nn.Linear(half, n_out))
