@@ -11,6 +11,7 @@ import torch
 import longrange.data  # noqa: F401  (registers the tasks)
 from longrange.data import get_spec, load_task
 from longrange.data.speech import (
+    SC10_WORDS,
     WORDS,
     dct_matrix,
     fit_length,
@@ -46,6 +47,72 @@ def make_speech(tmp_path, length=16000, seed=0):
     (root / "validation_list.txt").write_text("\n".join(val) + "\n")
     (root / "testing_list.txt").write_text("\n".join(test) + "\n")
     return root
+
+
+def make_sc10(tmp_path, per_word=12, seed=0):
+    """The real layout with every word: ``per_word`` clips for each SC10 word, of which the words at
+    even positions of SC10_WORDS have 2 short clips (< 16000 samples); 3 clips for each other word."""
+    root = tmp_path / "speech_commands"
+    rng = np.random.default_rng(seed)
+    for word in WORDS:
+        n = per_word if word in SC10_WORDS else 3
+        short = 2 if word in SC10_WORDS and SC10_WORDS.index(word) % 2 == 0 else 0
+        for j in range(n):
+            write_wav(root / word / f"spk{j:02d}_nohash_0.wav", rng.integers(-3000, 3000, size=16000 - 700 * (j < short)))
+    (root / "validation_list.txt").write_text("")
+    (root / "testing_list.txt").write_text("")
+    return root
+
+
+def test_sc10_label_set_and_counts(tmp_path):
+    """SC10 as the S4 code builds it: its 10 words in its class order, the other 25 words dropped,
+    clips shorter than 1 s dropped, and a 70/15/15 random split stratified by class."""
+    make_sc10(tmp_path)
+    assert SC10_WORDS == ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+    spec = get_spec("speech-commands", classes=10)
+    assert spec.n_classes == 10 and spec.seq_len == 16000
+    data = load_task("speech-commands", tmp_path, classes=10)
+    kept = {w: 12 - (2 if i % 2 == 0 else 0) for i, w in enumerate(SC10_WORDS)}  # 10 or 12 clips per word
+    assert data.info["short_dropped"] == {w: 12 - k for w, k in kept.items()}
+    splits = {name: [int(d[i]["target"]) for i in range(len(d))] for name, d in
+              (("train", data.train), ("val", data.val), ("test", data.test))}
+    assert sorted(set(splits["train"])) == list(range(10))
+    for c, word in enumerate(SC10_WORDS):
+        n = kept[word]
+        n_train = 7 * n // 10
+        n_val = (n - n_train) // 2
+        counts = [splits[s].count(c) for s in ("train", "val", "test")]
+        assert counts == [n_train, n_val, n - n_train - n_val], word  # 10 clips: 7/1/2; 12: 8/2/2
+    assert len(data.train) + len(data.val) + len(data.test) == sum(kept.values()) == 110
+    # Which clip is which class: the label of a training item is its word's index in SC10_WORDS.
+    yes = read_wav(tmp_path / "speech_commands" / "yes" / "spk05_nohash_0.wav")
+    x = (torch.from_numpy(yes.astype(np.float64)) / 32768.0 - data.info["mean"][0]) / (data.info["std"][0] + 1e-5)
+    found = [s for s in ("train", "val", "test") for i in range(len(getattr(data, s)))
+             if torch.allclose(getattr(data, s)[i]["inputs"][:, 0].double(), x, atol=1e-5)]
+    assert len(found) == 1
+    # The split is the loader's seeded draw (another seed, another split of the same sizes).
+    other = load_task("speech-commands", tmp_path, classes=10, seed=1)
+    assert [len(d) for d in (other.train, other.val, other.test)] == [len(d) for d in (data.train, data.val, data.test)]
+    # The MFCC variant reads the same clips.
+    mfcc_data = load_task("speech-commands", tmp_path, classes=10, features="mfcc")
+    assert mfcc_data.train[0]["inputs"].shape == (161, 20) and len(mfcc_data.train) == len(data.train)
+
+
+def test_sc10_needs_only_its_words_and_checks_the_option(tmp_path):
+    root = make_sc10(tmp_path, per_word=4)
+    (root / "validation_list.txt").unlink()
+    for word in set(WORDS) - set(SC10_WORDS):
+        for f in (root / word).iterdir():
+            f.unlink()
+        (root / word).rmdir()
+    assert len(load_task("speech-commands", tmp_path, classes=10).train) > 0
+    with pytest.raises(DataMissingError, match="validation_list.txt"):
+        load_task("speech-commands", tmp_path)  # the 35 classes need the lists
+    for bad in (12, "10", True):
+        with pytest.raises(ConfigError, match="classes: must be 35 .* or 10"):
+            get_spec("speech-commands", classes=bad)
+    with pytest.raises(ConfigError, match="classes"):
+        load_task("speech-commands", tmp_path, classes=0)
 
 
 def test_read_wav_and_fit_length(tmp_path):

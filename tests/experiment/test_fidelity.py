@@ -24,7 +24,8 @@ File format (see the header of _fidelity.yaml)::
            or, for what no config field expresses, {name: text, published: text, ours: text, at, why}
 
 Dotted paths: ``model.X`` (the finetuning/scratch model; ``norm`` and ``prenorm`` resolved to the
-block's defaults where unset), ``pretrain_model.X`` (the pretraining model), ``train.X`` / ``pretrain.X`` / ``finetune.X`` (the stages' TrainConfig), ``task.name``,
+block's defaults where unset, ``primitive_options.X`` to the primitive's), ``pretrain_model.X``
+(the pretraining model), ``train.X`` / ``pretrain.X`` / ``finetune.X`` (the stages' TrainConfig), ``task.name``,
 ``task.options.X`` and ``pretrain_task.options.X`` (with the task's defaults), ``objective.X``
 (``objective.mask_ratio`` falls back to the task's default), ``compare.X``; deeper keys index into
 dicts (``model.primitive_options.l_max``).
@@ -44,6 +45,7 @@ import yaml
 import longrange.data  # noqa: F401  (registers the tasks)
 from longrange.data.tasks import get_spec, task_options
 from longrange.experiment.config import ExperimentConfig, list_presets, resolve
+from longrange.models.registry import PRIMITIVES
 
 FIDELITY = resources.files("longrange") / "presets" / "_fidelity.yaml"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fidelity.md"
@@ -96,6 +98,9 @@ def field_value(exp: ExperimentConfig, path: str) -> Any:
         model = exp.model if head == "model" else exp.stage_model("pretrain")
         if rest in (["norm"], ["prenorm"]):  # unset = the block's default
             return model.resolved_norm if rest == ["norm"] else model.resolved_prenorm
+        if rest[:1] == ["primitive_options"]:  # unset = the primitive's default
+            defaults = PRIMITIVES.options(model.primitive, 1)
+            return _walk({**defaults, **model.primitive_options}, rest[1:], path)
         return _walk(model, rest, path)
     if head in ("train", "pretrain", "finetune"):
         return _walk(exp.train_config(head), rest, path)
@@ -197,6 +202,89 @@ def test_a_drifted_preset_fails():
     exp = resolve("spt/listops/s4", overrides=["train.lr=0.02"])
     entries = {entry_key(e): e for e in expand(DATA, "spt/listops/s4")}
     assert not same(field_value(exp, "train.lr"), entries["train.lr"].get("ours", entries["train.lr"]["published"]))
+
+
+# ------------------------------------------------------------- limitations the config now expresses
+#: Limitations of ours that the record once gave as reasons, each with what now expresses it: a
+#: config field (and the value that matters), and phrases that name the limitation. A reason (why)
+#: in fidelity.yaml or a preset's description that names one of them again is stale: the preset
+#: should use the field instead, and its row becomes "same".
+EXPRESSIBLE = [
+    ("model.attn_dropout", None, ("attention-probability dropout is not", "attention dropout is not")),
+    ("model.output_glu", False, ("always has the glu", "ours is the simple block with linear(h, 2h) + glu")),
+    ("model.primitive_options.n_ssm", None, ("does not tie", "our s4 has one per channel", "one a, b per channel")),
+    ("model.primitive_options.n_ssm_A", None, ("one a per channel",)),
+    ("model.primitive_options.dt_transform", "softplus", ("stores log delta", "ours through exp")),
+    ("train.schedule", "rsqrt", ("no rsqrt", "approximated by a cosine", "the peak of that schedule",
+                                 "the value that schedule reaches", "a linear warmup over all")),
+    ("train.cycles", "periodic", ("not periodic", "ours decays once")),
+    ("train.cosine_steps", None, ("our cosine spans the run", "ours at 0", "ours ends at 0")),
+    ("task.options.classes", 10, ("35 classes only",)),
+    ("model.head_layers", 3, ("retrieval head is always", "head_layers applies to pooled heads only")),
+]
+
+
+def expressible_field(path: str, value: Any) -> bool:
+    """Whether a dotted field exists (on the model, training or speech-commands task configuration)
+    and takes ``value`` (None: any value) without a configuration error."""
+    from longrange.errors import ConfigError
+    from longrange.models.config import ModelConfig
+    from longrange.train.config import TrainConfig
+
+    head, *rest = path.split(".")
+    try:
+        if head == "task":
+            options = task_options("speech-commands")
+            if rest[1] not in options:
+                return False
+            if value is not None:
+                get_spec("speech-commands", **{rest[1]: value})
+            return True
+        if rest[:1] == ["primitive_options"]:
+            return rest[1] in PRIMITIVES.options("s4", 1)
+        cls = ModelConfig if head == "model" else TrainConfig
+        if rest[0] not in {f.name for f in dataclasses.fields(cls)}:
+            return False
+        if value is not None:
+            extra = {"block": "simple", "primitive": "s4d"} if head == "model" else {}
+            cls.from_dict({**extra, rest[0]: value})
+        return True
+    except ConfigError:
+        return False
+
+
+def stale_limitations(data: dict[str, Any], descriptions: dict[str, str]) -> list[str]:
+    """Reasons and descriptions that name a limitation the config now expresses (see EXPRESSIBLE)."""
+    found = []
+    texts = [(f"shared {k}: {entry_key(e)}", e.get("why", "")) for k, v in data["shared"].items() for e in v]
+    texts += [(f"preset {k}: {entry_key(e)}", e.get("why", ""))
+              for k, v in data["presets"].items() for e in v.get("fields") or []]
+    texts += [(f"description of {k}", text) for k, text in descriptions.items()]
+    for where, text in texts:
+        low = text.lower()
+        for path, _, phrases in EXPRESSIBLE:
+            hit = next((p for p in phrases if p in low), None)
+            if hit:
+                found.append(f"{where} says {hit!r}, which {path} now expresses")
+    return found
+
+
+def test_every_limitation_the_config_expresses_has_its_field():
+    for path, value, _ in EXPRESSIBLE:
+        assert expressible_field(path, value), f"{path} = {value!r} is not a valid configuration"
+    assert not expressible_field("model.no_such_field", None) and not expressible_field("train.schedule", "sqrt")
+
+
+def test_no_reason_names_a_limitation_the_config_now_expresses():
+    descriptions = {name: resolve(name).description for name in PRESETS}
+    stale = stale_limitations(DATA, descriptions)
+    assert not stale, "stale reasons:\n" + "\n".join(stale)
+    # The check does fail on such a reason.
+    planted = {"shared": {"x": [{"field": "train.schedule", "why": "no rsqrt schedule: a cosine instead"}]}, "presets": {}}
+    assert stale_limitations(planted, {"p": "Deviation: our S4 does not tie A and B."}) == [
+        "shared x: train.schedule says 'no rsqrt', which train.schedule now expresses",
+        "description of p says 'does not tie', which model.primitive_options.n_ssm now expresses",
+    ]
 
 
 # ------------------------------------------------------------------------------- the doc

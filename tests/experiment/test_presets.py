@@ -123,6 +123,20 @@ def test_presets_command_lists_every_preset():
         assert cli_main(["presets"]) == 0
     listed = {line.split()[0] for line in out.getvalue().splitlines() if line.strip()}
     assert set(PRESETS) <= listed
+    lines = {line.split()[0]: line for line in out.getvalue().splitlines() if line.strip()}
+    # A Hugging Face preset is named by its model and weights, not by fields it does not use.
+    assert " listops          hf: EleutherAI/pythia-70m-deduped, pretrained  " in lines["spt/listops/pythia"]
+    assert "hf: EleutherAI/pythia-70m-deduped, random init  " in lines["spt/listops/pythia-rand"]
+    assert "N=" not in lines["spt/listops/pythia"] and "L=" not in lines["spt/listops/pythia"]
+    assert " simple-s4 bidirectional L=8 d=128 N=64  " in lines["spt/listops/s4"]
+    assert " transformer-attention bidirectional L=4 d=512 heads=8  " in lines["spt/listops/transformer"]
+
+
+def test_models_are_described_by_the_fields_that_build_them():
+    pythia = resolve("spt/text/pythia").model
+    assert pythia.describe() == "hf: EleutherAI/pythia-70m-deduped, pretrained"
+    assert pythia.replace(hf={**pythia.hf, "pretrained": False}).describe() == "hf: EleutherAI/pythia-70m-deduped, random init"
+    assert resolve("thesis/scifar/mamba-s6").model.describe() == "mamba-s6 causal L=6 d=116 N=16"
 
 
 def test_bases_are_not_listed_and_an_unknown_preset_is_named():
@@ -314,14 +328,19 @@ def test_table6_placebo_matches_bidirectional_and_differs_in_direction_only():
 
 
 # ------------------------------------------------------------------ LRA and Pythia parameter counts
-def lra_transformer_count(*, vocab, emb, qkv, mlp, layers, classes, positions=0, cls=False):
+def lra_transformer_count(*, vocab, emb, qkv, mlp, layers, classes, positions=0, cls=False, dual=False):
     """Parameters of LRA's TransformerEncoder with its classifier head (lra_benchmarks/models/
-    transformer/transformer.py, models/layers/common_layers.py:166-194): embedding, learned
+    transformer/transformer.py, models/layers/common_layers.py:166-241): embedding, learned
     positions (if any) and the CLS vector, per layer attention (q, k, v to qkv_dim and back, no
-    biases in LRA) + MLP + 2 LayerNorms, the final LayerNorm, Dense(mlp_dim) -> ReLU -> Dense."""
+    biases in LRA) + MLP + 2 LayerNorms, the final LayerNorm, Dense(mlp_dim) -> ReLU -> Dense; or,
+    ``dual`` (matching), the two-tower head Dense(mlp_dim) -> ReLU -> Dense(mlp_dim // 2) -> ReLU ->
+    Dense on the two pooled vectors concatenated."""
     attention = 4 * emb * qkv
     block = attention + (2 * emb * mlp + mlp + emb) + 4 * emb
     head = emb * mlp + mlp + mlp * classes + classes
+    if dual:
+        half = mlp // 2
+        head = 2 * emb * mlp + mlp + mlp * half + half + half * classes + classes
     return vocab * emb + positions * emb + (emb if cls else 0) + layers * block + 2 * emb + head
 
 
@@ -332,6 +351,7 @@ LRA_SIZES = {
     "spt/pathfinder/transformer": dict(vocab=256, emb=32, qkv=16, mlp=32, layers=4, classes=2),
     "spt/path-x/transformer": dict(vocab=256, emb=32, qkv=16, mlp=32, layers=1, classes=2, positions=16384),
     "spt/listops/transformer": dict(vocab=15, emb=512, qkv=512, mlp=1024, layers=4, classes=10, cls=True),
+    "spt/retrieval/transformer": dict(vocab=100, emb=128, qkv=128, mlp=512, layers=4, classes=2, cls=True, dual=True),
 }
 
 
@@ -344,8 +364,10 @@ def test_lra_transformer_counts(name):
     assert (model.attn_dim, model.attn_bias) == (lra["qkv"], False)
     ours = lra_transformer_count(**{**lra, "vocab": vocab_for(resolve(name).task.name)})
     assert parameter_report(build(resolve(name)))["total"] == ours
-    assert preset_row(name)["total"] == ours
-    assert preset_row(name.replace("/transformer", "/transformer-causal"))["total"] == ours
+    # Retrieval's vocabulary comes from its data: the command is given its size instead.
+    vocab = vocab_for("retrieval") if resolve(name).task.name == "retrieval" else None
+    assert preset_row(name, vocab)["total"] == ours
+    assert preset_row(name.replace("/transformer", "/transformer-causal"), vocab)["total"] == ours
     # The released code's own sizes: Image 248,458 and Pathfinder 26,530 parameters; ours are
     # larger by the embeddings of the 5 special tokens only.
     released = lra_transformer_count(**lra)
@@ -357,6 +379,85 @@ def test_lra_transformer_counts(name):
         assert ours == {"spt/image/transformer": 249_098, "spt/pathfinder/transformer": 26_690}[name]
 
 
+# ------------------------------------------------------------------ S4 (v1 and tied) parameter counts
+def s4_v1_layer(H, N, rank=1):
+    """One S4 layer of the S4 code at tag v1 (src/models/sequence/ss/s4.py, ss/kernel.py:166-190 with
+    configs/model/layer/s4.yaml's trainable A: 1, B: 2, C: 1, dt: 1): log_dt H; w N/2 complex, one copy
+    for all channels; B with p, (1 + r) x N/2 complex repeated over the H channels; C with q, H x (1 + r)
+    x N/2 complex; D H; output_linear Linear(H, H) (postact null)."""
+    return H + N + H * (1 + rank) * N + H * (1 + rank) * N + H + (H * H + H)
+
+
+#: S4 paper Table 11 as the v1 code runs it: (H, N, layers, prenorm, input channels, classes);
+#: channels and classes only for the numeric tasks, whose encoder Linear(d_input, H) and decoder
+#: Linear(H, classes) are the v1 pipeline's (configs/pipeline/cifar.yaml, sc.yaml: encoder linear,
+#: decoder sequence). Norms (batch or layer) have 2H parameters, before each layer or after its
+#: residual sum, plus a final one for pre-norm models.
+TABLE11 = {
+    "s4/listops/s4": (128, 64, 6, False, None, None),
+    "s4/text/s4": (128, 64, 4, True, None, None),
+    "s4/retrieval/s4": (256, 64, 6, True, None, None),
+    "s4/image/s4": (512, 64, 6, False, 1, 10),
+    "s4/pathfinder/s4": (256, 64, 6, True, 1, 2),
+    "s4/path-x/s4": (256, 64, 6, True, 1, 2),
+    "s4/scifar/s4": (1024, 64, 6, False, 3, 10),
+    "s4/speech-commands/s4-raw": (128, 64, 6, True, 1, 10),
+    "s4/speech-commands/s4-mfcc": (256, 64, 4, False, 20, 10),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE11))
+def test_table11_counts_are_the_v1_code_s(name):
+    """The v1 output layer (no GLU) and v1's tying (one A for all channels, B, P and Q per channel):
+    our backbone has the v1 code's parameters, and the numeric models its whole count."""
+    H, N, layers, prenorm, d_input, classes = TABLE11[name]
+    exp = resolve(name)
+    m = exp.model
+    assert (m.d_model, m.d_state, m.n_layers, m.resolved_prenorm, m.output_glu) == (H, N, layers, prenorm, False)
+    model = build(exp)
+    backbone = layers * (s4_v1_layer(H, N) + 2 * H) + (2 * H if prenorm else 0)
+    assert sum(p.numel() for p in model.backbone.parameters()) == backbone
+    if d_input is not None:
+        assert parameter_report(model)["total"] == d_input * H + H + backbone + H * classes + classes
+    if name == "s4/image/s4":  # written out: 6 x (394,816 + 1,024) + 1,024 + 5,130
+        assert parameter_report(model)["total"] == 2_381_194
+    # The later S4 block (GLU output, per-channel A) has H^2 + H + (H - 1) N more per layer.
+    glu = exp.model.replace(output_glu=True, primitive_options={**m.primitive_options, "n_ssm_A": None})
+    assert sum(p.numel() for p in build(exp, model_cfg=glu).backbone.parameters()) - backbone == layers * (H * H + H + (H - 1) * N)
+
+
+def s4_tied_layer(H, N, n_ssm, channels, rank=1):
+    """One S4 layer of the newer S4 code and the SPT code with n_ssm = S (SPT src/models/sequence/ss/
+    kernel.py:185-206, S4 src/models/sequence/kernels/ssm.py:505-534): log_dt/inv_dt H, Lambda S x N/2
+    complex, P r x S x N/2 complex, B S x N/2 complex, C channels x H x N/2 complex (channels 2 when
+    bidirectional); D H; output Linear(H, 2H) + GLU."""
+    return H + n_ssm * N + rank * n_ssm * N + n_ssm * N + channels * H * N + H + (2 * H * H + 2 * H)
+
+
+#: The presets whose files tie (A, P, B) across channels: (H, N, S, layers, bidirectional).
+TIED = {
+    "spt/image/s4": (512, 64, 2, 6, True),
+    "spt/scifar/s4": (512, 64, 2, 6, True),
+    "spt/speech-commands/s4": (128, 64, 64, 6, True),
+    "spt/speech-commands/s4-causal": (128, 64, 64, 6, False),
+    "spt/bidmc-hr/s4": (128, 256, 2, 6, True),
+    "spt/listops/s4-scratch": (256, 4, 1, 6, True),
+    "spt/text/s4-scratch": (256, 4, 1, 6, True),
+    "spt/retrieval/s4-scratch": (256, 4, 1, 6, True),
+    "spt/image/s4-scratch": (512, 64, 1, 6, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TIED))
+def test_tied_s4_counts_are_the_code_s(name):
+    H, N, S, layers, bi = TIED[name]
+    exp = resolve(name)
+    assert (exp.model.d_model, exp.model.d_state, exp.model.primitive_options["n_ssm"], exp.model.bidirectional) == (H, N, S, bi)
+    model = build(exp)
+    norms = layers * 2 * H + (2 * H if exp.model.resolved_prenorm else 0)
+    assert sum(p.numel() for p in model.backbone.parameters()) == layers * s4_tied_layer(H, N, S, 2 if bi else 1) + norms
+
+
 def test_params_command_counts_presets_without_data(tmp_path, monkeypatch, pythia_dir):
     monkeypatch.setenv("LONGRANGE_DATA", str(tmp_path))  # no data at all
     out = io.StringIO()
@@ -364,13 +465,22 @@ def test_params_command_counts_presets_without_data(tmp_path, monkeypatch, pythi
         assert cli_main(["params", "--preset", "spt/image/transformer", "--preset", "spt/pathfinder/transformer",
                          "--preset", "thesis/scifar/mamba-s4d"]) == 0
     table = out.getvalue()
+    assert table.splitlines()[0] == "| model | total | in primitives | % in primitives | architecture |"
     assert "| spt/image/transformer | 249.1k |" in table and "| spt/pathfinder/transformer | 26.7k |" in table
+    assert "| transformer-attention bidirectional L=1 d=128 heads=8 |" in table
     assert "| thesis/scifar/mamba-s4d | 563." in table  # Table 3: 564k
     # Text's vocabulary comes from its data: --vocab gives it, and without either the error names the files.
     with redirect_stdout(io.StringIO()):
         assert cli_main(["params", "--preset", "spt/text/transformer", "--vocab", "133"]) == 0
     with pytest.raises(DataMissingError, match="aclImdb"):
         preset_row("spt/text/transformer")
+
+
+def test_params_describes_a_hugging_face_preset_by_its_model(pythia_dir):
+    row = preset_row("spt/listops/pythia-rand", overrides=[f"model.hf.model={pythia_dir}"])
+    assert row["architecture"] == f"hf: {pythia_dir}, random init"
+    head_free = PYTHIA_70M_TOTAL - PYTHIA_70M["vocab_size"] * PYTHIA_70M["hidden_size"]
+    assert row["total"] - row["head"] - row["encoder"] == head_free
 
 
 def test_pythia_presets_are_pythia_70m_on_the_code_s_settings(pythia_dir):

@@ -1,5 +1,7 @@
 """S4 layer: dense-matrix kernel reference, recurrent == convolutional mode at every length,
-causality, padding, gradients, hints, errors."""
+causality, padding, gradients, hints, errors; tying across channels and Δ under softplus."""
+import math
+
 import pytest
 import torch
 
@@ -177,8 +179,97 @@ def test_bad_inputs_raise():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [(dict(d_state=3), "d_state"), (dict(rank=0), "rank"), (dict(l_max=0), "l_max"), (dict(real_transform="x"), "real_transform")],
+    [(dict(d_state=3), "d_state"), (dict(rank=0), "rank"), (dict(l_max=0), "l_max"), (dict(real_transform="x"), "real_transform"),
+     (dict(n_ssm=2), "n_ssm"), (dict(n_ssm=0), "n_ssm"), (dict(n_ssm=True), "n_ssm"), (dict(n_ssm_A=4), "n_ssm_A"),
+     (dict(dt_transform="relu"), "dt_transform")],
 )
 def test_bad_config_raises(kwargs, field):
     with pytest.raises(ConfigError, match=field):
         S4(3, **kwargs)
+
+
+# ------------------------------------------------------------------ tying across channels (n_ssm)
+def _tied(n_ssm=None, n_ssm_A=None, tie_pq=True, seed=0, **kw):
+    torch.manual_seed(seed)
+    return S4(6, d_state=8, l_max=16, n_ssm=n_ssm, n_ssm_A=n_ssm_A, tie_pq=tie_pq, dt_min=0.01, dt_max=0.3, **kw).double()
+
+
+def test_default_copies_are_today_s_layer_bitwise():
+    """n_ssm = n_ssm_A = None and dt_transform exp are the untied layer: the same parameters (names,
+    shapes, values: the same draws) and the same outputs; so are the explicit per-channel values."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 16, 6, dtype=F64)
+    ref = _tied(seed=1)
+    for layer in (_tied(seed=1, dt_transform="exp"), _tied(n_ssm=6, n_ssm_A=6, seed=1)):
+        assert [(n, p.shape) for n, p in layer.named_parameters()] == [(n, p.shape) for n, p in ref.named_parameters()]
+        for (n, a), b in zip(layer.named_parameters(), ref.parameters()):
+            assert torch.equal(a, b), n
+        assert torch.equal(layer(x), ref(x))
+
+
+def test_tied_copies_are_shared_by_the_channels_they_tile():
+    """Channel h uses copy h mod n_ssm of (Λ, P, B), as the S4 code's repeat 't n -> (v t) n'; Δ
+    and C̃ stay per channel; the kernel equals the dense reference and stepping equals forward."""
+    layer = _tied(n_ssm=2)
+    with torch.no_grad():  # move the copies apart, so that sharing is visible
+        for p in (layer.Lambda_imag, layer.P, layer.B):
+            p.add_(0.2 * torch.randn_like(p))
+    assert layer.Lambda_real.shape == (2, 4) and layer.P.shape == (1, 2, 4, 2) and layer.B.shape == (2, 4, 2)
+    assert layer.log_dt.shape == (6,) and layer.C_tilde.shape == (1, 6, 4, 2)
+    _, Lambda, P, Q, B, _ = layer.ssm()
+    for h in range(6):
+        assert torch.equal(Lambda[h], Lambda[h % 2]) and torch.equal(B[h], B[h % 2]) and torch.equal(P[:, h], P[:, h % 2])
+    assert not torch.equal(Lambda[0], Lambda[1])
+    torch.testing.assert_close(layer.kernel(20), _dense_reference_kernel(layer, 20), rtol=1e-9, atol=1e-9)
+    x = torch.randn(2, 20, 6, dtype=F64)
+    torch.testing.assert_close(_step_through(layer, x), layer(x), rtol=1e-9, atol=1e-9)
+    # A gradient reaches every copy (from all the channels that use it).
+    layer(x).square().sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
+
+
+def test_v1_tying_shares_lambda_only():
+    """The original S4 code: one Λ for all channels, B, P and (untied) Q per channel."""
+    layer = _tied(n_ssm_A=1, tie_pq=False)
+    assert layer.Lambda_real.shape == layer.Lambda_imag.shape == (1, 4)
+    assert layer.P.shape == layer.Q.shape == (1, 6, 4, 2) and layer.B.shape == (6, 4, 2)
+    x = torch.randn(1, 16, 6, dtype=F64)
+    torch.testing.assert_close(_step_through(layer, x), layer(x), rtol=1e-9, atol=1e-9)
+
+
+def test_tied_parameter_counts_are_the_s4_code_s():
+    """The newer S4 code's SSMKernelDPLR with n_ssm = S (src/models/sequence/kernels/ssm.py,
+    register_params): inv_dt H, A_real S·N/2, A_imag S·N/2, B S·N/2 complex, P r·S·N/2 complex, C
+    channels·H·N/2 complex; the block's D is H per channel."""
+    def s4_code(H, N, S, r=1, channels=1):
+        return H + S * N // 2 + S * N // 2 + 2 * S * N // 2 + 2 * r * S * N // 2 + 2 * channels * H * N // 2 + H
+
+    for H, N, S, bi in [(256, 4, 1, True), (512, 64, 2, True), (128, 64, 64, True), (128, 256, 2, False)]:
+        layer = S4(H, d_state=N, n_ssm=S, bidirectional=bi)
+        assert sum(p.numel() for p in layer.parameters()) == s4_code(H, N, S, channels=2 if bi else 1)
+
+
+# ------------------------------------------------------------------ Δ under softplus (dt_transform)
+def _float64_layer(seed, **kw):
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(F64)  # store the init exactly
+    try:
+        torch.manual_seed(seed)
+        return S4(3, d_state=4, l_max=8, dt_min=0.001, dt_max=0.1, **kw)
+    finally:
+        torch.set_default_dtype(default)
+
+
+def test_softplus_dt_against_a_hand_computation():
+    """inv_dt = log(exp(Δ) - 1) of the same log-uniform draw, Δ = log(1 + exp(inv_dt))."""
+    ref, layer = _float64_layer(5), _float64_layer(5, dt_transform="softplus")
+    assert "log_dt" not in dict(layer.named_parameters()) and layer.inv_dt.shape == (3,)
+    for h in range(3):
+        dt = math.exp(ref.log_dt[h].item())
+        assert layer.inv_dt[h].item() == pytest.approx(math.log(math.exp(dt) - 1.0), rel=1e-12)
+    # At init the two parameterisations are the same SSM.
+    torch.testing.assert_close(layer.kernel(8), ref.kernel(8), rtol=1e-12, atol=1e-14)
+    assert get_optim_hint(layer.inv_dt)["group"] == "ssm"
+    with torch.no_grad():
+        layer.inv_dt.copy_(torch.tensor([-3.0, 0.0, 2.0], dtype=F64))
+    assert layer.ssm()[0].tolist() == pytest.approx([math.log1p(math.exp(v)) for v in (-3.0, 0.0, 2.0)], rel=1e-14)

@@ -1,4 +1,6 @@
 """S4D layer: shapes, recurrent == convolutional mode, causality, padding, gradients, hints, errors."""
+import math
+
 import pytest
 import torch
 
@@ -124,6 +126,26 @@ def test_dt_initialised_in_range():
     assert dt.min() >= 0.001 * (1 - 1e-6) and dt.max() <= 0.1 * (1 + 1e-6)
 
 
+def test_softplus_dt_against_a_hand_computation():
+    """dt_transform softplus stores inv_dt = log(exp(Δ) - 1) of the same draw; Δ = log(1 + exp(inv_dt))."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.manual_seed(2)
+        ref = S4D(4, d_state=4, init="lin")
+        torch.manual_seed(2)
+        layer = S4D(4, d_state=4, init="lin", dt_transform="softplus")
+    finally:
+        torch.set_default_dtype(default)
+    assert "log_dt" not in dict(layer.named_parameters())
+    for h in range(4):
+        assert layer.inv_dt[h].item() == pytest.approx(math.log(math.expm1(math.exp(ref.log_dt[h].item()))), rel=1e-12)
+    torch.testing.assert_close(layer.kernel(10), ref.kernel(10), rtol=1e-12, atol=1e-14)
+    with torch.no_grad():
+        layer.inv_dt.copy_(torch.tensor([-2.0, -0.5, 0.5, 3.0]))
+    assert layer.ssm()[0].tolist() == pytest.approx([math.log1p(math.exp(v)) for v in (-2.0, -0.5, 0.5, 3.0)], rel=1e-14)
+
+
 def test_float32_forward_close_to_float64():
     torch.manual_seed(7)
     layer = S4D(3, d_state=8)
@@ -160,6 +182,7 @@ def test_bad_inputs_raise():
         (dict(real_transform="softplus"), "real_transform"),
         (dict(d_init="two"), "d_init"),
         (dict(dt_min=0.2, dt_max=0.1), "dt_min"),
+        (dict(dt_transform="sigmoid"), "dt_transform"),
     ],
 )
 def test_bad_config_raises(kwargs, field):

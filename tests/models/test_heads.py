@@ -100,6 +100,43 @@ def test_retrieval_head_takes_hidden_width_and_activation():
     assert parameter_report(default)["head"] == (4 * 8 * 8 + 8) + (8 * 2 + 2)
 
 
+def test_three_layer_head_shapes_and_parameter_count():
+    """head_layers 3: Linear(d, hidden) -> act -> Linear(hidden, hidden // 2) -> act -> Linear (LRA's
+    Dense(mlp_dim) -> ReLU -> Dense(mlp_dim // 2) -> ReLU -> Dense)."""
+    d, n_out, hidden = 8, 3, 10
+    model = build_model(small(head_layers=3, head_hidden=hidden, head_activation="relu"), input_kind="numeric",
+                        d_input=2, head="classify", n_out=n_out)
+    mlp = model.head.mlp
+    assert [tuple(m.weight.shape) for m in mlp if isinstance(m, nn.Linear)] == [(hidden, d), (5, hidden), (n_out, 5)]
+    assert isinstance(mlp[1], nn.ReLU) and isinstance(mlp[3], nn.ReLU)
+    assert parameter_report(model)["head"] == (d * hidden + hidden) + (hidden * 5 + 5) + (5 * n_out + n_out)
+    feats = torch.randn(2, 5, d)
+    expected = mlp[4](torch.relu(mlp[2](torch.relu(mlp[0](feats.mean(1))))))
+    torch.testing.assert_close(model.head(feats, None), expected)
+    assert model(torch.randn(2, 5, 2)).shape == (2, n_out)
+
+
+def test_lra_retrieval_head_is_three_layers_on_the_concatenation():
+    """LRA's classifier_head_dual (matching task, no NLI interaction): Dense(mlp) -> ReLU ->
+    Dense(mlp // 2) -> ReLU -> Dense on [a, b]; at LRA's retrieval sizes (d 128, mlp_dim 512) it has
+    256*512+512 + 512*256+256 + 256*2+2 = 263,426 parameters."""
+    d, hidden = 128, 512
+    model = build_model(small(d_model=d, n_heads=4, head_layers=3, head_hidden=hidden, head_activation="relu"),
+                        input_kind="tokens", vocab_size=20, head="retrieval", n_out=2)
+    head = model.head
+    linears = [m for m in head.mlp if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(2 * d, hidden), (hidden, hidden // 2), (hidden // 2, 2)]
+    assert parameter_report(model)["head"] == 263_426
+    h1, h2 = torch.randn(3, 6, d), torch.randn(3, 4, d)
+    a, b = h1.mean(1), h2.mean(1)
+    expected = linears[2](torch.relu(linears[1](torch.relu(linears[0](torch.cat([a, b], -1))))))
+    torch.testing.assert_close(head(h1, None, h2, None), expected)
+    # head_layers 1 and 2 keep the S4/SPT head on [a, b, a*b, a-b].
+    for layers in (1, 2):
+        two = build_model(small(head_layers=layers), input_kind="tokens", vocab_size=20, head="retrieval", n_out=2)
+        assert parameter_report(two)["head"] == (4 * 8 * 8 + 8) + (8 * 2 + 2)
+
+
 def test_token_head_stays_linear_and_replace_head_follows_the_config():
     model = build_model(small(head_layers=2), input_kind="numeric", d_input=2, head="tokens", n_out=4)
     assert isinstance(model.head.linear, nn.Linear)
@@ -111,8 +148,9 @@ def test_token_head_stays_linear_and_replace_head_follows_the_config():
     "kw, match",
     [
         (dict(pooling="maximum"), "model.pooling"),
-        (dict(head_layers=3), "model.head_layers"),
+        (dict(head_layers=4), "model.head_layers"),
         (dict(head_hidden=0), "model.head_hidden"),
+        (dict(head_layers=0), "model.head_layers"),
         (dict(head_activation="tanh"), "model.head_activation"),
     ],
 )

@@ -52,6 +52,10 @@ CAUSAL_CONFIGS = {
     "mamba-attention": small(primitive="attention"),
     "transformer-attn-dim": small(block="transformer", primitive="attention", rope=True, attn_dim=4, attn_bias=False),
     "mamba-attention-attn-dim": small(primitive="attention", attn_dim=6, attn_bias=False),
+    "transformer-attn-dropout": small(block="transformer", primitive="attention", attn_dropout=0.2),
+    "simple-s4-v1": small(block="simple", primitive="s4", output_glu=False, primitive_options={"n_ssm_A": 1, "tie_pq": False}),
+    "simple-s4-tied-softplus": small(block="simple", primitive="s4", primitive_options={"n_ssm": 2, "dt_transform": "softplus"}),
+    "simple-s4d-softplus": small(block="simple", primitive="s4d", primitive_options={"dt_transform": "softplus"}),
 }
 
 BIDIRECTIONAL_CONFIGS = {
@@ -63,6 +67,7 @@ BIDIRECTIONAL_CONFIGS = {
     "simple-dlr-bi": small(block="simple", primitive="dlr", direction="bidirectional"),
     "transformer-bi": small(block="transformer", primitive="attention", direction="bidirectional"),
     "transformer-window-bi": small(block="transformer", primitive="attention", direction="bidirectional", attn_window=2),
+    "simple-s4-tied-bi": small(block="simple", primitive="s4", direction="bidirectional", primitive_options={"n_ssm": 1}),
 }
 
 
@@ -236,3 +241,88 @@ def test_token_ids_outside_the_vocabulary_are_reported():
     model = build_model(small(), input_kind="tokens", vocab_size=10, head="classify", n_out=2)
     with pytest.raises(ValueError, match="outside the vocabulary of size 10"):
         model(torch.tensor([[1, 2, 12]]))
+
+
+# ------------------------------------------------------------------ attention-probability dropout
+@pytest.mark.parametrize("block", ["transformer", "mamba"])
+def test_attn_dropout_off_is_today_s_model_and_on_changes_nothing_in_eval(block):
+    """model.attn_dropout reaches every attention (the Transformer block's and an attention
+    primitive's). Off (the default, or 0 given) it is the model as built before the field existed:
+    the same parameters from the same draws, and in training the same outputs and the same random
+    draws; on, the parameters are the same and eval mode gives the same outputs bitwise, while
+    training mode drops attention probabilities (so the field does reach the attention)."""
+    cfg = small(block=block, primitive="attention")
+    x = torch.randn(3, 7, 2)
+
+    def run(model, train):
+        model.train(train)
+        torch.manual_seed(11)
+        return model(x), torch.get_rng_state()
+
+    default, off, on = (numeric_model(c) for c in (cfg, cfg.replace(attn_dropout=0.0), cfg.replace(attn_dropout=0.5)))
+    attentions = [m for m in on.modules() if type(m).__name__ == "Attention"]
+    assert len(attentions) == cfg.n_layers and all(a.dropout == 0.5 for a in attentions)
+    for model in (off, on):
+        ref = default.state_dict()
+        assert list(model.state_dict()) == list(ref) and all(torch.equal(v, ref[k]) for k, v in model.state_dict().items())
+    (y_default, rng_default), (y_off, rng_off) = run(default, True), run(off, True)
+    assert torch.equal(y_off, y_default) and torch.equal(rng_off, rng_default)
+    assert torch.equal(run(on, False)[0], run(default, False)[0])
+    assert not torch.allclose(run(on, True)[0], y_default)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(block="transformer", primitive="attention", attn_dropout=1.0), r"model.attn_dropout must be in \[0, 1\)"),
+        (dict(block="transformer", primitive="attention", attn_dropout=-0.1), r"model.attn_dropout must be in \[0, 1\)"),
+        (dict(primitive="s4d", attn_dropout=0.1), "model.attn_dropout applies to attention, not to primitive 's4d'"),
+        (dict(output_glu=False), "model.output_glu applies to the simple block"),
+        (dict(block="transformer", primitive="attention", output_glu=False), "model.output_glu applies to the simple block"),
+    ],
+)
+def test_new_model_field_errors_name_the_field(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        small(**kw)
+
+
+def test_new_model_fields_are_typed():
+    with pytest.raises(ConfigError, match="model.attn_dropout"):
+        ModelConfig.from_dict({"block": "transformer", "primitive": "attention", "attn_dropout": "lots"})
+    with pytest.raises(ConfigError, match="model.output_glu"):
+        ModelConfig.from_dict({"block": "simple", "primitive": "s4d", "output_glu": "no"})
+    with pytest.raises(ConfigError, match=r"'dropout' of primitive 'attention' is set by model.attn_dropout; set it there"):
+        build_model(small(primitive="attention", primitive_options={"dropout": 0.1}), input_kind="numeric", head="classify", n_out=2)
+
+
+# ------------------------------------------------------------------ the original S4 output layer
+def test_output_glu_false_is_the_v1_output_layer():
+    """output_glu (default) keeps Linear(d, 2d) + GLU; False is S4 v1's Linear(d, d) without a GLU:
+    y = x + drop(Linear(drop(GELU(primitive(x))))), d^2 + d fewer parameters per layer."""
+    d, layers = 8, 2
+    glu = numeric_model(small(block="simple", primitive="s4d"))
+    plain = numeric_model(small(block="simple", primitive="s4d", output_glu=False))
+    assert glu.backbone.blocks[0].output_linear.weight.shape == (2 * d, d)
+    assert type(glu.backbone.blocks[0].glu).__name__ == "GLU"
+    block = plain.backbone.blocks[0]
+    assert block.output_linear.weight.shape == (d, d) and type(block.glu).__name__ == "Identity"
+    assert parameter_report(glu)["total"] - parameter_report(plain)["total"] == layers * (d * d + d)
+    x = torch.randn(2, 5, d)
+    expected = block.norm(x + block.output_linear(torch.nn.functional.gelu(block.mixer(x))), None)
+    torch.testing.assert_close(block(x), expected)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"n_ssm": 3}, r"n_ssm must be None \(one per channel\) or a positive divisor of d_model = 8, got 3"),
+        ({"n_ssm_A": 16}, r"n_ssm_A must be None .* divisor of d_model = 8, got 16"),
+        ({"dt_transform": "sigmoid"}, r"dt_transform must be one of \('exp', 'softplus'\), got 'sigmoid'"),
+    ],
+)
+def test_s4_option_errors_from_the_config_name_the_option(options, match):
+    with pytest.raises(ConfigError, match=match):
+        numeric_model(small(block="simple", primitive="s4", primitive_options=options))
+    if "dt_transform" in options:  # S4D takes it too
+        with pytest.raises(ConfigError, match=match):
+            numeric_model(small(block="simple", primitive="s4d", primitive_options=options))

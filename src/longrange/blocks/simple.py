@@ -2,7 +2,8 @@
 
     y = primitive(x) -> GELU -> dropout -> Linear(d, 2d) -> GLU -> dropout;   out = x + y
 with the norm before the primitive (pre-norm) or after the residual sum (post-norm, the thesis'
-and S4's LRA default).
+and S4's LRA default). ``output_glu=False`` gives the original S4 layer's output (the S4 code at
+tag v1, ``postact: null``): ``Linear(d, d)`` without the GLU, d² + d parameters instead of 2d² + 2d.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class SimpleBlock(SequencePrimitive):
         dropout: float = 0.0,
         norm: str = "layer",
         prenorm: bool = False,
+        output_glu: bool = True,
     ):
         super().__init__()
         d = mixer.d_model
@@ -32,8 +34,8 @@ class SimpleBlock(SequencePrimitive):
         self.norm = make_norm(norm, d)
         self.activation = nn.GELU()
         self.dropout = FeatureDropout(dropout)
-        self.output_linear = nn.Linear(d, 2 * d)
-        self.glu = nn.GLU(dim=-1)
+        self.output_linear = nn.Linear(d, 2 * d if output_glu else d)
+        self.glu = nn.GLU(dim=-1) if output_glu else nn.Identity()
 
     @property
     def mixers(self) -> list[SequencePrimitive]:

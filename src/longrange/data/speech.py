@@ -1,4 +1,4 @@
-"""Speech Commands v0.02, 35-way keyword classification from raw 1 s waveforms or MFCCs.
+"""Speech Commands v0.02, 35-way (or SC10, 10-way) keyword classification from raw 1 s waveforms or MFCCs.
 
 Layout (the released archive, extracted)::
 
@@ -23,6 +23,19 @@ Option ``features``:
            orthonormal DCT-II keeping 20 coefficients; 16000 samples give 161 frames.
 Normalisation (as S4): each channel (the waveform, or each MFCC coefficient) is standardised with
 the mean and standard deviation over all training samples and positions: ``(x - mean) / (std + 1e-5)``.
+
+Option ``classes``:
+  ``35`` (default) the 35 words, split by the archive's lists (as above);
+  ``10``  SC10, the 10-class subset of the S4 paper, built as the S4 code (tag v1,
+          ``src/dataloaders/sc.py``) builds it: the words of :data:`SC10_WORDS` in that class-id
+          order, the other 25 words dropped (not mapped to an "unknown" class), clips shorter than
+          16000 samples dropped, and a random split stratified by class, 70% train, then the rest
+          halved into validation and test (sklearn's ``train_test_split`` twice). Per class, the
+          first floor(0.7 n) clips of a permutation seeded with the loader's ``seed`` train, then
+          floor(rest / 2) validate and the remainder test. The lists are not used. The S4 code's own
+          draw (random_state 0 and 1 over the clips in ``os.listdir`` order, which depends on the
+          file system) cannot be reproduced, so which clips land in which split differs from it;
+          the sizes are the same up to one clip per class.
 
 mask_ratio 0.15: the SPT public configuration has no masked-pretraining setting for Speech
 Commands (its ``sc-lm`` default ``mlm_prob`` is 0), so the non-visual default applies.
@@ -52,6 +65,10 @@ WORDS = (
     "sheila", "tree", "up", "visual", "yes", "backward", "bird", "dog", "eight", "follow", "four",
     "happy", "learn", "nine", "off", "one", "seven", "six", "stop", "three", "two", "wow", "zero",
 )
+#: SC10: the S4 code's ``SUBSET_CLASSES``, in its class-id order.
+SC10_WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+#: The values of the ``classes`` option: all 35 words, or SC10.
+CLASS_SETS = (35, 10)
 #: MFCC settings (S4's Speech Commands MFCC variant).
 N_MFCC, N_FFT, HOP, N_MELS, LOG_OFFSET = 20, 200, 100, 64, 1e-6
 NORM_EPS = 1e-5
@@ -107,32 +124,22 @@ def read_split_list(path: Path, root: Path) -> dict[str, int]:
     return entries
 
 
-def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: bool | None = None) -> dict:
-    """Decode every word file under ``root``.
-
-    Returns ``{"waves": int16 tensor (N, 16000), "labels": int64 (N,), "split": int64 (N,)
-    (0 train, 1 val, 2 test), "skipped": {file: 1}}``.
-    """
-    from tqdm import tqdm
-
-    root = Path(root)
-    missing = [w for w in WORDS if not (root / w).is_dir()]
+def word_files(root: Path, words: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """(word, path) of every WAV in the word directories, in word order then file-name order;
+    DataMissingError naming the missing directories."""
+    missing = [w for w in words if not (root / w).is_dir()]
     if missing:
         raise DataMissingError(f"missing word directories under {root}: {', '.join(missing)}; {OBTAIN}")
-    val = read_split_list(root / "validation_list.txt", root)
-    test = read_split_list(root / "testing_list.txt", root)
-    both = sorted(set(val) & set(test))
-    if both:
-        raise DataFormatError(f"{both[0]} is listed for validation (line {val[both[0]]}) and for testing",
-                              root / "testing_list.txt", test[both[0]])
-    files = [(w, p) for w in WORDS for p in sorted((root / w).glob("*.wav"))]
-    waves = np.zeros((len(files), LENGTH), dtype=np.int16)
-    labels = np.zeros(len(files), dtype=np.int64)
-    split = np.zeros(len(files), dtype=np.int64)
-    skipped: dict[str, int] = {}
-    n = 0
+    return [(w, p) for w in words for p in sorted((root / w).glob("*.wav"))]
+
+
+def decode_files(files, skip_bad: bool, skipped: dict[str, int], progress: bool | None, desc: str):
+    """Yield (word, path, int16 samples) per file; with ``skip_bad`` an unreadable file is counted in
+    ``skipped`` and left out, otherwise its DataFormatError propagates."""
+    from tqdm import tqdm
+
     show = sys.stderr.isatty() if progress is None else progress
-    for word, path in tqdm(files, desc="decoding speech_commands", unit="wav", disable=not show):
+    for word, path in tqdm(files, desc=desc, unit="wav", disable=not show):
         try:
             samples = read_wav(path)
         except DataFormatError:
@@ -140,6 +147,29 @@ def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: boo
                 skipped[str(path)] = 1
                 continue
             raise
+        yield word, path, samples
+
+
+def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: bool | None = None) -> dict:
+    """Decode every word file under ``root``.
+
+    Returns ``{"waves": int16 tensor (N, 16000), "labels": int64 (N,), "split": int64 (N,)
+    (0 train, 1 val, 2 test), "skipped": {file: 1}}``.
+    """
+    root = Path(root)
+    files = word_files(root, WORDS)
+    val = read_split_list(root / "validation_list.txt", root)
+    test = read_split_list(root / "testing_list.txt", root)
+    both = sorted(set(val) & set(test))
+    if both:
+        raise DataFormatError(f"{both[0]} is listed for validation (line {val[both[0]]}) and for testing",
+                              root / "testing_list.txt", test[both[0]])
+    waves = np.zeros((len(files), LENGTH), dtype=np.int16)
+    labels = np.zeros(len(files), dtype=np.int64)
+    split = np.zeros(len(files), dtype=np.int64)
+    skipped: dict[str, int] = {}
+    n = 0
+    for word, path, samples in decode_files(files, skip_bad, skipped, progress, "decoding speech_commands"):
         rel = f"{word}/{path.name}"
         waves[n] = fit_length(samples)
         labels[n] = WORDS.index(word)
@@ -147,6 +177,46 @@ def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: boo
         n += 1
     return {"waves": torch.from_numpy(waves[:n]), "labels": torch.from_numpy(labels[:n]),
             "split": torch.from_numpy(split[:n]), "skipped": skipped}
+
+
+def read_sc10(root: str | Path, skip_bad: bool = False, progress: bool | None = None) -> dict:
+    """Decode the SC10 words under ``root``, keeping the clips of exactly 16000 samples (as the S4 code).
+
+    Returns ``{"waves": int16 (N, 16000), "labels": int64 (N,) indices into SC10_WORDS, "short":
+    {word: clips dropped for being shorter}, "skipped": {file: 1}}``, clips in word order, then
+    file-name order.
+    """
+    files = word_files(Path(root), SC10_WORDS)
+    waves, labels = [], []
+    short: dict[str, int] = {w: 0 for w in SC10_WORDS}
+    skipped: dict[str, int] = {}
+    for word, _, samples in decode_files(files, skip_bad, skipped, progress, "decoding speech_commands (SC10)"):
+        if samples.shape[0] != LENGTH:
+            short[word] += 1
+            continue
+        waves.append(samples)
+        labels.append(SC10_WORDS.index(word))
+    stacked = np.stack(waves) if waves else np.zeros((0, LENGTH), dtype=np.int16)
+    return {"waves": torch.from_numpy(stacked), "labels": torch.tensor(labels, dtype=torch.int64),
+            "short": short, "skipped": skipped}
+
+
+def stratified_split(labels: Tensor, seed: int) -> Tensor:
+    """Split ids (0 train, 1 validation, 2 test) of a class-stratified 70/15/15 random split.
+
+    Per class (in class order, one generator seeded with ``seed``): a permutation of its items,
+    the first floor(0.7 n) train, the next floor((n - that) / 2) validate, the rest test.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    split = torch.zeros(labels.shape[0], dtype=torch.int64)
+    for c in torch.unique(labels).tolist():
+        idx = torch.nonzero(labels == c).flatten()
+        idx = idx[torch.randperm(idx.numel(), generator=gen)]
+        n_train = (7 * idx.numel()) // 10
+        n_val = (idx.numel() - n_train) // 2
+        split[idx[n_train:n_train + n_val]] = 1
+        split[idx[n_train + n_val:]] = 2
+    return split
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,35 +332,58 @@ def _check_features(features: str) -> str:
     return features
 
 
-def speech_spec(features: str = "raw"):
+def _check_classes(classes: object) -> int:
+    if classes not in CLASS_SETS or isinstance(classes, bool):
+        raise ConfigError(f"classes: must be 35 (all words) or 10 (SC10, the S4 code's subset), got {classes!r}")
+    return int(classes)
+
+
+def speech_spec(features: str = "raw", classes: int = 35):
     from longrange.data.tasks import TaskSpec
 
     _check_features(features)
+    classes = _check_classes(classes)
     raw = features == "raw"
+    words = "35 words" if classes == 35 else "SC10 (10 words, the S4 code's subset and split)"
+    layout = ("speech_commands/<word>/<speaker>_nohash_<n>.wav, speech_commands/{validation_list,testing_list}.txt"
+              if classes == 35 else f"speech_commands/<word>/<speaker>_nohash_<n>.wav for {', '.join(SC10_WORDS)}")
     return TaskSpec(
-        name="speech-commands", input_kind="numeric", seq_len=LENGTH if raw else LENGTH // HOP + 1, n_classes=35,
-        metric="accuracy", mask_ratio=0.15, d_input=1 if raw else N_MFCC,
-        description="Speech Commands v0.02, 35 words; " + ("raw 16 kHz waveform (16000, 1)" if raw else "MFCC (161, 20)"),
-        layout="speech_commands/<word>/<speaker>_nohash_<n>.wav, speech_commands/{validation_list,testing_list}.txt",
-        obtain=OBTAIN,
+        name="speech-commands", input_kind="numeric", seq_len=LENGTH if raw else LENGTH // HOP + 1,
+        n_classes=classes, metric="accuracy", mask_ratio=0.15, d_input=1 if raw else N_MFCC,
+        description=f"Speech Commands v0.02, {words}; " + ("raw 16 kHz waveform (16000, 1)" if raw else "MFCC (161, 20)"),
+        layout=layout, obtain=OBTAIN,
     )
 
 
-def load_speech(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, features: str = "raw"):
+def speech_sources(root: Path, classes: int) -> list[Path]:
+    """The files and directories the task reads (35 classes: the lists and every word; SC10: its words)."""
+    if classes == 10:
+        return [root / w for w in SC10_WORDS]
+    return [root / "validation_list.txt", root / "testing_list.txt"] + [root / w for w in WORDS]
+
+
+def load_speech(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, features: str = "raw", classes: int = 35):
     """Load Speech Commands as TaskData (decoded once into the cache; MFCCs cached separately)."""
     from longrange.data.cache import cached
     from longrange.data.tasks import TaskData
 
     _check_features(features)
+    classes = _check_classes(classes)
     root = Path(data_dir) / "speech_commands"
     if not root.is_dir():
         raise DataMissingError(f"missing Speech Commands directory {root}; {OBTAIN}")
-    sources = [root / "validation_list.txt", root / "testing_list.txt"] + [root / w for w in WORDS]
+    sources = speech_sources(root, classes)
     for s in sources:
         if not s.exists():
             raise DataMissingError(f"missing {s}; {OBTAIN}")
     opts = {"skip_bad": bool(skip_bad), "length": LENGTH}
-    raw = cached(data_dir, "speech-commands", sources, opts, lambda: read_speech_commands(root, skip_bad))
+    name = "speech-commands" if classes == 35 else "speech-commands-sc10"
+    if classes == 35:
+        raw = cached(data_dir, name, sources, opts, lambda: read_speech_commands(root, skip_bad))
+        split = raw["split"]
+    else:
+        raw = cached(data_dir, name, sources, opts, lambda: read_sc10(root, skip_bad))
+        split = stratified_split(raw["labels"], seed)
     store = raw["waves"]
     if features == "mfcc":
         def build_mfcc() -> dict:
@@ -298,24 +391,23 @@ def load_speech(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, fea
                                for i in range(0, raw["waves"].shape[0], 512)])
             return {"mfcc": feats}
 
-        store = cached(data_dir, "speech-commands-mfcc", sources,
+        store = cached(data_dir, f"{name}-mfcc", sources,
                        {**opts, "n_mfcc": N_MFCC, "n_fft": N_FFT, "hop": HOP, "n_mels": N_MELS}, build_mfcc)["mfcc"]
-    split = raw["split"]
     parts = [torch.nonzero(split == s).flatten() for s in range(3)]
     for name, idx in zip(("train", "validation", "test"), parts):
         if idx.numel() == 0:
             raise DataFormatError(f"the {name} split of {root} is empty (check validation_list.txt / testing_list.txt)")
     mean, std = channel_stats(store, parts[0])
     datasets = [StandardisedDataset(store, raw["labels"], idx, mean, std) for idx in parts]
+    info = {"source": str(root), "mean": mean.tolist(), "std": std.tolist(), "sizes": [len(d) for d in datasets]}
+    if classes == 10:
+        info["short_dropped"] = dict(raw["short"])
     return TaskData(spec=spec, train=datasets[0], val=datasets[1], test=datasets[2], vocab=None,
-                    skipped=dict(raw["skipped"]),
-                    info={"source": str(root), "mean": mean.tolist(), "std": std.tolist(),
-                          "sizes": [len(d) for d in datasets]})
+                    skipped=dict(raw["skipped"]), info=info)
 
 
-def expected_paths(data_dir: Path, **_) -> list[Path]:
-    root = Path(data_dir) / "speech_commands"
-    return [root / "validation_list.txt", root / "testing_list.txt"] + [root / w for w in WORDS]
+def expected_paths(data_dir: Path, classes: int = 35, **_) -> list[Path]:
+    return speech_sources(Path(data_dir) / "speech_commands", _check_classes(classes))
 
 
 def _register() -> None:
@@ -323,7 +415,7 @@ def _register() -> None:
 
     register_task("speech-commands", speech_spec,
                   lambda data_dir, spec, seed=0, skip_bad=False, **o: load_speech(data_dir, spec, seed, skip_bad, **o),
-                  {"features": "raw"}, expected=expected_paths)
+                  {"features": "raw", "classes": 35}, expected=expected_paths)
 
 
 _register()

@@ -191,9 +191,7 @@ def _presets(args: argparse.Namespace) -> int:
         if args.prefix and not name.startswith(args.prefix):
             continue
         exp = experiment_from_dict(load_preset(name))
-        m = exp.model
-        print(f"{name:40s} {exp.task.name:16s} {m.block}-{m.primitive} {m.direction} "
-              f"L={m.n_layers} d={m.d_model} N={m.d_state}  {exp.source}")
+        print(f"{name:40s} {exp.task.name:16s} {exp.model.describe()}  {exp.source}")
     return 0
 
 

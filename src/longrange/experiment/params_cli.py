@@ -28,9 +28,13 @@ def table3_rows() -> list[dict]:
 
 
 def format_rows(rows: list[dict]) -> str:
-    lines = ["| model | total | in primitives | % in primitives |", "|---|---:|---:|---:|"]
+    """A markdown table; rows with an ``architecture`` (presets) get a column for it."""
+    described = any("architecture" in r for r in rows)
+    lines = ["| model | total | in primitives | % in primitives |" + (" architecture |" if described else ""),
+             "|---|---:|---:|---:|" + ("---|" if described else "")]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['total'] / 1000:.1f}k | {r['in_primitives'] / 1000:.1f}k | {100 * r['share']:.0f}% |")
+        line = f"| {r['model']} | {r['total'] / 1000:.1f}k | {r['in_primitives'] / 1000:.1f}k | {100 * r['share']:.0f}% |"
+        lines.append(line + (f" {r.get('architecture', '')} |" if described else ""))
     return "\n".join(lines)
 
 
@@ -84,7 +88,7 @@ def preset_row(name: str, vocab: int | None = None, overrides: list[str] | None 
     with torch.device("meta"):
         model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out,
                             vocab_size=vocab_size, d_input=spec.d_input, vocab=tokens)
-    return {"model": name, **parameter_report(model)}
+    return {"model": name, **parameter_report(model), "architecture": exp.model.describe()}
 
 
 def _params(args: argparse.Namespace) -> int:

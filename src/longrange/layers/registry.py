@@ -10,10 +10,10 @@ Constructor convention: the width ``d_model`` comes first (positionally); the re
 parameters are options, set by ``model.primitive_options``. The model builder also passes, to
 the constructors that name them, the model's own settings: ``d_state``, ``bidirectional``,
 ``n_heads``, ``rope``, ``rope_base``, ``block_size`` (``model.attn_block_size``), ``window``
-(``model.attn_window``), ``attn_dim``, ``bias`` (``model.attn_bias``; only to constructors that also
-name ``attn_dim``), and inside a Mamba block ``dt_rank`` (Mamba's default) and, with ``model.rope``,
-``rope_targets``. A primitive that names ``rope`` applies rotary positions itself; for others the
-Mamba block rotates their input.
+(``model.attn_window``), ``attn_dim``, ``bias`` and ``dropout`` (``model.attn_bias``,
+``model.attn_dropout``; only to constructors that also name ``attn_dim``), and inside a Mamba
+block ``dt_rank`` (Mamba's default) and, with ``model.rope``, ``rope_targets``. A primitive that
+names ``rope`` applies rotary positions itself; for others the Mamba block rotates their input.
 """
 from __future__ import annotations
 

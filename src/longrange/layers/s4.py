@@ -18,6 +18,11 @@ kernel of length ``l_max`` one inverse FFT of the generating function
 
 The recurrent mode recovers C = C̃ (I - Ā^{l_max})^{-1} for the same ``l_max`` and runs the dense
 bilinear recurrence, so stepping reproduces ``forward`` for any length.
+
+Tying across channels (as the S4 code's ``n_ssm``): Λ, P, B (and Q when untied) are stored in
+``n_ssm`` copies, channel h using copy h mod n_ssm; Δ and C̃ stay per channel (the code's ``inv_dt``
+and C have H entries whatever n_ssm). ``n_ssm_A`` sets the copies of Λ alone: the original S4 code
+(tag v1) keeps one Λ for all channels with B, P and Q per channel (``n_ssm_A=1, tie_pq=False``).
 """
 from __future__ import annotations
 
@@ -35,14 +40,18 @@ from longrange.layers.ssm import (
     check_choice,
     check_positive_int,
     check_state_size,
+    check_copies,
     check_step_input,
+    decode_dt,
     decode_real_part,
+    dt_parameter,
     encode_real_part,
     real_param,
     sample_log_dt,
     skip_init,
     skip_parameter,
     ssm_parameter,
+    tile_channels,
 )
 from longrange.ops.ssm_kernels import (
     bilinear_dense,
@@ -69,9 +78,14 @@ class S4(ConvolutionalSSM):
         real_transform: parameterisation of Re Λ: ``exp`` (-exp(raw)), ``relu`` or ``none``.
         d_init: skip D init (``ones``, ``zeros``, ``randn``).
         ssm_lr_scale: optional pinned learning-rate scale for the SSM parameters.
+        n_ssm: trainable copies of (Λ, P, B), and Q when untied, shared across the channels
+            (a divisor of d_model; None = one per channel). Δ and C̃ stay per channel.
+        n_ssm_A: trainable copies of Λ alone (a divisor of d_model; None = n_ssm).
+        dt_transform: how Δ is stored: ``exp`` (``log_dt``, Δ = exp) or ``softplus`` (``inv_dt``,
+            Δ = softplus, the newer S4 code's default); the init range is the same.
 
-    Parameters per channel: 1 (log_dt) + N (Λ) + rN (P, 2rN untied) + N (B) + N (C̃, 2N if
-    bidirectional) + 1 (D).
+    Parameters, with S = n_ssm and S_A = n_ssm_A (both H by default): H (Δ) + S_A·N (Λ) + r·S·N
+    (P; twice when Q is untied) + S·N (B) + H·N (C̃, 2H·N if bidirectional) + H (D).
     """
 
     def __init__(
@@ -87,6 +101,9 @@ class S4(ConvolutionalSSM):
         real_transform: str = "exp",
         d_init: str = "ones",
         ssm_lr_scale: float | None = None,
+        n_ssm: int | None = None,
+        n_ssm_A: int | None = None,
+        dt_transform: str = "exp",
     ):
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -94,19 +111,24 @@ class S4(ConvolutionalSSM):
         check_positive_int("rank", rank)
         check_positive_int("l_max", l_max)
         check_choice("real_transform", real_transform, REAL_TRANSFORMS)
+        copies = check_copies("n_ssm", n_ssm, d_model)
+        copies_A = copies if n_ssm_A is None else check_copies("n_ssm_A", n_ssm_A, d_model)
         self.d_model, self.d_state, self.rank, self.l_max = d_model, d_state, rank, l_max
         self.bidirectional, self.tie_pq, self.real_transform = bool(bidirectional), bool(tie_pq), real_transform
+        self.n_ssm, self.n_ssm_A = copies, copies_A
         H, M = d_model, d_state // 2
 
         Lambda, P, B, _ = legs_nplr(d_state, rank)
         channels = 2 if self.bidirectional else 1
-        self.log_dt = ssm_parameter(sample_log_dt(H, dt_min, dt_max), ssm_lr_scale)
-        self.Lambda_real = ssm_parameter(encode_real_part(Lambda.real.expand(H, M), real_transform), ssm_lr_scale)
-        self.Lambda_imag = ssm_parameter(Lambda.imag.expand(H, M).clone(), ssm_lr_scale)
-        self.P = ssm_parameter(real_param(P.unsqueeze(1).expand(rank, H, M)), ssm_lr_scale)
+        self.dt_name, raw_dt = dt_parameter(sample_log_dt(H, dt_min, dt_max), dt_transform)
+        self.dt_transform = dt_transform
+        setattr(self, self.dt_name, ssm_parameter(raw_dt, ssm_lr_scale))
+        self.Lambda_real = ssm_parameter(encode_real_part(Lambda.real.expand(copies_A, M), real_transform), ssm_lr_scale)
+        self.Lambda_imag = ssm_parameter(Lambda.imag.expand(copies_A, M).clone(), ssm_lr_scale)
+        self.P = ssm_parameter(real_param(P.unsqueeze(1).expand(rank, copies, M)), ssm_lr_scale)
         if not self.tie_pq:
-            self.Q = ssm_parameter(real_param(P.unsqueeze(1).expand(rank, H, M)), ssm_lr_scale)
-        self.B = ssm_parameter(real_param(B.expand(H, M)), ssm_lr_scale)
+            self.Q = ssm_parameter(real_param(P.unsqueeze(1).expand(rank, copies, M)), ssm_lr_scale)
+        self.B = ssm_parameter(real_param(B.expand(copies, M)), ssm_lr_scale)
         self.C_tilde = ssm_parameter(real_param(torch.randn(channels, H, M, dtype=torch.complex128)), ssm_lr_scale)
         self.D = skip_parameter(skip_init(H, d_init))
         self._step_cache: tuple | None = None
@@ -114,11 +136,15 @@ class S4(ConvolutionalSSM):
     # -- SSM pieces -----------------------------------------------------------------------
 
     def ssm(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """(dt (H,), Λ (H, N/2), P (r, H, N/2), Q (r, H, N/2), B (H, N/2), C̃ (channels, H, N/2))."""
+        """(dt (H,), Λ (H, N/2), P (r, H, N/2), Q (r, H, N/2), B (H, N/2), C̃ (channels, H, N/2)),
+        the tied parameters tiled to the H channels."""
+        H = self.d_model
         Lambda = torch.complex(decode_real_part(self.Lambda_real, self.real_transform), self.Lambda_imag)
-        P = as_complex(self.P)
-        Q = P if self.tie_pq else as_complex(self.Q)
-        return torch.exp(self.log_dt), Lambda, P, Q, as_complex(self.B), as_complex(self.C_tilde)
+        P = tile_channels(as_complex(self.P), H, 1)
+        Q = P if self.tie_pq else tile_channels(as_complex(self.Q), H, 1)
+        dt = decode_dt(getattr(self, self.dt_name), self.dt_transform)
+        B = tile_channels(as_complex(self.B), H, 0)
+        return dt, tile_channels(Lambda, H, 0), P, Q, B, as_complex(self.C_tilde)
 
     def dense_ssm(self) -> tuple[Tensor, Tensor, Tensor]:
         """Conjugate-complete bilinear (Ā (H, N, N), B̄ (H, N)) and C̃ (channels, H, N)."""

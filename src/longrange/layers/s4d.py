@@ -8,7 +8,8 @@ helpers are in :mod:`longrange.layers.ssm`):
   pair; the output is ``2·Re`` of the sum over stored modes.
 * Complex parameters are stored as real tensors with a trailing dimension of 2 (real, imag), so
   that ``module.double()`` / ``.half()`` convert them and every optimiser treats both parts alike.
-* Δ is ``exp(log_dt)`` with ``log_dt`` drawn uniformly in [log dt_min, log dt_max].
+* Δ is drawn log-uniformly in [dt_min, dt_max] and stored as ``log_dt`` (Δ = exp(log_dt)) or, with
+  ``dt_transform="softplus"``, as ``inv_dt`` (Δ = softplus(inv_dt)).
 * SSM parameters carry the optimiser hint ``group="ssm"``; the skip D carries ``group="no_decay"``.
 * ``bidirectional=True`` adds a second, independent output vector C producing a backward kernel;
   both are combined into one two-sided convolution (see :mod:`longrange.ops.fftconv`).
@@ -28,7 +29,9 @@ from longrange.layers.ssm import (
     check_positive_int,
     check_state_size,
     check_step_input,
+    decode_dt,
     decode_real_part,
+    dt_parameter,
     encode_real_part,
     real_param,
     sample_log_dt,
@@ -44,7 +47,8 @@ class S4D(ConvolutionalSSM):
     """Diagonal SSM layer (Gu et al., "On the Parameterization and Initialization of Diagonal SSMs").
 
     Per channel h and stored mode m: A = re(raw) + i·A_imag (see ``real_transform``), B, C
-    complex, Δ = exp(log_dt); kernel ``K[l] = 2 Re Σ_m C B̄ Ā^l`` with ``discretization`` ZOH or
+    complex, Δ = exp(log_dt) (or softplus(inv_dt), see ``dt_transform``); kernel
+    ``K[l] = 2 Re Σ_m C B̄ Ā^l`` with ``discretization`` ZOH or
     bilinear, output ``y = K * u + D u``.
 
     Args:
@@ -60,8 +64,10 @@ class S4D(ConvolutionalSSM):
         d_init: skip D init, ``ones`` (default), ``zeros`` or ``randn``.
         ssm_lr_scale: if given, pins the learning-rate scale of the SSM parameters in their hint;
             otherwise the trainer's ``ssm`` group setting applies.
+        dt_transform: how Δ is stored: ``exp`` (``log_dt``) or ``softplus`` (``inv_dt``, the newer
+            S4 code's default); the init range is the same.
 
-    Parameters per channel: 1 (log_dt) + N (A) + N (B) + N (C, 2N if bidirectional) + 1 (D).
+    Parameters per channel: 1 (Δ) + N (A) + N (B) + N (C, 2N if bidirectional) + 1 (D).
     """
 
     def __init__(
@@ -76,6 +82,7 @@ class S4D(ConvolutionalSSM):
         real_transform: str = "exp",
         d_init: str = "ones",
         ssm_lr_scale: float | None = None,
+        dt_transform: str = "exp",
     ):
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -90,7 +97,9 @@ class S4D(ConvolutionalSSM):
         A, B = s4d_init(init, d_state, H)
         channels = 2 if self.bidirectional else 1
         C = torch.randn(channels, H, M, dtype=torch.complex128)
-        self.log_dt = ssm_parameter(sample_log_dt(H, dt_min, dt_max), ssm_lr_scale)
+        self.dt_name, raw_dt = dt_parameter(sample_log_dt(H, dt_min, dt_max), dt_transform)
+        self.dt_transform = dt_transform
+        setattr(self, self.dt_name, ssm_parameter(raw_dt, ssm_lr_scale))
         self.A_real = ssm_parameter(encode_real_part(A.real, real_transform), ssm_lr_scale)
         self.A_imag = ssm_parameter(A.imag, ssm_lr_scale)
         self.B = ssm_parameter(real_param(B), ssm_lr_scale)
@@ -102,7 +111,7 @@ class S4D(ConvolutionalSSM):
     def ssm(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(dt (H,), A (H, N/2), B (H, N/2), C (channels, H, N/2)) in the parameters' dtype."""
         A = torch.complex(decode_real_part(self.A_real, self.real_transform), self.A_imag)
-        return torch.exp(self.log_dt), A, as_complex(self.B), as_complex(self.C)
+        return decode_dt(getattr(self, self.dt_name), self.dt_transform), A, as_complex(self.B), as_complex(self.C)
 
     def kernel(self, L: int) -> Tensor:
         """(channels, H, L) real kernel; channel 1 (if bidirectional) is the backward kernel."""

@@ -5,7 +5,9 @@ Conventions:
 * Complex parameters are stored as real tensors with a trailing dimension of 2 (real, imag), so
   that ``module.double()`` / ``.half()`` convert them and every optimiser treats both parts alike
   (:func:`real_param`, :func:`as_complex`).
-* Δ is ``exp(log_dt)`` with ``log_dt`` drawn uniformly in [log dt_min, log dt_max] (:func:`sample_log_dt`).
+* Δ is drawn log-uniformly in [dt_min, dt_max] (:func:`sample_log_dt`) and stored under a
+  transform (:func:`dt_parameter`): ``exp`` stores ``log_dt`` (Δ = exp(log_dt)); ``softplus``
+  stores ``inv_dt`` (Δ = softplus(inv_dt)), the parameterisation of the newer S4 code.
 * SSM parameters carry the optimiser hint ``group="ssm"`` (:func:`ssm_parameter`); the skip D
   carries ``group="no_decay"`` (:func:`skip_parameter`).
 * :class:`ConvolutionalSSM` is the parallel mode of the primitives whose kernel is computed in
@@ -16,6 +18,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
@@ -24,6 +27,10 @@ from longrange.ops.fftconv import fft_conv
 
 REAL_TRANSFORMS = ("exp", "relu", "none")
 SKIP_INITS = ("ones", "zeros", "randn")
+#: How Δ is stored: ``exp`` (the parameter ``log_dt``, Δ = exp) or ``softplus`` (``inv_dt``, Δ = softplus).
+DT_TRANSFORMS = ("exp", "softplus")
+#: The newer S4 code clamps Δ at this value before inverting softplus (its ``inv_transform``).
+SOFTPLUS_DT_FLOOR = 1e-4
 
 
 def _prefix(where: str) -> str:
@@ -58,6 +65,48 @@ def sample_log_dt(H: int, dt_min: float, dt_max: float) -> Tensor:
     """(H,) log step sizes, log-uniform in [dt_min, dt_max] (float64)."""
     check_dt_range(dt_min, dt_max)
     return math.log(dt_min) + torch.rand(H, dtype=torch.float64) * (math.log(dt_max) - math.log(dt_min))
+
+
+def dt_parameter(log_dt: Tensor, transform: str) -> tuple[str, Tensor]:
+    """(name, raw value) of the stored Δ parameter for log Δ values ``log_dt`` under ``transform``.
+
+    ``exp``: ("log_dt", log_dt) unchanged. ``softplus``: ("inv_dt", softplus⁻¹(Δ)) with
+    softplus⁻¹(x) = log(expm1(x)) and Δ clamped below at 1e-4 first, as the newer S4 code's
+    ``inv_transform`` does; computed in float64.
+    """
+    check_choice("dt_transform", transform, DT_TRANSFORMS)
+    if transform == "exp":
+        return "log_dt", log_dt
+    dt = torch.exp(log_dt.double()).clamp(min=SOFTPLUS_DT_FLOOR)
+    return "inv_dt", torch.log(torch.expm1(dt))
+
+
+def decode_dt(raw: Tensor, transform: str) -> Tensor:
+    """Δ from its stored parameter (inverse of :func:`dt_parameter`): exp(raw) or softplus(raw)."""
+    return torch.exp(raw) if transform == "exp" else F.softplus(raw)
+
+
+def check_copies(name: str, value: object, d_model: int) -> int:
+    """The number of trainable copies ``value`` of an SSM parameter shared across ``d_model``
+    channels (None = one per channel); ConfigError unless it is a positive divisor of d_model."""
+    if value is None:
+        return d_model
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or d_model % value:
+        raise ConfigError(
+            f"{name} must be None (one per channel) or a positive divisor of d_model = {d_model}, got {value!r}"
+        )
+    return value
+
+
+def tile_channels(t: Tensor, d_model: int, dim: int) -> Tensor:
+    """``t`` with its ``dim`` of S copies tiled to ``d_model`` channels: channel h uses copy h mod S
+    (the S4 code's ``repeat(x, 't n -> (v t) n')``); ``t`` itself when S = d_model."""
+    copies = t.shape[dim]
+    if copies == d_model:
+        return t
+    reps = [1] * t.dim()
+    reps[dim] = d_model // copies
+    return t.repeat(*reps)
 
 
 def skip_init(H: int, d_init: str) -> Tensor:

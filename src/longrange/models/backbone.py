@@ -22,6 +22,7 @@ from longrange.models.registry import BLOCKS, PRIMITIVES, builds_model, register
 #: Model fields behind the settings the builder passes to primitives (for messages).
 _SETTING_FIELDS = {
     "bidirectional": "direction", "block_size": "attn_block_size", "window": "attn_window", "bias": "attn_bias",
+    "dropout": "attn_dropout",
 }
 
 
@@ -77,10 +78,11 @@ def make_mixer(cfg: ModelConfig, d_model: int | None = None, *, bidirectional: b
         "window": cfg.attn_window,
         "attn_dim": cfg.attn_dim,
     }
-    # "bias" is too common a name to offer to every primitive: model.attn_bias goes to attention-like
-    # primitives only (those that take attn_dim).
+    # "bias" and "dropout" are too common names to offer to every primitive: model.attn_bias and
+    # model.attn_dropout go to attention-like primitives only (those that take attn_dim).
     if PRIMITIVES.accepts(cfg.primitive, "attn_dim", 1):
         given["bias"] = cfg.attn_bias
+        given["dropout"] = cfg.attn_dropout
     return build_primitive(cfg.primitive, cfg.d_model if d_model is None else d_model, dict(cfg.primitive_options),
                            given=given, defaults=defaults, where="model.primitive_options")
 
@@ -117,6 +119,7 @@ def transformer_block(cfg: ModelConfig) -> SequencePrimitive:
         window=cfg.attn_window,
         attn_dim=cfg.attn_dim,
         attn_bias=cfg.attn_bias,
+        attn_dropout=cfg.attn_dropout,
         **_residual_options(cfg),
     )
 
@@ -126,7 +129,7 @@ def simple_block(cfg: ModelConfig) -> SequencePrimitive:
     """The S4 block around the configured primitive."""
     if cfg.rope and not rotates_itself(cfg.primitive):
         raise ConfigError("model.rope before the SSM is defined for Mamba blocks (thesis section 14); use block='mamba'")
-    return SimpleBlock(make_mixer(cfg), **_residual_options(cfg))
+    return SimpleBlock(make_mixer(cfg), output_glu=cfg.output_glu, **_residual_options(cfg))
 
 
 def _rope_options(cfg: ModelConfig) -> RopeOptions | None:

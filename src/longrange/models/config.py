@@ -12,6 +12,7 @@ from longrange.models.registry import BLOCKS, PRIMITIVES  # the registries are t
 DIRECTIONS = ("causal", "bidirectional", "placebo")
 POOLINGS = ("mean", "last", "cls", "max")
 HEAD_ACTIVATIONS = ("gelu", "relu")
+HEAD_LAYERS = (1, 2, 3)
 HF_KEYS = ("model", "pretrained", "config", "revision")
 POSITIONAL = ("none", "learned", "sinusoidal")
 
@@ -46,6 +47,9 @@ class ModelConfig:
     dropout: float = 0.0
     norm: str | None = None
     prenorm: bool | None = None
+    #: Simple block: the output Linear(d, 2d) + GLU of the later S4 code (True), or the original
+    #: S4 layer's Linear(d, d) without a GLU (False; the S4 code at tag v1).
+    output_glu: bool = True
     # Mamba block
     expand: int = 2
     d_conv: int = 4
@@ -61,6 +65,8 @@ class ModelConfig:
     attn_dim: int | None = None
     #: Biases in the attention's qkv and output projections (LRA's Transformers have none).
     attn_bias: bool = True
+    #: Dropout on the attention probabilities, in training only (LRA's attention_dropout_rate).
+    attn_dropout: float = 0.0
     # Rotary embeddings: inside attention for attention; before the SSM for Mamba blocks (thesis 14.3)
     rope: bool = False
     rope_base: float = 10000.0
@@ -71,8 +77,10 @@ class ModelConfig:
     pos_embedding: str = "none"
     max_len: int = 0
     pooling: str = "mean"
-    # Pooled (classification/regression) head: 1 = linear, 2 = MLP Linear(d, hidden) -> act -> Linear.
-    # The retrieval head is always the two-layer MLP; hidden and activation apply to it too.
+    # Pooled (classification/regression) head: 1 = linear, 2 = MLP Linear(d, hidden) -> act -> Linear,
+    # 3 = Linear(d, hidden) -> act -> Linear(hidden, hidden // 2) -> act -> Linear (LRA's dual head).
+    # The retrieval head: 1 or 2 = the S4/SPT head, two layers on [a, b, a*b, a-b]; 3 = LRA's
+    # three layers on [a, b]. hidden and activation apply to every MLP head.
     head_layers: int = 1
     head_hidden: int | None = None
     head_activation: str = "gelu"
@@ -109,8 +117,10 @@ class ModelConfig:
         choice("pooling", POOLINGS)
         choice("pos_embedding", POSITIONAL)
         choice("head_activation", HEAD_ACTIVATIONS)
-        if self.head_layers not in (1, 2):
-            raise ConfigError(f"model.head_layers must be 1 (linear) or 2 (MLP), got {self.head_layers!r}")
+        if self.head_layers not in HEAD_LAYERS:
+            raise ConfigError(
+                f"model.head_layers must be 1 (linear), 2 (MLP) or 3 (LRA's three-layer MLP), got {self.head_layers!r}"
+            )
         if self.head_hidden is not None and self.head_hidden < 1:
             raise ConfigError(f"model.head_hidden must be None (= d_model) or positive, got {self.head_hidden}")
         if self.block == "hf":
@@ -154,8 +164,33 @@ class ModelConfig:
             raise ConfigError(f"model.attn_bias must be true or false, got {self.attn_bias!r}")
         if not self.attn_bias and self.primitive != "attention":
             raise ConfigError(f"model.attn_bias applies to attention, not to primitive {self.primitive!r}")
+        if isinstance(self.attn_dropout, bool) or not 0.0 <= self.attn_dropout < 1.0:
+            raise ConfigError(f"model.attn_dropout must be in [0, 1), got {self.attn_dropout!r}")
+        if self.attn_dropout and self.primitive != "attention":
+            raise ConfigError(f"model.attn_dropout applies to attention, not to primitive {self.primitive!r}")
+        if not isinstance(self.output_glu, bool):
+            raise ConfigError(f"model.output_glu must be true or false, got {self.output_glu!r}")
+        if not self.output_glu and self.block != "simple":
+            raise ConfigError(
+                f"model.output_glu applies to the simple block (the S4 layer's output), not to block {self.block!r}"
+            )
         if self.pos_embedding == "learned" and self.max_len < 1:
             raise ConfigError("model.pos_embedding = 'learned' needs model.max_len (the longest input)")
+
+    def describe(self) -> str:
+        """One line naming the model by the fields that build it: a Hugging Face LM by its id and
+        weights (``hf: EleutherAI/pythia-70m-deduped, pretrained`` or ``random init``); any other model
+        by block, primitive, direction and sizes (the state size only for primitives that have one,
+        the heads for attention)."""
+        if self.block == "hf":
+            weights = "pretrained" if self.hf.get("pretrained", False) else "random init"
+            return f"hf: {self.hf.get('model')}, {weights}"
+        size = f"L={self.n_layers} d={self.d_model}"
+        if self.primitive == "attention":
+            size += f" heads={self.n_heads}"
+        elif PRIMITIVES.accepts(self.primitive, "d_state", 1):
+            size += f" N={self.d_state}"
+        return f"{self.block}-{self.primitive} {self.direction} {size}"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -1,7 +1,10 @@
 """Output heads and the pooling that respects padding.
 
-Pooled heads (classification, regression) and the retrieval head end in ``head_layers`` linear
-maps: 1 = a linear map, 2 = an MLP ``Linear(d, hidden) -> activation -> Linear(hidden, n_out)``.
+Pooled heads (classification, regression) end in ``head_layers`` linear maps: 1 = a linear map,
+2 = an MLP ``Linear(d, hidden) -> activation -> Linear(hidden, n_out)``, 3 = LRA's
+``Linear(d, hidden) -> activation -> Linear(hidden, hidden // 2) -> activation -> Linear``. The
+retrieval head is the S4/SPT head (two layers on ``[a, b, a*b, a-b]``) for 1 and 2, and LRA's
+dual head (three layers on ``[a, b]``) for 3.
 
 Heads are registered by kind (:data:`longrange.models.registry.HEADS`) and built as
 ``cls(d_model, n_out, **options)``, the model's ``pooling`` going to the heads that take it. A
@@ -16,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
-from longrange.models.config import POOLINGS
+from longrange.models.config import HEAD_LAYERS, POOLINGS
 
 HEAD_ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
 from longrange.models.registry import register_head
@@ -54,15 +57,25 @@ def pool(h: Tensor, mask: Tensor | None, pooling: str, cls_index: Tensor | None 
 
 
 def mlp(d_in: int, n_out: int, layers: int = 1, hidden: int | None = None, activation: str = "gelu") -> nn.Module:
-    """``layers`` = 1: Linear(d_in, n_out); 2: Linear(d_in, hidden) -> activation -> Linear(hidden, n_out)."""
+    """``layers`` = 1: Linear(d_in, n_out); 2: Linear(d_in, hidden) -> activation -> Linear(hidden, n_out);
+    3: Linear(d_in, hidden) -> activation -> Linear(hidden, hidden // 2) -> activation -> Linear(hidden // 2,
+    n_out) (LRA's ``classifier_head_dual``: Dense(mlp_dim), Dense(mlp_dim // 2), Dense). ``hidden``: d_in if None."""
     if layers == 1:
         return nn.Linear(d_in, n_out)
-    if layers != 2:
-        raise ConfigError(f"model.head_layers must be 1 (linear) or 2 (MLP), got {layers!r}")
+    if layers not in HEAD_LAYERS:
+        raise ConfigError(f"model.head_layers must be 1 (linear), 2 (MLP) or 3 (LRA's three-layer MLP), got {layers!r}")
     if activation not in HEAD_ACTIVATIONS:
         raise ConfigError(f"model.head_activation {activation!r} is not one of {', '.join(HEAD_ACTIVATIONS)}")
     hidden = hidden or d_in
-    return nn.Sequential(nn.Linear(d_in, hidden), HEAD_ACTIVATIONS[activation](), nn.Linear(hidden, n_out))
+    if layers == 2:
+        return nn.Sequential(nn.Linear(d_in, hidden), HEAD_ACTIVATIONS[activation](), nn.Linear(hidden, n_out))
+    if hidden < 2:
+        raise ConfigError(
+            f"model.head_hidden must be >= 2 for head_layers 3 (its second layer has hidden // 2), got {hidden}"
+        )
+    half = hidden // 2
+    return nn.Sequential(nn.Linear(d_in, hidden), HEAD_ACTIVATIONS[activation](), nn.Linear(hidden, half),
+                         HEAD_ACTIVATIONS[activation](), nn.Linear(half, n_out))
 
 
 @register_head("classify")
@@ -91,20 +104,28 @@ class PooledHead(nn.Module):
 
 @register_head("retrieval")
 class RetrievalHead(nn.Module):
-    """Two-sequence classification on pooled features a, b: MLP([a, b, a·b, a−b]) (the LRA two-tower head).
+    """Two-sequence classification on pooled features a, b of one shared backbone (two towers).
 
-    Always the two-layer MLP of the published head: ``Linear(4d, hidden) -> activation ->
-    Linear(hidden, n_classes)`` with ``hidden`` = d by default.
+    ``layers`` 1 or 2 (the default): the S4 and SPT code's head, ``Linear(4d, hidden) -> activation
+    -> Linear(hidden, n_classes)`` on ``[a, b, a·b, a−b]``; 3: LRA's ``classifier_head_dual``
+    (without its NLI interaction, which LRA's matching task leaves off), ``Linear(2d, hidden) ->
+    activation -> Linear(hidden, hidden // 2) -> activation -> Linear(hidden // 2, n_classes)`` on
+    ``[a, b]``. ``hidden`` = d by default.
     """
 
     two_sequences = True
 
     def __init__(
-        self, d_model: int, n_classes: int, pooling: str = "mean", hidden: int | None = None, activation: str = "gelu"
+        self, d_model: int, n_classes: int, pooling: str = "mean", hidden: int | None = None, activation: str = "gelu",
+        layers: int = 1,
     ):
         super().__init__()
         self.pooling = pooling
-        self.mlp = mlp(4 * d_model, n_classes, 2, hidden or d_model, activation)
+        self.interaction = layers != 3
+        if layers == 3:
+            self.mlp = mlp(2 * d_model, n_classes, 3, hidden or d_model, activation)
+        else:
+            self.mlp = mlp(4 * d_model, n_classes, 2, hidden or d_model, activation)
 
     def forward(
         self,
@@ -117,7 +138,8 @@ class RetrievalHead(nn.Module):
     ) -> Tensor:
         a = pool(h1, mask1, self.pooling, cls1)
         b = pool(h2, mask2, self.pooling, cls2)
-        return self.mlp(torch.cat([a, b, a * b, a - b], dim=-1))
+        features = [a, b, a * b, a - b] if self.interaction else [a, b]
+        return self.mlp(torch.cat(features, dim=-1))
 
 
 @register_head("tokens")

@@ -21,7 +21,8 @@ from typing import Any, Mapping
 from longrange import typed
 from longrange.errors import ConfigError
 
-SCHEDULES = ("cosine", "constant", "plateau", "step")
+SCHEDULES = ("cosine", "constant", "plateau", "step", "rsqrt")
+CYCLES = ("once", "periodic", "restart")
 STEP_UNITS = ("step", "epoch")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -43,10 +44,18 @@ class TrainConfig:
     #: qualified name, e.g. "*.log_dt">, lr: <absolute> | lr_scale: <x lr>, weight_decay: <float>}``.
     param_groups: list[dict[str, Any]] = field(default_factory=list)
 
-    # Learning-rate schedule.
+    # Learning-rate schedule (see ``train/schedules.py``): cosine, constant, plateau, step, or rsqrt
+    # (LRA's constant * linear_warmup * rsqrt_decay, with ``lr`` as LRA's constant).
     schedule: str = "cosine"
     warmup: float = 0.1
+    #: The cosine's final ratio of the peak lr (reached at the end of its decay).
     min_lr_ratio: float = 0.1
+    #: Cosine only: steps from step 0 (warmup included) to the end of one decay; 0 = the whole run.
+    cosine_steps: int = 0
+    #: Cosine only, after the decay's end: ``once`` (hold the final ratio), ``periodic`` (rise back
+    #: along the cosine, as transformers' schedule past num_training_steps) or ``restart`` (back to
+    #: the peak, as LRA's cosine_decay).
+    cycles: str = "once"
     plateau_factor: float = 0.5
     plateau_patience: int = 3
     #: Step decay (``schedule: step``): the lr is multiplied by ``step_gamma`` every ``step_size``
@@ -103,6 +112,13 @@ class TrainConfig:
         need(self.warmup >= 0, "warmup", "must be >= 0 (a fraction of the steps if < 1, else a number of steps)")
         need(self.warmup < 1 or float(self.warmup).is_integer(), "warmup", "must be a whole number of steps when >= 1")
         need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
+        need(self.cosine_steps >= 0, "cosine_steps", "must be >= 0 (0 = the cosine spans the run)")
+        need(self.cycles in CYCLES, "cycles", f"must be one of {', '.join(CYCLES)}")
+        need(self.schedule != "rsqrt" or self.warmup > 0, "warmup",
+             "must be > 0 for schedule 'rsqrt' (it decays as 1 / sqrt(max(step, warmup)))")
+        need(self.schedule != "cosine" or not (self.cosine_steps and self.warmup >= 1 and self.cosine_steps <= self.warmup),
+             "cosine_steps",
+             f"must exceed train.warmup ({self.warmup:g} steps): it counts the steps from 0 to the end of the decay")
         need(0 < self.plateau_factor < 1, "plateau_factor", "must be in (0, 1)")
         need(self.plateau_patience >= 1, "plateau_patience", "must be >= 1")
         need(self.schedule != "step" or self.step_size >= 1, "step_size",

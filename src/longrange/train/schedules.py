@@ -2,11 +2,20 @@
 
 ``multiplier(step)`` is the factor used for the optimiser step with 0-based index ``step``:
 
-  * warmup (all schedules): ``(step + 1) / warmup_steps`` for ``step < warmup_steps``, so the first
-    step is not taken at lr 0 and step ``warmup_steps - 1`` is at the peak;
+  * warmup (all schedules but ``rsqrt``): ``(step + 1) / warmup_steps`` for ``step < warmup_steps``,
+    so the first step is not taken at lr 0 and step ``warmup_steps - 1`` is at the peak;
   * ``cosine``: then ``min + (1 - min) * (1 + cos(pi * p)) / 2`` with
-    ``p = (step - warmup_steps) / (total_steps - warmup_steps)`` clamped to [0, 1], so that
-    ``multiplier(total_steps) == min_lr_ratio`` (and stays there if training runs longer);
+    ``p = (step - warmup_steps) / (end - warmup_steps)``, where ``end`` is ``cosine_steps`` (the
+    steps one decay spans, counted from step 0 with the warmup: transformers'
+    ``num_training_steps``) or, when that is 0, ``total_steps``. After ``end``, ``cycles`` decides:
+    ``once`` clamps p at 1, so that ``multiplier(end) == min_lr_ratio`` and stays there;
+    ``periodic`` lets p run on, so the lr rises back to the peak over the next span and so on
+    (``transformers.get_cosine_schedule_with_warmup`` past its ``num_training_steps``); ``restart``
+    takes p modulo 1, back at the peak at the start of every span (LRA's ``cosine_decay``);
+  * ``rsqrt``: LRA's ``constant * linear_warmup * rsqrt_decay`` as its code computes it, the peak
+    learning rate being LRA's constant: ``min(1, step / warmup_steps) / sqrt(max(step, warmup_steps))``
+    for the 0-based step (so step 0 is at lr 0 and the peak, reached at the end of the warmup, is
+    ``lr / sqrt(warmup_steps)``); the warmup may outlast the run;
   * ``constant``: then 1;
   * ``plateau``: then the current plateau scale, multiplied by ``factor`` each time ``patience``
     evaluations in a row did not improve the selection metric (:meth:`LRSchedule.observe`);
@@ -23,7 +32,8 @@ from typing import Any
 
 from longrange.errors import ConfigError
 
-KINDS = ("cosine", "constant", "plateau", "step")
+KINDS = ("cosine", "constant", "plateau", "step", "rsqrt")
+CYCLES = ("once", "periodic", "restart")
 
 
 class LRSchedule:
@@ -38,6 +48,8 @@ class LRSchedule:
         higher_is_better: bool = True,
         step_every: int = 0,
         gamma: float = 0.1,
+        cosine_steps: int = 0,
+        cycles: str = "once",
     ):
         if kind not in KINDS:
             raise ConfigError(f"train.schedule must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -47,6 +59,15 @@ class LRSchedule:
             raise ConfigError(f"a schedule needs at least one step, got total_steps={total_steps}")
         if warmup_steps < 0:
             raise ConfigError(f"train.warmup must give >= 0 steps, got {warmup_steps}")
+        if kind == "rsqrt" and warmup_steps < 1:
+            raise ConfigError("the rsqrt schedule needs train.warmup >= 1 step (it decays as 1 / sqrt(max(step, warmup)))")
+        if cycles not in CYCLES:
+            raise ConfigError(f"train.cycles must be one of {', '.join(CYCLES)}, got {cycles!r}")
+        if kind == "cosine" and cosine_steps and cosine_steps <= warmup_steps:
+            raise ConfigError(
+                f"train.cosine_steps ({cosine_steps}) must exceed the warmup ({warmup_steps} steps): "
+                "it counts the steps from 0 to the end of the decay, warmup included"
+            )
         self.kind = kind
         self.total_steps = total_steps
         self.warmup_steps = warmup_steps
@@ -56,12 +77,16 @@ class LRSchedule:
         self.higher_is_better = higher_is_better
         self.step_every = step_every
         self.gamma = gamma
+        self.cosine_steps = cosine_steps
+        self.cycles = cycles
         # Plateau state.
         self.scale = 1.0
         self.best: float | None = None
         self.bad_evals = 0
 
     def multiplier(self, step: int) -> float:
+        if self.kind == "rsqrt":
+            return min(1.0, step / self.warmup_steps) / math.sqrt(max(step, self.warmup_steps))
         if step < self.warmup_steps:
             warm = (step + 1) / self.warmup_steps
             return warm * (self.scale if self.kind == "plateau" else 1.0)
@@ -71,8 +96,15 @@ class LRSchedule:
             return self.scale
         if self.kind == "step":
             return self.gamma ** ((step - self.warmup_steps) // self.step_every)
-        span = self.total_steps - self.warmup_steps
-        progress = min(1.0, (step - self.warmup_steps) / span) if span > 0 else 1.0
+        span = (self.cosine_steps or self.total_steps) - self.warmup_steps
+        if span <= 0:
+            progress = 1.0
+        elif self.cycles == "once":
+            progress = min(1.0, (step - self.warmup_steps) / span)
+        elif self.cycles == "periodic":
+            progress = (step - self.warmup_steps) / span
+        else:  # restart
+            progress = ((step - self.warmup_steps) / span) % 1.0
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     def observe(self, value: float) -> None:
@@ -114,14 +146,18 @@ def build_schedule(cfg, total_steps: int, higher_is_better: bool = True, steps_p
         if not steps_per_epoch:
             raise ConfigError("train.step_unit 'epoch' needs the number of steps per epoch")
         step_every = cfg.step_size * steps_per_epoch
+    warmup = cfg.warmup_steps(total_steps)
     return LRSchedule(
         cfg.schedule,
         total_steps,
-        warmup_steps=min(cfg.warmup_steps(total_steps), total_steps),
+        # LRA's rsqrt warmup may outlast the run (its retrieval config: 8000 warmup steps of 5000).
+        warmup_steps=warmup if cfg.schedule == "rsqrt" else min(warmup, total_steps),
         min_lr_ratio=cfg.min_lr_ratio,
         plateau_factor=cfg.plateau_factor,
         plateau_patience=cfg.plateau_patience,
         higher_is_better=higher_is_better,
         step_every=step_every,
         gamma=cfg.step_gamma,
+        cosine_steps=cfg.cosine_steps,
+        cycles=cfg.cycles,
     )
