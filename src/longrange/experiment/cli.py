@@ -14,6 +14,9 @@ def _add_experiment_args(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if --out holds a run")
+    p.add_argument("--continue", dest="continue_run", action="store_true",
+                   help="resume the run in --out if it holds one made with these settings (a finished one is left as "
+                        "it is), else start it: for job scripts that may be requeued")
     add_data_args(p)
     p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides by dotted name, e.g. model.d_model=128 train.lr=3e-4")
 
@@ -59,7 +62,8 @@ def _print_summary(summary: dict) -> None:
 def _train(args: argparse.Namespace) -> int:
     from longrange.experiment.execute import run_stage
 
-    _print_summary(run_stage(_resolve(args), "train", args.out, seed=args.seed, resume=args.resume, overwrite=args.overwrite))
+    _print_summary(run_stage(_resolve(args), "train", args.out, seed=args.seed, resume=args.resume,
+                             overwrite=args.overwrite, continue_=args.continue_run))
     return 0
 
 
@@ -70,7 +74,8 @@ def _pretrain(args: argparse.Namespace) -> int:
     exp = _resolve(args)
     objective = args.objective or natural_objective(exp.model.direction)  # as compare chooses
     summary = run_stage(exp, "pretrain", args.out, seed=args.seed, objective=objective,
-                        reverse=args.reverse, resume=args.resume, overwrite=args.overwrite)
+                        reverse=args.reverse, resume=args.resume, overwrite=args.overwrite,
+                        continue_=args.continue_run)
     _print_summary(summary)
     return 0
 
@@ -79,7 +84,8 @@ def _finetune(args: argparse.Namespace) -> int:
     from longrange.experiment.execute import run_stage
 
     summary = run_stage(_resolve(args), "finetune", args.out, seed=args.seed, init_from=args.init_from,
-                        reverse_from=args.reverse_from, resume=args.resume, overwrite=args.overwrite)
+                        reverse_from=args.reverse_from, resume=args.resume, overwrite=args.overwrite,
+                        continue_=args.continue_run)
     _print_summary(summary)
     return 0
 
@@ -160,6 +166,7 @@ def _compare(args: argparse.Namespace) -> int:
     compare(experiments, args.out, seeds=seeds, objectives=objectives,
             compute_matched=False if args.no_compute_matched else None,
             train_subsets=parse_train_subsets(args.train_subsets), overwrite=args.overwrite,
+            rerun_other_versions=args.rerun_other_versions,
             dry_run=args.dry_run, executor=make_backend(settings))
     if args.dry_run or not settings.wait:
         return 0
@@ -228,6 +235,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan (stages and their dependencies) and run nothing")
     p.add_argument("--overwrite", action="store_true",
                    help="run again the finished stages that were made with other settings (others are reused)")
+    p.add_argument("--rerun-other-versions", action="store_true",
+                   help="run again the finished stages that another longrange version made (by default they are reused)")
     p.add_argument("--seeds", help="comma-separated seeds (default: the preset's compare.seeds)")
     p.add_argument("--objectives", help="comma-separated SPT objectives: causal,masked (default: the preset's, or the model's natural one)")
     p.add_argument("--no-compute-matched", action="store_true", help="skip the compute-matched scratch baseline")

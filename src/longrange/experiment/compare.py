@@ -17,6 +17,7 @@ that is not finished, in dependency order (``experiment/scheduler.py``, on a bac
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,7 +27,7 @@ from longrange.experiment.execute import StageFailed, execute_stage
 from longrange.experiment.plan import Plan, default_objectives, describe, plan_grid, slug
 from longrange.experiment.scheduler import Backend, Outcome, run_plan
 from longrange.fileio import check_out_dir
-from longrange.train.rundir import RunDir, RunMismatchError
+from longrange.train.rundir import Intent, RunDir, RunMismatchError, other_versions_line
 
 __all__ = ["compare", "default_objectives", "execute_stage", "slug", "stage_statuses", "StageFailed"]
 
@@ -88,6 +89,7 @@ def compare(
     compute_matched: bool | None = None,
     train_subsets: Sequence[float | int] | None = None,
     overwrite: bool = False,
+    rerun_other_versions: bool = False,
     dry_run: bool = False,
     executor: Backend | None = None,
 ) -> list[dict[str, Any]]:
@@ -98,7 +100,8 @@ def compare(
     another in this process). When it only submitted them (SLURM with ``wait`` off), nothing is
     returned. ``dry_run`` prints the plan and runs nothing. ``train_subsets`` (default: each
     experiment's ``compare.train_subsets``) sweeps the training set's size: every regime and seed
-    once per subset (see ``experiment/plan.py``).
+    once per subset (see ``experiment/plan.py``). A finished stage made by another longrange
+    version is reused (and counted in a line); ``rerun_other_versions`` runs it again.
     """
     out_dir = check_out_dir(out_dir, "--out")
     plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
@@ -110,9 +113,13 @@ def compare(
     out_dir.mkdir(parents=True, exist_ok=True)
     check_reuse(plan, out_dir, overwrite)
     plan.save(out_dir)
-    outcome = run_plan(plan, out_dir, executor or InProcess(), overwrite=overwrite)
+    intent = Intent("continue", replace_stale=overwrite, rerun_other_versions=rerun_other_versions)
+    outcome = run_plan(plan, out_dir, executor or InProcess(), intent=intent)
     if Outcome.SUBMITTED in outcome.values():  # a scheduler runs them (compare --launcher slurm --no-wait)
         return []
+    line = other_versions_line([RunDir(out_dir / s.id).made_by() for s in plan.stages])
+    if line:
+        print(f"{line}; `compare --rerun-other-versions` runs them again", file=sys.stderr)
     raise_for_outcome(out_dir, outcome)
     summaries = plan.summaries(out_dir, [s.id for s in plan.stages if s.is_final])
     return [summaries[s.id] for s in plan.stages if s.is_final]

@@ -33,6 +33,7 @@ import yaml
 
 from longrange import typed
 from longrange.errors import ConfigError
+from longrange.identity import declare_defaults
 from longrange.models.config import ModelConfig
 from longrange.objectives.factory import KINDS, SPT_KINDS, ObjectiveConfig
 from longrange.train.config import TrainConfig
@@ -55,6 +56,10 @@ class TaskConfig:
     #: Seed of the data's held-out splits and train subset (fixed across training seeds).
     seed: int = 0
 
+
+#: Fields at their default are left out of a run's identity (a new field changes no fingerprint).
+declare_defaults("task", lambda: {k: v for k, v in dataclasses.asdict(TaskConfig()).items() if k != "name"})
+declare_defaults("objective", lambda: {"reverse": False, **dataclasses.asdict(ObjectiveConfig())})
 
 LAUNCHERS = ("local", "slurm")
 

@@ -31,6 +31,10 @@ from longrange.train.loop import train
 from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunLockedError, RunMismatchError
 
 
+#: A comparison's default intent: reuse finished stages, resume interrupted ones, start the others.
+CONTINUE = Intent("continue")
+
+
 class StageFailed(LongrangeError):
     """Stages of a comparison failed or could not run; the message names them."""
 
@@ -101,6 +105,7 @@ def run_stage(
     reverse_from: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
+    continue_: bool = False,
 ) -> dict[str, Any]:
     """Run one stage in ``run_dir`` and write its ``summary.json``; returns the summary.
 
@@ -110,10 +115,12 @@ def run_stage(
 
     ``resume`` continues the run in ``run_dir`` from its last checkpoint, only if it was made with
     the same settings (its fingerprint); a finished run is returned as it is, never rewritten.
-    ``overwrite`` replaces whatever ``run_dir`` holds; without either, a directory that holds a run
-    is an error. The run directory is locked while the stage runs.
+    ``overwrite`` replaces whatever ``run_dir`` holds; ``continue_`` resumes the run if there is one
+    made with the same settings (returning it if finished) and starts it otherwise, as a comparison
+    does (for scripts that may be requeued); without any, a directory that holds a run is an error.
+    The run directory is locked while the stage runs.
     """
-    intent = Intent.from_flags(resume, overwrite)
+    intent = Intent.from_flags(resume, overwrite, continue_)
     resolved = resolve_stage(exp, stage, seed=seed, objective=objective, reverse=reverse, init_from=init_from,
                              reverse_from=reverse_from)
     with D.process_group():
@@ -124,11 +131,13 @@ def run_stage(
             return train_stage(resolved, run)
 
 
-def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, overwrite: bool = False) -> dict[str, Any] | None:
+def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Intent = CONTINUE) -> dict[str, Any] | None:
     """Run, resume or reuse one stage of ``plan`` under its lock; returns its summary.
 
     Returns None when another live process holds the stage (it is running there). A stage whose
-    finished run was made with other settings is an error (replaced with ``overwrite``). When the
+    finished run was made with other settings is an error, unless ``intent.replace_stale``
+    (``compare --overwrite``) starts it afresh; ``intent.rerun_other_versions`` starts afresh a
+    stage finished by another longrange version. When the
     stage fails, the failure is recorded in its ``failed.json`` and the error raised.
 
     Under ``torchrun`` every rank calls this: rank 0 takes the lock and decides, the other ranks
@@ -144,7 +153,7 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, overwrite: 
     resolved = plan.resolve(stage, out_dir, deps)
     with D.process_group():
         try:
-            opened = run.open(resolved.config(), Intent.REPLACE_STALE if overwrite else Intent.CONTINUE)
+            opened = run.open(resolved.config(), intent)
         except RunLockedError:
             return None
         with opened:

@@ -24,7 +24,7 @@ from typing import Any, Protocol, Sequence
 
 from longrange.experiment.plan import Plan, Stage
 from longrange.train.progress import format_seconds
-from longrange.train.rundir import RunDir, RunStatus
+from longrange.train.rundir import Intent, RunDir, RunStatus
 
 
 class Outcome(Enum):
@@ -50,7 +50,7 @@ class Backend(Protocol):
     #: Seconds between polls.
     poll_interval: float
 
-    def begin(self, plan: Plan, out_dir: Path, overwrite: bool) -> None: ...
+    def begin(self, plan: Plan, out_dir: Path, intent: Intent) -> None: ...
 
     def slots(self) -> int | None:
         """How many more stages may be submitted now (None: no limit)."""
@@ -75,8 +75,9 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, overwrite: bool = False) -> dict[str, Outcome]:
-    """Run the plan's stages on ``backend``; returns each stage's outcome, in plan order."""
+def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Intent = Intent("continue")) -> dict[str, Outcome]:
+    """Run the plan's stages on ``backend``; returns each stage's outcome, in plan order. ``intent``
+    (mode continue) says what to do with stages made with other settings or another version."""
     out_dir = Path(out_dir)
     outcome: dict[str, Outcome] = {}
     running: dict[str, Any] = {}    # submitted, no outcome yet
@@ -84,7 +85,7 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, overwrite: bo
     waiting = list(plan.stages)
     number = {s.id: k for k, s in enumerate(plan.stages, 1)}
     n, start, ran = len(plan.stages), time.time(), 0
-    backend.begin(plan, out_dir, overwrite)
+    backend.begin(plan, out_dir, intent)
 
     def settle(sid: str, result: Outcome) -> None:
         outcome[sid] = result
@@ -110,7 +111,7 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, overwrite: bo
                     outcome[stage.id] = Outcome.SKIPPED
                     say(f"stage {k} of {n}: skipping {stage.id} (needs {', '.join(blocked)})")
                 elif deps_done and RunDir(out_dir / stage.id).finished():
-                    outcome[stage.id] = _reuse(plan, stage, out_dir, overwrite, f"stage {k} of {n}")
+                    outcome[stage.id] = _reuse(plan, stage, out_dir, intent, f"stage {k} of {n}")
                 elif (deps_done or ahead) and RunDir(out_dir / stage.id).status() is RunStatus.RUNNING:
                     outcome[stage.id] = Outcome.HELD
                     say(f"stage {k} of {n}: {stage.id} is running in another process; leaving it")
@@ -150,13 +151,13 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, overwrite: bo
     return {s.id: outcome.get(s.id, Outcome.SUBMITTED if s.id in running else Outcome.SKIPPED) for s in plan.stages}
 
 
-def _reuse(plan: Plan, stage: Stage, out_dir: Path, overwrite: bool, where: str) -> Outcome:
+def _reuse(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str) -> Outcome:
     """A finished stage, checked and reused in this process (no backend needed)."""
     from longrange.experiment.execute import execute_stage
     from longrange.train.rundir import RunMismatchError
 
     try:
-        summary = execute_stage(plan, stage.id, out_dir, overwrite=overwrite)
+        summary = execute_stage(plan, stage.id, out_dir, intent=intent)
     except (RunMismatchError, KeyboardInterrupt):
         raise
     except Exception as err:

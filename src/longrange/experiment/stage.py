@@ -22,9 +22,11 @@ from longrange.experiment.config import OBJECTIVES, ExperimentConfig, TaskConfig
 from longrange.experiment.taskdata import data_identity
 from longrange.models.config import ModelConfig
 from longrange.train.config import TrainConfig
-from longrange.train.rundir import RunDir, fingerprint
+from longrange.identity import declare_defaults, fingerprint
+from longrange.train.rundir import RunDir
 
 STAGES = ("train", "pretrain", "finetune")
+declare_defaults("init", lambda: {"from": None, "reverse_from": None})
 
 
 @dataclass
@@ -44,9 +46,8 @@ class ResolvedStage:
     reverse_from: Path | None = None
 
     def config(self) -> dict[str, Any]:
-        """The stage's resolved configuration as saved in config.yaml (without ``head`` and ``record``)."""
-        from longrange import __version__
-
+        """The stage's resolved configuration as saved in config.yaml (without ``head`` and ``record``;
+        the longrange version is in the record, not in the identity)."""
         t = self.task
         return {
             "label": self.exp.label,
@@ -59,7 +60,6 @@ class ResolvedStage:
             "model": self.model.to_dict(),
             "objective": {"kind": self.objective, "reverse": self.reverse, **vars(self.exp.objective)},
             "init": {"from": _run_fingerprint(self.init_from), "reverse_from": _run_fingerprint(self.reverse_from)},
-            "code": {"longrange": __version__},
             "train": self.train.to_dict(),
         }
 

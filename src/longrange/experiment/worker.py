@@ -60,11 +60,18 @@ def error_line(log: Path) -> str:
     return lines[-1][len(ERROR_PREFIX):] if lines else ""
 
 
-def command(out_dir: str | Path, stage_id: str, *, overwrite: bool = False, threads: int = 0, gpus: int = 1) -> list[str]:
+def intent_args(intent) -> list[str]:
+    """The worker's options for a comparison's :class:`~longrange.train.rundir.Intent`."""
+    return (["--overwrite"] if intent.replace_stale else []) + (["--rerun-other-versions"] if intent.rerun_other_versions else [])
+
+
+def command(out_dir: str | Path, stage_id: str, *, overwrite: bool = False, rerun_other_versions: bool = False,
+            threads: int = 0, gpus: int = 1) -> list[str]:
     """The command that runs one stage; under torchrun (``gpus > 1``) on that many GPUs of one node."""
+    from longrange.train.rundir import Intent
+
     args = ["-m", "longrange.experiment.worker", str(out_dir), stage_id]
-    if overwrite:
-        args.append("--overwrite")
+    args += intent_args(Intent("continue", replace_stale=overwrite, rerun_other_versions=rerun_other_versions))
     if threads > 0:
         args += ["--threads", str(threads)]
     if gpus > 1:
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", help="the comparison's output directory (holds plan.json)")
     p.add_argument("stage", help="the stage id (its run directory relative to OUT)")
     p.add_argument("--overwrite", action="store_true", help="replace a finished run made with other settings")
+    p.add_argument("--rerun-other-versions", action="store_true", help="run again a stage finished by another longrange version")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = p.parse_args(argv)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # not inside a submitit job, which handles it
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from longrange.errors import LongrangeError
     from longrange.experiment.execute import StageNotReady, execute_stage
     from longrange.experiment.plan import Plan
-    from longrange.train.rundir import RunMismatchError
+    from longrange.train.rundir import Intent, RunMismatchError
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -113,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage not in plan.by_id:
             print(f"{ERROR_PREFIX}{args.out}/plan.json has no stage {args.stage}", file=sys.stderr, flush=True)
             return FAILED
-        summary = execute_stage(plan, args.stage, args.out, overwrite=args.overwrite)
+        intent = Intent("continue", replace_stale=args.overwrite, rerun_other_versions=args.rerun_other_versions)
+        summary = execute_stage(plan, args.stage, args.out, intent=intent)
     except KeyboardInterrupt:
         print(f"worker: interrupted; {args.stage} resumes from its last checkpoint", file=sys.stderr, flush=True)
         return INTERRUPTED

@@ -7,6 +7,7 @@ from typing import Any
 
 from longrange import typed
 from longrange.errors import ConfigError
+from longrange.identity import declare_defaults
 from longrange.models.registry import BLOCKS, PRIMITIVES  # the registries are the source of truth
 
 DIRECTIONS = ("causal", "bidirectional", "placebo")
@@ -205,6 +206,10 @@ class ModelConfig:
 
     def replace(self, where: str = "model", **changes: Any) -> "ModelConfig":
         return ModelConfig.from_dict({**self.to_dict(), **changes}, where)
+
+
+#: Fields at their default are left out of a run's identity (a new field changes no fingerprint).
+declare_defaults("model", lambda: ModelConfig().to_dict())
 
 
 def check_hf_spec(hf: Any) -> None:

@@ -60,6 +60,8 @@ class Run:
     #: The task's train_subset (a data-fraction sweep's dimension) and the training set size it left.
     train_subset: float | int | None = None
     train_size: int | None = None
+    #: The longrange version that made the run (None in summaries that do not say).
+    version: str | None = None
     _config: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -188,7 +190,14 @@ def read_run(run_dir: str | Path) -> Run:
         pretrain_run=_field(d, "pretrain_run", (str,), path, optional=True),
         train_subset=_field(d, "train_subset", (float, int), path, optional=True),
         train_size=_field(d, "train_size", (int,), path, optional=True),
+        version=_version(d),
     )
+
+
+def _version(summary: dict) -> str | None:
+    versions = summary.get("versions")
+    version = versions.get("longrange") if isinstance(versions, dict) else None
+    return str(version) if version is not None else None
 
 
 def find_run_dirs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from longrange.errors import ConfigError, LongrangeError
 from longrange.report.collect import Run, collect, failed_section
+from longrange.train.rundir import other_versions_line
 from longrange.report.tables import (
     Table,
     regime_sort_key,
@@ -134,6 +135,9 @@ def write_report(
     runs = found.runs
     if found.failed:
         note(f"{len(found.failed)} failed or unfinished run(s) left out of the tables (see 'Failed or unfinished runs')")
+    other = other_versions_line([r.version for r in runs], "runs")
+    if other:
+        note(other)
     from longrange.report import sweep
     from longrange.report.verdict import verdict_markdown
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from longrange import __version__
 from longrange.errors import CheckpointError
 from longrange.fileio import atomic_write
 from longrange.train.rundir import BEST_WEIGHTS, LAST_CHECKPOINT, RunDir
@@ -32,7 +33,7 @@ FORMAT_VERSION = 1
 
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write ``state`` (tensors and plain containers only) atomically to ``path``."""
-    state = {"format": FORMAT_VERSION, **state}
+    state = {"format": FORMAT_VERSION, "longrange": __version__, **state}
     return atomic_write(path, lambda f: torch.save(state, f))
 
 
@@ -168,9 +169,9 @@ class Checkpointer:
         version = state.get("format", 1)
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise CheckpointError(
-                f"{self.run.last} is in checkpoint format {version}, written by a newer longrange; this version "
-                f"reads formats up to {FORMAT_VERSION}: resume it with the longrange that wrote it, or start afresh "
-                "with --overwrite"
+                f"{self.run.last} is in checkpoint format {version} (written by longrange "
+                f"{state.get('longrange', 'unknown')}); this longrange {__version__} reads formats up to "
+                f"{FORMAT_VERSION}: resume it with the longrange that wrote it, or start afresh with --overwrite"
             )
         return state
 

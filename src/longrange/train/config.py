@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from longrange import typed
+from longrange.identity import declare_defaults
 from longrange.errors import ConfigError
 
 SCHEDULES = ("cosine", "constant", "plateau", "step", "rsqrt")
@@ -176,6 +177,9 @@ class TrainConfig:
         the dotted field (see ``longrange.typed``)."""
         return typed.from_dict(cls, data, where)
 
+
+#: Fields at their default are left out of a run's identity (a new field changes no fingerprint).
+declare_defaults("train", lambda: TrainConfig().to_dict())
 
 PARAM_RULE_FIELDS = ("match", "lr", "lr_scale", "weight_decay")
 

@@ -143,7 +143,7 @@ class Trainer:
 
     def _config(self, run: RunDir, extra: Mapping[str, Any] | None, intent: Intent) -> dict[str, Any]:
         """The resolved configuration saved in config.yaml: ``extra`` and the train config."""
-        if intent is Intent.RESUME and extra is None:  # keep what the original run saved beside it
+        if intent.mode == "resume" and extra is None:  # keep what the original run saved beside it
             saved = run.read_config() or {}
             extra = {k: v for k, v in saved.items() if k not in ("train", "fingerprint")}
         return {**plain(dict(extra or {}), "extra_config"), "train": self.cfg.to_dict()}

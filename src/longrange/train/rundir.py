@@ -15,10 +15,10 @@ A run directory holds::
 Every other module reaches these files through :class:`RunDir`; none spells their names.
 
 **Identity.** ``config.yaml`` holds the resolved configuration; its *identity* is that configuration
-without the parts that cannot change a result (presentation settings such as ``train.progress``,
-and the ``record`` and ``head`` sections, written by the run or derived from its data), and its
-*fingerprint* a short hash of the identity. A run is resumed, and a finished one reused, only when
-the identities match; otherwise the error names every field that differs.
+without the parts that cannot change a result (presentation settings, the sections the run writes,
+fields at their default: ``longrange/identity.py``), and its *fingerprint* a short hash of the
+identity. A run is resumed, and a finished one reused, only when the identities match; otherwise
+the error names every field that differs.
 
 **Lifecycle.** :meth:`RunDir.status` reads where a run is: pending (nothing to continue from),
 running (a live process holds the lock), done (``summary.json``), failed (``failed.json``) or
@@ -35,7 +35,6 @@ taken over safely.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -44,12 +43,14 @@ import traceback
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import yaml
 
+from longrange import __version__
 from longrange.errors import CheckpointError, ConfigError, DataFormatError, DataMissingError, LongrangeError
 from longrange.fileio import atomic_write, check_out_dir, write_json
+from longrange.identity import differences, fingerprint, identity
 
 __all__ = [
     "RunDir", "RunPaths", "OpenRun", "Intent", "Decision", "RunStatus", "RunLock", "RunLockedError",
@@ -66,55 +67,6 @@ CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.pt"
 BEST_WEIGHTS = "best.safetensors"
 TENSORBOARD_DIR = "tensorboard"
-
-#: Settings that change how a run is shown, not what it computes.
-VOLATILE = {
-    ("train", "progress"),
-    ("train", "progress_every"),
-    ("train", "log_every"),
-    ("train", "num_workers"),
-    ("train", "checkpoint_every"),
-}
-#: Top-level sections of config.yaml that are outcomes or derived values, not settings.
-NOT_IDENTITY = ("fingerprint", "record", "head")
-
-
-# ----------------------------------------------------------------------------- identity
-def identity(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a resolved configuration that determines the run's result, as plain data (as it
-    reads back from config.yaml: tuples are lists, other objects their strings)."""
-    plain = json.loads(json.dumps(dict(config), default=str))
-    out = {k: v for k, v in plain.items() if k not in NOT_IDENTITY}
-    for section, key in VOLATILE:
-        if isinstance(out.get(section), Mapping) and key in out[section]:
-            out[section] = {k: v for k, v in out[section].items() if k != key}
-    return out
-
-
-def fingerprint(config: Mapping[str, Any]) -> str:
-    """A short hash of :func:`identity`."""
-    text = json.dumps(identity(config), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping) and value:
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
-
-
-def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``field: old -> new`` for every dotted field whose value differs between two identities."""
-    a, b = _flatten(identity(old)), _flatten(identity(new))
-    out = []
-    for key in sorted(set(a) | set(b)):
-        if a.get(key, "<unset>") != b.get(key, "<unset>"):
-            out.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
-    return out
-
 
 def plain(value: Any, where: str = "config") -> Any:
     """``value`` as YAML-safe plain data (tuples become lists, paths strings); a ConfigError naming
@@ -147,21 +99,36 @@ class RunStatus(Enum):
     INTERRUPTED = "interrupted"  # a checkpoint to resume from, nobody holding the lock
 
 
-class Intent(Enum):
-    """What the caller asks of a run directory (:meth:`RunDir.open`)."""
+@dataclass(frozen=True)
+class Intent:
+    """What the caller asks of a run directory (:meth:`RunDir.open`).
 
-    NEW = "new"                  # start a run; an error if the directory holds one
-    RESUME = "resume"            # continue it from its checkpoint (a finished run is returned as it is)
-    OVERWRITE = "overwrite"      # start afresh, replacing whatever is there
-    CONTINUE = "continue"        # reuse it if finished, resume it if interrupted, else start
-    REPLACE_STALE = "replace-stale"  # as CONTINUE, but a run made with other settings is replaced
+    ``mode``: ``new`` (start a run; an error if the directory holds one), ``resume`` (continue it
+    from its checkpoint; a finished run is returned as it is), ``overwrite`` (start afresh,
+    replacing whatever is there), ``continue`` (reuse it if finished, resume it if interrupted,
+    else start). For ``continue``: ``replace_stale`` starts afresh a run made with other settings
+    (instead of an error), ``rerun_other_versions`` one finished by another longrange version.
+    """
+
+    mode: str
+    replace_stale: bool = False
+    rerun_other_versions: bool = False
+
+    MODES: ClassVar[tuple[str, ...]] = ("new", "resume", "overwrite", "continue")
+
+    def __post_init__(self) -> None:
+        if self.mode not in self.MODES:
+            raise ValueError(f"unknown intent {self.mode!r}; expected one of {', '.join(self.MODES)}")
 
     @classmethod
-    def from_flags(cls, resume: bool = False, overwrite: bool = False) -> "Intent":
-        """The intent of the command line's ``--resume`` / ``--overwrite`` (neither: NEW)."""
-        if resume and overwrite:
-            raise ConfigError("--resume and --overwrite contradict each other: resume a run, or replace it")
-        return cls.RESUME if resume else cls.OVERWRITE if overwrite else cls.NEW
+    def from_flags(cls, resume: bool = False, overwrite: bool = False, continue_: bool = False) -> "Intent":
+        """The intent of the command line's ``--resume`` / ``--overwrite`` / ``--continue`` (none: new)."""
+        given = [flag for flag, on in (("--resume", resume), ("--overwrite", overwrite), ("--continue", continue_)) if on]
+        if len(given) > 1:
+            if set(given) == {"--resume", "--overwrite"}:
+                raise ConfigError("--resume and --overwrite contradict each other: resume a run, or replace it")
+            raise ConfigError(f"{' and '.join(given)} contradict each other: give one of them")
+        return cls("resume" if resume else "overwrite" if overwrite else "continue" if continue_ else "new")
 
 
 class Decision(Enum):
@@ -357,11 +324,17 @@ class RunDir:
                 "pass --overwrite to replace it, or choose a new --out"
             )
 
+    def made_by(self) -> str | None:
+        """The longrange version that finished this run (from its summary), or None."""
+        summary = self.read_summary() or {}
+        version = (summary.get("versions") or {}).get("longrange") if isinstance(summary.get("versions"), dict) else None
+        return str(version) if version is not None else None
+
     def decide(self, config: Mapping[str, Any], intent: Intent) -> Decision:
         """The decision for ``intent`` (no lock taken: :meth:`open` takes it and then decides)."""
-        if intent is Intent.OVERWRITE:
+        if intent.mode == "overwrite":
             return Decision.FRESH
-        if intent is Intent.NEW:
+        if intent.mode == "new":
             held = self.holds_run()
             if held:
                 raise ConfigError(
@@ -370,14 +343,16 @@ class RunDir:
                 )
             return Decision.FRESH
         done, resumable = self.finished(), self.last.is_file()
-        if intent is Intent.RESUME:
+        if intent.mode == "resume":
             if not (done or resumable):
                 raise CheckpointError(f"cannot resume: no checkpoint at {self.last}")
             self.check_same_run(config, "resume")
             return Decision.REUSE if done else Decision.RESUME
         if not (done or resumable):
             return Decision.FRESH
-        if intent is Intent.REPLACE_STALE and self.mismatch(config):
+        if intent.replace_stale and self.mismatch(config):
+            return Decision.FRESH
+        if done and intent.rerun_other_versions and self.made_by() not in (None, __version__):
             return Decision.FRESH
         self.check_same_run(config, "reuse" if done else "resume")
         return Decision.REUSE if done else Decision.RESUME
@@ -414,6 +389,16 @@ class RunDir:
         if kind == "error":
             raise ConfigError(f"rank 0 could not open {self.root}: {value}")
         return OpenRun(self, Decision(value), lock)
+
+
+def other_versions_line(versions: list[str | None], noun: str = "stages") -> str:
+    """"3 of 20 stages were made by longrange 0.1.0" for the finished runs among ``versions`` (each
+    run's :meth:`RunDir.made_by`, None when unfinished) made by another longrange; '' when none."""
+    others: dict[str, int] = {}
+    for version in versions:
+        if version is not None and version != __version__:
+            others[version] = others.get(version, 0) + 1
+    return "; ".join(f"{k} of {len(versions)} {noun} were made by longrange {v}" for v, k in sorted(others.items()))
 
 
 #: The files of a run directory (the name under which earlier versions exported :class:`RunDir`).

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from longrange.experiment.plan import Plan, Stage
 from longrange.experiment.scheduler import Outcome, say
-from longrange.train.rundir import RunMismatchError
+from longrange.train.rundir import Intent, RunMismatchError
 
 
 @dataclass
@@ -20,8 +20,8 @@ class InProcess:
     wait = True
     poll_interval = 0.0
 
-    def begin(self, plan: Plan, out_dir: Path, overwrite: bool) -> None:
-        self.plan, self.out_dir, self.overwrite = plan, out_dir, overwrite
+    def begin(self, plan: Plan, out_dir: Path, intent: Intent) -> None:
+        self.plan, self.out_dir, self.intent = plan, out_dir, intent
 
     def slots(self) -> int | None:
         return 1
@@ -38,7 +38,7 @@ class InProcess:
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
-            summary = execute_stage(self.plan, stage.id, self.out_dir, overwrite=self.overwrite)
+            summary = execute_stage(self.plan, stage.id, self.out_dir, intent=self.intent)
         except (RunMismatchError, KeyboardInterrupt):
             raise
         except Exception as err:  # recorded in failed.json; the grid goes on

@@ -20,7 +20,7 @@ from longrange.errors import ConfigError
 from longrange.experiment import worker as W
 from longrange.experiment.plan import Plan, Stage
 from longrange.experiment.scheduler import Outcome, say
-from longrange.train.rundir import RunDir, RunMismatchError
+from longrange.train.rundir import Intent, RunDir, RunMismatchError
 
 #: Modules the worker processes' fork server imports once, so that a worker starts in a fraction of
 #: a second instead of importing torch again (a few seconds per stage on a small machine).
@@ -99,8 +99,8 @@ class LocalWorkers:
     def threads(self) -> int:
         return self.threads_per_job or max(1, (os.cpu_count() or 1) // self.jobs)
 
-    def begin(self, plan: Plan, out_dir: Path, overwrite: bool) -> None:
-        self.out_dir, self.overwrite = out_dir, overwrite
+    def begin(self, plan: Plan, out_dir: Path, intent: Intent) -> None:
+        self.out_dir, self.intent = out_dir, intent
         self._gpus = list(visible_gpus() if self.gpus is None else self.gpus)
         self._free = list(range(self.jobs))
         where = f"GPU {', '.join(self._gpus)} round-robin" if self._gpus else f"{self.threads} thread(s) each"
@@ -126,7 +126,7 @@ class LocalWorkers:
     def _start(self, stage: Stage, slot: int) -> _Worker:
         gpu = self._gpus[slot % len(self._gpus)] if self._gpus else None
         threads = self.threads
-        argv = [str(self.out_dir), stage.id, "--threads", str(threads)] + (["--overwrite"] if self.overwrite else [])
+        argv = [str(self.out_dir), stage.id, "--threads", str(threads)] + W.intent_args(self.intent)
         how = f"worker {slot}" + (f" on GPU {gpu}" if gpu is not None else f" with {threads} thread(s)")
         run = RunDir(self.out_dir / stage.id)
         log = run.start_log(f"{how}: worker {' '.join(argv)}")

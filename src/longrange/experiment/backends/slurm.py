@@ -14,6 +14,7 @@ this process learns each stage's outcome; the job ids are kept in ``OUT/jobs.jso
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,7 +31,7 @@ from longrange.experiment.backends.local import visible_gpus
 from longrange.experiment.config import LauncherConfig
 from longrange.experiment.plan import Plan, Stage
 from longrange.experiment.scheduler import Outcome, say
-from longrange.train.rundir import RunDir, RunMismatchError
+from longrange.train.rundir import Intent, RunDir, RunMismatchError
 
 #: The SLURM job of each stage, in the comparison's output directory.
 JOBS_FILE = "jobs.json"
@@ -97,12 +98,14 @@ class StageJob:
     out_dir: str
     stage_id: str
     overwrite: bool = False
+    rerun_other_versions: bool = False
     gpus: int = 1
     threads: int = 0
 
     def __call__(self) -> str:
         threads = self.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", "0") or 0) // max(1, self.gpus)
-        cmd = W.command(self.out_dir, self.stage_id, overwrite=self.overwrite, threads=threads, gpus=self.gpus)
+        cmd = W.command(self.out_dir, self.stage_id, overwrite=self.overwrite, rerun_other_versions=self.rerun_other_versions,
+                        threads=threads, gpus=self.gpus)
         log = RunDir(Path(self.out_dir) / self.stage_id).start_log(
             f"job {os.environ.get('SLURM_JOB_ID', os.getpid())}: {' '.join(cmd)}")
         if self.gpus > 1:
@@ -128,7 +131,7 @@ class StageJob:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        return _submitit().helpers.DelayedSubmission(StageJob(self.out_dir, self.stage_id, self.overwrite, self.gpus, self.threads))
+        return _submitit().helpers.DelayedSubmission(dataclasses.replace(self))
 
 
 @dataclass
@@ -170,8 +173,8 @@ class SlurmLauncher:
     def poll_interval(self) -> float:
         return self.poll_every if self.poll_every is not None else (0.5 if self.cluster == "local" else 30.0)
 
-    def begin(self, plan: Plan, out_dir: Path, overwrite: bool) -> None:
-        self.out_dir, self.overwrite = out_dir, overwrite
+    def begin(self, plan: Plan, out_dir: Path, intent: Intent) -> None:
+        self.out_dir, self.intent = out_dir, intent
         self._jobs: dict[str, str] = {}
         self._ex = self._executor(out_dir)
 
@@ -224,7 +227,8 @@ class SlurmLauncher:
 
     def _submit(self, stages: Sequence[Stage], dependency: str | None) -> dict[str, _Job]:
         s, ex = self.settings, self._ex
-        fns = [StageJob(str(self.out_dir), st.id, self.overwrite, max(1, s.gpus_per_job), s.threads_per_job) for st in stages]
+        fns = [StageJob(str(self.out_dir), st.id, self.intent.replace_stale, self.intent.rerun_other_versions,
+                        max(1, s.gpus_per_job), s.threads_per_job) for st in stages]
         if self.cluster == "slurm":
             ex.update_parameters(slurm_additional_parameters=self._extra(dependency))
         if s.array and len(stages) > 1:
