@@ -132,3 +132,42 @@ def test_wall_time_is_counted_once_across_checkpoints_and_summed_over_resumes(tm
     start = time.time()
     again = _trainer(tmp_path / "run", cfg={"checkpoint_every": 1, "epochs": 3}, resume=True).fit()
     assert saved <= again["seconds"] <= saved + (time.time() - start)
+
+
+def test_a_held_lock_beats_and_a_dead_hosts_lock_is_taken_over_within_minutes(tmp_path, capsys):
+    from longrange.train.rundir import RunDir
+
+    # The holder's heartbeat: a background thread refreshes the lock's time stamp while it is held.
+    lock = RunLock(tmp_path / "alive", heartbeat_every=0.05).acquire()
+    old = time.time() - 3600
+    os.utime(lock.path, (old, old))
+    deadline = time.time() + 10
+    while time.time() - lock.path.stat().st_mtime > 60 and time.time() < deadline:
+        time.sleep(0.05)
+    assert time.time() - lock.path.stat().st_mtime < 60, "the heartbeat never refreshed the lock"
+    assert json.loads(lock.path.read_text())["stale_after"] == 300.0
+    lock.release()
+    # A node that died: its lock (another host) shows no heartbeat for 6 minutes, over the 5 of its
+    # window, and is taken over; the take-over says whose lock it was.
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / ".lock"
+    path.write_text(json.dumps({"pid": 4242, "host": "node-a", "started": 0, "stale_after": 300}))
+    six_minutes_ago = time.time() - 360
+    os.utime(path, (six_minutes_ago, six_minutes_ago))
+    lock = RunLock(run).acquire()
+    assert lock.took_over["pid"] == 4242 and lock.took_over["host"] == "node-a" and lock.took_over["silent_seconds"] >= 360
+    assert "taking over the lock" in capsys.readouterr().err
+    lock.release()
+    # Within its window (4 minutes of silence) it is still held; a holder may set a longer window.
+    path.write_text(json.dumps({"pid": 4242, "host": "node-a", "started": 0, "stale_after": 300}))
+    four_minutes_ago = time.time() - 240
+    os.utime(path, (four_minutes_ago, four_minutes_ago))
+    with pytest.raises(RunLockedError, match="node-a"):
+        RunLock(run).acquire()
+    path.write_text(json.dumps({"pid": 4242, "host": "node-a", "started": 0, "stale_after": 3600}))
+    os.utime(path, (six_minutes_ago, six_minutes_ago))
+    with pytest.raises(RunLockedError, match="node-a"):
+        RunLock(run).acquire()
+    assert RunDir(run).lock(stale_after=120).stale_after == 120
+

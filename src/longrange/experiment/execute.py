@@ -83,6 +83,8 @@ def train_stage(stage: ResolvedStage, run: OpenRun) -> dict[str, Any]:
     built = build_stage(stage, data)
     transfer = load_pretrained(built.model, stage.init_from, stage.reverse_from) if stage.stage == "finetune" else None
     record = run_record(stage, data, transfer)
+    if run.took_over is not None:  # a stale lock of a process that died was taken over
+        record["lock_taken_over"] = run.took_over
     config = {k: v for k, v in stage.config().items() if k != "train"}
     result = train(built.model, built.objective, data, stage.train, run,
                    extra_config={**config, "head": built.head, "record": record}, evaluate_test=stage.stage != "pretrain")

@@ -10,6 +10,7 @@ from typing import Any
 
 from longrange.experiment.stage import ResolvedStage
 from longrange.experiment.taskdata import data_identity
+from longrange.train.rundir import RunDir
 
 
 def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None) -> dict[str, Any]:
@@ -34,6 +35,16 @@ def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None)
     }
 
 
+def _source(run_dir: Path | None, relative_to: Path) -> dict[str, Any] | None:
+    """A finetuning run's pretraining run: where it is, its fingerprint and its steps."""
+    if run_dir is None:
+        return None
+    run = RunDir(run_dir)
+    summary, config = run.read_summary() or {}, run.read_config() or {}
+    return {"run": os.path.relpath(run_dir, relative_to), "fingerprint": config.get("fingerprint"),
+            "steps": summary.get("steps")}
+
+
 def stage_summary(stage: ResolvedStage, objective: Any, params: dict[str, int], result: dict[str, Any],
                   record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The stage's ``summary.json`` (see ``longrange.report.collect`` for its fields)."""
@@ -52,6 +63,8 @@ def stage_summary(stage: ResolvedStage, objective: Any, params: dict[str, int], 
         "stopped_early": result["stopped_early"],
         "params": params,
         "pretrain_run": os.path.relpath(stage.init_from, run_dir) if stage.init_from else None,
+        "pretrain": _source(stage.init_from, run_dir),
+        "pretrain_reverse": _source(stage.reverse_from, run_dir),
         "train_subset": stage.task.train_subset,
         "train_size": record["train_size"],
         "seconds": result["seconds"],

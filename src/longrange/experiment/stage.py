@@ -136,6 +136,11 @@ def resolve_stage(
         changes["find_unused_parameters"] = True  # the CLS vector is not used by a token head
     init_from = Path(init_from) if init_from is not None else None
     reverse_from = Path(reverse_from) if reverse_from is not None else None
+    for source in (init_from, reverse_from):  # finetuning starts only from a finished pretraining run
+        if source is not None:
+            RunDir(source).require_finished(
+                "the pretraining run", f"finish it with `longrange pretrain ... --resume --out {source}` "
+                "(with the settings it was started with), then finetune from it")
     if regime is None:
         regime = _regime(stage, kind, model_cfg, init_from, reverse_from)
     return ResolvedStage(exp=exp, stage=stage, seed=seed, objective=kind, reverse=reverse, regime=regime,

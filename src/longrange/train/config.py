@@ -88,6 +88,10 @@ class TrainConfig:
     progress: bool = True
     progress_every: float = 60.0
 
+    #: Seconds without a heartbeat (the run refreshes its lock every 30 s) after which another host
+    #: may take this run's lock over: a node that died frees its runs within minutes.
+    lock_stale_after: float = 300.0
+
     seed: int = 0
     num_workers: int = 0
     #: DistributedDataParallel option, needed when some parameters get no gradient in a step
@@ -140,6 +144,7 @@ class TrainConfig:
         need(self.log_every >= 1, "log_every", "must be >= 1")
         need(self.progress_every > 0, "progress_every", "must be > 0 seconds")
         need(self.num_workers >= 0, "num_workers", "must be >= 0")
+        need(self.lock_stale_after >= 60, "lock_stale_after", "must be >= 60 seconds (two heartbeats at least)")
         need(isinstance(self.param_groups, (list, tuple)), "param_groups",
              "must be a list of rules {match: GLOB, lr | lr_scale, weight_decay}")
         self.param_groups = [_param_rule(i, rule) for i, rule in enumerate(self.param_groups)]

@@ -254,7 +254,6 @@ class Trainer:
             self._diverged(f"the training loss is {metrics['loss']} (mean over the last {self.meter.steps} steps)")
         self._log("train", metrics)
         self.meter.reset()
-        self.run.heartbeat()
         return metrics
 
     def _validate(self) -> bool:
@@ -306,7 +305,6 @@ class Trainer:
                 "config": self.cfg.to_dict(),
                 "world_size": self.env.world_size,
             }, best=best)
-            self.run.heartbeat(every=0)
         D.barrier()
         if self.on_checkpoint is not None:
             self.on_checkpoint(st.step, self.run.dir.last)

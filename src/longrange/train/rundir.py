@@ -38,6 +38,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -86,6 +88,10 @@ def plain(value: Any, where: str = "config") -> Any:
 
 class RunMismatchError(ConfigError):
     """A run directory holds a run made with other settings."""
+
+
+class UnfinishedRunError(ConfigError):
+    """A run that another one needs finished has not finished (running, failed, interrupted)."""
 
 
 # ----------------------------------------------------------------------------- lifecycle
@@ -295,8 +301,9 @@ class RunDir:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
 
     # -- lock and lifecycle
-    def lock(self) -> "RunLock":
-        return RunLock(self.root)
+    def lock(self, stale_after: float | None = None) -> "RunLock":
+        """The directory's lock (not yet taken); ``stale_after``: this run's staleness window."""
+        return RunLock(self.root, stale_after=STALE_AFTER if stale_after is None else stale_after)
 
     def status(self) -> RunStatus:
         if self.summary.is_file():
@@ -308,6 +315,43 @@ class RunDir:
         if self.last.is_file():
             return RunStatus.INTERRUPTED
         return RunStatus.PENDING
+
+    def progress(self) -> tuple[int, int] | None:
+        """(steps done, steps planned) at the last checkpoint, or None when there is none readable."""
+        import torch
+
+        try:
+            state = torch.load(self.last, map_location="cpu", weights_only=True)
+            step = int(state["trainer"]["step"])
+            cfg, data = state["config"], state["data"]
+            planned = int(cfg["max_steps"]) or int(cfg["epochs"]) * (int(data["n_items"]) // int(data["batch_size"]))
+        except Exception:  # absent, unreadable or of another layout: progress unknown
+            return None
+        return step, planned
+
+    def require_finished(self, role: str, how: str) -> dict[str, Any]:
+        """This run's summary, if it finished; else an error naming the run, its state and ``how``
+        to finish it. A run is finished when it has a summary, no failure record and no live writer.
+        ``role`` names it in the message ("the pretraining run")."""
+        status = self.status()
+        failure = self.read_failure()
+        holder = self.lock().holder()
+        progress = self.progress()
+        at = f"step {progress[0]} of {progress[1]}" if progress else "no checkpoint yet"
+        if holder is not None:
+            state = f"is still running (PID {holder.get('pid')} on host {holder.get('host')}, {at})"
+            how = "wait for it to finish"
+        elif failure is not None:
+            state = f"failed ({failure.get('error') or 'see ' + str(self.failure)}; {at})"
+        elif status is RunStatus.DONE:
+            return self.read_summary() or {}
+        elif status is RunStatus.INTERRUPTED:
+            state = f"was interrupted at {at}"
+        elif self.config.is_file():
+            state = f"did not finish ({at})"
+        else:
+            state = "holds no run"
+        raise UnfinishedRunError(f"{role} {self.root} {state}: it is not a result to start from; {how}")
 
     def mismatch(self, config: Mapping[str, Any]) -> list[str]:
         """The fields whose values differ between the saved run and ``config`` ([] when none is saved)."""
@@ -371,7 +415,7 @@ class RunDir:
         if main:
             try:
                 check_out_dir(self.root)
-                lock = self.lock().acquire()
+                lock = self.lock(_stale_after(config)).acquire()
                 decision = self.decide(config, intent)
                 if decision is Decision.FRESH:
                     self.clear()
@@ -401,6 +445,12 @@ def other_versions_line(versions: list[str | None], noun: str = "stages") -> str
     return "; ".join(f"{k} of {len(versions)} {noun} were made by longrange {v}" for v, k in sorted(others.items()))
 
 
+def _stale_after(config: Mapping[str, Any]) -> float | None:
+    train = config.get("train")
+    value = train.get("lock_stale_after") if isinstance(train, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
 #: The files of a run directory (the name under which earlier versions exported :class:`RunDir`).
 RunPaths = RunDir
 
@@ -418,9 +468,10 @@ class OpenRun:
         """Whether the run continues from its checkpoint (a finished run is continued too)."""
         return self.decision is not Decision.FRESH
 
-    def heartbeat(self, every: float = 60.0) -> None:
-        if self.lock is not None:
-            self.lock.heartbeat(every)
+    @property
+    def took_over(self) -> dict[str, Any] | None:
+        """The holder of a stale lock this run took over (for its record), or None."""
+        return self.lock.took_over if self.lock is not None else None
 
     def close(self) -> None:
         if self.lock is not None:
@@ -435,8 +486,11 @@ class OpenRun:
 
 
 # ----------------------------------------------------------------------------- lock
-#: A lock whose holder is on another host and has shown no heartbeat for this long is stale.
-STALE_AFTER = 3600.0
+#: Seconds without a heartbeat after which a lock held on another host is stale (a node that died);
+#: a run sets its own with ``train.lock_stale_after``, written into its lock file.
+STALE_AFTER = 300.0
+#: Seconds between two heartbeats of a held lock (a background thread refreshes its time stamp).
+HEARTBEAT_EVERY = 30.0
 
 
 class RunLockedError(LongrangeError):
@@ -457,17 +511,24 @@ class RunLock:
     """An exclusive lock on a directory, held by one process (``with RunLock(dir): ...``).
 
     Acquiring creates ``<dir>/.lock`` with ``O_EXCL`` (atomic, also on NFS v3+), holding the PID,
-    host and start time. :meth:`heartbeat` refreshes its modification time.
+    host, start time and the holder's staleness window (``stale_after`` seconds). While it is held,
+    a background thread refreshes its time stamp every ``heartbeat_every`` seconds, so a lock whose
+    holder died on another host is recognised as stale within minutes (one on this host at once:
+    its PID is gone) and taken over; :attr:`took_over` then describes the holder it replaced.
     """
 
-    def __init__(self, directory: str | os.PathLike, name: str = LOCK_FILE, what: str = "run directory"):
+    def __init__(self, directory: str | os.PathLike, name: str = LOCK_FILE, what: str = "run directory",
+                 stale_after: float = STALE_AFTER, heartbeat_every: float = HEARTBEAT_EVERY):
         self.path = Path(directory) / name
         self.what = what
+        self.stale_after = stale_after
+        self.heartbeat_every = heartbeat_every
         self.held = False
-        self._last_beat = 0.0
+        self.took_over: dict[str, Any] | None = None
+        self._stop: threading.Event | None = None
 
     def _info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "stale_after": self.stale_after}
 
     def _read(self) -> dict[str, Any] | None:
         try:
@@ -479,21 +540,26 @@ class RunLock:
             return {}
 
     def holder(self) -> dict[str, Any] | None:
-        """The holder's {pid, host, started} if the lock is held by a live process, else None."""
+        """The holder's {pid, host, started, ...} if the lock is held by a live process, else None."""
         info = self._read()
         if info is None or self._stale(info):
             return None
         return info
 
+    def _age(self) -> float:
+        """Seconds since the holder's last heartbeat."""
+        return time.time() - self.path.stat().st_mtime
+
     def _stale(self, info: Mapping[str, Any]) -> bool:
         pid, host = info.get("pid"), info.get("host")
         if host == socket.gethostname() and isinstance(pid, int):
             return not _pid_alive(pid)
+        window = info.get("stale_after")
+        window = float(window) if isinstance(window, (int, float)) and window > 0 else STALE_AFTER
         try:
-            age = time.time() - self.path.stat().st_mtime
+            return self._age() > window
         except FileNotFoundError:
             return True
-        return age > STALE_AFTER
 
     def acquire(self) -> "RunLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -515,7 +581,7 @@ class RunLock:
             with os.fdopen(fd, "w") as f:
                 json.dump(self._info(), f)
             self.held = True
-            self._last_beat = time.time()
+            self._start_heartbeat()
             return self
         raise RunLockedError(f"could not lock {self.what} {self.path.parent}: another process keeps taking it")
 
@@ -537,20 +603,40 @@ class RunLock:
         try:
             info = self._read()
             if info is not None and self._stale(info):
+                try:
+                    silent = round(self._age())
+                except FileNotFoundError:
+                    silent = None
                 self.path.unlink(missing_ok=True)
+                self.took_over = {"pid": info.get("pid"), "host": info.get("host"), "started": info.get("started"),
+                                  "silent_seconds": silent, "taken": time.time()}
+                print(f"taking over the lock of {self.what} {self.path.parent}: its holder (PID {info.get('pid')} on "
+                      f"host {info.get('host')}) is gone"
+                      + (f" (no heartbeat for {silent} s)" if info.get("host") != socket.gethostname() else ""),
+                      file=sys.stderr, flush=True)
         finally:
             guard.unlink(missing_ok=True)
 
-    def heartbeat(self, every: float = 60.0) -> None:
-        """Refresh the lock's time stamp (at most once per ``every`` seconds)."""
-        if self.held and time.time() - self._last_beat >= every:
-            try:
-                os.utime(self.path)
-            except FileNotFoundError:
-                pass
-            self._last_beat = time.time()
+    def _start_heartbeat(self) -> None:
+        stop = self._stop = threading.Event()
+        path, every = self.path, self.heartbeat_every
+
+        def beat() -> None:
+            while not stop.wait(every):
+                try:
+                    os.utime(path)
+                except OSError:  # released, or the file system is away: the next beat tries again
+                    pass
+
+        threading.Thread(target=beat, name="longrange-lock-heartbeat", daemon=True).start()
+
+    def _stop_heartbeat(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
 
     def release(self) -> None:
+        self._stop_heartbeat()
         if not self.held:
             return
         info = self._read()
