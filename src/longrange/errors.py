@@ -29,6 +29,19 @@ class DataFormatError(LongrangeError, ValueError):
         self.line = line
 
 
+class DiskWriteError(LongrangeError, OSError):
+    """A file could not be written (no space left, a read-only file system, no permission); the
+    message names the file and the reason, and nothing half-written is left behind."""
+
+    def __init__(self, message: str, path: object = None, errno: int | None = None):
+        super().__init__(message)
+        self.path, self.errno = path, errno
+
+    def adding(self, note: str) -> "DiskWriteError":
+        """The same error with ``note`` added to its message (e.g. the last good checkpoint)."""
+        return DiskWriteError(f"{self}; {note}", self.path, self.errno)
+
+
 class CheckpointError(LongrangeError):
     """A checkpoint is missing, unreadable, unsafe, or does not fit the model."""
 

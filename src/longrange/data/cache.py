@@ -10,16 +10,17 @@ entry can only hold tensors, lists, dicts, strings and numbers.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from longrange.errors import DataMissingError
+from longrange.errors import DataMissingError, DiskWriteError
+from longrange.fileio import atomic_write
 
 #: Bumped when the layout of every entry changes (invalidates all caches).
 CACHE_FORMAT_VERSION = 1
@@ -70,18 +71,16 @@ def cache_path(data_dir: str | os.PathLike, name: str, sources: Sequence[str | o
     return cache_dir(data_dir) / f"{safe}-{cache_key(name, sources, options, version)}.pt"
 
 
-def _atomic_save(obj: dict, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+def _save(obj: dict, path: Path) -> None:
+    """Write the entry atomically. A cache that cannot be written (a full disk, a read-only data
+    directory) is not an error: the data is at hand; a line says why the next run prepares it again."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+        atomic_write(path, buffer.getvalue())
+    except DiskWriteError as err:
+        print(f"warning: the prepared data is not cached ({err}); the next run prepares it again",
+              file=sys.stderr, flush=True)
 
 
 def cached(
@@ -120,5 +119,5 @@ def cached(
     result = build()
     if not isinstance(result, dict):
         raise TypeError(f"the build function of {name} must return a dict, got {type(result).__name__}")
-    _atomic_save(result, path)
+    _save(result, path)
     return result

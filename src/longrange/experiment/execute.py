@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longrange.errors import LongrangeError
+from longrange.errors import DiskWriteError, LongrangeError
 from longrange.experiment.config import ExperimentConfig
 from longrange.experiment.plan import Plan
 from longrange.experiment.record import run_record, stage_summary
@@ -91,7 +91,11 @@ def train_stage(stage: ResolvedStage, run: OpenRun) -> dict[str, Any]:
     params = {k: v for k, v in parameter_report(built.model).items() if k in ("total", "in_primitives")}
     summary = finite_or_none(stage_summary(stage, built.objective, params, result, record, run.dir.root))
     if D.is_main_process():
-        run.dir.write_summary(summary)
+        try:
+            run.dir.write_summary(summary)
+        except DiskWriteError as err:
+            raise err.adding(f"training finished at step {result['step']}, its last checkpoint {run.dir.last} holds "
+                             "it: run again with --resume to write the summary") from None
     return summary
 
 

@@ -131,7 +131,7 @@ class Plan:
 
     def save(self, out_dir: str | Path) -> Path:
         text = json.dumps(self.to_dict(), indent=1).encode()
-        return atomic_write(Path(out_dir) / PLAN_FILE, lambda f: f.write(text))
+        return atomic_write(Path(out_dir) / PLAN_FILE, text)
 
     @classmethod
     def load(cls, out_dir: str | Path) -> "Plan":

@@ -10,6 +10,7 @@ new checkpoint, never a truncated one.
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import random
@@ -34,7 +35,9 @@ FORMAT_VERSION = 1
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write ``state`` (tensors and plain containers only) atomically to ``path``."""
     state = {"format": FORMAT_VERSION, "longrange": __version__, **state}
-    return atomic_write(path, lambda f: torch.save(state, f))
+    buffer = io.BytesIO()  # serialised first: a full disk then fails in our writer, in our words
+    torch.save(state, buffer)
+    return atomic_write(path, buffer.getvalue())
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
@@ -98,7 +101,7 @@ def save_safetensors(state_dict: Mapping[str, Tensor], path: str | os.PathLike) 
 
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
     data = st_save(tensors, metadata={"format": "pt"})
-    return atomic_write(path, lambda f: f.write(data))
+    return atomic_write(path, data)
 
 
 def load_weights(path: str | os.PathLike, model: nn.Module | None = None, map_location: Any = "cpu") -> dict[str, Tensor]:
@@ -156,12 +159,16 @@ class Checkpointer:
 
     def __init__(self, run: RunDir):
         self.run = run
+        #: The step of the last checkpoint written or resumed from (None: none yet).
+        self.step: int | None = None
 
     def save(self, state: Mapping[str, Any], best: bool = False) -> Path:
         """Write ``state`` as the last checkpoint, and its ``model`` entry as the best weights if ``best``."""
         if best:
             save_safetensors(state["model"], self.run.best_weights)
-        return save_checkpoint(state, self.run.last)
+        path = save_checkpoint(state, self.run.last)
+        self.step = int(state["trainer"]["step"]) if "trainer" in state else None
+        return path
 
     def load(self, map_location: Any = "cpu") -> dict[str, Any]:
         """The last checkpoint; one in a newer format than :data:`FORMAT_VERSION` is refused naming both."""
@@ -181,7 +188,9 @@ class Checkpointer:
 
     def last_good(self) -> str:
         """``; the last good checkpoint is ...`` for error messages ('' before the first)."""
-        return f"; the last good checkpoint is {self.run.last}" if self.run.last.is_file() else ""
+        if not self.run.last.is_file():
+            return ""
+        return f"; the last good checkpoint is {self.run.last}" + (f" (step {self.step})" if self.step is not None else "")
 
 
 # --------------------------------------------------------------------------- RNG state

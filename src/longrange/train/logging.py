@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from longrange.errors import DataFormatError, DataMissingError
-from longrange.fileio import finite_or_none
+from longrange.fileio import append_text, finite_or_none
 from longrange.train.rundir import METRICS_FILE, RunDir
 
 __all__ = ["METRICS_FILE", "MetricsLogger", "read_metrics", "truncate_metrics"]
@@ -106,9 +106,9 @@ class MetricsLogger:
             "lr": float(lr),
             "elapsed": round(float(elapsed), 3),
         }
-        # Flushed per line: a killed process loses at most the line being written.
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        # Flushed per line: a killed process loses at most the line being written; a full disk
+        # leaves no half line (and is an error naming the file).
+        append_text(self.path, json.dumps(record) + "\n")
         self.lines += 1
         if self._tb is not None:
             for name, value in metrics.items():

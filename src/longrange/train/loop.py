@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from longrange.errors import CheckpointError, ConfigError, TrainingDivergedError
+from longrange.errors import CheckpointError, ConfigError, DiskWriteError, TrainingDivergedError
 from longrange.objectives.base import check_objective
 from longrange.train import distributed as D
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
@@ -170,6 +170,9 @@ class Trainer:
                     if self._after_step():
                         break
             return self._finish()
+        except DiskWriteError as err:  # a full disk: which file, why, and what is safe
+            good = self.checkpointer.last_good().lstrip("; ") or "no checkpoint was written yet"
+            raise err.adding(f"training stopped at step {self.state.step} of {self.total_steps}; {good}") from None
         finally:
             self.progress.close()
             self.close()
@@ -333,6 +336,7 @@ class Trainer:
             raise CheckpointError(f"{last} was written by another version of the trainer (its state fields differ); "
                                   "start afresh with --overwrite")
         self.state = TrainState(**{k: saved[k] for k in STATE_FIELDS})
+        self.checkpointer.step = self.state.step
         self.selector.load_state_dict(saved)
         self.meter.load_state_dict(saved)
         self._elapsed_before = self.state.elapsed

@@ -50,8 +50,8 @@ from typing import Any, ClassVar, Mapping
 import yaml
 
 from longrange import __version__
-from longrange.errors import CheckpointError, ConfigError, DataFormatError, DataMissingError, LongrangeError
-from longrange.fileio import atomic_write, check_out_dir, write_json
+from longrange.errors import CheckpointError, ConfigError, DataFormatError, DataMissingError, DiskWriteError, LongrangeError
+from longrange.fileio import append_text, atomic_write, check_out_dir, write_json
 from longrange.identity import differences, fingerprint, identity
 
 __all__ = [
@@ -257,8 +257,7 @@ class RunDir:
         """Write ``config`` (plain data, see :func:`plain`) with its fingerprint; returns what was written."""
         out = plain({k: v for k, v in config.items() if k != "fingerprint"})
         out["fingerprint"] = fingerprint(out)
-        text = yaml.safe_dump(out, sort_keys=False).encode()
-        atomic_write(self.config, lambda f: f.write(text))
+        atomic_write(self.config, yaml.safe_dump(out, sort_keys=False).encode())
         return out
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
@@ -268,8 +267,10 @@ class RunDir:
         """Write ``failed.json``: the error, its traceback and where the log is."""
         record = {"stage": stage, "error": error, "traceback": trace,
                   "log": str(self.log) if self.log.is_file() else None, "time": time.time()}
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.failure.write_text(json.dumps(record, indent=1))
+        try:
+            write_json(self.failure, record, indent=1)
+        except DiskWriteError as err:  # the failure itself is raised by the caller; say why it is not on record
+            print(f"warning: the failure of {self.root} is not recorded: {err}", file=sys.stderr, flush=True)
 
     def record_exception(self, err: BaseException, stage: str | None = None) -> None:
         self.record_failure(f"{type(err).__name__}: {err}", stage=stage, trace=traceback.format_exc())
@@ -287,8 +288,7 @@ class RunDir:
     def start_log(self, line: str) -> Path:
         """Append a header line to ``stage.log`` (created) and return its path."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "a") as f:
-            f.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+        append_text(self.log, f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
         return self.log
 
     def clear(self) -> None:
