@@ -13,7 +13,7 @@ import argparse
 import importlib
 import sys
 
-from longrange.errors import LongrangeError
+from longrange.errors import LongrangeError, Preempted
 
 #: Modules that add subcommands, in the order they are listed in ``longrange --help``.
 COMMAND_MODULES: list[str] = [
@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except Preempted as err:  # stopped on request, with a checkpoint: a status job scripts requeue on
+        print(f"longrange {args.command}: {err}", file=sys.stderr)
+        return err.exit_code
     except LongrangeError as err:  # user errors: one clear line, no traceback
         print(f"longrange {args.command}: error: {err}", file=sys.stderr)
         return 1

@@ -49,3 +49,15 @@ class CheckpointError(LongrangeError):
 class TrainingDivergedError(LongrangeError):
     """The loss or the parameters became non-finite; the message names the step, the value and the
     last good checkpoint."""
+
+
+class Preempted(LongrangeError):
+    """A run stopped on request (SIGTERM, SIGUSR1: a scheduler's preemption or time limit) after
+    writing a checkpoint; ``--resume`` continues it exactly. Exit status :attr:`exit_code`."""
+
+    #: The exit status of a preempted command (EX_TEMPFAIL: "try again"), for job scripts to requeue on.
+    exit_code = 75
+
+    def __init__(self, step: int, total: int):
+        super().__init__(f"preempted at step {step} of {total}; `--resume` continues")
+        self.step, self.total = step, total

@@ -161,3 +161,29 @@ def test_a_data_cache_that_cannot_be_written_is_a_warning_not_a_failure(tmp_path
     err = capsys.readouterr().err
     assert "warning: the prepared data is not cached (cannot write" in err and "read-only file system" in err
     assert not [p for p in (tmp_path / ".cache").iterdir()]  # nothing half-written
+
+
+def test_train_on_sigterm_exits_75_with_the_preemption_line_and_continue_resumes(tiny_listops_dir, tmp_path,
+                                                                                  monkeypatch, capsys):
+    import signal
+
+    from longrange.train.loop import Trainer
+
+    step = Trainer._step
+
+    def signalled(self, micro_batches):  # the scheduler's SIGTERM arrives during step 2
+        if self.state.step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        step(self, micro_batches)
+
+    run, config = tmp_path / "run", _config(tmp_path, tiny_listops_dir)
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "_step", signalled)
+        assert main(["train", "--config", config, "--out", str(run)]) == 75
+    err = capsys.readouterr().err
+    assert "longrange train: preempted at step 2 of 4; `--resume` continues" in err
+    assert not (run / ".lock").exists() and not (run / "summary.json").exists()
+    assert main(["train", "--config", config, "--out", str(run), "--continue"]) == 0  # as a requeued job script does
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    assert main(["train", "--config", config, "--out", str(run), "--continue"]) == 0  # finished: left as it is
+    assert "already finished; its summary is unchanged" in capsys.readouterr().err

@@ -71,3 +71,39 @@ def test_resume_without_checkpoint_is_an_error(tmp_path):
     model, tr, va, _ = toy_setup()
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         Trainer(model, ToyObjective(), tr, va, collate, {"batch_size": 8}, tmp_path / "run", resume=True)
+
+
+def test_sigterm_mid_epoch_checkpoints_and_resume_matches_an_uninterrupted_run(tmp_path):
+    """SIGTERM during step 7 (mid-epoch: no log line, evaluation or periodic checkpoint there): the step
+    finishes, last.pt holds step 7, exit 75 with the preemption line; --resume ends as if never stopped."""
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    p_whole, p_stopped = _start(whole), _start(stopped, "--signal-at-step", "7", "--signal", "TERM")
+    code, err = _finish(p_stopped)
+    assert code == 75, err
+    assert "received SIGTERM: stopping after this step with a checkpoint" in err
+    assert "preempted at step 7 of 18; `--resume` continues" in err
+    assert load_checkpoint(stopped / "checkpoints" / "last.pt")["trainer"]["step"] == 7
+    assert not (stopped / ".lock").exists()
+    code, err = _finish(p_whole)
+    assert code == 0, err
+    code, err = _finish(_start(stopped, "--resume"))
+    assert code == 0, err
+    a = load_checkpoint(whole / "checkpoints" / "last.pt")
+    b = load_checkpoint(stopped / "checkpoints" / "last.pt")
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    assert _records(whole) == _records(stopped)
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, stopped))
+    sa.pop("seconds"), sb.pop("seconds")
+    assert sa == sb
+
+
+def test_sigusr1_stops_too_and_a_second_signal_stops_at_once(tmp_path):
+    code, err = _finish(_start(tmp_path / "usr1", "--signal-at-step", "5", "--signal", "USR1"))
+    assert code == 75 and "received SIGUSR1" in err and "preempted at step 5 of 18" in err, err
+    assert load_checkpoint(tmp_path / "usr1" / "checkpoints" / "last.pt")["trainer"]["step"] == 5
+    code, err = _finish(_start(tmp_path / "twice", "--signal-at-step", "5", "--signals", "2"))
+    assert code == 128 + signal.SIGTERM and "received SIGTERM again: stopping at once" in err, err
+    last = tmp_path / "twice" / "checkpoints" / "last.pt"
+    assert load_checkpoint(last)["trainer"]["step"] == 4  # the periodic checkpoint before; none at step 5
+    assert not (tmp_path / "twice" / ".lock").exists()

@@ -6,6 +6,7 @@ positive sum. Model: linear embedding, dropout, masked mean pooling, a hinted "s
 Runner (used by test_resume.py and test_ddp.py, also under torchrun)::
 
     python tests/train/toy.py RUN_DIR --config '{"epochs": 2}' [--resume] [--kill-at-step N]
+        [--signal-at-step N [--signal TERM|USR1] [--signals K]]
 """
 from __future__ import annotations
 
@@ -103,6 +104,23 @@ def toy_setup(dropout: float = 0.0, dtype: torch.dtype = torch.float32, n_train:
     return model, ToyDataset(n_train, seed=1), ToyDataset(n_val, seed=2), ToyDataset(n_val, seed=3)
 
 
+class SignalAt:
+    """The objective, sending ``signum`` to this process ``times`` times during training step ``step``."""
+
+    def __init__(self, objective, step: int, signum: int, times: int = 1):
+        self.objective, self.step, self.signum, self.times = objective, step, signum, times
+        self.metric, self.higher_is_better, self.summarize = objective.metric, objective.higher_is_better, objective.summarize
+        self.trainer = None
+        self.sent = False
+
+    def __call__(self, model, batch):
+        if not self.sent and model.training and self.trainer is not None and self.trainer.state.step == self.step - 1:
+            self.sent = True
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)
+        return self.objective(model, batch)
+
+
 def main(argv: list[str] | None = None) -> int:
     from longrange.train import Trainer
 
@@ -111,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="{}")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--kill-at-step", type=int, default=0)
+    parser.add_argument("--signal-at-step", type=int, default=0, help="send --signal to itself during this step")
+    parser.add_argument("--signal", default="TERM")
+    parser.add_argument("--signals", type=int, default=1, help="how many times")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--noise", type=float, default=0.0)
     parser.add_argument("--float64", action="store_true")
@@ -119,14 +140,26 @@ def main(argv: list[str] | None = None) -> int:
 
     model, train_set, val_set, test_set = toy_setup(args.dropout, torch.float64 if args.float64 else torch.float32)
     cfg = {"progress": False, **json.loads(args.config)}
-    trainer = Trainer(model, ToyObjective(args.noise), train_set, val_set, collate, cfg, args.run_dir,
+    objective = ToyObjective(args.noise)
+    if args.signal_at_step:  # as a scheduler would, in the middle of a step
+        signalling = SignalAt(objective, args.signal_at_step, getattr(signal, f"SIG{args.signal}"), args.signals)
+        objective = signalling
+    trainer = Trainer(model, objective, train_set, val_set, collate, cfg, args.run_dir,
                       test_set=test_set, resume=args.resume, tensorboard=False)
+    if args.signal_at_step:
+        signalling.trainer = trainer
     if args.kill_at_step:
         def kill(step: int, path: Path) -> None:
             if step == args.kill_at_step:
                 os.kill(os.getpid(), signal.SIGKILL)
         trainer.on_checkpoint = kill
-    summary = trainer.fit()
+    from longrange.errors import Preempted
+
+    try:
+        summary = trainer.fit()
+    except Preempted as err:
+        print(err, file=sys.stderr)
+        return err.exit_code
     if trainer.is_main:
         Path(args.run_dir, "summary.json").write_text(json.dumps(summary))
     from longrange.train.distributed import cleanup

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longrange.errors import DiskWriteError, LongrangeError
+from longrange.errors import DiskWriteError, LongrangeError, Preempted
 from longrange.experiment.config import ExperimentConfig
 from longrange.experiment.plan import Plan
 from longrange.experiment.record import run_record, stage_summary
@@ -171,7 +171,7 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Int
             try:
                 summary = train_stage(resolved, opened)
             except BaseException as err:
-                if main and not isinstance(err, (KeyboardInterrupt, SystemExit, RunMismatchError)):
+                if main and not isinstance(err, (KeyboardInterrupt, SystemExit, RunMismatchError, Preempted)):
                     run.record_exception(err, stage.id)
                 raise
             if main:

@@ -153,12 +153,13 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
 
 def _reuse(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str) -> Outcome:
     """A finished stage, checked and reused in this process (no backend needed)."""
+    from longrange.errors import Preempted
     from longrange.experiment.execute import execute_stage
     from longrange.train.rundir import RunMismatchError
 
     try:
         summary = execute_stage(plan, stage.id, out_dir, intent=intent)
-    except (RunMismatchError, KeyboardInterrupt):
+    except (RunMismatchError, KeyboardInterrupt, Preempted):
         raise
     except Exception as err:
         say(f"{where}: {stage.id} FAILED: {type(err).__name__}: {err}")

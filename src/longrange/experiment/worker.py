@@ -11,7 +11,8 @@ every rank runs it (rank 0 decides and writes). Its exit status says what happen
     3  another live process holds the stage (it is running elsewhere)
     4  the stage holds a run made with other settings (the message is the last line of the log)
     5  a stage it needs is not finished
-    130 interrupted (SIGINT or SIGTERM): the stage's lock is released, its last checkpoint kept
+    130 interrupted (SIGINT, or SIGTERM / SIGUSR1: a training stage first finishes its step and
+        writes a checkpoint): the stage's lock is released, and it resumes from its last checkpoint
 
 ``--threads N`` sets torch's threads (the backend also sets OMP/MKL_NUM_THREADS in its environment).
 """
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from longrange.errors import LongrangeError
+    from longrange.errors import LongrangeError, Preempted
     from longrange.experiment.execute import StageNotReady, execute_stage
     from longrange.experiment.plan import Plan
     from longrange.train.rundir import Intent, RunMismatchError
@@ -125,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = execute_stage(plan, args.stage, args.out, intent=intent)
     except KeyboardInterrupt:
         print(f"worker: interrupted; {args.stage} resumes from its last checkpoint", file=sys.stderr, flush=True)
+        return INTERRUPTED
+    except Preempted as err:
+        print(f"worker: {args.stage} {err}", file=sys.stderr, flush=True)
         return INTERRUPTED
     except RunMismatchError as err:
         print(f"{ERROR_PREFIX}{err}", file=sys.stderr, flush=True)

@@ -15,6 +15,7 @@ parts live in their own modules, each with a narrow interface:
     train/meter.py       MetricMeter: training metrics between log lines
     train/selection.py   BestSelector: the best evaluation, its weights, early stopping
     train/progress.py    Progress: what a person watching sees
+    train/preemption.py  StopOnSignal: SIGTERM / SIGUSR1 stop the run after a step, with a checkpoint
     train/state.py       TrainState: where the run is (step, epoch, data position, time)
 
 A non-finite training loss, validation metric or parameter stops the run with a
@@ -37,7 +38,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from longrange.errors import CheckpointError, ConfigError, DiskWriteError, TrainingDivergedError
+from longrange.errors import CheckpointError, ConfigError, DiskWriteError, Preempted, TrainingDivergedError
 from longrange.objectives.base import check_objective
 from longrange.train import distributed as D
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
@@ -46,6 +47,7 @@ from longrange.train.logging import MetricsLogger, truncate_metrics
 from longrange.train.meter import MetricMeter
 from longrange.train.optim import build_optimizer, group_report
 from longrange.train.precision import Precision
+from longrange.train.preemption import StopOnSignal
 from longrange.train.progress import Progress
 from longrange.train.rundir import Intent, OpenRun, RunDir, RunPaths, check_out_dir, plain
 from longrange.train.evaluation import Evaluator, move_to
@@ -165,10 +167,15 @@ class Trainer:
         try:
             self.progress.start(self.state.step)
             if not self._over():
-                for micro_batches in self.batches.steps(self.state):
-                    self._step(micro_batches)
-                    if self._after_step():
-                        break
+                with StopOnSignal() as stop:
+                    for micro_batches in self.batches.steps(self.state):
+                        self._step(micro_batches)
+                        if self._after_step():
+                            break
+                        if self._stop_requested(stop):  # preemption: checkpoint, then stop
+                            if self.checkpointer.step != self.state.step:
+                                self._save(best=False)
+                            raise Preempted(self.state.step, self.total_steps)
             return self._finish()
         except DiskWriteError as err:  # a full disk: which file, why, and what is safe
             good = self.checkpointer.last_good().lstrip("; ") or "no checkpoint was written yet"
@@ -176,6 +183,14 @@ class Trainer:
         finally:
             self.progress.close()
             self.close()
+
+    def _stop_requested(self, stop: StopOnSignal) -> bool:
+        """Whether a stop was asked for; under DDP, on any rank (all ranks stop at the same step)."""
+        if not self.env.distributed:
+            return stop.requested
+        flag = torch.tensor([float(stop.requested)], device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
 
     def _over(self) -> bool:
         return self.state.step >= self.total_steps or self.selector.stopped_early

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from longrange.errors import Preempted
 from longrange.experiment.plan import Plan, Stage
 from longrange.experiment.scheduler import Outcome, say
 from longrange.train.rundir import Intent, RunMismatchError
@@ -39,7 +40,7 @@ class InProcess:
             torch.set_num_threads(self.threads)
         try:
             summary = execute_stage(self.plan, stage.id, self.out_dir, intent=self.intent)
-        except (RunMismatchError, KeyboardInterrupt):
+        except (RunMismatchError, KeyboardInterrupt, Preempted):  # the comparison stops
             raise
         except Exception as err:  # recorded in failed.json; the grid goes on
             say(f"{stage.id} FAILED: {type(err).__name__}: {err}")

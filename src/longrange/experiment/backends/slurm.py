@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,26 +59,6 @@ def _exit_file(folder: Path, job_id: str) -> Path:
     return Path(folder) / f"{job_id}_exit.json"
 
 
-def _run_logged(argv: list[str], log: Path) -> int:
-    """The worker's ``main`` in this process, its output (file descriptors 1 and 2) appended to ``log``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    try:
-        return W.main(argv)
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
-
-
 class StageJobFailed(RuntimeError):
     """The job's stage did not finish (so that SLURM's afterok holds its dependents)."""
 
@@ -88,11 +67,12 @@ class StageJobFailed(RuntimeError):
 class StageJob:
     """The function a SLURM job runs: one stage, its output appended to ``OUT/<stage>/stage.log``.
 
-    With one GPU (or none) the job calls the worker in its own process; with ``gpus > 1`` it starts
-    the worker under ``torchrun --standalone --nproc_per_node G``. It records the worker's exit
-    status and raises unless the stage is done, so that the job fails and ``afterok`` holds its
-    dependents. On a time-out or preemption signal submitit calls :meth:`checkpoint`: the job is
-    requeued and the stage resumes from its last checkpoint.
+    The job starts the worker as a process of its own (with ``gpus > 1`` under ``torchrun
+    --standalone --nproc_per_node G``). It records the worker's exit status and raises unless the
+    stage is done, so that the job fails and ``afterok`` holds its dependents. On a time-out or
+    preemption signal submitit calls :meth:`checkpoint`, which sends the worker SIGTERM: the stage
+    finishes its step and writes a checkpoint (as ``longrange train`` does on SIGTERM), the job is
+    requeued and the stage resumes from that checkpoint.
     """
 
     out_dir: str
@@ -108,15 +88,10 @@ class StageJob:
                         threads=threads, gpus=self.gpus)
         log = RunDir(Path(self.out_dir) / self.stage_id).start_log(
             f"job {os.environ.get('SLURM_JOB_ID', os.getpid())}: {' '.join(cmd)}")
-        if self.gpus > 1:
-            with open(log, "ab") as f:
-                self._proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                              env=W.environment(threads))
-                rc = self._proc.wait()
-        else:
-            if threads > 0:
-                os.environ.update({v: str(threads) for v in W.THREAD_VARS})
-            rc = _run_logged(cmd[cmd.index("longrange.experiment.worker") + 1:], log)
+        with open(log, "ab") as f:
+            self._proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=W.environment(threads))
+            rc = self._proc.wait()
         env = _submitit().JobEnvironment()
         _exit_file(env.paths.folder, env.job_id).write_text(json.dumps({"rc": rc}))
         if rc != W.DONE:
@@ -126,9 +101,9 @@ class StageJob:
     def checkpoint(self, *args: Any, **kwargs: Any):
         proc = getattr(self, "_proc", None)
         if proc is not None and proc.poll() is None:
-            proc.terminate()  # the worker releases the lock; the stage resumes from last.pt
+            proc.terminate()  # the worker finishes its step, writes last.pt and releases the lock
             try:
-                proc.wait(60)
+                proc.wait(100)
             except subprocess.TimeoutExpired:
                 proc.kill()
         return _submitit().helpers.DelayedSubmission(dataclasses.replace(self))
