@@ -26,6 +26,7 @@ from torch import Tensor
 from longrange.ops.chunking import TEMPORARY_BYTES, group_size
 
 from longrange import _optional
+from longrange.ops import used
 
 DISCRETIZATIONS = ("zoh", "bilinear")
 
@@ -211,7 +212,9 @@ def cauchy(v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None = None) -
     """
     if v.shape[-1] != w.shape[-1]:
         raise ValueError(f"cauchy: v {tuple(v.shape)} and w {tuple(w.shape)} differ in their last dimension")
-    if cauchy_impl(v.device) == "pykeops":  # pragma: no cover - needs CUDA and pykeops
+    impl = cauchy_impl(v.device)
+    used.note("cauchy", impl)
+    if impl == "pykeops":  # pragma: no cover - needs CUDA and pykeops
         return _cauchy_keops(v, z, w)
     lead = torch.broadcast_shapes(v.shape[:-1], z.shape[:-1], w.shape[:-1])
     dtype = torch.promote_types(torch.promote_types(v.dtype, z.dtype), w.dtype)

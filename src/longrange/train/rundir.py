@@ -74,6 +74,8 @@ VOLATILE = {
     ("train", "log_every"),
     ("train", "num_workers"),
     ("train", "checkpoint_every"),
+    ("train", "loggers"),
+    ("train", "wandb"),
 }
 #: Top-level sections of config.yaml that are outcomes or derived values, not settings.
 NOT_IDENTITY = ("fingerprint", "record", "head")
