@@ -195,10 +195,15 @@ class _ChunkedCauchy(torch.autograd.Function):
         return grad_v, (torch.cat(grad_z, dim=-1) if grad_z is not None else None), grad_w, None
 
 
-def cauchy_impl(device: torch.device | str) -> str:
+def cauchy_impl(device: torch.device | str, deterministic: bool | None = None) -> str:
     """How :func:`cauchy` evaluates on ``device``: ``"pykeops"`` on CUDA when pykeops and its
-    CUDA toolchain are found (see :mod:`longrange._optional`), else ``"chunked"`` (PyTorch)."""
-    return "pykeops" if _optional.pykeops is not None and torch.device(device).type == "cuda" else "chunked"
+    CUDA toolchain are found (see :mod:`longrange._optional`), else ``"chunked"`` (PyTorch).
+    ``deterministic`` (None: ``torch.are_deterministic_algorithms_enabled()``): ``"chunked"``, whose
+    backward is PyTorch's (the bits of KeOps' reductions are not established here)."""
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    usable = _optional.pykeops is not None and torch.device(device).type == "cuda"
+    return "pykeops" if usable and not deterministic else "chunked"
 
 
 def cauchy(v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None = None) -> Tensor:
