@@ -52,3 +52,88 @@ def cuda_device(request: pytest.FixtureRequest) -> torch.device:
     if not torch.cuda.is_available():
         pytest.skip("CUDA is not available")
     return torch.device("cuda")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Weights & Biases in offline mode
+# ---------------------------------------------------------------------------------------------------
+class OfflineWandb:
+    """The runs W&B wrote in offline mode under ``root`` (``WANDB_DIR``), read from its files."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def runs(self) -> list[dict]:
+        """One dict per offline run directory, oldest first: ``id``, ``name``, ``group``,
+        ``project``, ``config`` (top-level keys, values decoded), ``history`` (one dict per logged
+        step) and ``summary`` (the summary's last values)."""
+        import wandb
+
+        wandb.teardown()  # W&B's service writes the files in the background: stop it, so that they are complete
+        return [self._read(path) for path in sorted(self.root.glob("wandb/offline-run-*/run-*.wandb"))]
+
+    @staticmethod
+    def _records(path):
+        """The protobuf records of a W&B transaction log (a LevelDB-style log: a 7-byte file
+        header, then 32 KiB blocks of chunks, each with a 7-byte header: crc, length, type)."""
+        import struct
+
+        from wandb.proto import wandb_internal_pb2 as pb
+
+        data = path.read_bytes()
+        assert data[:4] == b":W&B", f"{path} is not a W&B transaction log"
+        pos, block, pending = 7, 32768, b""
+        while pos + 7 <= len(data):
+            left = block - pos % block
+            if left < 7:  # the rest of a block is padding
+                pos += left
+                continue
+            _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+            if kind == 0 and length == 0:
+                pos += left
+                continue
+            pending += data[pos + 7:pos + 7 + length]
+            pos += 7 + length
+            if kind in (1, 4):  # a whole record, or the last chunk of one
+                record = pb.Record()
+                record.ParseFromString(pending)
+                pending = b""
+                yield record
+
+    def _read(self, path) -> dict:
+        import json
+
+        out = {"dir": path.parent, "config": {}, "history": [], "summary": {}}
+
+        def key(item):
+            return item.key or "/".join(item.nested_key)
+
+        for record in self._records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                run = record.run
+                out.update(id=run.run_id, name=run.display_name, group=run.run_group, project=run.project)
+                out["config"].update({key(i): json.loads(i.value_json) for i in run.config.update})
+            elif kind == "config":
+                out["config"].update({key(i): json.loads(i.value_json) for i in record.config.update})
+            elif kind == "history":
+                out["history"].append({key(i): json.loads(i.value_json) for i in record.history.item})
+            elif kind == "summary":
+                out["summary"].update({key(i): json.loads(i.value_json) for i in record.summary.update})
+        return out
+
+
+@pytest.fixture
+def wandb_offline(tmp_path_factory, monkeypatch) -> OfflineWandb:
+    """W&B in offline mode writing into a temporary ``WANDB_DIR`` (no network, no account);
+    skips where wandb is not installed."""
+    pytest.importorskip("wandb")
+    root = tmp_path_factory.mktemp("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(root))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    import wandb
+
+    wandb.teardown()  # W&B reads its environment once per process setup: start a fresh one
+    yield OfflineWandb(root)
+    wandb.teardown()

@@ -30,7 +30,7 @@ def _try_import(name: str) -> tuple[ModuleType | None, str | None]:
         return None, f"{type(err).__name__}: {err}".strip()
 
 
-def _installed(name: str) -> bool:
+def installed(name: str) -> bool:
     """Whether the top-level package ``name`` can be found (without importing it)."""
     try:
         return importlib.util.find_spec(name) is not None
@@ -47,7 +47,7 @@ def _version(distribution: str) -> str | None:
 
 def _kernel(package: str, extension: str, wrapper: str, attr: str) -> tuple[Any, dict[str, Any]]:
     """The function ``wrapper.attr`` if the compiled ``extension`` and the wrapper both import."""
-    info: dict[str, Any] = {"installed": _installed(package), "extension": extension}
+    info: dict[str, Any] = {"installed": installed(package), "extension": extension}
     ext, ext_error = _try_import(extension)
     info["extension_imports"] = ext is not None
     fn = None
@@ -65,7 +65,7 @@ def _kernel(package: str, extension: str, wrapper: str, attr: str) -> tuple[Any,
 
 
 def _keops() -> tuple[ModuleType | None, dict[str, Any]]:
-    info: dict[str, Any] = {"installed": _installed("pykeops"), "extension": "KeOps CUDA JIT"}
+    info: dict[str, Any] = {"installed": installed("pykeops"), "extension": "KeOps CUDA JIT"}
     mod, error = _try_import("pykeops.torch")
     usable = False
     if mod is None:

@@ -28,6 +28,8 @@ VOLATILE = {
     ("train", "num_workers"),
     ("train", "checkpoint_every"),
     ("train", "lock_stale_after"),
+    ("train", "loggers"),
+    ("train", "wandb"),
 }
 #: Top-level sections of config.yaml that are outcomes, derived values or the code's version.
 NOT_IDENTITY = ("fingerprint", "record", "head", "code")

@@ -61,10 +61,10 @@ def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_d
 
     real = C.train_stage
 
-    def failing(stage, run):
+    def failing(stage, run, **kw):
         if stage.stage == "pretrain":
             raise ValueError("boom")
-        return real(stage, run)
+        return real(stage, run, **kw)
 
     monkeypatch.setattr(C, "train_stage", failing)
     exp = experiment_from_dict(tiny(tiny_listops_dir))

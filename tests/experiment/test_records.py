@@ -66,3 +66,60 @@ def test_compare_prints_stage_k_of_n_with_an_eta(tmp_path, capsys):
     assert main(argv) == 0  # everything reused the second time
     err = capsys.readouterr().err
     assert err.count("reusing") == 3
+
+
+def test_compare_records_device_precision_and_kernels_and_logs_one_wandb_group(tmp_path, capsys, request):
+    from longrange.ops.scan import auto_impl
+
+    tracked = _wandb_available()
+    wandb = request.getfixturevalue("wandb_offline") if tracked else None
+    from longrange.data.generate.listops import generate
+
+    generate(tmp_path / "data" / "listops", n_train=48, n_val=16, n_test=16, min_length=8, max_length=24,
+             max_depth=3, max_args=3, seed=0, quiet=True)
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump({
+        "label": "tiny-s6",
+        "task": {"name": "listops", "options": {"seq_len": 32}},
+        "model": dict(block="mamba", primitive="s6", n_layers=1, d_model=8, d_state=4, direction="bidirectional"),
+        "train": {"batch_size": 16, "max_steps": 2, "lr": 0.003, "progress": False, "log_every": 1,
+                  "loggers": ["wandb"] if tracked else []},
+    }))
+    out = tmp_path / "grid"
+    assert main(["compare", "--config", str(config), "--out", str(out), "--seeds", "0", "--objectives", "masked",
+                 "--no-compute-matched", "--data-dir", str(tmp_path / "data")]) == 0
+    capsys.readouterr()
+    stages = sorted(p.parent for p in out.rglob("summary.json"))
+    assert len(stages) == 3
+    for stage in stages:
+        summary = json.loads((stage / "summary.json").read_text())
+        assert summary["device"]["type"] == "cpu" and summary["device"]["count"] == 1
+        assert summary["precision"] == {"autocast": None, "params": "float32"}
+        assert summary["kernels"] == {"causal_conv1d": "torch", "selective_scan": auto_impl("cpu")}
+        assert summary["deterministic"] is False and "numba" in summary["versions"]
+        record = yaml.safe_load((stage / "config.yaml").read_text())["record"]  # rewritten at the end
+        assert {k: record[k] for k in ("device", "precision", "kernels")} == {
+            k: summary[k] for k in ("device", "precision", "kernels")}
+    if tracked:  # one W&B run per stage, named by its stage id, the grid in one group
+        runs = wandb.runs()
+        assert sorted(r["name"] for r in runs) == sorted(str(s.relative_to(out)) for s in stages)
+        assert {r["group"] for r in runs} == {"grid"}
+        assert all(r["config"]["record"]["kernels"]["selective_scan"] == auto_impl("cpu") for r in runs)
+
+
+def _wandb_available() -> bool:
+    from longrange import _optional
+
+    return _optional.installed("wandb")
+
+
+def test_a_resumed_stage_merges_the_kernels_of_the_record_its_earlier_segment_saved():
+    from longrange.experiment.record import finish_record
+
+    result = {"device": {"type": "cpu"}, "precision": {"autocast": None}, "deterministic": True,
+              "kernels": {"selective_scan": "numba"}, "step": 3}
+    earlier = {"kernels": {"selective_scan": "chunked", "causal_conv1d": "torch"}}
+    assert finish_record({"host": "h"}, result, earlier) == {
+        "host": "h", "device": {"type": "cpu"}, "precision": {"autocast": None}, "deterministic": True,
+        "kernels": {"causal_conv1d": "torch", "selective_scan": "chunked+numba"}}
+    assert finish_record({}, result, None)["kernels"] == {"selective_scan": "numba"}

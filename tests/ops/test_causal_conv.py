@@ -131,3 +131,23 @@ def test_bad_inputs_raise():
         causal_conv1d_update(x[..., 0], state, weight, bias, "tanh")
     with pytest.raises(ValueError, match="weight must have shape"):
         causal_conv1d_update(x[..., 0], state, weight[:, :1].T, bias)
+
+
+def test_deterministic_mode_avoids_the_cuda_kernel(monkeypatch):
+    import longrange.ops.conv as conv
+    from longrange import _optional
+
+    assert conv.DETERMINISTIC_BACKWARD == {"torch": True, "ref": True, "cuda": False}
+    monkeypatch.setattr(_optional, "causal_conv1d_cuda_fn", object())  # as if causal-conv1d's kernel imported
+    assert conv.auto_impl("cuda", deterministic=False) == "cuda"
+    assert conv.auto_impl("cuda", deterministic=True) == "torch"
+    x, w = torch.randn(2, 3, 5), torch.randn(3, 4)
+    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert conv.auto_impl("cuda") == "torch"
+        with pytest.raises(RuntimeError, match=r"causal_conv1d: impl='cuda' has a non-deterministic backward.*'torch', 'ref'"):
+            causal_conv1d(x, w, impl="cuda")
+        torch.testing.assert_close(causal_conv1d(x, w), causal_conv1d_ref(x, w))
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)

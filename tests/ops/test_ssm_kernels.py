@@ -245,3 +245,22 @@ def test_dplr_bad_shapes_raise(change, match):
     for fn in (dplr_ssm_kernel, dplr_generating_kernel, dplr_ssm_kernel_ref):
         with pytest.raises(ValueError, match=match):
             fn(args["dt"], args["Lam"], args["P"], args["Q"], args["B"], args["C"], 6)
+
+
+def test_deterministic_mode_avoids_pykeops_for_the_cauchy_kernel(monkeypatch):
+    from longrange import _optional
+    from longrange.ops.ssm_kernels import cauchy_impl
+
+    monkeypatch.setattr(_optional, "pykeops", object())  # as if pykeops had found its CUDA toolchain
+    assert cauchy_impl("cuda", deterministic=False) == "pykeops" and cauchy_impl("cpu", deterministic=False) == "chunked"
+    assert cauchy_impl("cuda", deterministic=True) == "chunked"
+
+
+def test_the_cauchy_kernel_reports_the_implementation_it_ran():
+    from longrange.ops import used
+    from longrange.ops.ssm_kernels import cauchy
+
+    used.reset()
+    v, w = torch.randn(2, 4, dtype=torch.complex64), torch.randn(2, 4, dtype=torch.complex64)
+    cauchy(v, torch.randn(2, 3, dtype=torch.complex64), w)
+    assert used.kernels() == {"cauchy": "chunked"}

@@ -154,17 +154,13 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
 
     from longrange import __version__
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    from longrange.train.environment import cpu_name
+
     env: dict[str, Any] = {
         "longrange": __version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
     }
     if device is not None and device.type == "cuda":

@@ -19,7 +19,7 @@ from typing import Any
 from longrange.errors import DiskWriteError, LongrangeError, Preempted
 from longrange.experiment.config import ExperimentConfig
 from longrange.experiment.plan import Plan
-from longrange.experiment.record import run_record, stage_summary
+from longrange.experiment.record import finish_record, run_record, stage_summary
 from longrange.experiment.stage import ResolvedStage, resolve_stage
 from longrange.experiment.taskdata import load_data
 from longrange.experiment.weights import build_from_record, load_pretrained
@@ -76,9 +76,11 @@ def build_stage(stage: ResolvedStage, data: Any) -> BuiltStage:
     return BuiltStage(model, objective, head)
 
 
-def train_stage(stage: ResolvedStage, run: OpenRun) -> dict[str, Any]:
+def train_stage(stage: ResolvedStage, run: OpenRun, *, run_name: str | None = None,
+                run_group: str | None = None) -> dict[str, Any]:
     """Train ``stage`` in its opened run directory (fresh or resumed, as decided) and write its
-    ``summary.json``; returns the summary."""
+    ``summary.json``; returns the summary. ``run_name`` and ``run_group`` name the run in W&B."""
+    earlier = (run.dir.read_config() or {}).get("record") if run.resumes else None
     data = load_data(stage.task)
     built = build_stage(stage, data)
     transfer = load_pretrained(built.model, stage.init_from, stage.reverse_from) if stage.stage == "finetune" else None
@@ -87,7 +89,11 @@ def train_stage(stage: ResolvedStage, run: OpenRun) -> dict[str, Any]:
         record["lock_taken_over"] = run.took_over
     config = {k: v for k, v in stage.config().items() if k != "train"}
     result = train(built.model, built.objective, data, stage.train, run,
-                   extra_config={**config, "head": built.head, "record": record}, evaluate_test=stage.stage != "pretrain")
+                   extra_config={**config, "head": built.head, "record": record}, evaluate_test=stage.stage != "pretrain",
+                   run_name=run_name, run_group=run_group)
+    record = finish_record(record, result, earlier)
+    if D.is_main_process():  # the record is not part of the fingerprint: config.yaml is rewritten with it
+        run.dir.write_config({**(run.dir.read_config() or {}), "record": record})
     params = {k: v for k, v in parameter_report(built.model).items() if k in ("total", "in_primitives")}
     summary = finite_or_none(stage_summary(stage, built.objective, params, result, record, run.dir.root))
     if D.is_main_process():
@@ -169,7 +175,7 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Int
             if main:
                 print(f"{'resuming' if opened.decision is Decision.RESUME else 'running'} {run.root}", file=sys.stderr, flush=True)
             try:
-                summary = train_stage(resolved, opened)
+                summary = train_stage(resolved, opened, run_name=stage.id, run_group=out_dir.resolve().name)
             except BaseException as err:
                 if main and not isinstance(err, (KeyboardInterrupt, SystemExit, RunMismatchError, Preempted)):
                     run.record_exception(err, stage.id)

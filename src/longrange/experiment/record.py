@@ -1,5 +1,9 @@
 """What a stage's run directory records beside its settings (``config.yaml``'s ``record``), and its
-``summary.json``: the result, how long it took, and what it was made from."""
+``summary.json``: the result, how long it took, and what it was made from.
+
+The record is written twice: when training starts (:func:`run_record`: data, versions, host,
+transfer) and when it ends (:func:`finish_record`: with the device, precision, deterministic mode
+and the kernels that actually ran, known only after training; see ``train/environment.py``)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +14,11 @@ from typing import Any
 
 from longrange.experiment.stage import ResolvedStage
 from longrange.experiment.taskdata import data_identity
+from longrange.train.environment import library_versions, merge_kernels
 from longrange.train.rundir import RunDir
+
+#: What the trainer reports of how the run ran (:meth:`Trainer.fit`'s result), recorded at the end.
+RAN = ("device", "precision", "deterministic", "kernels")
 
 
 def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None) -> dict[str, Any]:
@@ -27,7 +35,7 @@ def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None)
         "skipped": skipped,
         "train_size": len(data.train),
         "versions": {"longrange": __version__, "torch": str(torch.__version__), "cuda": torch.version.cuda,
-                     "python": platform.python_version()},
+                     "python": platform.python_version(), **library_versions()},
         "host": socket.gethostname(),
         "init": {"from": str(stage.init_from) if stage.init_from else None,
                  "reverse_from": str(stage.reverse_from) if stage.reverse_from else None},
@@ -43,6 +51,14 @@ def _source(run_dir: Path | None, relative_to: Path) -> dict[str, Any] | None:
     summary, config = run.read_summary() or {}, run.read_config() or {}
     return {"run": os.path.relpath(run_dir, relative_to), "fingerprint": config.get("fingerprint"),
             "steps": summary.get("steps")}
+
+
+def finish_record(record: dict[str, Any], result: dict[str, Any], earlier: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``record`` with how the run ran (:data:`RAN`, from fit's ``result``); a resumed run's kernels
+    also include those of ``earlier``, the record saved by an earlier segment that finished training."""
+    ran = {k: result[k] for k in RAN if k in result}
+    ran["kernels"] = merge_kernels((earlier or {}).get("kernels"), result.get("kernels"))
+    return {**record, **ran}
 
 
 def stage_summary(stage: ResolvedStage, objective: Any, params: dict[str, int], result: dict[str, Any],
@@ -73,4 +89,5 @@ def stage_summary(stage: ResolvedStage, objective: Any, params: dict[str, int], 
         "skip_bad": record["skip_bad"],
         "skipped": record["skipped"],
         "versions": record["versions"],
+        **{k: record.get(k) for k in RAN},
     }

@@ -18,6 +18,11 @@ shifted state, so stepping through a sequence from a zero state reproduces :func
 :func:`causal_conv1d` runs the implementation named by ``impl`` (:data:`IMPLS`; ``"auto"``: see
 :func:`auto_impl`; :func:`available_impls` lists those that can run on a device) and reports it
 to :mod:`longrange.ops.used` (op ``"causal_conv1d"``).
+
+Determinism (:data:`DETERMINISTIC_BACKWARD`): with ``torch.use_deterministic_algorithms(True)``,
+``"auto"`` runs ``"torch"`` (PyTorch's convolution, deterministic in that mode) rather than the
+causal-conv1d kernel, whose backward adds each batch element's weight and bias gradients with
+atomic additions; asking for ``"cuda"`` by name raises (warns in ``warn_only`` mode).
 """
 from __future__ import annotations
 
@@ -27,9 +32,14 @@ from torch import Tensor
 
 from longrange import _optional
 from longrange.ops import used
+from longrange.ops.determinism import refuse_nondeterministic
 
 ACTIVATIONS = (None, "silu", "swish")
 IMPLS = ("auto", "torch", "ref", "cuda")
+#: Whether each implementation's backward gives the same bits for the same inputs: "cuda" (the
+#: causal-conv1d kernel) adds the weight and bias gradients of the batch elements' thread blocks
+#: with atomic additions, whose order can change from run to run.
+DETERMINISTIC_BACKWARD = {"torch": True, "ref": True, "cuda": False}
 
 
 def _check_activation(activation: str | None) -> None:
@@ -83,11 +93,15 @@ def _cuda_usable(device: torch.device, width: int, dtype: torch.dtype) -> bool:
     )
 
 
-def auto_impl(device: torch.device | str, width: int = 4, dtype: torch.dtype = torch.float32) -> str:
+def auto_impl(device: torch.device | str, width: int = 4, dtype: torch.dtype = torch.float32,
+              deterministic: bool | None = None) -> str:
     """The implementation ``impl="auto"`` runs: ``"cuda"`` (the ``causal-conv1d`` kernel) for
     CUDA inputs when its compiled extension ``causal_conv1d_cuda`` imports (see
-    :mod:`longrange._optional`), the width is 2 to 4 and the dtype not float64; else ``"torch"``."""
-    return "cuda" if _cuda_usable(torch.device(device), width, dtype) else "torch"
+    :mod:`longrange._optional`), the width is 2 to 4 and the dtype not float64; else ``"torch"``.
+    ``deterministic`` (None: ``torch.are_deterministic_algorithms_enabled()``): ``"torch"``."""
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    return "cuda" if not deterministic and _cuda_usable(torch.device(device), width, dtype) else "torch"
 
 
 def available_impls(device: torch.device | str) -> tuple[str, ...]:
@@ -115,6 +129,9 @@ def causal_conv1d(
     _check_conv_inputs(x, weight, bias, activation)
     if impl == "auto":
         impl = auto_impl(x.device, weight.shape[1], x.dtype)
+    elif not DETERMINISTIC_BACKWARD[impl]:
+        refuse_nondeterministic("causal_conv1d", impl, "atomic additions of the weight and bias gradients",
+                                ["torch", "ref"], stacklevel=2)
     if impl == "cuda":
         if not _cuda_usable(x.device, weight.shape[1], x.dtype):
             reason = _optional.status()["causal_conv1d"].get("reason", "")

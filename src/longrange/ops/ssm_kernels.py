@@ -26,6 +26,7 @@ from torch import Tensor
 from longrange.ops.chunking import TEMPORARY_BYTES, group_size
 
 from longrange import _optional
+from longrange.ops import used
 
 DISCRETIZATIONS = ("zoh", "bilinear")
 
@@ -194,10 +195,15 @@ class _ChunkedCauchy(torch.autograd.Function):
         return grad_v, (torch.cat(grad_z, dim=-1) if grad_z is not None else None), grad_w, None
 
 
-def cauchy_impl(device: torch.device | str) -> str:
+def cauchy_impl(device: torch.device | str, deterministic: bool | None = None) -> str:
     """How :func:`cauchy` evaluates on ``device``: ``"pykeops"`` on CUDA when pykeops and its
-    CUDA toolchain are found (see :mod:`longrange._optional`), else ``"chunked"`` (PyTorch)."""
-    return "pykeops" if _optional.pykeops is not None and torch.device(device).type == "cuda" else "chunked"
+    CUDA toolchain are found (see :mod:`longrange._optional`), else ``"chunked"`` (PyTorch).
+    ``deterministic`` (None: ``torch.are_deterministic_algorithms_enabled()``): ``"chunked"``, whose
+    backward is PyTorch's (the bits of KeOps' reductions are not established here)."""
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    usable = _optional.pykeops is not None and torch.device(device).type == "cuda"
+    return "pykeops" if usable and not deterministic else "chunked"
 
 
 def cauchy(v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None = None) -> Tensor:
@@ -211,7 +217,9 @@ def cauchy(v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None = None) -
     """
     if v.shape[-1] != w.shape[-1]:
         raise ValueError(f"cauchy: v {tuple(v.shape)} and w {tuple(w.shape)} differ in their last dimension")
-    if cauchy_impl(v.device) == "pykeops":  # pragma: no cover - needs CUDA and pykeops
+    impl = cauchy_impl(v.device)
+    used.note("cauchy", impl)
+    if impl == "pykeops":  # pragma: no cover - needs CUDA and pykeops
         return _cauchy_keops(v, z, w)
     lead = torch.broadcast_shapes(v.shape[:-1], z.shape[:-1], w.shape[:-1])
     dtype = torch.promote_types(torch.promote_types(v.dtype, z.dtype), w.dtype)

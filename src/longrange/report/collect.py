@@ -12,8 +12,12 @@ stage), ``config.yaml`` and ``metrics.jsonl`` (written by the trainer, see ``tra
     seconds: float
     train_subset: float (a fraction) or int (a count) or null;  train_size: int or null
                  (the task's train_subset and the number of training examples it left)
+    device: {type, name, count, ...} or null;  kernels: {op: implementation} or null
+                 (where the run trained and which implementation each op ran; see
+                 ``experiment/record.py``)
 
-``test``, ``pretrain_run``, ``train_subset`` and ``train_size`` are optional (absent = null);
+``test``, ``pretrain_run``, ``train_subset``, ``train_size``, ``device`` and ``kernels`` are
+optional (absent = null: summaries written before they were recorded);
 everything else is required and a missing or mistyped field is a :class:`DataFormatError` naming the file and the field.
 A run that failed is never a result: a directory with ``failed.json`` (a stage that raised, e.g.
 diverged), with ``config.yaml`` but no ``summary.json`` (unfinished, interrupted or diverged), or
@@ -62,6 +66,9 @@ class Run:
     train_size: int | None = None
     #: The longrange version that made the run (None in summaries that do not say).
     version: str | None = None
+    #: Where the run trained and the implementation each op ran (None: not recorded).
+    device: dict[str, Any] | None = None
+    kernels: dict[str, str] | None = None
     _config: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -191,6 +198,8 @@ def read_run(run_dir: str | Path) -> Run:
         train_subset=_field(d, "train_subset", (float, int), path, optional=True),
         train_size=_field(d, "train_size", (int,), path, optional=True),
         version=_version(d),
+        device=_field(d, "device", (dict,), path, optional=True),
+        kernels=_field(d, "kernels", (dict,), path, optional=True),
     )
 
 

@@ -12,6 +12,10 @@ mixes both. Accuracy is shown in percent with two decimals, R² and anything els
 with three.
 
 Pretraining runs are listed apart, with their pretraining metric (usually the loss).
+
+The runs-per-cell table says where each cell's runs trained and which implementation each op ran
+(from their summaries; "unknown" for summaries that do not record it), and
+:func:`mixing_warnings` names the cells whose runs differ in either.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import csv
 import io
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from longrange.errors import DataFormatError
 from longrange.report.collect import FINAL_STAGES, Run
@@ -309,10 +313,61 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+UNKNOWN = "unknown"
+
+
+def device_text(run: Run) -> str:
+    """Where a run trained, e.g. ``cuda: NVIDIA A100-SXM4-80GB ×4`` or ``cpu: AMD EPYC``."""
+    d = run.device
+    if not d:
+        return UNKNOWN
+    kind, name, count = str(d.get("type", "?")), d.get("name"), d.get("count")
+    text = f"{kind}: {name}" if name and name != kind else kind
+    return text + (f" ×{count}" if isinstance(count, int) and count > 1 else "")
+
+
+def kernels_text(run: Run) -> str:
+    """The implementation each op ran, e.g. ``causal_conv1d=torch, selective_scan=numba``; "-" when
+    no op with several implementations ran."""
+    if run.kernels is None:
+        return UNKNOWN
+    return ", ".join(f"{op}={impl}" for op, impl in sorted(run.kernels.items())) or "-"
+
+
+def _by_value(cell: Cell, text: Callable[[Run], str]) -> dict[str, list[int]]:
+    """The seeds of the cell's runs under each value of ``text``, in seed order."""
+    out: dict[str, list[int]] = {}
+    for r in cell.runs:
+        out.setdefault(text(r), []).append(r.seed)
+    return out
+
+
+def _values_text(values: dict[str, list[int]]) -> str:
+    if len(values) == 1:
+        return next(iter(values))
+    return "; ".join(f"{v} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
+                     for v, seeds in values.items())
+
+
+def mixing_warnings(cells: Sequence[Cell]) -> list[str]:
+    """One line per cell whose runs trained on different devices or ran different kernels (runs
+    that do not record them are not counted): their seeds may differ by more than chance."""
+    out = []
+    for c in cells:
+        for what, text in (("devices", device_text), ("kernels", kernels_text)):
+            values = {v: seeds for v, seeds in _by_value(c, text).items() if v != UNKNOWN}
+            if len(values) > 1:
+                stage = "final stage" if c.kind == "final" else "pretraining"
+                out.append(f"{c.row} on {c.task} ({stage}) mixes {what}: {_values_text(values)}")
+    return out
+
+
 def details_table(cells: Sequence[Cell], kind: str = "final") -> Table:
-    """Seeds, steps, parameters and mean wall time per cell (ranges where seeds differ)."""
+    """Seeds, steps, parameters, mean wall time, device and kernels per cell (ranges where seeds
+    differ; each value with its seeds where they differ)."""
     chosen = [c for c in cells if c.kind == kind]
-    headers = ["Model", "Task", "Seeds", "Steps", "Params (total)", "Params (in primitives)", "Wall time (mean)"]
+    headers = ["Model", "Task", "Seeds", "Steps", "Params (total)", "Params (in primitives)", "Wall time (mean)",
+               "Device", "Kernels"]
     rows = []
     for c in sorted(chosen, key=lambda c: (c.label, regime_sort_key(c.regime), task_sort_key(c.task))):
         rows.append([
@@ -322,6 +377,8 @@ def details_table(cells: Sequence[Cell], kind: str = "final") -> Table:
             _range_text([r.params_total for r in c.runs]),
             _range_text([r.params_in_primitives for r in c.runs]),
             format_duration(sum(r.seconds for r in c.runs) / len(c.runs)),
+            _values_text(_by_value(c, device_text)),
+            _values_text(_by_value(c, kernels_text)),
         ])
     stage = "final-stage" if kind == "final" else "pretraining"
     return Table(f"Runs per cell ({stage})", headers, rows)

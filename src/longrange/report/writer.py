@@ -15,6 +15,7 @@ from longrange.report.collect import Run, collect, failed_section
 from longrange.train.rundir import other_versions_line
 from longrange.report.tables import (
     Table,
+    mixing_warnings,
     regime_sort_key,
     render_markdown,
     row_name,
@@ -142,6 +143,8 @@ def write_report(
     from longrange.report.verdict import verdict_markdown
 
     groups = sweep.split_by_subset(runs)  # one group unless the runs are a data-fraction sweep
+    for message in (m for g in groups for m in mixing_warnings(g.cells)):
+        note(message)
     tables = sweep.sweep_tables(groups) + ("\n" + failed_section(found.failed) if found.failed else "")
     if csv_path is not None:
         sweep.write_sweep_csv(groups, csv_path)

@@ -26,6 +26,22 @@ SCHEDULES = ("cosine", "constant", "plateau", "step", "rsqrt")
 CYCLES = ("once", "periodic", "restart")
 STEP_UNITS = ("step", "epoch")
 PRECISIONS = ("fp32", "bf16", "fp16")
+LOGGERS = ("tensorboard", "wandb")
+WANDB_MISSING = "train.loggers asks for wandb, which is not installed: pip install 'longrange[wandb]'"
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+@dataclass
+class WandbConfig:
+    """Where a run logs in Weights & Biases (``train.loggers: [..., wandb]``). The run's name is its
+    stage id (a comparison's run directory relative to its output; else the directory's name)."""
+
+    project: str = "longrange"
+    entity: str | None = None
+    #: Default: a comparison's output directory's name (its grid in one group); none for one run.
+    group: str | None = None
+    #: online, offline or disabled; None: W&B's own choice (``WANDB_MODE``, else online).
+    mode: str | None = None
 
 
 @dataclass
@@ -87,6 +103,10 @@ class TrainConfig:
     #: ``progress_every`` seconds with step/total, loss, lr, the last validation metric and the ETA.
     progress: bool = True
     progress_every: float = 60.0
+    #: Where metrics go besides metrics.jsonl: ``tensorboard`` (when installed) and ``wandb``
+    #: (``pip install 'longrange[wandb]'``; settings in ``wandb``).
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     #: Seconds without a heartbeat (the run refreshes its lock every 30 s) after which another host
     #: may take this run's lock over: a node that died frees its runs within minutes.
@@ -97,6 +117,9 @@ class TrainConfig:
     #: DistributedDataParallel option, needed when some parameters get no gradient in a step
     #: (e.g. a classification head during pretraining).
     find_unused_parameters: bool = False
+    #: PyTorch's deterministic algorithms, cuDNN deterministic and not benchmarking, cuBLAS's
+    #: deterministic workspace, and only deterministic kernels (see ``train/environment.py``).
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -144,6 +167,14 @@ class TrainConfig:
         need(self.log_every >= 1, "log_every", "must be >= 1")
         need(self.progress_every > 0, "progress_every", "must be > 0 seconds")
         need(self.num_workers >= 0, "num_workers", "must be >= 0")
+        if isinstance(self.wandb, Mapping):  # constructed directly with a dict
+            self.wandb = typed.from_dict(WandbConfig, self.wandb, "train.wandb")
+        need(all(name in LOGGERS for name in self.loggers) and len(set(self.loggers)) == len(self.loggers), "loggers",
+             f"must be a list of distinct names among {', '.join(LOGGERS)}")
+        if self.wandb.mode is not None and self.wandb.mode not in WANDB_MODES:
+            raise ConfigError(f"train.wandb.mode must be one of {', '.join(WANDB_MODES)} (or unset), got {self.wandb.mode!r}")
+        if "wandb" in self.loggers and not _wandb_installed():
+            raise ConfigError(WANDB_MISSING)
         need(self.lock_stale_after >= 60, "lock_stale_after", "must be >= 60 seconds (two heartbeats at least)")
         need(isinstance(self.param_groups, (list, tuple)), "param_groups",
              "must be a list of rules {match: GLOB, lr | lr_scale, weight_decay}")
@@ -174,6 +205,7 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["betas"] = list(self.betas)
+        out["loggers"] = list(self.loggers)
         return out
 
     @classmethod
@@ -185,6 +217,13 @@ class TrainConfig:
 
 #: Fields at their default are left out of a run's identity (a new field changes no fingerprint).
 declare_defaults("train", lambda: TrainConfig().to_dict())
+
+
+def _wandb_installed() -> bool:
+    from longrange import _optional  # imported when asked: it looks for the optional GPU packages
+
+    return _optional.installed("wandb")
+
 
 PARAM_RULE_FIELDS = ("match", "lr", "lr_scale", "weight_decay")
 

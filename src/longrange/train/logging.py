@@ -1,4 +1,5 @@
-"""Run metrics: one JSON object per line in ``metrics.jsonl``, and TensorBoard when installed.
+"""Run metrics: one JSON object per line in ``metrics.jsonl``, and the loggers of ``train.loggers``:
+TensorBoard events (when installed) and Weights & Biases (``train/wandb_logger.py``).
 
 Each line is ``{"step", "epoch", "split", "metrics", "lr", "elapsed"}``: ``step`` counts optimiser
 steps done, ``epoch`` is the fractional number of epochs done, ``split`` is ``train``, ``val`` or
@@ -6,19 +7,24 @@ steps done, ``epoch`` is the fractional number of epochs done, ``split`` is ``tr
 training (summed over resumed segments). Non-finite metric values are written as ``null`` so
 every line is strict JSON.
 
-Only the main process writes; other ranks get a disabled logger.
+Only the main process writes; other ranks get a disabled logger. :func:`open_logger` builds the
+logger of a run from its train config.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from longrange.errors import DataFormatError, DataMissingError
 from longrange.fileio import append_text, finite_or_none
+from longrange.train.config import TrainConfig
 from longrange.train.rundir import METRICS_FILE, RunDir
 
-__all__ = ["METRICS_FILE", "MetricsLogger", "read_metrics", "truncate_metrics"]
+if TYPE_CHECKING:
+    from longrange.train.wandb_logger import WandbLogger
+
+__all__ = ["METRICS_FILE", "MetricsLogger", "open_logger", "read_metrics", "truncate_metrics"]
 
 
 def _tensorboard_writer(log_dir: Path):
@@ -80,14 +86,17 @@ def truncate_metrics(path: str | Path, n_lines: int) -> None:
 
 
 class MetricsLogger:
-    """Appends records to a run directory's ``metrics.jsonl`` (and TensorBoard events when installed)."""
+    """Appends records to a run directory's ``metrics.jsonl`` (and TensorBoard events when installed),
+    and logs them to a W&B run when given one."""
 
-    def __init__(self, run_dir: str | Path | RunDir, enabled: bool = True, tensorboard: bool = True):
+    def __init__(self, run_dir: str | Path | RunDir, enabled: bool = True, tensorboard: bool = True,
+                 wandb: "WandbLogger | None" = None):
         run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
         self.enabled = enabled
         self.path = run.metrics
         self.lines = 0
         self._tb = None
+        self.wandb = wandb if enabled else None
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists():
@@ -116,8 +125,39 @@ class MetricsLogger:
             if split == "train":
                 self._tb.add_scalar("train/lr", float(lr), step)
             self._tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(step, epoch, split, metrics, lr)
 
-    def close(self) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue its loggers (the W&B run's id)."""
+        return {"wandb": self.wandb.state_dict()} if self.wandb is not None else {}
+
+    def close(self, result: Mapping[str, Any] | None = None, record: Mapping[str, Any] | None = None) -> None:
+        """Close the loggers; a W&B run gets ``result`` as its summary and ``record`` in its config
+        (without a result it ended early). Closing twice does nothing."""
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self.wandb is not None:
+            wandb, self.wandb = self.wandb, None
+            wandb.finish(result, record)
+
+
+def open_logger(run: RunDir, cfg: TrainConfig, *, enabled: bool = True, tensorboard: bool = True, name: str,
+                group: str | None = None, config: Mapping[str, Any] | None = None,
+                state: Mapping[str, Any] | None = None) -> MetricsLogger:
+    """The logger of a run with the loggers of ``cfg.loggers``: TensorBoard (unless ``tensorboard``
+    is False), and W&B with the run's ``name``, ``group`` (``cfg.wandb.group`` wins) and ``config``,
+    continuing the W&B run of ``state`` (:meth:`MetricsLogger.state_dict` of a resumed checkpoint)."""
+    wandb = None
+    if enabled and "wandb" in cfg.loggers:
+        from longrange.train.wandb_logger import WandbLogger
+
+        run_id = ((state or {}).get("wandb") or {}).get("id")
+        wandb = WandbLogger(cfg.wandb, name=name, group=group, config=config or {}, run_id=run_id)
+    try:
+        return MetricsLogger(run, enabled=enabled, tensorboard=tensorboard and "tensorboard" in cfg.loggers, wandb=wandb)
+    except BaseException:
+        if wandb is not None:
+            wandb.finish()
+        raise

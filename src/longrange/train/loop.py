@@ -17,6 +17,8 @@ parts live in their own modules, each with a narrow interface:
     train/progress.py    Progress: what a person watching sees
     train/preemption.py  StopOnSignal: SIGTERM / SIGUSR1 stop the run after a step, with a checkpoint
     train/state.py       TrainState: where the run is (step, epoch, data position, time)
+    train/environment.py the run's device, precision and kernels (fit returns them), determinism
+    train/logging.py     metrics.jsonl and the loggers of train.loggers (TensorBoard, W&B)
 
 A non-finite training loss, validation metric or parameter stops the run with a
 :class:`~longrange.errors.TrainingDivergedError` naming the step and the last good checkpoint
@@ -43,7 +45,9 @@ from longrange.objectives.base import check_objective
 from longrange.train import distributed as D
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
 from longrange.train.config import TrainConfig
-from longrange.train.logging import MetricsLogger, truncate_metrics
+from longrange.train.environment import (KernelRecord, describe_device, describe_precision, prepare_deterministic,
+                                         set_deterministic)
+from longrange.train.logging import open_logger, truncate_metrics
 from longrange.train.meter import MetricMeter
 from longrange.train.optim import build_optimizer, group_report
 from longrange.train.precision import Precision
@@ -80,7 +84,9 @@ class Trainer:
         extra_config: saved in ``config.yaml`` beside the train config (e.g. model and task). Its
             identity (see ``train/rundir.py``) must match the saved one to resume.
         resume, overwrite: continue the run in ``run_dir`` from its last checkpoint, or replace it.
-        tensorboard: also write TensorBoard events when the package is installed.
+        tensorboard: False leaves TensorBoard out even when ``cfg.loggers`` names it.
+        run_name, run_group: the run's name and group in W&B (``cfg.loggers``); default name: the
+            run directory's name; ``cfg.wandb.group`` wins over ``run_group``.
 
     Construction seeds python, numpy and torch with ``cfg.seed + rank`` (the stream used by dropout
     and random masking; build and initialise the model before). ``fit`` leaves the model holding
@@ -91,9 +97,11 @@ class Trainer:
                  collate: Callable[[Sequence[dict]], dict[str, Tensor]], cfg: TrainConfig | Mapping[str, Any],
                  run_dir: str | Path | OpenRun, test_set: Dataset | None = None,
                  device: torch.device | str | None = None, *, extra_config: Mapping[str, Any] | None = None,
-                 resume: bool = False, overwrite: bool = False, tensorboard: bool = True):
+                 resume: bool = False, overwrite: bool = False, tensorboard: bool = True,
+                 run_name: str | None = None, run_group: str | None = None):
         self.cfg = cfg = TrainConfig.from_dict(cfg) if isinstance(cfg, Mapping) else cfg
         cfg.validate()
+        prepare_deterministic(cfg.deterministic)  # before any CUDA work
         intent = Intent.from_flags(resume, overwrite)
         self.objective, self.train_set, self.val_set, self.test_set = objective, train_set, val_set, test_set
         opened = isinstance(run_dir, OpenRun)
@@ -116,6 +124,11 @@ class Trainer:
         np.random.seed(seed)
         torch.manual_seed(seed)
         self.model = model.to(self.device)
+        #: Where and how the run trains (its record; fit returns it with the deterministic mode and kernels).
+        self.environment = {"device": describe_device(self.device, self.env.world_size),
+                            "precision": describe_precision(self.precision.dtype, self.model)}
+        self.kernels = KernelRecord()
+        self._logger_state: Mapping[str, Any] | None = None
         self.optimizer = build_optimizer(self.model, cfg)
         self.param_report = group_report(self.optimizer.param_groups)
         self.schedule = build_schedule(cfg, self.total_steps, higher_is_better=objective.higher_is_better,
@@ -135,7 +148,9 @@ class Trainer:
         try:
             if self.run.resumes:
                 self._resume()
-            self.logger = MetricsLogger(run, enabled=self.is_main, tensorboard=tensorboard)
+            tracked = {**config, "record": {**(config.get("record") or {}), **self.environment}}
+            self.logger = open_logger(run, cfg, enabled=self.is_main, tensorboard=tensorboard, name=run_name or run.root.name,
+                                      group=run_group, config=tracked, state=self._logger_state)
             if self.is_main:
                 run.write_config(config)
         except BaseException:
@@ -151,7 +166,10 @@ class Trainer:
         return {**plain(dict(extra or {}), "extra_config"), "train": self.cfg.to_dict()}
 
     def close(self) -> None:
-        """Release the run directory if this trainer opened it (``fit`` does this when it ends)."""
+        """Close the loggers and release the run directory if this trainer opened it (``fit`` does
+        this when it ends)."""
+        if getattr(self, "logger", None) is not None:
+            self.logger.close()
         if getattr(self, "_owns_run", False):
             self.run.close()
 
@@ -161,9 +179,12 @@ class Trainer:
 
         Leaves the model holding the best weights (the last ones when there is no validation set).
         Returns ``{"metric", "best": {"step", "value", "metrics"}, "final", "test", "step",
-        "epochs", "stopped_early", "param_groups", "seconds"}``.
+        "epochs", "stopped_early", "param_groups", "seconds", "device", "precision", "deterministic",
+        "kernels"}`` (the last four: see ``train/environment.py``).
         """
         self._segment_start = time.time()
+        restore = set_deterministic(self.cfg.deterministic)
+        self.kernels.start()
         try:
             self.progress.start(self.state.step)
             if not self._over():
@@ -181,6 +202,7 @@ class Trainer:
             good = self.checkpointer.last_good().lstrip("; ") or "no checkpoint was written yet"
             raise err.adding(f"training stopped at step {self.state.step} of {self.total_steps}; {good}") from None
         finally:
+            restore()
             self.progress.close()
             self.close()
 
@@ -243,9 +265,10 @@ class Trainer:
         if self.test_set is not None:
             test_metrics = self.evaluate(self.test_set, "test")
             self._log("test", test_metrics)
-        self.logger.close()
         st = self.state
-        return {
+        record = {**self.environment, "deterministic": torch.are_deterministic_algorithms_enabled(),
+                  "kernels": self.kernels.result()}
+        result = {
             "metric": self.objective.metric,
             "best": self.selector.result(),
             "final": dict(self.selector.state.final_val),
@@ -255,7 +278,10 @@ class Trainer:
             "stopped_early": self.selector.stopped_early,
             "param_groups": self.param_report,
             "seconds": self._elapsed(),
+            **record,
         }
+        self.logger.close(result, record)
+        return result
 
     # ------------------------------------------------------------------ logging and evaluation
     def _elapsed(self) -> float:
@@ -322,6 +348,8 @@ class Trainer:
                 "data": {"batch_size": self.cfg.batch_size, "n_items": len(self.train_set)},
                 "config": self.cfg.to_dict(),
                 "world_size": self.env.world_size,
+                "kernels": self.kernels.state_dict(),
+                "loggers": self.logger.state_dict(),
             }, best=best)
         D.barrier()
         if self.on_checkpoint is not None:
@@ -361,6 +389,8 @@ class Trainer:
         else:  # another number of ranks: data order stays exact, random streams restart
             torch.manual_seed(derived_seed(self.cfg.seed, self.state.step, self.env.rank))
         self.selector.best_weights = self.checkpointer.load_best()
+        self.kernels.load_state_dict(ckpt.get("kernels"))
+        self._logger_state = ckpt.get("loggers")
         if self.is_main:  # drop records written after the checkpoint: they will be written again
             truncate_metrics(self.run.dir.metrics, self.state.metrics_lines)
 
@@ -386,7 +416,8 @@ def _splits(data: Any) -> tuple[Dataset, Dataset | None, Dataset | None]:
 def train(model: nn.Module, objective: Any, data: Any, cfg: TrainConfig | Mapping[str, Any],
           run_dir: str | Path | OpenRun, *, collate: Callable[[Sequence[dict]], dict[str, Tensor]] | None = None,
           extra_config: Mapping[str, Any] | None = None, resume: bool = False, overwrite: bool = False,
-          device: torch.device | str | None = None, evaluate_test: bool = True, tensorboard: bool = True) -> dict[str, Any]:
+          device: torch.device | str | None = None, evaluate_test: bool = True, tensorboard: bool = True,
+          run_name: str | None = None, run_group: str | None = None) -> dict[str, Any]:
     """Train ``model`` on ``data`` and return :meth:`Trainer.fit`'s summary.
 
     ``data`` is a task's loaded data (anything with ``train``/``val``/``test`` attributes, e.g.
@@ -401,7 +432,7 @@ def train(model: nn.Module, objective: Any, data: Any, cfg: TrainConfig | Mappin
             from longrange.data.batch import collate
     trainer = Trainer(model, objective, train_set, val_set, collate, cfg, run_dir,
                       test_set=test_set if evaluate_test else None, device=device, extra_config=extra_config,
-                      resume=resume, overwrite=overwrite, tensorboard=tensorboard)
+                      resume=resume, overwrite=overwrite, tensorboard=tensorboard, run_name=run_name, run_group=run_group)
     try:
         return trainer.fit()
     finally:

@@ -12,7 +12,6 @@ by name raises a RuntimeError naming the deterministic ones (a warning instead i
 """
 from __future__ import annotations
 
-import warnings
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -21,6 +20,7 @@ from torch import Tensor
 
 from longrange import _optional
 from longrange.ops import used
+from longrange.ops.determinism import refuse_nondeterministic
 import longrange.ops.scan.numba as numba_scan
 import longrange.ops.scan.triton as triton_scan
 from longrange.ops.scan.chunked import selective_scan_chunked
@@ -129,16 +129,9 @@ def _check_deterministic(impl: str, device: torch.device) -> None:
     algorithms are on (warn in ``warn_only`` mode)."""
     if DETERMINISTIC_BACKWARD[impl] or not torch.are_deterministic_algorithms_enabled():
         return
-    alternatives = [f"'{i}'" for i in reversed(available_impls(device)) if DETERMINISTIC_BACKWARD[i]]
-    message = (
-        f"selective_scan: impl={impl!r} has a non-deterministic backward (atomic additions of the gradients of B and "
-        "C), and deterministic algorithms are on (torch.use_deterministic_algorithms); use one of the deterministic "
-        f"implementations {', '.join(alternatives)} (impl='auto' picks one)"
-    )
-    if torch.is_deterministic_algorithms_warn_only_enabled():
-        warnings.warn(message, stacklevel=3)
-    else:
-        raise RuntimeError(message)
+    alternatives = [i for i in reversed(available_impls(device)) if DETERMINISTIC_BACKWARD[i]]
+    refuse_nondeterministic("selective_scan", impl, "atomic additions of the gradients of B and C", alternatives,
+                            stacklevel=3)
 
 
 def _ran(impl: str, out):
