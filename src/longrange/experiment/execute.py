@@ -27,7 +27,7 @@ from longrange.fileio import check_out_dir, finite_or_none
 from longrange.models.model import SequenceModel, parameter_report
 from longrange.objectives.factory import make_objective, supervised_head
 from longrange.train import distributed as D
-from longrange.train.loop import train
+from longrange.train.entry import train
 from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunLockedError, RunMismatchError
 
 

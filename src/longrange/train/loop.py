@@ -3,22 +3,9 @@
     trainer = Trainer(model, objective, train_set, val_set, collate, cfg, run_dir, test_set=test_set)
     summary = trainer.fit()          # {"best": ..., "final": ..., "test": ..., ...}
 
-``fit`` is one loop: a step, then maybe a log line, maybe an evaluation, maybe a checkpoint. The
-parts live in their own modules, each with a narrow interface:
-
-    train/rundir.py      the run directory (its files, lock, and the fresh/resume decision)
-    train/checkpoint.py  Checkpointer: last.pt (model, optimiser, schedule, RNG, every component's
-                         state) and best.safetensors, written atomically
-    train/sampler.py     BatchPlan: the micro-batches of each step, a pure function of the position
-    train/evaluation.py  Evaluator: when to validate, and a dataset's metrics over all ranks
-    train/precision.py   Precision: autocast and the fp16 gradient scaler
-    train/meter.py       MetricMeter: training metrics between log lines
-    train/selection.py   BestSelector: the best evaluation, its weights, early stopping
-    train/progress.py    Progress: what a person watching sees
-    train/preemption.py  StopOnSignal: SIGTERM / SIGUSR1 stop the run after a step, with a checkpoint
-    train/state.py       TrainState: where the run is (step, epoch, data position, time)
-    train/environment.py the run's device, precision and kernels (fit returns them), determinism
-    train/logging.py     metrics.jsonl and the loggers of train.loggers (TensorBoard, W&B)
+``fit`` is one loop: a step, then maybe a log line, maybe an evaluation, maybe a checkpoint. Its
+parts are components in modules of their own, each with a narrow interface (the table is in
+``longrange/train/__init__.py``).
 
 A non-finite training loss, validation metric or parameter stops the run with a
 :class:`~longrange.errors.TrainingDivergedError` naming the step and the last good checkpoint
@@ -47,6 +34,7 @@ from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_sta
 from longrange.train.config import TrainConfig
 from longrange.train.environment import (KernelRecord, describe_device, describe_precision, prepare_deterministic,
                                          set_deterministic)
+from longrange.train.evaluation import Evaluator, move_to
 from longrange.train.logging import open_logger, truncate_metrics
 from longrange.train.meter import MetricMeter
 from longrange.train.optim import build_optimizer, group_report
@@ -54,13 +42,12 @@ from longrange.train.precision import Precision
 from longrange.train.preemption import StopOnSignal
 from longrange.train.progress import Progress
 from longrange.train.rundir import Intent, OpenRun, RunDir, RunPaths, check_out_dir, plain
-from longrange.train.evaluation import Evaluator, move_to
 from longrange.train.sampler import BatchPlan, check_map_style, derived_seed
 from longrange.train.schedules import build_schedule
 from longrange.train.selection import BestSelector
 from longrange.train.state import STATE_FIELDS, TrainState
 
-__all__ = ["Trainer", "train", "RunPaths"]
+__all__ = ["Trainer", "RunPaths"]
 
 
 class Trainer:
@@ -393,48 +380,3 @@ class Trainer:
         self._logger_state = ckpt.get("loggers")
         if self.is_main:  # drop records written after the checkpoint: they will be written again
             truncate_metrics(self.run.dir.metrics, self.state.metrics_lines)
-
-
-# ---------------------------------------------------------------------- entry point
-def _splits(data: Any) -> tuple[Dataset, Dataset | None, Dataset | None]:
-    if isinstance(data, Mapping):
-        if set(data) - {"train", "val", "test"} or "train" not in data:
-            raise ConfigError(
-                f"training data must map 'train' (and optionally 'val', 'test') to datasets, got keys {sorted(data)}"
-            )
-        return data["train"], data.get("val"), data.get("test")
-    if isinstance(data, (list, tuple)):
-        if not 1 <= len(data) <= 3:
-            raise ConfigError(f"training data as a sequence must be (train[, val[, test]]), got {len(data)} items")
-        parts = list(data) + [None] * (3 - len(data))
-        return parts[0], parts[1], parts[2]
-    if hasattr(data, "train"):
-        return data.train, getattr(data, "val", None), getattr(data, "test", None)
-    raise ConfigError(f"cannot find train/val/test datasets in a {type(data).__name__}")
-
-
-def train(model: nn.Module, objective: Any, data: Any, cfg: TrainConfig | Mapping[str, Any],
-          run_dir: str | Path | OpenRun, *, collate: Callable[[Sequence[dict]], dict[str, Tensor]] | None = None,
-          extra_config: Mapping[str, Any] | None = None, resume: bool = False, overwrite: bool = False,
-          device: torch.device | str | None = None, evaluate_test: bool = True, tensorboard: bool = True,
-          run_name: str | None = None, run_group: str | None = None) -> dict[str, Any]:
-    """Train ``model`` on ``data`` and return :meth:`Trainer.fit`'s summary.
-
-    ``data`` is a task's loaded data (anything with ``train``/``val``/``test`` attributes, e.g.
-    ``longrange.data.tasks.TaskData``), a dict with those keys, or a tuple (train, val, test).
-    ``collate`` defaults to ``data.collate`` when present, else :func:`longrange.data.batch.collate`.
-    Under ``torchrun`` this joins the process group and leaves it at the end (unless it was joined before).
-    """
-    train_set, val_set, test_set = _splits(data)
-    if collate is None:
-        collate = getattr(data, "collate", None)
-        if collate is None:
-            from longrange.data.batch import collate
-    trainer = Trainer(model, objective, train_set, val_set, collate, cfg, run_dir,
-                      test_set=test_set if evaluate_test else None, device=device, extra_config=extra_config,
-                      resume=resume, overwrite=overwrite, tensorboard=tensorboard, run_name=run_name, run_group=run_group)
-    try:
-        return trainer.fit()
-    finally:
-        trainer.close()
-        D.cleanup(trainer.env)
