@@ -15,16 +15,11 @@ from longrange.experiment.compare import compare
 from longrange.experiment.config import experiment_from_dict
 from longrange.identity import differences, fingerprint
 from longrange.train.rundir import RunDir, RunMismatchError
+from tiny_experiment import tiny as tiny_experiment
 
 
 def tiny(data_dir, **train) -> dict:
-    return {
-        "label": "tiny",
-        "task": {"name": "listops", "options": {"seq_len": 32}, "data_dir": str(data_dir)},
-        "model": dict(block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction="bidirectional"),
-        "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 2, **train},
-        "compare": {"objectives": ["masked"], "seeds": [0], "compute_matched": False},
-    }
+    return {**tiny_experiment(data_dir, **train), "compare": {"objectives": ["masked"], "seeds": [0], "compute_matched": False}}
 
 
 def _edit_yaml(path, change) -> None:
