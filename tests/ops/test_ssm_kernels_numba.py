@@ -10,16 +10,7 @@ import torch
 from longrange.ops.ssm_kernels import cpu, diag_ssm_kernel, diag_ssm_kernel_ref, dplr_ssm_kernel, dplr_ssm_kernel_ref
 from longrange.ops.ssm_kernels.dispatch import cauchy, vandermonde_kernel
 
-from ssm_kernel_cases import (  # noqa: E402 - a helper module next to this file
-    assert_matches_reference,
-    cauchy_inputs,
-    cauchy_reference,
-    cauchy_with,
-    cplx,
-    vandermonde,
-    vandermonde_inputs,
-    vandermonde_ref,
-)
+import ssm_kernel_cases as cases  # noqa: E402 - a helper module next to this file
 
 pytestmark = pytest.mark.skipif(not cpu.numba_available(), reason=f"numba does not import: {cpu.unavailable_reason()}")
 F64, F32 = torch.float64, torch.float32
@@ -38,20 +29,20 @@ F64, F32 = torch.float64, torch.float32
     ],
 )
 def test_vandermonde_matches_reference(H, M, lead, shared, L, dtype):
-    inputs = vandermonde_inputs(H, M, lead, shared, seed=H * M + L)
-    assert_matches_reference(vandermonde("numba", L), vandermonde_ref(L), inputs, dtype, what="vandermonde numba")
+    inputs = cases.vandermonde_inputs(H, M, lead, shared, seed=H * M + L)
+    cases.assert_matches_reference(cases.vandermonde("numba", L), cases.vandermonde_ref(L), inputs, dtype, what="vandermonde numba")
 
 
 def test_vandermonde_long_kernel_float32_is_accurate():
     """Powers restart from float64 seeds every 64 positions: float32 stays accurate at length 5000
     (the recurrence reference in float64 is the truth)."""
-    log_dA, W = vandermonde_inputs(2, 6, seed=3)
+    log_dA, W = cases.vandermonde_inputs(2, 6, seed=3)
     log_dA = log_dA * 0.02  # slow decay: the powers stay large over the whole length
-    assert_matches_reference(vandermonde("numba", 5000), vandermonde_ref(5000), (log_dA, W), F32, tol=1e-5)
+    cases.assert_matches_reference(cases.vandermonde("numba", 5000), cases.vandermonde_ref(5000), (log_dA, W), F32, tol=1e-5)
 
 
 def test_vandermonde_result_does_not_depend_on_the_threads():
-    log_dA, W = vandermonde_inputs(16, 8, (2,), seed=4)
+    log_dA, W = cases.vandermonde_inputs(16, 8, (2,), seed=4)
     results = []
     previous = torch.get_num_threads()
     try:
@@ -81,8 +72,8 @@ def test_vandermonde_result_does_not_depend_on_the_threads():
     ],
 )
 def test_cauchy_matches_reference(v_shape, z_shape, w_shape, conj_pairs, dtype):
-    inputs = cauchy_inputs(v_shape, z_shape, w_shape, seed=len(v_shape) + z_shape[-1])
-    assert_matches_reference(cauchy_with("numba", conj_pairs), cauchy_reference(conj_pairs), inputs, dtype,
+    inputs = cases.cauchy_inputs(v_shape, z_shape, w_shape, seed=len(v_shape) + z_shape[-1])
+    cases.assert_matches_reference(cases.cauchy_with("numba", conj_pairs), cases.cauchy_reference(conj_pairs), inputs, dtype,
                              tol=1e-10 if dtype == F64 else 1e-4, what="cauchy numba")
 
 
@@ -94,7 +85,7 @@ def test_cauchy_of_real_inputs_is_real():
 
 
 def test_cauchy_result_does_not_depend_on_the_threads():
-    v, z, w = cauchy_inputs((4, 3, 8), (3, 200), (3, 8), seed=5)
+    v, z, w = cases.cauchy_inputs((4, 3, 8), (3, 200), (3, 8), seed=5)
     results = []
     previous = torch.get_num_threads()
     try:
@@ -119,7 +110,7 @@ def _diag_params(H, M, channels, seed):
     g = torch.Generator().manual_seed(seed)
     dt = torch.rand(H, generator=g, dtype=F64) * 0.3 + 0.01
     A = torch.complex(-torch.rand(H, M, generator=g, dtype=F64) - 0.05, torch.randn(H, M, generator=g, dtype=F64) * 4)
-    return [dt, A, cplx(g, H, M), cplx(g, channels, H, M)]
+    return [dt, A, cases.cplx(g, H, M), cases.cplx(g, channels, H, M)]
 
 
 @pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
@@ -127,7 +118,7 @@ def _diag_params(H, M, channels, seed):
 @pytest.mark.parametrize("method", ["zoh", "bilinear"])
 def test_diag_ssm_kernel_numba(method, channels, dtype):
     L = 77
-    assert_matches_reference(
+    cases.assert_matches_reference(
         lambda *a: diag_ssm_kernel(*a, L, method, impl="numba"), lambda *a: diag_ssm_kernel_ref(*a, L, method),
         _diag_params(3, 5, channels, seed=7), dtype, what=f"diag_ssm_kernel {method}",
     )
@@ -137,14 +128,14 @@ def _dplr_params(H, N, rank, channels, seed):
     g = torch.Generator().manual_seed(seed)
     dt = torch.rand(H, generator=g, dtype=F64) * 0.4 + 0.05
     Lam = torch.complex(-torch.rand(H, N, generator=g, dtype=F64) - 0.1, torch.randn(H, N, generator=g, dtype=F64) * 3)
-    return [dt, Lam, cplx(g, rank, H, N, scale=0.4), cplx(g, rank, H, N, scale=0.4), cplx(g, H, N), cplx(g, channels, H, N)]
+    return [dt, Lam, cases.cplx(g, rank, H, N, scale=0.4), cases.cplx(g, rank, H, N, scale=0.4), cases.cplx(g, H, N), cases.cplx(g, channels, H, N)]
 
 
 @pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
 @pytest.mark.parametrize("conj_pairs", [False, True])
 @pytest.mark.parametrize("rank, channels, L", [(1, 1, 12), (1, 2, 11), (2, 2, 16)])
 def test_dplr_ssm_kernel_numba(rank, channels, L, conj_pairs, dtype):
-    assert_matches_reference(
+    cases.assert_matches_reference(
         lambda *a: dplr_ssm_kernel(*a, L, conj_pairs=conj_pairs, impl="numba"),
         lambda *a: dplr_ssm_kernel_ref(*a, L, conj_pairs=conj_pairs),
         _dplr_params(2, 3, rank, channels, seed=rank + L), dtype, tol=1e-9 if dtype == F64 else 1e-4,
@@ -155,7 +146,7 @@ def test_dplr_ssm_kernel_numba(rank, channels, L, conj_pairs, dtype):
 def test_numba_missing_gives_a_clear_error(monkeypatch):
     monkeypatch.setattr(cpu, "_kernels", None)
     monkeypatch.setattr(cpu, "_import_error", "ImportError: No module named 'numba'")
-    a, W = vandermonde_inputs(2, 3)
+    a, W = cases.vandermonde_inputs(2, 3)
     with pytest.raises(RuntimeError, match="needs the numba package"):
         cpu.vandermonde_numba(a, W, 5)
     assert not cpu.numba_available()

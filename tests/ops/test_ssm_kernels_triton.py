@@ -17,16 +17,7 @@ from longrange.ops.ssm_kernels import diag_ssm_kernel, diag_ssm_kernel_ref, dplr
 from longrange.ops.ssm_kernels import triton as ssm_triton  # noqa: E402
 from longrange.ops.ssm_kernels.dispatch import vandermonde_kernel  # noqa: E402
 
-from ssm_kernel_cases import (  # noqa: E402 - a helper module next to this file
-    assert_matches_reference,
-    cauchy_inputs,
-    cauchy_reference,
-    cauchy_with,
-    cplx,
-    vandermonde,
-    vandermonde_inputs,
-    vandermonde_ref,
-)
+import ssm_kernel_cases as cases  # noqa: E402 - a helper module next to this file
 
 F64, F32 = torch.float64, torch.float32
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
@@ -56,8 +47,8 @@ def _tol(dtype, device):
     ],
 )
 def test_vandermonde_matches_reference(device, H, M, lead, shared, L, dtype):
-    inputs = vandermonde_inputs(H, M, lead, shared, seed=H + M + L)
-    assert_matches_reference(vandermonde("triton", L), vandermonde_ref(L), inputs, dtype, device, tol=_tol(dtype, device),
+    inputs = cases.vandermonde_inputs(H, M, lead, shared, seed=H + M + L)
+    cases.assert_matches_reference(cases.vandermonde("triton", L), cases.vandermonde_ref(L), inputs, dtype, device, tol=_tol(dtype, device),
                              what="vandermonde triton")
 
 
@@ -71,8 +62,8 @@ def test_vandermonde_matches_reference(device, H, M, lead, shared, L, dtype):
     ],
 )
 def test_cauchy_matches_reference(device, v_shape, z_shape, w_shape, conj_pairs, dtype):
-    inputs = cauchy_inputs(v_shape, z_shape, w_shape, seed=z_shape[-1])
-    assert_matches_reference(cauchy_with("triton", conj_pairs), cauchy_reference(conj_pairs), inputs, dtype, device,
+    inputs = cases.cauchy_inputs(v_shape, z_shape, w_shape, seed=z_shape[-1])
+    cases.assert_matches_reference(cases.cauchy_with("triton", conj_pairs), cases.cauchy_reference(conj_pairs), inputs, dtype, device,
                              tol=1e-10 if dtype == F64 else 1e-4, what="cauchy triton")
 
 
@@ -83,9 +74,9 @@ def test_diag_ssm_kernel_triton(device, method, channels):
     H, M, L = 2, 3, 9
     dt = torch.rand(H, generator=g, dtype=F64) * 0.3 + 0.01
     A = torch.complex(-torch.rand(H, M, generator=g, dtype=F64) - 0.05, torch.randn(H, M, generator=g, dtype=F64) * 4)
-    assert_matches_reference(
+    cases.assert_matches_reference(
         lambda *a: diag_ssm_kernel(*a, L, method, impl="triton"), lambda *a: diag_ssm_kernel_ref(*a, L, method),
-        [dt, A, cplx(g, H, M), cplx(g, channels, H, M)], F32, device, tol=_tol(F32, device), what=f"diag {method}",
+        [dt, A, cases.cplx(g, H, M), cases.cplx(g, channels, H, M)], F32, device, tol=_tol(F32, device), what=f"diag {method}",
     )
 
 
@@ -95,8 +86,8 @@ def test_dplr_ssm_kernel_triton(device, channels):
     H, N, L = 2, 3, 10
     dt = torch.rand(H, generator=g, dtype=F64) * 0.4 + 0.05
     Lam = torch.complex(-torch.rand(H, N, generator=g, dtype=F64) - 0.1, torch.randn(H, N, generator=g, dtype=F64) * 3)
-    params = [dt, Lam, cplx(g, 1, H, N, scale=0.4), cplx(g, 1, H, N, scale=0.4), cplx(g, H, N), cplx(g, channels, H, N)]
-    assert_matches_reference(
+    params = [dt, Lam, cases.cplx(g, 1, H, N, scale=0.4), cases.cplx(g, 1, H, N, scale=0.4), cases.cplx(g, H, N), cases.cplx(g, channels, H, N)]
+    cases.assert_matches_reference(
         lambda *a: dplr_ssm_kernel(*a, L, conj_pairs=True, impl="triton"),
         lambda *a: dplr_ssm_kernel_ref(*a, L, conj_pairs=True), params, F32, device, tol=1e-4, what="dplr",
     )
@@ -105,11 +96,11 @@ def test_dplr_ssm_kernel_triton(device, channels):
 def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert not ssm_triton.triton_available("cpu")
-    a, W = vandermonde_inputs(2, 3)
+    a, W = cases.vandermonde_inputs(2, 3)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         vandermonde_kernel(a, W, 4, impl="triton")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
-        ssm_triton.cauchy_triton(*cauchy_inputs((2, 3), (2, 4), (2, 3)))
+        ssm_triton.cauchy_triton(*cases.cauchy_inputs((2, 3), (2, 4), (2, 3)))
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp64"])
@@ -132,8 +123,7 @@ def test_kernels_compile_for_a_cuda_gpu(dtype, conj, tmp_path, monkeypatch):
     acc = triton.language.float64 if dtype == "fp64" else triton.language.float32
     cfg = ssm_triton.DEFAULT_CONFIG["gpu"]
     bj, bm, bl = ssm_triton._blocks(4, 32, cfg)
-    for name, fn in K._FUNCTIONS.items():
-        jit = K.JITFunction(fn)
+    for name, jit in K.kernels(interpret=False).items():
         if name.startswith("vandermonde"):
             constants = dict(BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, ACC=acc)
         else:

@@ -207,66 +207,49 @@ def vandermonde_backward(d_re, d_im, D_re, D_im, w_re, w_im, g, block, j_group, 
 
 
 @njit(inline="always", fastmath=FASTMATH)
+def _poles(zr, zi, wr, wi, conj_pairs, zero, one):  # pragma: no cover - compiled
+    """ρ = 1/(z - w) and σ = 1/(z - conj(w)) (σ = 0 without ``conj_pairs``) as (Re ρ, Im ρ, Re σ, Im σ)."""
+    dr = zr - wr
+    di = zi - wi
+    inv = one / (dr * dr + di * di)
+    sr = zero
+    si = zero
+    if conj_pairs:
+        ei = zi + wi
+        inv2 = one / (dr * dr + ei * ei)
+        sr = dr * inv2
+        si = -ei * inv2
+    return dr * inv, -di * inv, sr, si
+
+
+@njit(inline="always", fastmath=FASTMATH)
 def _resolvents(z_re, z_im, wr, wi, r, k0, nk, conj_pairs, a, b, c, e):  # pragma: no cover - compiled
-    """For the points k0 .. k0 + nk of row r and the pole w: with ρ = 1/(z - w) and (if
-    ``conj_pairs``) σ = 1/(z - conj(w)), else σ = 0, the combinations
-    a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ, so that
+    """For the points k0 .. k0 + nk of row r and the pole w, with ρ, σ of :func:`_poles`, the
+    combinations a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ, so that
     ``v ρ + conj(v) σ = (vr a + vi b) + i (vr c + vi e)`` and
     ``g conj(ρ) + conj(g) σ = (gr a + gi c) + i (gi e + gr b)``."""
+    zero = typed(0.0, a)
     one = typed(1.0, a)
-    if conj_pairs:
-        for k in range(nk):
-            dr = z_re[r, k0 + k] - wr
-            di = z_im[r, k0 + k] - wi
-            ei = z_im[r, k0 + k] + wi
-            inv = one / (dr * dr + di * di)
-            inv2 = one / (dr * dr + ei * ei)
-            rr = dr * inv
-            ri = -di * inv
-            sr = dr * inv2
-            si = -ei * inv2
-            a[k] = rr + sr
-            b[k] = si - ri
-            c[k] = ri + si
-            e[k] = rr - sr
-    else:
-        for k in range(nk):
-            dr = z_re[r, k0 + k] - wr
-            di = z_im[r, k0 + k] - wi
-            inv = one / (dr * dr + di * di)
-            rr = dr * inv
-            ri = -di * inv
-            a[k] = rr
-            b[k] = -ri
-            c[k] = ri
-            e[k] = rr
+    for k in range(nk):
+        rr, ri, sr, si = _poles(z_re[r, k0 + k], z_im[r, k0 + k], wr, wi, conj_pairs, zero, one)
+        a[k] = rr + sr
+        b[k] = si - ri
+        c[k] = ri + si
+        e[k] = rr - sr
 
 
 @njit(inline="always", fastmath=FASTMATH)
 def _squared_resolvents(z_re, z_im, wr, wi, r, k0, nk, conj_pairs, a, b, c, e, a2, b2, c2, e2):  # pragma: no cover - compiled
     """:func:`_resolvents` of ρ, σ into (a, b, c, e) and of ρ², σ² into (a2, b2, c2, e2)."""
+    zero = typed(0.0, a)
     one = typed(1.0, a)
     two = typed(2.0, a)
     for k in range(nk):
-        dr = z_re[r, k0 + k] - wr
-        di = z_im[r, k0 + k] - wi
-        inv = one / (dr * dr + di * di)
-        rr = dr * inv
-        ri = -di * inv
+        rr, ri, sr, si = _poles(z_re[r, k0 + k], z_im[r, k0 + k], wr, wi, conj_pairs, zero, one)
         r2r = rr * rr - ri * ri
         r2i = two * rr * ri
-        if conj_pairs:
-            ei = z_im[r, k0 + k] + wi
-            inv2 = one / (dr * dr + ei * ei)
-            sr = dr * inv2
-            si = -ei * inv2
-            s2r = sr * sr - si * si
-            s2i = two * sr * si
-        else:
-            sr = typed(0.0, a)
-            si = sr
-            s2r = sr
-            s2i = sr
+        s2r = sr * sr - si * si
+        s2i = two * sr * si
         a[k] = rr + sr
         b[k] = si - ri
         c[k] = ri + si

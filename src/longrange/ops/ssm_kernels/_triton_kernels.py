@@ -20,9 +20,12 @@ No atomics: every output element is written by one program; the gradient of the 
 modes is summed over row blocks by the caller. The backward passes are therefore deterministic.
 
 As for the selective scan's Triton kernels, the kernels are plain functions that use Triton's
-builtins only; :func:`kernels` wraps them for compilation (``JITFunction``) or for Triton's CPU
-interpreter (``InterpretedFunction``), and sums are ``tl.reduce(x, axis, _SUM)``.
+builtins and the device functions of this module only; :func:`kernels` wraps them, device
+functions included, for compilation (``JITFunction``) or for Triton's CPU interpreter
+(``InterpretedFunction``), and sums are ``tl.reduce(x, axis, _SUM)``.
 """
+import types
+
 import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
@@ -36,6 +39,59 @@ def _add_fn(a, b):
 _SUM = getattr(tl.standard, "_sum_combine", None)
 if not isinstance(_SUM, JITFunction):
     _SUM = JITFunction(_add_fn)
+
+
+# --------------------------------------------------------------------------------------------
+# Device functions shared by the kernels (bound to each kernel's mode by :func:`kernels`)
+# --------------------------------------------------------------------------------------------
+
+
+def _seed(l0, ar, ai, ACC: tl.constexpr):
+    """exp(l0 · a) for the modes a = ar + i ai (float64), computed in float64 (the phase l0 · ai
+    is large), returned in the compute dtype."""
+    start = tl.full(ar.shape, 0.0, tl.float64) + l0
+    mag = tl.exp(start * ar)
+    return (mag * tl.cos(start * ai)).to(ACC), (mag * tl.sin(start * ai)).to(ACC)
+
+
+def _local_powers(ar, ai, BLOCK_L: tl.constexpr, ACC: tl.constexpr):
+    """exp(s · a) for s < BLOCK_L, tiles (BLOCK_L, modes) in the compute dtype."""
+    sf = tl.arange(0, BLOCK_L).to(ACC)[:, None]
+    mag = tl.exp(sf * ar.to(ACC)[None, :])
+    ang = sf * ai.to(ACC)[None, :]
+    return mag * tl.cos(ang), mag * tl.sin(ang)
+
+
+def _poles(zr, zi, wr, wi, ok, CONJ: tl.constexpr):
+    """ρ = 1/(z - w) and σ = 1/(z - conj(w)) on the tile (points, poles), as (Re ρ, Im ρ, Re σ,
+    Im σ); σ = 0 without conjugate pairs, and both are 0 outside the tile (``ok`` false)."""
+    dr = zr[:, None] - wr[None, :]
+    di = zi[:, None] - wi[None, :]
+    inv = tl.where(ok, 1.0 / tl.where(ok, dr * dr + di * di, 1.0), 0.0)
+    rr = dr * inv
+    ri = -di * inv
+    if CONJ:
+        ei = zi[:, None] + wi[None, :]
+        inv2 = tl.where(ok, 1.0 / tl.where(ok, dr * dr + ei * ei, 1.0), 0.0)
+        sr = dr * inv2
+        si = -ei * inv2
+    else:
+        sr = rr * 0.0
+        si = sr
+    return rr, ri, sr, si
+
+
+def _mix(rr, ri, sr, si):
+    """(a, b, c, e) = (Re ρ + Re σ, Im σ - Im ρ, Im ρ + Im σ, Re ρ - Re σ) (see the Cauchy section)."""
+    return rr + sr, si - ri, ri + si, rr - sr
+
+
+def _square(xr, xi):
+    """The square of xr + i xi, as (real, imaginary)."""
+    return xr * xr - xi * xi, 2.0 * xr * xi
+
+
+_HELPERS = {f.__name__: f for f in (_seed, _local_powers, _poles, _mix, _square)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,17 +116,8 @@ def _vandermonde_fwd(
         m_ok = ms < M
         ar = tl.load(a_re_ptr + r * M + ms, mask=m_ok, other=0.0)
         ai = tl.load(a_im_ptr + r * M + ms, mask=m_ok, other=0.0)
-        # exp(l0 a) in float64, then in the compute dtype
-        start = tl.full((BLOCK_M,), 0.0, tl.float64) + l0
-        mag = tl.exp(start * ar)
-        seed_re = (mag * tl.cos(start * ai)).to(ACC)
-        seed_im = (mag * tl.sin(start * ai)).to(ACC)
-        # exp(s a), s < BLOCK_L
-        sf = s.to(ACC)[:, None]
-        lmag = tl.exp(sf * ar.to(ACC)[None, :])
-        ang = sf * ai.to(ACC)[None, :]
-        loc_re = lmag * tl.cos(ang)
-        loc_im = lmag * tl.sin(ang)
+        seed_re, seed_im = _seed(l0, ar, ai, ACC)  # exp(l0 a)
+        loc_re, loc_im = _local_powers(ar, ai, BLOCK_L, ACC)  # exp(s a), s < BLOCK_L
         p_re = seed_re[None, :] * loc_re - seed_im[None, :] * loc_im  # (BLOCK_L, BLOCK_M)
         p_im = seed_re[None, :] * loc_im + seed_im[None, :] * loc_re
         m2 = j_ok[:, None] & m_ok[None, :]
@@ -98,20 +145,13 @@ def _vandermonde_bwd(
     s = tl.arange(0, BLOCK_L)
     ar = tl.load(a_re_ptr + r * M + ms, mask=m_ok, other=0.0)
     ai = tl.load(a_im_ptr + r * M + ms, mask=m_ok, other=0.0)
-    sf = s.to(ACC)[:, None]
-    lmag = tl.exp(sf * ar.to(ACC)[None, :])
-    ang = sf * ai.to(ACC)[None, :]
-    loc_re = lmag * tl.cos(ang)  # exp(s a), the same for every tile
-    loc_im = lmag * tl.sin(ang)
+    loc_re, loc_im = _local_powers(ar, ai, BLOCK_L, ACC)  # exp(s a), the same for every tile
     s0_re = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)  # sum_l g conj(p)
     s0_im = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)
     s1_re = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)  # sum_l l g conj(p)
     s1_im = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)
     for l0 in range(0, L, BLOCK_L):
-        start = tl.full((BLOCK_M,), 0.0, tl.float64) + l0
-        mag = tl.exp(start * ar)
-        seed_re = (mag * tl.cos(start * ai)).to(ACC)
-        seed_im = (mag * tl.sin(start * ai)).to(ACC)
+        seed_re, seed_im = _seed(l0, ar, ai, ACC)
         p_re = seed_re[None, :] * loc_re - seed_im[None, :] * loc_im  # (BLOCK_L, BLOCK_M)
         p_im = seed_re[None, :] * loc_im + seed_im[None, :] * loc_re
         l_ok = (l0 + s) < L
@@ -139,7 +179,7 @@ def _vandermonde_bwd(
 # --------------------------------------------------------------------------------------------
 #
 # With ρ = 1/(z - w), σ = 1/(z - conj(w)) (σ = 0 without conjugate pairs) and
-# a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ:
+# a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ (:func:`_poles`, :func:`_mix`):
 #     v ρ + conj(v) σ          = (vr a + vi b) + i (vr c + vi e)
 #     g conj(ρ) + conj(g) σ    = (gr a + gi c) + i (gi e + gr b)
 # and the same with (a2, b2, c2, e2) from ρ², σ². Entries outside the tiles are zeroed (their
@@ -165,26 +205,7 @@ def _cauchy_fwd(
         n_ok = ns < N
         wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
         wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
-        ok = k_ok[:, None] & n_ok[None, :]
-        dr = zr[:, None] - wr[None, :]
-        di = zi[:, None] - wi[None, :]
-        inv = tl.where(ok, 1.0 / tl.where(ok, dr * dr + di * di, 1.0), 0.0)
-        rr = dr * inv
-        ri = -di * inv
-        if CONJ:
-            ei = zi[:, None] + wi[None, :]
-            inv2 = tl.where(ok, 1.0 / tl.where(ok, dr * dr + ei * ei, 1.0), 0.0)
-            sr = dr * inv2
-            si = -ei * inv2
-            a = rr + sr
-            b = si - ri
-            c = ri + si
-            e = rr - sr
-        else:
-            a = rr
-            b = -ri
-            c = ri
-            e = rr
+        a, b, c, e = _mix(*_poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ))
         v_off = (js[:, None] * R + r) * N + ns[None, :]
         vm = j_ok[:, None] & n_ok[None, :]
         vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
@@ -220,30 +241,8 @@ def _cauchy_bwd_z(
             n_ok = ns < N
             wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
             wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
-            ok = k_ok[:, None] & n_ok[None, :]
-            dr = zr[:, None] - wr[None, :]
-            di = zi[:, None] - wi[None, :]
-            inv = tl.where(ok, 1.0 / tl.where(ok, dr * dr + di * di, 1.0), 0.0)
-            rr = dr * inv
-            ri = -di * inv
-            r2r = rr * rr - ri * ri
-            r2i = 2.0 * rr * ri
-            if CONJ:
-                ei = zi[:, None] + wi[None, :]
-                inv2 = tl.where(ok, 1.0 / tl.where(ok, dr * dr + ei * ei, 1.0), 0.0)
-                sr = dr * inv2
-                si = -ei * inv2
-                s2r = sr * sr - si * si
-                s2i = 2.0 * sr * si
-                a2 = r2r + s2r
-                b2 = s2i - r2i
-                c2 = r2i + s2i
-                e2 = r2r - s2r
-            else:
-                a2 = r2r
-                b2 = -r2i
-                c2 = r2i
-                e2 = r2r
+            rr, ri, sr, si = _poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ)
+            a2, b2, c2, e2 = _mix(*_square(rr, ri), *_square(sr, si))
             v_off = (js[:, None] * R + r) * N + ns[None, :]
             vm = j_ok[:, None] & n_ok[None, :]
             vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
@@ -286,38 +285,9 @@ def _cauchy_bwd_vw(
             k_ok = ks < K
             zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
             zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
-            ok = k_ok[:, None] & n_ok[None, :]
-            dr = zr[:, None] - wr[None, :]
-            di = zi[:, None] - wi[None, :]
-            inv = tl.where(ok, 1.0 / tl.where(ok, dr * dr + di * di, 1.0), 0.0)
-            rr = dr * inv
-            ri = -di * inv
-            r2r = rr * rr - ri * ri
-            r2i = 2.0 * rr * ri
-            if CONJ:
-                ei = zi[:, None] + wi[None, :]
-                inv2 = tl.where(ok, 1.0 / tl.where(ok, dr * dr + ei * ei, 1.0), 0.0)
-                sr = dr * inv2
-                si = -ei * inv2
-                s2r = sr * sr - si * si
-                s2i = 2.0 * sr * si
-                a = rr + sr
-                b = si - ri
-                c = ri + si
-                e = rr - sr
-                a2 = r2r + s2r
-                b2 = s2i - r2i
-                c2 = r2i + s2i
-                e2 = r2r - s2r
-            else:
-                a = rr
-                b = -ri
-                c = ri
-                e = rr
-                a2 = r2r
-                b2 = -r2i
-                c2 = r2i
-                e2 = r2r
+            rr, ri, sr, si = _poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ)
+            a, b, c, e = _mix(rr, ri, sr, si)
+            a2, b2, c2, e2 = _mix(*_square(rr, ri), *_square(sr, si))
             g_off = (js[:, None] * R + r) * K + ks[None, :]
             gm = j_ok[:, None] & k_ok[None, :]
             gr = tl.load(g_re_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, :, None]
@@ -348,11 +318,19 @@ _FUNCTIONS = {
 _KERNELS: dict = {}
 
 
+def _bind(fn, wrap):
+    """``fn`` with the device functions of :data:`_HELPERS` wrapped by ``wrap`` in its globals: a
+    compiled kernel calls compiled (``JITFunction``) ones, an interpreted kernel interpreted ones."""
+    scope = dict(fn.__globals__)
+    scope.update({name: wrap(helper) for name, helper in _HELPERS.items()})
+    return types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 def kernels(interpret: bool) -> dict:
     """The kernels by name, compiled for the GPU or run by Triton's interpreter."""
     if interpret not in _KERNELS:
         wrap = InterpretedFunction if interpret else JITFunction
-        _KERNELS[interpret] = {name: wrap(fn) for name, fn in _FUNCTIONS.items()}
+        _KERNELS[interpret] = {name: wrap(_bind(fn, wrap)) for name, fn in _FUNCTIONS.items()}
     return _KERNELS[interpret]
 
 
