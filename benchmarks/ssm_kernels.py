@@ -2,7 +2,8 @@
 side by side in one run.
 
 Usage: python benchmarks/ssm_kernels.py [--lengths 1024,2048,4096,8192,16384] [--cases s4d-kernel,...]
-       [--impls chunked,numba] [--repeats 5] [--threads 2] [--dtype float32] [--device cpu] [--json OUT]
+       [--impls chunked,numba] [--repeats 5] [--threads 1] [--dtype float32] [--device cpu] [--json OUT]
+       python benchmarks/ssm_kernels.py --markdown OUT.json   (the tables of docs/performance.md)
 
 Cases (H = 256 channels, state size N = 64, i.e. 32 conjugate pairs, float32 by default):
 
@@ -19,6 +20,11 @@ The implementations are those of the op each case uses that can run on the devic
 ``chunked`` is the PyTorch code S4 and S4D ran before the fused kernels, and the speed-ups are
 relative to it.
 
+Each (case, length) is measured in a fresh Python process (``--no-isolate``: all in this one), so
+that no measurement inherits the memory allocator's state from another: the PyTorch code's
+temporaries of tens of MB are served by fresh, zeroed pages or by an already grown heap depending
+on what ran before in the process, which changed its time up to 4x in our runs.
+
 Timing on a shared machine: every implementation runs once untimed (compilation or loading of the
 kernels, allocator warm-up), then ``--repeats`` rounds in which the implementations alternate call
 by call (in reverse order every other round), so that load from other jobs slows them alike. The
@@ -33,7 +39,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -161,19 +171,69 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(c) for c in lines)])
 
 
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """Per case, a Markdown table: lengths down, each implementation's forward + backward seconds
+    (fastest call), the speed-ups over the baseline (fastest calls; medians in brackets) and the
+    peak memory."""
+    out = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        mine = [r for r in rows if r["case"] == case]
+        impls = list(dict.fromkeys(r["impl"] for r in mine))
+        others = [i for i in impls if i != BASELINE]
+        head = ["length", "batch"] + [f"{i} fwd+bwd s" for i in impls]
+        head += [f"{i} speed-up fwd+bwd" for i in others] + [f"{i} speed-up fwd" for i in others] + ["peak MB " + " → ".join(impls)]
+        lines = [f"**{case}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for length in dict.fromkeys(r["length"] for r in mine):
+            at = {r["impl"]: r for r in mine if r["length"] == length}
+            cells = [str(length), "-" if at[impls[0]]["batch"] is None else str(at[impls[0]]["batch"])]
+            cells += [f"{at[i]['forward_backward_min_s']:.4f}" for i in impls]
+            for key in ("forward_backward", "forward"):
+                cells += [f"{at[i][f'speedup_{key}']:.1f}x ({at[i][f'speedup_{key}_median']:.1f}x)" if f"speedup_{key}" in at[i] else "-"
+                          for i in others]
+            cells.append(" → ".join(f"{at[i]['peak_mb']:.0f}" for i in impls))
+            lines.append("| " + " | ".join(cells) + " |")
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def _isolated(case: str, length: int, argv: list[str] | None) -> list[dict[str, Any]]:
+    """The rows of one case and length, measured by this script in a fresh process."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    keep, skip = [], False
+    for arg in argv:  # drop the options the child gets anew
+        if skip:
+            skip = False
+        elif arg in ("--cases", "--lengths", "--json"):
+            skip = True
+        elif not arg.startswith(("--cases=", "--lengths=", "--json=")):
+            keep.append(arg)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
+        cmd = [sys.executable, __file__, *keep, "--cases", case, "--lengths", str(length), "--no-isolate", "--json", str(out)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())["rows"]
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096, 8192, 16384], help="comma-separated (default 1024,...,16384)")
     p.add_argument("--cases", type=_names, default=list(CASES), help=f"comma-separated subset of {','.join(CASES)} (default all)")
     p.add_argument("--impls", type=_names, default=None, help="comma-separated implementations (default: all that run here but ref)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
-    p.add_argument("--threads", type=int, default=2, help="torch (and numba) threads (default 2)")
+    p.add_argument("--threads", type=int, default=1, help="torch (and numba) threads (default 1: steadier on a shared machine)")
     p.add_argument("--d-model", type=int, default=256, help="channels H (default 256)")
     p.add_argument("--d-state", type=int, default=64, help="state size N (default 64)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--json", metavar="OUT", help="write the settings, environment and rows as JSON")
+    p.add_argument("--no-isolate", action="store_true", help="measure every case and length in this process")
+    p.add_argument("--markdown", metavar="JSON", help="print the Markdown tables of a --json file and exit")
     args = p.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as f:
+            payload = json.load(f)
+        print(markdown(payload["rows"]))
+        return payload
     unknown = set(args.cases) - set(CASES)
     if unknown:
         raise SystemExit(f"unknown cases {sorted(unknown)}; expected some of {', '.join(CASES)}")
@@ -194,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for case in args.cases:
         for length in args.lengths:
-            case_rows = measure_case(case, length, args, device, dtype)
+            case_rows = measure_case(case, length, args, device, dtype) if args.no_isolate else _isolated(case, length, argv)
             rows += case_rows
             print(format_rows(case_rows).split("\n", 2)[-1], flush=True)
     print()

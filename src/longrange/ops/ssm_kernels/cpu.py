@@ -17,9 +17,10 @@ the canonical layouts of :mod:`longrange.ops.ssm_kernels.common`, in parallel ov
 
 The backward passes are hand-written (:class:`_NumbaVandermonde`, :class:`_NumbaCauchy`): they
 recompute the powers or resolvents instead of storing any (…, N, L) or (…, K, N) tensor, and are
-deterministic (every output written by one task, partial sums added by the caller in a fixed
-order). Temporaries are per task: a table of 64 x M powers, or a few vectors of a block of
-evaluation points per vector v[j], whatever the length.
+deterministic: every output is written by one task, partial sums are added by the caller in a
+fixed order, and the division into tasks does not depend on the number of threads, so neither do
+the results, to the bit. Temporaries are per task: a table of 64 x M powers, or a few vectors of
+a block of evaluation points per vector v[j], whatever the length.
 
 Dtypes: float64 if any input is double precision, else float32; complex inputs in, the output
 of the reference's dtype (real for the Vandermonde kernel). Without numba (:func:`numba_available`
