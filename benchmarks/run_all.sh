@@ -13,3 +13,13 @@ longrange bench --scaling --unit block --primitives s4d s6 --lengths 1024,2048,4
 longrange bench --generation "$@" --json benchmarks/results/generation.json --plot docs/img/generation.png | tee benchmarks/results/generation.txt
 # The CPU scan comparison takes no device options.
 python benchmarks/cpu_scan.py --json benchmarks/results/cpu_scan.json | tee benchmarks/results/cpu_scan.txt
+# The SSM-kernel products (S4D, S4): every implementation side by side, one torch thread.
+python benchmarks/ssm_kernels.py --threads 1 --json benchmarks/results/ssm_kernels.json | tee benchmarks/results/ssm_kernels.txt
+# The S4, S4D and DLR rows with the chunked PyTorch products and the fused ones (auto: numba on CPU,
+# Triton on CUDA), in turn, twice.
+for round in 1 2; do
+    for impl in chunked auto; do
+        longrange bench --scaling --primitives s4 s4d dlr --ssm-kernel-impl "$impl" "$@" \
+            --json "benchmarks/results/scaling_ssm_${impl}_$round.json" | tee "benchmarks/results/scaling_ssm_${impl}_$round.txt"
+    done
+done

@@ -26,6 +26,7 @@ from longrange.ops import conv
 from longrange.ops.scan import dispatch as scan
 from longrange.ops.fftconv import fft_conv, fft_conv_ref
 from longrange.ops.scan.numba import numba_available
+from longrange.ops import ssm_kernels
 from longrange.ops.ssm_kernels import (
     cauchy,
     cauchy_ref,
@@ -174,6 +175,30 @@ def test_cauchy_and_ssm_kernels(dev):
     P, Q = c(1, H, N) * 0.4, c(1, H, N) * 0.4
     compare_op(lambda *a: dplr_ssm_kernel(*a, L), lambda *a: dplr_ssm_kernel_ref(*a, L), [dt, Lam, P, Q, c(H, N), c(H, N)], dev,
                rel=1e-3, grad_rel=1e-2, what="dplr_ssm_kernel")
+
+
+def test_ssm_kernel_products_every_impl(dev):
+    """Each implementation of the Vandermonde and Cauchy products that can run on the device (the
+    Triton kernels, pykeops, chunked PyTorch, the reference) against the float64 references."""
+    g = torch.Generator().manual_seed(4)
+    c = lambda *s: torch.complex(torch.randn(*s, generator=g, dtype=torch.float64), torch.randn(*s, generator=g, dtype=torch.float64))  # noqa: E731
+    H, M, L = 6, 10, 300
+    dt = torch.rand(H, 1, generator=g, dtype=torch.float64) * 0.09 + 0.01
+    log_dA = dt * torch.complex(-0.5 - torch.rand(H, M, generator=g, dtype=torch.float64),
+                                torch.pi * torch.arange(M, dtype=torch.float64))
+    W = c(2, H, M)
+    v, z, w = c(4, H, 7), torch.complex(0.2 * torch.rand(H, 33, generator=g, dtype=torch.float64),
+                                        4 * torch.randn(H, 33, generator=g, dtype=torch.float64)), c(H, 7) - 1.5
+    impls = ssm_kernels.available_impls("vandermonde", dev)
+    if dev.type == "cuda":
+        assert ssm_kernels.auto_impl("vandermonde", dev) == ("triton" if "triton" in impls else "chunked")
+    for impl in impls:
+        compare_op(lambda a, W, impl=impl: ssm_kernels.vandermonde_kernel(a, W, L, impl=impl if a.dtype != torch.complex128 else "ref"),
+                   lambda a, W: ssm_kernels.vandermonde_kernel_ref(a, W, L), [log_dA, W], dev, what=f"vandermonde {impl}")
+    for impl in ssm_kernels.available_impls("cauchy", dev):
+        for conj_pairs in (False, True):
+            compare_op(lambda v, z, w, impl=impl: cauchy(v, z, w, conj_pairs=conj_pairs, impl=impl if v.dtype != torch.complex128 else "ref"),
+                       lambda v, z, w: cauchy_ref(v, z, w, conj_pairs), [v, z, w], dev, what=f"cauchy {impl} conj_pairs={conj_pairs}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import torch
 
 from longrange.cli import COMMAND_MODULES, main
 from longrange.info import dispatch, format_info, info_table
-from longrange.ops import conv, scan
+from longrange.ops import conv, scan, ssm_kernels
 
 
 def test_info_table_names_versions_devices_and_dispatch():
@@ -15,25 +15,33 @@ def test_info_table_names_versions_devices_and_dispatch():
     assert table["versions"]["torch"] == torch.__version__
     for name in ("longrange", "numba", "triton", "CUDA (torch build)"):
         assert name in table["versions"]
-    assert set(table["optional"]) >= {"mamba_ssm", "causal_conv1d", "pykeops", "scan_triton", "scan_numba"}
+    assert set(table["optional"]) >= {"mamba_ssm", "causal_conv1d", "pykeops", "scan_triton", "scan_numba", "ssm_kernels_numba",
+                                      "ssm_kernels_triton"}
     for st in table["optional"].values():
         assert isinstance(st["usable"], bool) and (st["usable"] or st["reason"])
     names = [d["device"] for d in table["devices"]]
     assert names[0] == "cpu" and (len(names) > 1) == torch.cuda.is_available()
     assert set(table["dispatch"]) == set(names)
     for device, ops in table["dispatch"].items():
-        assert set(ops) == {"selective_scan", "causal_conv1d", "S4 Cauchy kernel", "fft_conv"}
+        assert set(ops) == {"selective_scan", "causal_conv1d", "S4D/DLR Vandermonde kernel", "S4 Cauchy kernel", "fft_conv"}
     cpu = table["dispatch"]["cpu"]
     assert cpu["selective_scan"] == scan.auto_impl("cpu") and cpu["causal_conv1d"] == conv.auto_impl("cpu") == "torch"
-    assert cpu["S4 Cauchy kernel"] == "chunked"
+    assert cpu["S4 Cauchy kernel"] == ssm_kernels.auto_impl("cauchy", "cpu") == ssm_kernels.cauchy_impl("cpu")
+    assert cpu["S4D/DLR Vandermonde kernel"] == ssm_kernels.auto_impl("vandermonde", "cpu")
+    for device in names:  # every implementation that can run, auto's choice among them
+        for op, st in table["ssm_kernels"][device].items():
+            assert st["available"] == ssm_kernels.available_impls(op, device) and st["auto"] in st["available"]
+            assert {"chunked", "ref"} <= set(st["deterministic_backward"]) <= set(st["available"])
     text = format_info(table)
     assert "selective_scan" in text and "mamba_ssm" in text and 'impl="auto"' in text
+    assert "SSM-kernel implementations" in text and "vandermonde" in text
 
 
 def test_dispatch_on_cuda_follows_the_ops_own_choice():
     ops = dispatch("cuda")  # asks the ops; needs no GPU
     assert ops["selective_scan"].split(" ")[0] == scan.auto_impl("cuda")
     assert ops["causal_conv1d"].split(" ")[0] == conv.auto_impl("cuda")
+    assert ops["S4 Cauchy kernel"] == ssm_kernels.auto_impl("cauchy", "cuda")
 
 
 def test_info_command(capsys):

@@ -4,10 +4,12 @@
 
     longrange info [--json]
 
-For every op with several implementations (the selective scan, the causal convolution, S4's Cauchy
-kernel, FFT convolutions) and every available device, the table names the implementation that
-``impl="auto"`` runs there, as decided by the ops' own ``auto_impl`` functions. It ends by
-pointing to ``longrange check``, which verifies those implementations on the machine.
+For every op with several implementations (the selective scan, the causal convolution, the
+Vandermonde and Cauchy products of the S4D, DLR and S4 kernels, FFT convolutions) and every
+available device, the table names the implementation that ``impl="auto"`` runs there, as decided
+by the ops' own ``auto_impl`` functions; for the SSM-kernel products it also lists every
+implementation that can run on each device. It ends by pointing to ``longrange check``, which verifies
+those implementations on the machine.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ def devices() -> list[dict[str, Any]]:
 def dispatch(device: str) -> dict[str, str]:
     """Per op, the implementation ``impl="auto"`` runs on ``device`` (with the fallbacks in words)."""
     from longrange.ops import conv, scan
-    from longrange.ops.ssm_kernels import cauchy_impl
+    from longrange.ops.ssm_kernels import auto_impl
 
     scan_impl = scan.auto_impl(device)
     scan_note = scan_impl
@@ -88,8 +90,25 @@ def dispatch(device: str) -> dict[str, str]:
     return {
         "selective_scan": scan_note,
         "causal_conv1d": conv_note,
-        "S4 Cauchy kernel": cauchy_impl(device),
+        "S4D/DLR Vandermonde kernel": auto_impl("vandermonde", device),
+        "S4 Cauchy kernel": auto_impl("cauchy", device),
         "fft_conv": "torch.fft",
+    }
+
+
+def ssm_kernel_impls(device: str) -> dict[str, dict[str, Any]]:
+    """Per SSM-kernel product (``vandermonde``, ``cauchy``), on ``device``: the implementation
+    ``impl="auto"`` runs, every implementation that can run there (``available``, in auto's order
+    of preference) and those whose backward is deterministic."""
+    from longrange.ops import ssm_kernels
+
+    return {
+        op: {
+            "auto": ssm_kernels.auto_impl(op, device),
+            "available": ssm_kernels.available_impls(op, device),
+            "deterministic_backward": [i for i in ssm_kernels.available_impls(op, device) if ssm_kernels.DETERMINISTIC_BACKWARD[op][i]],
+        }
+        for op in ssm_kernels.OPS
     }
 
 
@@ -98,6 +117,8 @@ def info_table() -> dict[str, Any]:
     from longrange import _optional
     import longrange.ops.scan.numba as numba_scan
     import longrange.ops.scan.triton as triton_scan
+    from longrange.ops.ssm_kernels import cpu as ssm_cpu
+    from longrange.ops.ssm_kernels import triton as ssm_triton
 
     optional = _optional.status()
     triton_error = triton_scan.unavailable_reason()
@@ -112,12 +133,25 @@ def info_table() -> dict[str, Any]:
         "extension": "longrange.ops.scan.numba (numba)", "extension_imports": numba_ok, "usable": numba_ok,
         **({} if numba_ok else {"reason": numba_scan.unavailable_reason()}),
     }
+    ssm_numba_ok = ssm_cpu.numba_available()
+    optional["ssm_kernels_numba"] = {
+        "installed": _version("numba") is not None, "version": _version("numba"),
+        "extension": "longrange.ops.ssm_kernels.cpu (numba)", "extension_imports": ssm_numba_ok, "usable": ssm_numba_ok,
+        **({} if ssm_numba_ok else {"reason": ssm_cpu.unavailable_reason()}),
+    }
+    ssm_triton_ok = ssm_triton._kernel_module() is not None
+    optional["ssm_kernels_triton"] = {
+        "installed": _version("triton") is not None, "version": _version("triton"),
+        "extension": "longrange.ops.ssm_kernels.triton (triton)", "extension_imports": ssm_triton_ok, "usable": ssm_triton_ok,
+        **({} if ssm_triton_ok else {"reason": ssm_triton.unavailable_reason("cuda")}),
+    }
     devs = devices()
     return {
         "versions": versions(),
         "optional": optional,
         "devices": devs,
         "dispatch": {d["device"]: dispatch(d["device"]) for d in devs},
+        "ssm_kernels": {d["device"]: ssm_kernel_impls(d["device"]) for d in devs},
     }
 
 
@@ -145,6 +179,16 @@ def format_info(table: dict[str, Any]) -> str:
     devs = list(table["dispatch"])
     ops = list(next(iter(table["dispatch"].values())))
     parts.append(_table(["op", *devs], [[op, *(table["dispatch"][d][op] for d in devs)] for op in ops]))
+    parts += ["", "SSM-kernel implementations that can run here (impl=...; auto's choice first; * marks a non-deterministic backward)"]
+    rows = []
+    for op in next(iter(table["ssm_kernels"].values())):
+        cells = []
+        for d in devs:
+            st = table["ssm_kernels"][d][op]
+            names = [st["auto"]] + [i for i in st["available"] if i != st["auto"]]
+            cells.append(", ".join(i if i in st["deterministic_backward"] else f"{i}*" for i in names))
+        rows.append([op, *cells])
+    parts.append(_table(["op", *devs], rows))
     parts += ["", "longrange check: verify every implementation available here against its float64 reference (--quick)"]
     return "\n".join(parts)
 

@@ -7,7 +7,7 @@ import torch
 from longrange.ops.conv import causal_conv1d, causal_conv1d_ref
 from longrange.ops.fftconv import fft_conv, fft_conv_ref
 from longrange.ops.scan import selective_scan, selective_scan_ref
-from longrange.ops.ssm_kernels import cauchy, cauchy_ref
+from longrange.ops.ssm_kernels import cauchy, cauchy_ref, vandermonde_kernel, vandermonde_kernel_ref
 
 
 def _check(fn, ref, inputs, device, rtol=1e-4, atol=1e-5):
@@ -55,3 +55,17 @@ def test_cauchy_auto(device):
     c = lambda *s: torch.complex(torch.randn(*s, generator=g), torch.randn(*s, generator=g))  # noqa: E731
     inputs = [c(3, 8), c(3, 16) + 4, c(3, 8)]
     _check(cauchy, cauchy_ref, inputs, device)
+
+
+def test_cauchy_conjugate_pairs_auto(device):
+    g = torch.Generator().manual_seed(4)
+    c = lambda *s: torch.complex(torch.randn(*s, generator=g), torch.randn(*s, generator=g))  # noqa: E731
+    inputs = [c(4, 3, 8), c(3, 16) + 4, c(3, 8)]
+    _check(lambda v, z, w: cauchy(v, z, w, conj_pairs=True), lambda v, z, w: cauchy_ref(v, z, w, conj_pairs=True), inputs, device)
+
+
+def test_vandermonde_auto(device):
+    g = torch.Generator().manual_seed(5)
+    log_dA = torch.complex(-torch.rand(3, 6, generator=g) * 0.1 - 0.01, torch.randn(3, 6, generator=g))
+    W = torch.complex(torch.randn(2, 3, 6, generator=g), torch.randn(2, 3, 6, generator=g))
+    _check(lambda a, w: vandermonde_kernel(a, w, 70), lambda a, w: vandermonde_kernel_ref(a, w, 70), [log_dA, W], device)

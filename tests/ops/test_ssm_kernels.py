@@ -248,19 +248,38 @@ def test_dplr_bad_shapes_raise(change, match):
 
 
 def test_deterministic_mode_avoids_pykeops_for_the_cauchy_kernel(monkeypatch):
-    from longrange import _optional
-    from longrange.ops.ssm_kernels import cauchy_impl
+    from longrange.ops.ssm_kernels import dispatch
 
-    monkeypatch.setattr(_optional, "pykeops", object())  # as if pykeops had found its CUDA toolchain
-    assert cauchy_impl("cuda", deterministic=False) == "pykeops" and cauchy_impl("cpu", deterministic=False) == "chunked"
-    assert cauchy_impl("cuda", deterministic=True) == "chunked"
+    # As if pykeops had found its CUDA toolchain on a machine whose Triton cannot run.
+    monkeypatch.setattr(dispatch, "unavailable_reason",
+                        lambda op, impl, device: None if impl in ("pykeops", "chunked", "ref") else "absent")
+    assert dispatch.auto_impl("cauchy", "cuda") == "pykeops"
+    with torch_deterministic():
+        assert dispatch.auto_impl("cauchy", "cuda") == "chunked"
+        with pytest.raises(RuntimeError, match="pykeops.*non-deterministic backward.*chunked"):
+            dispatch.resolve_impl("cauchy", "pykeops", "cuda")
+
+
+def torch_deterministic():
+    import contextlib
+
+    @contextlib.contextmanager
+    def on():
+        before = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(before)
+
+    return on()
 
 
 def test_the_cauchy_kernel_reports_the_implementation_it_ran():
     from longrange.ops import used
-    from longrange.ops.ssm_kernels import cauchy
+    from longrange.ops.ssm_kernels import cauchy, cauchy_impl
 
     used.reset()
     v, w = torch.randn(2, 4, dtype=torch.complex64), torch.randn(2, 4, dtype=torch.complex64)
     cauchy(v, torch.randn(2, 3, dtype=torch.complex64), w)
-    assert used.kernels() == {"cauchy": "chunked"}
+    assert used.kernels() == {"cauchy": cauchy_impl("cpu")} and cauchy_impl("cpu") in ("numba", "chunked")

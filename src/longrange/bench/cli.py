@@ -118,6 +118,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     w.add_argument("--precision", default="float32", help="float32 (default), float64, bf16-mixed, fp16-mixed")
     w.add_argument("--threads", type=int, default=1, help="torch threads per measurement process (default 1; 0: torch's default)")
     w.add_argument("--scan-impl", default="auto", help="selective scan implementation for S6: auto (default), numba, chunked, triton, cuda, ref")
+    w.add_argument("--ssm-kernel-impl", default="auto",
+                   help="implementation of the Vandermonde and Cauchy products of S4D, DLR and S4: auto (default), numba, "
+                        "chunked, triton, ref, pykeops (Cauchy only)")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--no-isolate", action="store_true", help="measure in this process instead of a fresh process per model")
     s = p.add_argument_group("--scaling")
@@ -195,6 +198,7 @@ def _run_table(args: argparse.Namespace) -> int:
         seed=args.seed,
         threads=args.threads or None,
         scan_impl=args.scan_impl,
+        ssm_kernel_impl=args.ssm_kernel_impl,
     )
     for name in ("batch_size", "batches", "warmup"):
         if getattr(args, name) is not None:
@@ -205,7 +209,8 @@ def _run_table(args: argparse.Namespace) -> int:
     print(
         f"batch {workload.batch_size} x length {workload.length} x {workload.channels} channels; "
         f"{workload.warmup} warm-up + {workload.batches} timed batches; device {ok['device']}, {workload.precision}, "
-        f"{ok['threads']} threads; scan {ok['scan_impl']}; memory: {ok['memory_method']}; % relative to {args.reference}"
+        f"{ok['threads']} threads; scan {ok['scan_impl']}; SSM kernels {ok['ssm_kernel_impl']}; memory: {ok['memory_method']}; "
+        f"% relative to {args.reference}"
     )
     print(format_table(rows, BENCH_COLUMNS, "model"))
     if args.json:
@@ -233,6 +238,7 @@ def _run_scaling(args: argparse.Namespace) -> int:
         seed=args.seed,
         threads=args.threads or None,
         scan_impl=args.scan_impl,
+        ssm_kernel_impl=args.ssm_kernel_impl,
     )
     rows, exponents = run_scaling(
         _names(args.primitives) or SCALING_PRIMITIVES,
@@ -246,7 +252,7 @@ def _run_scaling(args: argparse.Namespace) -> int:
     print(
         f"unit {settings.unit}, d_model {settings.d_model}, d_state {settings.d_state}, batch {settings.batch_size}; "
         f"{settings.warmup} warm-up + {settings.batches} timed steps; budgets {args.time_budget:g} s/step, {args.memory_budget:g} MB; "
-        f"scan impl {settings.scan_impl}"
+        f"scan impl {settings.scan_impl}; SSM kernel impl {settings.ssm_kernel_impl}"
     )
     print(format_table(rows, SCALING_COLUMNS, "primitive"))
     print()

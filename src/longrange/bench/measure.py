@@ -126,6 +126,45 @@ def scan_impl(impl: str, device: str | None) -> Iterator[str]:
         yield resolved
 
 
+#: Choices of ``--ssm-kernel-impl``: an implementation of the SSM-kernel products
+#: (:mod:`longrange.ops.ssm_kernels`); ``pykeops`` exists for the Cauchy sum (S4) only, the
+#: Vandermonde product (S4D, DLR) then runs ``auto``.
+SSM_KERNEL_IMPLS = ("auto", "ref", "chunked", "numba", "triton", "pykeops")
+
+
+def check_ssm_kernel_impl(impl: str) -> None:
+    """``--ssm-kernel-impl`` must name an implementation of the SSM-kernel products."""
+    if impl not in SSM_KERNEL_IMPLS:
+        raise ConfigError(f"--ssm-kernel-impl {impl!r} is unknown; expected one of {', '.join(SSM_KERNEL_IMPLS)}")
+
+
+@contextmanager
+def ssm_kernel_impl(impl: str, device: str | None) -> Iterator[str]:
+    """Run with ``impl`` as the default implementation of the Vandermonde and Cauchy products of
+    the S4D, DLR and S4 kernels; yields what runs on ``device`` ("auto" resolved), e.g. ``"numba"``,
+    or ``"vandermonde auto (numba), cauchy pykeops"`` when the two ops differ."""
+    from longrange.ops import ssm_kernels
+
+    check_ssm_kernel_impl(impl)
+    dev = resolve_device(device)
+    chosen = {op: impl if impl in ssm_kernels.IMPLS[op] or impl == "auto" else "auto" for op in ssm_kernels.OPS}
+    resolved = {op: ssm_kernels.auto_impl(op, dev) if choice == "auto" else choice for op, choice in chosen.items()}
+    if "numba" in resolved.values():  # load the compiled kernels before any memory baseline
+        from longrange.ops.ssm_kernels.cpu import warm_up
+
+        warm_up()
+    if len(set(resolved.values())) == 1:
+        label = next(iter(resolved.values()))
+    else:
+        label = ", ".join(f"{op} {chosen[op]}" + (f" ({resolved[op]})" if chosen[op] == "auto" else "") for op in ssm_kernels.OPS)
+    previous = {op: ssm_kernels.set_default_impl(op, choice) for op, choice in chosen.items()}
+    try:
+        yield label
+    finally:
+        for op, value in previous.items():
+            ssm_kernels.set_default_impl(op, value)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels so that wall-clock time covers the work (no-op on CPU)."""
     if device.type == "cuda":

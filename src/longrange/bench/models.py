@@ -155,9 +155,13 @@ class Workload:
     threads: int | None = 1
     #: The selective scan's implementation for S6 (``longrange.ops.scan.IMPLS``; "auto": the device's best).
     scan_impl: str = "auto"
+    #: The implementation of the SSM-kernel products for S4, S4D and DLR
+    #: (``measure.SSM_KERNEL_IMPLS``; "auto": the device's best).
+    ssm_kernel_impl: str = "auto"
 
     def validate(self) -> None:
         measure.check_scan_impl(self.scan_impl)
+        measure.check_ssm_kernel_impl(self.ssm_kernel_impl)
         for name in ("batch_size", "length", "channels", "n_classes", "batches"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -182,8 +186,12 @@ def measure_model(name: str, config: dict[str, Any], workload: dict[str, Any]) -
 
     wl = Workload(**workload)
     wl.validate()
-    with measure.torch_threads(wl.threads), measure.scan_impl(wl.scan_impl, wl.device) as impl:
-        return {**_measure_model(name, config, wl), "scan_impl": impl}
+    with (
+        measure.torch_threads(wl.threads),
+        measure.scan_impl(wl.scan_impl, wl.device) as impl,
+        measure.ssm_kernel_impl(wl.ssm_kernel_impl, wl.device) as kernel_impl,
+    ):
+        return {**_measure_model(name, config, wl), "scan_impl": impl, "ssm_kernel_impl": kernel_impl}
 
 
 def _measure_model(name: str, config: dict[str, Any], wl: Workload) -> dict[str, Any]:

@@ -63,9 +63,13 @@ class ScalingSettings:
     threads: int | None = 1
     #: The selective scan's implementation for S6 (``longrange.ops.scan.IMPLS``; "auto": the device's best).
     scan_impl: str = "auto"
+    #: The implementation of the SSM-kernel products for S4, S4D and DLR
+    #: (``measure.SSM_KERNEL_IMPLS``; "auto": the device's best).
+    ssm_kernel_impl: str = "auto"
 
     def validate(self) -> None:
         measure.check_scan_impl(self.scan_impl)
+        measure.check_ssm_kernel_impl(self.ssm_kernel_impl)
         if self.unit not in UNITS:
             raise ConfigError(f"--unit {self.unit!r} is unknown; expected one of {', '.join(UNITS)}")
         for name in ("d_model", "d_state", "n_heads", "block_size", "batch_size", "batches"):
@@ -107,8 +111,12 @@ def measure_point(primitive: str, length: int, settings: dict[str, Any]) -> dict
     """Seconds per training step and peak memory of one primitive at one length (JSON-able)."""
     s = ScalingSettings(**settings)
     s.validate()
-    with measure.torch_threads(s.threads), measure.scan_impl(s.scan_impl, s.device) as impl:
-        return {**_measure_point(primitive, length, s), "scan_impl": impl}
+    with (
+        measure.torch_threads(s.threads),
+        measure.scan_impl(s.scan_impl, s.device) as impl,
+        measure.ssm_kernel_impl(s.ssm_kernel_impl, s.device) as kernel_impl,
+    ):
+        return {**_measure_point(primitive, length, s), "scan_impl": impl, "ssm_kernel_impl": kernel_impl}
 
 
 def _measure_point(primitive: str, length: int, s: ScalingSettings) -> dict[str, Any]:

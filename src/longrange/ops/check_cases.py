@@ -19,6 +19,7 @@ from torch import Tensor
 import longrange.ops.scan.triton as triton_scan
 from longrange.ops import conv, scan
 from longrange.ops import ssm_kernels as K
+from longrange.ops.ssm_kernels import triton as ssm_triton
 from longrange.ops.attention import admissible_ref, attention_ref, blocked_attention, masked_attention
 from longrange.ops.checking import REPORT, TOLERANCE, Case, compare, preferred, random_inputs
 from longrange.ops.fftconv import fft_conv, fft_conv_ref
@@ -188,52 +189,73 @@ def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
+def _ssm_kernel_avoid(op: str, device: str, interpreted: bool) -> Callable[[list[str]], str]:
+    """How to avoid a failing implementation of an SSM-kernel product: the best one that passed."""
+    function = {"vandermonde": "vandermonde_kernel", "cauchy": "cauchy"}[op]
+
+    def avoid(passed: list[str]) -> str:
+        if interpreted:
+            return ("impl='auto' never runs Triton's interpreter; only impl='triton' with TRITON_INTERPRET=1 on CPU "
+                    "tensors does, so nothing needs avoiding on the CPU, but check the Triton install before using a GPU")
+        alt = preferred(passed, [i for i in K.available_impls(op, device) if i != "ref"])
+        if alt is None:
+            return REPORT
+        return (f"avoid it with impl='{alt}': {function}(..., impl='{alt}'), or for the S4, S4D and DLR layers "
+                f"longrange.ops.ssm_kernels.set_default_impl('{op}', '{alt}')")
+
+    return avoid
+
+
 def ssm_kernel_cases(device: str, dtype: torch.dtype) -> list[Case]:
-    """The kernels of S4 and S4D through their public functions: the Cauchy kernel, the
-    Vandermonde product and the diagonal and DPLR SSM kernels. Complex, so float32 only."""
+    """The kernels of S4, S4D and DLR: every implementation of the Vandermonde and Cauchy products
+    that runs here (Triton also in its interpreter on the CPU), and the diagonal and DPLR SSM kernels
+    through ``impl="auto"``. Complex, so float32 only."""
     if dtype != torch.float32:
         return []
-    cauchy_impl = K.cauchy_impl(device) if hasattr(K, "cauchy_impl") else "auto"
-
-    def keops_avoid(passed: list[str]) -> str:
-        if cauchy_impl != "pykeops":
-            return REPORT
-        return "S4 runs pykeops' Cauchy kernel on CUDA whenever pykeops imports: uninstall it (pip uninstall pykeops) to run the PyTorch one"
 
     def cplx(seed: int, *shape: int) -> Tensor:
         t = random_inputs(seed, re=shape, im=shape)
         return torch.complex(t["re"], t["im"])
 
-    H, N, L = 3, 4, 9
+    H, N, L = 3, 5, 9  # N odd: not a multiple of any vector width
     Lambda = torch.complex(-0.5 - torch.rand(H, N, generator=torch.Generator().manual_seed(3), dtype=torch.float64),
                            torch.arange(N, dtype=torch.float64).expand(H, N) * math.pi)
     dt = torch.full((H,), 0.1, dtype=torch.float64) * torch.arange(1, H + 1)
     z = torch.complex(torch.zeros(7, dtype=torch.float64), torch.linspace(-3, 3, 7, dtype=torch.float64))
-    cases = [
-        Case("cauchy", cauchy_impl, device, dtype, f"N={N}, K=7, 3 rows",
-             lambda: compare(K.cauchy, K.cauchy_ref, {"v": cplx(1, 3, N), "z": z.expand(3, 7), "w": Lambda}, dtype, device),
-             TOLERANCE[dtype], keops_avoid),
-        Case("vandermonde_kernel", "torch", device, dtype, f"H={H} M={N} L={L}",
-             lambda: compare(lambda **kw: K.vandermonde_kernel(**kw, L=L), lambda **kw: K.vandermonde_kernel_ref(**kw, L=L),
-                             {"log_dA": Lambda * 0.1, "W": cplx(2, H, N)}, dtype, device),
-             TOLERANCE[dtype]),
-    ]
+    products = {
+        "vandermonde": (f"H={H} M={N} L={L}", {"log_dA": Lambda * 0.1, "W": cplx(2, H, N)},
+                        lambda impl: lambda **kw: K.vandermonde_kernel(**kw, L=L, impl=impl),
+                        lambda **kw: K.vandermonde_kernel_ref(**kw, L=L)),
+        "cauchy": (f"N={N}, K=7, 3 rows", {"v": cplx(1, 3, N), "z": z.expand(3, 7), "w": Lambda},
+                   lambda impl: lambda **kw: K.cauchy(**kw, impl=impl), K.cauchy_ref),
+    }
+    cases = []
+    for op, (shape, inputs, fn, ref) in products.items():
+        impls = [(impl, "", {"TRITON_INTERPRET": None} if impl == "triton" else {})
+                 for impl in K.available_impls(op, device) if impl != "ref"]
+        if device == "cpu" and "triton" not in K.available_impls(op, device) and ssm_triton._kernel_module() is not None:
+            impls.append(("triton", "interpreter", {"TRITON_INTERPRET": "1"}))
+        for impl, note, env in impls:
+            name = "vandermonde_kernel" if op == "vandermonde" else op  # the public function's name
+            cases.append(Case(name, impl, device, dtype, shape,
+                              lambda inputs=inputs, f=fn(impl), ref=ref: compare(f, ref, inputs, dtype, device),
+                              TOLERANCE[dtype], _ssm_kernel_avoid(op, device, bool(note)), note, env, record=(op, impl)))
     for method in ("zoh", "bilinear"):
         inputs = {"dt": dt, "A": Lambda, "B": cplx(4, H, N), "C": cplx(5, 2, H, N)}
-        cases.append(Case("diag_ssm_kernel", "torch", device, dtype, f"H={H} M={N} L={L}, {method}",
+        cases.append(Case("diag_ssm_kernel", K.auto_impl("vandermonde", device), device, dtype, f"H={H} M={N} L={L}, {method}",
                           lambda inputs=inputs, method=method: compare(
                               lambda **kw: K.diag_ssm_kernel(**kw, L=L, method=method),
                               lambda **kw: K.diag_ssm_kernel_ref(**kw, L=L, method=method), inputs, dtype, device),
-                          TOLERANCE[dtype]))
+                          TOLERANCE[dtype], _ssm_kernel_avoid("vandermonde", device, False)))
     for conj_pairs in (True, False):
         inputs = {"dt": dt, "Lambda": Lambda, "P": 0.3 * cplx(6, 2, H, N), "Q": 0.3 * cplx(7, 2, H, N), "B": cplx(8, H, N),
                   "C": cplx(9, 2, H, N)}
-        cases.append(Case("dplr_ssm_kernel", cauchy_impl, device, dtype,
+        cases.append(Case("dplr_ssm_kernel", K.auto_impl("cauchy", device), device, dtype,
                           f"H={H} N={N} rank 2 L={L}" + (", conjugate pairs" if conj_pairs else ""),
                           lambda inputs=inputs, conj_pairs=conj_pairs: compare(
                               lambda **kw: K.dplr_ssm_kernel(**kw, L=L, conj_pairs=conj_pairs),
                               lambda **kw: K.dplr_ssm_kernel_ref(**kw, L=L, conj_pairs=conj_pairs), inputs, dtype, device),
-                          10 * TOLERANCE[dtype], keops_avoid))  # dense solves and matrix powers inside
+                          10 * TOLERANCE[dtype], _ssm_kernel_avoid("cauchy", device, False)))  # dense solves inside
     return cases
 
 

@@ -1,0 +1,337 @@
+"""Triton kernels of :mod:`longrange.ops.ssm_kernels.triton` (imported only when triton is).
+
+Layouts are those of :mod:`longrange.ops.ssm_kernels._cpu_kernels` (contiguous; complex numbers as
+separate real and imaginary arrays), with the modes of the Vandermonde kernel in float64::
+
+    Vandermonde    a_re, a_im (R, M) float64; w_re, w_im (J, R, M); out, g (J, R, L)
+    Cauchy         v (J, R, N); z (R, K); w (R, N); out, g (J, R, K)
+
+Vandermonde: a program computes a tile of BLOCK_L positions from l0 for a block of weight rows;
+the powers are exp(l0 · a) (in float64: the phase l0 · Im a is large) times exp(s · a) for
+s < BLOCK_L (in the compute dtype), so their accuracy does not degrade with the length. The
+backward program owns a block of rows and modes and walks along the length, recomputing the
+powers tile by tile.
+
+Cauchy: a program owns a row r, a block of evaluation points and a block of vectors v[j] (forward,
+gradient of z) or a block of poles and every vector (gradients of v and w), and loops over the
+other index in tiles, recomputing the resolvents 1/(z - w) (and 1/(z - conj(w))).
+
+No atomics: every output element is written by one program; the gradient of the Vandermonde
+modes is summed over row blocks by the caller. The backward passes are therefore deterministic.
+
+As for the selective scan's Triton kernels, the kernels are plain functions that use Triton's
+builtins and the device functions of this module only; :func:`kernels` wraps them, device
+functions included, for compilation (``JITFunction``) or for Triton's CPU interpreter
+(``InterpretedFunction``), and sums are ``tl.reduce(x, axis, _SUM)``.
+"""
+import types
+
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+
+def _add_fn(a, b):
+    return a + b
+
+
+_SUM = getattr(tl.standard, "_sum_combine", None)
+if not isinstance(_SUM, JITFunction):
+    _SUM = JITFunction(_add_fn)
+
+
+# --------------------------------------------------------------------------------------------
+# Device functions shared by the kernels (bound to each kernel's mode by :func:`kernels`)
+# --------------------------------------------------------------------------------------------
+
+
+def _seed(l0, ar, ai, ACC: tl.constexpr):
+    """exp(l0 · a) for the modes a = ar + i ai (float64), computed in float64 (the phase l0 · ai
+    is large), returned in the compute dtype."""
+    start = tl.full(ar.shape, 0.0, tl.float64) + l0
+    mag = tl.exp(start * ar)
+    return (mag * tl.cos(start * ai)).to(ACC), (mag * tl.sin(start * ai)).to(ACC)
+
+
+def _local_powers(ar, ai, BLOCK_L: tl.constexpr, ACC: tl.constexpr):
+    """exp(s · a) for s < BLOCK_L, tiles (BLOCK_L, modes) in the compute dtype."""
+    sf = tl.arange(0, BLOCK_L).to(ACC)[:, None]
+    mag = tl.exp(sf * ar.to(ACC)[None, :])
+    ang = sf * ai.to(ACC)[None, :]
+    return mag * tl.cos(ang), mag * tl.sin(ang)
+
+
+def _poles(zr, zi, wr, wi, ok, CONJ: tl.constexpr):
+    """ρ = 1/(z - w) and σ = 1/(z - conj(w)) on the tile (points, poles), as (Re ρ, Im ρ, Re σ,
+    Im σ); σ = 0 without conjugate pairs, and both are 0 outside the tile (``ok`` false)."""
+    dr = zr[:, None] - wr[None, :]
+    di = zi[:, None] - wi[None, :]
+    inv = tl.where(ok, 1.0 / tl.where(ok, dr * dr + di * di, 1.0), 0.0)
+    rr = dr * inv
+    ri = -di * inv
+    if CONJ:
+        ei = zi[:, None] + wi[None, :]
+        inv2 = tl.where(ok, 1.0 / tl.where(ok, dr * dr + ei * ei, 1.0), 0.0)
+        sr = dr * inv2
+        si = -ei * inv2
+    else:
+        sr = rr * 0.0
+        si = sr
+    return rr, ri, sr, si
+
+
+def _mix(rr, ri, sr, si):
+    """(a, b, c, e) = (Re ρ + Re σ, Im σ - Im ρ, Im ρ + Im σ, Re ρ - Re σ) (see the Cauchy section)."""
+    return rr + sr, si - ri, ri + si, rr - sr
+
+
+def _square(xr, xi):
+    """The square of xr + i xi, as (real, imaginary)."""
+    return xr * xr - xi * xi, 2.0 * xr * xi
+
+
+_HELPERS = {f.__name__: f for f in (_seed, _local_powers, _poles, _mix, _square)}
+
+
+# --------------------------------------------------------------------------------------------
+# Vandermonde
+# --------------------------------------------------------------------------------------------
+
+
+def _vandermonde_fwd(
+    a_re_ptr, a_im_ptr, w_re_ptr, w_im_ptr, out_ptr,
+    J, R, M, L,
+    BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, ACC: tl.constexpr,
+):
+    r = tl.program_id(0).to(tl.int64)
+    js = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    l0 = tl.program_id(2) * BLOCK_L
+    s = tl.arange(0, BLOCK_L)
+    j_ok = js < J
+    l_ok = (l0 + s) < L
+    acc = tl.full((BLOCK_J, BLOCK_L), 0.0, ACC)
+    for m0 in range(0, M, BLOCK_M):
+        ms = m0 + tl.arange(0, BLOCK_M)
+        m_ok = ms < M
+        ar = tl.load(a_re_ptr + r * M + ms, mask=m_ok, other=0.0)
+        ai = tl.load(a_im_ptr + r * M + ms, mask=m_ok, other=0.0)
+        seed_re, seed_im = _seed(l0, ar, ai, ACC)  # exp(l0 a)
+        loc_re, loc_im = _local_powers(ar, ai, BLOCK_L, ACC)  # exp(s a), s < BLOCK_L
+        p_re = seed_re[None, :] * loc_re - seed_im[None, :] * loc_im  # (BLOCK_L, BLOCK_M)
+        p_im = seed_re[None, :] * loc_im + seed_im[None, :] * loc_re
+        m2 = j_ok[:, None] & m_ok[None, :]
+        w_off = (js[:, None] * R + r) * M + ms[None, :]
+        wr = tl.load(w_re_ptr + w_off, mask=m2, other=0.0).to(ACC)
+        wi = tl.load(w_im_ptr + w_off, mask=m2, other=0.0).to(ACC)
+        term = wr[:, None, :] * p_re[None, :, :] - wi[:, None, :] * p_im[None, :, :]
+        acc += tl.reduce(tl.where(m_ok[None, None, :], term, 0.0), 2, _SUM)
+    out_off = (js[:, None] * R + r) * L + l0 + s[None, :]
+    tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=j_ok[:, None] & l_ok[None, :])
+
+
+def _vandermonde_bwd(
+    a_re_ptr, a_im_ptr, w_re_ptr, w_im_ptr, g_ptr,
+    gw_re_ptr, gw_im_ptr, ga_re_ptr, ga_im_ptr,
+    J, R, M, L, J_BLOCKS,
+    BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, ACC: tl.constexpr,
+):
+    r = tl.program_id(0).to(tl.int64)
+    jb = tl.program_id(1)
+    js = jb * BLOCK_J + tl.arange(0, BLOCK_J)
+    ms = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    j_ok = js < J
+    m_ok = ms < M
+    s = tl.arange(0, BLOCK_L)
+    ar = tl.load(a_re_ptr + r * M + ms, mask=m_ok, other=0.0)
+    ai = tl.load(a_im_ptr + r * M + ms, mask=m_ok, other=0.0)
+    loc_re, loc_im = _local_powers(ar, ai, BLOCK_L, ACC)  # exp(s a), the same for every tile
+    s0_re = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)  # sum_l g conj(p)
+    s0_im = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)
+    s1_re = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)  # sum_l l g conj(p)
+    s1_im = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)
+    for l0 in range(0, L, BLOCK_L):
+        seed_re, seed_im = _seed(l0, ar, ai, ACC)
+        p_re = seed_re[None, :] * loc_re - seed_im[None, :] * loc_im  # (BLOCK_L, BLOCK_M)
+        p_im = seed_re[None, :] * loc_im + seed_im[None, :] * loc_re
+        l_ok = (l0 + s) < L
+        g = tl.load(g_ptr + (js[:, None] * R + r) * L + l0 + s[None, :], mask=j_ok[:, None] & l_ok[None, :], other=0.0).to(ACC)
+        lg = g * (l0 + s).to(ACC)[None, :]
+        s0_re += tl.reduce(g[:, :, None] * p_re[None, :, :], 1, _SUM)
+        s0_im -= tl.reduce(g[:, :, None] * p_im[None, :, :], 1, _SUM)
+        s1_re += tl.reduce(lg[:, :, None] * p_re[None, :, :], 1, _SUM)
+        s1_im -= tl.reduce(lg[:, :, None] * p_im[None, :, :], 1, _SUM)
+    m2 = j_ok[:, None] & m_ok[None, :]
+    w_off = (js[:, None] * R + r) * M + ms[None, :]
+    tl.store(gw_re_ptr + w_off, s0_re.to(gw_re_ptr.dtype.element_ty), mask=m2)
+    tl.store(gw_im_ptr + w_off, s0_im.to(gw_im_ptr.dtype.element_ty), mask=m2)
+    wr = tl.load(w_re_ptr + w_off, mask=m2, other=0.0).to(ACC)
+    wi = tl.load(w_im_ptr + w_off, mask=m2, other=0.0).to(ACC)
+    ga_re = tl.reduce(wr * s1_re + wi * s1_im, 0, _SUM)  # conj(W) S1, summed over the block's rows
+    ga_im = tl.reduce(wr * s1_im - wi * s1_re, 0, _SUM)
+    ga_off = (r * J_BLOCKS + jb) * M + ms
+    tl.store(ga_re_ptr + ga_off, ga_re.to(ga_re_ptr.dtype.element_ty), mask=m_ok)
+    tl.store(ga_im_ptr + ga_off, ga_im.to(ga_im_ptr.dtype.element_ty), mask=m_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Cauchy
+# --------------------------------------------------------------------------------------------
+#
+# With ρ = 1/(z - w), σ = 1/(z - conj(w)) (σ = 0 without conjugate pairs) and
+# a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ (:func:`_poles`, :func:`_mix`):
+#     v ρ + conj(v) σ          = (vr a + vi b) + i (vr c + vi e)
+#     g conj(ρ) + conj(g) σ    = (gr a + gi c) + i (gi e + gr b)
+# and the same with (a2, b2, c2, e2) from ρ², σ². Entries outside the tiles are zeroed (their
+# resolvents would divide by zero).
+
+
+def _cauchy_fwd(
+    v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, out_re_ptr, out_im_ptr,
+    J, R, N, K,
+    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+):
+    r = tl.program_id(0).to(tl.int64)
+    ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    js = tl.program_id(2) * BLOCK_J + tl.arange(0, BLOCK_J)
+    k_ok = ks < K
+    j_ok = js < J
+    zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
+    zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
+    acc_re = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+    acc_im = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+    for n0 in range(0, N, BLOCK_N):
+        ns = n0 + tl.arange(0, BLOCK_N)
+        n_ok = ns < N
+        wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
+        wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
+        a, b, c, e = _mix(*_poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ))
+        v_off = (js[:, None] * R + r) * N + ns[None, :]
+        vm = j_ok[:, None] & n_ok[None, :]
+        vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
+        vi = tl.load(v_im_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
+        acc_re += tl.reduce(vr * a[None, :, :] + vi * b[None, :, :], 2, _SUM)
+        acc_im += tl.reduce(vr * c[None, :, :] + vi * e[None, :, :], 2, _SUM)
+    out_off = (js[:, None] * R + r) * K + ks[None, :]
+    om = j_ok[:, None] & k_ok[None, :]
+    tl.store(out_re_ptr + out_off, acc_re.to(out_re_ptr.dtype.element_ty), mask=om)
+    tl.store(out_im_ptr + out_off, acc_im.to(out_im_ptr.dtype.element_ty), mask=om)
+
+
+def _cauchy_bwd_z(
+    v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, g_re_ptr, g_im_ptr, gz_re_ptr, gz_im_ptr,
+    J, R, N, K,
+    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+):
+    """gz[r, k] = -sum_j g[j, r, k] conj(sum_n v ρ² + conj(v) σ²)."""
+    r = tl.program_id(0).to(tl.int64)
+    ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_ok = ks < K
+    zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
+    zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
+    gz_re = tl.full((BLOCK_K,), 0.0, ACC)
+    gz_im = tl.full((BLOCK_K,), 0.0, ACC)
+    for j0 in range(0, J, BLOCK_J):
+        js = j0 + tl.arange(0, BLOCK_J)
+        j_ok = js < J
+        t_re = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+        t_im = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+        for n0 in range(0, N, BLOCK_N):
+            ns = n0 + tl.arange(0, BLOCK_N)
+            n_ok = ns < N
+            wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
+            wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
+            rr, ri, sr, si = _poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ)
+            a2, b2, c2, e2 = _mix(*_square(rr, ri), *_square(sr, si))
+            v_off = (js[:, None] * R + r) * N + ns[None, :]
+            vm = j_ok[:, None] & n_ok[None, :]
+            vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
+            vi = tl.load(v_im_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
+            t_re += tl.reduce(vr * a2[None, :, :] + vi * b2[None, :, :], 2, _SUM)
+            t_im += tl.reduce(vr * c2[None, :, :] + vi * e2[None, :, :], 2, _SUM)
+        g_off = (js[:, None] * R + r) * K + ks[None, :]
+        gm = j_ok[:, None] & k_ok[None, :]
+        gr = tl.load(g_re_ptr + g_off, mask=gm, other=0.0).to(ACC)
+        gi = tl.load(g_im_ptr + g_off, mask=gm, other=0.0).to(ACC)
+        gz_re -= tl.reduce(gr * t_re + gi * t_im, 0, _SUM)
+        gz_im -= tl.reduce(gi * t_re - gr * t_im, 0, _SUM)
+    tl.store(gz_re_ptr + r * K + ks, gz_re.to(gz_re_ptr.dtype.element_ty), mask=k_ok)
+    tl.store(gz_im_ptr + r * K + ks, gz_im.to(gz_im_ptr.dtype.element_ty), mask=k_ok)
+
+
+def _cauchy_bwd_vw(
+    v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, g_re_ptr, g_im_ptr,
+    gv_re_ptr, gv_im_ptr, gw_re_ptr, gw_im_ptr,
+    J, R, N, K,
+    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+):
+    """gv[j, r, n] = sum_k g conj(ρ) + conj(g) σ; gw[r, n] = sum_j conj(v) sum_k g conj(ρ²) + conj(g) σ²."""
+    r = tl.program_id(0).to(tl.int64)
+    ns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = ns < N
+    wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
+    wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
+    gw_re = tl.full((BLOCK_N,), 0.0, ACC)
+    gw_im = tl.full((BLOCK_N,), 0.0, ACC)
+    for j0 in range(0, J, BLOCK_J):
+        js = j0 + tl.arange(0, BLOCK_J)
+        j_ok = js < J
+        yv_re = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
+        yv_im = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
+        yw_re = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
+        yw_im = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_ok = ks < K
+            zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
+            zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
+            rr, ri, sr, si = _poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ)
+            a, b, c, e = _mix(rr, ri, sr, si)
+            a2, b2, c2, e2 = _mix(*_square(rr, ri), *_square(sr, si))
+            g_off = (js[:, None] * R + r) * K + ks[None, :]
+            gm = j_ok[:, None] & k_ok[None, :]
+            gr = tl.load(g_re_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, :, None]
+            gi = tl.load(g_im_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, :, None]
+            yv_re += tl.reduce(gr * a[None, :, :] + gi * c[None, :, :], 1, _SUM)
+            yv_im += tl.reduce(gi * e[None, :, :] + gr * b[None, :, :], 1, _SUM)
+            yw_re += tl.reduce(gr * a2[None, :, :] + gi * c2[None, :, :], 1, _SUM)
+            yw_im += tl.reduce(gi * e2[None, :, :] + gr * b2[None, :, :], 1, _SUM)
+        v_off = (js[:, None] * R + r) * N + ns[None, :]
+        vm = j_ok[:, None] & n_ok[None, :]
+        tl.store(gv_re_ptr + v_off, yv_re.to(gv_re_ptr.dtype.element_ty), mask=vm)
+        tl.store(gv_im_ptr + v_off, yv_im.to(gv_im_ptr.dtype.element_ty), mask=vm)
+        vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)
+        vi = tl.load(v_im_ptr + v_off, mask=vm, other=0.0).to(ACC)
+        gw_re += tl.reduce(vr * yw_re + vi * yw_im, 0, _SUM)  # conj(v) yw
+        gw_im += tl.reduce(vr * yw_im - vi * yw_re, 0, _SUM)
+    tl.store(gw_re_ptr + r * N + ns, gw_re.to(gw_re_ptr.dtype.element_ty), mask=n_ok)
+    tl.store(gw_im_ptr + r * N + ns, gw_im.to(gw_im_ptr.dtype.element_ty), mask=n_ok)
+
+
+_FUNCTIONS = {
+    "vandermonde_fwd": _vandermonde_fwd,
+    "vandermonde_bwd": _vandermonde_bwd,
+    "cauchy_fwd": _cauchy_fwd,
+    "cauchy_bwd_z": _cauchy_bwd_z,
+    "cauchy_bwd_vw": _cauchy_bwd_vw,
+}
+_KERNELS: dict = {}
+
+
+def _bind(fn, wrap):
+    """``fn`` with the device functions of :data:`_HELPERS` wrapped by ``wrap`` in its globals: a
+    compiled kernel calls compiled (``JITFunction``) ones, an interpreted kernel interpreted ones."""
+    scope = dict(fn.__globals__)
+    scope.update({name: wrap(helper) for name, helper in _HELPERS.items()})
+    return types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def kernels(interpret: bool) -> dict:
+    """The kernels by name, compiled for the GPU or run by Triton's interpreter."""
+    if interpret not in _KERNELS:
+        wrap = InterpretedFunction if interpret else JITFunction
+        _KERNELS[interpret] = {name: wrap(_bind(fn, wrap)) for name, fn in _FUNCTIONS.items()}
+    return _KERNELS[interpret]
+
+
+__all__ = ["kernels", "triton"]

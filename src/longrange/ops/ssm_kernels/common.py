@@ -1,0 +1,162 @@
+"""What every implementation of the two products shares: argument checks, dtypes and the canonical
+layouts the fused kernels work in.
+
+The two products (see :mod:`longrange.ops.ssm_kernels`):
+
+* Vandermonde: ``K[..., h, l] = Re sum_m W[..., h, m] exp(l · log_dA[h, m])``, ``log_dA`` (H, M)
+  or (1, M) (modes shared by the channels), ``W`` (..., H, M);
+* Cauchy: ``out[..., k] = sum_n v[..., n] / (z[..., k] - w[..., n])`` (plus, with ``conj_pairs``,
+  the same sum over the conjugate partners ``conj(v) / (z - conj(w))``), broadcasting over the
+  leading dimensions.
+
+Canonical layouts (what the numba and Triton kernels take): the Vandermonde product as modes
+``a`` (R, M) and weights ``w`` (J, R, M) -> (J, R, L), where row r of the modes serves the J
+weight rows of index r (R = H, J = the product of W's leading dimensions; or R = 1 and J every row
+of W when the modes are shared); the Cauchy product as ``v`` (J, R, N), ``z`` (R, K), ``w`` (R, N)
+-> (J, R, K), where r runs over the leading dimensions of z and w and j over those that only v has.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+#: The two ops' names, as reported to :func:`longrange.ops.used.note`.
+VANDERMONDE, CAUCHY = "vandermonde", "cauchy"
+
+
+def real_dtype(*tensors: Tensor) -> torch.dtype:
+    """The real compute dtype of complex or real tensors: float64 if any is double precision,
+    else float32 (half precision is computed in float32)."""
+    wide = any(t.dtype in (torch.float64, torch.complex128) for t in tensors)
+    return torch.float64 if wide else torch.float32
+
+
+def complex_dtype(real: torch.dtype) -> torch.dtype:
+    return torch.complex128 if real == torch.float64 else torch.complex64
+
+
+def check_length(L: object, op: str) -> None:
+    if not isinstance(L, int) or isinstance(L, bool) or L < 1:
+        raise ValueError(f"{op}: kernel length L must be a positive int, got {L!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Vandermonde
+# --------------------------------------------------------------------------------------------
+
+
+def check_vandermonde_args(log_dA: Tensor, W: Tensor, L: int) -> None:
+    """ValueError naming the argument at fault unless the shapes fit (see the module docstring)."""
+    if log_dA.dim() != 2 or W.dim() < 2 or log_dA.shape[-1] != W.shape[-1] or log_dA.shape[0] not in (1, W.shape[-2]):
+        raise ValueError(
+            f"vandermonde_kernel: log_dA {tuple(log_dA.shape)} must be (H, M) or (1, M) for W of shape (..., H, M), "
+            f"got W {tuple(W.shape)}"
+        )
+    check_length(L, "vandermonde_kernel")
+    if log_dA.device != W.device:
+        raise ValueError(f"vandermonde_kernel: log_dA is on {log_dA.device}, W on {W.device}; both must share a device")
+
+
+@dataclass(frozen=True)
+class VandermondeLayout:
+    """How (log_dA, W) map to the canonical (a (R, M), w (J, R, M)) and back."""
+
+    out_shape: tuple[int, ...]  # W.shape[:-1] + (L,)
+    R: int
+    J: int
+    real: torch.dtype
+
+    def to_canonical(self, log_dA: Tensor, W: Tensor) -> tuple[Tensor, Tensor]:
+        cdtype = complex_dtype(self.real)
+        M = W.shape[-1]
+        return log_dA.to(cdtype), W.to(cdtype).reshape(self.J, self.R, M)
+
+    def from_canonical(self, out: Tensor) -> Tensor:
+        return out.reshape(self.out_shape)
+
+
+def vandermonde_layout(log_dA: Tensor, W: Tensor, L: int) -> VandermondeLayout:
+    H = W.shape[-2]
+    R = log_dA.shape[0]  # H, or 1 when the modes are shared
+    J = math.prod(W.shape[:-2]) * (H // R)
+    return VandermondeLayout(out_shape=(*W.shape[:-1], L), R=R, J=J, real=real_dtype(log_dA, W))
+
+
+# --------------------------------------------------------------------------------------------
+# Cauchy
+# --------------------------------------------------------------------------------------------
+
+
+def check_cauchy_args(v: Tensor, z: Tensor, w: Tensor) -> tuple[int, ...]:
+    """ValueError unless v (..., N), z (..., K), w (..., N) fit and broadcast; returns the
+    broadcast leading shape."""
+    for name, t in (("v", v), ("z", z), ("w", w)):
+        if not isinstance(t, Tensor) or t.dim() < 1:
+            raise ValueError(f"cauchy: {name} must be a tensor with at least one dimension, got {getattr(t, 'shape', type(t))}")
+    if v.shape[-1] != w.shape[-1]:
+        raise ValueError(f"cauchy: v {tuple(v.shape)} and w {tuple(w.shape)} differ in their last dimension")
+    try:
+        lead = torch.broadcast_shapes(v.shape[:-1], z.shape[:-1], w.shape[:-1])
+    except RuntimeError as err:
+        raise ValueError(
+            f"cauchy: the leading dimensions of v {tuple(v.shape)}, z {tuple(z.shape)} and w {tuple(w.shape)} do not broadcast"
+        ) from err
+    if len({v.device, z.device, w.device}) > 1:
+        raise ValueError(f"cauchy: v, z and w must share a device, got {v.device}, {z.device}, {w.device}")
+    return tuple(lead)
+
+
+@dataclass(frozen=True)
+class CauchyLayout:
+    """How (v, z, w) map to the canonical (v (J, R, N), z (R, K), w (R, N)) and back.
+
+    The broadcast leading shape ``lead`` is split at ``split``: the dimensions in front (J) are
+    v's alone, z and w vary over those behind (R). When z's and w's leading shape is not a suffix
+    of ``lead``, everything is R (z and w are expanded, which costs their size times J, never
+    the (K, N) matrix).
+    """
+
+    lead: tuple[int, ...]
+    split: int
+    zw_shape: tuple[int, ...]  # what z's and w's leading dimensions are expanded to (product R)
+    N: int
+    K: int
+    real: torch.dtype
+    complex_inputs: bool
+
+    @property
+    def J(self) -> int:
+        return math.prod(self.lead[: self.split])
+
+    @property
+    def R(self) -> int:
+        return math.prod(self.lead[self.split :])
+
+    def to_canonical(self, v: Tensor, z: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        cdtype = complex_dtype(self.real)
+        v = v.to(cdtype).expand(*self.lead, self.N).reshape(self.J, self.R, self.N)
+        z = z.to(cdtype).expand(*self.zw_shape, self.K).reshape(self.R, self.K)
+        w = w.to(cdtype).expand(*self.zw_shape, self.N).reshape(self.R, self.N)
+        return v, z, w
+
+    def from_canonical(self, out: Tensor) -> Tensor:
+        out = out.reshape(*self.lead, self.K)
+        return out if self.complex_inputs else out.real
+
+
+def cauchy_layout(v: Tensor, z: Tensor, w: Tensor) -> CauchyLayout:
+    lead = check_cauchy_args(v, z, w)
+    zw_shape = tuple(torch.broadcast_shapes(z.shape[:-1], w.shape[:-1]))
+    zw = zw_shape
+    while zw and zw[0] == 1:  # size-1 dimensions in front of z's and w's own shape
+        zw = zw[1:]
+    split = len(lead) - len(zw)
+    if lead[split:] != zw:  # z and w vary within v's dimensions: expand them
+        split, zw_shape = 0, lead
+    return CauchyLayout(
+        lead=lead, split=split, zw_shape=zw_shape, N=v.shape[-1], K=z.shape[-1], real=real_dtype(v, z, w),
+        complex_inputs=any(t.is_complex() for t in (v, z, w)),
+    )

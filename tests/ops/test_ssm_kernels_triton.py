@@ -1,0 +1,138 @@
+"""The Triton Vandermonde and Cauchy kernels against the float64 references: values and every
+gradient, float64 and float32, both directions, conjugate pairs, the S4D and S4 kernels on them.
+
+CPU tensors run the kernels in Triton's interpreter (``TRITON_INTERPRET=1``, set per test: the
+module picks the interpreter when a kernel is launched, not when it is imported); CUDA tensors run
+the compiled kernels when a GPU is present. The interpreter is slow, so the shapes are tiny and
+its tiles small (``DEFAULT_CONFIG["interpret"]``), so that every test still crosses tile edges.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from longrange.ops.ssm_kernels import diag_ssm_kernel, diag_ssm_kernel_ref, dplr_ssm_kernel, dplr_ssm_kernel_ref  # noqa: E402
+from longrange.ops.ssm_kernels import triton as ssm_triton  # noqa: E402
+from longrange.ops.ssm_kernels.dispatch import vandermonde_kernel  # noqa: E402
+
+import ssm_kernel_cases as cases  # noqa: E402 - a helper module next to this file
+
+F64, F32 = torch.float64, torch.float32
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request, monkeypatch):
+    """The device under test, with the interpreter on for CPU and off for CUDA (compiled kernels)."""
+    if request.param == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    else:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    return torch.device(request.param)
+
+
+def _tol(dtype, device):
+    return 1e-10 if dtype == F64 else (1e-4 if device.type == "cuda" else 2e-5)
+
+
+@pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
+@pytest.mark.parametrize(
+    "H, M, lead, shared, L",
+    [
+        (3, 5, (), False, 13),  # M not a multiple of the tile, odd length
+        (2, 6, (2,), False, 21),  # two output channels (bidirectional)
+        (3, 3, (2,), True, 10),  # modes shared by the channels: 6 weight rows
+    ],
+)
+def test_vandermonde_matches_reference(device, H, M, lead, shared, L, dtype):
+    inputs = cases.vandermonde_inputs(H, M, lead, shared, seed=H + M + L)
+    cases.assert_matches_reference(cases.vandermonde("triton", L), cases.vandermonde_ref(L), inputs, dtype, device, tol=_tol(dtype, device),
+                             what="vandermonde triton")
+
+
+@pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
+@pytest.mark.parametrize("conj_pairs", [False, True])
+@pytest.mark.parametrize(
+    "v_shape, z_shape, w_shape",
+    [
+        ((3, 2, 5), (2, 11), (2, 5)),  # three vectors sharing each row's points and poles, odd N and K
+        ((3, 1, 5), (1, 7), (2, 5)),  # broadcasting in every argument
+    ],
+)
+def test_cauchy_matches_reference(device, v_shape, z_shape, w_shape, conj_pairs, dtype):
+    inputs = cases.cauchy_inputs(v_shape, z_shape, w_shape, seed=z_shape[-1])
+    cases.assert_matches_reference(cases.cauchy_with("triton", conj_pairs), cases.cauchy_reference(conj_pairs), inputs, dtype, device,
+                             tol=1e-10 if dtype == F64 else 1e-4, what="cauchy triton")
+
+
+@pytest.mark.parametrize("channels", [1, 2], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("method", ["zoh", "bilinear"])
+def test_diag_ssm_kernel_triton(device, method, channels):
+    g = torch.Generator().manual_seed(1)
+    H, M, L = 2, 3, 9
+    dt = torch.rand(H, generator=g, dtype=F64) * 0.3 + 0.01
+    A = torch.complex(-torch.rand(H, M, generator=g, dtype=F64) - 0.05, torch.randn(H, M, generator=g, dtype=F64) * 4)
+    cases.assert_matches_reference(
+        lambda *a: diag_ssm_kernel(*a, L, method, impl="triton"), lambda *a: diag_ssm_kernel_ref(*a, L, method),
+        [dt, A, cases.cplx(g, H, M), cases.cplx(g, channels, H, M)], F32, device, tol=_tol(F32, device), what=f"diag {method}",
+    )
+
+
+@pytest.mark.parametrize("channels", [1, 2], ids=["causal", "bidirectional"])
+def test_dplr_ssm_kernel_triton(device, channels):
+    g = torch.Generator().manual_seed(2)
+    H, N, L = 2, 3, 10
+    dt = torch.rand(H, generator=g, dtype=F64) * 0.4 + 0.05
+    Lam = torch.complex(-torch.rand(H, N, generator=g, dtype=F64) - 0.1, torch.randn(H, N, generator=g, dtype=F64) * 3)
+    params = [dt, Lam, cases.cplx(g, 1, H, N, scale=0.4), cases.cplx(g, 1, H, N, scale=0.4), cases.cplx(g, H, N), cases.cplx(g, channels, H, N)]
+    cases.assert_matches_reference(
+        lambda *a: dplr_ssm_kernel(*a, L, conj_pairs=True, impl="triton"),
+        lambda *a: dplr_ssm_kernel_ref(*a, L, conj_pairs=True), params, F32, device, tol=1e-4, what="dplr",
+    )
+
+
+def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not ssm_triton.triton_available("cpu")
+    a, W = cases.vandermonde_inputs(2, 3)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        vandermonde_kernel(a, W, 4, impl="triton")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        ssm_triton.cauchy_triton(*cases.cauchy_inputs((2, 3), (2, 4), (2, 3)))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+@pytest.mark.parametrize("conj", [False, True])
+def test_kernels_compile_for_a_cuda_gpu(dtype, conj, tmp_path, monkeypatch):
+    """Compile every kernel to a CUDA binary (sm_90) with the GPU tile sizes, which needs Triton's
+    bundled CUDA toolchain but no GPU: the interpreter accepts code that the compiler may not."""
+    from longrange.ops.ssm_kernels import _triton_kernels as K
+
+    triton = K.triton
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        assert "nvidia" in triton.backends.backends
+    except (ImportError, AttributeError, AssertionError):
+        pytest.skip("this Triton has no CUDA backend to compile with")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+    acc = triton.language.float64 if dtype == "fp64" else triton.language.float32
+    cfg = ssm_triton.DEFAULT_CONFIG["gpu"]
+    bj, bm, bl = ssm_triton._blocks(4, 32, cfg)
+    for name, jit in K.kernels(interpret=False).items():
+        if name.startswith("vandermonde"):
+            constants = dict(BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, ACC=acc)
+        else:
+            constants = dict(CONJ=conj, BLOCK_J=bj, BLOCK_K=bl, BLOCK_N=bm, ACC=acc)
+        signature = {
+            arg: "constexpr" if arg in constants
+            else (f"*{'fp64' if arg.startswith('a_') else dtype}" if arg.endswith("_ptr") else "i32")
+            for arg in jit.arg_names
+        }
+        kernel = triton.compile(ASTSource(jit, signature, constexprs=constants),
+                                target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
+        assert kernel.asm["cubin"], name
