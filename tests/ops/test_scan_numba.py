@@ -228,8 +228,8 @@ def test_dispatch_auto_on_cpu_is_numba(monkeypatch):
 def test_fallback_to_chunked_without_numba(monkeypatch):
     """Where numba does not import, "auto" runs the chunked scan and "numba" says why it cannot run."""
     inp = make_inputs(l=6, layout="shared")
-    monkeypatch.setattr(scan_numba, "_kernels", None)
-    monkeypatch.setattr(scan_numba, "_import_error", "ModuleNotFoundError: No module named 'numba'")
+    monkeypatch.setattr(scan_numba._KERNELS, "module", None)
+    monkeypatch.setattr(scan_numba._KERNELS, "error", "ModuleNotFoundError: No module named 'numba'")
     assert not numba_available() and auto_impl("cpu") == "chunked"
     calls = []
     real = scan_mod.selective_scan_chunked

@@ -186,7 +186,8 @@ def test_availability_and_errors(monkeypatch):
         selective_scan_triton(*args, initial_state=torch.randn(2, 4, 4, **F64))
     with pytest.raises(ValueError, match="chunk must be a power of two"):
         _selective_scan_triton(*args, chunk=6)
-    monkeypatch.setattr(scan_triton, "_kernels_module", None)  # as without triton
+    monkeypatch.setattr(scan_triton._KERNELS, "module", None)  # as without triton
+    monkeypatch.setattr(scan_triton._KERNELS, "error", "ImportError: No module named 'triton'")
     assert not triton_available("cpu")
     with pytest.raises(RuntimeError, match="triton is not installed"):
         selective_scan_triton(*args)

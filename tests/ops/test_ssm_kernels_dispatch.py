@@ -30,14 +30,14 @@ def _call(op: str, impl: str | None = None, device="cpu"):
 
 @pytest.fixture
 def no_numba(monkeypatch):
-    monkeypatch.setattr(cpu, "_kernels", None)
-    monkeypatch.setattr(cpu, "_import_error", "ImportError: No module named 'numba'")
+    monkeypatch.setattr(cpu._KERNELS, "module", None)
+    monkeypatch.setattr(cpu._KERNELS, "error", "ImportError: No module named 'numba'")
 
 
 @pytest.fixture
 def no_triton(monkeypatch):
-    monkeypatch.setattr(ssm_triton, "_kernels_module", None)
-    monkeypatch.setattr(ssm_triton, "_import_error", "ImportError: No module named 'triton'")
+    monkeypatch.setattr(ssm_triton._KERNELS, "module", None)
+    monkeypatch.setattr(ssm_triton._KERNELS, "error", "ImportError: No module named 'triton'")
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,8 +50,8 @@ def test_auto_on_cpu_is_numba_else_chunked(op, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter is never chosen automatically
     if cpu.numba_available():
         assert ssm_kernels.auto_impl(op, "cpu") == "numba"
-    monkeypatch.setattr(cpu, "_kernels", None)
-    monkeypatch.setattr(cpu, "_import_error", "ImportError: no numba")
+    monkeypatch.setattr(cpu._KERNELS, "module", None)
+    monkeypatch.setattr(cpu._KERNELS, "error", "ImportError: no numba")
     assert ssm_kernels.auto_impl(op, "cpu") == "chunked"
     assert "numba" not in ssm_kernels.available_impls(op, "cpu")
 
@@ -60,7 +60,8 @@ def test_auto_on_cuda_prefers_triton_then_pykeops_then_chunked(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # asks the ops only; needs no GPU
     if ssm_triton._kernel_module() is not None:
         assert ssm_kernels.auto_impl("vandermonde", "cuda") == ssm_kernels.auto_impl("cauchy", "cuda") == "triton"
-    monkeypatch.setattr(ssm_triton, "_kernels_module", None)
+    monkeypatch.setattr(ssm_triton._KERNELS, "module", None)
+    monkeypatch.setattr(ssm_triton._KERNELS, "error", "ImportError: no triton")
     assert ssm_kernels.auto_impl("vandermonde", "cuda") == "chunked"
     assert ssm_kernels.auto_impl("cauchy", "cuda") == "chunked"
     monkeypatch.setattr(keops._optional, "pykeops", object())

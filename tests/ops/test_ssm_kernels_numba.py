@@ -144,8 +144,8 @@ def test_dplr_ssm_kernel_numba(rank, channels, L, conj_pairs, dtype):
 
 
 def test_numba_missing_gives_a_clear_error(monkeypatch):
-    monkeypatch.setattr(cpu, "_kernels", None)
-    monkeypatch.setattr(cpu, "_import_error", "ImportError: No module named 'numba'")
+    monkeypatch.setattr(cpu._KERNELS, "module", None)
+    monkeypatch.setattr(cpu._KERNELS, "error", "ImportError: No module named 'numba'")
     a, W = cases.vandermonde_inputs(2, 3)
     with pytest.raises(RuntimeError, match="needs the numba package"):
         cpu.vandermonde_numba(a, W, 5)

@@ -21,35 +21,17 @@ would stop the compiler from vectorising the loop over the state.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-#: Floating-point licences: contraction into fused multiply-adds and reassociation (to vectorise
-#: the sums over the state). No assumptions about NaN or infinity, which propagate as usual.
-FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
+from longrange.ops._numba_common import FASTMATH, like, set_threads  # noqa: F401  (set_threads: this module's interface)
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers generic over float32 / float64
 # --------------------------------------------------------------------------------------------
-
-
-def like(x, ref):  # pragma: no cover - replaced by the overload below inside compiled code
-    """``x`` converted to the dtype of the array (or scalar) ``ref``."""
-    raise NotImplementedError
-
-
-@overload(like, inline="always")
-def _like(x, ref):
-    target = ref.dtype if isinstance(ref, types.Array) else ref
-
-    def impl(x, ref):
-        return target(x)
-
-    return impl
 
 
 @intrinsic
@@ -275,10 +257,3 @@ def scan_backward(
                 gA[bi, c, i] = gAc[i]
                 gh0[bi, c, i] = gh[i]
             gD[bi, c] = gDc
-
-
-def set_threads(count: int) -> int:
-    """Use ``count`` threads (capped at numba's maximum); returns the number used."""
-    count = max(1, min(int(count), numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(count)
-    return count

@@ -26,28 +26,15 @@ threads (the grouping of channels into tasks follows the thread count).
 from __future__ import annotations
 
 import math
-from types import ModuleType
 
 import torch
 from torch import Tensor
 
+from longrange.ops._lazy_kernels import LazyKernels, use_threads as _use_threads
 from longrange.ops.scan.common import check_shapes, compute_dtype, prepare_delta
 
-_kernels: ModuleType | None = None
-_import_error: str | None = None
-
-
-def _load() -> ModuleType | None:
-    """The compiled-kernel module, imported once; None (with the reason kept) if numba is unusable."""
-    global _kernels, _import_error
-    if _kernels is None and _import_error is None:
-        try:
-            import longrange.ops.scan._numba_kernels as _numba_kernels
-        except Exception as err:  # ImportError, or a numba/numpy version mismatch
-            _import_error = f"{type(err).__name__}: {err}"
-        else:
-            _kernels = _numba_kernels
-    return _kernels
+_KERNELS = LazyKernels("longrange.ops.scan._numba_kernels")
+_load = _KERNELS.load
 
 
 def numba_available() -> bool:
@@ -57,8 +44,7 @@ def numba_available() -> bool:
 
 def unavailable_reason() -> str | None:
     """Why numba cannot be used (the import error), or None when it can."""
-    _load()
-    return _import_error
+    return _KERNELS.reason()
 
 
 def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)) -> None:
@@ -70,19 +56,6 @@ def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)) ->
     for dtype in dtypes:
         u = torch.ones(1, 1, 2, dtype=dtype, requires_grad=True)
         selective_scan_numba(u, u, -torch.ones(1, 1, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype)).sum().backward()
-
-
-def _use_threads(kernels: ModuleType) -> int:
-    """Run the kernels on ``torch.get_num_threads()`` threads; returns the number used.
-
-    numba's OpenMP layer can share the OpenMP runtime of PyTorch, and starting it sets that
-    runtime's thread count to numba's maximum; PyTorch's setting is put back.
-    """
-    wanted = torch.get_num_threads()
-    used = kernels.set_threads(wanted)
-    if torch.get_num_threads() != wanted:
-        torch.set_num_threads(wanted)
-    return used
 
 
 def _as_4d(M: Tensor, d: int) -> Tensor:
@@ -198,7 +171,7 @@ def selective_scan_numba(
     """The selective scan in one compiled pass per direction on CPU tensors (see the module docstring)."""
     check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     if _load() is None:
-        raise RuntimeError(f"selective_scan: impl='numba' needs the numba package, which does not import ({_import_error})")
+        raise RuntimeError(f"selective_scan: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     devices = {t.device.type for t in tensors if t is not None}
     if devices != {"cpu"}:

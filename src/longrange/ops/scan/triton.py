@@ -27,13 +27,12 @@ from run to run on a GPU (see :data:`longrange.ops.scan.dispatch.DETERMINISTIC_B
 """
 from __future__ import annotations
 
-import os
-from types import ModuleType
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from longrange.ops._lazy_kernels import LazyKernels, triton_interpret_requested, triton_runs_on
 from longrange.ops.scan.common import check_shapes, compute_dtype
 from longrange.ops.scan.reference import selective_scan_ref
 
@@ -46,45 +45,21 @@ DEFAULT_CONFIG = {
     "interpret": dict(block_d=4, chunk=16, num_warps=1),
 }
 
-_kernels_module: ModuleType | None | bool = False  # False: not tried yet
-_import_error: str | None = None
-
-
-def _kernel_module() -> ModuleType | None:
-    """The kernels module, or None if triton cannot be imported (the reason kept)."""
-    global _kernels_module, _import_error
-    if _kernels_module is False:
-        try:
-            import longrange.ops.scan._triton_kernels as _triton_kernels
-        except Exception as err:  # ImportError, or a broken install
-            _kernels_module = None
-            _import_error = f"{type(err).__name__}: {err}"
-        else:
-            _kernels_module = _triton_kernels
-    return _kernels_module
+_KERNELS = LazyKernels("longrange.ops.scan._triton_kernels")
+_kernel_module = _KERNELS.load
 
 
 def unavailable_reason() -> str | None:
     """Why the Triton kernels cannot be used anywhere (triton's import error), or None when triton imports."""
     if _kernel_module() is None:
-        return _import_error or "triton does not import"
+        return _KERNELS.error or "triton does not import"
     return None
-
-
-def _interpret_requested() -> bool:
-    """Whether ``TRITON_INTERPRET`` asks for Triton's interpreter (read now, not at import)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def triton_available(device: torch.device | str) -> bool:
     """Whether :func:`selective_scan_triton` can run on tensors of ``device``: triton importable and
     either a CUDA device (with CUDA present) or a CPU device with ``TRITON_INTERPRET=1``."""
-    if _kernel_module() is None:
-        return False
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available()
-    return device.type == "cpu" and _interpret_requested()
+    return _kernel_module() is not None and triton_runs_on(device)
 
 
 def _check_runnable(u: Tensor, tensors: dict[str, Tensor | None]) -> None:
@@ -101,7 +76,7 @@ def _check_runnable(u: Tensor, tensors: dict[str, Tensor | None]) -> None:
 
 
 def _interpreting(device: torch.device) -> bool:
-    return device.type != "cuda" or _interpret_requested()
+    return device.type != "cuda" or triton_interpret_requested()
 
 
 def _config(device: torch.device, block_d: int | None, chunk: int | None, num_warps: int | None) -> dict:

@@ -26,31 +26,10 @@ number of threads or on their timing (the backward passes are deterministic).
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import njit, prange, types
-from numba.extending import overload
+from numba import njit, prange
 
-#: Floating-point licences: fused multiply-adds and reassociation (to vectorise the sums). No
-#: assumptions about NaN or infinity.
-FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
-
-
-
-
-def typed(x, ref):  # pragma: no cover - replaced by the overload below inside compiled code
-    """``x`` converted to the dtype of the array ``ref`` (a float32 zero for float32 arrays)."""
-    raise NotImplementedError
-
-
-@overload(typed, inline="always")
-def _typed(x, ref):
-    target = ref.dtype if isinstance(ref, types.Array) else ref
-
-    def impl(x, ref):
-        return target(x)
-
-    return impl
+from longrange.ops._numba_common import FASTMATH, like, set_threads  # noqa: F401  (set_threads: this module's interface)
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,7 +89,7 @@ def vandermonde_forward(d_re, d_im, D_re, D_im, w_re, w_im, block, j_group, out)
                     ws_re[m] = wr * seed_re[m] - wi * seed_im[m]
                     ws_im[m] = wr * seed_im[m] + wi * seed_re[m]
                 for s in range(nt):
-                    acc[s] = typed(0.0, out)
+                    acc[s] = like(0.0, out)
                 for m in range(M):
                     a = ws_re[m]
                     b = ws_im[m]
@@ -159,10 +138,10 @@ def vandermonde_backward(d_re, d_im, D_re, D_im, w_re, w_im, g, block, j_group, 
             n_here = min(L, l0 + nt) - l0
             for j in range(j0, j1):
                 for m in range(M):
-                    u_re[m] = typed(0.0, g)
-                    u_im[m] = typed(0.0, g)
-                    v_re[m] = typed(0.0, g)
-                    v_im[m] = typed(0.0, g)
+                    u_re[m] = like(0.0, g)
+                    u_im[m] = like(0.0, g)
+                    v_re[m] = like(0.0, g)
+                    v_im[m] = like(0.0, g)
                 for s in range(n_here):
                     gs = g[j, r, l0 + s]
                     sg = gs * s
@@ -228,8 +207,8 @@ def _resolvents(z_re, z_im, wr, wi, r, k0, nk, conj_pairs, a, b, c, e):  # pragm
     combinations a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ, so that
     ``v ρ + conj(v) σ = (vr a + vi b) + i (vr c + vi e)`` and
     ``g conj(ρ) + conj(g) σ = (gr a + gi c) + i (gi e + gr b)``."""
-    zero = typed(0.0, a)
-    one = typed(1.0, a)
+    zero = like(0.0, a)
+    one = like(1.0, a)
     for k in range(nk):
         rr, ri, sr, si = _poles(z_re[r, k0 + k], z_im[r, k0 + k], wr, wi, conj_pairs, zero, one)
         a[k] = rr + sr
@@ -241,9 +220,9 @@ def _resolvents(z_re, z_im, wr, wi, r, k0, nk, conj_pairs, a, b, c, e):  # pragm
 @njit(inline="always", fastmath=FASTMATH)
 def _squared_resolvents(z_re, z_im, wr, wi, r, k0, nk, conj_pairs, a, b, c, e, a2, b2, c2, e2):  # pragma: no cover - compiled
     """:func:`_resolvents` of ρ, σ into (a, b, c, e) and of ρ², σ² into (a2, b2, c2, e2)."""
-    zero = typed(0.0, a)
-    one = typed(1.0, a)
-    two = typed(2.0, a)
+    zero = like(0.0, a)
+    one = like(1.0, a)
+    two = like(2.0, a)
     for k in range(nk):
         rr, ri, sr, si = _poles(z_re[r, k0 + k], z_im[r, k0 + k], wr, wi, conj_pairs, zero, one)
         r2r = rr * rr - ri * ri
@@ -308,7 +287,7 @@ def cauchy_backward(
     J, R, N = v_re.shape
     K = z_re.shape[1]
     blocks = (K + k_block - 1) // k_block
-    zero = typed(0.0, g_re)
+    zero = like(0.0, g_re)
     for task in prange(R * blocks):
         r = task // blocks
         blk = task % blocks
@@ -360,10 +339,3 @@ def cauchy_backward(
                 # -g conj(t)
                 gz_re[r, k0 + k] -= gr * t_re[j, k] + gi * t_im[j, k]
                 gz_im[r, k0 + k] -= gi * t_re[j, k] - gr * t_im[j, k]
-
-
-def set_threads(count: int) -> int:
-    """Use ``count`` threads (capped at numba's maximum); returns the number used."""
-    count = max(1, min(int(count), numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(count)
-    return count

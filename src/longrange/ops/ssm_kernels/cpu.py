@@ -34,6 +34,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from longrange.ops._lazy_kernels import LazyKernels, use_threads as _use_threads
 from longrange.ops.ssm_kernels.common import VANDERMONDE, cauchy_layout, complex_dtype, vandermonde_layout
 
 #: Positions per block of the Vandermonde kernels (the size of the table of powers).
@@ -43,21 +44,8 @@ VANDERMONDE_ROWS_PER_TASK = 8
 #: Evaluation points per task of the Cauchy kernels (at most).
 CAUCHY_POINTS_PER_TASK = 256
 
-_kernels: ModuleType | None = None
-_import_error: str | None = None
-
-
-def _load() -> ModuleType | None:
-    """The compiled-kernel module, imported once; None (with the reason kept) if numba is unusable."""
-    global _kernels, _import_error
-    if _kernels is None and _import_error is None:
-        try:
-            from longrange.ops.ssm_kernels import _cpu_kernels
-        except Exception as err:  # ImportError, or a numba/numpy version mismatch
-            _import_error = f"{type(err).__name__}: {err}"
-        else:
-            _kernels = _cpu_kernels
-    return _kernels
+_KERNELS = LazyKernels("longrange.ops.ssm_kernels._cpu_kernels")
+_load = _KERNELS.load
 
 
 def numba_available(device: torch.device | str = "cpu") -> bool:
@@ -67,8 +55,7 @@ def numba_available(device: torch.device | str = "cpu") -> bool:
 
 def unavailable_reason() -> str | None:
     """Why numba cannot be used (the import error), or None when it can."""
-    _load()
-    return _import_error
+    return _KERNELS.reason()
 
 
 def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)) -> None:
@@ -86,16 +73,6 @@ def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)) ->
             cauchy_numba(w, z, a, conj_pairs).abs().sum().backward()
 
 
-def _use_threads(kernels: ModuleType) -> int:
-    """Run the kernels on ``torch.get_num_threads()`` threads; returns the number used (PyTorch's
-    setting is put back if starting numba's OpenMP layer changed it)."""
-    wanted = torch.get_num_threads()
-    used = kernels.set_threads(wanted)
-    if torch.get_num_threads() != wanted:
-        torch.set_num_threads(wanted)
-    return used
-
-
 def _np(t: Tensor):
     """A NumPy view of a contiguous CPU tensor (no copy)."""
     return t.detach().numpy()
@@ -109,7 +86,7 @@ def _split(t: Tensor, dtype: torch.dtype) -> tuple:
 def _kernels_or_raise(op: str, *tensors: Tensor) -> ModuleType:
     k = _load()
     if k is None:
-        raise RuntimeError(f"{op}: impl='numba' needs the numba package, which does not import ({_import_error})")
+        raise RuntimeError(f"{op}: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
     devices = sorted({t.device.type for t in tensors})
     if devices != ["cpu"]:
         raise RuntimeError(f"{op}: impl='numba' runs on CPU tensors only, got tensors on {devices}")

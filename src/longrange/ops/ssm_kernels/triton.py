@@ -15,13 +15,12 @@ says whether a device can run them.
 """
 from __future__ import annotations
 
-import os
-from types import ModuleType
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from longrange.ops._lazy_kernels import LazyKernels, triton_interpret_requested, triton_runs_on
 from longrange.ops.ssm_kernels.common import cauchy_layout, complex_dtype, vandermonde_layout
 
 #: Tile sizes per mode. GPU: tiles of at most 4096 elements (blocks of rows/vectors times
@@ -32,43 +31,20 @@ DEFAULT_CONFIG = {
     "interpret": dict(block_j=2, block_m=4, tile=64, num_warps=1),
 }
 
-_kernels_module: ModuleType | None | bool = False  # False: not tried yet
-_import_error: str | None = None
-
-
-def _kernel_module() -> ModuleType | None:
-    """The kernels module, or None if triton cannot be imported."""
-    global _kernels_module, _import_error
-    if _kernels_module is False:
-        try:
-            from longrange.ops.ssm_kernels import _triton_kernels
-        except Exception as err:  # ImportError, or a broken install
-            _kernels_module, _import_error = None, f"{type(err).__name__}: {err}"
-        else:
-            _kernels_module = _triton_kernels
-    return _kernels_module
-
-
-def _interpret_requested() -> bool:
-    """Whether ``TRITON_INTERPRET`` asks for Triton's interpreter (read now, not at import)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+_KERNELS = LazyKernels("longrange.ops.ssm_kernels._triton_kernels")
+_kernel_module = _KERNELS.load
 
 
 def triton_available(device: torch.device | str) -> bool:
     """Whether the Triton kernels can run on tensors of ``device``: triton importable and either
     a CUDA device (with CUDA present) or a CPU device with ``TRITON_INTERPRET=1``."""
-    if _kernel_module() is None:
-        return False
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available()
-    return device.type == "cpu" and _interpret_requested()
+    return _kernel_module() is not None and triton_runs_on(device)
 
 
 def unavailable_reason(device: torch.device | str) -> str | None:
     """Why the Triton kernels cannot run on ``device``, or None when they can."""
     if _kernel_module() is None:
-        return f"triton does not import ({_import_error})"
+        return f"triton does not import ({_KERNELS.error})"
     if triton_available(device):
         return None
     return "they run on CUDA tensors, or on CPU tensors in Triton's interpreter with TRITON_INTERPRET=1"
@@ -83,7 +59,7 @@ def _check_runnable(op: str, *tensors: Tensor) -> torch.device:
 
 
 def _config(device: torch.device) -> tuple[dict, bool]:
-    interpreting = device.type != "cuda" or _interpret_requested()
+    interpreting = device.type != "cuda" or triton_interpret_requested()
     return dict(DEFAULT_CONFIG["interpret" if interpreting else "gpu"]), interpreting
 
 

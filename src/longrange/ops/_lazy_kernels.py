@@ -1,0 +1,64 @@
+"""Kernel modules (numba, Triton) imported on first use: whether they can run, and why not.
+
+The numba kernels run on PyTorch's number of threads (:func:`use_threads`); the Triton kernels run
+on CUDA tensors, or on CPU tensors in Triton's interpreter when ``TRITON_INTERPRET=1``
+(:func:`triton_runs_on`).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+import torch
+
+
+class LazyKernels:
+    """The kernel module ``name``, imported once on first use; where it cannot be imported (numba
+    or triton not installed, or a version mismatch), :meth:`load` gives None and :attr:`error`
+    says why."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.module: ModuleType | None = None
+        self.error: str | None = None
+
+    def load(self) -> ModuleType | None:
+        if self.module is None and self.error is None:
+            try:
+                self.module = importlib.import_module(self.name)
+            except Exception as err:  # ImportError, or a numba/numpy version mismatch
+                self.error = f"{type(err).__name__}: {err}"
+        return self.module
+
+    def reason(self) -> str | None:
+        """Why the kernels cannot be used (the import error), or None when they can."""
+        self.load()
+        return self.error
+
+
+def use_threads(kernels: ModuleType) -> int:
+    """Run ``kernels`` on ``torch.get_num_threads()`` threads; returns the number used.
+
+    numba's OpenMP layer can share the OpenMP runtime of PyTorch, and starting it sets that
+    runtime's thread count to numba's maximum; PyTorch's setting is put back.
+    """
+    wanted = torch.get_num_threads()
+    used = kernels.set_threads(wanted)
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+    return used
+
+
+def triton_interpret_requested() -> bool:
+    """Whether ``TRITON_INTERPRET`` asks for Triton's interpreter (read now, not at import)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def triton_runs_on(device: torch.device | str) -> bool:
+    """Whether Triton kernels can run on tensors of ``device`` (given that triton imports): a CUDA
+    device with CUDA present, or a CPU device with ``TRITON_INTERPRET=1``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available()
+    return device.type == "cpu" and triton_interpret_requested()
