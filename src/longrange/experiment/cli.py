@@ -266,7 +266,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_presets)
 
     p = sub.add_parser("demo", help="scratch vs masked SPT for a small DLR on a generated ListOps over 5 seeds, "
-                       "with the computed verdict; no data needed (about 8 min on 2 CPU cores)")
+                       "with the computed verdict; no data needed (about 5 min on 2 CPU cores)")
     p.add_argument("--out", default="runs/demo", help="directory of the runs and the report (default runs/demo)")
     p.add_argument("--jobs", type=int, default=None, help="stages at once as worker processes (default: 2 on a machine "
                    "with 2 or more cores, else 1 = in this process)")

@@ -9,7 +9,7 @@ It generates the data of the demo's presets (``demo/*``), then for each model tr
 
 and prints the comparison table (mean and 95% CI over seeds) and the verdict computed from the
 paired seeds; ``OUT/report.md`` adds the plots and the learned-kernel decay. The setting is the one
-``docs/small-scale-spt.md`` selected on the validation split. About 8 minutes on a 2-core CPU.
+``docs/small-scale-spt.md`` selected on the validation split. About 5 minutes on a 2-core CPU.
 """
 from __future__ import annotations
 
