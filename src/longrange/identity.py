@@ -35,12 +35,14 @@ VOLATILE = {
 NOT_IDENTITY = ("fingerprint", "record", "head", "code")
 
 _DEFAULTS: dict[str, Callable[[], Mapping[str, Any]]] = {}
+_PLAIN_DEFAULTS: dict[str, dict[str, Any]] = {}  # computed once per section, on first use
 
 
 def declare_defaults(section: str, defaults: Callable[[], Mapping[str, Any]]) -> None:
     """Declare the default field values of a top-level section (a function returning them, called
     when first needed): fields at their default are left out of every identity."""
     _DEFAULTS[section] = defaults
+    _PLAIN_DEFAULTS.pop(section, None)
 
 
 def _plain(value: Any) -> Any:
@@ -49,7 +51,10 @@ def _plain(value: Any) -> Any:
 
 def defaults() -> dict[str, dict[str, Any]]:
     """The declared defaults of every section, as plain data."""
-    return {section: _plain(dict(fn())) for section, fn in _DEFAULTS.items()}
+    for section, fn in _DEFAULTS.items():
+        if section not in _PLAIN_DEFAULTS:
+            _PLAIN_DEFAULTS[section] = _plain(dict(fn()))
+    return dict(_PLAIN_DEFAULTS)
 
 
 def identity(config: Mapping[str, Any]) -> dict[str, Any]:

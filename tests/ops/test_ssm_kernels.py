@@ -249,30 +249,20 @@ def test_dplr_bad_shapes_raise(change, match):
 
 def test_deterministic_mode_avoids_pykeops_for_the_cauchy_kernel(monkeypatch):
     from longrange.ops.ssm_kernels import dispatch
+    from longrange.train.environment import set_deterministic
 
     # As if pykeops had found its CUDA toolchain on a machine whose Triton cannot run.
     monkeypatch.setattr(dispatch, "unavailable_reason",
                         lambda op, impl, device: None if impl in ("pykeops", "chunked", "ref") else "absent")
     assert dispatch.auto_impl("cauchy", "cuda") == "pykeops"
-    with torch_deterministic():
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # which set_deterministic would leave set
+    restore = set_deterministic(True)
+    try:
         assert dispatch.auto_impl("cauchy", "cuda") == "chunked"
         with pytest.raises(RuntimeError, match="pykeops.*non-deterministic backward.*chunked"):
             dispatch.resolve_impl("cauchy", "pykeops", "cuda")
-
-
-def torch_deterministic():
-    import contextlib
-
-    @contextlib.contextmanager
-    def on():
-        before = torch.are_deterministic_algorithms_enabled()
-        torch.use_deterministic_algorithms(True)
-        try:
-            yield
-        finally:
-            torch.use_deterministic_algorithms(before)
-
-    return on()
+    finally:
+        restore()
 
 
 def test_the_cauchy_kernel_reports_the_implementation_it_ran():

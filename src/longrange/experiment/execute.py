@@ -33,6 +33,9 @@ from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunLockedE
 
 #: A comparison's default intent: reuse finished stages, resume interrupted ones, start the others.
 CONTINUE = Intent("continue")
+#: What stops a whole comparison rather than fail one stage (none is recorded as the stage's failure):
+#: Ctrl-C, a preemption signal, a stage holding a run made with other settings.
+STOPS_THE_GRID = (KeyboardInterrupt, Preempted, RunMismatchError)
 
 
 class StageFailed(LongrangeError):
@@ -177,7 +180,7 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Int
             try:
                 summary = train_stage(resolved, opened, run_name=stage.id, run_group=out_dir.resolve().name)
             except BaseException as err:
-                if main and not isinstance(err, (KeyboardInterrupt, SystemExit, RunMismatchError, Preempted)):
+                if main and not isinstance(err, (SystemExit, *STOPS_THE_GRID)):
                     run.record_exception(err, stage.id)
                 raise
             if main:

@@ -151,21 +151,28 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
     return {s.id: outcome.get(s.id, Outcome.SUBMITTED if s.id in running else Outcome.SKIPPED) for s in plan.stages}
 
 
-def _reuse(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str) -> Outcome:
-    """A finished stage, checked and reused in this process (no backend needed)."""
-    from longrange.errors import Preempted
-    from longrange.experiment.execute import execute_stage
-    from longrange.train.rundir import RunMismatchError
+def execute_here(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str = "") -> Outcome:
+    """Run (or reuse) ``stage`` in this process: DONE, HELD (another process holds it) or FAILED
+    (said on the terminal; recorded in its failed.json). What stops the whole comparison
+    (:data:`~longrange.experiment.execute.STOPS_THE_GRID`) is raised."""
+    from longrange.experiment.execute import STOPS_THE_GRID, execute_stage
 
     try:
         summary = execute_stage(plan, stage.id, out_dir, intent=intent)
-    except (RunMismatchError, KeyboardInterrupt, Preempted):
+    except STOPS_THE_GRID:
         raise
-    except Exception as err:
-        say(f"{where}: {stage.id} FAILED: {type(err).__name__}: {err}")
+    except Exception as err:  # the grid goes on
+        say(f"{where}{stage.id} FAILED: {type(err).__name__}: {err}")
         return Outcome.FAILED
-    say(f"{where}: {'reusing' if summary is not None else 'held elsewhere:'} {stage.id}")
     return Outcome.HELD if summary is None else Outcome.DONE
+
+
+def _reuse(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str) -> Outcome:
+    """A finished stage, checked and reused in this process (no backend needed)."""
+    result = execute_here(plan, stage, out_dir, intent, f"{where}: ")
+    if result is not Outcome.FAILED:
+        say(f"{where}: {'reusing' if result is Outcome.DONE else 'held elsewhere:'} {stage.id}")
+    return result
 
 
 def _by_level(plan: Plan, stages: list[Stage]) -> list[list[Stage]]:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from longrange.errors import DataFormatError, DataMissingError
 from longrange.train.logging import read_metrics
-from longrange.train.rundir import CONFIG_FILE, FAILED_FILE, SUMMARY_FILE, RunDir
+from longrange.train.rundir import CONFIG_FILE, FAILED_FILE, SUMMARY_FILE, RunDir, summary_version
 
 #: Stages whose runs are compared in the main table; pretraining stages are listed apart.
 FINAL_STAGES = ("train", "finetune")
@@ -197,16 +197,10 @@ def read_run(run_dir: str | Path) -> Run:
         pretrain_run=_field(d, "pretrain_run", (str,), path, optional=True),
         train_subset=_field(d, "train_subset", (float, int), path, optional=True),
         train_size=_field(d, "train_size", (int,), path, optional=True),
-        version=_version(d),
+        version=summary_version(d),
         device=_field(d, "device", (dict,), path, optional=True),
         kernels=_field(d, "kernels", (dict,), path, optional=True),
     )
-
-
-def _version(summary: dict) -> str | None:
-    versions = summary.get("versions")
-    version = versions.get("longrange") if isinstance(versions, dict) else None
-    return str(version) if version is not None else None
 
 
 def find_run_dirs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:

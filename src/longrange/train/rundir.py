@@ -333,19 +333,17 @@ class RunDir:
         """This run's summary, if it finished; else an error naming the run, its state and ``how``
         to finish it. A run is finished when it has a summary, no failure record and no live writer.
         ``role`` names it in the message ("the pretraining run")."""
-        status = self.status()
-        failure = self.read_failure()
-        holder = self.lock().holder()
-        progress = self.progress()
+        holder, failure = self.lock().holder(), self.read_failure()
+        if holder is None and failure is None and self.finished():
+            return self.read_summary() or {}
+        progress = self.progress()  # reads the checkpoint: only for the error
         at = f"step {progress[0]} of {progress[1]}" if progress else "no checkpoint yet"
         if holder is not None:
             state = f"is still running (PID {holder.get('pid')} on host {holder.get('host')}, {at})"
             how = "wait for it to finish"
         elif failure is not None:
             state = f"failed ({failure.get('error') or 'see ' + str(self.failure)}; {at})"
-        elif status is RunStatus.DONE:
-            return self.read_summary() or {}
-        elif status is RunStatus.INTERRUPTED:
+        elif self.last.is_file():
             state = f"was interrupted at {at}"
         elif self.config.is_file():
             state = f"did not finish ({at})"
@@ -370,9 +368,7 @@ class RunDir:
 
     def made_by(self) -> str | None:
         """The longrange version that finished this run (from its summary), or None."""
-        summary = self.read_summary() or {}
-        version = (summary.get("versions") or {}).get("longrange") if isinstance(summary.get("versions"), dict) else None
-        return str(version) if version is not None else None
+        return summary_version(self.read_summary() or {})
 
     def decide(self, config: Mapping[str, Any], intent: Intent) -> Decision:
         """The decision for ``intent`` (no lock taken: :meth:`open` takes it and then decides)."""
@@ -433,6 +429,13 @@ class RunDir:
         if kind == "error":
             raise ConfigError(f"rank 0 could not open {self.root}: {value}")
         return OpenRun(self, Decision(value), lock)
+
+
+def summary_version(summary: Mapping[str, Any]) -> str | None:
+    """The longrange version a ``summary.json`` says made the run (``versions.longrange``), or None."""
+    versions = summary.get("versions")
+    version = versions.get("longrange") if isinstance(versions, Mapping) else None
+    return str(version) if version is not None else None
 
 
 def other_versions_line(versions: list[str | None], noun: str = "stages") -> str:

@@ -5,10 +5,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from longrange.errors import Preempted
 from longrange.experiment.plan import Plan, Stage
-from longrange.experiment.scheduler import Outcome, say
-from longrange.train.rundir import Intent, RunMismatchError
+from longrange.experiment.scheduler import Outcome, execute_here, say
+from longrange.train.rundir import Intent
 
 
 @dataclass
@@ -33,24 +32,16 @@ class InProcess:
     def _run(self, stage: Stage) -> Outcome:
         import torch
 
-        from longrange.experiment.execute import execute_stage
-
         before = torch.get_num_threads()
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
-            summary = execute_stage(self.plan, stage.id, self.out_dir, intent=self.intent)
-        except (RunMismatchError, KeyboardInterrupt, Preempted):  # the comparison stops
-            raise
-        except Exception as err:  # recorded in failed.json; the grid goes on
-            say(f"{stage.id} FAILED: {type(err).__name__}: {err}")
-            return Outcome.FAILED
+            result = execute_here(self.plan, stage, self.out_dir, self.intent)
         finally:
             torch.set_num_threads(before)
-        if summary is None:
+        if result is Outcome.HELD:
             say(f"{stage.id} is running in another process; leaving it")
-            return Outcome.HELD
-        return Outcome.DONE
+        return result
 
     def poll(self, handle: Outcome) -> Outcome:
         return handle
