@@ -38,7 +38,8 @@ def installed(name: str) -> bool:
         return sys.modules.get(name) is not None
 
 
-def _version(distribution: str) -> str | None:
+def version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or None."""
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -108,4 +109,4 @@ def available() -> dict[str, bool]:
 def status() -> dict[str, dict[str, Any]]:
     """Per optional package: ``installed``, ``version``, ``extension`` (the compiled part),
     ``extension_imports``, ``usable``, and ``reason`` when not usable."""
-    return {name: {**info, "version": _version(info["distribution"])} for name, info in _STATUS.items()}
+    return {name: {**info, "version": version(info["distribution"])} for name, info in _STATUS.items()}

@@ -14,19 +14,11 @@ those implementations on the machine.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import platform
 from typing import Any
 
 import torch
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _imports(module: str) -> tuple[bool, str | None]:
@@ -39,7 +31,7 @@ def _imports(module: str) -> tuple[bool, str | None]:
 
 def versions() -> dict[str, str]:
     """Versions of Python, longrange, torch, CUDA (torch's build), numpy, numba and triton."""
-    from longrange import __version__
+    from longrange import __version__, _optional
 
     cuda = torch.version.cuda
     out = {
@@ -51,7 +43,7 @@ def versions() -> dict[str, str]:
     if torch.cuda.is_available() and torch.backends.cudnn.is_available():
         out["cuDNN"] = str(torch.backends.cudnn.version())
     for name in ("numpy", "numba", "triton"):
-        version = _version(name)
+        version = _optional.version(name)
         if version is None:
             out[name] = "not installed"
         else:
@@ -123,25 +115,25 @@ def info_table() -> dict[str, Any]:
     optional = _optional.status()
     triton_error = triton_scan.unavailable_reason()
     optional["scan_triton"] = {
-        "installed": _version("triton") is not None, "version": _version("triton"), "extension": "longrange.ops.scan.triton (triton)",
+        "installed": _optional.version("triton") is not None, "version": _optional.version("triton"), "extension": "longrange.ops.scan.triton (triton)",
         "extension_imports": triton_error is None, "usable": triton_error is None,
         **({"reason": triton_error} if triton_error else {}),
     }
     numba_ok = numba_scan.numba_available()
     optional["scan_numba"] = {
-        "installed": _version("numba") is not None, "version": _version("numba"),
+        "installed": _optional.version("numba") is not None, "version": _optional.version("numba"),
         "extension": "longrange.ops.scan.numba (numba)", "extension_imports": numba_ok, "usable": numba_ok,
         **({} if numba_ok else {"reason": numba_scan.unavailable_reason()}),
     }
     ssm_numba_ok = ssm_cpu.numba_available()
     optional["ssm_kernels_numba"] = {
-        "installed": _version("numba") is not None, "version": _version("numba"),
+        "installed": _optional.version("numba") is not None, "version": _optional.version("numba"),
         "extension": "longrange.ops.ssm_kernels.cpu (numba)", "extension_imports": ssm_numba_ok, "usable": ssm_numba_ok,
         **({} if ssm_numba_ok else {"reason": ssm_cpu.unavailable_reason()}),
     }
     ssm_triton_ok = ssm_triton._kernel_module() is not None
     optional["ssm_kernels_triton"] = {
-        "installed": _version("triton") is not None, "version": _version("triton"),
+        "installed": _optional.version("triton") is not None, "version": _optional.version("triton"),
         "extension": "longrange.ops.ssm_kernels.triton (triton)", "extension_imports": ssm_triton_ok, "usable": ssm_triton_ok,
         **({} if ssm_triton_ok else {"reason": ssm_triton.unavailable_reason("cuda")}),
     }

@@ -21,7 +21,6 @@ from their records rather than from a prediction.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 from typing import Any, Callable, Mapping
@@ -82,12 +81,9 @@ def describe_precision(autocast: torch.dtype | None, model: nn.Module) -> dict[s
 def library_versions() -> dict[str, str]:
     """The versions of the kernels' libraries that are present: triton and numba (installed), CUDA
     (PyTorch's build) and cuDNN (when PyTorch can use it)."""
-    out: dict[str, str] = {}
-    for name in ("triton", "numba"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
+    from longrange import _optional  # imported when asked: it looks for the optional GPU packages
+
+    out = {name: v for name in ("triton", "numba") if (v := _optional.version(name)) is not None}
     if torch.version.cuda:
         out["cuda"] = str(torch.version.cuda)
     try:
