@@ -137,3 +137,34 @@ def wandb_offline(tmp_path_factory, monkeypatch) -> OfflineWandb:
     wandb.teardown()  # W&B reads its environment once per process setup: start a fresh one
     yield OfflineWandb(root)
     wandb.teardown()
+
+
+@pytest.fixture
+def compile_for_cuda(tmp_path, monkeypatch):
+    """Compiles a Triton kernel to a CUDA binary for sm_90 with Triton's bundled CUDA toolchain, no GPU
+    needed (the interpreter accepts code that the compiler may not); skips where this Triton has no
+    CUDA backend. Call it as ``compile_for_cuda(jit, constants, pointer_dtype, num_warps)``: the
+    arguments named in ``constants`` are constexpr, those ending in ``_ptr`` point to
+    ``pointer_dtype(name)`` ("fp32", "bf16", ...), the others are i32; it returns the cubin."""
+    triton = pytest.importorskip("triton")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        assert "nvidia" in triton.backends.backends
+    except (ImportError, AttributeError, AssertionError):
+        pytest.skip("this Triton has no CUDA backend to compile with")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
+
+    def compile_(jit, constants: dict, pointer_dtype, num_warps: int):
+        signature = {
+            name: "constexpr" if name in constants
+            else (f"*{pointer_dtype(name)}" if name.endswith("_ptr") else "i32")
+            for name in jit.arg_names
+        }
+        kernel = triton.compile(ASTSource(jit, signature, constexprs=constants),
+                                target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+        return kernel.asm["cubin"]
+
+    return compile_
