@@ -53,7 +53,7 @@ def test_compare_refuses_stale_reuse_and_overwrite_reruns(tiny_listops_dir, tmp_
     capsys.readouterr()
     assert compare([changed], tmp_path, seeds=[0], objectives=["masked"]) == again
     assert "running" not in capsys.readouterr().err
-    assert set(stage_statuses(tmp_path).values()) == {"done"}
+    assert set(stage_statuses(tmp_path).values()) == {"finished"}
 
 
 def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_dir, tmp_path, monkeypatch):
@@ -71,14 +71,14 @@ def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_d
     with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/tiny/masked-spt/seed0/pretrain .*failed.json.*2 stage\(s\) after them"):
         compare([exp], tmp_path, seeds=[0], objectives=["masked"])
     statuses = stage_statuses(tmp_path)
-    assert statuses["listops/tiny/scratch/seed0"] == "done"
+    assert statuses["listops/tiny/scratch/seed0"] == "finished"
     assert statuses["listops/tiny/masked-spt/seed0/pretrain"] == "failed"
     assert statuses["listops/tiny/masked-spt/seed0/finetune"] == "pending"
     failure = json.loads((tmp_path / "listops/tiny/masked-spt/seed0/pretrain/failed.json").read_text())
     assert failure["error"] == "ValueError: boom"
     monkeypatch.setattr(C, "train_stage", real)
     compare([exp], tmp_path, seeds=[0], objectives=["masked"])  # only the missing work
-    assert set(stage_statuses(tmp_path).values()) == {"done"}
+    assert set(stage_statuses(tmp_path).values()) == {"finished"}
 
 
 def test_compare_cli_dry_run_and_status(tiny_listops_dir, tmp_path, capsys):
@@ -113,5 +113,5 @@ def test_resume_refuses_other_settings_and_never_rewrites_a_finished_run(tiny_li
     assert main(["train", "--config", str(config), "--out", run, "--resume", "--overwrite"]) == 1
     assert "--resume and --overwrite contradict" in capsys.readouterr().err
     json.loads(summary)  # valid JSON
-    with pytest.raises(ConfigError, match="already holds a run"):
+    with pytest.raises(ConfigError, match="already holds a finished run"):
         run_stage(experiment_from_dict(tiny(tiny_listops_dir)), "train", run, seed=3)

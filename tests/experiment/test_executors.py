@@ -137,7 +137,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run
     assert "killed by SIGKILL" in capsys.readouterr().err
     pretrain = tmp_path / "listops/a/masked-spt/seed0/pretrain"
     assert (pretrain / "checkpoints/last.pt").is_file() and not (pretrain / "summary.json").exists()
-    assert stage_statuses(tmp_path)["listops/a/scratch/seed0"] == "done"
+    assert stage_statuses(tmp_path)["listops/a/scratch/seed0"] == "finished"
 
     compare([exp], tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[]))
     err = capsys.readouterr().err
@@ -183,7 +183,7 @@ def test_two_compares_on_one_output_never_run_a_stage_twice(tiny_listops_dir, tm
         assert len(lines) == len(set(lines)), metrics
     # Whatever was left (stages after one held by the other command) is done by one more run.
     compare([experiment_from_dict(exp)], out)
-    assert set(stage_statuses(out).values()) == {"done"}
+    assert set(stage_statuses(out).values()) == {"finished"}
 
 
 def test_launcher_settings_and_errors(tmp_path, monkeypatch, capsys):

@@ -43,17 +43,18 @@ def test_finetuning_refuses_an_unfinished_pretraining_run(tiny_listops_dir, tmp_
     err = capsys.readouterr().err
     assert f"the pretraining run {pre} was interrupted at step 4 of 4" in err
     assert f"longrange pretrain ... --resume --out {pre}" in err and not fine.exists()
-    # Still running in another process: its live lock.
-    RunDir(pre).summary.write_text(summary)
+    # Still running in another process: its live lock, no summary yet.
     lock = RunLock(pre).acquire()
     assert main(["finetune", "--config", config, "--out", str(fine), "--from", str(pre)]) == 1
     assert f"is still running (PID {os.getpid()}" in capsys.readouterr().err
     lock.release()
-    # A failure recorded after the summary: a later attempt failed.
+    # Its last attempt failed (failed.json, no summary).
     RunDir(pre).record_failure("ValueError: boom")
     assert main(["finetune", "--config", config, "--out", str(fine), "--from", str(pre)]) == 1
     assert "failed (ValueError: boom" in capsys.readouterr().err
-    RunDir(pre).clear_failure()
+    # The summary is the commit point: a failure recorded beside it (a worker reported dead after it
+    # finished) does not make the run unfinished.
+    RunDir(pre).summary.write_text(summary)
     # Finished: the finetuning run records the pretraining run's fingerprint and steps.
     assert main(["finetune", "--config", config, "--out", str(fine), "--from", str(pre)]) == 0
     done = json.loads(RunDir(fine).summary.read_text())

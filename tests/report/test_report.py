@@ -162,9 +162,11 @@ def test_summary_optional_fields_may_be_absent(tmp_path):
 
 
 def test_invalid_json_names_file_and_line(tmp_path):
+    """A summary that cannot be read is not a result (the run is not finished): the error names the
+    file and line."""
     d = write_run(tmp_path)
     (d / "summary.json").write_text('{\n "task": "listops",\n "label": oops\n}')
-    with pytest.raises(DataFormatError, match=r"summary.json, line 3: not valid JSON"):
+    with pytest.raises(DataMissingError, match=r"summary.json, line 3: not valid JSON"):
         collect_runs([tmp_path])
 
 
@@ -190,11 +192,12 @@ def test_malformed_metrics_line_names_file_and_line(tmp_path, line, message):
 
 
 def test_malformed_config_names_file(tmp_path):
+    """A run whose config cannot be read is not a result (its identity cannot be checked): the
+    error names the file and line."""
     d = write_run(tmp_path)
     (d / "config.yaml").write_text("task: [unclosed\n")
-    (r,) = collect_runs([tmp_path])
-    with pytest.raises(DataFormatError, match="config.yaml"):
-        r.config
+    with pytest.raises(DataMissingError, match=r"config.yaml, line 2: not valid YAML"):
+        collect_runs([tmp_path])
 
 
 # ---------------------------------------------------------------------- aggregation and tables

@@ -41,11 +41,15 @@ def _tree(root):
     text = (nan_test / "summary.json").read_text().replace('"accuracy": 0.99\n  },\n  "steps"', '"accuracy": NaN\n  },\n  "steps"')
     assert "NaN" in text
     (nan_test / "summary.json").write_text(text)
-    # a later attempt failed after a summary had been written
-    stale = write_run(root, seed=7, test=0.99, val=0.99)
-    (stale / "failed.json").write_text(json.dumps({"error": "RuntimeError: out of memory"}))
-    return good, {"diverged": diverged, "interrupted": interrupted, "nan_val": nan_val, "null_val": null_val,
-                  "nan_test": nan_test, "stale": stale}
+    # a failure recorded beside a finished run (a worker reported dead after its summary): the
+    # summary is the commit point, so this run is a result (seed 7)
+    finished = write_run(root, seed=7, test=0.60, val=0.60)
+    (finished / "failed.json").write_text(json.dumps({"error": "the worker was killed by SIGKILL"}))
+    # a damaged summary (cut off): not a result, listed with the file and line
+    damaged = write_run(root, seed=8, test=0.99, val=0.99)
+    (damaged / "summary.json").write_text('{\n "task": "listops",\n "label": ')
+    return good + [finished], {"diverged": diverged, "interrupted": interrupted, "nan_val": nan_val,
+                               "null_val": null_val, "nan_test": nan_test, "damaged": damaged}
 
 
 def test_collect_separates_failed_runs_with_reasons(tmp_path):
@@ -59,12 +63,12 @@ def test_collect_separates_failed_runs_with_reasons(tmp_path):
     assert reasons[bad["nan_val"]].startswith("diverged: val accuracy, loss non-finite at step 30")
     assert reasons[bad["null_val"]] == "non-finite result: best_val.accuracy is None"
     assert reasons[bad["nan_test"]] == "non-finite result: test.accuracy is nan"
-    assert "out of memory" in reasons[bad["stale"]]
-    # the table cell holds the two good seeds only
+    assert "summary.json, line 3: not valid JSON" in reasons[bad["damaged"]]
+    # the table cell holds the three good seeds only
     (cell,) = aggregate(found.runs)
-    assert cell.seeds == [0, 1] and math.isclose(cell.stat.mean, 0.45)
+    assert cell.seeds == [0, 1, 7] and math.isclose(cell.stat.mean, 0.5)
     warnings = []
-    assert len(collect_runs([tmp_path], warn=warnings.append)) == 2
+    assert len(collect_runs([tmp_path], warn=warnings.append)) == 3
     assert len(warnings) == 1 and all(str(p) in warnings[0] for p in bad.values())
 
 
@@ -77,7 +81,7 @@ def test_report_lists_failed_runs_apart_never_in_the_tables(tmp_path, capsys):
     for text in (printed, report):
         tables, _, failed = text.partition("## Failed or unfinished runs")
         assert failed, text
-        assert "45.00" in tables and "| 2 (0, 1) |" in tables and "99.00" not in tables  # 0.99 is never a result
+        assert "50.00" in tables and "| 3 (0, 1, 7) |" in tables and "99.00" not in tables  # 0.99 is never a result
         for path in bad.values():
             assert str(path) not in tables and str(path) in failed
         assert "TrainingDivergedError" in failed and "non-finite result" in failed

@@ -98,11 +98,11 @@ def _compare_status(out: str) -> int:
     plan = Plan.load(out)
     statuses = stage_statuses(out, plan)
     print(describe(plan, statuses))
-    counts = {k: list(statuses.values()).count(k) for k in ("done", "running", "interrupted", "pending", "failed")}
+    counts = {k: list(statuses.values()).count(k) for k in ("finished", "held", "resumable", "pending", "failed")}
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v))
     ids = read_jobs(out)
     if ids is not None:  # compare --launcher slurm: the SLURM job of each stage
-        pending = [f"{sid} {ids[sid]}" for sid in ids if statuses.get(sid) != "done"]
+        pending = [f"{sid} {ids[sid]}" for sid in ids if statuses.get(sid) != "finished"]
         print(f"SLURM jobs ({jobs_file(out)}): " + (", ".join(pending) if pending else "all done"))
     return 0
 

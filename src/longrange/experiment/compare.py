@@ -5,11 +5,11 @@
 that is not finished, in dependency order (``experiment/scheduler.py``, on a backend of
 ``experiment/backends/``). A stage is:
 
-* **done** (its ``summary.json`` exists): reused, only if it was made with the same settings (its
+* **finished** (its ``summary.json`` exists, see ``RunDir.state``): reused, only if it was made with the same settings (its
   fingerprint, see ``train/rundir.py``); otherwise the comparison stops before training anything,
   naming the differing fields (``overwrite=True`` replaces such stages);
-* **interrupted** (a last checkpoint, nobody holding its lock): resumed from its checkpoint;
-* **running** (its lock is held by a live process, e.g. a second ``compare`` on the same output):
+* **resumable** (started, nobody holding its lock): resumed from its last checkpoint (afresh when it has none);
+* **held** (its lock is held by a live process, e.g. a second ``compare`` on the same output):
   left alone, and so is everything after it;
 * **failed** (``failed.json`` says why): run again; a stage that fails is recorded there, the
   stages after it are skipped, and the rest of the grid goes on; the comparison then ends with an
@@ -33,10 +33,10 @@ __all__ = ["compare", "default_objectives", "execute_stage", "slug", "stage_stat
 
 
 def stage_statuses(out_dir: str | Path, plan: Plan | None = None) -> dict[str, str]:
-    """Each stage's status: pending, running, done, failed or interrupted."""
+    """Each stage's state (:meth:`RunDir.state`): pending, finished, resumable, failed or held."""
     out_dir = Path(out_dir)
     plan = plan or Plan.load(out_dir)
-    return {s.id: RunDir(out_dir / s.id).status().value for s in plan.stages}
+    return {s.id: RunDir(out_dir / s.id).state().value for s in plan.stages}
 
 
 def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]:

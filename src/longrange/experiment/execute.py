@@ -18,6 +18,7 @@ from typing import Any
 
 from longrange.errors import DiskWriteError, LongrangeError, Preempted
 from longrange.experiment.config import ExperimentConfig
+from longrange.faults import kill_point
 from longrange.experiment.plan import Plan
 from longrange.experiment.record import finish_record, run_record, stage_summary
 from longrange.experiment.stage import ResolvedStage, resolve_stage
@@ -97,11 +98,13 @@ def train_stage(stage: ResolvedStage, run: OpenRun, *, run_name: str | None = No
     record = finish_record(record, result, earlier)
     if D.is_main_process():  # the record is not part of the fingerprint: config.yaml is rewritten with it
         run.dir.write_config({**(run.dir.read_config() or {}), "record": record})
+        kill_point("after-record")
     params = {k: v for k, v in parameter_report(built.model).items() if k in ("total", "in_primitives")}
     summary = finite_or_none(stage_summary(stage, built.objective, params, result, record, run.dir.root))
     if D.is_main_process():
         try:
             run.dir.write_summary(summary)
+            kill_point("after-summary")
         except DiskWriteError as err:
             raise err.adding(f"training finished at step {result['step']}, its last checkpoint {run.dir.last} holds "
                              "it: run again with --resume to write the summary") from None
@@ -153,7 +156,8 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Int
     finished run was made with other settings is an error, unless ``intent.replace_stale``
     (``compare --overwrite``) starts it afresh; ``intent.rerun_other_versions`` starts afresh a
     stage finished by another longrange version. When the
-    stage fails, the failure is recorded in its ``failed.json`` and the error raised.
+    stage fails, the failure is recorded in its ``failed.json`` and the error raised (opening the run
+    directory removes an earlier attempt's).
 
     Under ``torchrun`` every rank calls this: rank 0 takes the lock and decides, the other ranks
     follow its decision, and only rank 0 writes.
@@ -183,6 +187,4 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Int
                 if main and not isinstance(err, (SystemExit, *STOPS_THE_GRID)):
                     run.record_exception(err, stage.id)
                 raise
-            if main:
-                run.clear_failure()
             return summary

@@ -31,7 +31,7 @@ from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig, check_
 from longrange.experiment.stage import ResolvedStage, pretraining_model_config, resolve_stage
 from longrange.fileio import atomic_write
 from longrange.objectives.factory import natural_objective
-from longrange.train.rundir import RunDir
+from longrange.train.rundir import RunDir, RunState
 
 PLAN_FILE = "plan.json"
 
@@ -112,12 +112,12 @@ class Plan:
         return cls([experiment_from_dict(e) for e in data["experiments"]], [Stage(**s) for s in data["stages"]])
 
     def summaries(self, out_dir: str | Path, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The summaries of the finished stages among ``ids``."""
+        """The summaries of the finished stages among ``ids`` (:meth:`RunDir.state`)."""
         out = {}
         for i in ids:
-            summary = RunDir(Path(out_dir) / i).read_summary()
-            if summary is not None:
-                out[i] = summary
+            state = RunDir(Path(out_dir) / i).state()
+            if state.kind is RunState.FINISHED:
+                out[i] = state.summary
         return out
 
     def resolve(self, stage: Stage, out_dir: str | Path, summaries: Mapping[str, Mapping[str, Any]]) -> ResolvedStage:

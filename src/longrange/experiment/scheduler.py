@@ -20,11 +20,12 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from longrange.experiment.plan import Plan, Stage
+from longrange.faults import kill_point
 from longrange.train.progress import format_seconds
-from longrange.train.rundir import Intent, RunDir, RunStatus
+from longrange.train.rundir import Intent, RunDir, RunState
 
 
 class Outcome(Enum):
@@ -85,6 +86,7 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
     waiting = list(plan.stages)
     number = {s.id: k for k, s in enumerate(plan.stages, 1)}
     n, start, ran = len(plan.stages), time.time(), 0
+    state: dict[str, RunState] = {}  # each stage's run directory, read once (RunDir.state)
     backend.begin(plan, out_dir, intent)
 
     def settle(sid: str, result: Outcome) -> None:
@@ -107,12 +109,14 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
                 ahead = backend.submits_ahead and all(
                     outcome.get(a) is Outcome.DONE or a in running or a in {s.id for s in ready} for a in stage.after)
                 k = number[stage.id]
+                if (deps_done or ahead) and stage.id not in state:  # read once, when it may first run
+                    state[stage.id] = RunDir(out_dir / stage.id).state().kind
                 if blocked:
                     outcome[stage.id] = Outcome.SKIPPED
                     say(f"stage {k} of {n}: skipping {stage.id} (needs {', '.join(blocked)})")
-                elif deps_done and RunDir(out_dir / stage.id).finished():
+                elif deps_done and state[stage.id] is RunState.FINISHED:
                     outcome[stage.id] = _reuse(plan, stage, out_dir, intent, f"stage {k} of {n}")
-                elif (deps_done or ahead) and RunDir(out_dir / stage.id).status() is RunStatus.RUNNING:
+                elif (deps_done or ahead) and state[stage.id] is RunState.HELD:
                     outcome[stage.id] = Outcome.HELD
                     say(f"stage {k} of {n}: {stage.id} is running in another process; leaving it")
                 elif (deps_done or ahead) and (free is None or len(ready) < free):
@@ -165,6 +169,47 @@ def execute_here(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where:
         say(f"{where}{stage.id} FAILED: {type(err).__name__}: {err}")
         return Outcome.FAILED
     return Outcome.HELD if summary is None else Outcome.DONE
+
+
+def after_exit(plan: Plan, stage: Stage, out_dir: Path, result: Outcome, since: float, reason: Callable[[], str],
+               where: str = "") -> Outcome:
+    """The outcome of ``stage`` once the process that ran it ended; ``result``: what its exit status
+    says, ``reason()``: why it ended, in words (for a failure that the process did not record).
+
+    The run directory's state (:meth:`RunDir.state`) has the last word: a run that finished is DONE
+    whatever the exit status (a worker killed after it wrote its summary), once its summary is shown
+    to be of this plan's settings (its fingerprint); one that did not finish is not DONE, and a
+    failure is recorded in its ``failed.json`` unless the process recorded one since ``since``.
+    Every backend whose stages run in other processes settles them here."""
+    kill_point("coordinator-after-exit")
+    run = RunDir(out_dir / stage.id)
+    state = run.state()
+    if state.kind is RunState.FINISHED and (result is Outcome.DONE or _planned(plan, stage, out_dir, state.summary)):
+        if result is not Outcome.DONE:
+            say(f"{where}{stage.id}: {reason()} after its run had finished; recorded as finished")
+        return Outcome.DONE
+    if result is Outcome.DONE:  # exited cleanly without a result
+        result = Outcome.FAILED
+    if result is Outcome.FAILED:
+        error = run.failure_since(since)
+        if error is None:  # a process killed by a signal, or one that ended without a summary, writes nothing
+            error = reason() if state.kind is not RunState.FINISHED else \
+                f"{reason()}, and its {run.summary.name} is of other settings"
+            run.record_failure(error, stage=stage.id)
+            kill_point("coordinator-after-failure")
+        say(f"{where}{stage.id} FAILED: {error} (log {run.log})")
+    return result
+
+
+def _planned(plan: Plan, stage: Stage, out_dir: Path, summary: dict[str, Any] | None) -> bool:
+    """Whether ``summary`` is the result of ``stage`` with the plan's settings (its fingerprint)."""
+    from longrange.errors import LongrangeError
+
+    try:
+        expected = plan.resolve(stage, out_dir, plan.summaries(out_dir, stage.after)).fingerprint()
+    except LongrangeError:
+        return False
+    return (summary or {}).get("fingerprint") == expected
 
 
 def _reuse(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str) -> Outcome:

@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from longrange.errors import LongrangeError, Preempted
+    from longrange.faults import kill_point
     from longrange.experiment.execute import StageNotReady, execute_stage
     from longrange.experiment.plan import Plan
     from longrange.train.rundir import Intent, RunMismatchError
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{ERROR_PREFIX}{type(err).__name__}: {err}", file=sys.stderr, flush=True)
         return FAILED
+    kill_point("after-unlock")
     if summary is None:
         print(f"worker: {args.stage} is running in another process; leaving it", file=sys.stderr, flush=True)
         return HELD

@@ -19,9 +19,10 @@ stage), ``config.yaml`` and ``metrics.jsonl`` (written by the trainer, see ``tra
 ``test``, ``pretrain_run``, ``train_subset``, ``train_size``, ``device`` and ``kernels`` are
 optional (absent = null: summaries written before they were recorded);
 everything else is required and a missing or mistyped field is a :class:`DataFormatError` naming the file and the field.
-A run that failed is never a result: a directory with ``failed.json`` (a stage that raised, e.g.
-diverged), with ``config.yaml`` but no ``summary.json`` (unfinished, interrupted or diverged), or
-whose ``summary.json`` holds a null or non-finite metric, is collected as a :class:`FailedRun`
+A run that did not finish is never a result: a run directory whose state (``RunDir.state``, the
+one reading of a run directory used everywhere) is not finished -- running, failed (``failed.json``:
+a stage that raised, e.g. diverged), unfinished or interrupted -- or whose ``summary.json`` holds a
+null or non-finite metric, is collected as a :class:`FailedRun`
 with its reason (:func:`collect`) and listed in the report's "Failed or unfinished runs" section,
 never in the tables.
 """
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from longrange.errors import DataFormatError, DataMissingError
 from longrange.train.logging import read_metrics
-from longrange.train.rundir import CONFIG_FILE, FAILED_FILE, SUMMARY_FILE, RunDir, summary_version
+from longrange.train.rundir import CONFIG_FILE, FAILED_FILE, SUMMARY_FILE, RunDir, RunState, summary_version
 
 #: Stages whose runs are compared in the main table; pretraining stages are listed apart.
 FINAL_STAGES = ("train", "finetune")
@@ -206,12 +207,12 @@ def read_run(run_dir: str | Path) -> Run:
 def find_run_dirs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
     """(finished, unfinished) run directories under ``paths``, each sorted and without repeats.
 
-    A path is a run directory itself or a tree searched recursively. Finished runs hold
-    ``summary.json``; unfinished ones hold ``config.yaml`` or ``failed.json`` without it.
+    A path is a run directory itself or a tree searched recursively. A directory that holds
+    ``summary.json``, ``config.yaml`` or ``failed.json`` is a run directory; it is finished when its
+    state (:meth:`RunDir.state`, the one reading used everywhere) says so.
     """
     # Keyed by resolved path (no repeats when paths overlap), shown as the user spelled them.
-    finished: dict[Path, Path] = {}
-    unfinished: dict[Path, Path] = {}
+    found: dict[Path, Path] = {}
     for p in paths:
         p = Path(p)
         if not p.exists():
@@ -220,14 +221,14 @@ def find_run_dirs(paths: Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
             if p.name not in (SUMMARY_FILE, CONFIG_FILE):
                 raise DataFormatError(f"expected a run directory, or its {SUMMARY_FILE}", p)
             p = p.parent
-        for s in p.rglob(SUMMARY_FILE):  # rglob includes p itself
-            if s.is_file():
-                finished[s.parent.resolve()] = s.parent
-        for marker in (CONFIG_FILE, FAILED_FILE):
-            for c in p.rglob(marker):
-                if c.is_file() and not (c.parent / SUMMARY_FILE).is_file():
-                    unfinished[c.parent.resolve()] = c.parent
-    return sorted(finished.values()), sorted(unfinished.values())
+        for marker in (SUMMARY_FILE, CONFIG_FILE, FAILED_FILE):
+            for c in p.rglob(marker):  # rglob includes p itself
+                if c.is_file():
+                    found[c.parent.resolve()] = c.parent
+    finished, unfinished = [], []
+    for d in found.values():
+        (finished if RunDir(d).state().kind is RunState.FINISHED else unfinished).append(d)
+    return sorted(finished), sorted(unfinished)
 
 
 def _warn_stderr(message: str) -> None:
@@ -275,12 +276,16 @@ def _short(text: str, limit: int = 240) -> str:
 
 
 def failure_reason(run_dir: Path) -> str:
-    """Why a run directory without a usable ``summary.json`` holds no result."""
+    """Why a run directory that did not finish (:meth:`RunDir.state`) holds no result."""
     run = RunDir(run_dir)
-    record = run.read_failure()
-    if record is not None:
-        error = record.get("error")
-        return f"failed: {_short(error)}" if error else f"failed (unreadable {FAILED_FILE})"
+    state = run.state()
+    damaged = f"; unreadable: {_short('; '.join(state.damaged))}" if state.damaged else ""
+    if state.kind is RunState.HELD:
+        holder = state.holder or {}
+        return f"running: held by PID {holder.get('pid')} on host {holder.get('host')}{damaged}"
+    if state.failure is not None:
+        error = state.failure.get("error")
+        return (f"failed: {_short(error)}" if error else f"failed (unreadable {FAILED_FILE})") + damaged
     try:
         records = read_metrics(run.metrics)
     except (DataMissingError, DataFormatError):
@@ -290,8 +295,8 @@ def failure_reason(run_dir: Path) -> str:
         null = sorted(k for k, v in last["metrics"].items() if v is None or not math.isfinite(v))
         if null:
             return f"diverged: {last['split']} {', '.join(null)} non-finite at step {last['step']} (no {SUMMARY_FILE})"
-        return f"unfinished or interrupted: no {SUMMARY_FILE}, last logged step {last['step']}"
-    return f"unfinished: no {SUMMARY_FILE} and nothing logged"
+        return f"unfinished or interrupted: no {SUMMARY_FILE}, last logged step {last['step']}{damaged}"
+    return f"unfinished: no {SUMMARY_FILE} and nothing logged{damaged}"
 
 
 def result_problem(run: Run) -> str | None:
@@ -322,8 +327,6 @@ def collect(paths: Iterable[str | Path]) -> Collection:
     for d in finished:
         run = read_run(d)
         problem = result_problem(run)
-        if RunDir(d).failure.is_file():  # a later attempt failed after this summary was written
-            problem = failure_reason(d)
         if problem is None:
             runs.append(run)
         else:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from longrange import __version__
 from longrange.errors import CheckpointError
 from longrange.fileio import atomic_write
-from longrange.train.rundir import BEST_WEIGHTS, LAST_CHECKPOINT, RunDir
+from longrange.train.rundir import BEST_WEIGHTS, LAST_CHECKPOINT, RunDir, ways_on
 
 #: Version of the checkpoint layout written by :func:`save_checkpoint`; a newer one is refused.
 FORMAT_VERSION = 1
@@ -75,19 +75,6 @@ def refused_global(message: str) -> str | None:
     None when the error is not about a global."""
     match = re.search(r"GLOBAL\s+([A-Za-z_][\w.]*)", message)
     return match.group(1) if match else None
-
-
-def ways_on(path: Path) -> str:
-    """The ways on from an unreadable checkpoint: for a run's ``last.pt``, its best weights
-    (``best.safetensors`` beside it) and ``--overwrite``."""
-    if path.name != LAST_CHECKPOINT:
-        return ""
-    best = path.parent / BEST_WEIGHTS
-    if best.is_file():
-        keep = f"the run's best weights so far are intact in {best} (loadable as model weights)"
-    else:
-        keep = f"the run has no best weights yet ({best} does not exist)"
-    return f"; the run cannot be resumed from it: {keep}; run again with --overwrite to start it afresh"
 
 
 # --------------------------------------------------------------------------- model weights

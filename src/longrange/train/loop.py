@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from longrange.errors import CheckpointError, ConfigError, DiskWriteError, Preempted, TrainingDivergedError
+from longrange.faults import kill_point
 from longrange.objectives.base import check_objective
 from longrange.train import distributed as D
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
@@ -248,10 +249,12 @@ class Trainer:
     def _finish(self) -> dict[str, Any]:
         if self.selector.best_weights is not None:
             self.model.load_state_dict(self.selector.best_weights)
+        kill_point("after-checkpoint")
         test_metrics = None
         if self.test_set is not None:
             test_metrics = self.evaluate(self.test_set, "test")
             self._log("test", test_metrics)
+            kill_point("after-test-metrics")
         st = self.state
         record = {**self.environment, "deterministic": torch.are_deterministic_algorithms_enabled(),
                   "kernels": self.kernels.result()}

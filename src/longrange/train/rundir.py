@@ -5,7 +5,7 @@ A run directory holds::
     config.yaml                  the resolved configuration and its fingerprint, the run's record
     metrics.jsonl                one JSON record per log line (train/logging.py)
     summary.json                 the stage's result (written when the stage finishes)
-    failed.json                  why the last attempt of a comparison's stage failed
+    failed.json                  why the last attempt of a comparison's stage failed (stale beside a summary)
     stage.log                    a worker's output (comparisons run by workers or SLURM)
     checkpoints/last.pt          everything needed to continue exactly
     checkpoints/best.safetensors the model weights at the best evaluation
@@ -20,13 +20,16 @@ fields at their default: ``longrange/identity.py``), and its *fingerprint* a sho
 identity. A run is resumed, and a finished one reused, only when the identities match; otherwise
 the error names every field that differs.
 
-**Lifecycle.** :meth:`RunDir.status` reads where a run is: pending (nothing to continue from),
-running (a live process holds the lock), done (``summary.json``), failed (``failed.json``) or
-interrupted (a checkpoint, nobody holding the lock). :meth:`RunDir.open` takes the lock and makes
-the single decision — start afresh, resume from the checkpoint, or reuse the finished run — from
-what the caller intends (:class:`Intent`: the command line's plain, ``--resume`` and
-``--overwrite``; a comparison's continue, with or without ``--overwrite``) and the fingerprint.
-The trainer receives the opened run directory and acts on its decision; nobody else decides.
+**Lifecycle.** :meth:`RunDir.state` is the one reading of where a run is, used by everything that
+asks (the scheduler, reuse, finetuning's check of its pretraining run, ``compare --status``, the
+report, a coordinator after its worker ended): pending (nothing written), finished (``summary.json``,
+the commit point, written last and atomically), held (a live process holds the lock), failed
+(``failed.json``) or resumable (anything else written); files that cannot be read are named.
+:meth:`RunDir.open` takes the lock and makes the single decision — start afresh, resume from the
+checkpoint, or reuse the finished run — from that state, what the caller intends (:class:`Intent`:
+the command line's plain, ``--resume`` and ``--overwrite``; a comparison's continue, with or
+without ``--overwrite``) and the fingerprint. The trainer receives the opened run directory and
+acts on its decision; nobody else decides. docs/reliability.md writes the rule down.
 
 **Lock.** ``.lock`` holds the writer's PID and host: a second writer stops at once naming them. A
 lock left by a process that died is detected (same host, PID gone; or no heartbeat for
@@ -50,12 +53,13 @@ from typing import Any, ClassVar, Mapping
 import yaml
 
 from longrange import __version__
+from longrange.faults import kill_point
 from longrange.errors import CheckpointError, ConfigError, DataFormatError, DataMissingError, DiskWriteError, LongrangeError
 from longrange.fileio import append_text, atomic_write, check_out_dir, write_json
 from longrange.identity import differences, fingerprint, identity
 
 __all__ = [
-    "RunDir", "RunPaths", "OpenRun", "Intent", "Decision", "RunStatus", "RunLock", "RunLockedError",
+    "RunDir", "RunPaths", "OpenRun", "Intent", "Decision", "RunState", "RunStatus", "State", "RunLock", "RunLockedError",
     "RunMismatchError", "check_out_dir", "identity", "fingerprint", "differences",
 ]
 
@@ -95,14 +99,51 @@ class UnfinishedRunError(ConfigError):
 
 
 # ----------------------------------------------------------------------------- lifecycle
-class RunStatus(Enum):
-    """Where a run directory is (:meth:`RunDir.status`)."""
+class RunState(Enum):
+    """Where a run directory is: the one reading of its files and its lock (:meth:`RunDir.state`).
 
-    PENDING = "pending"          # nothing to continue from
-    RUNNING = "running"          # a live process holds its lock
-    DONE = "done"                # summary.json: finished
-    FAILED = "failed"            # failed.json: the last attempt failed
-    INTERRUPTED = "interrupted"  # a checkpoint to resume from, nobody holding the lock
+    Every combination of files that a kill can leave is exactly one of these; a rerun (``compare``
+    again, or the command line's ``--resume``) moves each to FINISHED without manual steps.
+    """
+
+    PENDING = "pending"        # nothing written yet: a rerun starts it
+    FINISHED = "finished"      # summary.json, the commit point, is there and readable: the result
+    RESUMABLE = "resumable"    # started, not finished, nobody writing: a rerun continues it (from last.pt, or afresh)
+    FAILED = "failed"          # its last attempt failed (failed.json): a rerun tries again, as RESUMABLE
+    HELD = "held"              # a live process holds its lock: it is running there
+
+
+#: The name under which earlier versions exported :class:`RunState` (its values were renamed:
+#: done -> finished, running -> held, interrupted -> resumable).
+RunStatus = RunState
+
+
+@dataclass(frozen=True)
+class State:
+    """A run directory's state and what it was read from (:meth:`RunDir.state`).
+
+    ``restart``: a rerun must start afresh (no usable checkpoint, or a damaged file that makes what is
+    there unusable); ``damaged``: the files that could not be read, each with why; ``stale_failure``:
+    a ``failed.json`` beside a finished run (a worker that died, or was reported dead, after its
+    summary was written), which the next opening removes.
+    """
+
+    kind: RunState
+    detail: str
+    summary: dict[str, Any] | None = None
+    holder: dict[str, Any] | None = None
+    failure: dict[str, Any] | None = None
+    checkpoint: bool = False
+    restart: bool = False
+    damaged: tuple[str, ...] = ()
+    stale_failure: bool = False
+
+    @property
+    def value(self) -> str:
+        return self.kind.value
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -243,7 +284,8 @@ class RunDir:
         return data
 
     def finished(self) -> bool:
-        return self.summary.is_file()
+        """Whether the run finished (:meth:`state` is FINISHED)."""
+        return self.state().kind is RunState.FINISHED
 
     def holds_run(self) -> str | None:
         """The name of the first file that shows a run was made here, or None."""
@@ -282,6 +324,18 @@ class RunDir:
             return str(record.get("error"))
         return None
 
+    def remove_leftovers(self) -> list[Path]:
+        """Remove the temporary files of atomic writes whose writer died before renaming them
+        (``.NAME.tmp-PID``, PID gone on this host); returns them. Called by the lock's holder."""
+        removed = []
+        for folder in (self.root, self.checkpoints):
+            for tmp in folder.glob(".*.tmp-*"):
+                pid = tmp.name.rpartition(".tmp-")[2]
+                if pid.isdigit() and not _pid_alive(int(pid)):
+                    tmp.unlink(missing_ok=True)
+                    removed.append(tmp)
+        return removed
+
     def clear_failure(self) -> None:
         self.failure.unlink(missing_ok=True)
 
@@ -293,8 +347,11 @@ class RunDir:
 
     def clear(self) -> None:
         """Remove what a run wrote (checkpoints, metrics, summary, TensorBoard events) before a fresh start."""
-        for f in (self.last, self.checkpoints / "best.pt", self.best_weights, self.metrics, self.summary):
+        # The summary first: once it is gone, a kill anywhere below leaves a run that is not finished.
+        for f in (self.summary, self.last, self.checkpoints / "best.pt", self.best_weights, self.metrics):
             f.unlink(missing_ok=True)
+            if f == self.summary:
+                kill_point("after-clear-summary")
         if self.tensorboard.is_dir():
             for f in self.tensorboard.glob("events.out.tfevents.*"):
                 f.unlink()
@@ -305,16 +362,78 @@ class RunDir:
         """The directory's lock (not yet taken); ``stale_after``: this run's staleness window."""
         return RunLock(self.root, stale_after=STALE_AFTER if stale_after is None else stale_after)
 
-    def status(self) -> RunStatus:
-        if self.summary.is_file():
-            return RunStatus.DONE
-        if self.lock().holder() is not None:
-            return RunStatus.RUNNING
-        if self.failure.is_file():
-            return RunStatus.FAILED
+    def state(self, *, locked_here: bool = False) -> State:
+        """Where this run is: the one reading of its files and lock, used by everything that asks.
+
+        The rule (the commit point is ``summary.json``, written atomically as the last file of a run):
+
+        1. a readable ``summary.json``, with a readable ``config.yaml`` and intact best weights, is
+           FINISHED, whatever else is there: a ``failed.json`` beside it is stale (written by a
+           coordinator that saw the worker die after the summary, or left by an earlier attempt) and
+           a lock beside it is a reader's or a dying writer's;
+        2. otherwise a lock held by a live process is HELD (``locked_here``: the caller holds it);
+        3. otherwise a ``failed.json`` (readable or not) is FAILED;
+        4. otherwise anything written (a checkpoint, the config, metrics, a damaged summary) is RESUMABLE;
+        5. otherwise PENDING.
+
+        A file that cannot be read (half-written by a file system without atomic renames, or damaged)
+        is listed in ``damaged``; a damaged ``last.pt`` counts as no checkpoint, and a damaged
+        ``config.yaml`` or best weights mean the run starts afresh (``restart``): its identity, or
+        its result, cannot be checked. Cheap: small files are parsed, checkpoints only opened.
+        """
+        damaged: list[str] = []
+        summary, problem = self._try_json(self.summary)
+        if problem:
+            damaged.append(problem)
+        config_ok = True
+        if self.config.is_file():
+            try:
+                self.read_config()
+            except DataFormatError as err:
+                config_ok = False
+                damaged.append(str(err))
+        weights_ok = True
+        if self.best_weights.is_file():
+            problem = _safetensors_problem(self.best_weights)
+            if problem:
+                weights_ok = False
+                damaged.append(problem)
+        checkpoint = False
         if self.last.is_file():
-            return RunStatus.INTERRUPTED
-        return RunStatus.PENDING
+            problem = _zip_problem(self.last)
+            checkpoint = problem is None
+            if problem:
+                damaged.append(problem)
+        failure = self.read_failure()
+        restart = not (checkpoint and config_ok and weights_ok)
+        common = dict(failure=failure, checkpoint=checkpoint, restart=restart, damaged=tuple(damaged))
+        if summary is not None and config_ok and weights_ok:
+            return State(RunState.FINISHED, f"{SUMMARY_FILE} written", summary=summary,
+                         stale_failure=failure is not None, **{**common, "restart": False})
+        holder = None if locked_here else self.lock().holder()
+        if holder is not None:
+            return State(RunState.HELD, f"held by PID {holder.get('pid')} on host {holder.get('host')}",
+                         holder=holder, **common)
+        resume = ("starts afresh" if restart else "resumes from its last checkpoint")
+        why = f" ({'; '.join(damaged)})" if damaged else ""
+        if failure is not None:
+            error = failure.get("error") or f"unreadable {FAILED_FILE}"
+            return State(RunState.FAILED, f"{error}; a rerun {resume}{why}", **common)
+        if checkpoint or damaged or self.config.is_file() or self.metrics.is_file():
+            if checkpoint:
+                return State(RunState.RESUMABLE, f"a checkpoint, no summary: a rerun {resume}{why}", **common)
+            return State(RunState.RESUMABLE, f"started, no checkpoint: a rerun starts afresh{why}", **common)
+        return State(RunState.PENDING, "nothing written yet", **common)
+
+    @staticmethod
+    def _try_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+        """(the JSON object in ``path`` or None, why it cannot be read or None)."""
+        try:
+            return RunDir._read_json(path), None
+        except DataFormatError as err:
+            return None, str(err)
+        except OSError as err:
+            return None, f"{path}: cannot read ({err.strerror})"
 
     def progress(self) -> tuple[int, int] | None:
         """(steps done, steps planned) at the last checkpoint, or None when there is none readable."""
@@ -330,26 +449,25 @@ class RunDir:
         return step, planned
 
     def require_finished(self, role: str, how: str) -> dict[str, Any]:
-        """This run's summary, if it finished; else an error naming the run, its state and ``how``
-        to finish it. A run is finished when it has a summary, no failure record and no live writer.
-        ``role`` names it in the message ("the pretraining run")."""
-        holder, failure = self.lock().holder(), self.read_failure()
-        if holder is None and failure is None and self.finished():
-            return self.read_summary() or {}
-        progress = self.progress()  # reads the checkpoint: only for the error
+        """This run's summary, if it finished (:meth:`state`); else an error naming the run, its
+        state and ``how`` to finish it. ``role`` names it in the message ("the pretraining run")."""
+        state = self.state()
+        if state.kind is RunState.FINISHED:
+            return state.summary or {}
+        progress = self.progress() if state.checkpoint else None  # reads the checkpoint: only for the error
         at = f"step {progress[0]} of {progress[1]}" if progress else "no checkpoint yet"
-        if holder is not None:
-            state = f"is still running (PID {holder.get('pid')} on host {holder.get('host')}, {at})"
+        why = f"; unreadable: {'; '.join(state.damaged)}" if state.damaged else ""
+        if state.kind is RunState.HELD:
+            holder = state.holder or {}
+            what = f"is still running (PID {holder.get('pid')} on host {holder.get('host')}, {at})"
             how = "wait for it to finish"
-        elif failure is not None:
-            state = f"failed ({failure.get('error') or 'see ' + str(self.failure)}; {at})"
-        elif self.last.is_file():
-            state = f"was interrupted at {at}"
-        elif self.config.is_file():
-            state = f"did not finish ({at})"
+        elif state.kind is RunState.FAILED:
+            what = f"failed ({(state.failure or {}).get('error') or 'see ' + str(self.failure)}; {at}{why})"
+        elif state.kind is RunState.RESUMABLE:
+            what = f"did not finish ({at}{why})" if not state.checkpoint else f"was interrupted at {at}{why}"
         else:
-            state = "holds no run"
-        raise UnfinishedRunError(f"{role} {self.root} {state}: it is not a result to start from; {how}")
+            what = "holds no run"
+        raise UnfinishedRunError(f"{role} {self.root} {what}: it is not a result to start from; {how}")
 
     def mismatch(self, config: Mapping[str, Any]) -> list[str]:
         """The fields whose values differ between the saved run and ``config`` ([] when none is saved)."""
@@ -370,25 +488,35 @@ class RunDir:
         """The longrange version that finished this run (from its summary), or None."""
         return summary_version(self.read_summary() or {})
 
-    def decide(self, config: Mapping[str, Any], intent: Intent) -> Decision:
-        """The decision for ``intent`` (no lock taken: :meth:`open` takes it and then decides)."""
+    def decide(self, config: Mapping[str, Any], intent: Intent, state: State | None = None) -> Decision:
+        """The decision for ``intent``, from the run's :meth:`state` (no lock taken: :meth:`open`
+        takes it, reads the state and then decides)."""
         if intent.mode == "overwrite":
             return Decision.FRESH
         if intent.mode == "new":
             held = self.holds_run()
             if held:
+                done = self.state(locked_here=True).kind is RunState.FINISHED if state is None else state.kind is RunState.FINISHED
                 raise ConfigError(
-                    f"run directory {self.root} already holds a run ({held}); pass --resume to continue it, "
-                    "--overwrite to replace it, or choose a new --out"
+                    f"run directory {self.root} already holds a {'finished ' if done else ''}run ({held}); "
+                    + ("it is the result as it is (nothing to resume); " if done else "pass --resume to continue it, ")
+                    + "pass --overwrite to replace it, or choose a new --out"
                 )
             return Decision.FRESH
-        done, resumable = self.finished(), self.last.is_file()
+        state = state or self.state(locked_here=True)
+        done = state.kind is RunState.FINISHED
         if intent.mode == "resume":
-            if not (done or resumable):
-                raise CheckpointError(f"cannot resume: no checkpoint at {self.last}")
+            if not done and (state.restart or not state.checkpoint):
+                if self.last.is_file():  # damaged
+                    raise CheckpointError(f"cannot resume from {self.last}: the file is truncated or corrupt"
+                                          f"{ways_on(self.last)}")
+                why = f" ({'; '.join(state.damaged)})" if state.damaged else ""
+                raise CheckpointError(f"cannot resume: no checkpoint at {self.last}{why}")
             self.check_same_run(config, "resume")
             return Decision.REUSE if done else Decision.RESUME
-        if not (done or resumable):
+        if not done and state.restart:  # nothing usable to continue from (or its identity unreadable)
+            if state.damaged:
+                print(f"starting {self.root} afresh: {'; '.join(state.damaged)}", file=sys.stderr, flush=True)
             return Decision.FRESH
         if intent.replace_stale and self.mismatch(config):
             return Decision.FRESH
@@ -412,9 +540,12 @@ class RunDir:
             try:
                 check_out_dir(self.root)
                 lock = self.lock(_stale_after(config)).acquire()
+                kill_point("after-lock")
+                self.remove_leftovers()
                 decision = self.decide(config, intent)
                 if decision is Decision.FRESH:
                     self.clear()
+                self.clear_failure()  # an earlier attempt's, or a stale one beside a finished run
                 outcome = ("ok", decision.value)
             except BaseException as err:
                 if lock is not None:
@@ -429,6 +560,52 @@ class RunDir:
         if kind == "error":
             raise ConfigError(f"rank 0 could not open {self.root}: {value}")
         return OpenRun(self, Decision(value), lock)
+
+
+def _zip_problem(path: Path) -> str | None:
+    """Why the checkpoint ``path`` (a zip archive, as ``torch.save`` writes) cannot be loaded, or
+    None. Reads only its central directory at the end: a cut-off file has none."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"{path}: damaged or cut off ({err})"
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Why the safetensors file ``path`` cannot be read whole, or None: its header must parse and
+    its size must be the header's length plus the end of its last tensor."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{path}: damaged or cut off (no header)"
+            n = int.from_bytes(head, "little")
+            size = os.fstat(f.fileno()).st_size
+            if n > size - 8:
+                return f"{path}: damaged or cut off (header of {n} bytes in a file of {size})"
+            header = json.loads(f.read(n))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        return f"{path}: damaged ({err})"
+    if size != 8 + n + end:
+        return f"{path}: damaged or cut off ({size} bytes where its header says {8 + n + end})"
+    return None
+
+
+def ways_on(path: Path) -> str:
+    """The ways on from an unreadable checkpoint: for a run's ``last.pt``, its best weights
+    (``best.safetensors`` beside it) and ``--overwrite``."""
+    if path.name != LAST_CHECKPOINT:
+        return ""
+    best = path.parent / BEST_WEIGHTS
+    if best.is_file():
+        keep = f"the run's best weights so far are intact in {best} (loadable as model weights)"
+    else:
+        keep = f"the run has no best weights yet ({best} does not exist)"
+    return f"; the run cannot be resumed from it: {keep}; run again with --overwrite to start it afresh"
 
 
 def summary_version(summary: Mapping[str, Any]) -> str | None:

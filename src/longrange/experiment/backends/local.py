@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 from longrange.errors import ConfigError
 from longrange.experiment import worker as W
 from longrange.experiment.plan import Plan, Stage
-from longrange.experiment.scheduler import Outcome, say
+from longrange.experiment.scheduler import Outcome, after_exit, say
 from longrange.train.rundir import Intent, RunDir, RunMismatchError
 
 #: Modules the worker processes' fork server imports once, so that a worker starts in a fraction of
@@ -100,7 +100,7 @@ class LocalWorkers:
         return self.threads_per_job or max(1, (os.cpu_count() or 1) // self.jobs)
 
     def begin(self, plan: Plan, out_dir: Path, intent: Intent) -> None:
-        self.out_dir, self.intent = out_dir, intent
+        self.plan, self.out_dir, self.intent = plan, out_dir, intent
         self._gpus = list(visible_gpus() if self.gpus is None else self.gpus)
         self._free = list(range(self.jobs))
         where = f"GPU {', '.join(self._gpus)} round-robin" if self._gpus else f"{self.threads} thread(s) each"
@@ -148,16 +148,8 @@ class LocalWorkers:
         result = W.outcome(rc)
         if result is None:
             raise RunMismatchError(W.error_line(job.run.log) or f"{job.stage.id}: a run made with other settings (see {job.run.log})")
-        if result is Outcome.DONE and not job.run.finished():
-            result = Outcome.FAILED
-        if result is Outcome.FAILED:
-            reason = W.error_line(job.run.log) if rc == W.FAILED else ""
-            error = job.run.failure_since(job.start)
-            if error is None:  # a worker killed by a signal writes nothing
-                error = reason or W.exit_reason(rc)
-                job.run.record_failure(error, stage=job.stage.id)
-            say(f"{job.stage.id} FAILED: {error} (log {job.run.log})")
-        return result
+        return after_exit(self.plan, job.stage, self.out_dir, result, job.start,
+                          lambda: (W.error_line(job.run.log) if rc == W.FAILED else "") or W.exit_reason(rc))
 
     def cancel(self, job: _Worker) -> None:
         self.stop({job.stage.id: job}, interrupted=False)

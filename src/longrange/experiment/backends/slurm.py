@@ -29,7 +29,7 @@ from longrange.experiment import worker as W
 from longrange.experiment.backends.local import visible_gpus
 from longrange.experiment.config import LauncherConfig
 from longrange.experiment.plan import Plan, Stage
-from longrange.experiment.scheduler import Outcome, say
+from longrange.experiment.scheduler import Outcome, after_exit, say
 from longrange.train.rundir import Intent, RunDir, RunMismatchError
 
 #: The SLURM job of each stage, in the comparison's output directory.
@@ -149,7 +149,7 @@ class SlurmLauncher:
         return self.poll_every if self.poll_every is not None else (0.5 if self.cluster == "local" else 30.0)
 
     def begin(self, plan: Plan, out_dir: Path, intent: Intent) -> None:
-        self.out_dir, self.intent = out_dir, intent
+        self.plan, self.out_dir, self.intent = plan, out_dir, intent
         self._jobs: dict[str, str] = {}
         self._ex = self._executor(out_dir)
 
@@ -233,16 +233,13 @@ class SlurmLauncher:
         result = W.outcome(rc) if rc is not None else Outcome.FAILED
         if result is None:
             raise RunMismatchError(W.error_line(run.log) or f"{stage.id}: a run made with other settings (see {run.log})")
-        why = ""
-        if result is Outcome.DONE and not run.finished():
-            result, why = Outcome.FAILED, "the job ended without a summary"
-        if result is Outcome.FAILED:
-            error = run.failure_since(handle.submitted)
-            if error is None:  # the job was killed, timed out or never started
-                error = f"job {job.job_id}: {why or W.error_line(run.log) or (W.exit_reason(rc) if rc is not None else job.state)}"
-                run.record_failure(error, stage=stage.id)
-            say(f"{stage.id} FAILED (job {job.job_id}): {error} (log {run.log})")
-        return result
+
+        def reason() -> str:  # the job was killed, timed out, never started or ended without a summary
+            if rc == W.DONE:
+                return f"job {job.job_id}: the job ended without a summary"
+            return f"job {job.job_id}: {W.error_line(run.log) or (W.exit_reason(rc) if rc is not None else job.state)}"
+
+        return after_exit(self.plan, stage, self.out_dir, result, handle.submitted, reason, where=f"(job {job.job_id}) ")
 
     def cancel(self, handle: _Job) -> None:
         handle.job.cancel(check=False)
