@@ -274,3 +274,34 @@ def test_registered_with_their_defaults_and_identity():
     identity = data_identity("mqar", "/somewhere")
     assert identity == data_identity("mqar", "/elsewhere")  # no directory is read
     assert identity["generator"] == f"mqar v{GENERATOR_VERSION}"
+
+
+# ------------------------------------------------------------------------- the generators' shape
+@pytest.mark.parametrize("cls, bad, message", [
+    (SelectiveCopying, dict(n_tokens=0), "selective-copying option n_tokens"),
+    (InductionHeads, dict(seq_len=2), "induction-heads option seq_len"),
+    (MultiQueryAR, dict(power_a=-1.0), "mqar option power_a"),
+    (AssociativeRecall, dict(n_pairs=-2), "associative-recall option n_pairs"),
+    ("listops", dict(max_args=1), r"listops generator option max_args must be an integer >= 2, got 1"),
+    ("pathfinder", dict(resolution=4), r"pathfinder generator option resolution must be an integer >= 8 \(pixels"),
+])
+def test_every_generator_has_one_shape(cls, bad, message):
+    import random
+
+    from longrange.data.generate.base import Generator
+    from longrange.data.generate.listops import ListOpsTrees
+    from longrange.data.generate.pathfinder import Scene, SceneParams
+
+    cls = {"listops": ListOpsTrees, "pathfinder": SceneParams}.get(cls, cls)
+    assert issubclass(cls, Generator)
+    defaults = cls.defaults()
+    assert set(bad) <= set(defaults) and cls().options() == defaults
+    with pytest.raises(ConfigError, match=message):
+        cls(**bad)
+    if cls is ListOpsTrees:
+        drawn = ListOpsTrees(min_length=5, max_length=40, max_depth=3, max_args=3).draw(random.Random(0))
+        assert drawn is None or 0 < drawn[1] < 40
+    elif cls is SceneParams:
+        assert isinstance(SceneParams.for_resolution(16, contour_length=6).draw(example_rng(0, 1), 1), Scene)
+    else:
+        assert cls().draw(example_rng(0, 1)).inputs.shape == (cls().seq_len,)

@@ -91,16 +91,16 @@ def test_sums_add_up_across_batches():
 
 
 @pytest.mark.parametrize("block, primitive", [("simple", "s4d"), ("transformer", "attention")])
-def test_fast_path_matches_the_reference_in_values_and_gradients(block, primitive):
+def test_fast_path_matches_the_reference_in_values_and_gradients(block, primitive, device):
     """The head applied at the answers only equals the head everywhere, then selected."""
     torch.manual_seed(3)
     cfg = ModelConfig(block=block, primitive=primitive, n_layers=2, d_model=16, d_state=4, n_heads=2,
                       direction="causal", dropout=0.0)
-    model = build_model(cfg, input_kind="tokens", vocab_size=12, head="tokens", n_out=12)
-    inputs = torch.randint(5, 12, (3, 10))
-    targets = torch.full((3, 10), I)
+    model = build_model(cfg, input_kind="tokens", vocab_size=12, head="tokens", n_out=12).to(device)
+    inputs = torch.randint(5, 12, (3, 10), device=device)
+    targets = torch.full((3, 10), I, device=device)
     targets[0, 9], targets[1, 3], targets[1, 7], targets[2, 0] = 6, 7, 11, 5
-    batch = {"inputs": inputs, "lengths": torch.tensor([10, 10, 8]), "targets": targets}
+    batch = {"inputs": inputs, "lengths": torch.tensor([10, 10, 8], device=device), "targets": targets}
     results = []
     for fast in (True, False):
         model.zero_grad()
