@@ -35,8 +35,9 @@ def test_builtin_names():
     assert primitive_names() == list(PRIMITIVES) == ["attention", "dlr", "s4", "s4d", "s6"]
     assert block_names() == list(BLOCKS) == ["hf", "mamba", "simple", "transformer"]
     assert head_names() == ["classify", "regress", "retrieval", "tokens"]
-    assert OBJECTIVES.names() == ["causal", "classification", "masked", "regression"]
-    assert {"listops", "text", "retrieval", "image", "pathfinder", "bidmc-hr", "species"} <= set(TASKS)
+    assert OBJECTIVES.names() == ["causal", "classification", "masked", "positions", "regression"]
+    assert {"listops", "text", "retrieval", "image", "pathfinder", "bidmc-hr", "species", "selective-copying",
+            "induction-heads", "mqar", "associative-recall"} <= set(TASKS)
     assert "s4d" in PRIMITIVES and "s5" not in PRIMITIVES
 
 

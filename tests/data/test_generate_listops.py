@@ -149,10 +149,10 @@ def test_max_depth_and_max_args_are_respected():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(n_train=0), "n_train must be a positive integer"),
-    (dict(min_length=50, max_length=51), "min_length \\+ 1 < max_length"),
+    (dict(n_train=0), "listops generator option n_train must be an integer >= 1, got 0"),
+    (dict(min_length=50, max_length=51), "max_length must be an integer >= 52 .*min_length \\+ 1 < max_length"),
     (dict(max_depth=2, max_args=2, min_length=10, max_length=100), "at most 4 tokens"),
-    (dict(max_args=1), "max_args must be >= 2"),
+    (dict(max_args=1), "max_args must be an integer >= 2"),
 ])
 def test_bad_generator_options(tmp_path, kwargs, message):
     with pytest.raises(ConfigError, match=message):

@@ -392,3 +392,26 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 
 def test_errors_are_user_errors():
     assert issubclass(DataFormatError, LongrangeError) and issubclass(DataMissingError, LongrangeError)
+
+
+def test_further_metrics_table_shows_what_every_seed_reports_beside_the_metric(tmp_path):
+    import json as _json
+
+    from longrange.report.tables import further_metrics_table, markdown_tables
+
+    for seed, (acc, seq) in enumerate([(0.9, 0.5), (0.8, 0.3)]):
+        d = write_run(tmp_path, task="mqar", seed=seed, test=acc)
+        summary = _json.loads((d / "summary.json").read_text())
+        summary["test"]["sequence_accuracy"] = seq
+        (d / "summary.json").write_text(_json.dumps(summary))
+    write_run(tmp_path, task="listops", seed=0, test=0.4)  # reports nothing further: no row
+    cells = aggregate(collect_runs([tmp_path]))
+    table = further_metrics_table(cells)
+    assert table.headers == ["Model", "Task", "Source", "sequence accuracy (%)"]
+    half = t_critical(2) * math.sqrt(((0.5 - 0.4) ** 2 + (0.3 - 0.4) ** 2) / 1) / math.sqrt(2) * 100
+    assert table.rows == [["Transformer", "mqar", "test", f"40.00 ± {half:.2f}"]]
+    assert "### Further metrics" in markdown_tables(cells)
+    # a seed without it: the cell has no further metric, and runs without any give no table
+    d = write_run(tmp_path, task="mqar", seed=2, test=0.7)
+    assert further_metrics_table(aggregate(collect_runs([tmp_path]))) is None
+    assert "Further metrics" not in markdown_tables(aggregate(collect_runs([d])))

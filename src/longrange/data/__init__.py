@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from longrange.data.batch import PAD_ID, collate, padding_mask
+from longrange.data.batch import IGNORE_INDEX, PAD_ID, collate, padding_mask
 from longrange.data.tasks import (
     TASKS,
     SequenceDataset,
@@ -36,6 +36,7 @@ TASK_MODULES = (
     "longrange.data.speech",
     "longrange.data.bidmc",
     "longrange.data.species",
+    "longrange.data.synthetic",
 )
 
 for _name in TASK_MODULES:
@@ -45,7 +46,7 @@ for _name in TASK_MODULES:
         importlib.import_module(_name)
 
 __all__ = [
-    "CLS_ID", "EOS_ID", "FIRST_TOKEN_ID", "MASK_ID", "PAD_ID", "SPECIALS", "TASKS", "UNK_ID", "SequenceDataset",
+    "CLS_ID", "EOS_ID", "FIRST_TOKEN_ID", "IGNORE_INDEX", "MASK_ID", "PAD_ID", "SPECIALS", "TASKS", "UNK_ID", "SequenceDataset",
     "TaskData", "TaskSpec", "Vocabulary", "collate", "get_spec", "list_tasks", "load_task", "padding_mask",
     "register_task", "task_options", "task_status",
 ]

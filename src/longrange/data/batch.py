@@ -2,12 +2,15 @@
 
 A dataset item is a dict with
   ``inputs``   LongTensor (L,) of token ids, or FloatTensor (L, C) of numeric channels;
-  ``target``   LongTensor () class index, or FloatTensor (T,) regression targets;
+  ``target``   LongTensor () class index, FloatTensor (T,) regression targets, or LongTensor (L,)
+               per-position class indices with :data:`IGNORE_INDEX` at the positions without an
+               answer (per-position tasks, e.g. ``mqar``);
   ``inputs2``  (two-sequence tasks only) the second sequence, same kind as ``inputs``.
 
 ``collate`` pads a list of items to the longest sequence (padding at the end, with ``pad_id`` for
-tokens and 0.0 for numeric inputs) and returns a batch dict with
-  ``inputs`` (B, L) or (B, L, C); ``lengths`` LongTensor (B,); ``targets`` (B,) or (B, T);
+tokens and 0.0 for numeric inputs; per-position targets with :data:`IGNORE_INDEX`) and returns a
+batch dict with
+  ``inputs`` (B, L) or (B, L, C); ``lengths`` LongTensor (B,); ``targets`` (B,), (B, T) or (B, L);
   ``inputs2``/``lengths2`` for two-sequence tasks.
 The padding mask is always derived from the lengths with :func:`padding_mask`
 (:func:`longrange.ops.masks.padding_mask`, re-exported here).
@@ -24,6 +27,8 @@ from longrange.ops.masks import padding_mask  # noqa: F401  (part of the batch f
 
 #: Token id of padding. Special tokens take the first ids of every vocabulary.
 PAD_ID = 0
+#: The per-position target of a position that carries no answer (PyTorch's default ``ignore_index``).
+IGNORE_INDEX = -100
 
 
 def _pad(seqs: Sequence[Tensor], pad_value: float | int) -> tuple[Tensor, Tensor]:
@@ -48,8 +53,17 @@ def collate(items: Sequence[dict], pad_id: int = PAD_ID) -> dict[str, Tensor]:
             seqs = [it[key] for it in items]
             pad_value = pad_id if not seqs[0].is_floating_point() else 0.0
             batch[key], batch[len_key] = _pad(seqs, pad_value)
-    batch["targets"] = torch.stack([torch.as_tensor(it["target"]) for it in items])
+    targets = [torch.as_tensor(it["target"]) for it in items]
+    if is_position_targets(targets[0]):
+        batch["targets"] = _pad(targets, IGNORE_INDEX)[0]
+    else:
+        batch["targets"] = torch.stack(targets)
     return batch
+
+
+def is_position_targets(target: Tensor) -> bool:
+    """Whether one item's target is per-position class indices (a 1-D integer tensor)."""
+    return target.dim() == 1 and not target.is_floating_point()
 
 
 def check_class_labels(targets: Tensor, n_classes: int, where: str = "the batch") -> None:
@@ -65,3 +79,18 @@ def check_class_labels(targets: Tensor, n_classes: int, where: str = "the batch"
     low, high = (int(v) for v in torch.aminmax(targets))
     if low < 0 or high >= n_classes:
         raise DataFormatError(f"class label {low if low < 0 else high} in {where} is outside [0, {n_classes})")
+
+
+def check_position_labels(targets: Tensor, n_classes: int, where: str = "the batch") -> None:
+    """DataFormatError unless ``targets`` (batch, length) hold class indices in [0, n_classes) or
+    :data:`IGNORE_INDEX`. One reduction, as :func:`check_class_labels`."""
+    if targets.dim() != 2 or targets.is_floating_point():
+        raise DataFormatError(f"per-position labels in {where} must be indices of shape (batch, length), "
+                              f"got {targets.dtype} {tuple(targets.shape)}")
+    answers = targets[targets != IGNORE_INDEX]
+    if not answers.numel():
+        return
+    low, high = (int(v) for v in torch.aminmax(answers))
+    if low < 0 or high >= n_classes:
+        raise DataFormatError(f"per-position label {low if low < 0 else high} in {where} is outside "
+                              f"[0, {n_classes}) (and is not the ignore index {IGNORE_INDEX})")

@@ -73,6 +73,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         if spec.input_kind == "numeric" and spec.d_input > 1:
             kind += f" ({spec.d_input} ch)"
         classes = str(spec.n_classes) if spec.n_classes else f"regr. ({spec.n_targets})"
+        if spec.per_position:
+            classes += " per answer" + (", causal" if spec.causal else "")
         rows.append((name, kind, str(spec.seq_len), classes, spec.metric, f"{spec.mask_ratio:g}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -91,7 +93,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"{spec.name}: {spec.description}")
     print(f"  inputs:      {spec.input_kind}{' (two sequences)' if spec.two_sequences else ''}, length {spec.seq_len}"
           + (f", {spec.d_input} channels" if spec.input_kind == "numeric" else ""))
-    if spec.n_classes:
+    if spec.per_position:
+        print(f"  target:      {spec.n_classes} classes at each position that asks an answer, metric {spec.metric} "
+              "over answers (and sequence_accuracy over whole sequences)"
+              + ("; next-token answers: models must be causal" if spec.causal else ""))
+    elif spec.n_classes:
         print(f"  target:      {spec.n_classes} classes, metric {spec.metric}")
     else:
         print(f"  target:      {spec.n_targets} regression value(s), metric {spec.metric}")

@@ -20,22 +20,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from longrange.data.cache import cached
 from longrange.data.tasks import (
     BadRecords,
-    SequenceDataset,
     TaskData,
     TaskSpec,
-    id_dtype,
-    pack,
+    pack_split,
     register_task,
     require_files,
     task_dir,
+    unpack_split,
 )
 from longrange.data.tokenize import Vocabulary
-from longrange.data.tsv import check_not_blank, tsv_lines
+from longrange.data.tsv import read_tsv
 from longrange.errors import ConfigError, DataFormatError
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -89,50 +86,30 @@ def read_listops_file(path: Path, vocab: Vocabulary, seq_len: int, truncate: boo
     A sequence longer than ``seq_len`` is an error naming its line unless ``truncate`` (then it is
     cut to ``seq_len - 1`` tokens before the ``<eos>``, as the S4 pipeline does).
     """
-    bad = bad if bad is not None else BadRecords(skip_bad=False)
-    seqs: list[list[int]] = []
-    labels: list[int] = []
-    lines = tsv_lines(path)  # a leading BOM and trailing blank lines are tolerated (data/tsv.py)
-    first = next(lines, None)
-    if first is None:
-        raise DataFormatError("no header line (the file holds only blank lines)", path)
-    header = first[1]
-    if header.split("\t") != HEADER:
-        raise DataFormatError(f"expected the header 'Source<TAB>Target', found {header[:60]!r}", path, 1)
     eos = vocab.eos_id
-    for number, text in lines:
+
+    def parse(cols: list[str], number: int) -> tuple[list[int], int]:
+        source, target = cols
         try:
-            check_not_blank(text, path, number)
-            cols = text.split("\t")
-            if len(cols) != 2:
-                raise DataFormatError(f"expected 2 tab-separated columns (Source, Target), found {len(cols)}",
-                                      path, number)
-            source, target = cols
-            try:
-                label = int(target)
-            except ValueError:
-                label = -1
-            if not 0 <= label <= 9 or target.strip() != target:
-                raise DataFormatError(f"Target must be an integer 0-9, found {target!r}", path, number)
-            ids = vocab.encode(tokenize_source(source), path=path, line=number)
-            if not ids:
-                raise DataFormatError("empty Source", path, number)
-            if len(ids) + 1 > seq_len:
-                if not truncate:
-                    raise DataFormatError(
-                        f"{len(ids)} tokens + <eos> exceed seq_len {seq_len} "
-                        "(raise the task option seq_len: task.options.seq_len=N, or -o seq_len=N with `longrange data`; "
-                        "or cut long sequences with task.options.truncate=true / -o truncate=true)", path, number)
-                ids = ids[: seq_len - 1]
-        except DataFormatError as err:
-            bad.handle(err)
-            continue
-        ids.append(eos)
-        seqs.append(ids)
-        labels.append(label)
-    if not seqs and not bad.counts.get(str(path)):
-        raise DataFormatError("no samples after the header", path)
-    return seqs, labels
+            label = int(target)
+        except ValueError:
+            label = -1
+        if not 0 <= label <= 9 or target.strip() != target:
+            raise DataFormatError(f"Target must be an integer 0-9, found {target!r}", path, number)
+        ids = vocab.encode(tokenize_source(source), path=path, line=number)
+        if not ids:
+            raise DataFormatError("empty Source", path, number)
+        if len(ids) + 1 > seq_len:
+            if not truncate:
+                raise DataFormatError(
+                    f"{len(ids)} tokens + <eos> exceed seq_len {seq_len} "
+                    "(raise the task option seq_len: task.options.seq_len=N, or -o seq_len=N with `longrange data`; "
+                    "or cut long sequences with task.options.truncate=true / -o truncate=true)", path, number)
+            ids = ids[: seq_len - 1]
+        return ids + [eos], label
+
+    records = read_tsv(path, HEADER, parse, bad, header=HEADER, empty="no samples after the header")
+    return [ids for ids, _ in records], [label for _, label in records]
 
 
 def listops_expected_paths(data_dir: Path, **options) -> list[Path]:
@@ -152,8 +129,7 @@ def load_listops(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool =
         out: dict = {"tokens": list(vocab.tokens)}
         for split, path in zip(SPLITS, paths):
             seqs, labels = read_listops_file(path, vocab, seq_len, truncate, bad)
-            out[f"{split}_flat"], out[f"{split}_offsets"] = pack(seqs, dtype=id_dtype(len(vocab)))
-            out[f"{split}_targets"] = torch.tensor(labels, dtype=torch.long)
+            pack_split(out, split, seqs, labels, len(vocab))
         out["skipped"] = bad.counts
         return out
 
@@ -162,11 +138,7 @@ def load_listops(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool =
     if prepared["tokens"] != list(vocab.tokens):
         raise DataFormatError("prepared vocabulary differs from the ListOps vocabulary; delete the cache entry",
                               paths[0])
-    splits = {
-        split: SequenceDataset.from_packed(prepared[f"{split}_flat"], prepared[f"{split}_offsets"],
-                                           prepared[f"{split}_targets"])
-        for split in SPLITS
-    }
+    splits = {split: unpack_split(prepared, split) for split in SPLITS}
     return TaskData(spec, splits["train"], splits["val"], splits["test"], vocab=vocab,
                     skipped=dict(prepared["skipped"]), info={"source": str(paths[0].parent)})
 

@@ -20,23 +20,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from longrange.data.cache import cached
 from longrange.data.tasks import (
     BadRecords,
-    SequenceDataset,
     TaskData,
     TaskSpec,
-    id_dtype,
-    pack,
+    pack_split,
     register_task,
     require_files,
     task_dir,
+    unpack_split,
 )
 from longrange.data.text import encode_documents
 from longrange.data.tokenize import Vocabulary
-from longrange.data.tsv import check_not_blank, tsv_lines
+from longrange.data.tsv import read_tsv
 from longrange.errors import ConfigError, DataFormatError
 
 SUBDIR = "retrieval"
@@ -46,7 +43,7 @@ OBTAIN = (
     "download lra_release.gz from https://github.com/google-research/long-range-arena, unpack it and copy "
     "lra_release/tsv_data/new_aan_pairs.{train,eval,test}.tsv to <data_dir>/retrieval/"
 )
-LOADER_VERSION = 3
+LOADER_VERSION = 4  # 4: the first documents stored under {split}_flat (were {split}_flat1)
 
 
 def retrieval_spec(seq_len: int = 4000, min_count: int = 1) -> TaskSpec:
@@ -81,29 +78,15 @@ def parse_label(text: str, path: Path, line: int) -> int:
 
 def read_pairs_file(path: Path, bad: BadRecords | None = None) -> tuple[list[str], list[str], list[int]]:
     """The two texts and the label of every pair in one ``.tsv`` file."""
-    bad = bad if bad is not None else BadRecords(skip_bad=False)
-    texts1: list[str] = []
-    texts2: list[str] = []
-    labels: list[int] = []
-    for number, text in tsv_lines(path):  # a leading BOM and trailing blank lines are tolerated (data/tsv.py)
-        try:
-            check_not_blank(text, path, number)
-            cols = text.split("\t")
-            if len(cols) != len(COLUMNS):
-                raise DataFormatError(f"expected {len(COLUMNS)} tab-separated columns ({', '.join(COLUMNS)}), "
-                                      f"found {len(cols)}", path, number)
-            label = parse_label(cols[0], path, number)
-            if not cols[3] or not cols[4]:
-                raise DataFormatError(f"empty {'text1' if not cols[3] else 'text2'}", path, number)
-        except DataFormatError as err:
-            bad.handle(err)
-            continue
-        texts1.append(cols[3])
-        texts2.append(cols[4])
-        labels.append(label)
-    if not labels and not bad.counts.get(str(path)):
-        raise DataFormatError("no pairs", path)
-    return texts1, texts2, labels
+
+    def parse(cols: list[str], number: int) -> tuple[str, str, int]:
+        label = parse_label(cols[0], path, number)
+        if not cols[3] or not cols[4]:
+            raise DataFormatError(f"empty {'text1' if not cols[3] else 'text2'}", path, number)
+        return cols[3], cols[4], label
+
+    records = read_tsv(path, COLUMNS, parse, bad, empty="no pairs")
+    return [r[0] for r in records], [r[1] for r in records], [r[2] for r in records]
 
 
 def retrieval_expected_paths(data_dir: Path, **options) -> list[Path]:
@@ -125,20 +108,13 @@ def load_retrieval(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool
         vocab = Vocabulary.build_chars((t[:max_chars] for t in t1 + t2), min_count=min_count)
         out: dict = {"tokens": list(vocab.tokens), "skipped": bad.counts}
         for split, (texts1, texts2, labels) in raw.items():
-            for key, texts in (("1", texts1), ("2", texts2)):
-                out[f"{split}_flat{key}"], out[f"{split}_offsets{key}"] = pack(
-                    encode_documents(texts, vocab, max_chars), dtype=id_dtype(len(vocab)))
-            out[f"{split}_targets"] = torch.tensor(labels, dtype=torch.long)
+            pack_split(out, split, encode_documents(texts1, vocab, max_chars), labels, len(vocab),
+                       encode_documents(texts2, vocab, max_chars))
         return out
 
     options = {"seq_len": seq_len, "min_count": min_count, "skip_bad": skip_bad}
     prepared = cached(data_dir, "retrieval", paths, options, build, version=LOADER_VERSION)
-    splits = {
-        split: SequenceDataset.from_packed(prepared[f"{split}_flat1"], prepared[f"{split}_offsets1"],
-                                           prepared[f"{split}_targets"],
-                                           prepared[f"{split}_flat2"], prepared[f"{split}_offsets2"])
-        for split in SPLITS
-    }
+    splits = {split: unpack_split(prepared, split) for split in SPLITS}
     return TaskData(spec, splits["train"], splits["val"], splits["test"], vocab=Vocabulary(prepared["tokens"]),
                     skipped=dict(prepared["skipped"]), info={"source": str(paths[0].parent)})
 

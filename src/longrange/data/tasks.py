@@ -28,13 +28,15 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from longrange.data.batch import PAD_ID, check_class_labels, collate
+from longrange.data.batch import PAD_ID, check_class_labels, check_position_labels, collate
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 from longrange.registry import Registry, unknown_option
 
 #: Environment variable naming the default data directory.
 DATA_ENV = "LONGRANGE_DATA"
+#: What a generated task records as its data directory (it reads none).
+GENERATED_DIR = "(generated)"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class TaskSpec:
     description: str = ""
     layout: str = ""           # the expected files under the data dir, for `longrange data info`
     obtain: str = ""           # how to obtain or generate the data
+    #: Targets are per-position class indices (``IGNORE_INDEX`` where no answer is asked): the
+    #: supervised objective is the per-position one, over ``n_classes`` outputs at each answer.
+    per_position: bool = False
+    #: The answers are predictions of what follows (next-token tasks): supervised models must be causal.
+    causal: bool = False
 
     def __post_init__(self) -> None:
         if self.input_kind not in ("tokens", "numeric"):
@@ -63,6 +70,8 @@ class TaskSpec:
             raise ConfigError(f"task {self.name}: seq_len must be >= 1, got {self.seq_len}")
         if not 0.0 <= self.mask_ratio < 1.0:
             raise ConfigError(f"task {self.name}: mask_ratio must be in [0, 1), got {self.mask_ratio}")
+        if self.per_position and (self.n_classes < 1 or self.metric != "accuracy"):
+            raise ConfigError(f"task {self.name}: per-position targets need n_classes >= 1 and metric accuracy")
 
 
 class SequenceDataset(Dataset):
@@ -132,6 +141,24 @@ def unpack(flat: Tensor, offsets: Tensor) -> list[Tensor]:
     return [flat[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
 
 
+def pack_split(out: dict, split: str, seqs: Sequence, labels: Sequence[int], vocab_size: int,
+               seqs2: Sequence | None = None) -> None:
+    """Store one split of token sequences and class labels in a cache entry ``out``: keys
+    ``{split}_flat``, ``{split}_offsets`` (:func:`pack`, ids stored compactly), ``{split}_targets``,
+    and ``{split}_flat2``, ``{split}_offsets2`` for the second sequences of two-sequence tasks."""
+    out[f"{split}_flat"], out[f"{split}_offsets"] = pack(seqs, dtype=id_dtype(vocab_size))
+    if seqs2 is not None:
+        out[f"{split}_flat2"], out[f"{split}_offsets2"] = pack(seqs2, dtype=id_dtype(vocab_size))
+    out[f"{split}_targets"] = torch.tensor(list(labels), dtype=torch.long)
+
+
+def unpack_split(prepared: dict, split: str) -> "SequenceDataset":
+    """The dataset of one split stored by :func:`pack_split`."""
+    return SequenceDataset.from_packed(prepared[f"{split}_flat"], prepared[f"{split}_offsets"],
+                                       prepared[f"{split}_targets"], prepared.get(f"{split}_flat2"),
+                                       prepared.get(f"{split}_offsets2"))
+
+
 @dataclass
 class TaskData:
     """A loaded task: its spec, the three splits, and the vocabulary of token tasks."""
@@ -150,8 +177,11 @@ class TaskData:
         """Pad items into a batch with the vocabulary's pad id (see ``data/batch.py``); class labels
         outside [0, n_classes) are a DataFormatError (checked here, on the CPU, once per batch)."""
         batch = collate(items, pad_id=self.vocab.pad_id if self.vocab is not None else PAD_ID)
-        if self.spec.n_classes > 0:
-            check_class_labels(batch["targets"], self.spec.n_classes, f"a batch of task {self.spec.name}")
+        where = f"a batch of task {self.spec.name}"
+        if self.spec.per_position:
+            check_position_labels(batch["targets"], self.spec.n_classes, where)
+        elif self.spec.n_classes > 0:
+            check_class_labels(batch["targets"], self.spec.n_classes, where)
         return batch
 
     @property
@@ -165,6 +195,7 @@ class _Registered:
     loader: Callable[..., TaskData]
     options: dict[str, Any]
     expected: Callable[..., list[Path]] | None
+    generated: int | None = None
 
 
 #: The registered tasks by name (each task module registers its tasks with :func:`register_task`).
@@ -172,7 +203,7 @@ TASKS: Registry = Registry("task")
 
 
 def register_task(name: str, spec: Callable[..., TaskSpec], loader: Callable[..., TaskData], options: dict,
-                  expected: Callable[..., list[Path]] | None = None) -> None:
+                  expected: Callable[..., list[Path]] | None = None, *, generated: int | None = None) -> None:
     """Add a task to the registry.
 
     Args:
@@ -183,10 +214,15 @@ def register_task(name: str, spec: Callable[..., TaskSpec], loader: Callable[...
         options: the task's option names with their defaults.
         expected: ``expected(data_dir: Path, **options) -> list[Path]``, the files/directories that
             must exist (for :func:`task_status` and ``longrange data info``).
+        generated: for a task whose loader generates its data (no files): the generator's version,
+            part of the data's identity (:func:`data_identity`), so runs made by an older generator
+            are not taken for runs of this one. Bump it whenever the generated data changes.
 
     Registering a name again replaces the earlier task.
     """
-    TASKS.register(name, _Registered(spec, loader, dict(options), expected), replace=True)
+    if generated is not None and expected is not None:
+        raise ConfigError(f"task {name}: a generated task has no expected files")
+    TASKS.register(name, _Registered(spec, loader, dict(options), expected, generated), replace=True)
 
 
 def list_tasks() -> list[str]:
@@ -284,6 +320,8 @@ def task_status(name: str, data_dir: str | os.PathLike | None = None, **options)
     entry = _entry(name)
     opts = _resolve_options(name, options)
     root = default_data_dir(data_dir)
+    if entry.generated is not None:
+        return True, [f"generated when loaded (generator version {entry.generated}); no files"]
     if entry.expected is None:
         return root.exists(), [f"{root}: {'found' if root.exists() else 'missing'} (no file list for this task)"]
     lines, present = [], True
@@ -297,11 +335,16 @@ def task_status(name: str, data_dir: str | os.PathLike | None = None, **options)
 def data_identity(name: str, data_dir: str | os.PathLike | None = None, **options) -> dict[str, str]:
     """What identifies the data a run reads, without loading it: the resolved data directory and a
     hash of the task's expected files (resolved path, size and modification time of each file, as
-    the cache keys; see ``data/cache.py``). Replacing or editing a file changes the hash."""
+    the cache keys; see ``data/cache.py``). Replacing or editing a file changes the hash.
+
+    A generated task reads no directory: its identity is the generator's version (its options and
+    seed are in the run's task settings)."""
     from longrange.data.cache import _source_fingerprint
 
     entry = _entry(name)
     opts = _resolve_options(name, options)
+    if entry.generated is not None:
+        return {"dir": GENERATED_DIR, "generator": f"{name} v{entry.generated}"}
     root = default_data_dir(data_dir)
     rows: list = []
     if entry.expected is not None:

@@ -30,14 +30,13 @@ from torch.utils.data import Subset
 from longrange.data.cache import cached
 from longrange.data.tasks import (
     BadRecords,
-    SequenceDataset,
     TaskData,
     TaskSpec,
-    id_dtype,
-    pack,
+    pack_split,
     register_task,
     require_files,
     task_dir,
+    unpack_split,
 )
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
@@ -115,9 +114,7 @@ def _prepare(texts: dict[str, list[str]], labels: dict[str, list[int]], seq_len:
     vocab = Vocabulary.build_chars((t[:max_chars] for t in texts["train"]), min_count=min_count)
     out: dict = {"tokens": list(vocab.tokens)}
     for split in SPLITS:
-        out[f"{split}_flat"], out[f"{split}_offsets"] = pack(encode_documents(texts[split], vocab, max_chars),
-                                                             dtype=id_dtype(len(vocab)))
-        out[f"{split}_targets"] = torch.tensor(labels[split], dtype=torch.long)
+        pack_split(out, split, encode_documents(texts[split], vocab, max_chars), labels[split], len(vocab))
     return out
 
 
@@ -180,8 +177,7 @@ def load_text(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = Fa
 
     prepared = cached(data_dir, "text", sources, options, build, version=LOADER_VERSION)
     vocab = Vocabulary(prepared["tokens"])
-    train = SequenceDataset.from_packed(prepared["train_flat"], prepared["train_offsets"], prepared["train_targets"])
-    test = SequenceDataset.from_packed(prepared["test_flat"], prepared["test_offsets"], prepared["test_targets"])
+    train, test = unpack_split(prepared, "train"), unpack_split(prepared, "test")
     info = {"source": source, "val": "test split" if val_from_train == 0 else f"{val_from_train} of train"}
     if val_from_train == 0:
         val = test

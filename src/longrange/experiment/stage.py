@@ -93,6 +93,18 @@ def pretraining_model_config(cfg: ModelConfig, objective: str) -> ModelConfig:
     )
 
 
+def check_direction(task: TaskConfig, model: ModelConfig) -> None:
+    """A ConfigError when the task's answers are next-token predictions (``TaskSpec.causal``) and
+    the model sees the whole sequence."""
+    from longrange.data.tasks import get_spec
+
+    if model.bidirectional and get_spec(task.name, **task.options).causal:
+        raise ConfigError(
+            f"task {task.name}'s answers are next-token predictions from what precedes them; a bidirectional "
+            "model also reads what follows: set model.direction=causal"
+        )
+
+
 def resolve_stage(
     exp: ExperimentConfig,
     stage: str,
@@ -129,6 +141,8 @@ def resolve_stage(
     model_cfg = exp.stage_model(stage)
     if stage == "pretrain":
         model_cfg = pretraining_model_config(model_cfg, kind)
+    else:
+        check_direction(exp.stage_task(stage), model_cfg)
     changes: dict[str, Any] = {"seed": seed}
     if max_steps is not None:
         changes["max_steps"] = max_steps

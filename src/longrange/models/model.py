@@ -106,7 +106,14 @@ class SequenceModel(nn.Module):
         lengths: Tensor | None = None,
         inputs2: Tensor | None = None,
         lengths2: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
+        """The head's outputs: (batch, n_out) for pooled heads, (batch, length, n_out) per position.
+
+        ``positions``, a boolean (batch, length) mask, applies a per-position head at those input
+        positions only and returns (number of True positions, n_out) in row-major order: the same
+        rows as ``forward(inputs, lengths)[positions]``, without the head's outputs elsewhere.
+        """
         h, mask, cls_index, ends = self.encode(inputs, lengths, return_ends=True)
         if getattr(self.head, "two_sequences", False):
             if inputs2 is None:
@@ -115,6 +122,13 @@ class SequenceModel(nn.Module):
             return self.head(h, mask, h2, mask2, cls_index, cls2)
         if self.per_position and ends is not None:
             h = h.gather(1, ends.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # back to input positions
+        if positions is not None:
+            if not self.per_position:
+                raise ValueError(f"positions select outputs of a per-position head; the model has a {self.head_kind!r} head")
+            if positions.shape != inputs.shape[:2] or positions.dtype != torch.bool:
+                raise ValueError(f"positions must be a boolean mask of the inputs' shape {tuple(inputs.shape[:2])}, "
+                                 f"got {positions.dtype} {tuple(positions.shape)}")
+            return self.head(h[positions.to(h.device)])
         return self.head(h, mask, cls_index)
 
     # Recurrent generation (causal models with a token head)

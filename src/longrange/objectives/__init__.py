@@ -8,9 +8,10 @@ An objective turns a batch into a loss and additive sums of its metrics (see
 """
 from longrange.objectives.base import OBJECTIVES, Objective, StepOutput, add_sums, register_objective
 from longrange.objectives.pretraining import MaskedPrediction, NextTokenPrediction
-from longrange.objectives.supervised import Classification, Regression
+from longrange.objectives.supervised import Classification, PositionClassification, Regression
 
 __all__ = [
-    "OBJECTIVES", "Classification", "MaskedPrediction", "NextTokenPrediction", "Objective", "Regression",
+    "OBJECTIVES", "Classification", "MaskedPrediction", "NextTokenPrediction", "Objective", "PositionClassification",
+    "Regression",
     "StepOutput", "add_sums", "register_objective",
 ]

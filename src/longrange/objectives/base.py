@@ -9,8 +9,8 @@ evaluation do not depend on how the data was split into batches or processes.
     totals = add_sums(totals, out.sums)      # accumulate (all-reduce across ranks if distributed)
     metrics = objective.summarize(totals)    # {"loss": ..., "accuracy": ...}
 
-Objectives are registered by name (:data:`OBJECTIVES`): "classification" and "regression"
-(supervised), "causal" (next-token) and "masked" SPT. ``OBJECTIVES.build("masked",
+Objectives are registered by name (:data:`OBJECTIVES`): "classification", "regression" and
+"positions" (supervised; per-position answers), "causal" (next-token) and "masked" SPT. ``OBJECTIVES.build("masked",
 input_kind="tokens", ratio=0.15)`` checks the options against the constructor before building.
 """
 from __future__ import annotations

@@ -3,7 +3,9 @@
     objective, token_head = make_objective("masked", data, ObjectiveConfig(mask_ratio=0.15))
 
 ``token_head`` is the size of the per-position head the objective needs (None for supervised
-objectives, whose head follows the task: :func:`supervised_head`).
+objectives, whose head follows the task: :func:`supervised_head`). The supervised objective follows
+the task too: classification, regression, or for per-position tasks (``TaskSpec.per_position``:
+``selective-copying``, ``induction-heads``, ``mqar``) :class:`~longrange.objectives.supervised.PositionClassification`.
 """
 from __future__ import annotations
 
@@ -42,7 +44,10 @@ def natural_objective(direction: str) -> str:
 
 
 def supervised_head(spec) -> tuple[str, int]:
-    """The head kind and output size of a task's supervised objective."""
+    """The head kind and output size of a task's supervised objective (per-position tasks: a
+    token head over the answers' classes)."""
+    if getattr(spec, "per_position", False):
+        return "tokens", spec.n_classes
     if spec.two_sequences:
         return "retrieval", spec.n_classes
     if spec.n_classes == 0:
@@ -53,12 +58,14 @@ def supervised_head(spec) -> tuple[str, int]:
 def make_objective(kind: str, data: Any, options: ObjectiveConfig, reverse: bool = False):
     """The objective of a stage and the token-head size it needs (None for supervised heads)."""
     from longrange.objectives.pretraining import MaskedPrediction, NextTokenPrediction
-    from longrange.objectives.supervised import Classification, Regression
+    from longrange.objectives.supervised import Classification, PositionClassification, Regression
 
     spec = data.spec
     if kind == "supervised":
         if reverse:
             raise ConfigError("reverse sequences are a pretraining option (objective causal)")
+        if getattr(spec, "per_position", False):
+            return PositionClassification(causal=spec.causal), None
         return (Regression() if spec.n_classes == 0 else Classification()), None
     value_range = tuple(options.value_range) if options.value_range is not None else None
     if kind == "causal":

@@ -89,19 +89,22 @@ class Run:
     def has_test(self) -> bool:
         return self.test is not None and _is_number(self.test.get(self.metric))
 
-    def value(self, source: str) -> float:
-        """The run's ``metric`` from ``source`` "test" or "val" (best validation); NaN if logged as null."""
+    def value(self, source: str, metric: str | None = None) -> float:
+        """The run's ``metric`` (default: its own metric) from ``source`` "test" or "val" (best
+        validation); NaN if logged as null."""
+        metric = metric or self.metric
         if source == "test":
-            if not self.has_test():
-                raise DataFormatError(f"no test value of '{self.metric}'", self.summary_file)
-            return float(self.test[self.metric])  # type: ignore[index]
+            if self.test is None or not _is_number(self.test.get(metric)):
+                raise DataFormatError(f"no test value of '{metric}'", self.summary_file)
+            return float(self.test[metric])
         if source == "val":
-            v = self.best_val.get(self.metric)
+            v = self.best_val.get(metric)
             if v is None:
-                if self.metric in self.best_val:
+                if metric in self.best_val:
                     return math.nan
+                what = " (the run's metric)" if metric == self.metric else ""
                 raise DataFormatError(
-                    f"best_val has no '{self.metric}' (the run's metric); it has {sorted(self.best_val)}",
+                    f"best_val has no '{metric}'{what}; it has {sorted(self.best_val)}",
                     RunDir(self.path).summary,
                 )
             return float(v)

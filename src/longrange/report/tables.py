@@ -111,6 +111,8 @@ class MetricFormat:
 def metric_format(metric: str) -> MetricFormat:
     if metric == "accuracy":
         return MetricFormat("accuracy (%)", 100.0, 2)
+    if metric.endswith("accuracy"):  # sequence_accuracy: "sequence accuracy (%)"
+        return MetricFormat(metric.replace("_", " ") + " (%)", 100.0, 2)
     if metric == "r2":
         return MetricFormat("R²", 1.0, 3)
     return MetricFormat(metric, 1.0, 3)
@@ -167,10 +169,29 @@ class Cell:
 
     def text(self) -> str:
         """"mean ± half-width" in display units, or "value (n=1)"."""
-        s, f = self.stat, self.format
-        if s.half_width is None:
-            return f"{f.number(s.mean)} (n=1)"
-        return f"{f.number(s.mean)} ± {f.number(s.half_width)}"
+        return stat_text(self.stat, self.format)
+
+    @property
+    def further_metrics(self) -> list[str]:
+        """The metrics besides the cell's own and the loss that every run of the cell reports from
+        its source (e.g. ``sequence_accuracy`` of per-position tasks), sorted."""
+        names = None
+        for r in self.runs:
+            found = r.test if self.source == "test" else r.best_val
+            have = {k for k, v in (found or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            names = have if names is None else names & have
+        return sorted((names or set()) - {self.metric, "loss"})
+
+    def further_text(self, metric: str) -> str:
+        """:meth:`text` of a further metric (mean ± half-width over the cell's seeds)."""
+        values = [r.value(self.source, metric) for r in sorted(self.runs, key=lambda r: r.seed)]
+        return stat_text(mean_ci(values, CONFIDENCE), metric_format(metric))
+
+
+def stat_text(s: Stat, f: MetricFormat) -> str:
+    if s.half_width is None:
+        return f"{f.number(s.mean)} (n=1)"
+    return f"{f.number(s.mean)} ± {f.number(s.half_width)}"
 
 
 def aggregate(runs: Iterable[Run]) -> list[Cell]:
@@ -402,9 +423,29 @@ def pretrain_table(cells: Sequence[Cell]) -> Table | None:
     return Table(f"Pretraining runs: mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds", headers, rows)
 
 
+def further_metrics_table(cells: Sequence[Cell]) -> Table | None:
+    """The final-stage cells' further metrics (:attr:`Cell.further_metrics`, e.g. the sequence
+    accuracy of per-position tasks), mean ± CI over seeds; None when no cell has any."""
+    chosen = [c for c in cells if c.kind == "final" and c.further_metrics]
+    if not chosen:
+        return None
+    names = sorted({m for c in chosen for m in c.further_metrics})
+    headers = ["Model", "Task", "Source"] + [metric_format(m).name for m in names]
+    rows = []
+    for c in sorted(chosen, key=lambda c: (c.label, regime_sort_key(c.regime), task_sort_key(c.task))):
+        rows.append([c.row, c.task, _source_words(c.source)]
+                    + [c.further_text(m) if m in c.further_metrics else "—" for m in names])
+    return Table(f"Further metrics: mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds (the runs' "
+                 "values beside the metric of the table above, from the same evaluation)", headers, rows)
+
+
 def markdown_tables(cells: Sequence[Cell]) -> str:
-    """All tables, in Markdown: results, runs per cell, and pretraining (when present)."""
+    """All tables, in Markdown: results, further metrics (when the runs report any), runs per
+    cell, and pretraining (when present)."""
     parts = [render_markdown(results_table(cells))]
+    further = further_metrics_table(cells)
+    if further is not None:
+        parts.append(render_markdown(further))
     if any(c.kind == "final" for c in cells):
         parts.append(render_markdown(details_table(cells, "final")))
     pre = pretrain_table(cells)

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import ClassVar, Union
 
+from longrange.data.generate.base import Generator, check_int
 from longrange.data.listops import CLOSE, OPERATORS, SPLITS
 from longrange.data.progress import progress_bar
 from longrange.errors import ConfigError
@@ -111,34 +113,50 @@ def max_tree_length(max_depth: int, max_args: int) -> int:
     return length
 
 
-def _check(n_train, n_val, n_test, min_length, max_length, max_depth, max_args, seed) -> None:
+@dataclass(frozen=True)
+class ListOpsTrees(Generator):
+    """The trees of one length window (the generator's shape, ``generate/base.py``): ``draw(rng)``
+    with a ``random.Random`` gives a tree and its length, or None when the tree would reach
+    ``max_length`` (the caller keeps the trees longer than ``min_length``)."""
+
+    name: ClassVar[str] = "listops generator"
+
+    min_length: int = 500
+    max_length: int = 2000
+    max_depth: int = 10
+    max_args: int = 10
+
+    def check(self) -> None:
+        check_int(self.name, "max_depth", self.max_depth, 1)
+        check_int(self.name, "max_args", self.max_args, 2)
+        check_int(self.name, "min_length", self.min_length, 0)
+        check_int(self.name, "max_length", self.max_length, self.min_length + 2,
+                  why="lengths strictly between min_length and max_length are kept: min_length + 1 < max_length")
+        longest = max_tree_length(self.max_depth, self.max_args)
+        if longest <= self.min_length:
+            raise ConfigError(f"{self.name}: trees of max_depth {self.max_depth} and max_args {self.max_args} have at "
+                              f"most {longest} tokens, not more than min_length {self.min_length}")
+
+    def draw(self, rng: random.Random) -> tuple[Tree, int] | None:
+        return sample_tree(rng, self.max_depth, self.max_args, self.max_length)
+
+
+def _check_counts(n_train: int, n_val: int, n_test: int, seed: int) -> None:
     for name, value in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"listops generator: {name} must be a positive integer, got {value!r}")
-    if max_depth < 1:
-        raise ConfigError(f"listops generator: max_depth must be >= 1, got {max_depth}")
-    if max_args < 2:
-        raise ConfigError(f"listops generator: max_args must be >= 2, got {max_args}")
-    if min_length < 0 or max_length - min_length < 2:
-        raise ConfigError(f"listops generator: need 0 <= min_length and min_length + 1 < max_length "
-                          f"(lengths strictly between them are kept), got {min_length}, {max_length}")
-    longest = max_tree_length(max_depth, max_args)
-    if longest <= min_length:
-        raise ConfigError(f"listops generator: trees of max_depth {max_depth} and max_args {max_args} have at "
-                          f"most {longest} tokens, not more than min_length {min_length}")
-    if not isinstance(seed, int):
-        raise ConfigError(f"listops generator: seed must be an integer, got {seed!r}")
+        check_int(ListOpsTrees.name, name, value, 1)
+    check_int(ListOpsTrees.name, "seed", seed)
 
 
 def sample_dataset(n: int, min_length: int = 500, max_length: int = 2000, max_depth: int = 10,
                    max_args: int = 10, seed: int = 0, quiet: bool = True) -> list[tuple[str, int]]:
     """``n`` distinct (source, label) pairs with lengths strictly inside the window."""
+    trees = ListOpsTrees(min_length, max_length, max_depth, max_args)
     rng = random.Random(seed)
     pool: dict[str, int] = {}
     stall = 0
     with progress_bar(n, "listops", quiet=quiet, unit="sample") as bar:
         while len(pool) < n:
-            drawn = sample_tree(rng, max_depth, max_args, max_length)
+            drawn = trees.draw(rng)
             stall += 1
             if drawn is not None and drawn[1] > min_length:
                 source = to_source(drawn[0])
@@ -171,7 +189,8 @@ def generate(out_dir: str | os.PathLike, n_train: int = 96000, n_val: int = 2000
     The files are identical for identical arguments. ``quiet`` hides the progress bar (also hidden
     when stderr is not a terminal).
     """
-    _check(n_train, n_val, n_test, min_length, max_length, max_depth, max_args, seed)
+    _check_counts(n_train, n_val, n_test, seed)
+    ListOpsTrees(min_length, max_length, max_depth, max_args)  # checks the window before anything is drawn
     rows = sample_dataset(n_train + n_val + n_test, min_length, max_length, max_depth, max_args, seed, quiet)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

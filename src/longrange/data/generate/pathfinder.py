@@ -43,9 +43,11 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
+from longrange.data.generate.base import Generator, check_int, check_positive
 from longrange.errors import ConfigError
 
 #: Maximum attempts before giving up (per dash, per contour, per scene).
@@ -53,8 +55,11 @@ _DASH_TRIES, _CONTOUR_TRIES, _SCENE_TRIES = 24, 60, 50
 
 
 @dataclass(frozen=True)
-class SceneParams:
-    """Geometry of a scene, in pixels of an R x R image (see the module docstring)."""
+class SceneParams(Generator):
+    """Geometry of a scene, in pixels of an R x R image (see the module docstring); as a generator
+    (``generate/base.py``), ``draw(rng, label)`` is :func:`sample_scene`."""
+
+    name: ClassVar[str] = "pathfinder generator"
 
     resolution: int = 32
     contour_length: int = 14
@@ -67,6 +72,23 @@ class SceneParams:
     marker_radius: float = 1.2
     clearance: float = 1.5
     margin: float = 2.0
+
+    def check(self) -> None:
+        from longrange.data.pathfinder import MIN_RESOLUTION
+
+        check_int(self.name, "resolution", self.resolution, MIN_RESOLUTION, why="pixels per side")
+        check_int(self.name, "contour_length", self.contour_length, 2, why="dashes per target contour")
+        check_int(self.name, "distractor_length", self.distractor_length, 1)
+        check_int(self.name, "n_distractors", self.n_distractors, 0)
+        check_int(self.name, "thickness", self.thickness, 1)
+        for name in ("dash_length", "marker_radius"):
+            check_positive(self.name, name, getattr(self, name))
+        for name in ("gap", "max_turn", "clearance", "margin"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{self.name} option {name} must be a number >= 0, got {getattr(self, name)!r}")
+
+    def draw(self, rng: np.random.Generator, label: int) -> "Scene":
+        return sample_scene(rng, label, self)
 
     @classmethod
     def for_resolution(cls, resolution: int, contour_length: int = 14, n_distractors: int | None = None,
@@ -295,14 +317,10 @@ def generate(out_dir: str | Path, resolution: int = 32, n_samples: int = 1000, c
 
     from longrange.data.pathfinder import MIN_RESOLUTION, difficulty_dirname
 
-    if resolution < MIN_RESOLUTION:
-        raise ConfigError(f"resolution: must be at least {MIN_RESOLUTION} pixels, got {resolution}")
-    if n_samples < 1:
-        raise ConfigError(f"n_samples: must be positive, got {n_samples}")
-    if contour_length < 2:
-        raise ConfigError(f"contour_length: must be at least 2 dashes, got {contour_length}")
-    if samples_per_dir < 1:
-        raise ConfigError(f"samples_per_dir: must be positive, got {samples_per_dir}")
+    check_int(SceneParams.name, "resolution", resolution, MIN_RESOLUTION, why="pixels per side")
+    check_int(SceneParams.name, "n_samples", n_samples, 1)
+    check_int(SceneParams.name, "contour_length", contour_length, 2, why="dashes per target contour")
+    check_int(SceneParams.name, "samples_per_dir", samples_per_dir, 1)
     unknown = sorted(set(geometry) - set(SceneParams.__dataclass_fields__))
     if unknown:
         raise ConfigError(f"unknown geometry option {unknown[0]!r}; valid: {', '.join(SceneParams.__dataclass_fields__)}")
