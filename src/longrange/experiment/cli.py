@@ -231,7 +231,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", action="append", help="a built-in preset; repeat for several models")
     p.add_argument("--config", help="a YAML experiment file (applied on top of each preset)")
     p.add_argument("--out", help="directory of all runs and the report")
-    p.add_argument("--status", metavar="OUT", help="show each stage of the comparison in OUT (pending, running, done, failed) and exit")
+    p.add_argument("--status", metavar="OUT", help="show each stage of the comparison in OUT (pending, held, resumable, finished, failed) and exit")
     p.add_argument("--dry-run", action="store_true", help="print the plan (stages and their dependencies) and run nothing")
     p.add_argument("--overwrite", action="store_true",
                    help="run again the finished stages that were made with other settings (others are reused)")

@@ -20,26 +20,19 @@ The trainer (``loop.py``) is one loop over components, each in its own module wi
     logging.py     metrics.jsonl and the loggers of train.loggers (TensorBoard, W&B)
     entry.py       train(): the one-call entry point on a task's loaded data
 """
-from longrange.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
-from longrange.train.config import TrainConfig
-from longrange.train.entry import train
-from longrange.train.loop import Trainer
-from longrange.train.optim import build_optimizer, group_report, param_groups
-from longrange.train.rundir import RunDir, RunPaths
-from longrange.train.schedules import LRSchedule, build_schedule
+from longrange._exports import lazy_exports
 
-__all__ = [
-    "LRSchedule",
-    "RunDir",
-    "RunPaths",
-    "TrainConfig",
-    "Trainer",
-    "build_optimizer",
-    "build_schedule",
-    "group_report",
-    "load_checkpoint",
-    "load_weights",
-    "param_groups",
-    "save_checkpoint",
-    "train",
-]
+# Imported on first use, so that ``import longrange.train.rundir`` (a SLURM job's first step, the
+# report) does not import torch and the trainer.
+_EXPORTS = {
+    **dict.fromkeys(("load_checkpoint", "load_weights", "save_checkpoint"), "longrange.train.checkpoint"),
+    "TrainConfig": "longrange.train.config",
+    "train": "longrange.train.entry",
+    "Trainer": "longrange.train.loop",
+    **dict.fromkeys(("build_optimizer", "group_report", "param_groups"), "longrange.train.optim"),
+    **dict.fromkeys(("RunDir", "RunPaths"), "longrange.train.rundir"),
+    **dict.fromkeys(("LRSchedule", "build_schedule"), "longrange.train.schedules"),
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -14,11 +14,8 @@ this process learns each stage's outcome; the job ids are kept in ``OUT/jobs.jso
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +27,7 @@ from longrange.experiment.backends.local import visible_gpus
 from longrange.experiment.config import LauncherConfig
 from longrange.experiment.plan import Plan, Stage
 from longrange.experiment.scheduler import Outcome, after_exit, say
+from longrange.experiment.stage_job import StageJob, exit_file, require_submitit
 from longrange.train.rundir import Intent, RunDir, RunMismatchError
 
 #: The SLURM job of each stage, in the comparison's output directory.
@@ -45,68 +43,6 @@ def read_jobs(out_dir: str | Path) -> dict[str, str] | None:
     """``{stage id: SLURM job id}`` of a comparison submitted to SLURM, or None."""
     path = jobs_file(out_dir)
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _submitit():
-    try:
-        import submitit
-    except ImportError:
-        raise ConfigError("--launcher slurm needs submitit: pip install 'longrange[slurm]'") from None
-    return submitit
-
-
-def _exit_file(folder: Path, job_id: str) -> Path:
-    return Path(folder) / f"{job_id}_exit.json"
-
-
-class StageJobFailed(RuntimeError):
-    """The job's stage did not finish (so that SLURM's afterok holds its dependents)."""
-
-
-@dataclass
-class StageJob:
-    """The function a SLURM job runs: one stage, its output appended to ``OUT/<stage>/stage.log``.
-
-    The job starts the worker as a process of its own (with ``gpus > 1`` under ``torchrun
-    --standalone --nproc_per_node G``). It records the worker's exit status and raises unless the
-    stage is done, so that the job fails and ``afterok`` holds its dependents. On a time-out or
-    preemption signal submitit calls :meth:`checkpoint`, which sends the worker SIGTERM: the stage
-    finishes its step and writes a checkpoint (as ``longrange train`` does on SIGTERM), the job is
-    requeued and the stage resumes from that checkpoint.
-    """
-
-    out_dir: str
-    stage_id: str
-    overwrite: bool = False
-    rerun_other_versions: bool = False
-    gpus: int = 1
-    threads: int = 0
-
-    def __call__(self) -> str:
-        threads = self.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", "0") or 0) // max(1, self.gpus)
-        cmd = W.command(self.out_dir, self.stage_id, overwrite=self.overwrite, rerun_other_versions=self.rerun_other_versions,
-                        threads=threads, gpus=self.gpus)
-        log = RunDir(Path(self.out_dir) / self.stage_id).start_log(
-            f"job {os.environ.get('SLURM_JOB_ID', os.getpid())}: {' '.join(cmd)}")
-        with open(log, "ab") as f:
-            self._proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=W.environment(threads))
-            rc = self._proc.wait()
-        env = _submitit().JobEnvironment()
-        _exit_file(env.paths.folder, env.job_id).write_text(json.dumps({"rc": rc}))
-        if rc != W.DONE:
-            raise StageJobFailed(f"{self.stage_id}: {W.error_line(log) or W.exit_reason(rc)} (log {log})")
-        return "done"
-
-    def checkpoint(self, *args: Any, **kwargs: Any):
-        proc = getattr(self, "_proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.terminate()  # the worker finishes its step, writes last.pt and releases the lock
-            try:
-                proc.wait(100)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        return _submitit().helpers.DelayedSubmission(dataclasses.replace(self))
 
 
 @dataclass
@@ -151,10 +87,11 @@ class SlurmLauncher:
     def begin(self, plan: Plan, out_dir: Path, intent: Intent) -> None:
         self.plan, self.out_dir, self.intent = plan, out_dir, intent
         self._jobs: dict[str, str] = {}
+        self._running = 0
         self._ex = self._executor(out_dir)
 
     def _executor(self, out_dir: Path):
-        submitit = _submitit()
+        submitit = require_submitit()
         if self.cluster == "slurm" and shutil.which("sbatch") is None:
             raise ConfigError("--launcher slurm needs SLURM's sbatch on PATH, and this host has none; "
                               "run compare on a SLURM login node, or use --jobs N on this machine")
@@ -179,6 +116,10 @@ class SlurmLauncher:
         return ex
 
     def slots(self) -> int | None:
+        """SLURM queues every job itself; submitit's local executor starts each at once, so that it
+        runs at most ``jobs`` (when more than 1) at a time."""
+        if self.cluster == "local" and self.settings.jobs > 1:
+            return max(0, self.settings.jobs - self._running)
         return None
 
     def _extra(self, dependency: str | None) -> dict[str, Any]:
@@ -214,6 +155,7 @@ class SlurmLauncher:
         else:
             submitted = [ex.submit(fn) for fn in fns]
         now = time.time()
+        self._running += len(stages)
         out = {}
         for st, job in zip(stages, submitted):
             say(f"submitted {st.id}: job {job.job_id}" + (f" ({dependency})" if dependency else ""))
@@ -227,9 +169,10 @@ class SlurmLauncher:
         job, stage = handle.job, handle.stage
         if not job.done():
             return None
+        self._running -= 1
         run = RunDir(self.out_dir / stage.id)
-        exit_file = _exit_file(job.paths.folder, job.job_id)
-        rc = json.loads(exit_file.read_text())["rc"] if exit_file.is_file() else None
+        status = exit_file(job.paths.folder, job.job_id)
+        rc = json.loads(status.read_text())["rc"] if status.is_file() else None
         result = W.outcome(rc) if rc is not None else Outcome.FAILED
         if result is None:
             raise RunMismatchError(W.error_line(run.log) or f"{stage.id}: a run made with other settings (see {run.log})")
@@ -242,6 +185,7 @@ class SlurmLauncher:
         return after_exit(self.plan, stage, self.out_dir, result, handle.submitted, reason, where=f"(job {job.job_id}) ")
 
     def cancel(self, handle: _Job) -> None:
+        self._running -= 1
         handle.job.cancel(check=False)
 
     def stop(self, handles: dict[str, _Job], interrupted: bool) -> None:
