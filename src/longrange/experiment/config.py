@@ -111,6 +111,10 @@ class LauncherConfig:
             raise ConfigError(f"compare.launcher.mem_gb must be positive, got {self.mem_gb}")
 
 
+#: What self-pretraining reads (``compare.pretrain_data``).
+PRETRAIN_DATA = ("subset", "all")
+
+
 @dataclass
 class CompareConfig:
     #: SPT objectives to compare against training from scratch; [] = the model's natural one
@@ -123,6 +127,11 @@ class CompareConfig:
     #: the grid and the ``task.train_subset`` of every stage under it, pretraining included.
     #: [] = no sweep (the task's own ``train_subset``).
     train_subsets: list[float | int] = field(default_factory=list)
+    #: What self-pretraining reads: ``subset`` (the labelled training examples the stages under it
+    #: train on, the SPT paper's setting) or ``all`` (the inputs of the whole training split, labels
+    #: unused: labels scarce, inputs plentiful; one pretraining run per seed and objective, shared
+    #: by every subset of a sweep; its regime is ``<objective>-spt-all``).
+    pretrain_data: str = "subset"
     #: How the grid's stages are run (in process, local workers, SLURM); not part of any stage's settings.
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
 
@@ -185,6 +194,9 @@ class ExperimentConfig:
         if not self.compare.seeds:
             raise ConfigError("compare.seeds is empty")
         check_train_subsets(self.compare.train_subsets, "compare.train_subsets")
+        if self.compare.pretrain_data not in PRETRAIN_DATA:
+            raise ConfigError(f"compare.pretrain_data must be one of {', '.join(PRETRAIN_DATA)}, "
+                              f"got {self.compare.pretrain_data!r}")
 
 
 def check_train_subsets(values: Sequence[Any], where: str) -> list[float | int]:

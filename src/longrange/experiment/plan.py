@@ -13,6 +13,12 @@ level after the label, ``subset<value>`` (``listops/S4/subset0.1/scratch/seed0``
 stage under it, pretraining included, trains on that ``task.train_subset`` (the same examples:
 the subset is drawn with the task's data seed, see ``data.tasks.subset_indices``).
 
+With ``compare.pretrain_data: all`` (labels scarce, inputs plentiful) pretraining reads the inputs of
+the whole training split instead: one pretraining stage per seed and objective,
+``<task>/<label>/<objective>-spt-all/seed<k>/pretrain``, which the finetuning stages of every subset
+start from (``.../subset<value>/<objective>-spt-all/seed<k>/finetune``); their regime is
+``<objective>-spt-all``.
+
 A stage's id is its run directory relative to the comparison's output directory. The plan is
 plain data (``to_dict``/``from_dict``), saved as ``OUT/plan.json`` so that any executor (in
 process, local workers, a cluster scheduler) runs the same stages with the same settings.
@@ -64,6 +70,8 @@ class Stage:
     matched_to: list[list[str]] = field(default_factory=list)
     #: The ``task.train_subset`` of a data-fraction sweep (None: no sweep, the task's own).
     train_subset: float | int | None = None
+    #: A pretraining stage on the whole training split (``compare.pretrain_data: all``).
+    whole_train: bool = False
 
     @property
     def is_final(self) -> bool:
@@ -122,8 +130,11 @@ class Plan:
 
     def resolve(self, stage: Stage, out_dir: str | Path, summaries: Mapping[str, Mapping[str, Any]]) -> ResolvedStage:
         """The resolved settings of ``stage``, whose dependencies' ``summaries`` are given."""
+        exp = with_subset(self.experiments[stage.experiment], stage.train_subset)
+        if stage.whole_train:
+            exp = dataclasses.replace(exp, task=dataclasses.replace(exp.task, train_subset=None))
         return resolve_stage(
-            with_subset(self.experiments[stage.experiment], stage.train_subset), stage.stage, seed=stage.seed,
+            exp, stage.stage, seed=stage.seed,
             regime=stage.regime, objective=stage.objective,
             init_from=Path(out_dir) / stage.init_from if stage.init_from else None,
             max_steps=matched_steps(stage, summaries) if stage.matched_to else None,
@@ -194,18 +205,33 @@ def plan_grid(
         if "causal" in objs:
             pretraining_model_config(exp.stage_model("pretrain"), "causal")
         matched = exp.compare.compute_matched if compute_matched is None else compute_matched
+        seed_list = list(seeds) if seeds else list(exp.compare.seeds)
+        shared: dict[tuple[int, str], Stage] = {}  # pretrain_data all: (seed, objective) -> its one pretraining
+        if exp.compare.pretrain_data == "all":
+            for seed in seed_list:
+                for obj in objs:
+                    pre = Stage(f"{slug(exp.task.name)}/{slug(exp.label)}/{obj}-spt-all/seed{seed}/pretrain", index,
+                                "pretrain", seed, f"{obj}-spt-all", objective=obj, whole_train=True)
+                    shared[seed, obj] = pre
+                    stages.append(pre)
         for subset in sweep_subsets(exp, train_subsets):
             base = f"{slug(exp.task.name)}/{slug(exp.label)}" + ("" if subset is None else f"/{subset_name(subset)}")
             sub = {"train_subset": subset}
-            for seed in (list(seeds) if seeds else list(exp.compare.seeds)):
+            for seed in seed_list:
                 stages.append(Stage(f"{base}/scratch/seed{seed}", index, "train", seed, "scratch", **sub))
                 pairs = []
                 for obj in objs:
-                    root = f"{base}/{obj}-spt/seed{seed}"
-                    pre = Stage(f"{root}/pretrain", index, "pretrain", seed, f"{obj}-spt", objective=obj, **sub)
-                    fine = Stage(f"{root}/finetune", index, "finetune", seed, f"{obj}-spt", init_from=pre.id,
-                                 after=[pre.id], **sub)
-                    stages += [pre, fine]
+                    if (seed, obj) in shared:
+                        pre = shared[seed, obj]
+                        fine = Stage(f"{base}/{obj}-spt-all/seed{seed}/finetune", index, "finetune", seed,
+                                     f"{obj}-spt-all", init_from=pre.id, after=[pre.id], **sub)
+                        stages.append(fine)
+                    else:
+                        root = f"{base}/{obj}-spt/seed{seed}"
+                        pre = Stage(f"{root}/pretrain", index, "pretrain", seed, f"{obj}-spt", objective=obj, **sub)
+                        fine = Stage(f"{root}/finetune", index, "finetune", seed, f"{obj}-spt", init_from=pre.id,
+                                     after=[pre.id], **sub)
+                        stages += [pre, fine]
                     pairs.append([pre.id, fine.id])
                 if matched and pairs:
                     stages.append(Stage(f"{base}/scratch-matched/seed{seed}", index, "train", seed, "scratch-matched",

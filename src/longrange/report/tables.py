@@ -38,6 +38,8 @@ REGIME_SUFFIX = {
     "masked-spt": " + masked SPT",
     "f1-spt": " + F1 SPT",
     "f1r1-spt": " + F1R1 SPT",
+    "causal-spt-all": " + causal SPT (all inputs)",
+    "masked-spt-all": " + masked SPT (all inputs)",
 }
 CONFIDENCE = 0.95
 VAL_MARK = "†"

@@ -142,9 +142,14 @@ def comparisons(runs: Sequence[Run]) -> list[Comparison]:
         for baseline in BASELINES:
             if baseline not in regimes:
                 continue
-            for regime in (r for r in regimes if r.endswith("-spt")):
+            for regime in (r for r in regimes if is_spt(r)):
                 out.append(_compare(group, cells[(*group, regime)], cells[(*group, baseline)], regime, baseline))
     return out
+
+
+def is_spt(regime: str) -> bool:
+    """Whether a regime is self-pretraining then finetuning (``masked-spt``, ``f1-spt``, ``causal-spt-all``)."""
+    return regime.endswith("-spt") or regime.endswith("-spt-all")
 
 
 def _subset_order(subset: float | int | None) -> tuple:
