@@ -305,3 +305,44 @@ def test_every_generator_has_one_shape(cls, bad, message):
         assert isinstance(SceneParams.for_resolution(16, contour_length=6).draw(example_rng(0, 1), 1), Scene)
     else:
         assert cls().draw(example_rng(0, 1)).inputs.shape == (cls().seq_len,)
+
+
+def test_mqar_answers_in_input_put_each_value_after_its_query():
+    plain = MultiQueryAR(vocab_size=32, seq_len=40, n_pairs=4)
+    text = MultiQueryAR(vocab_size=32, seq_len=40, n_pairs=4, answers_in_input=True)
+    for seed in range(20):
+        a, b = plain.draw(np.random.default_rng(seed)), text.draw(np.random.default_rng(seed))
+        asked = np.flatnonzero(b.targets != IGNORE_INDEX)
+        assert (b.targets == a.targets).all()  # the same questions and answers
+        assert (b.inputs[asked + 1] == b.targets[asked]).all()  # each value right after its query
+        assert (a.inputs[asked + 1] == 0).all()  # Zoology's inputs: filler there
+        other = np.ones(40, dtype=bool)
+        other[asked + 1] = False
+        assert (a.inputs[other] == b.inputs[other]).all()
+        assert (text.solve(b.inputs, asked) == b.targets[asked]).all()
+
+
+def test_associative_recall_with_recalled_pairs_in_the_input():
+    gen = AssociativeRecall(vocab_size=64, seq_len=40, n_pairs=8, n_recalls=3)
+    for seed in range(20):
+        ex = gen.draw(np.random.default_rng(seed))
+        pairs = dict(zip(ex.inputs[0:16:2].tolist(), ex.inputs[1:16:2].tolist()))
+        body = ex.inputs[16:-1]
+        keys = [int(k) for k in body if 1 <= k < 32]
+        assert len(keys) == 3 and len(set(keys)) == 3 and int(ex.inputs[-1]) not in keys
+        for k in keys:  # each recalled key is followed by its value
+            at = 16 + int(np.flatnonzero(body == k)[0])
+            assert (at - 16) % 2 == 0 and ex.inputs[at + 1] == pairs[k]
+        assert ex.label == gen.solve(ex.inputs) == pairs[int(ex.inputs[-1])] - 32
+    # without recalls the draws are those of the plain layout (the same random stream)
+    plain, none = AssociativeRecall(vocab_size=64, seq_len=40, n_pairs=8), AssociativeRecall(vocab_size=64, seq_len=40, n_pairs=8, n_recalls=0)
+    assert (plain.draw(np.random.default_rng(1)).inputs == none.draw(np.random.default_rng(1)).inputs).all()
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(n_pairs=4, n_recalls=4), r"n_recalls must be an integer in \[0, 3\] \(recalled keys are other keys"),
+    (dict(n_pairs=4, seq_len=12, n_recalls=2), r"seq_len must be an integer >= 13 \(4 key-value pairs, 2 recalled"),
+])
+def test_associative_recall_recall_option_errors(options, message):
+    with pytest.raises(ConfigError, match=message):
+        AssociativeRecall(vocab_size=64, **options).check()

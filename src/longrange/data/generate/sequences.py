@@ -22,9 +22,11 @@ Layouts (``L`` = ``seq_len``; docs/data.md gives the published settings and wher
   ``g`` drawn without replacement from ``[0, (L - 2 n_pairs) // 2)`` with probability
   ``∝ a k^(a-1)`` (``k = g + 1``, ``a = power_a``); the answer at a query is its key's value. Other
   positions hold token 0, or uniform tokens of the whole vocabulary with ``random_filler``.
+  With ``answers_in_input`` each query's value also follows it in the input (the text-like form).
 * :class:`AssociativeRecall`: the single-query form as a classification: the key-value pairs of
   MQAR, filler, and one of the keys at the last position; the label is the index of its value
-  among the values (``value - V//2``).
+  among the values (``value - V//2``). With ``n_recalls`` other keys are recalled before the
+  query, each followed by its value, at random even offsets after the pairs.
 """
 from __future__ import annotations
 
@@ -170,12 +172,16 @@ class MultiQueryAR(_KeyValues):
     name: ClassVar[str] = "mqar"
 
     power_a: float = 0.01
+    #: The value also follows each query in the input (the text-like form, in which the inputs hold
+    #: recall events that self-pretraining can read; Zoology's inputs have filler there).
+    answers_in_input: bool = False
 
     def check(self) -> None:
         super().check()
         check_int(self.name, "seq_len", self.seq_len, 4 * self.n_pairs,
                   why=f"{self.n_pairs} key-value pairs, then {self.n_pairs} queries at even offsets after them")
         check_positive(self.name, "power_a", self.power_a, why="the queries' gaps have probability ∝ a k^(a-1)")
+        check_bool(self.name, "answers_in_input", self.answers_in_input)
 
     def gap_probabilities(self) -> np.ndarray:
         """The probability of each gap ``0 .. space - 1`` when one gap is drawn."""
@@ -203,6 +209,9 @@ class MultiQueryAR(_KeyValues):
         inputs[queries] = keys
         free = np.ones(self.seq_len, dtype=bool)
         free[:2 * self.n_pairs] = free[queries] = False
+        if self.answers_in_input:
+            inputs[queries + 1] = values
+            free[queries + 1] = False
         self.fill(rng, inputs, free)
         return Example(inputs, _answers_at(queries, values, self.seq_len))
 
@@ -218,14 +227,29 @@ class AssociativeRecall(_KeyValues):
 
     name: ClassVar[str] = "associative-recall"
 
+    #: Other keys recalled in the input before the query, each followed by its value, at random even
+    #: offsets after the pairs: recall events that self-pretraining on the inputs can read (0: none,
+    #: the layout of Zoology's single-query form, whose inputs hold the query alone).
+    n_recalls: int = 0
+
     @property
     def n_classes(self) -> int:
         return self.vocab_size - self.first_value
+
+    @property
+    def recall_slots(self) -> int:
+        """Even offsets after the pairs where a recalled key (and its value after it) may sit."""
+        return (self.seq_len - 1 - 2 * self.n_pairs) // 2
 
     def check(self) -> None:
         super().check()
         check_int(self.name, "seq_len", self.seq_len, 2 * self.n_pairs + 1,
                   why=f"{self.n_pairs} key-value pairs and the query")
+        check_int(self.name, "n_recalls", self.n_recalls, 0, self.n_pairs - 1,
+                  why=f"recalled keys are other keys than the query's, of {self.n_pairs} pairs")
+        if self.n_recalls > self.recall_slots:
+            check_int(self.name, "seq_len", self.seq_len, 2 * self.n_pairs + 2 * self.n_recalls + 1,
+                      why=f"{self.n_pairs} key-value pairs, {self.n_recalls} recalled pairs and the query")
 
     def draw(self, rng: np.random.Generator) -> Example:
         keys, values, inputs = self.pairs(rng)
@@ -233,6 +257,12 @@ class AssociativeRecall(_KeyValues):
         inputs[-1] = keys[i]
         free = np.zeros(self.seq_len, dtype=bool)
         free[2 * self.n_pairs:-1] = True
+        if self.n_recalls:
+            others = np.delete(np.arange(self.n_pairs), i)
+            recalled = rng.choice(others, size=self.n_recalls, replace=False)
+            at = 2 * self.n_pairs + 2 * rng.choice(self.recall_slots, size=self.n_recalls, replace=False)
+            inputs[at], inputs[at + 1] = keys[recalled], values[recalled]
+            free[at] = free[at + 1] = False
         self.fill(rng, inputs, free)
         return Example(inputs, label=int(values[i]) - self.first_value)
 
