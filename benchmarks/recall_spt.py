@@ -1,0 +1,248 @@
+"""Self-pretraining on the recall tasks: the study of docs/small-scale-spt.md's second part.
+
+Tasks decided by recalling content from earlier in the sequence are where self-pretraining (SPT)
+should pay at small scale: an objective on the inputs alone sees a recall event at every recalled
+key of every training sequence where a classification sees one label per sequence. Each setting is
+one comparison (``compare``) of four causal models of 2 layers and width 64 (Transformer with rotary
+positions, Mamba-S6, S4D and DLR in Simple blocks) under four regimes: scratch, causal SPT then
+finetuning, masked SPT then finetuning, and scratch for as many steps as pretraining plus finetuning
+(matched compute). Labels are scarce and inputs plentiful: the number of labelled training sequences
+is swept (``compare.train_subsets``) while pretraining reads the inputs of the whole training split
+(``compare.pretrain_data: all``), except in the settings marked "SPT paper", which pretrain on the
+labelled subset alone.
+
+The rules of the study are built in:
+
+* ``screen`` runs settings over the screening seeds (0, 1, 2; ``--seeds`` extends) and prints the
+  VALIDATION table: settings and hyperparameters are chosen on it only.
+* ``confirm SETTING`` runs the chosen settings on the fresh seeds 5-9 and prints the TEST table, once.
+* ``table`` prints every setting run so far (validation), ``settings`` what each setting is, and
+  ``curves`` the last values of every pretraining run's validation loss.
+
+    python benchmarks/recall_spt.py settings
+    python benchmarks/recall_spt.py screen ar-recall4 --jobs 2
+    python benchmarks/recall_spt.py table
+    python benchmarks/recall_spt.py confirm ar-recall4 --jobs 2
+
+Runs go to ``runs/recall/<setting>`` (``--out``); every grid resumes after an interruption (run the
+same command again). ``--json`` writes the raw per-run results.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SCREEN_SEEDS = [0, 1, 2]
+CONFIRM_SEEDS = [5, 6, 7, 8, 9]
+LABEL_COUNTS = [250, 1000, 4000]
+
+#: The four architectures: causal (next-token pretraining, the per-position next-token tasks), 2
+#: layers, width 64, the last position read by the classification head.
+MODELS: dict[str, dict[str, Any]] = {
+    "Transformer": {"block": "transformer", "primitive": "attention", "n_heads": 4, "rope": True},
+    "Mamba-S6": {"block": "mamba", "primitive": "s6", "d_state": 16},
+    "S4D": {"block": "simple", "primitive": "s4d", "d_state": 32},
+    "DLR": {"block": "simple", "primitive": "dlr", "d_state": 64},
+}
+
+#: The generated data of the settings (task name and options; 20,000 training sequences whose inputs
+#: pretraining reads, 1,000 for validation, 2,000 for test).
+SPLITS = {"n_train": 20000, "n_val": 1000, "n_test": 2000}
+TASKS: dict[str, dict[str, Any]] = {
+    # single-query associative recall (32 value classes, chance 3.1%), 4 other keys recalled with their
+    # values before the query: recall events in the inputs
+    "ar-recall4": {"name": "associative-recall", "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8,
+                                                             "n_recalls": 4, **SPLITS}},
+    # the same without recall events in the inputs (Zoology's single-query layout): the control
+    "ar-plain": {"name": "associative-recall", "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8,
+                                                           "n_recalls": 0, **SPLITS}},
+    # MQAR, 8 queries answered per sequence (per-position objective), values after their queries
+    "mqar-text": {"name": "mqar", "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8,
+                                              "answers_in_input": True, **SPLITS}},
+}
+
+
+def _experiment(model: str, task: str, *, lr: float, steps: int, pre_steps: int, pretrain_data: str,
+                seeds: list[int], width: int = 64) -> dict[str, Any]:
+    label = model if width == 64 else f"{model} (width {width})"
+    return {
+        "label": label,
+        "task": {**TASKS[task]},
+        "model": {**MODELS[model], "n_layers": 2, "d_model": width, "direction": "causal", "pooling": "last",
+                  "dropout": 0.0},
+        "train": {"lr": lr, "weight_decay": 0.01, "batch_size": 32, "max_steps": steps, "warmup": 0.1,
+                  "schedule": "cosine", "grad_clip": 1.0, "eval_every": 100, "log_every": 50, "progress": False},
+        "pretrain": {"max_steps": pre_steps, "eval_every": 250},
+        "compare": {"objectives": ["causal", "masked"], "compute_matched": True, "seeds": seeds,
+                    "train_subsets": list(LABEL_COUNTS), "pretrain_data": pretrain_data},
+    }
+
+
+def setting(task: str, *, lr: float = 1e-3, steps: int = 1000, pre_steps: int = 2000, pretrain_data: str = "all",
+            models: tuple[str, ...] = tuple(MODELS), note: str = "") -> dict[str, Any]:
+    return {"task": task, "lr": lr, "steps": steps, "pre_steps": pre_steps, "pretrain_data": pretrain_data,
+            "models": list(models), "note": note}
+
+
+#: Every setting of the study, in the order they were run. Never remove one that was run.
+SETTINGS: dict[str, dict[str, Any]] = {
+    "ar-recall4": setting("ar-recall4", note="recall events in the inputs; pretraining on all 20,000 inputs"),
+}
+
+
+def experiments(name: str, seeds: list[int]) -> list:
+    from longrange.experiment.config import experiment_from_dict
+
+    s = SETTINGS[name]
+    return [experiment_from_dict(_experiment(m, s["task"], lr=s["lr"], steps=s["steps"], pre_steps=s["pre_steps"],
+                                             pretrain_data=s["pretrain_data"], seeds=seeds))
+            for m in s["models"]]
+
+
+def run(names: list[str], out: Path, jobs: int, seeds: list[int]) -> None:
+    from longrange.experiment.backends import LocalWorkers
+    from longrange.experiment.compare import compare
+
+    # One thread per stage: runs are bitwise the same whatever --jobs is.
+    executor = LocalWorkers(jobs=jobs, threads_per_job=1)
+    for name in names:
+        start = time.time()
+        print(f"== {name} (seeds {seeds})", file=sys.stderr, flush=True)
+        compare(experiments(name, seeds), out / name, executor=executor)
+        print(f"== {name}: {(time.time() - start) / 60:.1f} min", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------- tables
+def results(out: Path, names: list[str]) -> list[dict[str, Any]]:
+    """Every finished final run of the settings, flat (setting, model, regime, labels, seed, metrics)."""
+    from longrange.report.collect import collect_runs
+
+    rows = []
+    for name in names:
+        if not (out / name).is_dir():
+            continue
+        for r in collect_runs([out / name], warn=lambda m: print(f"warning: {m}", file=sys.stderr)):
+            rows.append({"setting": name, "model": r.label, "regime": r.regime, "stage": r.stage,
+                         "labels": r.train_subset, "seed": r.seed, "params": r.params_total, "steps": r.steps,
+                         "seconds": round(r.seconds, 1), "val": r.best_val, "test": r.test, "metric": r.metric,
+                         "run": str(r.path.relative_to(out))})
+    return rows
+
+
+def paired_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None = None) -> str:
+    """Per setting, model and label count: each regime's mean, and SPT minus scratch and minus matched
+    (paired by seed, 95% CI), in points of accuracy."""
+    from longrange.report.verdict import paired_stat
+
+    def value(r):
+        v = (r["val"] if split == "val" else r["test"]) or {}
+        return None if v.get(r["metric"]) is None else 100 * v[r["metric"]]
+
+    by: dict[tuple, dict[int, float]] = {}
+    params: dict[tuple, int] = {}
+    for r in rows:
+        if r["stage"] == "pretrain" or (seeds is not None and r["seed"] not in seeds):
+            continue
+        v = value(r)
+        if v is not None:
+            by.setdefault((r["setting"], r["model"], r["labels"], r["regime"]), {})[r["seed"]] = v
+            params[r["setting"], r["model"]] = r["params"]
+    lines = [f"| setting | model (params) | labels | scratch | matched | causal SPT | masked SPT | causal − scratch | "
+             f"masked − scratch | causal − matched | masked − matched | n |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
+    groups = sorted({k[:3] for k in by}, key=lambda k: (k[0], list(MODELS).index(k[1].split(" ")[0])
+                                                         if k[1].split(" ")[0] in MODELS else 9, k[2] or 0))
+    for setting_, model, labels in groups:
+        cell = lambda regime: by.get((setting_, model, labels, regime), {})  # noqa: E731
+        mean = lambda d: f"{sum(d.values()) / len(d):.1f}" if d else "–"  # noqa: E731
+
+        def diff(a: str, b: str) -> str:
+            x, y = cell(a), cell(b)
+            common = sorted(set(x) & set(y))
+            if len(common) < 2:
+                return "–"
+            st = paired_stat([x[s] - y[s] for s in common])
+            return f"{st.mean:+.1f} [{st.low:+.1f}, {st.high:+.1f}]"
+
+        n = len(cell("scratch"))
+        lines.append(f"| {setting_} | {model} ({params[setting_, model] / 1000:.0f}k) | {labels} | {mean(cell('scratch'))} | "
+                     f"{mean(cell('scratch-matched'))} | {mean(cell('causal-spt-all') or cell('causal-spt'))} | "
+                     f"{mean(cell('masked-spt-all') or cell('masked-spt'))} | "
+                     f"{diff(_spt(cell, 'causal'), 'scratch')} | {diff(_spt(cell, 'masked'), 'scratch')} | "
+                     f"{diff(_spt(cell, 'causal'), 'scratch-matched')} | {diff(_spt(cell, 'masked'), 'scratch-matched')} | {n} |")
+    return "\n".join(lines)
+
+
+def _spt(cell, objective: str) -> str:
+    return f"{objective}-spt-all" if cell(f"{objective}-spt-all") else f"{objective}-spt"
+
+
+def pretraining_curves(out: Path, names: list[str], last: int = 3) -> str:
+    """The last validation losses of every pretraining run (has it flattened?)."""
+    from longrange.train.logging import read_metrics
+    from longrange.train.rundir import RunDir
+
+    lines = ["| setting | pretraining run | steps | last validation losses |", "|---|---|---:|---|"]
+    for name in names:
+        for summary in sorted((out / name).rglob("pretrain/summary.json")):
+            run = RunDir(summary.parent)
+            vals = [r for r in read_metrics(run.metrics) if r["split"] == "val"]
+            tail = ", ".join(f"{r['metrics']['loss']:.3f}@{r['step']}" for r in vals[-last:])
+            lines.append(f"| {name} | {summary.parent.relative_to(out / name)} | {vals[-1]['step'] if vals else 0} | {tail} |")
+    return "\n".join(lines)
+
+
+def settings_markdown(names: list[str]) -> str:
+    lines = ["| setting | task | models | labelled sequences | pretraining reads | steps: pretrain / finetune, scratch | lr | note |",
+             "|---|---|---|---|---|---|---:|---|"]
+    for name in names:
+        s = SETTINGS[name]
+        t = TASKS[s["task"]]
+        opts = ", ".join(f"{k} {v}" for k, v in t["options"].items() if not k.startswith("n_") or k in ("n_pairs", "n_recalls"))
+        reads = "all 20,000 training inputs" if s["pretrain_data"] == "all" else "the labelled subset (SPT paper)"
+        lines.append(f"| {name} | {t['name']} ({opts}) | {', '.join(s['models'])} | {', '.join(map(str, LABEL_COUNTS))} | "
+                     f"{reads} | {s['pre_steps']} / {s['steps']} | {s['lr']:g} | {s['note']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=("screen", "confirm", "table", "settings", "curves"))
+    parser.add_argument("settings", nargs="*")
+    parser.add_argument("--out", type=Path, default=Path("runs/recall"))
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (screen: default 0,1,2)")
+    parser.add_argument("--json", type=Path, default=None, help="write the raw per-run results here")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.settings if s not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown setting(s) {unknown}; known: {', '.join(SETTINGS)}")
+    names = args.settings or list(SETTINGS)
+    if args.action == "settings":
+        print(settings_markdown(names))
+    elif args.action == "screen":
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else SCREEN_SEEDS
+        if set(seeds) & set(CONFIRM_SEEDS):
+            parser.error(f"seeds {sorted(set(seeds) & set(CONFIRM_SEEDS))} are kept for the confirmation")
+        run(names, args.out, args.jobs, seeds)
+        print(paired_table(results(args.out, names), "val"))
+    elif args.action == "confirm":
+        if not args.settings:
+            parser.error("name the settings chosen on the validation split")
+        run(names, args.out, args.jobs, CONFIRM_SEEDS)
+        print(paired_table(results(args.out, names), "test", seeds=CONFIRM_SEEDS))
+    elif args.action == "curves":
+        print(pretraining_curves(args.out, names))
+    else:
+        print(paired_table(results(args.out, names), "val", seeds=None))
+    if args.json:
+        args.json.write_text(json.dumps(results(args.out, names), indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # the guard that local worker processes need
+    sys.exit(main())
