@@ -139,8 +139,8 @@ def sweep_table(sweep: Sweep) -> Table:
                 cells.append(_formatted((cell.metrics or {}).get(metric), metric) + mark)
         rows.append(cells)
     if any(c.value == r.trained_at for r in sweep.rows for c in r.cells):
-        notes.append("\\* the value the run was trained at.")
-    notes += [f"({n}) {reason}" for reason, n in reasons.items()]
+        notes.append("- \\* the value the run was trained at.")
+    notes += [f"- ({n}) {reason}" for reason, n in reasons.items()]
     fixed = ", ".join(f"{k}={v}" for k, v in sweep.fixed.items())
     title = f"{unit} on the {sweep.split} split against {sweep.option}" + (f" ({fixed})" if fixed else "")
     return Table(title, headers, rows, notes)
@@ -183,7 +183,7 @@ def sweep_plot(sweep: Sweep, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from longrange.report.plots import MARKERS
+    from longrange.report.plots import LINESTYLES, MARKERS
 
     metrics = sorted({sweep.metric_of(r) for r in sweep.rows})
     numeric = _numeric(sweep.values)
@@ -194,7 +194,8 @@ def sweep_plot(sweep: Sweep, path: str | Path) -> Path:
         scale = metric_format(metric).scale
         ys = [(c.metrics or {}).get(metric) for c in row.cells]
         ys = [y * scale if isinstance(y, (int, float)) and math.isfinite(y) else float("nan") for y in ys]
-        line, = ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], label=row.label)
+        line, = ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], linestyle=LINESTYLES[i % len(LINESTYLES)],
+                        label=row.label)
         if row.trained_at in sweep.values:
             at = sweep.values.index(row.trained_at)
             if not math.isnan(ys[at]):
@@ -211,7 +212,7 @@ def sweep_plot(sweep: Sweep, path: str | Path) -> Path:
     if metrics == ["accuracy"]:
         ax.set_ylim(-2, 102)
     ax.grid(alpha=0.3)
-    ax.set_title(f"metric against {sweep.option} (open circle: the run's training value)", fontsize="medium")
+    ax.set_title(f"{', '.join(metrics)} against {sweep.option} (open circle: the run's training value)", fontsize="medium")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
     buffer = io.BytesIO()
     fig.tight_layout()
