@@ -11,6 +11,7 @@ from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 from longrange.train.memory import (
     BUDGET_ENV,
+    MARGIN,
     Budget,
     MemoryBudgetError,
     TensorMemory,
@@ -67,11 +68,12 @@ class DenseScores(nn.Module):
 
 def test_a_quadratic_need_is_extrapolated_and_refused_beyond_the_budget():
     model = DenseScores()
-    need = measure_need(model, TOKENS, 2048)  # probes at 64, 128, 256
+    need = fit_need([(n, forward_peak(model, TOKENS, n)) for n in (128, 256, 512)])
     assert need.c > 0
     actual = forward_peak(model, TOKENS, 2048)
-    assert need.per_sequence(2048) == pytest.approx(actual, rel=0.05)
-    assert need.batch_size(2048, Budget(10 * actual, "test"), most=64) == 10
+    assert need.counted(2048) == pytest.approx(actual, rel=0.05)
+    assert need.per_sequence(2048) == int(MARGIN * need.counted(2048))
+    assert need.batch_size(2048, Budget(10 * need.per_sequence(2048), "test"), most=64) == 10
     with pytest.raises(MemoryBudgetError, match=r"needs about .* per sequence of length 2048 \(of which .* grow with the "
                                                 r"square of the length: dense attention scores\), more than the memory "
                                                 r"budget of 1\.0 MiB \(test\).*--memory-budget SIZE"):
@@ -82,17 +84,23 @@ def test_a_quadratic_need_is_extrapolated_and_refused_beyond_the_budget():
                                              ("transformer", "attention")])
 def test_the_need_of_each_model_grows_linearly_and_extrapolates(block, primitive):
     """State-space layers (and attention through PyTorch's fused kernels) allocate a fixed number of
-    (L, width) activations: the need measured at short lengths predicts the need at 4096."""
+    (L, width) activations: the need counted at 1024, 2048 and 4096 positions predicts the need at 8192."""
     torch.manual_seed(0)
     cfg = ModelConfig(block=block, primitive=primitive, n_layers=2, d_model=16, d_state=8, n_heads=2, direction="causal")
     model = build_model(cfg, input_kind="tokens", head="classify", n_out=4, vocab_size=12).eval()
-    need = measure_need(model, TOKENS, 4096)
-    actual = forward_peak(model, TOKENS, 4096)
-    assert need.per_sequence(4096) == pytest.approx(actual, rel=0.1)
-    assert need.per_sequence(4096) >= 0.95 * actual
+    need = measure_need(model, TOKENS, 8192)
+    assert [n for n, _ in need.measured] == [1024, 2048, 4096] and need.c == 0
+    actual = forward_peak(model, TOKENS, 8192)
+    assert actual <= need.counted(8192) <= 1.1 * actual
+    assert measure_need(model, TOKENS, 300).measured == ((300, forward_peak(model, TOKENS, 300)),)
 
 
 def test_fit_with_one_or_two_points():
-    assert fit_need([(100, 1000)]).per_sequence(400) == 4000
+    assert fit_need([(100, 1000)]).counted(400) == 4000
     two = fit_need([(100, 1500), (200, 2500)])
-    assert (two.a, two.b, two.c) == (500.0, 10.0, 0.0) and two.per_sequence(1000) == 10500
+    assert (two.a, two.b, two.c) == (500.0, 10.0, 0.0) and two.counted(1000) == 10500
+    # Three points on a line (a kink at the shortest does not make a square term): the line through the longest two.
+    kinked = fit_need([(1000, 900_000), (2000, 2_000_000), (4000, 4_000_000)])
+    assert kinked.c == 0 and kinked.b == 1000 and kinked.counted(8000) == 8_000_000
+    square = fit_need([(n, 10 * n + n * n) for n in (1000, 2000, 4000)])
+    assert square.c == pytest.approx(1.0) and square.counted(8000) == pytest.approx(80_000 + 64_000_000)
