@@ -97,12 +97,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     for key, value in ev.metrics.items():
         print(f"  {key:<{width}}  {value:.6g}" + ("   (selection metric)" if key == ev.metric else ""))
     if ev.summary is not None:
-        same = all(ev.summary.get(k) == v for k, v in ev.metrics.items() if k in ev.summary)
-        shown = ", ".join(f"{k} {v:.6g}" for k, v in ev.summary.items() if isinstance(v, (int, float)))
-        print(f"the run's summary ({'equal' if same else 'DIFFERENT'}): {shown}")
-        if not same:
-            print("warning: the metrics differ from the run's summary (another device, precision or batch size "
-                  "changes the last digits; other data changes more)", file=sys.stderr)
+        print(f"the run's summary ({summary_agreement(ev.metrics, ev.summary)}): "
+              + ", ".join(f"{k} {v:.6g}" for k, v in ev.summary.items() if isinstance(v, (int, float))))
+        if summary_agreement(ev.metrics, ev.summary) == "DIFFERENT":
+            print("warning: the metrics differ from the run's summary by more than rounding (other data, weights or "
+                  "precision)", file=sys.stderr)
     if ev.same_data is False:
         print(f"warning: the data files of {ev.task} are not those the run was made with (their paths, sizes or "
               "modification times differ)", file=sys.stderr)
@@ -112,6 +111,17 @@ def _evaluate(args: argparse.Namespace) -> int:
         write_json(args.json, ev.to_dict())
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
+
+
+def summary_agreement(metrics: dict, summary: dict, rel: float = 1e-5) -> str:
+    """"equal" when every metric the summary has is the same number; "equal up to rounding" within
+    ``rel`` (other batches add the sums in another order); else "DIFFERENT"."""
+    shared = [k for k in metrics if isinstance(summary.get(k), (int, float))]
+    if all(metrics[k] == summary[k] for k in shared):
+        return "equal"
+    if all(abs(metrics[k] - summary[k]) <= rel * max(abs(summary[k]), 1e-12) for k in shared):
+        return f"equal up to rounding, relative {rel:g}: other batches add in another order"
+    return "DIFFERENT"
 
 
 def parse_values(option: str, task: str, text: str) -> list[Any]:

@@ -132,7 +132,7 @@ class FakeRun:
         n = options["seq_len"]
         metrics = {"loss": 1.0 / n, "accuracy": 4 / (4 + n), "sequence_accuracy": 1 / n, "token_count": float(n)}
         return Evaluation(run=self.root, task="fake", split=split, options=options, changed={}, metric="accuracy",
-                          metrics=metrics, items=3, batch_size=3, memory="", device="cpu", precision="fp32", seconds=0.0)
+                          metrics=metrics, items=3, length=n, batch_size=3, memory="", device="cpu", precision="fp32", seconds=0.0)
 
 
 def test_every_metric_of_an_objective_flows_through_unchanged(tmp_path):

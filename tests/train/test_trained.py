@@ -86,7 +86,10 @@ def test_evaluate_at_the_runs_own_options_equals_its_summary(runs):
 
 def test_evaluate_in_smaller_batches_under_a_memory_budget(runs):
     run = load_run(runs / "s4d")
-    one = run.need(32).per_sequence(32)
+    length = run.evaluate("test").length  # the longest test sequence (<eos> included)
+    assert length == 1 + max(len(line.split("\t")[0].replace("(", " ").replace(")", " ").split())
+                             for line in (runs / "data" / "listops" / "basic_test.tsv").read_text().splitlines()[1:])
+    one = run.need(length).per_sequence(length)
     ev = run.evaluate("test", memory_budget=3 * one)
     assert ev.batch_size == 3
     summary = RunDir(runs / "s4d").read_summary()["test"]

@@ -156,6 +156,8 @@ class Evaluation:
     metric: str
     metrics: dict[str, float]
     items: int
+    #: The longest sequence of the split (at most the task's seq_len): what the memory need is reckoned for.
+    length: int
     batch_size: int
     memory: str
     device: str
@@ -320,7 +322,12 @@ class TrainedRun:
         if not records:
             return []
         pad = self.vocab.pad_id if self.vocab is not None else 0
-        longest = max(int(r.item["inputs"].shape[0]) for r in records)
+        longest = max(_length(r.item) for r in records)
+        limit = input_length_limit(self.model)
+        if limit is not None and longest > limit[0]:
+            at = next(r.id for r in records if _length(r.item) == longest)
+            raise ConfigError(f"input {at} has {longest} positions, but the model of {self.root} reads at most "
+                              f"{limit[0]}: {limit[1]}")
         size = self.batch_size(longest, batch_size or self.default_batch_size(), memory_budget,
                                f"predicting with {self.root} on inputs of {longest} positions")
         precision = self._precision()
@@ -381,13 +388,14 @@ class TrainedRun:
         spec = self.check_options(opts)
         budget = memory_budget if isinstance(memory_budget, Budget) else M.memory_budget(self.device, memory_budget)
         shown = ", ".join(f"{k}={v}" for k, v in changed.items()) or "its own options"
-        size = self.batch_size(spec.seq_len, batch_size or self.default_batch_size(), budget,
-                               f"evaluating {self.root} on {self.task_name} at {shown}")
         data = self._load_data(opts, data_dir)
         if self.vocab is not None and data.vocab is not None and data.vocab != self.vocab:
             raise ConfigError(f"at {shown} task {self.task_name} builds another vocabulary ({len(data.vocab)} ids) "
                               f"than the run's ({len(self.vocab)} ids): its token ids would not mean what the model learned")
         dataset = getattr(data, split)
+        length = min(spec.seq_len, _longest(dataset) or spec.seq_len)  # the longest batch the split makes
+        size = self.batch_size(length, batch_size or self.default_batch_size(), budget,
+                               f"evaluating {self.root} on {self.task_name} at {shown}")
         objective = self.objective(data)
         precision = self._precision()
 
@@ -407,8 +415,8 @@ class TrainedRun:
                 same = data_identity(self.task_name, self._data_dir(data_dir), **opts)["files"] == recorded
         return Evaluation(
             run=str(self.root), task=self.task_name, split=split, options=dict(opts), changed=changed,
-            metric=objective.metric, metrics=metrics, items=len(dataset), batch_size=size,
-            memory=self.need(spec.seq_len).describe(spec.seq_len), device=str(self.device), precision=precision.name,
+            metric=objective.metric, metrics=metrics, items=len(dataset), length=length, batch_size=size,
+            memory=self.need(length).describe(length), device=str(self.device), precision=precision.name,
             seconds=seconds, summary=summary, same_data=same)
 
 
@@ -421,6 +429,24 @@ def _checked_option(task: str, key: str, value: Any, default: Any) -> Any:
         return float(value)
     kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(type(default), type(default).__name__)
     raise ConfigError(f"task option {key} of task {task} takes {kind}, got {value!r}")
+
+
+def _length(item: Mapping[str, Any]) -> int:
+    return max(int(item[key].shape[0]) for key in ("inputs", "inputs2") if key in item)
+
+
+def _longest(dataset: Any) -> int | None:
+    """The longest sequence of a :class:`~longrange.data.tasks.SequenceDataset` (or a Subset of
+    one) without reading its items; None for other datasets."""
+    indices = None
+    if isinstance(dataset, torch.utils.data.Subset):
+        dataset, indices = dataset.dataset, list(dataset.indices)
+    columns = [getattr(dataset, name, None) for name in ("inputs", "inputs2")]
+    columns = [c for c in columns if isinstance(c, list)]
+    if not columns:
+        return None
+    lengths = [max(int(c[i].shape[0]) for c in columns) for i in (indices if indices is not None else range(len(columns[0])))]
+    return max(lengths, default=None)
 
 
 def _decode(outputs: Tensor, model: SequenceModel, lengths: Tensor | None) -> list[Any]:
