@@ -195,5 +195,10 @@ def test_evaluate_command_prints_and_writes_the_metrics(runs, tmp_path, capsys):
     assert "the run's summary (equal)" in printed
     written = json.loads(out.read_text())
     assert written["metrics"] == RunDir(runs / "s4d").read_summary()["test"]
+    from longrange.inference_cli import summary_agreement
+
+    assert summary_agreement({"accuracy": 0.5, "loss": 1.0}, {"accuracy": 0.5, "loss": 1.0}) == "equal"
+    assert summary_agreement({"accuracy": 0.5, "loss": 1.0}, {"accuracy": 0.5, "loss": 1.000001}).startswith("equal up to")
+    assert summary_agreement({"accuracy": 0.5, "loss": 1.0}, {"accuracy": 0.55, "loss": 1.0}) == "DIFFERENT"
     assert main(["evaluate", str(runs / "s4d"), "-o", "seq_len=64,128"]) == 1
     assert "longrange extrapolate RUN --option seq_len --values 64,128" in capsys.readouterr().err
