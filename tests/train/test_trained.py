@@ -121,6 +121,11 @@ def test_bad_task_options_and_splits_are_errors_naming_them(runs):
         run.evaluate("test", {"seq_len": 1})
     with pytest.raises(ConfigError, match=r"unknown split 'dev'"):
         run.evaluate("dev")
+    with pytest.raises(ConfigError, match=r"device 'gpu'"):
+        load_run(runs / "s4d", device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"CUDA is not available here; use --device cpu"):
+            load_run(runs / "s4d", device="cuda")
 
 
 def test_a_length_beyond_a_learned_position_table_is_refused_naming_the_limit(runs, capsys):

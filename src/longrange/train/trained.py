@@ -473,5 +473,10 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
     run = RunDir(Path(run_dir))
     config = check_finished(run)
     model = _load_weights_of(run, build_from_record(config["model"], config["head"]), which)
-    dev = torch.device(device) if device is not None else default_device()
+    try:
+        dev = torch.device(device) if device is not None else default_device()
+    except RuntimeError as err:
+        raise ConfigError(f"device {device!r}: {err}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r}: CUDA is not available here; use --device cpu")
     return TrainedRun(root=run.root, config=config, summary=run.read_summary() or {}, model=model.to(dev), device=dev)
