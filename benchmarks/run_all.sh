@@ -23,3 +23,5 @@ for round in 1 2; do
             --json "benchmarks/results/scaling_ssm_${impl}_$round.json" | tee "benchmarks/results/scaling_ssm_${impl}_$round.txt"
     done
 done
+# The memory of evaluation per model and how far 24 GiB reach (docs/inference.md); figures in bytes.
+python benchmarks/eval_memory.py --json benchmarks/results/eval_memory.json | tee benchmarks/results/eval_memory.txt

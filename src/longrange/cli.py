@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "longrange.experiment.params_cli",
     "longrange.data.cli",
     "longrange.experiment.cli",
+    "longrange.inference_cli",
     "longrange.bench.cli",
     "longrange.report.cli",
     "longrange.info",

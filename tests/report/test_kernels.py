@@ -174,7 +174,7 @@ def test_kernel_decay_plot_writes_a_png(tmp_path):
 def test_cli_kernels_section(tmp_path, monkeypatch, capsys):
     """``--kernels`` loads each final run's model (here: built directly) and reports its decay."""
     from longrange.cli import main
-    import longrange.experiment.weights as runs_module
+    import longrange.train.trained as runs_module
 
     models = {}
     for regime, primitive in (("scratch", "s4d"), ("masked-spt", "s6")):
@@ -217,7 +217,7 @@ def test_kernel_lines_average_the_seeds_of_a_row_and_name_rows_not_runs():
 
 def test_kernel_plot_rows_keep_the_subsets_of_a_sweep_apart(tmp_path, monkeypatch):
     """In a data-fraction sweep, each subset is its own line (its seeds averaged), never one mean over subsets."""
-    import longrange.experiment.weights as runs_module
+    import longrange.train.trained as runs_module
     import longrange.report.plots as plots_module
     from longrange.report import write_report
 

@@ -5,8 +5,8 @@ scratch against self-pretraining, and the demo.
     compare([resolve("spt/listops/transformer")], "runs/listops", seeds=[0, 1, 2])
 
 Modules: ``config`` (presets, config files, dotted overrides), ``stage`` (a stage's resolved
-settings), ``execute`` (running a stage in its run directory), ``weights`` (rebuilding a run's model,
-pretrained-weight transfer), ``record`` (a run's record and summary), ``plan`` (the comparison's
+settings), ``execute`` (running a stage in its run directory), ``weights`` (pretrained-weight
+transfer), ``record`` (a run's record and summary), ``plan`` (the comparison's
 stages), ``scheduler`` and ``backends`` (running the plan in process, on local workers or on
 SLURM), ``compare``, ``demo``, and the command modules ``cli`` and ``params_cli``. The names below are imported on first use, so that the command
 line starts without importing the whole stack.
@@ -18,7 +18,8 @@ _EXPORTS = {
         ("ExperimentConfig", "ObjectiveConfig", "TaskConfig", "list_presets", "load_preset", "resolve"),
         "longrange.experiment.config",
     ),
-    "load_model": "longrange.experiment.weights",
+    "load_model": "longrange.train.trained",  # below the experiment layer, where the report also reads runs
+    "load_run": "longrange.train.trained",
     "run_stage": "longrange.experiment.execute",
     "compare": "longrange.experiment.compare",
     "run_demo": "longrange.experiment.demo",

@@ -23,13 +23,14 @@ from longrange.experiment.plan import Plan
 from longrange.experiment.record import finish_record, run_record, stage_summary
 from longrange.experiment.stage import ResolvedStage, resolve_stage
 from longrange.experiment.taskdata import load_data
-from longrange.experiment.weights import build_from_record, load_pretrained
+from longrange.experiment.weights import load_pretrained
 from longrange.fileio import check_out_dir, finite_or_none
 from longrange.models.model import SequenceModel, parameter_report
 from longrange.objectives.factory import make_objective, supervised_head
 from longrange.train import distributed as D
 from longrange.train.entry import train
 from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunLockedError, RunMismatchError
+from longrange.train.trained import build_from_record
 
 
 #: A comparison's default intent: reuse finished stages, resume interrupted ones, start the others.

@@ -22,8 +22,8 @@ RAN = ("device", "precision", "deterministic", "kernels")
 
 
 def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None) -> dict[str, Any]:
-    """Where the data came from, what was skipped, software versions, what was transferred. Not part
-    of the fingerprint."""
+    """Where the data came from, what was skipped, software versions, what was transferred, the
+    vocabulary of token tasks. Not part of the fingerprint."""
     import torch
 
     from longrange import __version__
@@ -40,6 +40,8 @@ def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None)
         "init": {"from": str(stage.init_from) if stage.init_from else None,
                  "reverse_from": str(stage.reverse_from) if stage.reverse_from else None},
         "transfer": transfer,
+        # the task's tokens and their ids, so that new inputs are encoded as the model learned them
+        "vocabulary": data.vocab.to_dict() if getattr(data, "vocab", None) is not None else None,
     }
 
 

@@ -1,5 +1,5 @@
-"""Pretrained weights: rebuilding a run's model from its directory, and moving a pretrained encoder
-and backbone into a finetuning model (morphing F1 / F1R1 when the directions differ)."""
+"""Pretrained weights: moving a pretrained encoder and backbone into a finetuning model (morphing
+F1 / F1R1 when the directions differ). A run's model is rebuilt by ``train/trained.py``."""
 from __future__ import annotations
 
 import sys
@@ -8,40 +8,9 @@ from typing import Any
 
 from longrange.errors import CheckpointError, ConfigError
 from longrange.models.config import ModelConfig
-from longrange.models.model import SequenceModel, build_model
+from longrange.models.model import SequenceModel
 from longrange.models.morph import morph_f1, morph_f1r1
-from longrange.train.checkpoint import load_weights
-from longrange.train.rundir import RunDir
-
-
-def build_from_record(model_cfg: dict, head: dict) -> SequenceModel:
-    """A freshly initialised model from a run's ``model`` and ``head`` sections."""
-    return build_model(
-        ModelConfig.from_dict(model_cfg),
-        input_kind=head["input_kind"],
-        head=head["kind"],
-        n_out=head["n_out"],
-        vocab_size=head.get("vocab_size"),
-        d_input=head.get("d_input", 1),
-        mask_channel=head.get("mask_channel", False),
-        vocab=head.get("vocab"),  # block hf: the task's tokens, mapped to a pretrained LM's
-        hf_resolved=head.get("hf_resolved"),  # block hf: rebuilds the LM without its snapshot
-    )
-
-
-def load_model(run_dir: str | Path, which: str = "best") -> SequenceModel:
-    """Rebuild a run's model from its config.yaml and load its best (or last) weights."""
-    run = RunDir(Path(run_dir))
-    record = run.read_config(required=True)
-    if "head" not in record or "model" not in record:
-        raise CheckpointError(f"{run.config} does not describe a longrange model (no 'model'/'head')")
-    model = build_from_record(record["model"], record["head"])
-    candidates = run.weights(which)
-    for path in candidates:
-        if path.is_file():
-            load_weights(path, model)
-            return model.eval()
-    raise CheckpointError(f"{run.root} has no {which} weights ({', '.join(str(p) for p in candidates)})")
+from longrange.train.trained import load_model
 
 
 def prepare_source(source: SequenceModel, target: SequenceModel, reverse: SequenceModel | None) -> tuple[SequenceModel, str | None]:

@@ -5,6 +5,7 @@
 
 Modules: ``collect`` (reading run directories), ``tables`` (aggregation, statistics, Markdown and
 CSV), ``plots`` (PNG figures), ``kernels`` (convolution-kernel decay), ``writer`` (``report.md``),
+``extrapolation`` (runs evaluated at other values of a task option: ``longrange extrapolate``),
 ``cli`` (``longrange report``: argument handling only).
 """
 from __future__ import annotations

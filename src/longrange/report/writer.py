@@ -50,7 +50,7 @@ def kernel_section(runs: Sequence[Run], out_dir: Path | None, length: int | None
                    warn: Callable[[str], None], plots: bool = True) -> str:
     """Markdown of the kernel decay analysis of final-stage runs, grouped by (task, label), with a
     log-log plot per group in ``out_dir``. Runs whose model cannot be loaded are named in the text."""
-    from longrange.experiment.weights import load_model
+    from longrange.train.trained import load_model
     from longrange.report.kernels import kernel_decay
 
     final = sorted((r for r in runs if r.is_final),

@@ -19,6 +19,12 @@ The trainer (``loop.py``) is one loop over components, each in its own module wi
     environment.py the run's device, precision and kernels (fit returns them), determinism
     logging.py     metrics.jsonl and the loggers of train.loggers (TensorBoard, W&B)
     entry.py       train(): the one-call entry point on a task's loaded data
+
+Using a finished run (below the experiment and report layers, which both read runs):
+
+    trained.py     load_run / load_model: a run's model with its vocabulary, task and objective;
+                   predict on new inputs, evaluate on a split at its own or other task options
+    memory.py      what an evaluation needs at a length (measured), and the memory budget
 """
 from longrange._exports import lazy_exports
 
