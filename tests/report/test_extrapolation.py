@@ -145,7 +145,7 @@ def test_every_metric_of_an_objective_flows_through_unchanged(tmp_path):
     header = paths["csv"].read_text().splitlines()[0]
     assert header.startswith("run,label,task,split,option,value,trained_at,accuracy,loss,sequence_accuracy,token_count")
     table = sweep_table(sweep)
-    assert table.rows[0][3:] == ["0.250*", "0.125"]  # the chosen metric, the training value marked
+    assert table.rows[0][3:] == ["25.00*", "12.50"]  # the chosen metric (in percent), the training value marked
     with pytest.raises(ConfigError, match="metric 'f1' is not reported by a, b"):
         option_sweep([FakeRun("a"), FakeRun("b")], "seq_len", [4], metric="f1", progress=lambda line: None)
     with pytest.raises(ConfigError, match="fake option seq_len must be positive"):

@@ -49,7 +49,7 @@ def regime_colour(regime: str) -> str:
 
 #: Line styles and markers by regime (with the colour), so that curves lying on top of each other,
 #: or printed in grey, stay distinguishable.
-LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 2)))
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 2)), (0, (5, 5)), (0, (3, 1, 1, 1, 1, 1, 1, 1)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 

@@ -154,11 +154,14 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    body = [tables, verdict_markdown(runs)]
+    from longrange.report.ranking import label_curves, ranking_section, rankings
+
+    body = [tables, verdict_markdown(runs), ranking_section(rankings(runs))]
     if plots:
         from longrange.report import plots as P
 
-        images = [("metric against the training subset", sweep.sweep_plot(groups, out / "sweep.png", warn=note))]
+        images = [("metric against the training subset", sweep.sweep_plot(groups, out / "sweep.png", warn=note)),
+                  ("metric against the labelled examples, per model", label_curves(runs, out / "labels.png"))]
         for g in groups:  # per subset when the runs are a sweep
             suffix, what = (g.file_suffix, f", {g.title.lower()}") if sweep.is_sweep(groups) else ("", "")
             final = [r for r in g.runs if r.is_final]

@@ -1,0 +1,78 @@
+"""The ranking of the models under each regime and accuracy against labelled examples, on made-up
+results whose answers are known."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from longrange.report.collect import collect_runs
+from longrange.report.ranking import label_curves, ranking_section, rankings
+from test_report import write_run
+
+
+def _runs(root, table):
+    """``table``: {(label, regime): [value per seed]}; subsets set in the summaries when given."""
+    for (label, regime, subset), values in table.items():
+        for seed, v in enumerate(values):
+            d = write_run(root, label=label, regime=regime, seed=seed, test=v, val=v,
+                          name=f"{label}/{subset}/{regime}/seed{seed}")
+            summary = json.loads((d / "summary.json").read_text())
+            summary.update(train_subset=subset, train_size=subset)
+            (d / "summary.json").write_text(json.dumps(summary))
+    return collect_runs([root])
+
+
+def test_ranks_means_and_share_of_seeds_best(tmp_path):
+    runs = _runs(tmp_path, {
+        ("A", "scratch", 100): [0.50, 0.60, 0.70, 0.40],
+        ("B", "scratch", 100): [0.55, 0.50, 0.70, 0.30],   # tie with A at seed 2
+        ("C", "scratch", 100): [0.10, 0.10, 0.10, 0.90],
+        ("A", "masked-spt", 100): [0.40, 0.40, 0.40, 0.40],
+        ("B", "masked-spt", 100): [0.90, 0.90, 0.90],       # seed 3 missing: rankings use seeds 0-2
+        ("C", "masked-spt", 100): [0.20, 0.20, 0.20, 0.20],
+    })
+    found = {r.regime: r for r in rankings(runs)}
+    scratch = {m.label: m for m in found["scratch"].models}
+    assert found["scratch"].seeds == (0, 1, 2, 3)
+    # seed 0: B A C; seed 1: A B C; seed 2: A=B (1.5 each) C; seed 3: C A B
+    assert scratch["A"].mean_rank == pytest.approx((2 + 1 + 1.5 + 2) / 4)
+    assert scratch["B"].mean_rank == pytest.approx((1 + 2 + 1.5 + 3) / 4)
+    assert scratch["C"].mean_rank == pytest.approx((3 + 3 + 3 + 1) / 4)
+    assert scratch["A"].best_share == pytest.approx((0 + 1 + 0.5 + 0) / 4)
+    assert scratch["B"].best_share == pytest.approx((1 + 0 + 0.5 + 0) / 4)
+    assert scratch["C"].best_share == pytest.approx(0.25)
+    assert sum(m.best_share for m in scratch.values()) == pytest.approx(1.0)
+    assert scratch["A"].mean == pytest.approx(0.55)
+    assert [m.label for m in found["scratch"].models] == ["A", "B", "C"]  # by mean rank
+    assert found["scratch"].order == ("A", "B", "C")  # by mean: 0.55, 0.5125, 0.3
+    spt = found["masked-spt"]
+    assert spt.seeds == (0, 1, 2) and spt.order == ("B", "A", "C")
+    assert {m.label: m.best_share for m in spt.models} == {"B": 1.0, "A": 0.0, "C": 0.0}
+    text = ranking_section(list(found.values()))
+    assert "masked-spt: B > A > C (by mean, 3 seeds): **the order changes** from scratch's A > B > C" in text
+    assert "| B | 51.25 (rank 1.9, best 38%) | 90.00 (rank 1.0, best 100%) |" in text
+
+
+def test_lower_is_better_metrics_rank_the_other_way(tmp_path):
+    for label, values in (("A", [1.0, 2.0]), ("B", [3.0, 0.5])):
+        for seed, v in enumerate(values):
+            write_run(tmp_path, label=label, seed=seed, metric="mse", test=v, val=v, higher_is_better=False)
+    (r,) = rankings(collect_runs([tmp_path]))
+    assert {m.label: m.best_share for m in r.models} == {"A": 0.5, "B": 0.5}
+    assert r.order == ("A", "B")  # means 1.5 and 1.75
+
+
+def test_accuracy_against_labelled_examples_has_a_panel_per_model(tmp_path):
+    from PIL import Image
+
+    table = {}
+    for label in ("A", "B"):
+        for regime in ("scratch", "masked-spt-all"):
+            for n in (250, 1000, 4000):
+                table[label, regime, n] = [0.2 + 0.1 * (n / 4000) + (0.1 if regime != "scratch" else 0), 0.25, 0.3]
+    runs = _runs(tmp_path / "runs", table)
+    path = label_curves(runs, tmp_path / "labels.png")
+    assert path is not None and Image.open(path).size[0] > 400
+    # one training size only: nothing to draw
+    assert label_curves([r for r in runs if r.train_size == 250], tmp_path / "none.png") is None
