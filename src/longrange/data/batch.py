@@ -53,6 +53,8 @@ def collate(items: Sequence[dict], pad_id: int = PAD_ID) -> dict[str, Tensor]:
             seqs = [it[key] for it in items]
             pad_value = pad_id if not seqs[0].is_floating_point() else 0.0
             batch[key], batch[len_key] = _pad(seqs, pad_value)
+    if "recalled" in items[0]:  # the input tokens that recall determines (generated recall tasks)
+        batch["recalled"] = _pad([it["recalled"] for it in items], False)[0]
     targets = [torch.as_tensor(it["target"]) for it in items]
     if is_position_targets(targets[0]):
         batch["targets"] = _pad(targets, IGNORE_INDEX)[0]

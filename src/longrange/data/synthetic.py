@@ -50,7 +50,8 @@ GENERATOR_VERSION = 1
 class GeneratedSplit(Dataset):
     """``n`` examples of one split, each drawn when it is read (see the module docstring).
 
-    Items: ``{"inputs": LongTensor (L,), "target": LongTensor (L,) per-position ids or () class}``.
+    Items: ``{"inputs": LongTensor (L,), "target": LongTensor (L,) per-position ids or () class}``,
+    and ``"recalled"``: BoolTensor (L,), the input tokens that recall determines, where a layout has them.
     """
 
     def __init__(self, generator: Generator, n: int, seed: int, split: str, fresh: bool = False):
@@ -75,11 +76,14 @@ class GeneratedSplit(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         ex = self.example(int(i))
-        inputs = torch.from_numpy(ex.inputs + FIRST_TOKEN_ID)
+        item = {"inputs": torch.from_numpy(ex.inputs + FIRST_TOKEN_ID)}
         if ex.targets is None:
-            return {"inputs": inputs, "target": torch.tensor(ex.label, dtype=torch.long)}
-        targets = np.where(ex.targets == IGNORE_INDEX, IGNORE_INDEX, ex.targets + FIRST_TOKEN_ID)
-        return {"inputs": inputs, "target": torch.from_numpy(targets)}
+            item["target"] = torch.tensor(ex.label, dtype=torch.long)
+        else:
+            item["target"] = torch.from_numpy(np.where(ex.targets == IGNORE_INDEX, IGNORE_INDEX, ex.targets + FIRST_TOKEN_ID))
+        if ex.recalled is not None:  # the recall events of the inputs: pretraining reports its accuracy there
+            item["recalled"] = torch.from_numpy(ex.recalled)
+        return item
 
 
 def task_vocabulary(vocab_size: int) -> Vocabulary:

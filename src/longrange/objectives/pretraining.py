@@ -105,6 +105,23 @@ def _summarize(sums: Mapping[str, Tensor]) -> dict[str, float]:
     out = {"loss": float(sums["loss_sum"]) / n}
     if "correct" in sums:
         out["accuracy"] = float(sums["correct"]) / n
+    if "recall_count" in sums and float(sums["recall_count"]) > 0:
+        out["recall_accuracy"] = float(sums["recall_correct"]) / float(sums["recall_count"])
+    return out
+
+
+def with_recall(out: StepOutput, pred: Tensor, target: Tensor, where: Tensor, batch: Mapping[str, Tensor],
+                shift: int) -> StepOutput:
+    """``out`` with the prediction's accuracy at the recall events of the inputs (``batch["recalled"]``,
+    generated recall tasks): the input tokens that recall determines among those predicted (``where``);
+    ``shift`` 1 for next-token targets (the token at t + 1 predicted at t)."""
+    recalled = batch.get("recalled")
+    if recalled is None or pred.shape[-1] <= 1 or target.dtype.is_floating_point:
+        return out
+    at = recalled[:, shift:].to(where.device) & where
+    correct = (pred[at].argmax(-1) == target[at]).sum().detach().double()
+    out.sums["recall_correct"] = correct
+    out.sums["recall_count"] = at.sum().detach().double()
     return out
 
 
@@ -134,7 +151,9 @@ class NextTokenPrediction:
             inputs = reverse_valid(inputs, lengths)
         pred = model(inputs, lengths)
         where = padding_mask(lengths.to(pred.device), inputs.shape[1])[:, 1:]
-        return self.targets.loss(pred[:, :-1], inputs[:, 1:].to(pred.device), where)
+        target = inputs[:, 1:].to(pred.device)
+        out = self.targets.loss(pred[:, :-1], target, where)
+        return with_recall(out, pred[:, :-1], target, where, {} if self.reverse else batch, shift=1)
 
     summarize = staticmethod(_summarize)
 
@@ -205,6 +224,7 @@ class MaskedPrediction:
         inputs, lengths = single_sequences(batch)
         chosen = self.choose(lengths, inputs.shape[1])
         pred = model(self.corrupt(inputs, chosen), lengths)
-        return self.targets.loss(pred, inputs.to(pred.device), chosen.to(pred.device))
+        target, where = inputs.to(pred.device), chosen.to(pred.device)
+        return with_recall(self.targets.loss(pred, target, where), pred, target, where, batch, shift=0)
 
     summarize = staticmethod(_summarize)

@@ -48,6 +48,10 @@ class Example:
     inputs: np.ndarray
     targets: np.ndarray | None = None
     label: int | None = None
+    #: (L,) bool: the input tokens that recall determines (a value after its key seen earlier in the
+    #: sequence): where a model pretrained on the inputs shows whether it has learned to recall. None
+    #: when the layout has none.
+    recalled: np.ndarray | None = None
 
 
 def _answers_at(positions: np.ndarray, answers: np.ndarray, length: int) -> np.ndarray:
@@ -209,11 +213,14 @@ class MultiQueryAR(_KeyValues):
         inputs[queries] = keys
         free = np.ones(self.seq_len, dtype=bool)
         free[:2 * self.n_pairs] = free[queries] = False
+        recalled = None
         if self.answers_in_input:
             inputs[queries + 1] = values
             free[queries + 1] = False
+            recalled = np.zeros(self.seq_len, dtype=bool)
+            recalled[queries + 1] = True
         self.fill(rng, inputs, free)
-        return Example(inputs, _answers_at(queries, values, self.seq_len))
+        return Example(inputs, _answers_at(queries, values, self.seq_len), recalled=recalled)
 
     def solve(self, inputs: np.ndarray, asked: np.ndarray) -> np.ndarray:
         """The answers at the ``asked`` positions: the value of the key found there."""
@@ -257,14 +264,17 @@ class AssociativeRecall(_KeyValues):
         inputs[-1] = keys[i]
         free = np.zeros(self.seq_len, dtype=bool)
         free[2 * self.n_pairs:-1] = True
+        recalled = None
         if self.n_recalls:
             others = np.delete(np.arange(self.n_pairs), i)
-            recalled = rng.choice(others, size=self.n_recalls, replace=False)
+            chosen = rng.choice(others, size=self.n_recalls, replace=False)
             at = 2 * self.n_pairs + 2 * rng.choice(self.recall_slots, size=self.n_recalls, replace=False)
-            inputs[at], inputs[at + 1] = keys[recalled], values[recalled]
+            inputs[at], inputs[at + 1] = keys[chosen], values[chosen]
             free[at] = free[at + 1] = False
+            recalled = np.zeros(self.seq_len, dtype=bool)
+            recalled[at + 1] = True
         self.fill(rng, inputs, free)
-        return Example(inputs, label=int(values[i]) - self.first_value)
+        return Example(inputs, label=int(values[i]) - self.first_value, recalled=recalled)
 
     def solve(self, inputs: np.ndarray) -> int:
         """The class of the last token's value."""
