@@ -17,15 +17,18 @@ that is not finished, in dependency order (``experiment/scheduler.py``, on a bac
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from longrange.experiment.backends import InProcess
-from longrange.experiment.config import ExperimentConfig
+from longrange.errors import DataMissingError
+from longrange.experiment.config import ExperimentConfig, TaskConfig
 from longrange.experiment.execute import StageFailed, execute_stage
 from longrange.experiment.plan import Plan, default_objectives, describe, plan_grid, slug
 from longrange.experiment.scheduler import Backend, Outcome, run_plan
+from longrange.experiment.taskdata import data_state, prepare_generated
 from longrange.fileio import check_out_dir
 from longrange.train.rundir import Intent, RunDir, RunMismatchError, other_versions_line
 
@@ -60,6 +63,37 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
             + "; pass --overwrite to run them again with these settings, or choose a new --out"
         )
     return stale
+
+
+def tasks_of(experiments: Sequence[ExperimentConfig]) -> list[TaskConfig]:
+    """The distinct data sets the experiments' stages read (training and pretraining)."""
+    found: dict[str, TaskConfig] = {}
+    for exp in experiments:
+        for stage in ("train", "pretrain"):
+            t = exp.stage_task(stage)
+            found.setdefault(json.dumps([t.name, t.options, t.data_dir, t.generate], sort_keys=True, default=str), t)
+    return list(found.values())
+
+
+def data_lines(experiments: Sequence[ExperimentConfig]) -> tuple[list[str], list[str]]:
+    """One line per data set of the experiments (present, generated on first use, or missing with
+    its first missing file and how to obtain it), and the lines of those that are missing."""
+    lines, missing = [], []
+    for task in tasks_of(experiments):
+        state = data_state(task)
+        lines.append(state.describe(task.name))
+        if not (state.present or state.generated):
+            missing.append(lines[-1])
+    return lines, missing
+
+
+def raise_for_missing(missing: Sequence[str], listed: bool = False) -> None:
+    """A DataMissingError naming every missing data set (``listed``: they were just printed, with
+    their files and how to obtain them), before any stage runs."""
+    if missing and listed:
+        raise DataMissingError(f"the data of {len(missing)} task(s) is missing (see 'data:' above)")
+    if missing:
+        raise DataMissingError(f"the data of {len(missing)} task(s) is missing, nothing was run: " + " | ".join(missing))
 
 
 def raise_for_outcome(out_dir: Path, outcome: dict[str, Outcome]) -> None:
@@ -106,10 +140,16 @@ def compare(
     out_dir = check_out_dir(out_dir, "--out")
     plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
                      train_subsets=train_subsets)
+    data, missing = data_lines(experiments)
     if dry_run:
         statuses = stage_statuses(out_dir, plan) if out_dir.is_dir() else None
         print(describe(plan, statuses))
+        print("data:\n" + "\n".join(f"  {line}" for line in data))
+        raise_for_missing(missing, listed=True)
         return []
+    raise_for_missing(missing)
+    for task in tasks_of(experiments):  # generated data is built once, here, before any stage starts
+        prepare_generated(task)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_reuse(plan, out_dir, overwrite)
     plan.save(out_dir)

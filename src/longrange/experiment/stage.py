@@ -55,7 +55,7 @@ class ResolvedStage:
             "stage": self.stage,
             "seed": self.seed,
             "task": {"name": t.name, "options": t.options, "data_dir": t.data_dir,
-                     "train_subset": t.train_subset, "skip_bad": t.skip_bad, "seed": t.seed},
+                     "train_subset": t.train_subset, "skip_bad": t.skip_bad, "seed": t.seed, "generate": t.generate},
             "data": data_identity(t),
             "model": self.model.to_dict(),
             "objective": {"kind": self.objective, "reverse": self.reverse, **vars(self.exp.objective)},
