@@ -191,14 +191,54 @@ def parse_train_subsets(text: str | None) -> list[float | int] | None:
     return out
 
 
-def _presets(args: argparse.Namespace) -> int:
+#: What a family of presets is when its presets cite no paper.
+PRESET_FAMILIES = {"demo": "the setting of `longrange demo` (docs/small-scale-spt.md): a generated short ListOps"}
+
+
+def _cited(source: str) -> tuple[str, str]:
+    """(the paper, where in it) of a preset's ``source``: ``Authors, Title (venue)`` and ``Table 2``."""
+    first = source.split(";")[0].strip()
+    end = first.find(")")
+    if end < 0:
+        return first, ""
+    return first[:end + 1], first[end + 1:].strip(" ,")
+
+
+def presets_text(prefix: str = "", full: bool = False) -> str:
+    """``longrange presets``: the presets grouped by family (the first part of their names), each group
+    headed by the paper its presets come from, one short line per preset (``full``: with its whole
+    source, files and lines)."""
     from longrange.experiment.config import experiment_from_dict, list_presets, load_preset
 
+    groups: dict[str, list] = {}
     for name in list_presets():
-        if args.prefix and not name.startswith(args.prefix):
+        if not name.startswith(prefix):
             continue
-        exp = experiment_from_dict(load_preset(name))
-        print(f"{name:40s} {exp.task.name:16s} {exp.model.describe()}  {exp.source}")
+        groups.setdefault(name.split("/")[0], []).append((name, experiment_from_dict(load_preset(name))))
+    lines = []
+    for family, items in groups.items():
+        papers = [_cited(exp.source)[0] for _, exp in items if exp.source]
+        paper = max(set(papers), key=papers.count) if papers else PRESET_FAMILIES.get(family, "")
+        lines.append(f"{family}/ ({len(items)} preset{'s' if len(items) != 1 else ''}){': ' + paper if paper else ''}")
+        width = max(len(name) for name, _ in items)
+        tasks = max(len(exp.task.name) for _, exp in items)
+        models = max(len(exp.model.describe()) for _, exp in items)
+        for name, exp in items:
+            cited, where = _cited(exp.source)
+            where = where if cited == paper else f"{cited}, {where}".strip(", ")
+            where = where if len(where) <= 32 else where[:31] + "…"
+            lines.append(f"  {name:{width}s}  {exp.task.name:{tasks}s}  {exp.model.describe():{models}s}  {where}".rstrip())
+            if full and exp.source:
+                lines.append(f"  {'':{width}s}  source: {exp.source}")
+        lines.append("")
+    count = sum(len(v) for v in groups.values())
+    lines.append(f"{count} presets: name, task, model, and where in the paper (`longrange presets --long`: the "
+                 "sources, files and lines; `longrange params --preset NAME`: its size)")
+    return "\n".join(lines)
+
+
+def _presets(args: argparse.Namespace) -> int:
+    print(presets_text(args.prefix, args.long))
     return 0
 
 
@@ -263,6 +303,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("presets", help="list the built-in experiment presets")
     p.add_argument("prefix", nargs="?", default="", help="only presets whose name starts with this")
+    p.add_argument("--long", action="store_true", help="also each preset's full source (paper, files and lines)")
     p.set_defaults(func=_presets)
 
     p = sub.add_parser("demo", help="scratch vs masked SPT for a small DLR on a generated ListOps over 5 seeds, "

@@ -53,9 +53,10 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
         deps = plan.summaries(out_dir, stage.after)
         if len(deps) < len(stage.after):
             continue  # its inputs are not finished: checked when it is reached
-        diff = run.mismatch(plan.resolve(stage, out_dir, deps).config())
+        resolved = plan.resolve(stage, out_dir, deps)
+        diff = run.mismatch(resolved.config())
         if diff:
-            stale.append(f"{stage.id}: {'; '.join(diff[:4])}{' ...' if len(diff) > 4 else ''}")
+            stale.append(resolved.name_fields(f"{stage.id}: {'; '.join(diff[:4])}{' ...' if len(diff) > 4 else ''}"))
     if stale and not overwrite:
         raise RunMismatchError(
             f"{len(stale)} finished stage(s) in {out_dir} were made with other settings: " + " | ".join(stale[:6])

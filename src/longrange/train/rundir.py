@@ -376,10 +376,15 @@ class RunDir:
             return Decision.FRESH
         if intent.mode == "new":
             held = self.holds_run()
+            if held and self.finished():
+                raise ConfigError(
+                    f"run directory {self.root} already holds a finished run (its result: {self.summary}); "
+                    "pass --overwrite to train it again, or choose a new --out"
+                )
             if held:
                 raise ConfigError(
-                    f"run directory {self.root} already holds a run ({held}); pass --resume to continue it, "
-                    "--overwrite to replace it, or choose a new --out"
+                    f"run directory {self.root} already holds an unfinished run ({held}); pass --resume to continue "
+                    "it, --overwrite to replace it, or choose a new --out"
                 )
             return Decision.FRESH
         done, resumable = self.finished(), self.last.is_file()
