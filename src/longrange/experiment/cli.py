@@ -144,19 +144,19 @@ def launcher_settings(experiments: list, args: argparse.Namespace):
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from longrange.experiment.compare import compare
-    from longrange.experiment.config import resolve
     from longrange.experiment.backends import make_backend
+    from longrange.experiment.cells import model_groups, named_cells
+    from longrange.experiment.compare import compare
+    from longrange.experiment.params import WIDTH
 
     if args.status:
         return _compare_status(args.status)
     if not args.out:
         raise ConfigError("give --out DIR (the directory of all runs and the report), or --status DIR")
-    presets = args.preset or []
-    if not presets and not args.config:
-        raise ConfigError("give at least one --preset (repeatable) or --config")
-    settings = data_settings(args, args.settings)
-    experiments = [resolve(p, args.config, settings) for p in presets] or [resolve(None, args.config, settings)]
+    found = named_cells(args.preset or [], args.config or [], data_settings(args, args.settings))
+    experiments = [cell.exp for cell in found]
+    if args.match_params and any(s.partition("=")[0].strip() == WIDTH and "," in s for s in args.settings or []):
+        raise ConfigError(f"--match-params sets {WIDTH} of each model; it cannot also be swept")
     try:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     except ValueError:
@@ -167,7 +167,8 @@ def _compare(args: argparse.Namespace) -> int:
             compute_matched=False if args.no_compute_matched else None,
             train_subsets=parse_train_subsets(args.train_subsets), overwrite=args.overwrite,
             rerun_other_versions=args.rerun_other_versions,
-            dry_run=args.dry_run, executor=make_backend(settings))
+            dry_run=args.dry_run, executor=make_backend(settings), match_params=args.match_params,
+            model_groups=model_groups(found))
     if args.dry_run or not settings.wait:
         return 0
     from longrange.report.writer import report_and_verdict
@@ -267,9 +268,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reverse-from", help="a reverse-pretrained run: fuse it as the reverse branches (F1R1)")
     p.set_defaults(func=_finetune)
 
-    p = sub.add_parser("compare", help="scratch vs self-pretraining for one or more models over seeds, with a report")
-    p.add_argument("--preset", action="append", help="a built-in preset; repeat for several models")
-    p.add_argument("--config", help="a YAML experiment file (applied on top of each preset)")
+    p = sub.add_parser("compare", help="scratch vs self-pretraining for one or more models over seeds, with a report",
+                       description="Cells: each --preset x each --config x each combination of swept values "
+                                   "(FIELD=A,B), labelled by what varies; see docs/sweeps-and-verdict.md.")
+    p.add_argument("--preset", action="append", help="a built-in preset or a YAML experiment file; repeat for several models")
+    p.add_argument("--config", action="append", help="a YAML file applied on top of each preset (repeatable: each "
+                   "a cell; alone, each config is an experiment)")
+    p.add_argument("--match-params", action="store_true",
+                   help="set the width (model.d_model) of each model after the first to match the first's parameter count")
     p.add_argument("--out", help="directory of all runs and the report")
     p.add_argument("--status", metavar="OUT", help="show each stage of the comparison in OUT (pending, running, done, failed) and exit")
     p.add_argument("--dry-run", action="store_true", help="print the plan (stages and their dependencies) and run nothing")
@@ -298,7 +304,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--sbatch", action="append", metavar="OPTION=VALUE", help="slurm: another sbatch option (repeatable), e.g. constraint=a100")
     g.add_argument("--slurm-array", action="store_true", help="slurm: one job array per dependency level instead of one job per stage")
     g.add_argument("--no-wait", action="store_true", help="slurm: return once the jobs are submitted (print their ids)")
-    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides applied to every experiment")
+    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE",
+                   help="overrides applied to every experiment; FIELD=A,B sweeps the field (a cell per value)")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("presets", help="list the built-in experiment presets")

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from longrange.experiment.backends import InProcess
-from longrange.errors import DataMissingError
+from longrange.errors import DataMissingError, LongrangeError
 from longrange.experiment.config import ExperimentConfig, TaskConfig
 from longrange.experiment.execute import StageFailed, execute_stage
+from longrange.experiment.params import WIDTH, match_field, model_size, size_warning, with_value
 from longrange.experiment.plan import Plan, default_objectives, describe, plan_grid, slug
 from longrange.experiment.scheduler import Backend, Outcome, run_plan
 from longrange.experiment.taskdata import data_state, prepare_generated
@@ -64,6 +65,40 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
             + "; pass --overwrite to run them again with these settings, or choose a new --out"
         )
     return stale
+
+
+def size_lines(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]]) -> list[str]:
+    """One line with each experiment's parameter count (of its supervised model), and a warning line for
+    each group of experiments whose counts differ by more than 10%."""
+    totals: list[int | None] = []
+    for exp in experiments:
+        try:
+            totals.append(int(model_size(exp)["total"]))
+        except LongrangeError:  # e.g. a pretrained LM not at hand: the stage itself will say so
+            totals.append(None)
+    lines = ["parameters: " + ", ".join(f"{exp.label} {'?' if total is None else f'{total:,}'}"
+                                        for exp, total in zip(experiments, totals))]
+    for group in groups:
+        warning = size_warning([experiments[i].label for i in group], [totals[i] for i in group])
+        if warning:
+            lines.append(f"warning: {warning}")
+    return lines
+
+
+def match_widths(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]]
+                 ) -> tuple[list[ExperimentConfig], list[str]]:
+    """The experiments with the width of each after the first of its group matched to the first's
+    parameter count (``compare --match-params``), and a line per matched experiment."""
+    out, lines = list(experiments), []
+    for group in groups:
+        first = experiments[group[0]]
+        target = int(model_size(first)["total"])
+        for i in group[1:]:
+            found = match_field(experiments[i], target, WIDTH)
+            lines.append(f"matched to {first.label}: " + found.describe(experiments[i].label))
+            if found.value != found.before:
+                out[i] = with_value(experiments[i], WIDTH, found.value)
+    return out, lines
 
 
 def tasks_of(experiments: Sequence[ExperimentConfig]) -> list[TaskConfig]:
@@ -127,6 +162,8 @@ def compare(
     rerun_other_versions: bool = False,
     dry_run: bool = False,
     executor: Backend | None = None,
+    match_params: bool = False,
+    model_groups: Sequence[Sequence[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Run scratch and SPT for every experiment and seed; return the final-stage summaries
     (scratch, finetuned, compute-matched), in plan order.
@@ -137,18 +174,35 @@ def compare(
     experiment's ``compare.train_subsets``) sweeps the training set's size: every regime and seed
     once per subset (see ``experiment/plan.py``). A finished stage made by another longrange
     version is reused (and counted in a line); ``rerun_other_versions`` runs it again.
+
+    Each experiment's parameter count is printed first, with a warning when the experiments of one of
+    ``model_groups`` (indices; default: all in one group; the cells of one sweep value, see
+    ``experiment/cells.py``) differ by more than 10%; ``match_params`` first sets the width
+    (``model.d_model``) of every experiment of a group after its first to the value whose count is
+    closest to the first's (``experiment/params.py``).
     """
     out_dir = check_out_dir(out_dir, "--out")
+    experiments = list(experiments)
+    groups = [list(g) for g in model_groups] if model_groups is not None else [list(range(len(experiments)))]
+    data, missing = data_lines(experiments)
+    if match_params and not missing:
+        experiments, matched = match_widths(experiments, groups)
     plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
                      train_subsets=train_subsets)
-    data, missing = data_lines(experiments)
+    sizes = [] if missing else size_lines(experiments, groups)
+    if match_params and not missing:
+        sizes = matched + sizes
     if dry_run:
         statuses = stage_statuses(out_dir, plan) if out_dir.is_dir() else None
         print(describe(plan, statuses))
         print("data:\n" + "\n".join(f"  {line}" for line in data))
+        if sizes:
+            print("\n".join(sizes))
         raise_for_missing(missing, listed=True)
         return []
     raise_for_missing(missing)
+    if sizes:
+        print("\n".join(sizes), file=sys.stderr, flush=True)
     for task in tasks_of(experiments):  # generated data is built once, here, before any stage starts
         prepare_generated(task)
     out_dir.mkdir(parents=True, exist_ok=True)

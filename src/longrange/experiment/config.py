@@ -350,11 +350,20 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     return out
 
 
+def load_experiment(preset: str) -> dict[str, Any]:
+    """The raw dict of a built-in preset, or of a YAML experiment file given in its place (a name
+    ending in ``.yaml`` or ``.yml``)."""
+    if preset.endswith((".yaml", ".yml")):
+        return load_config_file(preset)
+    return load_preset(preset)
+
+
 def resolve(preset: str | None = None, config: str | Path | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """Preset and/or config file (the file on top of the preset), then the overrides."""
+    """Preset (a built-in name or a YAML file) and/or config file (the file on top of the preset), then
+    the overrides."""
     data: dict[str, Any] = {}
     if preset:
-        data = load_preset(preset)
+        data = load_experiment(preset)
     if config:
         data = deep_merge(data, load_config_file(config))
     if not preset and not config and not overrides:
