@@ -154,30 +154,34 @@ def build_model(
     ``vocab`` (to map them to a pretrained LM's tokens) and ``hf_resolved`` (their saved
     :meth:`~longrange.models.hf.HFModel.rebuild_info`, to rebuild without the snapshot).
     """
+    check_sizes(input_kind, vocab_size, d_input)
+    d_input = 1 if d_input is None else d_input
     builder = BLOCKS.get(cfg.block)
     if builds_model(builder):  # a block name that stands for a whole model (block: hf)
         return builder(
             cfg, input_kind=input_kind, head=head, n_out=n_out, vocab_size=vocab_size, d_input=d_input,
             mask_channel=mask_channel, vocab=vocab, hf_resolved=hf_resolved,
         )
-    check_inputs(input_kind, mask_channel, vocab_size, d_input)
+    check_inputs(input_kind, mask_channel)
     if input_kind == "tokens":
         encoder: nn.Module = TokenEncoder(vocab_size, cfg.d_model, cfg.pos_embedding, cfg.max_len)
     else:
-        encoder = NumericEncoder(1 if d_input is None else d_input, cfg.d_model, mask_channel, cfg.pos_embedding,
-                                 cfg.max_len)
+        encoder = NumericEncoder(d_input, cfg.d_model, mask_channel, cfg.pos_embedding, cfg.max_len)
     return SequenceModel(cfg, encoder, head, n_out)
 
 
-def check_inputs(input_kind: str, mask_channel: bool, vocab_size: int | None = None, d_input: int | None = None) -> None:
-    """A ConfigError for an unknown input kind, a mask channel on token inputs, a token model without
-    a vocabulary size, or a setting of the other input kind (``d_input`` on tokens, ``vocab_size`` on
-    numeric inputs)."""
+def check_inputs(input_kind: str, mask_channel: bool) -> None:
+    """A ConfigError for an unknown input kind, or a mask channel on token inputs."""
     if input_kind not in ("tokens", "numeric"):
         raise ConfigError(f"unknown input kind {input_kind!r}; expected tokens or numeric")
+    if input_kind == "tokens" and mask_channel:
+        raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")
+
+
+def check_sizes(input_kind: str, vocab_size: int | None, d_input: int | None) -> None:
+    """A ConfigError for a token model without its vocabulary size, or a setting of the other input
+    kind (``d_input`` on tokens, ``vocab_size`` on numeric inputs), which would be ignored."""
     if input_kind == "tokens":
-        if mask_channel:
-            raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")
         if d_input not in (None, 1):
             raise ConfigError(f"d_input={d_input} is the channel count of numeric inputs; token inputs "
                               "(input_kind='tokens') take vocab_size, the vocabulary's size, instead")
