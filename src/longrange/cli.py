@@ -28,6 +28,14 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
+#: Commands that continue where they stopped when run again (they have no ``--resume``), and how to say so.
+RESUMED_BY_RERUNNING = {
+    "compare": "run the same compare command again to continue (finished stages are reused, interrupted ones "
+               "resume from their last checkpoints)",
+    "demo": "run the demo again to continue (finished stages are reused, interrupted ones resume)",
+}
+
+
 class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser whose leaf commands (those without subcommands of their own) accept
     positionals anywhere among the options (``parse_intermixed_args``).
@@ -71,8 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Preempted as err:  # stopped on request, with a checkpoint: a status job scripts requeue on
-        print(f"longrange {args.command}: {err}", file=sys.stderr)
+        if args.command in RESUMED_BY_RERUNNING:
+            print(f"longrange {args.command}: stopped at step {err.step} of {err.total} of a stage, its checkpoint "
+                  f"written; {RESUMED_BY_RERUNNING[args.command]}", file=sys.stderr)
+        else:
+            print(f"longrange {args.command}: {err}", file=sys.stderr)
         return err.exit_code
+    except KeyboardInterrupt:  # Ctrl-C: what was running has already said what it kept; no traceback
+        how = RESUMED_BY_RERUNNING.get(args.command) or ("`--resume` continues from the last checkpoint"
+                                                         if args.command in ("train", "pretrain", "finetune") else "")
+        print(f"longrange {args.command}: interrupted" + (f"; {how}" if how else ""), file=sys.stderr)
+        return 130
     except LongrangeError as err:  # user errors: one clear line, no traceback
         print(f"longrange {args.command}: error: {err}", file=sys.stderr)
         return 1

@@ -34,6 +34,9 @@ T = TypeVar("T")
 
 #: Environment variable naming modules (comma-separated) imported at the first registry lookup.
 PLUGINS_ENV = "LONGRANGE_PLUGINS"
+#: What an unknown name's error adds: how a name of one's own is registered.
+PLUGIN_HINT = (f"a name of your own is registered by importing its module: {PLUGINS_ENV}=mypkg.module on the "
+               "command line (see docs/extending.md)")
 
 _plugins_loaded: set[str] = set()
 
@@ -150,7 +153,7 @@ class Registry(Generic[T]):
             known = self.names()
             raise ConfigError(
                 f"unknown {self.kind} {name!r}{did_you_mean(name, known, quote=True)}; "
-                f"known {self.kind}s: {', '.join(known) or '(none)'}"
+                f"known {self.kind}s: {', '.join(known) or '(none)'}; {PLUGIN_HINT}"
             )
         return self._entries[name]
 

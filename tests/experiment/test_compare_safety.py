@@ -113,5 +113,5 @@ def test_resume_refuses_other_settings_and_never_rewrites_a_finished_run(tiny_li
     assert main(["train", "--config", str(config), "--out", run, "--resume", "--overwrite"]) == 1
     assert "--resume and --overwrite contradict" in capsys.readouterr().err
     json.loads(summary)  # valid JSON
-    with pytest.raises(ConfigError, match="already holds a finished run"):
+    with pytest.raises(ConfigError, match=r"already holds a finished run \(its result: .*summary.json\); pass --overwrite"):
         run_stage(experiment_from_dict(tiny(tiny_listops_dir)), "train", run, seed=3)

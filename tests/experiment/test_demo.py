@@ -22,7 +22,12 @@ def test_demo_presets_are_the_study_setting():
     spec.loader.exec_module(study)
     setting = study.SETTINGS[demo.DEMO_SETTING]
     data = dict(study.DATASETS[setting["data"]])
-    assert {**data, "seed": 0} == demo.DEMO_DATA
+    from longrange.data.tasks import generator
+
+    generate = resolve(demo.DEMO_PRESETS[0]).task.generate  # the generated data: the study's, option by option
+    options = generator("listops").options(generate["config"], {k: v for k, v in generate.items() if k != "config"},
+                                           "listops")
+    assert {"kind": "listops", **options} == {**data, "seed": 0}
     # the screen's seeds and more (the study confirmed the setting with all of them on validation)
     assert set(study.SEEDS) <= set(demo.DEMO_SEEDS) and len(demo.DEMO_SEEDS) >= 3
     assert resolve(demo.DEMO_PRESETS[0]).compare.seeds == list(demo.DEMO_SEEDS)
@@ -44,11 +49,9 @@ def test_demo_presets_are_the_study_setting():
 def test_demo_prints_the_table_and_the_computed_verdict(tmp_path, monkeypatch):
     """On a tiny generated ListOps: the table has every regime, the verdict is the one computed from the
     paired seeds, and the report has the plots and the kernel decay analysis."""
-    monkeypatch.setattr(demo, "DEMO_DATA", {"kind": "listops", "n_train": 80, "n_val": 16, "n_test": 16,
-                                            "min_length": 8, "max_length": 32, "max_depth": 3, "max_args": 3,
-                                            "seed": 0})
+    tiny = "{config: short, n_train: 80, n_val: 16, n_test: 16, min_length: 8, max_length: 32, max_depth: 3, max_args: 3}"
     text = demo.run_demo(tmp_path, seeds=[0, 1], jobs=1,
-                         overrides=["train.epochs=1", "pretrain.epochs=1", "train.batch_size=4",
+                         overrides=[f"task.generate={tiny}", "train.epochs=1", "pretrain.epochs=1", "train.batch_size=4",
                                     "task.options.seq_len=32", "model.d_model=8", "model.d_state=4"])
     label = resolve(demo.DEMO_PRESETS[0]).label
     for row in (label, f"{label} (scratch, matched compute)", f"{label} + masked SPT"):

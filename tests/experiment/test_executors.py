@@ -186,7 +186,7 @@ def test_two_compares_on_one_output_never_run_a_stage_twice(tiny_listops_dir, tm
     assert set(stage_statuses(out).values()) == {"finished"}
 
 
-def test_launcher_settings_and_errors(tmp_path, monkeypatch, capsys):
+def test_launcher_settings_and_errors(tiny_listops_dir, tmp_path, monkeypatch, capsys):
     from longrange.cli import main
 
     assert isinstance(make_backend(LauncherConfig()), InProcess) and make_backend(LauncherConfig()).threads == 0
@@ -211,7 +211,7 @@ def test_launcher_settings_and_errors(tmp_path, monkeypatch, capsys):
     # --launcher slurm on a host without SLURM: a clear error before anything is submitted.
     monkeypatch.setenv("PATH", str(tmp_path))
     config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump(tiny(tmp_path, "a")))
+    config.write_text(yaml.safe_dump(tiny(tiny_listops_dir, "a")))  # with its data: missing data is said first
     assert main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--launcher", "slurm", "--seeds", "0"]) == 1
     assert "needs SLURM's sbatch on PATH" in capsys.readouterr().err
     assert main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--jobs", "2", "--no-wait"]) == 1

@@ -125,8 +125,9 @@ def test_presets_command_lists_every_preset():
     assert set(PRESETS) <= listed
     lines = {line.split()[0]: line for line in out.getvalue().splitlines() if line.strip()}
     # A Hugging Face preset is named by its model and weights, not by fields it does not use.
-    assert " listops          hf: EleutherAI/pythia-70m-deduped, pretrained  " in lines["spt/listops/pythia"]
-    assert "hf: EleutherAI/pythia-70m-deduped, random init  " in lines["spt/listops/pythia-rand"]
+    assert lines["spt/listops/pythia"].split()[1] == "listops"
+    assert " hf: EleutherAI/pythia-70m-deduped, pretrained  " in lines["spt/listops/pythia"]
+    assert " hf: EleutherAI/pythia-70m-deduped, random init  " in lines["spt/listops/pythia-rand"]
     assert "N=" not in lines["spt/listops/pythia"] and "L=" not in lines["spt/listops/pythia"]
     assert " simple-s4 bidirectional L=8 d=128 N=64  " in lines["spt/listops/s4"]
     assert " transformer-attention bidirectional L=4 d=512 heads=8  " in lines["spt/listops/transformer"]

@@ -76,16 +76,22 @@ def test_drawn_figure_uses_distinct_styles_clipped_bands_and_row_names(tmp_path,
         seen[str(path)] = fig
         ax = fig.axes[0]
         seen["lines"] = [(repr(l.get_linestyle()), l.get_marker(), l.get_color()) for l in ax.get_lines()]
-        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
+        seen["legend"] = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else []
+        seen["title"] = ax.get_title()
         seen["bands"] = [poly.get_paths()[0].vertices[:, 1] for poly in ax.collections]
-        seen["ticks"] = [t.get_text() for t in ax.get_xticklabels()]
+        seen["ticks"] = [t.get_text().replace("\n", " ") for t in ax.get_yticklabels()]
         return real_save(fig, path)
 
     monkeypatch.setattr(P, "_save", capture)
     assert P.learning_curves(runs, tmp_path / "curves.png").is_file()
     assert len(set(seen["lines"])) == len(seen["lines"]) == 3
     rows = [r[0] for r in results_table(aggregate(runs)).rows]
-    assert sorted(seen["legend"]) == sorted(f"{r} (n=3)" for r in rows)
+    # the panel is the model (with its seeds), the legend below the panels its regimes: together a row's name
+    label = runs[0].label
+    assert seen["title"] == f"{label} (n=3)"
+    assert sorted(f"{label}{REGIME_SUFFIX[r]}" if r != "scratch" else label
+                  for r in ("scratch", "masked-spt", "scratch-matched")) == sorted(rows)
+    assert seen["legend"] == ["scratch", "scratch, matched compute", "masked SPT"]
     assert seen["bands"] and all((ys <= 100.0 + 1e-9).all() and (ys >= -1e-9).all() for ys in seen["bands"])
     assert P.scratch_vs_spt_bars(aggregate(runs), tmp_path / "bars.png").is_file()
     assert sorted(seen["ticks"]) == sorted(f"{r} (n=3)" for r in rows)

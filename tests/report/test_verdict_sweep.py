@@ -78,7 +78,7 @@ def test_no_effect_says_the_interval_contains_zero(tmp_path):
     (c,) = comparisons(runs)
     assert c.outcome == "none"
     assert c.sentence().startswith("no difference detectable at this scale (95% CI [")
-    assert c.sentence().endswith("contains 0, 2 seeds)")
+    assert "contains 0, 2 seeds); with 2 seeds the interval is unreliable" in c.sentence()
 
 
 def test_a_reversed_effect_is_scratch_better(tmp_path):
@@ -125,6 +125,68 @@ def test_each_spt_regime_against_scratch_and_matched_scratch(tmp_path):
     assert found[3].sentence().startswith("scratch with matched compute better by")
     md = verdict_markdown(collect_runs([tmp_path], warn=lambda m: None))
     assert md.startswith("## Verdict") and "| S4 + masked SPT | S4 (scratch, matched compute) | listops | 2 |" in md
+
+
+# ---------------------------------------------------------------------- few seeds, several tests
+def test_paired_stat_gives_the_p_value_of_the_paired_t_test():
+    a, b = [0.61, 0.64, 0.59, 0.66], [0.55, 0.60, 0.58, 0.57]
+    s = paired_stat([x - y for x, y in zip(a, b)])
+    assert s.p == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-10)
+    assert paired_stat([1.0, 2.0, 3.0]).p == pytest.approx(stats.ttest_1samp([1, 2, 3], 0).pvalue, rel=1e-10)
+    assert paired_stat([0.2, 0.2]).p == 0.0 and paired_stat([0.0, 0.0]).p == 1.0 and paired_stat([0.3]).p is None
+    # the interval excludes 0 exactly when p < 0.05
+    for d in ([0.1, 0.2, 0.15], [0.1, -0.05, 0.2], [-0.3, -0.2, -0.25, -0.1]):
+        t = paired_stat(d)
+        assert (t.p < 0.05) == (t.low > 0 or t.high < 0)
+
+
+def test_holm_adjusts_known_p_values():
+    from longrange.report.verdict import holm
+
+    # m = 4: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 -> 0.02, 0.03, 0.06, 0.04 -> monotone 0.06
+    out = holm([0.01, 0.04, 0.03, 0.005])
+    assert [a for a, _ in out] == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert [ok for _, ok in out] == [True, False, False, True]
+    assert holm([0.5, 0.9]) == [(1.0, False), (1.0, False)] and holm([0.001]) == [(0.001, True)]
+
+
+def test_two_seeds_say_the_interval_is_unreliable(tmp_path):
+    """The issue's case: an interval that excludes 0 at 2 seeds is reported, with the caution."""
+    runs = runs_of(tmp_path, {0: 0.50, 1: 0.60}, {0: 0.48, 1: 0.5805})
+    (c,) = comparisons(runs)
+    assert c.outcome == "baseline" and c.stat.n == 2
+    assert c.sentence().endswith("2 seeds); with 2 seeds the interval is unreliable (its width rests on 1 degree "
+                                 "of freedom): run 3 or more seeds")
+    three = comparisons(runs_of(tmp_path / "three", {0: 0.50, 1: 0.52, 2: 0.51}, {0: 0.60, 1: 0.61, 2: 0.63}))[0]
+    assert "unreliable" not in three.sentence()
+
+
+def test_several_tests_get_holm_adjusted_decisions(tmp_path):
+    """Four comparisons with known p-values: the verdict says how many, and which survive Holm."""
+    strong = ({0: 0.50, 1: 0.52, 2: 0.51, 3: 0.50}, {0: 0.60, 1: 0.61, 2: 0.63, 3: 0.60})   # p < 0.001
+    weak = ({0: 0.50, 1: 0.52, 2: 0.51, 3: 0.50}, {0: 0.53, 1: 0.54, 2: 0.55, 3: 0.51})     # p = 0.030 alone
+    none = ({0: 0.50, 1: 0.60, 2: 0.55, 3: 0.50}, {0: 0.55, 1: 0.56, 2: 0.50, 3: 0.52})     # p > 0.5
+    for label, (scratch, spt) in {"A": strong, "B": weak, "C": none, "D": strong}.items():
+        runs_of(tmp_path, scratch, spt, label=label)
+    runs = collect_runs([tmp_path], warn=lambda m: None)
+    found = comparisons(runs)
+    assert len(found) == 4
+    ps = [c.stat.p for c in found]
+    expected = [stats.ttest_rel(list(spt.values()), list(scratch.values())).pvalue
+                for scratch, spt in (strong, weak, none, strong)]
+    assert ps == pytest.approx(expected, rel=1e-9)
+    assert found[1].outcome == "spt" and 0.01 < ps[1] < 0.05  # significant alone ...
+    from longrange.report.verdict import holm
+
+    decisions = [ok for _, ok in holm(ps)]
+    assert decisions == [True, False, False, True]  # ... but not over 4 tests
+    text = verdict_text(runs)
+    assert "Holm-adjusted over the 4 comparisons above (family-wise error 5%): 2 of 4 significant" in text
+    assert f"B + masked SPT vs B on listops: p = {ps[1]:.3f}, adjusted p = {min(1, ps[1] * 2):.3f}: not significant" in text
+    md = verdict_markdown(runs)
+    assert "| Holm-adjusted p (4 tests) |" in md and "2 of 4 remain significant" in md
+    single = verdict_text(runs_of(tmp_path / "one", *strong))
+    assert "Holm" not in single  # one test: nothing to adjust
 
 
 def test_duplicate_seed_is_an_error(tmp_path):

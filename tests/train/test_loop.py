@@ -132,7 +132,7 @@ def test_set_epoch_is_called_each_epoch_and_max_steps(tmp_path):
 
 def test_run_directory_guards(tmp_path):
     _trainer(tmp_path, cfg={"epochs": 1}).fit()
-    with pytest.raises(ConfigError, match="already holds a run"):
+    with pytest.raises(ConfigError, match=r"already holds an unfinished run \(last.pt\); pass --resume"):
         _trainer(tmp_path, cfg={"epochs": 1})
     _trainer(tmp_path, cfg={"epochs": 1}, overwrite=True).fit()
     assert len(read_metrics(tmp_path / "run" / "metrics.jsonl")) == 5  # 3 train, 1 val, 1 test

@@ -13,13 +13,17 @@ import importlib.util
 
 from longrange.data.batch import IGNORE_INDEX, PAD_ID, collate, padding_mask
 from longrange.data.tasks import (
+    GENERATORS,
     TASKS,
     SequenceDataset,
     TaskData,
     TaskSpec,
     get_spec,
+    data_state,
+    ensure_generated,
     list_tasks,
     load_task,
+    register_generator,
     register_task,
     task_options,
     task_status,
@@ -37,6 +41,9 @@ TASK_MODULES = (
     "longrange.data.bidmc",
     "longrange.data.species",
     "longrange.data.synthetic",
+    # generators, which register themselves for their tasks (``task.generate``)
+    "longrange.data.generate.listops",
+    "longrange.data.generate.pathfinder",
 )
 
 for _name in TASK_MODULES:
@@ -46,7 +53,8 @@ for _name in TASK_MODULES:
         importlib.import_module(_name)
 
 __all__ = [
-    "CLS_ID", "EOS_ID", "FIRST_TOKEN_ID", "IGNORE_INDEX", "MASK_ID", "PAD_ID", "SPECIALS", "TASKS", "UNK_ID", "SequenceDataset",
-    "TaskData", "TaskSpec", "Vocabulary", "collate", "get_spec", "list_tasks", "load_task", "padding_mask",
-    "register_task", "task_options", "task_status",
+    "CLS_ID", "EOS_ID", "FIRST_TOKEN_ID", "GENERATORS", "IGNORE_INDEX", "MASK_ID", "PAD_ID", "SPECIALS", "TASKS", "UNK_ID",
+    "SequenceDataset", "TaskData", "TaskSpec", "Vocabulary", "collate", "data_state", "ensure_generated",
+    "get_spec", "list_tasks", "load_task", "padding_mask", "register_generator", "register_task", "task_options",
+    "task_status",
 ]

@@ -84,7 +84,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from longrange.data import get_spec, task_options, task_status
-    from longrange.data.tasks import default_data_dir
+    from longrange.data.tasks import default_data_dir, generator
 
     options = parse_task_options(args.task, args.options)
     spec = get_spec(args.task, **options)
@@ -111,6 +111,12 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"    {line}")
     if not present:
         print(f"  to obtain:   {spec.obtain}")
+    gen = generator(args.task)
+    if gen is not None:
+        print("  generated:   built on first use with task.generate=NAME (or a mapping of these options); configurations:")
+        for name, values in gen.configurations.items():
+            shown = ", ".join(f"{k}={v}" for k, v in {**gen.defaults, **values}.items())
+            print(f"    {name}: {shown}")
     return 0
 
 

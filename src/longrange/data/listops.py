@@ -45,7 +45,9 @@ SPLITS = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basic_tes
 HEADER = ["Source", "Target"]
 SUBDIR = "listops"
 OBTAIN = (
-    "generate it with `longrange data generate listops --out <data_dir>/listops` (the LRA generator; "
+    "generate it on first use with task.generate=default in the experiment (the LRA generator at LRA's sizes; "
+    "task.generate=short: the demo's short ListOps), or once with `longrange data generate listops --out "
+    "<data_dir>/listops` (the LRA generator; "
     "add --n-train 2000 --min-length 50 --max-length 256 for a small quick set), or download "
     "lra_release.gz from https://github.com/google-research/long-range-arena and copy "
     "lra_release/listops-1000/basic_{train,val,test}.tsv to <data_dir>/listops/"

@@ -12,17 +12,32 @@ and users load it by name::
 
 ``data_dir`` is the root data directory (default ``$LONGRANGE_DATA`` or ``./data``); each task
 reads its own sub-directory of it (see ``docs/data.md``).
+
+A task whose data a generator makes (ListOps, Pathfinder) also registers the generator::
+
+    register_generator("listops", build, defaults, {"short": {...}, "lra": {}})
+
+and then loads *generated* data, built on first use from a named configuration or from options::
+
+    data = load_task("listops", "data", generate="short", seq_len=128)
+    data = load_task("listops", "data", generate={"config": "short", "n_train": 2000}, seq_len=128)
+
+Generated data lives under ``<data_dir>/generated/<task>/<config>-<hash>/``, one directory per
+configuration (the hash covers every generator option and the generator's version), so two
+configurations never share files or prepared-data caches; a directory appears only once complete
+(built aside, then renamed), so concurrent first uses never read half a data set.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-
 import os
+import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -289,7 +304,8 @@ def subset_indices(n: int, subset: float | int, seed: int) -> list[int]:
 
 
 def load_task(name: str, data_dir: str | os.PathLike | None = None, *, seed: int = 0,
-              train_subset: float | int | None = None, skip_bad: bool = False, **options) -> TaskData:
+              train_subset: float | int | None = None, skip_bad: bool = False,
+              generate: str | Mapping[str, Any] | None = None, **options) -> TaskData:
     """Load a registered task.
 
     Args:
@@ -299,12 +315,18 @@ def load_task(name: str, data_dir: str | os.PathLike | None = None, *, seed: int
         train_subset: keep only a fraction in (0, 1] or a count of the training set (data-scarcity
             experiments); deterministic for the seed.
         skip_bad: skip malformed records (counted in ``TaskData.skipped``) instead of raising.
+        generate: read generated data instead of the task's files: a named configuration of the
+            task's generator, or a mapping of generator options (``config``: the named configuration
+            they start from); built on first use (:func:`ensure_generated`).
         options: task options (see ``longrange data list`` / :func:`task_options`).
     """
     entry = _entry(name)
     opts = _resolve_options(name, options)
     spec = entry.spec(**opts)
-    data = entry.loader(default_data_dir(data_dir), spec, seed=seed, skip_bad=skip_bad, **opts)
+    root = default_data_dir(data_dir) if generate is None else ensure_generated(name, data_dir, generate, opts)
+    data = entry.loader(root, spec, seed=seed, skip_bad=skip_bad, **opts)
+    if generate is not None:
+        data.info["generated"] = str(root)
     if data.skipped:
         for path, count in sorted(data.skipped.items()):
             if count:
@@ -315,13 +337,15 @@ def load_task(name: str, data_dir: str | os.PathLike | None = None, *, seed: int
     return data
 
 
-def task_status(name: str, data_dir: str | os.PathLike | None = None, **options) -> tuple[bool, list[str]]:
-    """Whether the task's files are present, and one human-readable line per expected path."""
+def task_status(name: str, data_dir: str | os.PathLike | None = None, generate: str | Mapping[str, Any] | None = None,
+                **options) -> tuple[bool, list[str]]:
+    """Whether the task's files are present, and one human-readable line per expected path
+    (``generate``: of that generated configuration, see :func:`load_task`)."""
     entry = _entry(name)
     opts = _resolve_options(name, options)
-    root = default_data_dir(data_dir)
     if entry.generated is not None:
         return True, [f"generated when loaded (generator version {entry.generated}); no files"]
+    root = default_data_dir(data_dir) if generate is None else generated_root(name, data_dir, generate, opts)
     if entry.expected is None:
         return root.exists(), [f"{root}: {'found' if root.exists() else 'missing'} (no file list for this task)"]
     lines, present = [], True
@@ -332,13 +356,17 @@ def task_status(name: str, data_dir: str | os.PathLike | None = None, **options)
     return present, lines
 
 
-def data_identity(name: str, data_dir: str | os.PathLike | None = None, **options) -> dict[str, str]:
+def data_identity(name: str, data_dir: str | os.PathLike | None = None,
+                  generate: str | Mapping[str, Any] | None = None, **options) -> dict[str, str]:
     """What identifies the data a run reads, without loading it: the resolved data directory and a
     hash of the task's expected files (resolved path, size and modification time of each file, as
     the cache keys; see ``data/cache.py``). Replacing or editing a file changes the hash.
 
-    A generated task reads no directory: its identity is the generator's version (its options and
-    seed are in the run's task settings)."""
+    A task generated when loaded reads no directory: its identity is the generator's version (its
+    options and seed are in the run's task settings). Generated data (``generate``) is identified by
+    its configuration instead (every generator option and the generator's version: the files are a
+    function of them), so the identity is the same before the data is built, after, and after it is
+    built again."""
     from longrange.data.cache import _source_fingerprint
 
     entry = _entry(name)
@@ -346,12 +374,194 @@ def data_identity(name: str, data_dir: str | os.PathLike | None = None, **option
     if entry.generated is not None:
         return {"dir": GENERATED_DIR, "generator": f"{name} v{entry.generated}"}
     root = default_data_dir(data_dir)
+    if generate is not None:
+        config, key, _ = _generated(name, generate, opts)
+        return {"dir": str(root.resolve()), "generated": f"{config}-{key}"}
     rows: list = []
     if entry.expected is not None:
         for path in entry.expected(root, **opts):
             rows.append(_source_fingerprint(Path(path)) if Path(path).exists() else [str(path), "missing"])
     text = json.dumps(rows, sort_keys=True, default=str)
     return {"dir": str(root.resolve()), "files": hashlib.sha256(text.encode()).hexdigest()[:16]}
+
+
+# Generated data ------------------------------------------------------------------------------------
+
+#: The sub-directory of the data directory that holds generated data, one directory per configuration.
+GENERATED_DIR = "generated"
+#: The file, inside a generated configuration's directory, that records how it was made.
+GENERATED_MANIFEST = "generated.json"
+
+
+@dataclass(frozen=True)
+class Generator:
+    """How a task's data is generated (see :func:`register_generator`)."""
+
+    build: Callable[..., Any]
+    defaults: dict[str, Any]
+    configurations: dict[str, dict[str, Any]]
+    version: int = 1
+    from_task: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    def options(self, config: str, values: Mapping[str, Any], task: str) -> dict[str, Any]:
+        """The configuration ``config`` with ``values`` over it, checked against the defaults."""
+        if config not in self.configurations:
+            known = ", ".join(sorted(self.configurations)) or "(none)"
+            raise ConfigError(f"task {task}: unknown generated configuration {config!r}; known: {known}")
+        unknown = sorted(set(values) - set(self.defaults))
+        if unknown:
+            raise unknown_option(unknown[0], f"the {task} generator (task.generate)", list(self.defaults))
+        return {**self.defaults, **self.configurations[config], **values}
+
+
+#: The generators of the tasks that have one, by task name.
+GENERATORS: Registry = Registry("data generator")
+
+
+def register_generator(task: str, build: Callable[..., Any], defaults: Mapping[str, Any],
+                       configurations: Mapping[str, Mapping[str, Any]] | None = None, *, version: int = 1,
+                       from_task: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    """Let ``task``'s data be generated on first use (``task.generate`` in an experiment).
+
+    Args:
+        task: the registered task whose files the generator writes.
+        build: ``build(root: Path, quiet: bool, **options)`` writes the task's files under ``root``
+            exactly as the task's loader reads them from a data directory.
+        defaults: every generator option with its default.
+        configurations: named configurations (option values over ``defaults``), e.g. ``{"short":
+            {...}}``; ``default`` (the defaults themselves) is always one.
+        version: bump it when the files made for the same options change; older builds are then
+            not reused.
+        from_task: ``from_task(task_options) -> options`` that the task's own options fix (e.g. an
+            image resolution); giving them other values in ``task.generate`` is an error.
+    """
+    configs = {"default": {}, **{str(k): dict(v) for k, v in (configurations or {}).items()}}
+    for config, values in configs.items():
+        unknown = sorted(set(values) - set(defaults))
+        if unknown:
+            raise ConfigError(f"generated configuration {config!r} of {task} sets unknown option(s) {unknown}")
+    GENERATORS.register(task, Generator(build, dict(defaults), configs, int(version), from_task), replace=True)
+
+
+def generator(task: str) -> Generator | None:
+    """The task's generator, or None if its data cannot be generated."""
+    return GENERATORS.get(task) if task in GENERATORS else None
+
+
+def _generated(task: str, generate: str | Mapping[str, Any], task_options: Mapping[str, Any]) -> tuple[str, str, dict]:
+    """(configuration name, hash of the options, resolved generator options) of ``generate``."""
+    gen = generator(task)
+    if gen is None:
+        able = ", ".join(GENERATORS.names()) or "none"
+        raise ConfigError(f"task.generate: the data of task {task} cannot be generated (tasks with a generator: "
+                          f"{able}); remove task.generate to read its files")
+    if isinstance(generate, str):
+        config, values = generate, {}
+    elif isinstance(generate, Mapping):
+        values = dict(generate)
+        config = str(values.pop("config", "default"))
+    else:
+        raise ConfigError(f"task.generate must be a configuration name or a mapping of generator options, got {generate!r}")
+    options = gen.options(config, values, task)
+    if gen.from_task is not None:
+        for key, value in gen.from_task(dict(task_options)).items():
+            if key in values and values[key] != value:
+                raise ConfigError(f"task.generate.{key}={values[key]!r} contradicts the task's options, which need "
+                                  f"{key}={value!r}; set the task option instead")
+            options[key] = value
+    text = json.dumps({"task": task, "version": gen.version, "options": options}, sort_keys=True, default=str)
+    return config, hashlib.sha256(text.encode()).hexdigest()[:10], options
+
+
+def generated_root(task: str, data_dir: str | os.PathLike | None, generate: str | Mapping[str, Any],
+                   task_options: Mapping[str, Any] | None = None) -> Path:
+    """The data directory of a generated configuration (it may not exist yet)."""
+    opts = _resolve_options(task, dict(task_options or {}))
+    config, key, _ = _generated(task, generate, opts)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in config)
+    return default_data_dir(data_dir) / GENERATED_DIR / task / f"{safe}-{key}"
+
+
+def ensure_generated(task: str, data_dir: str | os.PathLike | None, generate: str | Mapping[str, Any],
+                     task_options: Mapping[str, Any] | None = None, *, quiet: bool = False) -> Path:
+    """The data directory of a generated configuration, built first if it is not there.
+
+    It is built in a directory beside it and renamed into place when complete, with a
+    ``generated.json`` that records the options; when another process finished first, its build is
+    kept and this one discarded. One line on stderr says what is generated and where, another how
+    long it took (``quiet``: none)."""
+    opts = _resolve_options(task, dict(task_options or {}))
+    root = generated_root(task, data_dir, generate, opts)
+    config, key, options = _generated(task, generate, opts)
+    manifest_path = root / GENERATED_MANIFEST
+    if manifest_path.is_file():
+        try:
+            made = json.loads(manifest_path.read_text()).get("options")
+        except (OSError, ValueError, AttributeError):
+            made = None
+        if made != json.loads(json.dumps(options, default=str)):
+            raise DataFormatError(f"the generated data in {root} was made with other options than {options}; "
+                                  "delete that directory to generate it again", manifest_path)
+        return root
+    gen = generator(task)
+    shown = ", ".join(f"{k}={v}" for k, v in options.items())
+    if not quiet:
+        print(f"generating {task} data {config!r} ({shown}) into {root} on first use; later runs reuse it",
+              file=sys.stderr, flush=True)
+    start = time.time()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = root.with_name(f".{root.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        gen.build(tmp, quiet=quiet, **options)
+        manifest = {"task": task, "config": config, "version": gen.version, "options": options}
+        (tmp / GENERATED_MANIFEST).write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+        try:
+            os.rename(tmp, root)
+        except OSError:
+            if not (root / GENERATED_MANIFEST).is_file():  # not a build of another process: a real error
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not quiet:
+        print(f"generated {task} data {config!r} in {time.time() - start:.1f}s", file=sys.stderr, flush=True)
+    return root
+
+
+@dataclass
+class DataState:
+    """Where a task's data stands, without loading it (:func:`data_state`)."""
+
+    present: bool
+    generated: bool          # built on first use from a generator
+    root: Path               # the data directory the loader reads
+    missing: list[Path]      # expected files that are not there
+    obtain: str              # how to get them (for data that cannot be generated)
+
+    def describe(self, name: str) -> str:
+        if self.present:
+            return f"{name}: present in {self.root}"
+        if self.generated:
+            return f"{name}: generated on first use into {self.root}"
+        first = self.missing[0] if self.missing else self.root
+        return f"{name}: MISSING {first}; {self.obtain}"
+
+
+def data_state(name: str, data_dir: str | os.PathLike | None = None, generate: str | Mapping[str, Any] | None = None,
+               **options) -> DataState:
+    """Whether the task's data is present, will be generated on first use, or is missing (with the
+    first missing file and how to obtain it)."""
+    entry = _entry(name)
+    opts = _resolve_options(name, options)
+    if generate is not None:
+        root = generated_root(name, data_dir, generate, opts)
+        present = (root / GENERATED_MANIFEST).is_file()
+        return DataState(present, True, root, [] if present else [root], "")
+    root = default_data_dir(data_dir)
+    expected = entry.expected(root, **opts) if entry.expected is not None else [root]
+    missing = [Path(p) for p in expected if not Path(p).exists()]
+    obtain = entry.spec(**opts).obtain or "see `longrange data info " + name + "`"
+    return DataState(not missing, False, root, missing, obtain)
 
 
 # Helpers for loaders ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from longrange.errors import ConfigError
 
 
 def _add_experiment_args(p: argparse.ArgumentParser, out_help: str) -> None:
-    p.add_argument("--preset", help="a built-in preset (see `longrange presets`)")
+    p.add_argument("--preset", help="a built-in preset (see `longrange presets`) or a YAML experiment file")
     p.add_argument("--config", help="a YAML experiment file (applied on top of the preset)")
     p.add_argument("--out", required=True, help=out_help)
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
@@ -144,19 +144,19 @@ def launcher_settings(experiments: list, args: argparse.Namespace):
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from longrange.experiment.compare import compare
-    from longrange.experiment.config import resolve
     from longrange.experiment.backends import make_backend
+    from longrange.experiment.cells import model_groups, named_cells
+    from longrange.experiment.compare import compare
+    from longrange.experiment.params import WIDTH
 
     if args.status:
         return _compare_status(args.status)
     if not args.out:
         raise ConfigError("give --out DIR (the directory of all runs and the report), or --status DIR")
-    presets = args.preset or []
-    if not presets and not args.config:
-        raise ConfigError("give at least one --preset (repeatable) or --config")
-    settings = data_settings(args, args.settings)
-    experiments = [resolve(p, args.config, settings) for p in presets] or [resolve(None, args.config, settings)]
+    found = named_cells(args.preset or [], args.config or [], data_settings(args, args.settings))
+    experiments = [cell.exp for cell in found]
+    if args.match_params and any(s.partition("=")[0].strip() == WIDTH and "," in s for s in args.settings or []):
+        raise ConfigError(f"--match-params sets {WIDTH} of each model; it cannot also be swept")
     try:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     except ValueError:
@@ -167,7 +167,8 @@ def _compare(args: argparse.Namespace) -> int:
             compute_matched=False if args.no_compute_matched else None,
             train_subsets=parse_train_subsets(args.train_subsets), overwrite=args.overwrite,
             rerun_other_versions=args.rerun_other_versions,
-            dry_run=args.dry_run, executor=make_backend(settings))
+            dry_run=args.dry_run, executor=make_backend(settings), match_params=args.match_params,
+            model_groups=model_groups(found))
     if args.dry_run or not settings.wait:
         return 0
     from longrange.report.writer import report_and_verdict
@@ -191,14 +192,54 @@ def parse_train_subsets(text: str | None) -> list[float | int] | None:
     return out
 
 
-def _presets(args: argparse.Namespace) -> int:
+#: What a family of presets is when its presets cite no paper.
+PRESET_FAMILIES = {"demo": "the setting of `longrange demo` (docs/small-scale-spt.md): a generated short ListOps"}
+
+
+def _cited(source: str) -> tuple[str, str]:
+    """(the paper, where in it) of a preset's ``source``: ``Authors, Title (venue)`` and ``Table 2``."""
+    first = source.split(";")[0].strip()
+    end = first.find(")")
+    if end < 0:
+        return first, ""
+    return first[:end + 1], first[end + 1:].strip(" ,")
+
+
+def presets_text(prefix: str = "", full: bool = False) -> str:
+    """``longrange presets``: the presets grouped by family (the first part of their names), each group
+    headed by the paper its presets come from, one short line per preset (``full``: with its whole
+    source, files and lines)."""
     from longrange.experiment.config import experiment_from_dict, list_presets, load_preset
 
+    groups: dict[str, list] = {}
     for name in list_presets():
-        if args.prefix and not name.startswith(args.prefix):
+        if not name.startswith(prefix):
             continue
-        exp = experiment_from_dict(load_preset(name))
-        print(f"{name:40s} {exp.task.name:16s} {exp.model.describe()}  {exp.source}")
+        groups.setdefault(name.split("/")[0], []).append((name, experiment_from_dict(load_preset(name))))
+    lines = []
+    for family, items in groups.items():
+        papers = [_cited(exp.source)[0] for _, exp in items if exp.source]
+        paper = max(set(papers), key=papers.count) if papers else PRESET_FAMILIES.get(family, "")
+        lines.append(f"{family}/ ({len(items)} preset{'s' if len(items) != 1 else ''}){': ' + paper if paper else ''}")
+        width = max(len(name) for name, _ in items)
+        tasks = max(len(exp.task.name) for _, exp in items)
+        models = max(len(exp.model.describe()) for _, exp in items)
+        for name, exp in items:
+            cited, where = _cited(exp.source)
+            where = where if cited == paper else f"{cited}, {where}".strip(", ")
+            where = where if len(where) <= 32 else where[:31] + "…"
+            lines.append(f"  {name:{width}s}  {exp.task.name:{tasks}s}  {exp.model.describe():{models}s}  {where}".rstrip())
+            if full and exp.source:
+                lines.append(f"  {'':{width}s}  source: {exp.source}")
+        lines.append("")
+    count = sum(len(v) for v in groups.values())
+    lines.append(f"{count} presets: name, task, model, and where in the paper (`longrange presets --long`: the "
+                 "sources, files and lines; `longrange params --preset NAME`: its size)")
+    return "\n".join(lines)
+
+
+def _presets(args: argparse.Namespace) -> int:
+    print(presets_text(args.prefix, args.long))
     return 0
 
 
@@ -227,9 +268,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reverse-from", help="a reverse-pretrained run: fuse it as the reverse branches (F1R1)")
     p.set_defaults(func=_finetune)
 
-    p = sub.add_parser("compare", help="scratch vs self-pretraining for one or more models over seeds, with a report")
-    p.add_argument("--preset", action="append", help="a built-in preset; repeat for several models")
-    p.add_argument("--config", help="a YAML experiment file (applied on top of each preset)")
+    p = sub.add_parser("compare", help="scratch vs self-pretraining for one or more models over seeds, with a report",
+                       description="Cells: each --preset x each --config x each combination of swept values "
+                                   "(FIELD=A,B), labelled by what varies; see docs/sweeps-and-verdict.md.")
+    p.add_argument("--preset", action="append", help="a built-in preset or a YAML experiment file; repeat for several models")
+    p.add_argument("--config", action="append", help="a YAML file applied on top of each preset (repeatable: each "
+                   "a cell; alone, each config is an experiment)")
+    p.add_argument("--match-params", action="store_true",
+                   help="set the width (model.d_model) of each model after the first to match the first's parameter count")
     p.add_argument("--out", help="directory of all runs and the report")
     p.add_argument("--status", metavar="OUT", help="show each stage of the comparison in OUT (pending, held, resumable, finished, failed) and exit")
     p.add_argument("--dry-run", action="store_true", help="print the plan (stages and their dependencies) and run nothing")
@@ -258,11 +304,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--sbatch", action="append", metavar="OPTION=VALUE", help="slurm: another sbatch option (repeatable), e.g. constraint=a100")
     g.add_argument("--slurm-array", action="store_true", help="slurm: one job array per dependency level instead of one job per stage")
     g.add_argument("--no-wait", action="store_true", help="slurm: return once the jobs are submitted (print their ids)")
-    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides applied to every experiment")
+    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE",
+                   help="overrides applied to every experiment; FIELD=A,B sweeps the field (a cell per value)")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("presets", help="list the built-in experiment presets")
     p.add_argument("prefix", nargs="?", default="", help="only presets whose name starts with this")
+    p.add_argument("--long", action="store_true", help="also each preset's full source (paper, files and lines)")
     p.set_defaults(func=_presets)
 
     p = sub.add_parser("demo", help="scratch vs masked SPT for a small DLR on a generated ListOps over 5 seeds, "

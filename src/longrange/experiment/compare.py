@@ -17,15 +17,19 @@ that is not finished, in dependency order (``experiment/scheduler.py``, on a bac
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from longrange.experiment.backends import InProcess
-from longrange.experiment.config import ExperimentConfig
+from longrange.errors import DataMissingError, LongrangeError
+from longrange.experiment.config import ExperimentConfig, TaskConfig
 from longrange.experiment.execute import StageFailed, execute_stage
+from longrange.experiment.params import WIDTH, match_field, model_size, size_warning, with_value
 from longrange.experiment.plan import Plan, default_objectives, describe, plan_grid, slug
 from longrange.experiment.scheduler import Backend, Outcome, run_plan
+from longrange.experiment.taskdata import data_state, prepare_generated
 from longrange.fileio import check_out_dir
 from longrange.train.rundir import Intent, RunDir, RunMismatchError, other_versions_line
 
@@ -50,9 +54,10 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
         deps = plan.summaries(out_dir, stage.after)
         if len(deps) < len(stage.after):
             continue  # its inputs are not finished: checked when it is reached
-        diff = run.mismatch(plan.resolve(stage, out_dir, deps).config())
+        resolved = plan.resolve(stage, out_dir, deps)
+        diff = run.mismatch(resolved.config())
         if diff:
-            stale.append(f"{stage.id}: {'; '.join(diff[:4])}{' ...' if len(diff) > 4 else ''}")
+            stale.append(resolved.name_fields(f"{stage.id}: {'; '.join(diff[:4])}{' ...' if len(diff) > 4 else ''}"))
     if stale and not overwrite:
         raise RunMismatchError(
             f"{len(stale)} finished stage(s) in {out_dir} were made with other settings: " + " | ".join(stale[:6])
@@ -60,6 +65,71 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
             + "; pass --overwrite to run them again with these settings, or choose a new --out"
         )
     return stale
+
+
+def size_lines(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]]) -> list[str]:
+    """One line with each experiment's parameter count (of its supervised model), and a warning line for
+    each group of experiments whose counts differ by more than 10%."""
+    totals: list[int | None] = []
+    for exp in experiments:
+        try:
+            totals.append(int(model_size(exp)["total"]))
+        except LongrangeError:  # e.g. a pretrained LM not at hand: the stage itself will say so
+            totals.append(None)
+    lines = ["parameters: " + ", ".join(f"{exp.label} {'?' if total is None else f'{total:,}'}"
+                                        for exp, total in zip(experiments, totals))]
+    for group in groups:
+        warning = size_warning([experiments[i].label for i in group], [totals[i] for i in group])
+        if warning:
+            lines.append(f"warning: {warning}")
+    return lines
+
+
+def match_widths(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]]
+                 ) -> tuple[list[ExperimentConfig], list[str]]:
+    """The experiments with the width of each after the first of its group matched to the first's
+    parameter count (``compare --match-params``), and a line per matched experiment."""
+    out, lines = list(experiments), []
+    for group in groups:
+        first = experiments[group[0]]
+        target = int(model_size(first)["total"])
+        for i in group[1:]:
+            found = match_field(experiments[i], target, WIDTH)
+            lines.append(f"matched to {first.label}: " + found.describe(experiments[i].label))
+            if found.value != found.before:
+                out[i] = with_value(experiments[i], WIDTH, found.value)
+    return out, lines
+
+
+def tasks_of(experiments: Sequence[ExperimentConfig]) -> list[TaskConfig]:
+    """The distinct data sets the experiments' stages read (training and pretraining)."""
+    found: dict[str, TaskConfig] = {}
+    for exp in experiments:
+        for stage in ("train", "pretrain"):
+            t = exp.stage_task(stage)
+            found.setdefault(json.dumps([t.name, t.options, t.data_dir, t.generate], sort_keys=True, default=str), t)
+    return list(found.values())
+
+
+def data_lines(experiments: Sequence[ExperimentConfig]) -> tuple[list[str], list[str]]:
+    """One line per data set of the experiments (present, generated on first use, or missing with
+    its first missing file and how to obtain it), and the lines of those that are missing."""
+    lines, missing = [], []
+    for task in tasks_of(experiments):
+        state = data_state(task)
+        lines.append(state.describe(task.name))
+        if not (state.present or state.generated):
+            missing.append(lines[-1])
+    return lines, missing
+
+
+def raise_for_missing(missing: Sequence[str], listed: bool = False) -> None:
+    """A DataMissingError naming every missing data set (``listed``: they were just printed, with
+    their files and how to obtain them), before any stage runs."""
+    if missing and listed:
+        raise DataMissingError(f"the data of {len(missing)} task(s) is missing (see 'data:' above)")
+    if missing:
+        raise DataMissingError(f"the data of {len(missing)} task(s) is missing, nothing was run: " + " | ".join(missing))
 
 
 def raise_for_outcome(out_dir: Path, outcome: dict[str, Outcome]) -> None:
@@ -92,6 +162,8 @@ def compare(
     rerun_other_versions: bool = False,
     dry_run: bool = False,
     executor: Backend | None = None,
+    match_params: bool = False,
+    model_groups: Sequence[Sequence[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Run scratch and SPT for every experiment and seed; return the final-stage summaries
     (scratch, finetuned, compute-matched), in plan order.
@@ -102,14 +174,43 @@ def compare(
     experiment's ``compare.train_subsets``) sweeps the training set's size: every regime and seed
     once per subset (see ``experiment/plan.py``). A finished stage made by another longrange
     version is reused (and counted in a line); ``rerun_other_versions`` runs it again.
+
+    Data that is missing and cannot be generated stops the comparison before any stage runs (for a
+    scheduler whose nodes may see other files, SLURM, it is a warning); generated data is built here
+    first. Each experiment's parameter count is printed first, with a warning when the experiments of one of
+    ``model_groups`` (indices; default: all in one group; the cells of one sweep value, see
+    ``experiment/cells.py``) differ by more than 10%; ``match_params`` first sets the width
+    (``model.d_model``) of every experiment of a group after its first to the value whose count is
+    closest to the first's (``experiment/params.py``).
     """
     out_dir = check_out_dir(out_dir, "--out")
+    experiments = list(experiments)
+    groups = [list(g) for g in model_groups] if model_groups is not None else [list(range(len(experiments)))]
+    data, missing = data_lines(experiments)
+    if match_params and not missing:
+        experiments, matched = match_widths(experiments, groups)
     plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
                      train_subsets=train_subsets)
+    sizes = [] if missing else size_lines(experiments, groups)
+    if match_params and not missing:
+        sizes = matched + sizes
     if dry_run:
         statuses = stage_statuses(out_dir, plan) if out_dir.is_dir() else None
         print(describe(plan, statuses))
+        print("data:\n" + "\n".join(f"  {line}" for line in data))
+        if sizes:
+            print("\n".join(sizes))
+        raise_for_missing(missing, listed=True)
         return []
+    if missing and getattr(executor, "submits_ahead", False):  # a scheduler's nodes may see other files
+        print("warning: " + " | ".join(missing) + "; the jobs fail unless their nodes see the data",
+              file=sys.stderr, flush=True)
+    else:
+        raise_for_missing(missing)
+    if sizes:
+        print("\n".join(sizes), file=sys.stderr, flush=True)
+    for task in tasks_of(experiments):  # generated data is built once, here, before any stage starts
+        prepare_generated(task)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_reuse(plan, out_dir, overwrite)
     plan.save(out_dir)

@@ -4,7 +4,7 @@ An experiment is one model on one task with its training settings, plus how self
 (SPT) and finetuning differ from them::
 
     label: Transformer                    # the row name in reports
-    task: {name: listops, options: {seq_len: 2048}}
+    task: {name: listops, options: {seq_len: 2048}}   # + generate: short  (generated data, built on first use)
     model: {block: transformer, primitive: attention, ...}      # ModelConfig fields
     train: {lr: 0.0001, batch_size: 32, epochs: 40, ...}        # TrainConfig fields (scratch and finetuning)
     pretrain: {epochs: 40}                # TrainConfig overrides for the pretraining stage
@@ -55,6 +55,10 @@ class TaskConfig:
     skip_bad: bool = False
     #: Seed of the data's held-out splits and train subset (fixed across training seeds).
     seed: int = 0
+    #: Generated data, built on first use under ``<data_dir>/generated/``: a named configuration of the
+    #: task's generator (``short``) or a mapping of its options (``{config: short, n_train: 2000}``);
+    #: None = the task's files. ``longrange data info TASK`` lists the configurations.
+    generate: str | dict[str, Any] | None = None
 
 
 #: Fields at their default are left out of a run's identity (a new field changes no fingerprint).
@@ -358,11 +362,20 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     return out
 
 
+def load_experiment(preset: str) -> dict[str, Any]:
+    """The raw dict of a built-in preset, or of a YAML experiment file given in its place (a name
+    ending in ``.yaml`` or ``.yml``)."""
+    if preset.endswith((".yaml", ".yml")):
+        return load_config_file(preset)
+    return load_preset(preset)
+
+
 def resolve(preset: str | None = None, config: str | Path | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """Preset and/or config file (the file on top of the preset), then the overrides."""
+    """Preset (a built-in name or a YAML file) and/or config file (the file on top of the preset), then
+    the overrides."""
     data: dict[str, Any] = {}
     if preset:
-        data = load_preset(preset)
+        data = load_experiment(preset)
     if config:
         data = deep_merge(data, load_config_file(config))
     if not preset and not config and not overrides:

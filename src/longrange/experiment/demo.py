@@ -1,7 +1,7 @@
 """``longrange demo``: the fair comparison on generated data, with no data on disk.
 
-It generates the data of the demo's presets (``demo/*``), then for each model trains, over
-:data:`DEMO_SEEDS`,
+Its presets (``demo/*``) read a generated short ListOps (``task.generate: {config: short}``),
+built on first use under ``OUT/data``. For each model it trains, over :data:`DEMO_SEEDS`,
 
 * from scratch,
 * with masked self-pretraining on the training inputs, then finetuning,
@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from longrange.experiment.compare import compare
 from longrange.experiment.config import resolve
@@ -26,25 +26,6 @@ from longrange.experiment.config import resolve
 DEMO_SETTING = "listops-short-dlr-random-10pct"
 DEMO_PRESETS = ("demo/dlr",)
 DEMO_SEEDS = (0, 1, 2, 3, 4)
-
-#: The generated ListOps of the demo presets' task: the generator's options.
-DEMO_DATA: dict[str, Any] = {"kind": "listops", "n_train": 8000, "n_val": 500, "n_test": 1000, "min_length": 32,
-                             "max_length": 128, "max_depth": 4, "max_args": 5, "seed": 0}
-
-
-def generate_demo_data(data_dir: Path) -> None:
-    """Write the demo's ListOps under ``data_dir / "listops"`` (the layout its task reads), unless it is there."""
-    options = dict(DEMO_DATA)
-    kind = options.pop("kind")
-    if kind != "listops":
-        raise ValueError(f"the demo generates ListOps, got data kind {kind!r}")
-    from longrange.data.generate.listops import generate
-
-    target = data_dir / "listops"
-    if (target / "basic_test.tsv").is_file():  # written last, atomically
-        return
-    print(f"generating the demo's ListOps into {target} ...", file=sys.stderr, flush=True)
-    generate(target, quiet=True, **options)
 
 
 def default_jobs() -> int:
@@ -65,7 +46,6 @@ def run_demo(out_dir: str | Path = "runs/demo", seeds: Sequence[int] | None = No
 
     out = Path(out_dir)
     start = time.time()
-    generate_demo_data(out / "data")
     experiments = [resolve(name, overrides=[f"task.data_dir={out / 'data'}", *overrides]) for name in DEMO_PRESETS]
     jobs = default_jobs() if jobs is None else jobs
     compare(experiments, out, seeds=list(DEMO_SEEDS if seeds is None else seeds),

@@ -112,6 +112,15 @@ def train_stage(stage: ResolvedStage, run: OpenRun, *, run_name: str | None = No
     return summary
 
 
+def open_run(run: RunDir, stage: ResolvedStage, intent: Intent) -> OpenRun:
+    """``run.open`` for ``stage``; a run made with other settings is an error naming each field as the
+    experiment sets it for this stage (``pretrain.epochs``, not the resolved ``train.epochs``)."""
+    try:
+        return run.open(stage.config(), intent)
+    except RunMismatchError as err:
+        raise RunMismatchError(stage.name_fields(str(err))) from None
+
+
 def run_stage(
     exp: ExperimentConfig,
     stage: str,
@@ -143,7 +152,7 @@ def run_stage(
     resolved = resolve_stage(exp, stage, seed=seed, objective=objective, reverse=reverse, init_from=init_from,
                              reverse_from=reverse_from)
     with D.process_group():
-        with RunDir(check_out_dir(run_dir)).open(resolved.config(), intent) as run:
+        with open_run(RunDir(check_out_dir(run_dir)), resolved, intent) as run:
             if run.decision is Decision.REUSE:
                 print(f"{run.dir.root} already finished; its summary is unchanged", file=sys.stderr)
                 return run.dir.read_summary()
@@ -173,7 +182,7 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Int
     resolved = plan.resolve(stage, out_dir, deps)
     with D.process_group():
         try:
-            opened = run.open(resolved.config(), intent)
+            opened = open_run(run, resolved, intent)
         except RunLockedError:
             return None
         with opened:

@@ -1,11 +1,15 @@
 """``longrange params``: parameter counts of models, in total and inside the sequence primitives.
 
-The default table is the thesis' Table 3; ``--preset`` counts the model of an experiment preset
-(which needs the preset's task data for the vocabulary size).
+The default table is the thesis' Table 3; ``--preset``, ``--config`` and ``FIELD=VALUE`` settings
+(sweeps included) count the models of experiments as ``longrange compare`` builds them, and
+``--match PRESET --vary FIELD`` finds the value of a field whose count is closest to another
+model's (``experiment/params.py``).
 """
 from __future__ import annotations
 
 import argparse
+
+from longrange.errors import ConfigError
 
 # The thesis' Table 3 models (Cifar10-numerical: 3 input channels, 10 classes, 6 layers).
 TABLE3 = {
@@ -38,75 +42,66 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def fixed_vocabulary(task: str, options: dict):
-    """The vocabulary of a token task that does not depend on its data (else None)."""
-    from longrange.data.tasks import get_spec
-
-    if get_spec(task, **options).input_kind != "tokens":
-        return None
-    if task == "listops":
-        from longrange.data.listops import listops_vocabulary
-
-        return listops_vocabulary()
-    if task in ("image", "pathfinder", "path-x", "path-x-256"):
-        from longrange.data.image import level_vocabulary
-
-        return level_vocabulary()
-    if task == "species":
-        from longrange.data.species import ALPHABET
-        from longrange.data.tokenize import Vocabulary
-
-        return Vocabulary(list(ALPHABET), strict=True)
-    return None  # text, retrieval: the characters of the training data
-
-
 def preset_row(name: str, vocab: int | None = None, overrides: list[str] | None = None) -> dict:
-    """The parameter counts of a preset's (finetuning) model. Token tasks need the vocabulary:
-    its size ``vocab`` if given, else the task's fixed vocabulary, else the task's data is loaded.
-    The model is built on the meta device (shapes only), so even large presets count instantly."""
-    import torch
-
-    import longrange.data  # noqa: F401  (registers the tasks)
-    from longrange.data.tasks import get_spec
+    """The parameter counts of a preset's (finetuning) model (see ``experiment/params.py``)."""
     from longrange.experiment.config import resolve
-    from longrange.objectives.factory import supervised_head
-    from longrange.models import build_model, parameter_report
+    from longrange.experiment.params import model_size
 
     exp = resolve(name, overrides=overrides or [])
-    spec = get_spec(exp.task.name, **exp.task.options)
-    vocab_size, tokens = None, None
-    if spec.input_kind == "tokens" and vocab:
-        vocab_size = vocab
-    elif spec.input_kind == "tokens":
-        vocabulary = fixed_vocabulary(exp.task.name, exp.task.options)
-        if vocabulary is None:
-            from longrange.experiment.taskdata import load_data
+    return {"model": name, **model_size(exp, vocab), "architecture": exp.model.describe()}
 
-            vocabulary = load_data(exp.task).vocab  # a missing data set is an error naming its files
-        vocab_size, tokens = len(vocabulary), vocabulary.tokens
-    head, n_out = supervised_head(spec)
-    with torch.device("meta"):
-        model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out,
-                            vocab_size=vocab_size, d_input=spec.d_input, vocab=tokens)
-    return {"model": name, **parameter_report(model), "architecture": exp.model.describe()}
+
+def match_text(named: list, target_name: str, target: int, field: str, vocab: int | None) -> str:
+    """The value of ``field`` for each cell whose size is closest to ``target`` parameters, as a table."""
+    from longrange.experiment.params import match_field
+
+    lines = [f"target: {target_name}, {target:,} parameters",
+             f"| model | {field} | total | vs target | setting |", "|---|---:|---:|---:|---|"]
+    for cell in named:
+        found = match_field(cell.exp, target, field, vocab)
+        lines.append(f"| {cell.name} | {found.before} -> {found.value} | {found.total:,} | {found.off:+.1%} | "
+                     f"`{field}={found.value}` |")
+    return "\n".join(lines)
 
 
 def _params(args: argparse.Namespace) -> int:
+    from longrange.experiment.cells import named_cells
     from longrange.experiment.cli import data_settings
+    from longrange.experiment.config import resolve
+    from longrange.experiment.params import model_size
 
-    rows = table3_rows() if not args.preset else [
-        preset_row(name, args.vocab, data_settings(args, [])) for name in args.preset
-    ]
-    print(format_rows(rows))
+    settings = data_settings(args, args.settings)
+    if not (args.preset or args.config):
+        if args.settings or args.match:
+            raise ConfigError("give the models to count with --preset (repeatable) or --config")
+        print(format_rows(table3_rows()))
+        return 0
+    named = named_cells(args.preset or [], args.config or [], settings)
+    if args.match:
+        target = int(model_size(resolve(args.match, overrides=data_settings(args, [])), args.vocab)["total"])
+        print(match_text(named, args.match, target, args.vary, args.vocab))
+        return 0
+    print(format_rows([{"model": cell.name, **model_size(cell.exp, args.vocab), "architecture": cell.exp.model.describe()}
+                       for cell in named]))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from longrange.experiment.cli import add_data_args
 
-    p = sub.add_parser("params", help="parameter counts, in total and inside the sequence primitives (default: the thesis' Table 3 models)")
-    p.add_argument("--preset", action="append", help="count the model of a preset instead (repeatable); token tasks with a "
-                   "data-dependent vocabulary (text, retrieval) load their data unless --vocab is given")
+    p = sub.add_parser("params", help="parameter counts, in total and inside the sequence primitives (default: the "
+                       "thesis' Table 3 models); --match finds the width that matches another model's count",
+                       description="Counts the supervised model of each cell: each --preset x each --config x each "
+                                   "combination of swept values (FIELD=A,B), as `longrange compare` builds them.")
+    p.add_argument("--preset", action="append", help="a built-in preset or a YAML experiment file (repeatable); token "
+                   "tasks with a data-dependent vocabulary (text, retrieval) load their data unless --vocab is given")
+    p.add_argument("--config", action="append", help="a YAML file applied on top of each preset (repeatable)")
+    p.add_argument("--match", metavar="PRESET", help="find, for each model, the value of --vary whose parameter count "
+                   "is closest to this preset's (or YAML file's)")
+    p.add_argument("--vary", metavar="FIELD", default="model.d_model",
+                   help="the integer field --match adjusts (default model.d_model)")
     p.add_argument("--vocab", type=int, default=None, help="vocabulary size of a token task (instead of loading its data)")
     add_data_args(p)  # --data-dir, --skip-bad for the presets' task data
+    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE",
+                   help="overrides of every model, e.g. model.d_model=128; FIELD=A,B counts a model per value")
     p.set_defaults(func=_params)

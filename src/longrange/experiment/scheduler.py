@@ -84,9 +84,21 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
     running: dict[str, Any] = {}    # submitted, no outcome yet
     submitted: dict[str, Any] = {}  # every handle, for the backend's end
     waiting = list(plan.stages)
-    number = {s.id: k for k, s in enumerate(plan.stages, 1)}
-    n, start, ran = len(plan.stages), time.time(), 0
+    n, start = len(plan.stages), time.time()
     state: dict[str, RunState] = {}  # each stage's run directory, read once (RunDir.state)
+    numbers = iter(range(1, n + 1))  # stages are numbered in the order they are announced
+    began: dict[str, float] = {}    # when each submitted stage started
+    took: list[float] = []          # how long each stage run by the backend took
+    peak = 1                        # the most stages that ran at once
+
+    def eta() -> float:
+        """Seconds left: the mean stage so far for each stage not started, less what the running ones
+        have done, spread over as many stages at once as have run."""
+        if not took:
+            return float("inf")
+        mean, now = sum(took) / len(took), time.time()
+        left = sum(max(mean - (now - began[sid]), 0.0) for sid in running) + mean * (n - len(outcome) - len(running))
+        return left / peak
     backend.begin(plan, out_dir, intent)
 
     def settle(sid: str, result: Outcome) -> None:
@@ -108,17 +120,16 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
                 deps_done = all(outcome.get(a) is Outcome.DONE for a in stage.after)
                 ahead = backend.submits_ahead and all(
                     outcome.get(a) is Outcome.DONE or a in running or a in {s.id for s in ready} for a in stage.after)
-                k = number[stage.id]
                 if (deps_done or ahead) and stage.id not in state:  # read once, when it may first run
                     state[stage.id] = RunDir(out_dir / stage.id).state().kind
                 if blocked:
                     outcome[stage.id] = Outcome.SKIPPED
-                    say(f"stage {k} of {n}: skipping {stage.id} (needs {', '.join(blocked)})")
+                    say(f"stage {next(numbers)} of {n}: skipping {stage.id} (needs {', '.join(blocked)})")
                 elif deps_done and state[stage.id] is RunState.FINISHED:
-                    outcome[stage.id] = _reuse(plan, stage, out_dir, intent, f"stage {k} of {n}")
+                    outcome[stage.id] = _reuse(plan, stage, out_dir, intent, f"stage {next(numbers)} of {n}")
                 elif (deps_done or ahead) and state[stage.id] is RunState.HELD:
                     outcome[stage.id] = Outcome.HELD
-                    say(f"stage {k} of {n}: {stage.id} is running in another process; leaving it")
+                    say(f"stage {next(numbers)} of {n}: {stage.id} is running in another process; leaving it")
                 elif (deps_done or ahead) and (free is None or len(ready) < free):
                     ready.append(stage)
                 else:
@@ -126,11 +137,12 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
                 waiting.remove(stage)
             for level in _by_level(plan, ready):
                 for stage in level:
-                    eta = (time.time() - start) / ran * (n - len(outcome) - len(running)) if ran else float("inf")
-                    say(f"stage {number[stage.id]} of {n}: {stage.id} (overall eta {format_seconds(eta)})")
+                    say(f"stage {next(numbers)} of {n}: {stage.id} (overall eta {format_seconds(eta())})")
                 handles = backend.submit(level, {a: running[a] for s in level for a in s.after if a in running})
+                began.update({sid: time.time() for sid in handles})
                 running.update(handles)
                 submitted.update(handles)
+                peak = max(peak, len(running))
             if not backend.wait:
                 break
             if not running:
@@ -143,7 +155,7 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
                 if result is None or sid not in running:
                     continue
                 del running[sid]
-                ran += 1
+                took.append(time.time() - began[sid])
                 polled = True
                 settle(sid, result)
             if running and not polled:

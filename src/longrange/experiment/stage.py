@@ -13,6 +13,7 @@ the stage's fingerprint (``train/rundir.py``).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class ResolvedStage:
             "stage": self.stage,
             "seed": self.seed,
             "task": {"name": t.name, "options": t.options, "data_dir": t.data_dir,
-                     "train_subset": t.train_subset, "skip_bad": t.skip_bad, "seed": t.seed},
+                     "train_subset": t.train_subset, "skip_bad": t.skip_bad, "seed": t.seed, "generate": t.generate},
             "data": data_identity(t),
             "model": self.model.to_dict(),
             "objective": {"kind": self.objective, "reverse": self.reverse, **vars(self.exp.objective)},
@@ -65,6 +66,24 @@ class ResolvedStage:
 
     def fingerprint(self) -> str:
         return fingerprint(self.config())
+
+    def name_fields(self, text: str) -> str:
+        """``text`` (differences of :func:`~longrange.identity.differences`) with each field named as
+        the experiment sets it for this stage: a pretraining stage's ``train.epochs`` is
+        ``pretrain.epochs`` where the ``pretrain`` section sets it, its ``model.dropout`` is
+        ``pretrain_model.dropout`` where ``pretrain_model`` does, and likewise ``finetune.*`` and
+        ``pretrain_task.*``; fields the stage takes from ``train``, ``model`` or ``task`` keep their names."""
+        sections = {"train": {"pretrain": self.exp.pretrain, "finetune": self.exp.finetune}.get(self.stage) or {}}
+        if self.stage == "pretrain":
+            sections["model"] = self.exp.pretrain_model
+            sections["task"] = self.exp.pretrain_task
+        names = {"train": self.stage, "model": "pretrain_model", "task": "pretrain_task"}
+
+        def rename(match: re.Match) -> str:
+            section, name = match.group(1), match.group(2)
+            return f"{names[section]}.{name}" if name in (sections.get(section) or {}) else match.group(0)
+
+        return re.sub(r"(?<![\w.])(train|model|task)\.(\w+)(?=[.:])", rename, text)
 
 
 def _run_fingerprint(run_dir: Path | None) -> str | None:

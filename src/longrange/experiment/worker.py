@@ -126,10 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         intent = Intent("continue", replace_stale=args.overwrite, rerun_other_versions=args.rerun_other_versions)
         summary = execute_stage(plan, args.stage, args.out, intent=intent)
     except KeyboardInterrupt:
-        print(f"worker: interrupted; {args.stage} resumes from its last checkpoint", file=sys.stderr, flush=True)
+        print(f"worker: interrupted; {args.stage} resumes from its last checkpoint when the same "
+              "`longrange compare` runs again", file=sys.stderr, flush=True)
         return INTERRUPTED
-    except Preempted as err:
-        print(f"worker: {args.stage} {err}", file=sys.stderr, flush=True)
+    except Preempted as err:  # a comparison has no --resume: it resumes by running again
+        print(f"worker: {args.stage} stopped at step {err.step} of {err.total}, its checkpoint written; it resumes "
+              "when the same `longrange compare` runs again", file=sys.stderr, flush=True)
         return INTERRUPTED
     except RunMismatchError as err:
         print(f"{ERROR_PREFIX}{err}", file=sys.stderr, flush=True)

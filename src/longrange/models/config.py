@@ -9,6 +9,7 @@ from longrange import typed
 from longrange.errors import ConfigError
 from longrange.identity import declare_defaults
 from longrange.models.registry import BLOCKS, PRIMITIVES  # the registries are the source of truth
+from longrange.registry import PLUGIN_HINT
 
 DIRECTIONS = ("causal", "bidirectional", "placebo")
 POOLINGS = ("mean", "last", "cls", "max")
@@ -107,13 +108,13 @@ class ModelConfig:
         return self.prenorm if self.prenorm is not None else _BLOCK_DEFAULTS.get(self.block, _OTHER_BLOCK)["prenorm"]
 
     def validate(self) -> None:
-        def choice(name: str, options: tuple[str, ...]) -> None:
+        def choice(name: str, options, hint: str = "") -> None:
             value = getattr(self, name)
             if value not in options:
-                raise ConfigError(f"model.{name} = {value!r} is not one of {', '.join(options)}")
+                raise ConfigError(f"model.{name} = {value!r} is not one of {', '.join(options)}{hint}")
 
-        choice("block", BLOCKS)
-        choice("primitive", PRIMITIVES)
+        choice("block", BLOCKS, f"; {PLUGIN_HINT}")
+        choice("primitive", PRIMITIVES, f"; {PLUGIN_HINT}")
         choice("direction", DIRECTIONS)
         choice("pooling", POOLINGS)
         choice("pos_embedding", POSITIONAL)

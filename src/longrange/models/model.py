@@ -152,13 +152,15 @@ def build_model(
     head: str,
     n_out: int,
     vocab_size: int | None = None,
-    d_input: int = 1,
+    d_input: int | None = None,
     mask_channel: bool = False,
     vocab: Sequence[str] | None = None,
     hf_resolved: dict[str, Any] | None = None,
 ) -> SequenceModel:
     """Build a model for inputs of ``input_kind`` ("tokens" with ``vocab_size``, or "numeric"
-    with ``d_input`` channels, plus a mask-indicator channel if ``mask_channel``).
+    with ``d_input`` channels, default 1, plus a mask-indicator channel if ``mask_channel``).
+    A setting of the other input kind (``d_input`` for tokens, ``vocab_size`` for numeric inputs) or
+    a token model without its vocabulary size is a ConfigError, never silently ignored.
 
     A block name registered with :func:`~longrange.models.registry.register_model` stands for a
     whole model and is built by its function: ``block: hf`` models (:mod:`longrange.models.hf`)
@@ -166,6 +168,8 @@ def build_model(
     ``vocab`` (to map them to a pretrained LM's tokens) and ``hf_resolved`` (their saved
     :meth:`~longrange.models.hf.HFModel.rebuild_info`, to rebuild without the snapshot).
     """
+    check_sizes(input_kind, vocab_size, d_input)
+    d_input = 1 if d_input is None else d_input
     builder = BLOCKS.get(cfg.block)
     if builds_model(builder):  # a block name that stands for a whole model (block: hf)
         return builder(
@@ -174,7 +178,7 @@ def build_model(
         )
     check_inputs(input_kind, mask_channel)
     if input_kind == "tokens":
-        encoder: nn.Module = TokenEncoder(vocab_size or 0, cfg.d_model, cfg.pos_embedding, cfg.max_len)
+        encoder: nn.Module = TokenEncoder(vocab_size, cfg.d_model, cfg.pos_embedding, cfg.max_len)
     else:
         encoder = NumericEncoder(d_input, cfg.d_model, mask_channel, cfg.pos_embedding, cfg.max_len)
     return SequenceModel(cfg, encoder, head, n_out)
@@ -186,6 +190,21 @@ def check_inputs(input_kind: str, mask_channel: bool) -> None:
         raise ConfigError(f"unknown input kind {input_kind!r}; expected tokens or numeric")
     if input_kind == "tokens" and mask_channel:
         raise ConfigError("token inputs are masked with the mask token, not a mask-indicator channel")
+
+
+def check_sizes(input_kind: str, vocab_size: int | None, d_input: int | None) -> None:
+    """A ConfigError for a token model without its vocabulary size, or a setting of the other input
+    kind (``d_input`` on tokens, ``vocab_size`` on numeric inputs), which would be ignored."""
+    if input_kind == "tokens":
+        if d_input not in (None, 1):
+            raise ConfigError(f"d_input={d_input} is the channel count of numeric inputs; token inputs "
+                              "(input_kind='tokens') take vocab_size, the vocabulary's size, instead")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ConfigError(f"token inputs (input_kind='tokens') need vocab_size, the vocabulary's size "
+                              f"(e.g. len(data.vocab)), got {vocab_size!r}")
+    elif vocab_size is not None:
+        raise ConfigError(f"vocab_size={vocab_size} is for token inputs; numeric inputs (input_kind='numeric') "
+                          "take d_input, their number of channels")
 
 
 def _count(params) -> int:

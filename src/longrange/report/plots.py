@@ -5,11 +5,18 @@ returns its path. Colour, line style and marker follow the regime, so a regime l
 plots and overlapping curves stay visible; lines and bars are named as the rows of the tables.
 Accuracy is shown in percent, as in the tables; 95% bands are clipped to the metric's range
 (``METRIC_RANGE``). The data behind each plot comes from a plain function (``curve_panels``,
-``bar_panels``) that the tests check.
+``bar_panels``, ``kernel_lines``) that the tests check.
+
+Legible at a glance, whatever the grid: the panels of one task share their axes (models compared by
+eye), legends sit outside the data (below the panels), bars are horizontal with their row names
+wrapped beside them, titles are wrapped, and the layout is matplotlib's constrained layout, saved
+with every text inside the image. ``tests/report/test_plot_layout.py`` draws each plot at a large
+grid and checks that no two texts overlap and that no legend covers a panel.
 """
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -82,21 +89,38 @@ def clip_band(metric: str, mean: np.ndarray, half: np.ndarray) -> tuple[np.ndarr
     return np.clip(mean - half, lo, hi), np.clip(mean + half, lo, hi)
 
 
-def _grid(n: int, width: float = 4.5, height: float = 3.4):
-    cols = min(n, 3)
+def _grid(n: int, width: float = 4.5, height: float = 3.4, cols: int = 3):
+    """A figure of ``n`` panels in rows of up to ``cols`` (constrained layout); the panels, in order."""
+    cols = max(1, min(n, cols))
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained")
     flat = list(axes.ravel())
     for ax in flat[n:]:
         ax.set_visible(False)
     return fig, flat[:n]
 
 
+def wrap(text: str, width: int) -> str:
+    """``text`` broken into lines of at most ``width`` characters (at spaces where it can)."""
+    return textwrap.fill(text, width=width, break_long_words=True, break_on_hyphens=False)
+
+
+def legend_below(fig, handles: list, labels: list[str], title: str | None = None, columns: int = 3):
+    """One legend for the whole figure, below its panels (never over the data)."""
+    if not handles:
+        return None
+    width, height = fig.get_size_inches()
+    ncol = max(1, min(columns, len(handles), int(width // 3.3)))
+    lines = sum(max(label.count("\n") + 1, len(wrap(label, 48).splitlines())) for label in labels[::ncol])
+    fig.set_size_inches(width, height + 0.2 * lines + 0.5)  # the panels keep their size; the legend gets its own
+    return fig.legend(handles, [wrap(label, 48) for label in labels], loc="outside lower center", ncol=ncol,
+                      fontsize="small", title=title, title_fontsize="small", frameon=False)
+
+
 def _save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.1)
     plt.close(fig)
     return path
 
@@ -190,38 +214,83 @@ def curve_panels(runs: Sequence[Run], split: str = "val") -> tuple[list[CurvePan
     return out, missing
 
 
+#: Regimes as a legend says them beside a panel titled by the model.
+def regime_words(regime: str) -> str:
+    """``scratch``, ``masked SPT``, ``scratch, matched compute``: a row name without its model."""
+    suffix = REGIME_SUFFIX.get(regime)
+    if suffix is None:
+        return regime
+    return suffix.strip().removeprefix("+ ").strip("()") or "scratch"
+
+
+def _n_text(ns: Sequence[int]) -> str:
+    lo, hi = min(ns), max(ns)
+    return f"n={lo}" if lo == hi else f"n={lo}–{hi}"
+
+
+def curves_figure(panels: Sequence[CurvePanel], split: str = "val"):
+    """The figure of :func:`learning_curves`: per task a block of panels, one per model (label) in rows
+    of up to 4, sharing their x and y axes; one line per regime; one legend of the regimes below."""
+    by_task: dict[str, list[CurvePanel]] = {}
+    for panel in panels:
+        by_task.setdefault(panel.task, []).append(panel)
+    cols = min(4, max(len(v) for v in by_task.values()))
+    blocks = [(task, items, math.ceil(len(items) / cols)) for task, items in by_task.items()]
+    nrows = sum(rows for _, _, rows in blocks)
+    fig, grid = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.9 * nrows + 0.8), squeeze=False, layout="constrained")
+    handles: dict[str, object] = {}
+    row = 0
+    for task, items, rows in blocks:
+        axes = [grid[row + k // cols][k % cols] for k in range(len(items))]
+        for k in range(len(items), rows * cols):
+            grid[row + k // cols][k % cols].set_visible(False)
+        first = axes[0]
+        for k, (ax, panel) in enumerate(zip(axes, items)):
+            if ax is not first:
+                ax.sharex(first)
+                ax.sharey(first)
+            for j, s in enumerate(panel.series):
+                style = regime_style(s.regime)
+                # Markers keep runs with a single evaluation visible; markevery staggers them so that
+                # markers of overlapping lines do not hide each other.
+                every = (j % 3, 3) if len(s.steps) > 12 else None
+                (line,) = ax.plot(s.steps, s.mean, markersize=4, lw=1.4, markevery=every, label=s.legend, **style)
+                handles.setdefault(s.regime, line)
+                if np.isfinite(s.upper).any():
+                    ax.fill_between(s.steps, s.lower, s.upper, color=style["color"], alpha=0.15, lw=0)
+            ax.set_title(wrap(f"{panel.label} ({_n_text([s.n for s in panel.series])})", 34), fontsize="medium")
+            ax.grid(alpha=0.3)
+            if k % cols == 0:
+                ax.set_ylabel(wrap(f"{task}: {'validation' if split == 'val' else split} {panel.ylabel}", 30))
+            else:
+                ax.tick_params(labelleft=False)
+            if k >= len(items) - cols:
+                ax.set_xlabel("step")
+            ax.tick_params(labelsize="small")
+        lo, hi = METRIC_RANGE.get(items[0].metric, (-math.inf, math.inf))
+        scale = metric_format(items[0].metric).scale
+        bottom, top = first.get_ylim()
+        first.set_ylim(max(bottom, lo * scale), min(top, hi * scale))
+        row += rows
+    order = sorted(handles, key=regime_sort_key)
+    legend_below(fig, [handles[r] for r in order], [regime_words(r) for r in order],
+                 "mean over seeds (n), 95% CI band", columns=4)
+    return fig
+
+
 def learning_curves(runs: Sequence[Run], path: str | Path, split: str = "val",
                     warn: Callable[[str], None] | None = None) -> Path | None:
-    """Metric on ``split`` vs step: one panel per (task, label), one line per regime (mean over
-    seeds, with a 95% CI band clipped to the metric's range; the legend gives the table's row
-    name and the number of seeds). Each regime has its own colour, line style and marker.
-    Runs without ``metrics.jsonl`` or without values on ``split`` are passed to ``warn`` in one
-    message and left out. None if no run has a curve."""
+    """Metric on ``split`` vs step: per task, one panel per model (label) sharing one x and one y axis,
+    one line per regime (mean over seeds, with a 95% CI band clipped to the metric's range; the
+    panel's title gives the number of seeds), the regimes in one legend below the panels. Each
+    regime has its own colour, line style and marker. Runs without ``metrics.jsonl`` or without
+    values on ``split`` are passed to ``warn`` in one message and left out. None if no run has a curve."""
     panels, missing = curve_panels(runs, split)
     if missing and warn is not None:
         warn(f"{len(missing)} run(s) have no {split} curve in {METRICS_FILE}, not plotted: {', '.join(missing)}")
     if not panels:
         return None
-    fig, axes = _grid(len(panels))
-    for ax, panel in zip(axes, panels):
-        for k, s in enumerate(panel.series):
-            style = regime_style(s.regime)
-            # Markers keep runs with a single evaluation visible; markevery staggers them so that
-            # markers of overlapping lines do not hide each other.
-            every = (k % 3, 3) if len(s.steps) > 12 else None
-            ax.plot(s.steps, s.mean, markersize=4, lw=1.4, markevery=every, label=s.legend, **style)
-            if np.isfinite(s.upper).any():
-                ax.fill_between(s.steps, s.lower, s.upper, color=style["color"], alpha=0.15, lw=0)
-        lo, hi = METRIC_RANGE.get(panel.metric, (-math.inf, math.inf))
-        scale = metric_format(panel.metric).scale
-        bottom, top = ax.get_ylim()
-        ax.set_ylim(max(bottom, lo * scale), min(top, hi * scale))
-        ax.set_title(panel.title)
-        ax.set_xlabel("step")
-        ax.set_ylabel(panel.ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", title="mean, 95% CI band")
-    return _save(fig, path)
+    return _save(curves_figure(panels, split), path)
 
 
 @dataclass
@@ -273,28 +342,39 @@ def bar_panels(cells: Sequence[Cell]) -> list[BarPanel]:
     return out
 
 
-def scratch_vs_spt_bars(cells: Sequence[Cell], path: str | Path) -> Path | None:
-    """Per task a panel with one bar per row of the results table (named as there, grouped by
-    model, coloured and hatched by regime) with its 95% CI clipped to the metric's range."""
-    panels = bar_panels(cells)
-    if not panels:
-        return None
-    fig, axes = _grid(len(panels), width=5.0, height=4.0)
-    hatches = ("", "//", "..", "xx", "\\\\", "--")
-    for ax, panel in zip(axes, panels):
-        bars = panel.bars
-        for b in bars:
+HATCHES = ("", "//", "..", "xx", "\\\\", "--")
+
+
+def bars_figure(panels: Sequence[BarPanel]):
+    """The figure of :func:`scratch_vs_spt_bars`: per task a panel of horizontal bars, stacked, each as
+    tall as its bars need, the row names (wrapped) beside their bars."""
+    sizes = [max(len(p.bars), 1) for p in panels]
+    heights = [0.42 * n + 1.1 for n in sizes]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, sum(heights)), squeeze=False, layout="constrained",
+                             gridspec_kw={"height_ratios": heights})
+    for ax, panel in zip(axes[:, 0], panels):
+        for b in panel.bars:
             err = None
             if b.lower is not None and b.upper is not None:
                 err = [[b.mean - b.lower], [b.upper - b.mean]]
-            ax.bar([b.x], [b.mean], width=0.8, yerr=err, capsize=3, color=regime_colour(b.regime),
-                   hatch=hatches[_regime_index(b.regime) % len(hatches)], edgecolor="white", linewidth=0)
-        ax.set_xticks([b.x for b in bars])
-        ax.set_xticklabels([f"{b.name} (n={b.n})" for b in bars], rotation=30, ha="right", fontsize="small")
-        ax.set_title(panel.title)
-        ax.set_ylabel(panel.ylabel)
-        ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+            ax.barh([b.x], [b.mean], height=0.8, xerr=err, capsize=3, color=regime_colour(b.regime),
+                    hatch=HATCHES[_regime_index(b.regime) % len(HATCHES)], edgecolor="white", linewidth=0)
+        ax.set_yticks([b.x for b in panel.bars])
+        ax.set_yticklabels([wrap(f"{b.name} (n={b.n})", 52) for b in panel.bars], fontsize="small")
+        ax.invert_yaxis()  # the first row of the table on top
+        ax.set_title(wrap(panel.title, 80), fontsize="medium")
+        ax.set_xlabel(panel.ylabel)
+        ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def scratch_vs_spt_bars(cells: Sequence[Cell], path: str | Path) -> Path | None:
+    """Per task a panel with one horizontal bar per row of the results table (named as there beside
+    it, grouped by model, coloured and hatched by regime) with its 95% CI clipped to the metric's range."""
+    panels = bar_panels(cells)
+    if not panels:
+        return None
+    return _save(bars_figure(panels), path)
 
 
 @dataclass
@@ -325,36 +405,49 @@ def kernel_lines(reports: Mapping[str, tuple[str, KernelReport | Sequence[Kernel
     return dict(sorted(lines.items()))
 
 
-def kernel_decay_plot(reports: Mapping[str, tuple[str, KernelReport | Sequence[KernelReport]]], path: str | Path,
-                      title: str = "") -> Path | None:
-    """Kernel envelopes on log-log axes, one panel per layer.
-
-    ``reports`` maps a row's name (the legend entry, as in the tables) to (its regime, its runs'
-    :class:`KernelReport`, or one per seed). Each row and direction is one thick line, the mean
-    envelope over its runs, with each run as a thin line of the same style behind it; the legend
-    names rows, not runs. The x axis is lag + 1 (log axes need positive values); zero envelope
-    values are not drawn. None if no report has kernels.
-    """
-    panels = kernel_lines(reports)
-    if not panels:
-        return None
-    fig, axes = _grid(len(panels))
+def kernel_figure(panels: Mapping[int, list[KernelLine]], title: str = ""):
+    """The figure of :func:`kernel_decay_plot`: a panel per layer sharing both log axes, the rows in one
+    legend below the panels."""
+    fig, axes = _grid(len(panels), width=4.2, height=3.2)
     styles = {"forward": "-", "backward": "--"}
-    for ax, (layer, lines) in zip(axes, panels.items()):
+    handles: dict[str, object] = {}
+    for k, (ax, (layer, lines)) in enumerate(zip(axes, panels.items())):
+        if k:
+            ax.sharex(axes[0])
+            ax.sharey(axes[0])
         for line in lines:
             colour, style = regime_colour(line.regime), styles.get(line.direction, ":")
             lag = np.arange(1, len(line.mean) + 1)
             if len(line.runs) > 1:
                 for env in line.runs:
                     ax.plot(lag, np.where(env > 0, env, np.nan), style, color=colour, lw=0.6, alpha=0.25)
-            ax.plot(lag, np.where(line.mean > 0, line.mean, np.nan), style, color=colour, lw=1.6, label=line.label)
+            (drawn,) = ax.plot(lag, np.where(line.mean > 0, line.mean, np.nan), style, color=colour, lw=1.6,
+                               label=line.label)
+            handles.setdefault(line.label, drawn)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("lag + 1 (steps)")
         ax.set_ylabel("mean |K| / max")
-        ax.set_title(f"layer {layer}")
+        ax.set_title(f"layer {layer}", fontsize="medium")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="x-small")
+        ax.tick_params(labelsize="small")
+    legend_below(fig, list(handles.values()), list(handles), "mean over seeds (thin: each seed)", columns=2)
     if title:
-        fig.suptitle(title.rstrip(", "))
-    return _save(fig, path)
+        fig.suptitle(wrap(title.rstrip(", "), 90))
+    return fig
+
+
+def kernel_decay_plot(reports: Mapping[str, tuple[str, KernelReport | Sequence[KernelReport]]], path: str | Path,
+                      title: str = "") -> Path | None:
+    """Kernel envelopes on log-log axes, one panel per layer, all panels on the same axes.
+
+    ``reports`` maps a row's name (the legend entry, as in the tables) to (its regime, its runs'
+    :class:`KernelReport`, or one per seed). Each row and direction is one thick line, the mean
+    envelope over its runs, with each run as a thin line of the same style behind it; the legend
+    (below the panels) names rows, not runs. The x axis is lag + 1 (log axes need positive
+    values); zero envelope values are not drawn. None if no report has kernels.
+    """
+    panels = kernel_lines(reports)
+    if not panels:
+        return None
+    return _save(kernel_figure(panels, title), path)

@@ -208,7 +208,7 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
         return None
     import numpy as np
 
-    from longrange.report.plots import _grid, _save, regime_colour
+    from longrange.report.plots import _grid, _save, legend_below, regime_colour, wrap
 
     tasks = sorted({c.task for g in groups for c in g.cells if c.kind == "final"}, key=task_sort_key)
     if not tasks:
@@ -216,6 +216,8 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
     fig, axes = _grid(len(tasks), width=5.0)
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D", "v"]
+    handles: dict[str, object] = {}
+    seeds: dict[str, list[int]] = {}
     for ax, task in zip(axes, tasks):
         kind, xs = _x_of(groups, task)
         left_out = [subset_text(g.subset) for i, g in enumerate(groups) if i not in xs
@@ -240,8 +242,11 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
             low, high = np.array([confidence_band(s.mean, s.half_width, c.metric) for s, (_, c) in zip(stats, points)]).T
             k = labels.index(label)
             colour = regime_colour(regime)
-            ax.plot(x, mean * fmt.scale, linestyle=styles[k % len(styles)], marker=markers[k % len(markers)],
-                    color=colour, label=f"{row_name(label, regime)} ({_n_text([s.n for s in stats])})")
+            name = row_name(label, regime)
+            (line,) = ax.plot(x, mean * fmt.scale, linestyle=styles[k % len(styles)], marker=markers[k % len(markers)],
+                              color=colour, label=name)
+            handles.setdefault(name, line)
+            seeds.setdefault(name, []).extend(s.n for s in stats)
             band = np.isfinite(low)
             if band.any():
                 ax.fill_between(x[band], low[band] * fmt.scale, high[band] * fmt.scale, color=colour, alpha=0.15, lw=0)
@@ -251,7 +256,9 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
         ax.set_xscale("log")
         ax.set_xlabel("fraction of the training set" if kind == "fraction" else "training examples")
         ax.set_ylabel(" / ".join(sorted(names)))
-        ax.set_title(f"{task}: {what} {' / '.join(sorted(names))} against the training subset", fontsize="medium")
+        ax.set_title(wrap(f"{task}: {what} {' / '.join(sorted(names))} against the training subset", 44),
+                     fontsize="medium")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="x-small")
+    legend_below(fig, list(handles.values()), [f"{name} ({_n_text(seeds[name])})" for name in handles],
+                 "mean over seeds, 95% CI band", columns=2)
     return _save(fig, path)

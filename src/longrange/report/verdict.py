@@ -10,7 +10,14 @@ For each model (label), task and training subset, and each SPT regime (``<object
 * one sentence derived from those numbers: "SPT better by X points (95% CI [a, b], n seeds)" when
   the interval lies on SPT's side of 0, "scratch better by ..." when it lies on the other side,
   "no difference detectable at this scale (95% CI [a, b] contains 0, n seeds)" when it contains 0,
-  and "cannot tell from one seed" with fewer than two paired seeds.
+  and "cannot tell from one seed" with fewer than two paired seeds; with two seeds the sentence adds
+  that the interval is unreliable (one degree of freedom: its half-width is 12.7 standard errors,
+  and the standard error itself rests on one difference of differences).
+
+Where a report holds several such tests, each decision at 95% alone would find some effect by chance
+more often than 5% of the time; the verdict then also gives each test's p-value (the paired t-test
+that the interval inverts) adjusted by Holm's step-down method over all K tests of the report, and
+which decisions survive it at a family-wise error of 5%.
 
 "Better" follows the metric's ``higher_is_better`` (for an MSE, SPT is better when the difference
 is negative). The interval is always of SPT minus scratch in the metric's display units
@@ -31,15 +38,23 @@ BASELINES = ("scratch", "scratch-matched")
 BASELINE_WORDS = {"scratch": "scratch", "scratch-matched": "scratch with matched compute"}
 
 
+#: Below this many paired seeds an interval is computed but said to be unreliable.
+RELIABLE_SEEDS = 3
+#: The family-wise error rate of the Holm-adjusted decisions.
+FAMILY_ALPHA = 0.05
+
+
 @dataclass(frozen=True)
 class PairedStat:
-    """Mean of paired differences with its Student-t confidence interval (None for n < 2)."""
+    """Mean of paired differences with its Student-t confidence interval and the two-sided p-value of
+    the paired t-test (None for n < 2)."""
 
     n: int
     mean: float
     low: float | None
     high: float | None
     confidence: float = CONFIDENCE
+    p: float | None = None
 
 
 def paired_stat(differences: Sequence[float], confidence: float = CONFIDENCE) -> PairedStat:
@@ -55,7 +70,25 @@ def paired_stat(differences: Sequence[float], confidence: float = CONFIDENCE) ->
         return PairedStat(1, mean, None, None, confidence)
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1))
     half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * sd / math.sqrt(n)
-    return PairedStat(n, mean, mean - half, mean + half, confidence)
+    if sd > 0:
+        p = float(2.0 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+    else:  # no spread: a difference is certain, no difference is none
+        p = 0.0 if mean != 0 else 1.0
+    return PairedStat(n, mean, mean - half, mean + half, confidence, p)
+
+
+def holm(pvalues: Sequence[float], alpha: float = FAMILY_ALPHA) -> list[tuple[float, bool]]:
+    """Holm's step-down adjustment: (adjusted p-value, rejected at family-wise error ``alpha``) for each
+    p-value, in the order given. The k-th smallest of m p-values is multiplied by m - k + 1, made
+    non-decreasing in that order and capped at 1; a test is rejected when its adjusted p <= alpha
+    (the same decisions as comparing the k-th smallest p with alpha / (m - k + 1) until one fails)."""
+    m = len(pvalues)
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return [(a, a <= alpha) for a in adjusted]
 
 
 @dataclass
@@ -114,6 +147,9 @@ class Comparison:
                     "at least 2 seeds with both runs are needed)")
         else:
             text = f"cannot tell: no seed has both the SPT and the {base} run"
+        if 2 <= s.n < RELIABLE_SEEDS:
+            text += (f"; with {s.n} seeds the interval is unreliable (its width rests on {s.n - 1} degree of freedom): "
+                     f"run {RELIABLE_SEEDS} or more seeds")
         if self.unpaired:
             left = ", ".join(f"seed {k}: {why}" for k, why in sorted(self.unpaired.items()))
             n = len(self.unpaired)
@@ -184,30 +220,73 @@ def _compare(group: tuple, spt: dict[int, Run], base: dict[int, Run], regime: st
     return Comparison(task, label, subset, regime, baseline, metric, hib, source, seeds, diffs, unpaired)
 
 
+def adjusted(found: Sequence[Comparison]) -> dict[int, tuple[float, bool]]:
+    """Holm's (adjusted p, significant) of the comparisons that have a test (2 or more paired seeds),
+    by their index in ``found``; empty when there are fewer than two such tests."""
+    tested = [i for i, c in enumerate(found) if c.stat.p is not None]
+    if len(tested) < 2:
+        return {}
+    return dict(zip(tested, holm([found[i].stat.p for i in tested])))
+
+
+def holm_lines(found: Sequence[Comparison]) -> list[str]:
+    """The Holm-adjusted decisions as lines (none when the report holds fewer than two tests)."""
+    holm_of = adjusted(found)
+    if not holm_of:
+        return []
+    kept = sum(ok for _, ok in holm_of.values())
+    lines = [f"Holm-adjusted over the {len(holm_of)} comparisons above (family-wise error {FAMILY_ALPHA:.0%}): "
+             f"{kept} of {len(holm_of)} significant"]
+    for i, (p_adj, ok) in holm_of.items():
+        c = found[i]
+        lines.append(f"  {c.title}: p = {_p(c.stat.p)}, adjusted p = {_p(p_adj)}: "
+                     + ("significant" if ok else "not significant"))
+    return lines
+
+
+def _p(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def verdict_text(runs: Sequence[Run]) -> str:
-    """The verdicts as plain lines (what ``longrange compare`` prints after the table)."""
+    """The verdicts as plain lines (what ``longrange compare`` prints after the table), then the
+    Holm-adjusted decisions when there are several tests."""
     found = comparisons(runs)
     if not found:
         return "Verdict: no SPT and scratch runs of the same model to compare."
     lines = ["Verdict (SPT minus scratch, paired by seed, 95% CI Student t):"]
     lines += [f"  {c.title}: {c.sentence()}" for c in found]
-    return "\n".join(lines)
+    return "\n".join(lines + holm_lines(found))
 
 
 def verdict_table(found: Sequence[Comparison]) -> Table:
     subsets = any(c.subset is not None for c in found)
+    holm_of = adjusted(found)
     headers = ["SPT", "Baseline", "Task"] + (["Train subset"] if subsets else []) + [
-        "Paired seeds", "Mean difference", "95% CI", "Verdict"]
+        "Paired seeds", "Mean difference", "95% CI", "p"] + (
+        [f"Holm-adjusted p ({len(holm_of)} tests)"] if holm_of else []) + ["Verdict"]
     rows = []
-    for c in found:
+    for i, c in enumerate(found):
         s, fmt = c.stat, metric_format(c.metric)
+        holm_cell = []
+        if holm_of:
+            holm_cell = [f"{_p(holm_of[i][0])} ({'significant' if holm_of[i][1] else 'not significant'})"
+                         if i in holm_of else "—"]
         rows.append([row_name(c.label, c.regime), row_name(c.label, c.baseline), c.task]
                     + (["all" if c.subset is None else repr(c.subset)] if subsets else [])
                     + [str(s.n), "—" if s.n == 0 else fmt.number(s.mean),
-                       f"[{fmt.number(s.low)}, {fmt.number(s.high)}]" if s.n >= 2 else "—", c.sentence()])
+                       f"[{fmt.number(s.low)}, {fmt.number(s.high)}]" if s.n >= 2 else "—",
+                       _p(s.p) if s.p is not None else "—"] + holm_cell + [c.sentence()])
+    notes = ["Differences are SPT − baseline in the tables' units (accuracy in percentage points); “better” follows "
+             "whether the metric is higher or lower is better. p: the two-sided paired t-test (p < 0.05 exactly when "
+             f"the 95% CI excludes 0). Fewer than {RELIABLE_SEEDS} seeds give an unreliable interval."]
+    if holm_of:
+        kept = sum(ok for _, ok in holm_of.values())
+        notes.append(f"This report holds {len(holm_of)} tests: each decision alone errs 5% of the time, so some "
+                     f"effect is found by chance more often; Holm's adjustment keeps the chance of any false finding "
+                     f"at {FAMILY_ALPHA:.0%}: {kept} of {len(holm_of)} remain significant.")
     return Table("SPT minus scratch, paired by seed: mean and 95% confidence interval (Student t, n−1 d.o.f.)",
-                 headers, rows, ["Differences are SPT − baseline in the tables' units (accuracy in percentage "
-                                 "points); “better” follows whether the metric is higher or lower is better."])
+                 headers, rows, notes)
 
 
 def verdict_markdown(runs: Sequence[Run]) -> str:

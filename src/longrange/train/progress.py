@@ -2,7 +2,8 @@
 
 On a terminal: a progress bar with the loss and lr. Elsewhere (nohup, SLURM, ``> log``): a plain
 line every ``every`` seconds with step/total, loss, lr, the last validation metric and the ETA.
-Validation metrics are printed after each evaluation in both cases.
+Validation metrics are printed after each evaluation in both cases, accuracy in percent as in the
+reports.
 """
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ def format_seconds(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds}s"
+
+
+def show_metric(name: str, value: float) -> str:
+    """A metric as the reports show it: an accuracy in percent (``23.10%``), anything else to 4 digits."""
+    if name == "accuracy" and math.isfinite(value):
+        return f"{100 * value:.2f}%"
+    return f"{value:.4g}"
 
 
 class Progress:
@@ -78,8 +86,8 @@ class Progress:
     def validated(self, step: int, metrics: Mapping[str, float]) -> None:
         if not self.enabled:
             return
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-        self.val = f"val {self.metric} {metrics.get(self.metric, float('nan')):.4g}"
+        shown = ", ".join(f"{k} {show_metric(k, v)}" for k, v in metrics.items())
+        self.val = f"val {self.metric} {show_metric(self.metric, metrics.get(self.metric, float('nan')))}"
         text = f"step {step}/{self.total}: val {shown}"
         if self.bar is not None:
             self.bar.write(text, file=sys.stderr)

@@ -495,12 +495,15 @@ class RunDir:
             return Decision.FRESH
         if intent.mode == "new":
             held = self.holds_run()
-            if held:
-                done = self.state(locked_here=True).kind is RunState.FINISHED if state is None else state.kind is RunState.FINISHED
+            if held and self.state(locked_here=True).kind is RunState.FINISHED:
                 raise ConfigError(
-                    f"run directory {self.root} already holds a {'finished ' if done else ''}run ({held}); "
-                    + ("it is the result as it is (nothing to resume); " if done else "pass --resume to continue it, ")
-                    + "pass --overwrite to replace it, or choose a new --out"
+                    f"run directory {self.root} already holds a finished run (its result: {self.summary}); "
+                    "pass --overwrite to train it again, or choose a new --out"
+                )
+            if held:
+                raise ConfigError(
+                    f"run directory {self.root} already holds an unfinished run ({held}); pass --resume to continue "
+                    "it, --overwrite to replace it, or choose a new --out"
                 )
             return Decision.FRESH
         state = state or self.state(locked_here=True)

@@ -202,3 +202,24 @@ def generate(out_dir: str | os.PathLike, n_train: int = 96000, n_val: int = 2000
         paths[split] = out / name
         _write_tsv(paths[split], rows[lo:hi])
     return paths
+
+
+#: Named configurations of the generator (``task.generate: {config: NAME}``), over :data:`DEFAULTS`:
+#: ``short`` is the generated short ListOps of ``longrange demo`` and of docs/small-scale-spt.md
+#: (8000/500/1000 sequences of 32-128 tokens, depth <= 4, 2-5 arguments); ``default`` is LRA's size.
+CONFIGURATIONS = {
+    "short": dict(n_train=8000, n_val=500, n_test=1000, min_length=32, max_length=128, max_depth=4, max_args=5),
+}
+
+
+def _build(root: Path, quiet: bool = True, **options) -> None:
+    generate(Path(root) / "listops", quiet=quiet, **options)  # the layout the listops task reads
+
+
+def _register() -> None:
+    from longrange.data.tasks import register_generator
+
+    register_generator("listops", _build, DEFAULTS, CONFIGURATIONS)
+
+
+_register()

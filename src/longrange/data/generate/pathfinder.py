@@ -343,3 +343,37 @@ def generate(out_dir: str | Path, resolution: int = 32, n_samples: int = 1000, c
     for k, lines in rows.items():
         _write_text_atomic(root / "metadata" / f"{k}.npy", "\n".join(lines) + "\n")
     return root
+
+
+#: The generator's options (``task.generate``) with their defaults; resolution and contour length
+#: come from the task's options ``resolution`` and ``difficulty``.
+GENERATE_DEFAULTS = dict(resolution=32, n_samples=1000, contour_length=14, n_distractors=None, seed=0,
+                         samples_per_dir=1000, distractor_length=None)
+
+
+def _from_task(options: dict) -> dict:
+    from longrange.data.pathfinder import difficulty_dirname
+
+    difficulty = options.get("difficulty", "curv_contour_length_14")
+    name, prefix = difficulty_dirname(difficulty), "curv_contour_length_"
+    if name == "curv_baseline":
+        length = 6
+    elif name.startswith(prefix) and name[len(prefix):].isdigit():
+        length = int(name[len(prefix):])
+    else:
+        raise ConfigError(f"task.generate: the Pathfinder generator needs a contour length as the difficulty, "
+                          f"got {difficulty!r}")
+    return {"resolution": int(options.get("resolution", 32)), "contour_length": length}
+
+
+def _build(root: Path, quiet: bool = True, **options) -> None:
+    generate(Path(root) / "pathfinder", quiet=quiet, **options)  # the layout the pathfinder task reads
+
+
+def _register() -> None:
+    from longrange.data.tasks import register_generator
+
+    register_generator("pathfinder", _build, GENERATE_DEFAULTS, from_task=_from_task)
+
+
+_register()
