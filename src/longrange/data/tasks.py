@@ -51,7 +51,7 @@ from longrange.registry import Registry, unknown_option
 #: Environment variable naming the default data directory.
 DATA_ENV = "LONGRANGE_DATA"
 #: What a generated task records as its data directory (it reads none).
-GENERATED_DIR = "(generated)"
+DRAWN_WHEN_LOADED = "(generated)"
 
 
 @dataclass(frozen=True)
@@ -372,7 +372,7 @@ def data_identity(name: str, data_dir: str | os.PathLike | None = None,
     entry = _entry(name)
     opts = _resolve_options(name, options)
     if entry.generated is not None:
-        return {"dir": GENERATED_DIR, "generator": f"{name} v{entry.generated}"}
+        return {"dir": DRAWN_WHEN_LOADED, "generator": f"{name} v{entry.generated}"}
     root = default_data_dir(data_dir)
     if generate is not None:
         config, key, _ = _generated(name, generate, opts)
@@ -539,6 +539,8 @@ class DataState:
     obtain: str              # how to get them (for data that cannot be generated)
 
     def describe(self, name: str) -> str:
+        if self.present and str(self.root) == DRAWN_WHEN_LOADED:
+            return f"{name}: drawn when the task is loaded (nothing on disk)"
         if self.present:
             return f"{name}: present in {self.root}"
         if self.generated:
@@ -553,6 +555,8 @@ def data_state(name: str, data_dir: str | os.PathLike | None = None, generate: s
     first missing file and how to obtain it)."""
     entry = _entry(name)
     opts = _resolve_options(name, options)
+    if entry.generated is not None:  # drawn when loaded: nothing on disk, nothing missing
+        return DataState(True, True, Path(DRAWN_WHEN_LOADED), [], "")
     if generate is not None:
         root = generated_root(name, data_dir, generate, opts)
         present = (root / GENERATED_MANIFEST).is_file()
