@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from typing import Any, Mapping, TypeVar, Union
@@ -31,7 +32,9 @@ T = TypeVar("T")
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a dataclass (resolved once per class: they never change)."""
     return typing.get_type_hints(cls)
 
 

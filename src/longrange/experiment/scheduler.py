@@ -83,8 +83,10 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
     outcome: dict[str, Outcome] = {}
     running: dict[str, Any] = {}    # submitted, no outcome yet
     submitted: dict[str, Any] = {}  # every handle, for the backend's end
-    waiting = list(plan.stages)
+    waiting = {s.id: s for s in plan.stages}  # in plan order; removal in O(1)
     n, start = len(plan.stages), time.time()
+    done = 0                        # stages DONE so far
+    changed = True                  # whether an outcome arrived since the waiting stages were last looked at
     state: dict[str, RunState] = {}  # each stage's run directory, read once (RunDir.state)
     numbers = iter(range(1, n + 1))  # stages are numbered in the order they are announced
     began: dict[str, float] = {}    # when each submitted stage started
@@ -102,8 +104,10 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
     backend.begin(plan, out_dir, intent)
 
     def settle(sid: str, result: Outcome) -> None:
+        nonlocal done, changed
+        changed = True
         outcome[sid] = result
-        done = sum(o is Outcome.DONE for o in outcome.values())
+        done += result is Outcome.DONE
         say(f"[{done}/{n} done, {format_seconds(time.time() - start)}] {sid}: {result.value}")
         if result.blocks:  # its dependents will not run: cancel those already submitted
             for dep in plan.dependents(sid):
@@ -114,12 +118,13 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
     try:
         while waiting or running:
             ready: list[Stage] = []
-            free = backend.slots()
-            for stage in list(waiting):
+            ready_ids: set[str] = set()
+            free = backend.slots() if changed else 0
+            for stage in list(waiting.values()) if changed else ():
                 blocked = [a for a in stage.after if a in outcome and outcome[a].blocks]
                 deps_done = all(outcome.get(a) is Outcome.DONE for a in stage.after)
                 ahead = backend.submits_ahead and all(
-                    outcome.get(a) is Outcome.DONE or a in running or a in {s.id for s in ready} for a in stage.after)
+                    outcome.get(a) is Outcome.DONE or a in running or a in ready_ids for a in stage.after)
                 if (deps_done or ahead) and stage.id not in state:  # read once, when it may first run
                     state[stage.id] = RunDir(out_dir / stage.id).state().kind
                 if blocked:
@@ -132,9 +137,13 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
                     say(f"stage {next(numbers)} of {n}: {stage.id} is running in another process; leaving it")
                 elif (deps_done or ahead) and (free is None or len(ready) < free):
                     ready.append(stage)
+                    ready_ids.add(stage.id)
                 else:
                     continue
-                waiting.remove(stage)
+                del waiting[stage.id]
+                if stage.id in outcome:
+                    done += outcome[stage.id] is Outcome.DONE
+            changed = False
             for level in _by_level(plan, ready):
                 for stage in level:
                     say(f"stage {next(numbers)} of {n}: {stage.id} (overall eta {format_seconds(eta())})")

@@ -74,6 +74,11 @@ LAST_CHECKPOINT = "last.pt"
 BEST_WEIGHTS = "best.safetensors"
 TENSORBOARD_DIR = "tensorboard"
 
+#: PyYAML's safe loader, its C implementation where PyYAML has one (tens of times faster: a grid's
+#: coordinator reads every stage's config.yaml, a 10,000-stage grid tens of thousands of them).
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def plain(value: Any, where: str = "config") -> Any:
     """``value`` as YAML-safe plain data (tuples become lists, paths strings); a ConfigError naming
     the field for anything else."""
@@ -249,7 +254,7 @@ class RunDir:
                 raise DataMissingError(f"{self.root} is not a run directory (no {CONFIG_FILE})")
             return None
         try:
-            data = yaml.safe_load(self.config.read_text())
+            data = yaml.load(self.config.read_text(), Loader=YAML_LOADER)
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             raise DataFormatError(f"not valid YAML: {getattr(err, 'problem', err)}", self.config,
