@@ -244,14 +244,16 @@ def _cauchy_backward_op(
     _use_threads(k)
     block = _points_per_task(R, K)
     blocks = -(-K // block)
-    gv_re, gv_im = (v_re.new_empty(blocks, J, R, N) for _ in range(2))
-    gw_re, gw_im = (v_re.new_empty(blocks, R, N) for _ in range(2))
+    partial = torch.float64  # the kernels' partial sums over blocks of points (PARTIAL_SUM_DTYPE)
+    gv_re, gv_im = (v_re.new_empty(blocks, J, R, N, dtype=partial) for _ in range(2))
+    gw_re, gw_im = (v_re.new_empty(blocks, R, N, dtype=partial) for _ in range(2))
     gz_re, gz_im = (v_re.new_empty(R, K) for _ in range(2))
     k.cauchy_backward(
         *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im), bool(conj_pairs), block,
         _np(gv_re), _np(gv_im), _np(gw_re), _np(gw_im), _np(gz_re), _np(gz_im),
     )
-    return gv_re.sum(0), gv_im.sum(0), gz_re, gz_im, gw_re.sum(0), gw_im.sum(0)
+    real = v_re.dtype
+    return gv_re.sum(0).to(real), gv_im.sum(0).to(real), gz_re, gz_im, gw_re.sum(0).to(real), gw_im.sum(0).to(real)
 
 
 @_cauchy_backward_op.register_fake

@@ -32,10 +32,12 @@ from longrange.ops.ssm_kernels.common import (
 
 #: Tile sizes per mode. GPU: tiles of at most 4096 elements (blocks of rows/vectors times
 #: positions/points times modes/poles), a first choice that fits the registers, not tuned on
-#: hardware. Interpreter: small tiles, so that the tests cross tile edges.
+#: hardware. Interpreter: small tiles, so that the tests cross tile edges. ``float64``: compute
+#: in float64 also for float32 inputs (the results rounded once to float32; see
+#: docs/performance.md for the accuracy of both; not timed on a GPU yet).
 DEFAULT_CONFIG = {
-    "gpu": dict(block_j=4, block_m=32, tile=4096, num_warps=4),
-    "interpret": dict(block_j=2, block_m=4, tile=64, num_warps=1),
+    "gpu": dict(block_j=4, block_m=32, tile=4096, num_warps=4, float64=False),
+    "interpret": dict(block_j=2, block_m=4, tile=64, num_warps=1, float64=False),
 }
 
 _KERNELS = LazyKernels("longrange.ops.ssm_kernels._triton_kernels")
@@ -74,9 +76,10 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def _acc(dtype: torch.dtype):
+def _acc(dtype: torch.dtype, cfg: dict):
+    """The kernels' compute dtype: float64 for float64 inputs or with ``cfg["float64"]``, else float32."""
     tl = _kernel_module().triton.language
-    return tl.float64 if dtype == torch.float64 else tl.float32
+    return tl.float64 if dtype == torch.float64 or cfg.get("float64") else tl.float32
 
 
 def _contiguous(*tensors: Tensor) -> list[Tensor]:
@@ -110,7 +113,7 @@ def _vandermonde_op(a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, L: i
     k = _kernel_module().kernels(interpreting)["vandermonde_fwd"]
     k[(R, -(-J // bj), -(-L // bl))](
         a_re, a_im, w_re, w_im, out, J, R, M, L,
-        BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, ACC=_acc(real), num_warps=cfg["num_warps"],
+        BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, BLOCK_S=min(16, bl), ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
     )
     return out
 
@@ -137,7 +140,7 @@ def _vandermonde_backward_op(
     k = _kernel_module().kernels(interpreting)["vandermonde_bwd"]
     k[(R, j_blocks, -(-M // bm))](
         a_re, a_im, w_re, w_im, grad.to(real).contiguous(), gw_re, gw_im, ga_re, ga_im, J, R, M, L, j_blocks,
-        BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, ACC=_acc(real), num_warps=cfg["num_warps"],
+        BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, BLOCK_S=min(16, bl), ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
     )
     return ga_re.sum(1), ga_im.sum(1), gw_re, gw_im
 
@@ -193,7 +196,7 @@ def _cauchy_op(
     k = _kernel_module().kernels(interpreting)["cauchy_fwd"]
     k[(R, -(-K // bk), -(-J // bj))](
         *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im), out_re, out_im, J, R, N, K,
-        CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real), num_warps=cfg["num_warps"],
+        CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
     )
     return out_re, out_im
 
@@ -220,7 +223,7 @@ def _cauchy_backward_op(
     bj, bn, bk = _blocks(J, N, cfg)
     ks = _kernel_module().kernels(interpreting)
     args = _contiguous(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im)
-    meta = dict(CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real), num_warps=cfg["num_warps"])
+    meta = dict(CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real, cfg), num_warps=cfg["num_warps"])
     gv_re, gv_im, gz_re, gz_im, gw_re, gw_im = _cauchy_grads(v_re, z_re, w_re, need_vw, need_z)
     if need_z:
         ks["cauchy_bwd_z"][(R, -(-K // bk))](*args, gz_re, gz_im, J, R, N, K, **meta)
