@@ -310,46 +310,6 @@ def speed(rev: str, repeats: int) -> list[dict]:
             rows.append(row)
             print(f"{row['shape']:32s} {name:22s} old {row['old_min_s']:.4f} s  new {row['new_min_s']:.4f} s  "
                   f"new/old {row['ratio_min']:.2f} (medians {row['ratio_median']:.2f})", flush=True)
-    rows += layer_kernels(old, new, repeats)
-    return rows
-
-
-def layer_kernels(old, new, repeats: int, length: int = 4096) -> list[dict]:
-    """``S4.kernel(length)`` and ``S4D.kernel(length)`` (256 channels, state 64), forward + backward,
-    with the numba kernels of ``old`` and ``new`` in turn (swapped into the wrappers of
-    :mod:`longrange.ops.ssm_kernels.cpu`, which give both the arrays of this tree)."""
-    from longrange.layers.s4 import S4
-    from longrange.layers.s4d import S4D
-    from longrange.ops.ssm_kernels import cpu, default_impl
-
-    rows = []
-    torch.manual_seed(0)
-    for label, layer in (("S4.kernel(4096)", S4(256, 64, l_max=length)), ("S4D.kernel(4096)", S4D(256, 64))):
-        def step():
-            layer.zero_grad(set_to_none=True)
-            layer.kernel(length).square().mean().backward()
-
-        times = {"old": [], "new": []}
-        previous = cpu._KERNELS.module
-        try:
-            with default_impl(("vandermonde", "cauchy"), "numba"):
-                for r in range(repeats + 1):
-                    for version in (("old", "new") if r % 2 == 0 else ("new", "old")):
-                        cpu._KERNELS.module = old if version == "old" else new
-                        start = time.process_time()
-                        step()
-                        if r:  # the first round compiles or loads the kernels
-                            times[version].append(time.process_time() - start)
-        finally:
-            cpu._KERNELS.module = previous
-        row = {"shape": "H=256 N=64", "kernel": f"{label} forward + backward",
-               "old_min_s": min(times["old"]), "new_min_s": min(times["new"]),
-               "old_median_s": statistics.median(times["old"]), "new_median_s": statistics.median(times["new"])}
-        row["ratio_min"] = row["new_min_s"] / row["old_min_s"]
-        row["ratio_median"] = row["new_median_s"] / row["old_median_s"]
-        rows.append(row)
-        print(f"{row['shape']:32s} {row['kernel']:22s} old {row['old_min_s']:.4f} s  new {row['new_min_s']:.4f} s  "
-              f"new/old {row['ratio_min']:.2f} (medians {row['ratio_median']:.2f})", flush=True)
     return rows
 
 

@@ -186,6 +186,37 @@ def vandermonde_backward(d_re, d_im, D_re, D_im, w_re, w_im, g, block, j_group, 
 
 
 @njit(inline="always", fastmath=FASTMATH)
+def _pole(zr, zi, wr, wi, one):  # pragma: no cover - compiled
+    """ρ = 1/(z - w) for one point z = zr + i zi and pole w = wr + i wi, as (Re ρ, Im ρ)."""
+    dr = zr - wr
+    di = zi - wi
+    inv = one / (dr * dr + di * di)
+    return dr * inv, -di * inv
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _pole_pair(zr, zi, wr, wi, one):  # pragma: no cover - compiled
+    """ρ = 1/(z - w) and σ = 1/(z - conj(w)) as (Re ρ, Im ρ, Re σ, Im σ), one division for both:
+    1/q = q2/(q q2) and 1/q2 = q/(q q2) with q = |z - w|², q2 = |z - conj(w)|²."""
+    dr = zr - wr
+    di = zi - wi
+    ei = zi + wi
+    dr2 = dr * dr
+    q = dr2 + di * di
+    q2 = dr2 + ei * ei
+    inv12 = one / (q * q2)
+    inv = q2 * inv12
+    inv2 = q * inv12
+    return dr * inv, -di * inv, dr * inv2, -ei * inv2
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _mix(rr, ri, sr, si):  # pragma: no cover - compiled
+    """(a, b, c, e) = (Re ρ + Re σ, Im σ - Im ρ, Im ρ + Im σ, Re ρ - Re σ) (see :func:`_resolvents`)."""
+    return rr + sr, si - ri, ri + si, rr - sr
+
+
+@njit(inline="always", fastmath=FASTMATH)
 def _resolvents(zr, zi, wr, wi, conj_pairs, a, b, c, e):  # pragma: no cover - compiled
     """For the task's points z = zr + i zi (contiguous) and the pole w = wr + i wi, with
     ρ = 1/(z - w) and σ = 1/(z - conj(w)) (σ = 0 without ``conj_pairs``), the combinations
@@ -193,36 +224,15 @@ def _resolvents(zr, zi, wr, wi, conj_pairs, a, b, c, e):  # pragma: no cover - c
     ``v ρ + conj(v) σ = (vr a + vi b) + i (vr c + vi e)`` and
     ``g conj(ρ) + conj(g) σ = (gr a + gi c) + i (gi e + gr b)``."""
     one = like(1.0, a)
+    zero = like(0.0, a)
     if conj_pairs:
         for k in range(zr.shape[0]):
-            dr = zr[k] - wr
-            di = zi[k] - wi
-            ei = zi[k] + wi
-            dr2 = dr * dr
-            q = dr2 + di * di
-            q2 = dr2 + ei * ei
-            inv12 = one / (q * q2)  # one division for both: 1/q = q2/(q q2), 1/q2 = q/(q q2)
-            inv = q2 * inv12
-            inv2 = q * inv12
-            rr = dr * inv
-            ri = -di * inv
-            sr = dr * inv2
-            si = -ei * inv2
-            a[k] = rr + sr
-            b[k] = si - ri
-            c[k] = ri + si
-            e[k] = rr - sr
+            rr, ri, sr, si = _pole_pair(zr[k], zi[k], wr, wi, one)
+            a[k], b[k], c[k], e[k] = _mix(rr, ri, sr, si)
     else:
         for k in range(zr.shape[0]):
-            dr = zr[k] - wr
-            di = zi[k] - wi
-            inv = one / (dr * dr + di * di)
-            rr = dr * inv
-            ri = -di * inv
-            a[k] = rr
-            b[k] = -ri
-            c[k] = ri
-            e[k] = rr
+            rr, ri = _pole(zr[k], zi[k], wr, wi, one)
+            a[k], b[k], c[k], e[k] = _mix(rr, ri, zero, zero)
 
 
 @njit(inline="always", fastmath=FASTMATH)
@@ -230,47 +240,15 @@ def _squared_resolvents(zr, zi, wr, wi, conj_pairs, a, b, c, e, a2, b2, c2, e2):
     """:func:`_resolvents` of ρ, σ into (a, b, c, e) and of ρ², σ² into (a2, b2, c2, e2)."""
     one = like(1.0, a)
     two = like(2.0, a)
-    if conj_pairs:
-        for k in range(zr.shape[0]):
-            dr = zr[k] - wr
-            di = zi[k] - wi
-            ei = zi[k] + wi
-            dr2 = dr * dr
-            inv = one / (dr2 + di * di)
-            inv2 = one / (dr2 + ei * ei)
-            rr = dr * inv
-            ri = -di * inv
-            sr = dr * inv2
-            si = -ei * inv2
-            r2r = rr * rr - ri * ri
-            r2i = two * rr * ri
-            s2r = sr * sr - si * si
-            s2i = two * sr * si
-            a[k] = rr + sr
-            b[k] = si - ri
-            c[k] = ri + si
-            e[k] = rr - sr
-            a2[k] = r2r + s2r
-            b2[k] = s2i - r2i
-            c2[k] = r2i + s2i
-            e2[k] = r2r - s2r
-    else:
-        for k in range(zr.shape[0]):
-            dr = zr[k] - wr
-            di = zi[k] - wi
-            inv = one / (dr * dr + di * di)
-            rr = dr * inv
-            ri = -di * inv
-            r2r = rr * rr - ri * ri
-            r2i = two * rr * ri
-            a[k] = rr
-            b[k] = -ri
-            c[k] = ri
-            e[k] = rr
-            a2[k] = r2r
-            b2[k] = -r2i
-            c2[k] = r2i
-            e2[k] = r2r
+    zero = like(0.0, a)
+    for k in range(zr.shape[0]):
+        if conj_pairs:
+            rr, ri, sr, si = _pole_pair(zr[k], zi[k], wr, wi, one)
+        else:
+            rr, ri = _pole(zr[k], zi[k], wr, wi, one)
+            sr, si = zero, zero
+        a[k], b[k], c[k], e[k] = _mix(rr, ri, sr, si)
+        a2[k], b2[k], c2[k], e2[k] = _mix(rr * rr - ri * ri, two * rr * ri, sr * sr - si * si, two * sr * si)
 
 
 @njit(inline="always")

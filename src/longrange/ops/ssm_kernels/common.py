@@ -195,3 +195,55 @@ def cauchy_flops(J: int, R: int, N: int, K: int, conj_pairs: bool, backward: boo
     resolvents = R * K * N * (32 if conj_pairs else 13)
     vw, z = 16 * J * R * K * N + 8 * J * R * N, 8 * J * R * K * N + 8 * J * R * K
     return {"all": resolvents + vw + z, "vw": resolvents + vw, "z": resolvents + z}[part]
+
+
+# --------------------------------------------------------------------------------------------
+# What the numba and Triton operators share (see longrange.ops.custom_ops)
+# --------------------------------------------------------------------------------------------
+
+
+def register_vandermonde_operators(op, backward_op) -> None:
+    """Fake implementations, autograd and FLOP counts of a Vandermonde operator
+    ``(a_re, a_im, w_re, w_im, L) -> (J, R, L)`` and of its backward
+    ``(a_re, a_im, w_re, w_im, grad, L) -> (ga_re, ga_im, gw_re, gw_im)``."""
+    from longrange.ops.custom_ops import register_flops
+
+    op.register_fake(lambda a_re, a_im, w_re, w_im, L: w_re.new_empty(*w_re.shape[:2], L))
+    backward_op.register_fake(lambda a_re, a_im, w_re, w_im, grad, L: (
+        a_re.new_empty(a_re.shape), a_re.new_empty(a_re.shape), w_re.new_empty(w_re.shape), w_re.new_empty(w_re.shape)))
+
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs[:4])
+        ctx.L = inputs[4]
+
+    def backward(ctx, grad: Tensor):
+        grads = backward_op(*ctx.saved_tensors, grad, ctx.L)
+        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
+
+    op.register_autograd(backward, setup_context=setup_context)
+    register_flops(op, lambda a_re, a_im, w_re, w_im, L: vandermonde_flops(*w_re, L))
+    register_flops(backward_op, lambda a_re, a_im, w_re, w_im, grad, L: vandermonde_flops(*w_re, L, backward=True))
+
+
+def register_cauchy_operator(op, backward) -> None:
+    """Fake implementation, autograd and FLOP count of a Cauchy operator
+    ``(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs) -> (out_re, out_im)``; ``backward(ctx,
+    saved tensors, g_re, g_im)`` returns the six gradients (``ctx.conj_pairs``,
+    ``ctx.needs_input_grad`` as usual); the backward operator registers its own."""
+    from longrange.ops.custom_ops import register_flops
+
+    def fake(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs):
+        shape = (*v_re.shape[:2], z_re.shape[1])
+        return v_re.new_empty(shape), v_re.new_empty(shape)
+
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs[:6])
+        ctx.conj_pairs = inputs[6]
+
+    def backward_(ctx, g_re: Tensor, g_im: Tensor):
+        grads = backward(ctx, ctx.saved_tensors, g_re, g_im)
+        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
+
+    op.register_fake(fake)
+    op.register_autograd(backward_, setup_context=setup_context)
+    register_flops(op, lambda v_re, v_im, z_re, z_im, w_re, w_im, conj: cauchy_flops(*v_re, z_re[1], conj))

@@ -43,7 +43,8 @@ from longrange.ops.ssm_kernels.common import (
     cauchy_flops,
     cauchy_layout,
     complex_dtype,
-    vandermonde_flops,
+    register_cauchy_operator,
+    register_vandermonde_operators,
     vandermonde_layout,
 )
 
@@ -132,11 +133,6 @@ def _vandermonde_op(a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, L: i
     return out
 
 
-@_vandermonde_op.register_fake
-def _(a_re, a_im, w_re, w_im, L):
-    return w_re.new_empty(*w_re.shape[:2], L)
-
-
 @torch.library.custom_op(qualname("vandermonde_numba_backward"), mutates_args=(), device_types="cpu")
 def _vandermonde_backward_op(
     a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, grad: Tensor, L: int,
@@ -157,24 +153,7 @@ def _vandermonde_backward_op(
     return ga_re.sum(1).to(real), ga_im.sum(1).to(real), gw_re, gw_im
 
 
-@_vandermonde_backward_op.register_fake
-def _(a_re, a_im, w_re, w_im, grad, L):
-    return a_re.new_empty(a_re.shape), a_re.new_empty(a_re.shape), w_re.new_empty(w_re.shape), w_re.new_empty(w_re.shape)
-
-
-def _vandermonde_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs[:4])
-    ctx.L = inputs[4]
-
-
-def _vandermonde_backward(ctx, grad: Tensor):
-    grads = _vandermonde_backward_op(*ctx.saved_tensors, grad, ctx.L)
-    return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
-
-
-_vandermonde_op.register_autograd(_vandermonde_backward, setup_context=_vandermonde_setup)
-register_flops(_vandermonde_op, lambda a_re, a_im, w_re, w_im, L: vandermonde_flops(*w_re, L))
-register_flops(_vandermonde_backward_op, lambda a_re, a_im, w_re, w_im, grad, L: vandermonde_flops(*w_re, L, backward=True))
+register_vandermonde_operators(_vandermonde_op, _vandermonde_backward_op)
 
 
 def _steps(a_re: Tensor, a_im: Tensor, block: int) -> tuple[tuple, tuple]:
@@ -225,12 +204,6 @@ def _cauchy_op(
     return out_re, out_im
 
 
-@_cauchy_op.register_fake
-def _(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs):
-    shape = (*v_re.shape[:2], z_re.shape[1])
-    return v_re.new_empty(shape), v_re.new_empty(shape)
-
-
 @torch.library.custom_op(qualname("cauchy_numba_backward"), mutates_args=(), device_types="cpu")
 def _cauchy_backward_op(
     v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, g_re: Tensor, g_im: Tensor,
@@ -261,18 +234,9 @@ def _(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj_pairs):
     return tuple(t.new_empty(t.shape) for t in (v_re, v_im, z_re, z_im, w_re, w_im))
 
 
-def _cauchy_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs[:6])
-    ctx.conj_pairs = inputs[6]
-
-
-def _cauchy_backward(ctx, g_re: Tensor, g_im: Tensor):
-    grads = _cauchy_backward_op(*ctx.saved_tensors, g_re, g_im, ctx.conj_pairs)
-    return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
-
-
-_cauchy_op.register_autograd(_cauchy_backward, setup_context=_cauchy_setup)
-register_flops(_cauchy_op, lambda v_re, v_im, z_re, z_im, w_re, w_im, conj: cauchy_flops(*v_re, z_re[1], conj))
+register_cauchy_operator(
+    _cauchy_op, lambda ctx, saved, g_re, g_im: _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs),
+)
 register_flops(
     _cauchy_backward_op,
     lambda v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj: cauchy_flops(*v_re, z_re[1], conj, backward=True),

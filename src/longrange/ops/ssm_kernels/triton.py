@@ -26,7 +26,8 @@ from longrange.ops.ssm_kernels.common import (
     cauchy_flops,
     cauchy_layout,
     complex_dtype,
-    vandermonde_flops,
+    register_cauchy_operator,
+    register_vandermonde_operators,
     vandermonde_layout,
 )
 
@@ -118,11 +119,6 @@ def _vandermonde_op(a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, L: i
     return out
 
 
-@_vandermonde_op.register_fake
-def _(a_re, a_im, w_re, w_im, L):
-    return w_re.new_empty(*w_re.shape[:2], L)
-
-
 @torch.library.custom_op(qualname("vandermonde_triton_backward"), mutates_args=())
 def _vandermonde_backward_op(
     a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, grad: Tensor, L: int,
@@ -145,24 +141,7 @@ def _vandermonde_backward_op(
     return ga_re.sum(1), ga_im.sum(1), gw_re, gw_im
 
 
-@_vandermonde_backward_op.register_fake
-def _(a_re, a_im, w_re, w_im, grad, L):
-    return a_re.new_empty(a_re.shape), a_re.new_empty(a_re.shape), w_re.new_empty(w_re.shape), w_re.new_empty(w_re.shape)
-
-
-def _vandermonde_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs[:4])
-    ctx.L = inputs[4]
-
-
-def _vandermonde_backward(ctx, grad: Tensor):
-    grads = _vandermonde_backward_op(*ctx.saved_tensors, grad, ctx.L)
-    return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
-
-
-_vandermonde_op.register_autograd(_vandermonde_backward, setup_context=_vandermonde_setup)
-register_flops(_vandermonde_op, lambda a_re, a_im, w_re, w_im, L: vandermonde_flops(*w_re, L))
-register_flops(_vandermonde_backward_op, lambda a_re, a_im, w_re, w_im, grad, L: vandermonde_flops(*w_re, L, backward=True))
+register_vandermonde_operators(_vandermonde_op, _vandermonde_backward_op)
 
 
 def vandermonde_triton(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
@@ -199,12 +178,6 @@ def _cauchy_op(
         CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
     )
     return out_re, out_im
-
-
-@_cauchy_op.register_fake
-def _(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs):
-    shape = (*v_re.shape[:2], z_re.shape[1])
-    return v_re.new_empty(shape), v_re.new_empty(shape)
 
 
 @torch.library.custom_op(qualname("cauchy_triton_backward"), mutates_args=())
@@ -246,19 +219,12 @@ def _(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj_pairs, need_vw, need_
     return _cauchy_grads(v_re, z_re, w_re, need_vw, need_z)
 
 
-def _cauchy_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*inputs[:6])
-    ctx.conj_pairs = inputs[6]
-
-
-def _cauchy_backward(ctx, g_re: Tensor, g_im: Tensor):
+def _cauchy_backward(ctx, saved: tuple[Tensor, ...], g_re: Tensor, g_im: Tensor):
     need = ctx.needs_input_grad
-    grads = _cauchy_backward_op(*ctx.saved_tensors, g_re, g_im, ctx.conj_pairs, any(need[:2] + need[4:6]), any(need[2:4]))
-    return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
+    return _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs, any(need[:2] + need[4:6]), any(need[2:4]))
 
 
-_cauchy_op.register_autograd(_cauchy_backward, setup_context=_cauchy_setup)
-register_flops(_cauchy_op, lambda v_re, v_im, z_re, z_im, w_re, w_im, conj: cauchy_flops(*v_re, z_re[1], conj))
+register_cauchy_operator(_cauchy_op, _cauchy_backward)
 register_flops(
     _cauchy_backward_op,
     lambda v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj, need_vw, need_z: (
