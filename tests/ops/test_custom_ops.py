@@ -121,6 +121,38 @@ def test_opcheck_vandermonde_and_cauchy_triton(interpreter):
         _opcheck(ssm_triton._cauchy_op, cauchy_args(conj_pairs))
 
 
+def _backward_args(op, args: list, *extra) -> list:
+    """The arguments of ``op``'s backward operator: its tensor inputs (detached), output gradients
+    of ones, and ``extra``."""
+    outputs = op(*args)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    tensors = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    return tensors, [torch.ones_like(o) for o in outputs], list(extra)
+
+
+@numba_only
+def test_opcheck_numba_backward_operators():
+    tensors, grads, _ = _backward_args(scan_numba._scan_op, scan_numba_args("grouped", True))
+    _opcheck(scan_numba._scan_backward_op, tensors + grads)
+    tensors, grads, _ = _backward_args(cpu._vandermonde_op, vandermonde_args())
+    _opcheck(cpu._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
+    tensors, grads, _ = _backward_args(cpu._cauchy_op, cauchy_args(True))
+    _opcheck(cpu._cauchy_backward_op, tensors[:6] + grads + tensors[6:])
+
+
+def test_opcheck_triton_backward_operators(interpreter):
+    from longrange.ops.scan import triton as scan_triton
+    from longrange.ops.ssm_kernels import triton as ssm_triton
+
+    args = scan_triton_args("shared", True)
+    out, last, states = scan_triton._scan_op(*args)
+    tensors = [a.detach() for a in args[:9]]
+    _opcheck(scan_triton._scan_backward_op, tensors + [states.detach(), torch.ones_like(out), torch.ones_like(last), *args[9:13]])
+    tensors, grads, _ = _backward_args(ssm_triton._cauchy_op, cauchy_args(True))
+    for need_vw, need_z in ((True, True), (False, True)):
+        _opcheck(ssm_triton._cauchy_backward_op, tensors[:6] + grads + [True, need_vw, need_z])
+
+
 # --------------------------------------------------------------------------------------------
 # Fake implementations: FakeTensorMode and the meta device
 # --------------------------------------------------------------------------------------------
