@@ -15,6 +15,13 @@ longrange bench --generation "$@" --json benchmarks/results/generation.json --pl
 python benchmarks/cpu_scan.py --json benchmarks/results/cpu_scan.json | tee benchmarks/results/cpu_scan.txt
 # The SSM-kernel products (S4D, S4): every implementation side by side, one torch thread.
 python benchmarks/ssm_kernels.py --threads 1 --json benchmarks/results/ssm_kernels.json | tee benchmarks/results/ssm_kernels.txt
+# Accuracy of the SSM-kernel products on long kernels (CPU; Triton in its interpreter: about an hour).
+python benchmarks/ssm_kernel_accuracy.py --impls numba --json benchmarks/results/ssm_kernel_accuracy_numba.json \
+    | tee benchmarks/results/ssm_kernel_accuracy_numba.txt
+python benchmarks/ssm_kernel_accuracy.py --cases cauchy --impls triton --json benchmarks/results/ssm_kernel_accuracy_triton_cauchy.json \
+    | tee benchmarks/results/ssm_kernel_accuracy_triton_cauchy.txt
+python benchmarks/ssm_kernel_accuracy.py --cases vandermonde,vandermonde-long --L 65536 --impls triton,triton-float64 \
+    --json benchmarks/results/ssm_kernel_accuracy_triton_vandermonde.json | tee benchmarks/results/ssm_kernel_accuracy_triton_vandermonde.txt
 # The S4, S4D and DLR rows with the chunked PyTorch products and the fused ones (auto: numba on CPU,
 # Triton on CUDA), in turn, twice.
 for round in 1 2; do

@@ -115,7 +115,7 @@ def test_kernels_compile_for_a_cuda_gpu(dtype, conj, compile_for_cuda):
     bj, bm, bl = ssm_triton._blocks(4, 32, cfg)
     for name, jit in K.kernels(interpret=False).items():
         if name.startswith("vandermonde"):
-            constants = dict(BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, ACC=acc)
+            constants = dict(BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, BLOCK_S=min(16, bl), ACC=acc)
         else:
             constants = dict(CONJ=conj, BLOCK_J=bj, BLOCK_K=bl, BLOCK_N=bm, ACC=acc)
         pointer = lambda arg: "fp64" if arg.startswith("a_") else dtype  # noqa: E731

@@ -23,6 +23,7 @@ class LazyKernels:
         self.module: ModuleType | None = None
         self.error: str | None = None
 
+    @torch.compiler.assume_constant_result  # under torch.compile: imported once while tracing, a constant
     def load(self) -> ModuleType | None:
         if self.module is None and self.error is None:
             try:

@@ -88,3 +88,25 @@ def finish(y: Tensor, u: Tensor, D: Tensor | None, z: Tensor | None, out_dtype: 
     if z is not None:
         y = y * F.silu(z.to(y.dtype))
     return y.to(out_dtype)
+
+
+def scan_flops(
+    b: int, d: int, l: int, n: int, has_D: bool, has_z: bool, *, backward: bool = False,
+    has_bias: bool = False, softplus: bool = False,
+) -> int:
+    """Floating-point operations of the fused scan's forward (or, with ``backward``, its backward)
+    pass, counted as :mod:`longrange.ops.custom_ops` says (one per add, multiply, divide or exp).
+
+    Forward, per state element (b, d, l, n): exp(Δ A) 2, ā h + (Δ u) B 3, y += C h 2; per position
+    (b, d, l): Δ u 1, with D ``+ D u`` 2, with z the gate ``y z σ(z)`` 5, and where the kernel
+    applies them (``has_bias``, ``softplus``: Triton) Δ + bias 1, softplus 2. Backward, per state
+    element: the states recomputed 5 (with z the output too, 2), the adjoint 15 (g = g_h + g_y C,
+    g_C, g_B, g_x, e = g h ā, g_Δ, g_A: 2 each; g_h = g ā: 1); per position: 6 (Δ u, g_u, g_Δ),
+    with D 2, with z 11 (σ(z), g_z, g_y), with the bias 1, with softplus 4 (σ(Δ) times g_Δ).
+    """
+    per_state = (22 if has_z else 20) if backward else 7
+    if backward:
+        per_position = 6 + 2 * has_D + 11 * has_z + has_bias + 4 * softplus
+    else:
+        per_position = 1 + 2 * has_D + 5 * has_z + has_bias + 2 * softplus
+    return b * d * l * (n * per_state + per_position)

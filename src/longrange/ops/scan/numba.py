@@ -5,7 +5,8 @@
 ``impl`` and the chunking arguments. Each (batch element, channel) is one task of a parallel loop
 (``numba.prange``, ``torch.get_num_threads()`` threads): it walks along the length once, keeping
 the state (n values) in local variables, and writes only the output and the last state. The
-backward pass (hand-written, :class:`_NumbaScan`) recomputes the states of one channel at a time
+backward pass (hand-written, the operator ``torch.ops.longrange.selective_scan_numba_backward``;
+see :mod:`longrange.ops.custom_ops`) recomputes the states of one channel at a time
 into a scratch buffer of (length + 1, n) values, then runs the adjoint recurrence in reverse; the
 forward pass stores nothing per position. Memory is therefore a few tensors of (b, d, l), never
 (b, d, n, l) as in the chunked scan.
@@ -31,7 +32,8 @@ import torch
 from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels, use_threads as _use_threads
-from longrange.ops.scan.common import check_shapes, compute_dtype, prepare_delta
+from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.scan.common import check_shapes, compute_dtype, prepare_delta, scan_flops
 
 _KERNELS = LazyKernels("longrange.ops.scan._numba_kernels")
 _load = _KERNELS.load
@@ -94,65 +96,113 @@ def _reduce_partial(part: Tensor, M4: Tensor) -> Tensor:
     return grad.sum(0, keepdim=True) if M4.shape[0] == 1 else grad
 
 
-class _NumbaScan(torch.autograd.Function):
-    """(u, dt, A, B4, C4, D, z, h0) -> (out, last) in the compute dtype; see the module docstring."""
+def _kernels():
+    k = _load()
+    if k is None:
+        raise RuntimeError(f"selective_scan: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
+    return k
 
-    @staticmethod
-    def forward(ctx, u, dt, A, B4, C4, D, z, h0):
-        k = _load()
-        b, d, l = u.shape
-        n = A.shape[1]
-        _use_threads(k)
-        D_ = D if D is not None else u.new_zeros(d)
-        z_ = z if z is not None else u.new_zeros(1, 1, 1)
-        h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
-        out = torch.empty_like(u)
-        last = u.new_empty(b, d, n)
-        k.scan_forward(
-            _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_),
-            z is not None, _np(out), _np(last),
-        )
-        ctx.has = (D is not None, z is not None, h0 is not None)
-        ctx.save_for_backward(u, dt, A, B4, C4, D_, z_, h0_)
-        return out, last
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, gout, glast):
-        k = _load()
-        u, dt, A, B4, C4, D, z, h0 = ctx.saved_tensors
-        has_D, has_z, has_h0 = ctx.has
-        b, d, l = u.shape
-        n = A.shape[1]
-        threads = _use_threads(k)
-        gout = gout.contiguous() if gout is not None else torch.zeros_like(u)
-        glast = glast.contiguous() if glast is not None else u.new_zeros(b, d, n)
-        per_task = _channels_per_task(b, d, B4, C4, threads)
-        tasks = d // per_task
+# --------------------------------------------------------------------------------------------
+# The kernels as PyTorch operators (see longrange.ops.custom_ops)
+# --------------------------------------------------------------------------------------------
 
-        def partial(M4: Tensor) -> Tensor:
-            return u.new_zeros(b, d if M4.shape[2] == 1 else tasks, M4.shape[2], n)
 
-        gu, gdt = torch.empty_like(u), torch.empty_like(u)
-        gz = torch.empty_like(u) if has_z else u.new_empty(1, 1, 1)
-        gA, gD, gh0 = u.new_empty(b, d, n), u.new_empty(b, d), u.new_empty(b, d, n)
-        gB, gC = partial(B4), partial(C4)
-        k.scan_backward(
-            _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D), _np(z), _np(h0), has_z,
-            _np(gout), _np(glast), per_task,
-            _np(gu), _np(gdt), _np(gA), _np(gB), _np(gC), _np(gD), _np(gz), _np(gh0),
-        )
-        need = ctx.needs_input_grad
-        return (
-            gu if need[0] else None,
-            gdt if need[1] else None,
-            gA.sum(0) if need[2] else None,
-            _reduce_partial(gB, B4) if need[3] else None,
-            _reduce_partial(gC, C4) if need[4] else None,
-            gD.sum(0) if has_D and need[5] else None,
-            gz if has_z and need[6] else None,
-            gh0 if has_h0 and need[7] else None,
-        )
+@torch.library.custom_op(qualname("selective_scan_numba"), mutates_args=(), device_types="cpu")
+def _scan_op(
+    u: Tensor, dt: Tensor, A: Tensor, B4: Tensor, C4: Tensor, D: Tensor | None, z: Tensor | None, h0: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """(u, dt, A, B4, C4, D, z, h0) -> (out, last), contiguous, in one floating dtype (the compute
+    dtype); B4, C4 in the kernel layout (:func:`_as_4d`). See the module docstring."""
+    k = _kernels()
+    b, d, l = u.shape
+    n = A.shape[1]
+    _use_threads(k)
+    D_ = D if D is not None else u.new_zeros(d)
+    z_ = z if z is not None else u.new_zeros(1, 1, 1)
+    h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
+    out = torch.empty_like(u)
+    last = u.new_empty(b, d, n)
+    k.scan_forward(
+        _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_),
+        z is not None, _np(out), _np(last),
+    )
+    return out, last
+
+
+@_scan_op.register_fake
+def _(u, dt, A, B4, C4, D, z, h0):
+    return torch.empty_like(u), u.new_empty(*u.shape[:2], A.shape[1])
+
+
+@torch.library.custom_op(qualname("selective_scan_numba_backward"), mutates_args=(), device_types="cpu")
+def _scan_backward_op(
+    u: Tensor, dt: Tensor, A: Tensor, B4: Tensor, C4: Tensor, D: Tensor | None, z: Tensor | None, h0: Tensor | None,
+    gout: Tensor, glast: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Gradients (u, dt, A, B4, C4, D, z, h0) of :func:`_scan_op` for the output gradients
+    ``gout``, ``glast``; those of an absent D or z are computed as for zeros (D) or empty (z)."""
+    k = _kernels()
+    b, d, l = u.shape
+    n = A.shape[1]
+    threads = _use_threads(k)
+    D_ = D if D is not None else u.new_zeros(d)
+    z_ = z if z is not None else u.new_zeros(1, 1, 1)
+    h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
+    gout, glast = gout.contiguous(), glast.contiguous()
+    per_task = _channels_per_task(b, d, B4, C4, threads)
+    tasks = d // per_task
+
+    def partial(M4: Tensor) -> Tensor:
+        return u.new_zeros(b, d if M4.shape[2] == 1 else tasks, M4.shape[2], n)
+
+    gu, gdt = torch.empty_like(u), torch.empty_like(u)
+    gz = torch.empty_like(u) if z is not None else u.new_empty(1, 1, 1)
+    gA, gD, gh0 = u.new_empty(b, d, n), u.new_empty(b, d), u.new_empty(b, d, n)
+    gB, gC = partial(B4), partial(C4)
+    k.scan_backward(
+        _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_), z is not None,
+        _np(gout), _np(glast), per_task,
+        _np(gu), _np(gdt), _np(gA), _np(gB), _np(gC), _np(gD), _np(gz), _np(gh0),
+    )
+    return (
+        gu, gdt, gA.sum(0), _reduce_partial(gB, B4).contiguous(), _reduce_partial(gC, C4).contiguous(), gD.sum(0),
+        gz if z is not None else u.new_empty(0), gh0,
+    )
+
+
+@_scan_backward_op.register_fake
+def _(u, dt, A, B4, C4, D, z, h0, gout, glast):
+    b, d, l = u.shape
+    return (
+        torch.empty_like(u), torch.empty_like(u), A.new_empty(A.shape), B4.new_empty(B4.shape), C4.new_empty(C4.shape),
+        u.new_empty(d), torch.empty_like(u) if z is not None else u.new_empty(0), u.new_empty(b, d, A.shape[1]),
+    )
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, gout: Tensor, glast: Tensor):
+    u, dt, A, B4, C4, D, z, h0 = ctx.saved_tensors
+    gout = torch.zeros_like(u) if gout is None else gout
+    glast = u.new_zeros(*u.shape[:2], A.shape[1]) if glast is None else glast
+    grads = _scan_backward_op(u, dt, A, B4, C4, D, z, h0, gout, glast)
+    present = (True, True, True, True, True, D is not None, z is not None, h0 is not None)
+    return tuple(g if has and need else None for g, has, need in zip(grads, present, ctx.needs_input_grad))
+
+
+_scan_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _flops(u, dt, A, B4, C4, D, z, h0, *rest, backward: bool = False) -> int:
+    b, d, l = u
+    return scan_flops(b, d, l, A[1], D is not None, z is not None, backward=backward)
+
+
+register_flops(_scan_op, _flops)
+register_flops(_scan_backward_op, lambda *args: _flops(*args, backward=True))
 
 
 def selective_scan_numba(
@@ -170,8 +220,7 @@ def selective_scan_numba(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The selective scan in one compiled pass per direction on CPU tensors (see the module docstring)."""
     check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
-    if _load() is None:
-        raise RuntimeError(f"selective_scan: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
+    _kernels()
     tensors = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     devices = {t.device.type for t in tensors if t is not None}
     if devices != {"cpu"}:
@@ -183,7 +232,7 @@ def selective_scan_numba(
         return None if t is None else t.to(dtype).contiguous()
 
     dt = prepare_delta(delta, delta_bias, delta_softplus, dtype)
-    out, last = _NumbaScan.apply(
+    out, last = _scan_op(
         prep(u), prep(dt), prep(A), _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d),
         prep(D), prep(z), prep(initial_state),
     )

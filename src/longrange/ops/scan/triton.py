@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from longrange.ops._lazy_kernels import LazyKernels, triton_interpret_requested, triton_runs_on
-from longrange.ops.scan.common import check_shapes, compute_dtype
+from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.scan.common import check_shapes, compute_dtype, scan_flops
 from longrange.ops.scan.reference import selective_scan_ref
 
 #: Kernel settings per mode: channels per program (``block_d``), positions per chunk (``chunk``:
@@ -109,104 +109,172 @@ def _acc_dtype(dtype: torch.dtype):
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
-class _TritonScan(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, initial_state, softplus, cfg, store_states):
-        b, d, L = u.shape
-        n = A.shape[1]
-        dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
-        u, delta = u.contiguous(), delta.contiguous()
-        z = None if z is None else z.contiguous()
-        A = A.contiguous()
-        D = None if D is None else D.contiguous()
-        delta_bias = None if delta_bias is None else delta_bias.contiguous()
-        h0 = None if initial_state is None else initial_state.contiguous()
-        T = cfg["chunk"]
-        n_chunks = -(-L // T)
-        out = torch.empty_like(u, memory_format=torch.contiguous_format)
-        last = torch.empty(b, d, n, dtype=dtype, device=u.device)
-        states = torch.empty(b, d, n_chunks, n, dtype=dtype, device=u.device) if store_states else last
-        (sBb, sBg, sBn, sBl), B_group, _, B_varies = _layout(B, d)
-        (sCb, sCg, sCn, sCl), C_group, _, C_varies = _layout(C, d)
-        fwd, _ = _kernel_module().kernels(_interpreting(u.device))
-        BD = cfg["block_d"]
-        grid = (b, -(-d // BD))
-        fwd[grid](
-            u, delta, A, B, C, u if D is None else D, u if z is None else z,
-            u if delta_bias is None else delta_bias, last if h0 is None else h0,
-            out, last, states,
-            d, L, n, n_chunks,
-            sBb, sBg, sBn, sBl, B_group,
-            sCb, sCg, sCn, sCl, C_group,
-            BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=T,
-            B_VARIES=B_varies, C_VARIES=C_varies, B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
-            HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_H0=h0 is not None,
-            SOFTPLUS=bool(softplus), STORE_STATES=store_states, ACC=_acc_dtype(dtype),
-            num_warps=cfg["num_warps"],
-        )
-        if store_states:
-            ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, states)
-            ctx.meta = (softplus, cfg, dtype, initial_state is not None, initial_state.dtype if initial_state is not None else None)
-        return out, last
+@torch.library.custom_op(qualname("selective_scan_triton"), mutates_args=())
+def _scan_op(
+    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, z: Tensor | None,
+    delta_bias: Tensor | None, initial_state: Tensor | None, softplus: bool, block_d: int, chunk: int, num_warps: int,
+    store_states: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(out in u's dtype, last state and, with ``store_states``, the states at chunk starts
+    (b, d, chunks, n) in the compute dtype, else an empty tensor); see the module docstring."""
+    b, d, L = u.shape
+    n = A.shape[1]
+    dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    u, delta = u.contiguous(), delta.contiguous()
+    z = None if z is None else z.contiguous()
+    A = A.contiguous()
+    D = None if D is None else D.contiguous()
+    delta_bias = None if delta_bias is None else delta_bias.contiguous()
+    h0 = None if initial_state is None else initial_state.contiguous()
+    T = chunk
+    n_chunks = -(-L // T)
+    out = torch.empty_like(u, memory_format=torch.contiguous_format)
+    last = torch.empty(b, d, n, dtype=dtype, device=u.device)
+    states = torch.empty(b, d, n_chunks, n, dtype=dtype, device=u.device) if store_states else last
+    (sBb, sBg, sBn, sBl), B_group, _, B_varies = _layout(B, d)
+    (sCb, sCg, sCn, sCl), C_group, _, C_varies = _layout(C, d)
+    fwd, _ = _kernel_module().kernels(_interpreting(u.device))
+    BD = block_d
+    grid = (b, -(-d // BD))
+    fwd[grid](
+        u, delta, A, B, C, u if D is None else D, u if z is None else z,
+        u if delta_bias is None else delta_bias, last if h0 is None else h0,
+        out, last, states,
+        d, L, n, n_chunks,
+        sBb, sBg, sBn, sBl, B_group,
+        sCb, sCg, sCn, sCl, C_group,
+        BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=T,
+        B_VARIES=B_varies, C_VARIES=C_varies, B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
+        HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_H0=h0 is not None,
+        SOFTPLUS=bool(softplus), STORE_STATES=store_states, ACC=_acc_dtype(dtype),
+        num_warps=num_warps,
+    )
+    return out, last, states if store_states else u.new_empty(0, dtype=dtype)
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dout, dlast):
-        u, delta, A, B, C, D, z, delta_bias, states = ctx.saved_tensors
-        softplus, cfg, dtype, has_h0, h0_dtype = ctx.meta
-        b, d, L = u.shape
-        n = A.shape[1]
-        n_chunks = states.shape[2]
-        dev = u.device
-        dout = torch.zeros_like(u) if dout is None else dout.contiguous()
-        dlast = torch.zeros(b, d, n, dtype=dtype, device=dev) if dlast is None else dlast.contiguous()
-        (sBb, sBg, sBn, sBl), B_group, B_ng, B_varies = _layout(B, d)
-        (sCb, sCg, sCn, sCl), C_group, C_ng, C_varies = _layout(C, d)
-        du = torch.empty_like(u)
-        ddelta = torch.empty_like(delta)
-        dz = torch.empty_like(z) if z is not None else du
-        dA = torch.empty(b, d, n, dtype=dtype, device=dev)
-        dB = torch.zeros(b, B_ng, n, L, dtype=dtype, device=dev) if B_varies else torch.empty(b, d, n, dtype=dtype, device=dev)
-        dC = torch.zeros(b, C_ng, n, L, dtype=dtype, device=dev) if C_varies else torch.empty(b, d, n, dtype=dtype, device=dev)
-        dD = torch.empty(b, d, dtype=dtype, device=dev) if D is not None else dA
-        dbias = torch.empty(b, d, dtype=dtype, device=dev) if delta_bias is not None else dA
-        dh0 = torch.empty(b, d, n, dtype=dtype, device=dev)
-        BD = cfg["block_d"]
-        _, bwd = _kernel_module().kernels(_interpreting(dev))
-        bwd[(b, -(-d // BD))](
-            u, delta, A, B, C, u if D is None else D, u if z is None else z,
-            u if delta_bias is None else delta_bias, states,
-            dout, dlast,
-            du, ddelta, dz, dA, dB, dC, dD, dbias, dh0,
-            d, L, n, n_chunks,
-            sBb, sBg, sBn, sBl, B_group, B_ng,
-            sCb, sCg, sCn, sCl, C_group, C_ng,
-            BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=cfg["chunk"],
-            B_VARIES=B_varies, C_VARIES=C_varies,
-            B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
-            HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
-            SOFTPLUS=bool(softplus), ACC=_acc_dtype(dtype),
-            num_warps=cfg["num_warps"],
-        )
 
-        def bc_grad(grad: Tensor, M: Tensor, varies: bool) -> Tensor:
-            grad = grad.reshape(M.shape) if varies else grad.sum(0)  # (b, 1, n, l) -> (b, n, l) when shared
-            return grad.to(M.dtype)
+@_scan_op.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, initial_state, softplus, block_d, chunk, num_warps, store_states):
+    b, d, L = u.shape
+    n = A.shape[1]
+    dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    states = u.new_empty(b, d, -(-L // chunk), n, dtype=dtype) if store_states else u.new_empty(0, dtype=dtype)
+    return torch.empty_like(u, memory_format=torch.contiguous_format), u.new_empty(b, d, n, dtype=dtype), states
 
-        return (
-            du,
-            ddelta,
-            dA.sum(0).to(A.dtype),
-            bc_grad(dB, B, B_varies),
-            bc_grad(dC, C, C_varies),
-            dD.sum(0).to(D.dtype) if D is not None else None,
-            dz if z is not None else None,
-            dbias.sum(0).to(delta_bias.dtype) if delta_bias is not None else None,
-            dh0.to(h0_dtype) if has_h0 else None,
-            None,
-            None,
-            None,
-        )
+
+@torch.library.custom_op(qualname("selective_scan_triton_backward"), mutates_args=())
+def _scan_backward_op(
+    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, z: Tensor | None,
+    delta_bias: Tensor | None, initial_state: Tensor | None, states: Tensor, dout: Tensor, dlast: Tensor,
+    softplus: bool, block_d: int, chunk: int, num_warps: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients (u, delta, A, B, C, D, z, delta_bias, initial_state) of :func:`_scan_op`, each
+    in its input's dtype (an empty tensor for an absent input), from the stored ``states``."""
+    dtype = states.dtype
+    b, d, L = u.shape
+    n = A.shape[1]
+    n_chunks = states.shape[2]
+    dev = u.device
+    u, delta = u.contiguous(), delta.contiguous()
+    z = None if z is None else z.contiguous()
+    A = A.contiguous()
+    D = None if D is None else D.contiguous()
+    delta_bias = None if delta_bias is None else delta_bias.contiguous()
+    dout, dlast = dout.contiguous(), dlast.contiguous()
+    (sBb, sBg, sBn, sBl), B_group, B_ng, B_varies = _layout(B, d)
+    (sCb, sCg, sCn, sCl), C_group, C_ng, C_varies = _layout(C, d)
+    du = torch.empty_like(u)
+    ddelta = torch.empty_like(delta)
+    dz = torch.empty_like(z) if z is not None else du
+    dA = torch.empty(b, d, n, dtype=dtype, device=dev)
+    dB = torch.zeros(b, B_ng, n, L, dtype=dtype, device=dev) if B_varies else torch.empty(b, d, n, dtype=dtype, device=dev)
+    dC = torch.zeros(b, C_ng, n, L, dtype=dtype, device=dev) if C_varies else torch.empty(b, d, n, dtype=dtype, device=dev)
+    dD = torch.empty(b, d, dtype=dtype, device=dev) if D is not None else dA
+    dbias = torch.empty(b, d, dtype=dtype, device=dev) if delta_bias is not None else dA
+    dh0 = torch.empty(b, d, n, dtype=dtype, device=dev)
+    BD = block_d
+    _, bwd = _kernel_module().kernels(_interpreting(dev))
+    bwd[(b, -(-d // BD))](
+        u, delta, A, B, C, u if D is None else D, u if z is None else z,
+        u if delta_bias is None else delta_bias, states,
+        dout, dlast,
+        du, ddelta, dz, dA, dB, dC, dD, dbias, dh0,
+        d, L, n, n_chunks,
+        sBb, sBg, sBn, sBl, B_group, B_ng,
+        sCb, sCg, sCn, sCl, C_group, C_ng,
+        BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=chunk,
+        B_VARIES=B_varies, C_VARIES=C_varies,
+        B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
+        HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
+        SOFTPLUS=bool(softplus), ACC=_acc_dtype(dtype),
+        num_warps=num_warps,
+    )
+
+    def bc_grad(grad: Tensor, M: Tensor, varies: bool) -> Tensor:
+        grad = grad.reshape(M.shape) if varies else grad.sum(0)  # (b, 1, n, l) -> (b, n, l) when shared
+        return grad.to(M.dtype)
+
+    def none() -> Tensor:  # a fresh empty tensor for each absent input (outputs may not alias)
+        return u.new_empty(0)
+
+    return (
+        du,
+        ddelta,
+        dA.sum(0).to(A.dtype),
+        bc_grad(dB, B, B_varies),
+        bc_grad(dC, C, C_varies),
+        dD.sum(0).to(D.dtype) if D is not None else none(),
+        dz if z is not None else none(),
+        dbias.sum(0).to(delta_bias.dtype) if delta_bias is not None else none(),
+        dh0.to(initial_state.dtype) if initial_state is not None else none(),
+    )
+
+
+@_scan_backward_op.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, initial_state, states, dout, dlast, softplus, block_d, chunk, num_warps):
+    def like(t: Tensor | None) -> Tensor:
+        return u.new_empty(0) if t is None else t.new_empty(t.shape)
+
+    return (
+        torch.empty_like(u, memory_format=torch.contiguous_format),
+        torch.empty_like(delta, memory_format=torch.contiguous_format),
+        like(A), like(B), like(C), like(D),
+        u.new_empty(0) if z is None else torch.empty_like(z, memory_format=torch.contiguous_format),
+        like(delta_bias), like(initial_state),
+    )
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    u, delta, A, B, C, D, z, delta_bias, initial_state, softplus, block_d, chunk, num_warps, store_states = inputs
+    if not store_states:
+        return  # no gradient asked for
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, initial_state, output[2])
+    ctx.meta = (softplus, block_d, chunk, num_warps)
+
+
+def _backward(ctx, dout: Tensor, dlast: Tensor, dstates: Tensor):
+    u, delta, A, B, C, D, z, delta_bias, initial_state, states = ctx.saved_tensors
+    dout = torch.zeros_like(u) if dout is None else dout
+    dlast = states.new_zeros(*u.shape[:2], A.shape[1]) if dlast is None else dlast
+    grads = _scan_backward_op(u, delta, A, B, C, D, z, delta_bias, initial_state, states, dout, dlast, *ctx.meta)
+    present = (True, True, True, True, True, D is not None, z is not None, delta_bias is not None, initial_state is not None)
+    grads = tuple(g if has and need else None for g, has, need in zip(grads, present, ctx.needs_input_grad))
+    return (*grads, None, None, None, None, None)
+
+
+_scan_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _flops(u, A, D, z, delta_bias, softplus: bool, backward: bool) -> int:
+    b, d, L = u
+    return scan_flops(b, d, L, A[1], D is not None, z is not None, backward=backward,
+                      has_bias=delta_bias is not None, softplus=bool(softplus))
+
+
+register_flops(_scan_op, lambda u, delta, A, B, C, D, z, bias, h0, softplus, *config: _flops(u, A, D, z, bias, softplus, False))
+register_flops(
+    _scan_backward_op,
+    lambda u, delta, A, B, C, D, z, bias, h0, states, dout, dlast, softplus, *config: _flops(u, A, D, z, bias, softplus, True),
+)
 
 
 def _selective_scan_triton(
@@ -234,7 +302,7 @@ def _selective_scan_triton(
         return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state)
     inputs = (u, delta, A, B, C, D, z, delta_bias, initial_state)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
-    out, last = _TritonScan.apply(*inputs, delta_softplus, cfg, needs_grad)
+    out, last, _ = _scan_op(*inputs, bool(delta_softplus), cfg["block_d"], cfg["chunk"], cfg["num_warps"], needs_grad)
     return (out, last) if return_last_state else out
 
 

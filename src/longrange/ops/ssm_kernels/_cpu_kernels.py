@@ -186,62 +186,87 @@ def vandermonde_backward(d_re, d_im, D_re, D_im, w_re, w_im, g, block, j_group, 
 
 
 @njit(inline="always", fastmath=FASTMATH)
-def _poles(zr, zi, wr, wi, conj_pairs, zero, one):  # pragma: no cover - compiled
-    """ρ = 1/(z - w) and σ = 1/(z - conj(w)) (σ = 0 without ``conj_pairs``) as (Re ρ, Im ρ, Re σ, Im σ)."""
+def _pole(zr, zi, wr, wi, one):  # pragma: no cover - compiled
+    """ρ = 1/(z - w) for one point z = zr + i zi and pole w = wr + i wi, as (Re ρ, Im ρ)."""
     dr = zr - wr
     di = zi - wi
     inv = one / (dr * dr + di * di)
-    sr = zero
-    si = zero
-    if conj_pairs:
-        ei = zi + wi
-        inv2 = one / (dr * dr + ei * ei)
-        sr = dr * inv2
-        si = -ei * inv2
-    return dr * inv, -di * inv, sr, si
+    return dr * inv, -di * inv
 
 
 @njit(inline="always", fastmath=FASTMATH)
-def _resolvents(z_re, z_im, wr, wi, r, k0, nk, conj_pairs, a, b, c, e):  # pragma: no cover - compiled
-    """For the points k0 .. k0 + nk of row r and the pole w, with ρ, σ of :func:`_poles`, the
-    combinations a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ, so that
+def _pole_pair(zr, zi, wr, wi, one):  # pragma: no cover - compiled
+    """ρ = 1/(z - w) and σ = 1/(z - conj(w)) as (Re ρ, Im ρ, Re σ, Im σ), one division for both:
+    1/q = q2/(q q2) and 1/q2 = q/(q q2) with q = |z - w|², q2 = |z - conj(w)|²."""
+    dr = zr - wr
+    di = zi - wi
+    ei = zi + wi
+    dr2 = dr * dr
+    q = dr2 + di * di
+    q2 = dr2 + ei * ei
+    inv12 = one / (q * q2)
+    inv = q2 * inv12
+    inv2 = q * inv12
+    return dr * inv, -di * inv, dr * inv2, -ei * inv2
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _mix(rr, ri, sr, si):  # pragma: no cover - compiled
+    """(a, b, c, e) = (Re ρ + Re σ, Im σ - Im ρ, Im ρ + Im σ, Re ρ - Re σ) (see :func:`_resolvents`)."""
+    return rr + sr, si - ri, ri + si, rr - sr
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _resolvents(zr, zi, wr, wi, conj_pairs, a, b, c, e):  # pragma: no cover - compiled
+    """For the task's points z = zr + i zi (contiguous) and the pole w = wr + i wi, with
+    ρ = 1/(z - w) and σ = 1/(z - conj(w)) (σ = 0 without ``conj_pairs``), the combinations
+    a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ, so that
     ``v ρ + conj(v) σ = (vr a + vi b) + i (vr c + vi e)`` and
     ``g conj(ρ) + conj(g) σ = (gr a + gi c) + i (gi e + gr b)``."""
-    zero = like(0.0, a)
     one = like(1.0, a)
-    for k in range(nk):
-        rr, ri, sr, si = _poles(z_re[r, k0 + k], z_im[r, k0 + k], wr, wi, conj_pairs, zero, one)
-        a[k] = rr + sr
-        b[k] = si - ri
-        c[k] = ri + si
-        e[k] = rr - sr
+    zero = like(0.0, a)
+    if conj_pairs:
+        for k in range(zr.shape[0]):
+            rr, ri, sr, si = _pole_pair(zr[k], zi[k], wr, wi, one)
+            a[k], b[k], c[k], e[k] = _mix(rr, ri, sr, si)
+    else:
+        for k in range(zr.shape[0]):
+            rr, ri = _pole(zr[k], zi[k], wr, wi, one)
+            a[k], b[k], c[k], e[k] = _mix(rr, ri, zero, zero)
 
 
 @njit(inline="always", fastmath=FASTMATH)
-def _squared_resolvents(z_re, z_im, wr, wi, r, k0, nk, conj_pairs, a, b, c, e, a2, b2, c2, e2):  # pragma: no cover - compiled
+def _squared_resolvents(zr, zi, wr, wi, conj_pairs, a, b, c, e, a2, b2, c2, e2):  # pragma: no cover - compiled
     """:func:`_resolvents` of ρ, σ into (a, b, c, e) and of ρ², σ² into (a2, b2, c2, e2)."""
-    zero = like(0.0, a)
     one = like(1.0, a)
     two = like(2.0, a)
+    zero = like(0.0, a)
+    for k in range(zr.shape[0]):
+        if conj_pairs:
+            rr, ri, sr, si = _pole_pair(zr[k], zi[k], wr, wi, one)
+        else:
+            rr, ri = _pole(zr[k], zi[k], wr, wi, one)
+            sr, si = zero, zero
+        a[k], b[k], c[k], e[k] = _mix(rr, ri, sr, si)
+        a2[k], b2[k], c2[k], e2[k] = _mix(rr * rr - ri * ri, two * rr * ri, sr * sr - si * si, two * sr * si)
+
+
+@njit(inline="always")
+def _row(x, r, k0, nk, dtype):  # pragma: no cover - compiled
+    """``x[r, k0:k0 + nk]`` as a contiguous copy in ``dtype``."""
+    out = np.empty(nk, dtype=dtype)
     for k in range(nk):
-        rr, ri, sr, si = _poles(z_re[r, k0 + k], z_im[r, k0 + k], wr, wi, conj_pairs, zero, one)
-        r2r = rr * rr - ri * ri
-        r2i = two * rr * ri
-        s2r = sr * sr - si * si
-        s2i = two * sr * si
-        a[k] = rr + sr
-        b[k] = si - ri
-        c[k] = ri + si
-        e[k] = rr - sr
-        a2[k] = r2r + s2r
-        b2[k] = s2i - r2i
-        c2[k] = r2i + s2i
-        e2[k] = r2r - s2r
+        out[k] = x[r, k0 + k]
+    return out
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def cauchy_forward(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs, k_block, out_re, out_im):  # pragma: no cover - compiled
-    """``out[j, r, k]``; one task per (r, block of ``k_block`` points), vectorised over the points."""
+    """``out[j, r, k]``; one task per (r, block of ``k_block`` points), vectorised over the points.
+
+    Computed in float64 whatever the inputs' dtype, the output rounded once: the resolvents of
+    each pole (:func:`_resolvents` on float64 points), each term ``v ρ + conj(v) σ`` and the sums
+    over the poles. Two vectors v[j] share a pass over the points (fewer loads of the resolvents)."""
     J, R, N = v_re.shape
     K = z_re.shape[1]
     blocks = (K + k_block - 1) // k_block
@@ -249,24 +274,65 @@ def cauchy_forward(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs, k_block, out_
         r = task // blocks
         k0 = (task % blocks) * k_block
         nk = min(K, k0 + k_block) - k0
-        a = np.empty(nk, dtype=out_re.dtype)
-        b = np.empty(nk, dtype=out_re.dtype)
-        c = np.empty(nk, dtype=out_re.dtype)
-        e = np.empty(nk, dtype=out_re.dtype)
-        acc_re = np.zeros((J, nk), dtype=out_re.dtype)
-        acc_im = np.zeros((J, nk), dtype=out_re.dtype)
+        zr = _row(z_re, r, k0, nk, np.float64)
+        zi = _row(z_im, r, k0, nk, np.float64)
+        a = np.empty(nk, dtype=np.float64)
+        b = np.empty(nk, dtype=np.float64)
+        c = np.empty(nk, dtype=np.float64)
+        e = np.empty(nk, dtype=np.float64)
+        acc_re = np.zeros((J, nk), dtype=np.float64)
+        acc_im = np.zeros((J, nk), dtype=np.float64)
         for n in range(N):
-            _resolvents(z_re, z_im, w_re[r, n], w_im[r, n], r, k0, nk, conj_pairs, a, b, c, e)
-            for j in range(J):
-                vr = v_re[j, r, n]
-                vi = v_im[j, r, n]
+            _resolvents(zr, zi, np.float64(w_re[r, n]), np.float64(w_im[r, n]), conj_pairs, a, b, c, e)
+            j = 0
+            while j + 4 <= J:  # four vectors per pass over the points: fewer loads of the resolvents
+                vr0 = np.float64(v_re[j, r, n])
+                vi0 = np.float64(v_im[j, r, n])
+                vr1 = np.float64(v_re[j + 1, r, n])
+                vi1 = np.float64(v_im[j + 1, r, n])
+                vr2 = np.float64(v_re[j + 2, r, n])
+                vi2 = np.float64(v_im[j + 2, r, n])
+                vr3 = np.float64(v_re[j + 3, r, n])
+                vi3 = np.float64(v_im[j + 3, r, n])
+                re0 = acc_re[j]
+                im0 = acc_im[j]
+                re1 = acc_re[j + 1]
+                im1 = acc_im[j + 1]
+                re2 = acc_re[j + 2]
+                im2 = acc_im[j + 2]
+                re3 = acc_re[j + 3]
+                im3 = acc_im[j + 3]
                 for k in range(nk):
-                    acc_re[j, k] += vr * a[k] + vi * b[k]
-                    acc_im[j, k] += vr * c[k] + vi * e[k]
+                    ak = a[k]
+                    bk = b[k]
+                    ck = c[k]
+                    ek = e[k]
+                    re0[k] += vr0 * ak + vi0 * bk
+                    im0[k] += vr0 * ck + vi0 * ek
+                    re1[k] += vr1 * ak + vi1 * bk
+                    im1[k] += vr1 * ck + vi1 * ek
+                    re2[k] += vr2 * ak + vi2 * bk
+                    im2[k] += vr2 * ck + vi2 * ek
+                    re3[k] += vr3 * ak + vi3 * bk
+                    im3[k] += vr3 * ck + vi3 * ek
+                j += 4
+            while j < J:
+                vr = np.float64(v_re[j, r, n])
+                vi = np.float64(v_im[j, r, n])
+                re = acc_re[j]
+                im = acc_im[j]
+                for k in range(nk):
+                    re[k] += vr * a[k] + vi * b[k]
+                    im[k] += vr * c[k] + vi * e[k]
+                j += 1
         for j in range(J):
             for k in range(nk):
                 out_re[j, r, k0 + k] = acc_re[j, k]
                 out_im[j, r, k0 + k] = acc_im[j, k]
+
+
+#: The dtype of the partial sums :func:`cauchy_backward` writes (the caller adds them up).
+PARTIAL_SUM_DTYPE = np.float64
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
@@ -278,64 +344,80 @@ def cauchy_backward(
     convention for complex inputs (the gradient of a real loss is dL/dRe + i dL/dIm).
 
     Per task (r, block of points): ``gz`` (R, K) of its points in full; partial sums over its
-    points of ``gv`` (blocks, J, R, N) and ``gw`` (blocks, R, N), which the caller adds up::
+    points of ``gv`` (blocks, J, R, N) and ``gw`` (blocks, R, N), float64, which the caller adds
+    up::
 
         gv[j, r, n] = sum_k g conj(ρ) + conj(g) σ
         gw[r, n]    = sum_j conj(v[j, r, n]) sum_k g conj(ρ²) + conj(g) σ²
         gz[r, k]    = -sum_j g[j, r, k] conj(sum_n v ρ² + conj(v) σ²)
+
+    Computed in float64 as the forward pass is, each result rounded once.
     """
     J, R, N = v_re.shape
     K = z_re.shape[1]
     blocks = (K + k_block - 1) // k_block
-    zero = like(0.0, g_re)
     for task in prange(R * blocks):
         r = task // blocks
         blk = task % blocks
         k0 = blk * k_block
         nk = min(K, k0 + k_block) - k0
-        a = np.empty(nk, dtype=g_re.dtype)
-        b = np.empty(nk, dtype=g_re.dtype)
-        c = np.empty(nk, dtype=g_re.dtype)
-        e = np.empty(nk, dtype=g_re.dtype)
-        a2 = np.empty(nk, dtype=g_re.dtype)
-        b2 = np.empty(nk, dtype=g_re.dtype)
-        c2 = np.empty(nk, dtype=g_re.dtype)
-        e2 = np.empty(nk, dtype=g_re.dtype)
-        t_re = np.zeros((J, nk), dtype=g_re.dtype)
-        t_im = np.zeros((J, nk), dtype=g_re.dtype)
+        zr = _row(z_re, r, k0, nk, np.float64)
+        zi = _row(z_im, r, k0, nk, np.float64)
+        gr = np.empty((J, nk), dtype=np.float64)
+        gi = np.empty((J, nk), dtype=np.float64)
+        for j in range(J):
+            for k in range(nk):
+                gr[j, k] = g_re[j, r, k0 + k]
+                gi[j, k] = g_im[j, r, k0 + k]
+        a = np.empty(nk, dtype=np.float64)
+        b = np.empty(nk, dtype=np.float64)
+        c = np.empty(nk, dtype=np.float64)
+        e = np.empty(nk, dtype=np.float64)
+        a2 = np.empty(nk, dtype=np.float64)
+        b2 = np.empty(nk, dtype=np.float64)
+        c2 = np.empty(nk, dtype=np.float64)
+        e2 = np.empty(nk, dtype=np.float64)
+        t_re = np.zeros((J, nk), dtype=np.float64)  # sum_n v ρ² + conj(v) σ²
+        t_im = np.zeros((J, nk), dtype=np.float64)
         for n in range(N):
-            _squared_resolvents(z_re, z_im, w_re[r, n], w_im[r, n], r, k0, nk, conj_pairs, a, b, c, e, a2, b2, c2, e2)
-            sw_re = zero
-            sw_im = zero
+            _squared_resolvents(zr, zi, np.float64(w_re[r, n]), np.float64(w_im[r, n]), conj_pairs,
+                                a, b, c, e, a2, b2, c2, e2)
+            sw_re = 0.0
+            sw_im = 0.0
             for j in range(J):
-                vr = v_re[j, r, n]
-                vi = v_im[j, r, n]
-                yv_re = zero
-                yv_im = zero
-                yw_re = zero
-                yw_im = zero
+                vr = np.float64(v_re[j, r, n])
+                vi = np.float64(v_im[j, r, n])
+                grj = gr[j]
+                gij = gi[j]
+                tr = t_re[j]
+                ti = t_im[j]
+                yv_re = 0.0
+                yv_im = 0.0
+                yw_re = 0.0
+                yw_im = 0.0
                 for k in range(nk):
-                    gr = g_re[j, r, k0 + k]
-                    gi = g_im[j, r, k0 + k]
-                    yv_re += gr * a[k] + gi * c[k]
-                    yv_im += gi * e[k] + gr * b[k]
-                    yw_re += gr * a2[k] + gi * c2[k]
-                    yw_im += gi * e2[k] + gr * b2[k]
-                    t_re[j, k] += vr * a2[k] + vi * b2[k]
-                    t_im[j, k] += vr * c2[k] + vi * e2[k]
+                    yv_re += grj[k] * a[k] + gij[k] * c[k]
+                    yv_im += gij[k] * e[k] + grj[k] * b[k]
+                    yw_re += grj[k] * a2[k] + gij[k] * c2[k]
+                    yw_im += gij[k] * e2[k] + grj[k] * b2[k]
+                    tr[k] += vr * a2[k] + vi * b2[k]
+                    ti[k] += vr * c2[k] + vi * e2[k]
                 gv_re[blk, j, r, n] = yv_re
                 gv_im[blk, j, r, n] = yv_im
                 sw_re += vr * yw_re + vi * yw_im  # conj(v) * yw
                 sw_im += vr * yw_im - vi * yw_re
             gw_re[blk, r, n] = sw_re
             gw_im[blk, r, n] = sw_im
-        for k in range(nk):
-            gz_re[r, k0 + k] = zero
-            gz_im[r, k0 + k] = zero
+        gzr = np.zeros(nk, dtype=np.float64)
+        gzi = np.zeros(nk, dtype=np.float64)
         for j in range(J):
-            for k in range(nk):
-                gr = g_re[j, r, k0 + k]
-                gi = g_im[j, r, k0 + k]
-                # -g conj(t)
-                gz_re[r, k0 + k] -= gr * t_re[j, k] + gi * t_im[j, k]
-                gz_im[r, k0 + k] -= gi * t_re[j, k] - gr * t_im[j, k]
+            grj = gr[j]
+            gij = gi[j]
+            tr = t_re[j]
+            ti = t_im[j]
+            for k in range(nk):  # -g conj(t)
+                gzr[k] -= grj[k] * tr[k] + gij[k] * ti[k]
+                gzi[k] -= gij[k] * tr[k] - grj[k] * ti[k]
+        for k in range(nk):
+            gz_re[r, k0 + k] = gzr[k]
+            gz_im[r, k0 + k] = gzi[k]

@@ -54,12 +54,39 @@ def _seed(l0, ar, ai, ACC: tl.constexpr):
     return (mag * tl.cos(start * ai)).to(ACC), (mag * tl.sin(start * ai)).to(ACC)
 
 
-def _local_powers(ar, ai, BLOCK_L: tl.constexpr, ACC: tl.constexpr):
-    """exp(s · a) for s < BLOCK_L, tiles (BLOCK_L, modes) in the compute dtype."""
-    sf = tl.arange(0, BLOCK_L).to(ACC)[:, None]
-    mag = tl.exp(sf * ar.to(ACC)[None, :])
-    ang = sf * ai.to(ACC)[None, :]
-    return mag * tl.cos(ang), mag * tl.sin(ang)
+def _powers_at(sf, ar, ai, ACC: tl.constexpr):
+    """exp(s · a) for the positions ``sf`` (a float64 column) and the modes a = ar + i ai (float64):
+    the phase s · ai reduced modulo 2π in float64 (where it is exact), then the exponential, cosine
+    and sine in the compute dtype."""
+    two_pi = tl.full((1, 1), 6.283185307179586, tl.float64)
+    phase = sf * ai[None, :]
+    phase = phase - two_pi * tl.floor(phase / two_pi + 0.5)
+    mag = tl.exp((sf * ar[None, :]).to(ACC))
+    angle = phase.to(ACC)
+    return mag * tl.cos(angle), mag * tl.sin(angle)
+
+
+def _local_powers(ar, ai, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr):
+    """exp(s · a) for s < BLOCK_L, tiles (BLOCK_L, BLOCK_M) in the compute dtype, as the products
+    exp(BLOCK_S · q · a) exp(t · a) (s = BLOCK_S q + t, t < BLOCK_S) of two small tables of
+    :func:`_powers_at` (a few ulp whatever the phase; three elementary functions per table entry,
+    not per power)."""
+    t = tl.arange(0, BLOCK_S).to(tl.float64)[:, None]
+    q = (tl.arange(0, BLOCK_L // BLOCK_S) * BLOCK_S).to(tl.float64)[:, None]
+    t_re, t_im = _powers_at(t, ar, ai, ACC)  # (BLOCK_S, BLOCK_M)
+    q_re, q_im = _powers_at(q, ar, ai, ACC)  # (BLOCK_L / BLOCK_S, BLOCK_M)
+    p_re = q_re[:, None, :] * t_re[None, :, :] - q_im[:, None, :] * t_im[None, :, :]
+    p_im = q_re[:, None, :] * t_im[None, :, :] + q_im[:, None, :] * t_re[None, :, :]
+    return tl.reshape(p_re, (BLOCK_L, BLOCK_M)), tl.reshape(p_im, (BLOCK_L, BLOCK_M))
+
+
+def _add(total, lost, x):
+    """Compensated (Kahan) summation: ``x`` added to ``total``, whose rounding errors so far are
+    ``-lost``; returns the new (total, lost). The sum is ``total - lost``. Used to add up the
+    sums of successive tiles, so that a long loop over tiles adds no error growing with its length."""
+    y = x - lost
+    t = total + y
+    return t, (t - total) - y
 
 
 def _poles(zr, zi, wr, wi, ok, CONJ: tl.constexpr):
@@ -91,7 +118,7 @@ def _square(xr, xi):
     return xr * xr - xi * xi, 2.0 * xr * xi
 
 
-_HELPERS = {f.__name__: f for f in (_seed, _local_powers, _poles, _mix, _square)}
+_HELPERS = {f.__name__: f for f in (_seed, _powers_at, _local_powers, _add, _poles, _mix, _square)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,7 +129,7 @@ _HELPERS = {f.__name__: f for f in (_seed, _local_powers, _poles, _mix, _square)
 def _vandermonde_fwd(
     a_re_ptr, a_im_ptr, w_re_ptr, w_im_ptr, out_ptr,
     J, R, M, L,
-    BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, ACC: tl.constexpr,
+    BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     js = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
@@ -111,13 +138,14 @@ def _vandermonde_fwd(
     j_ok = js < J
     l_ok = (l0 + s) < L
     acc = tl.full((BLOCK_J, BLOCK_L), 0.0, ACC)
+    lost = tl.full((BLOCK_J, BLOCK_L), 0.0, ACC)
     for m0 in range(0, M, BLOCK_M):
         ms = m0 + tl.arange(0, BLOCK_M)
         m_ok = ms < M
         ar = tl.load(a_re_ptr + r * M + ms, mask=m_ok, other=0.0)
         ai = tl.load(a_im_ptr + r * M + ms, mask=m_ok, other=0.0)
         seed_re, seed_im = _seed(l0, ar, ai, ACC)  # exp(l0 a)
-        loc_re, loc_im = _local_powers(ar, ai, BLOCK_L, ACC)  # exp(s a), s < BLOCK_L
+        loc_re, loc_im = _local_powers(ar, ai, BLOCK_L, BLOCK_M, BLOCK_S, ACC)  # exp(s a), s < BLOCK_L
         p_re = seed_re[None, :] * loc_re - seed_im[None, :] * loc_im  # (BLOCK_L, BLOCK_M)
         p_im = seed_re[None, :] * loc_im + seed_im[None, :] * loc_re
         m2 = j_ok[:, None] & m_ok[None, :]
@@ -125,16 +153,16 @@ def _vandermonde_fwd(
         wr = tl.load(w_re_ptr + w_off, mask=m2, other=0.0).to(ACC)
         wi = tl.load(w_im_ptr + w_off, mask=m2, other=0.0).to(ACC)
         term = wr[:, None, :] * p_re[None, :, :] - wi[:, None, :] * p_im[None, :, :]
-        acc += tl.reduce(tl.where(m_ok[None, None, :], term, 0.0), 2, _SUM)
+        acc, lost = _add(acc, lost, tl.reduce(tl.where(m_ok[None, None, :], term, 0.0), 2, _SUM))
     out_off = (js[:, None] * R + r) * L + l0 + s[None, :]
-    tl.store(out_ptr + out_off, acc.to(out_ptr.dtype.element_ty), mask=j_ok[:, None] & l_ok[None, :])
+    tl.store(out_ptr + out_off, (acc - lost).to(out_ptr.dtype.element_ty), mask=j_ok[:, None] & l_ok[None, :])
 
 
 def _vandermonde_bwd(
     a_re_ptr, a_im_ptr, w_re_ptr, w_im_ptr, g_ptr,
     gw_re_ptr, gw_im_ptr, ga_re_ptr, ga_im_ptr,
     J, R, M, L, J_BLOCKS,
-    BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, ACC: tl.constexpr,
+    BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     jb = tl.program_id(1)
@@ -145,11 +173,10 @@ def _vandermonde_bwd(
     s = tl.arange(0, BLOCK_L)
     ar = tl.load(a_re_ptr + r * M + ms, mask=m_ok, other=0.0)
     ai = tl.load(a_im_ptr + r * M + ms, mask=m_ok, other=0.0)
-    loc_re, loc_im = _local_powers(ar, ai, BLOCK_L, ACC)  # exp(s a), the same for every tile
-    s0_re = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)  # sum_l g conj(p)
-    s0_im = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)
-    s1_re = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)  # sum_l l g conj(p)
-    s1_im = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)
+    loc_re, loc_im = _local_powers(ar, ai, BLOCK_L, BLOCK_M, BLOCK_S, ACC)  # exp(s a), the same for every tile
+    zero = tl.full((BLOCK_J, BLOCK_M), 0.0, ACC)
+    s0_re, s0_im, s1_re, s1_im = zero, zero, zero, zero  # sum_l g conj(p), sum_l l g conj(p)
+    c0_re, c0_im, c1_re, c1_im = zero, zero, zero, zero  # their compensations (see _add)
     for l0 in range(0, L, BLOCK_L):
         seed_re, seed_im = _seed(l0, ar, ai, ACC)
         p_re = seed_re[None, :] * loc_re - seed_im[None, :] * loc_im  # (BLOCK_L, BLOCK_M)
@@ -157,10 +184,11 @@ def _vandermonde_bwd(
         l_ok = (l0 + s) < L
         g = tl.load(g_ptr + (js[:, None] * R + r) * L + l0 + s[None, :], mask=j_ok[:, None] & l_ok[None, :], other=0.0).to(ACC)
         lg = g * (l0 + s).to(ACC)[None, :]
-        s0_re += tl.reduce(g[:, :, None] * p_re[None, :, :], 1, _SUM)
-        s0_im -= tl.reduce(g[:, :, None] * p_im[None, :, :], 1, _SUM)
-        s1_re += tl.reduce(lg[:, :, None] * p_re[None, :, :], 1, _SUM)
-        s1_im -= tl.reduce(lg[:, :, None] * p_im[None, :, :], 1, _SUM)
+        s0_re, c0_re = _add(s0_re, c0_re, tl.reduce(g[:, :, None] * p_re[None, :, :], 1, _SUM))
+        s0_im, c0_im = _add(s0_im, c0_im, -tl.reduce(g[:, :, None] * p_im[None, :, :], 1, _SUM))
+        s1_re, c1_re = _add(s1_re, c1_re, tl.reduce(lg[:, :, None] * p_re[None, :, :], 1, _SUM))
+        s1_im, c1_im = _add(s1_im, c1_im, -tl.reduce(lg[:, :, None] * p_im[None, :, :], 1, _SUM))
+    s0_re, s0_im, s1_re, s1_im = s0_re - c0_re, s0_im - c0_im, s1_re - c1_re, s1_im - c1_im
     m2 = j_ok[:, None] & m_ok[None, :]
     w_off = (js[:, None] * R + r) * M + ms[None, :]
     tl.store(gw_re_ptr + w_off, s0_re.to(gw_re_ptr.dtype.element_ty), mask=m2)
@@ -198,8 +226,8 @@ def _cauchy_fwd(
     j_ok = js < J
     zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
     zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
-    acc_re = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
-    acc_im = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+    zero = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+    acc_re, acc_im, lost_re, lost_im = zero, zero, zero, zero  # sums and compensations (see _add)
     for n0 in range(0, N, BLOCK_N):
         ns = n0 + tl.arange(0, BLOCK_N)
         n_ok = ns < N
@@ -210,12 +238,12 @@ def _cauchy_fwd(
         vm = j_ok[:, None] & n_ok[None, :]
         vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
         vi = tl.load(v_im_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
-        acc_re += tl.reduce(vr * a[None, :, :] + vi * b[None, :, :], 2, _SUM)
-        acc_im += tl.reduce(vr * c[None, :, :] + vi * e[None, :, :], 2, _SUM)
+        acc_re, lost_re = _add(acc_re, lost_re, tl.reduce(vr * a[None, :, :] + vi * b[None, :, :], 2, _SUM))
+        acc_im, lost_im = _add(acc_im, lost_im, tl.reduce(vr * c[None, :, :] + vi * e[None, :, :], 2, _SUM))
     out_off = (js[:, None] * R + r) * K + ks[None, :]
     om = j_ok[:, None] & k_ok[None, :]
-    tl.store(out_re_ptr + out_off, acc_re.to(out_re_ptr.dtype.element_ty), mask=om)
-    tl.store(out_im_ptr + out_off, acc_im.to(out_im_ptr.dtype.element_ty), mask=om)
+    tl.store(out_re_ptr + out_off, (acc_re - lost_re).to(out_re_ptr.dtype.element_ty), mask=om)
+    tl.store(out_im_ptr + out_off, (acc_im - lost_im).to(out_im_ptr.dtype.element_ty), mask=om)
 
 
 def _cauchy_bwd_z(
@@ -234,8 +262,8 @@ def _cauchy_bwd_z(
     for j0 in range(0, J, BLOCK_J):
         js = j0 + tl.arange(0, BLOCK_J)
         j_ok = js < J
-        t_re = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
-        t_im = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+        zero = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+        t_re, t_im, lost_re, lost_im = zero, zero, zero, zero  # sums and compensations (see _add)
         for n0 in range(0, N, BLOCK_N):
             ns = n0 + tl.arange(0, BLOCK_N)
             n_ok = ns < N
@@ -247,8 +275,9 @@ def _cauchy_bwd_z(
             vm = j_ok[:, None] & n_ok[None, :]
             vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
             vi = tl.load(v_im_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
-            t_re += tl.reduce(vr * a2[None, :, :] + vi * b2[None, :, :], 2, _SUM)
-            t_im += tl.reduce(vr * c2[None, :, :] + vi * e2[None, :, :], 2, _SUM)
+            t_re, lost_re = _add(t_re, lost_re, tl.reduce(vr * a2[None, :, :] + vi * b2[None, :, :], 2, _SUM))
+            t_im, lost_im = _add(t_im, lost_im, tl.reduce(vr * c2[None, :, :] + vi * e2[None, :, :], 2, _SUM))
+        t_re, t_im = t_re - lost_re, t_im - lost_im
         g_off = (js[:, None] * R + r) * K + ks[None, :]
         gm = j_ok[:, None] & k_ok[None, :]
         gr = tl.load(g_re_ptr + g_off, mask=gm, other=0.0).to(ACC)
@@ -276,10 +305,9 @@ def _cauchy_bwd_vw(
     for j0 in range(0, J, BLOCK_J):
         js = j0 + tl.arange(0, BLOCK_J)
         j_ok = js < J
-        yv_re = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
-        yv_im = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
-        yw_re = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
-        yw_im = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
+        zero = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
+        yv_re, yv_im, yw_re, yw_im = zero, zero, zero, zero
+        cv_re, cv_im, cw_re, cw_im = zero, zero, zero, zero  # their compensations (see _add)
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < K
@@ -292,10 +320,11 @@ def _cauchy_bwd_vw(
             gm = j_ok[:, None] & k_ok[None, :]
             gr = tl.load(g_re_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, :, None]
             gi = tl.load(g_im_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, :, None]
-            yv_re += tl.reduce(gr * a[None, :, :] + gi * c[None, :, :], 1, _SUM)
-            yv_im += tl.reduce(gi * e[None, :, :] + gr * b[None, :, :], 1, _SUM)
-            yw_re += tl.reduce(gr * a2[None, :, :] + gi * c2[None, :, :], 1, _SUM)
-            yw_im += tl.reduce(gi * e2[None, :, :] + gr * b2[None, :, :], 1, _SUM)
+            yv_re, cv_re = _add(yv_re, cv_re, tl.reduce(gr * a[None, :, :] + gi * c[None, :, :], 1, _SUM))
+            yv_im, cv_im = _add(yv_im, cv_im, tl.reduce(gi * e[None, :, :] + gr * b[None, :, :], 1, _SUM))
+            yw_re, cw_re = _add(yw_re, cw_re, tl.reduce(gr * a2[None, :, :] + gi * c2[None, :, :], 1, _SUM))
+            yw_im, cw_im = _add(yw_im, cw_im, tl.reduce(gi * e2[None, :, :] + gr * b2[None, :, :], 1, _SUM))
+        yv_re, yv_im, yw_re, yw_im = yv_re - cv_re, yv_im - cv_im, yw_re - cw_re, yw_im - cw_im
         v_off = (js[:, None] * R + r) * N + ns[None, :]
         vm = j_ok[:, None] & n_ok[None, :]
         tl.store(gv_re_ptr + v_off, yv_re.to(gv_re_ptr.dtype.element_ty), mask=vm)
@@ -318,12 +347,17 @@ _FUNCTIONS = {
 _KERNELS: dict = {}
 
 
-def _bind(fn, wrap):
-    """``fn`` with the device functions of :data:`_HELPERS` wrapped by ``wrap`` in its globals: a
-    compiled kernel calls compiled (``JITFunction``) ones, an interpreted kernel interpreted ones."""
-    scope = dict(fn.__globals__)
-    scope.update({name: wrap(helper) for name, helper in _HELPERS.items()})
+def _rebind(fn, scope: dict):
     return types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def _bind(fn, wrap):
+    """``fn`` with the device functions of :data:`_HELPERS` wrapped by ``wrap`` in its globals (and
+    in theirs, so that they call each other in the same mode): a compiled kernel calls compiled
+    (``JITFunction``) ones, an interpreted kernel interpreted ones."""
+    scope = dict(fn.__globals__)
+    scope.update({name: wrap(_rebind(helper, scope)) for name, helper in _HELPERS.items()})
+    return _rebind(fn, scope)
 
 
 def kernels(interpret: bool) -> dict:

@@ -160,3 +160,90 @@ def cauchy_layout(v: Tensor, z: Tensor, w: Tensor) -> CauchyLayout:
         lead=lead, split=split, zw_shape=zw_shape, N=v.shape[-1], K=z.shape[-1], real=real_dtype(v, z, w),
         complex_inputs=any(t.is_complex() for t in (v, z, w)),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# FLOP counts of the fused kernels (see longrange.ops.custom_ops for the convention)
+# --------------------------------------------------------------------------------------------
+
+
+def vandermonde_flops(J: int, R: int, M: int, L: int, backward: bool = False) -> int:
+    """Floating-point operations of the Vandermonde product in the canonical layout (weights
+    (J, R, M), modes (R, M), length L), counted on the defining computation: the powers by one
+    complex multiplication (6) per (r, l, m); per term (j, r, l, m) ``Re(w p)`` and its
+    accumulation (4). Backward: the powers again (6 per (r, l, m)); per term ``g conj(p)`` and
+    ``l g conj(p)`` with their accumulations (8); ``l g`` per (j, r, l) (1); ``conj(w) S`` and its
+    sum over j per (j, r, m) (8)."""
+    if backward:
+        return 8 * J * R * L * M + 6 * R * L * M + J * R * L + 8 * J * R * M
+    return 4 * J * R * L * M + 6 * R * L * M
+
+
+def cauchy_flops(J: int, R: int, N: int, K: int, conj_pairs: bool, backward: bool = False, part: str = "all") -> int:
+    """Floating-point operations of the Cauchy product in the canonical layout (v (J, R, N),
+    z (R, K), w (R, N)). Per (r, k, n), the resolvent ρ = 1/(z - w): z - w 2, |z - w|² 3, the
+    reciprocal 1, ρ 2; with ``conj_pairs`` also σ = 1/(z - conj(w)) (6) and the four sums that
+    combine them (4): 8 or 18. Per term (j, r, k, n), one complex multiply-add: 8.
+
+    Backward (``part="all"``: every gradient in one pass): per (r, k, n) the resolvents and their
+    squares (5 each, 4 more to combine those of a pair): 13 or 32; per term the sums for the
+    gradients of v and w (16) and of z (8); per (j, r, n) ``conj(v) yw`` summed over j (8); per
+    (j, r, k) ``-g conj(t)`` summed over j (8). A pass computing only the gradients of v and w
+    (``part="vw"``) or of z (``part="z"``) counts its own resolvents and terms."""
+    if not backward:
+        return R * K * N * (18 if conj_pairs else 8) + 8 * J * R * K * N
+    resolvents = R * K * N * (32 if conj_pairs else 13)
+    vw, z = 16 * J * R * K * N + 8 * J * R * N, 8 * J * R * K * N + 8 * J * R * K
+    return {"all": resolvents + vw + z, "vw": resolvents + vw, "z": resolvents + z}[part]
+
+
+# --------------------------------------------------------------------------------------------
+# What the numba and Triton operators share (see longrange.ops.custom_ops)
+# --------------------------------------------------------------------------------------------
+
+
+def register_vandermonde_operators(op, backward_op) -> None:
+    """Fake implementations, autograd and FLOP counts of a Vandermonde operator
+    ``(a_re, a_im, w_re, w_im, L) -> (J, R, L)`` and of its backward
+    ``(a_re, a_im, w_re, w_im, grad, L) -> (ga_re, ga_im, gw_re, gw_im)``."""
+    from longrange.ops.custom_ops import register_flops
+
+    op.register_fake(lambda a_re, a_im, w_re, w_im, L: w_re.new_empty(*w_re.shape[:2], L))
+    backward_op.register_fake(lambda a_re, a_im, w_re, w_im, grad, L: (
+        a_re.new_empty(a_re.shape), a_re.new_empty(a_re.shape), w_re.new_empty(w_re.shape), w_re.new_empty(w_re.shape)))
+
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs[:4])
+        ctx.L = inputs[4]
+
+    def backward(ctx, grad: Tensor):
+        grads = backward_op(*ctx.saved_tensors, grad, ctx.L)
+        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
+
+    op.register_autograd(backward, setup_context=setup_context)
+    register_flops(op, lambda a_re, a_im, w_re, w_im, L: vandermonde_flops(*w_re, L))
+    register_flops(backward_op, lambda a_re, a_im, w_re, w_im, grad, L: vandermonde_flops(*w_re, L, backward=True))
+
+
+def register_cauchy_operator(op, backward) -> None:
+    """Fake implementation, autograd and FLOP count of a Cauchy operator
+    ``(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs) -> (out_re, out_im)``; ``backward(ctx,
+    saved tensors, g_re, g_im)`` returns the six gradients (``ctx.conj_pairs``,
+    ``ctx.needs_input_grad`` as usual); the backward operator registers its own."""
+    from longrange.ops.custom_ops import register_flops
+
+    def fake(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs):
+        shape = (*v_re.shape[:2], z_re.shape[1])
+        return v_re.new_empty(shape), v_re.new_empty(shape)
+
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(*inputs[:6])
+        ctx.conj_pairs = inputs[6]
+
+    def backward_(ctx, g_re: Tensor, g_im: Tensor):
+        grads = backward(ctx, ctx.saved_tensors, g_re, g_im)
+        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
+
+    op.register_fake(fake)
+    op.register_autograd(backward_, setup_context=setup_context)
+    register_flops(op, lambda v_re, v_im, z_re, z_im, w_re, w_im, conj: cauchy_flops(*v_re, z_re[1], conj))

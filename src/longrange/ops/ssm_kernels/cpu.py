@@ -15,7 +15,9 @@ the canonical layouts of :mod:`longrange.ops.ssm_kernels.common`, in parallel ov
   1/(z - conj(w)) for conjugate pairs) are computed once per pole w and applied to every vector
   v[j]; the conjugate partners are summed in the same pass.
 
-The backward passes are hand-written (:class:`_NumbaVandermonde`, :class:`_NumbaCauchy`): they
+Both products are PyTorch operators (``torch.ops.longrange.vandermonde_numba``, ``cauchy_numba``;
+see :mod:`longrange.ops.custom_ops`) taking complex tensors as real and imaginary parts. The
+backward passes are hand-written (the operators ``*_backward``): they
 recompute the powers or resolvents instead of storing any (…, N, L) or (…, K, N) tensor, and are
 deterministic: every output is written by one task, partial sums are added by the caller in a
 fixed order, and the division into tasks does not depend on the number of threads, so neither do
@@ -35,7 +37,16 @@ import torch
 from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels, use_threads as _use_threads
-from longrange.ops.ssm_kernels.common import VANDERMONDE, cauchy_layout, complex_dtype, vandermonde_layout
+from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.ssm_kernels.common import (
+    VANDERMONDE,
+    cauchy_flops,
+    cauchy_layout,
+    complex_dtype,
+    register_cauchy_operator,
+    register_vandermonde_operators,
+    vandermonde_layout,
+)
 
 #: Positions per block of the Vandermonde kernels (the size of the table of powers).
 VANDERMONDE_BLOCK = 64
@@ -83,10 +94,20 @@ def _split(t: Tensor, dtype: torch.dtype) -> tuple:
     return _np(t.real.to(dtype).contiguous()), _np(t.imag.to(dtype).contiguous())
 
 
-def _kernels_or_raise(op: str, *tensors: Tensor) -> ModuleType:
+def _contiguous(*tensors: Tensor) -> list:
+    """NumPy views of contiguous copies (where needed) of CPU tensors."""
+    return [_np(t.contiguous()) for t in tensors]
+
+
+def _kernels(op: str = "vandermonde_kernel and cauchy") -> ModuleType:
     k = _load()
     if k is None:
         raise RuntimeError(f"{op}: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
+    return k
+
+
+def _kernels_or_raise(op: str, *tensors: Tensor) -> ModuleType:
+    k = _kernels(op)
     devices = sorted({t.device.type for t in tensors})
     if devices != ["cpu"]:
         raise RuntimeError(f"{op}: impl='numba' runs on CPU tensors only, got tensors on {devices}")
@@ -98,47 +119,46 @@ def _kernels_or_raise(op: str, *tensors: Tensor) -> ModuleType:
 # --------------------------------------------------------------------------------------------
 
 
-class _NumbaVandermonde(torch.autograd.Function):
-    """(a (R, M), w (J, R, M), L) complex -> (J, R, L) real, in the compute dtype of the inputs."""
-
-    @staticmethod
-    def forward(ctx, a: Tensor, w: Tensor, L: int) -> Tensor:
-        k = _load()
-        real = a.real.dtype
-        J, R, M = w.shape
-        d, D = _steps(a, min(VANDERMONDE_BLOCK, L))
-        out = torch.empty(J, R, L, dtype=real)
-        _use_threads(k)
-        k.vandermonde_forward(*d, *D, *_split(w, real), VANDERMONDE_BLOCK, VANDERMONDE_ROWS_PER_TASK, _np(out))
-        ctx.save_for_backward(a, w)
-        ctx.L = L
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):
-        k = _load()
-        a, w = ctx.saved_tensors
-        L = ctx.L
-        real = a.real.dtype
-        J, R, M = w.shape
-        groups = -(-J // VANDERMONDE_ROWS_PER_TASK)
-        d, D = _steps(a, min(VANDERMONDE_BLOCK, L))
-        gw_re, gw_im = (torch.empty(J, R, M, dtype=real) for _ in range(2))
-        ga_re, ga_im = (torch.empty(R, groups, M, dtype=torch.float64) for _ in range(2))
-        _use_threads(k)
-        k.vandermonde_backward(
-            *d, *D, *_split(w, real), _np(grad.to(real).contiguous()), VANDERMONDE_BLOCK, VANDERMONDE_ROWS_PER_TASK,
-            _np(gw_re), _np(gw_im), _np(ga_re), _np(ga_im),
-        )
-        grad_a = torch.complex(ga_re.sum(1), ga_im.sum(1)).to(a.dtype) if ctx.needs_input_grad[0] else None
-        grad_w = torch.complex(gw_re, gw_im) if ctx.needs_input_grad[1] else None
-        return grad_a, grad_w, None
+@torch.library.custom_op(qualname("vandermonde_numba"), mutates_args=(), device_types="cpu")
+def _vandermonde_op(a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, L: int) -> Tensor:
+    """Modes a (R, M) and weights w (J, R, M) as real and imaginary parts of one real dtype ->
+    (J, R, L) in that dtype."""
+    k = _kernels()
+    J, R, M = w_re.shape
+    d, D = _steps(a_re, a_im, min(VANDERMONDE_BLOCK, L))
+    out = w_re.new_empty(J, R, L)
+    _use_threads(k)
+    k.vandermonde_forward(*d, *D, _np(w_re.contiguous()), _np(w_im.contiguous()), VANDERMONDE_BLOCK,
+                          VANDERMONDE_ROWS_PER_TASK, _np(out))
+    return out
 
 
-def _steps(a: Tensor, block: int) -> tuple[tuple, tuple]:
+@torch.library.custom_op(qualname("vandermonde_numba_backward"), mutates_args=(), device_types="cpu")
+def _vandermonde_backward_op(
+    a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, grad: Tensor, L: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The gradients (a_re, a_im, w_re, w_im) of :func:`_vandermonde_op` for the output gradient ``grad``."""
+    k = _kernels()
+    real = w_re.dtype
+    J, R, M = w_re.shape
+    groups = -(-J // VANDERMONDE_ROWS_PER_TASK)
+    d, D = _steps(a_re, a_im, min(VANDERMONDE_BLOCK, L))
+    gw_re, gw_im = (w_re.new_empty(J, R, M) for _ in range(2))
+    ga_re, ga_im = (torch.empty(R, groups, M, dtype=torch.float64) for _ in range(2))
+    _use_threads(k)
+    k.vandermonde_backward(
+        *d, *D, _np(w_re.contiguous()), _np(w_im.contiguous()), _np(grad.to(real).contiguous()), VANDERMONDE_BLOCK,
+        VANDERMONDE_ROWS_PER_TASK, _np(gw_re), _np(gw_im), _np(ga_re), _np(ga_im),
+    )
+    return ga_re.sum(1).to(real), ga_im.sum(1).to(real), gw_re, gw_im
+
+
+register_vandermonde_operators(_vandermonde_op, _vandermonde_backward_op)
+
+
+def _steps(a_re: Tensor, a_im: Tensor, block: int) -> tuple[tuple, tuple]:
     """(d, D) as NumPy (real, imaginary) pairs in float64: d = exp(a), D = exp(block · a)."""
-    a64 = a.detach().to(torch.complex128)
+    a64 = torch.complex(a_re.detach().to(torch.float64), a_im.detach().to(torch.float64))
     return _split(torch.exp(a64), torch.float64), _split(torch.exp(block * a64), torch.float64)
 
 
@@ -148,7 +168,7 @@ def vandermonde_numba(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
     _kernels_or_raise(VANDERMONDE + "_kernel", log_dA, W)
     layout = vandermonde_layout(log_dA, W, L)
     a, w = layout.to_canonical(log_dA, W)
-    return layout.from_canonical(_NumbaVandermonde.apply(a, w, L))
+    return layout.from_canonical(_vandermonde_op(a.real, a.imag, w.real, w.imag, L))
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,48 +188,59 @@ def _points_per_task(R: int, K: int) -> int:
     return max(1, -(-K // blocks))
 
 
-class _NumbaCauchy(torch.autograd.Function):
-    """(v (J, R, N), z (R, K), w (R, N), conj_pairs) complex -> (J, R, K) complex."""
+@torch.library.custom_op(qualname("cauchy_numba"), mutates_args=(), device_types="cpu")
+def _cauchy_op(
+    v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, conj_pairs: bool,
+) -> tuple[Tensor, Tensor]:
+    """v (J, R, N), z (R, K), w (R, N) as real and imaginary parts of one real dtype -> the real
+    and imaginary parts of the (J, R, K) sum."""
+    k = _kernels()
+    J, R, N = v_re.shape
+    K = z_re.shape[1]
+    _use_threads(k)
+    block = _points_per_task(R, K)
+    out_re, out_im = (v_re.new_empty(J, R, K) for _ in range(2))
+    k.cauchy_forward(*_contiguous(v_re, v_im, z_re, z_im, w_re, w_im), bool(conj_pairs), block, _np(out_re), _np(out_im))
+    return out_re, out_im
 
-    @staticmethod
-    def forward(ctx, v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool) -> Tensor:
-        k = _load()
-        real = v.real.dtype
-        J, R, N = v.shape
-        K = z.shape[1]
-        _use_threads(k)
-        block = _points_per_task(R, K)
-        out_re, out_im = (torch.empty(J, R, K, dtype=real) for _ in range(2))
-        k.cauchy_forward(*_split(v, real), *_split(z, real), *_split(w, real), bool(conj_pairs), block, _np(out_re), _np(out_im))
-        ctx.save_for_backward(v, z, w)
-        ctx.conj_pairs = bool(conj_pairs)
-        return torch.complex(out_re, out_im)
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):
-        k = _load()
-        v, z, w = ctx.saved_tensors
-        real = v.real.dtype
-        J, R, N = v.shape
-        K = z.shape[1]
-        _use_threads(k)
-        block = _points_per_task(R, K)
-        blocks = -(-K // block)
-        gv_re, gv_im = (torch.empty(blocks, J, R, N, dtype=real) for _ in range(2))
-        gw_re, gw_im = (torch.empty(blocks, R, N, dtype=real) for _ in range(2))
-        gz_re, gz_im = (torch.empty(R, K, dtype=real) for _ in range(2))
-        k.cauchy_backward(
-            *_split(v, real), *_split(z, real), *_split(w, real), *_split(grad, real), ctx.conj_pairs, block,
-            _np(gv_re), _np(gv_im), _np(gw_re), _np(gw_im), _np(gz_re), _np(gz_im),
-        )
-        need = ctx.needs_input_grad
-        return (
-            torch.complex(gv_re.sum(0), gv_im.sum(0)) if need[0] else None,
-            torch.complex(gz_re, gz_im) if need[1] else None,
-            torch.complex(gw_re.sum(0), gw_im.sum(0)) if need[2] else None,
-            None,
-        )
+@torch.library.custom_op(qualname("cauchy_numba_backward"), mutates_args=(), device_types="cpu")
+def _cauchy_backward_op(
+    v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, g_re: Tensor, g_im: Tensor,
+    conj_pairs: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients (v_re, v_im, z_re, z_im, w_re, w_im) of :func:`_cauchy_op` for the output
+    gradients ``g_re``, ``g_im``."""
+    k = _kernels()
+    J, R, N = v_re.shape
+    K = z_re.shape[1]
+    _use_threads(k)
+    block = _points_per_task(R, K)
+    blocks = -(-K // block)
+    partial = torch.float64  # the kernels' partial sums over blocks of points (PARTIAL_SUM_DTYPE)
+    gv_re, gv_im = (v_re.new_empty(blocks, J, R, N, dtype=partial) for _ in range(2))
+    gw_re, gw_im = (v_re.new_empty(blocks, R, N, dtype=partial) for _ in range(2))
+    gz_re, gz_im = (v_re.new_empty(R, K) for _ in range(2))
+    k.cauchy_backward(
+        *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im), bool(conj_pairs), block,
+        _np(gv_re), _np(gv_im), _np(gw_re), _np(gw_im), _np(gz_re), _np(gz_im),
+    )
+    real = v_re.dtype
+    return gv_re.sum(0).to(real), gv_im.sum(0).to(real), gz_re, gz_im, gw_re.sum(0).to(real), gw_im.sum(0).to(real)
+
+
+@_cauchy_backward_op.register_fake
+def _(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj_pairs):
+    return tuple(t.new_empty(t.shape) for t in (v_re, v_im, z_re, z_im, w_re, w_im))
+
+
+register_cauchy_operator(
+    _cauchy_op, lambda ctx, saved, g_re, g_im: _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs),
+)
+register_flops(
+    _cauchy_backward_op,
+    lambda v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj: cauchy_flops(*v_re, z_re[1], conj, backward=True),
+)
 
 
 def cauchy_numba(v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool = False) -> Tensor:
@@ -220,7 +251,8 @@ def cauchy_numba(v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool = False) -> T
     if layout.R * layout.J == 0 or layout.K == 0:
         return layout.from_canonical(torch.zeros(layout.J, layout.R, layout.K, dtype=complex_dtype(layout.real)))
     vc, zc, wc = layout.to_canonical(v, z, w)
-    return layout.from_canonical(_NumbaCauchy.apply(vc, zc, wc, conj_pairs))
+    out_re, out_im = _cauchy_op(vc.real, vc.imag, zc.real, zc.imag, wc.real, wc.imag, bool(conj_pairs))
+    return layout.from_canonical(torch.complex(out_re, out_im))
 
 
 __all__ = ["cauchy_numba", "numba_available", "unavailable_reason", "vandermonde_numba", "warm_up"]

@@ -84,28 +84,36 @@ def _check_impl(op: str, impl: str) -> None:
         raise ValueError(f"{_FUNCTION[op]}: unknown impl {impl!r}; expected one of {('auto', *IMPLS[op])}")
 
 
+def _runs(impl: str, device: torch.device) -> bool:
+    """Whether ``impl`` can run on ``device`` here (cheap, and traceable by torch.compile: no messages)."""
+    if impl == "numba":
+        return cpu.numba_available(device)
+    if impl == "triton":
+        return triton_kernels.triton_available(device)
+    if impl == "pykeops":
+        return keops.keops_available(device)
+    return True
+
+
 def unavailable_reason(op: str, impl: str, device: torch.device | str) -> str | None:
     """Why implementation ``impl`` of ``op`` cannot run on ``device`` here, or None if it can."""
     _check_impl(op, impl)
     device = torch.device(device)
-    if impl in ("ref", "chunked"):
+    if _runs(impl, device):
         return None
     if impl == "numba":
-        if device.type != "cpu":
-            return "it runs on CPU tensors only"
-        return None if cpu.numba_available(device) else f"numba does not import ({cpu.unavailable_reason()})"
+        return "it runs on CPU tensors only" if device.type != "cpu" else f"numba does not import ({cpu.unavailable_reason()})"
     if impl == "triton":
         return triton_kernels.unavailable_reason(device)
-    if impl == "pykeops":
-        return None if keops.keops_available(device) else f"it needs CUDA tensors and a usable pykeops ({keops.unavailable_reason()})"
-    raise AssertionError(impl)  # pragma: no cover
+    return f"it needs CUDA tensors and a usable pykeops ({keops.unavailable_reason()})"
 
 
 def available_impls(op: str, device: torch.device | str) -> list[str]:
     """The implementations of ``op`` that can run on ``device`` here, in ``"auto"``'s order of
     preference (``ref`` last)."""
     _check_op(op)
-    return [impl for impl in IMPLS[op] if unavailable_reason(op, impl, device) is None]
+    device = torch.device(device)
+    return [impl for impl in IMPLS[op] if _runs(impl, device)]
 
 
 def deterministic_impls(op: str, device: torch.device | str) -> list[str]:
@@ -157,10 +165,9 @@ def resolve_impl(op: str, impl: str | None, device: torch.device | str) -> str:
     device = torch.device(device)
     if impl == "auto":
         return auto_impl(op, device)
-    reason = unavailable_reason(op, impl, device)
-    if reason is not None:
+    if not _runs(impl, device):
         raise RuntimeError(
-            f"{_FUNCTION[op]}: impl={impl!r} cannot run on {device.type}: {reason}; "
+            f"{_FUNCTION[op]}: impl={impl!r} cannot run on {device.type}: {unavailable_reason(op, impl, device)}; "
             f"available here: {', '.join(available_impls(op, device))}"
         )
     if torch.are_deterministic_algorithms_enabled() and not DETERMINISTIC_BACKWARD[op][impl]:

@@ -2,8 +2,9 @@
 
 :func:`vandermonde_triton` and :func:`cauchy_triton` take the arguments of
 :func:`longrange.ops.ssm_kernels.vandermonde_kernel` and :func:`~longrange.ops.ssm_kernels.cauchy`
-(checked by the caller), forward and backward (:class:`_TritonVandermonde`,
-:class:`_TritonCauchy`); the kernels are in :mod:`longrange.ops.ssm_kernels._triton_kernels`.
+(checked by the caller), forward and backward, as the PyTorch operators
+``torch.ops.longrange.vandermonde_triton``, ``cauchy_triton`` and their ``*_backward`` (see
+:mod:`longrange.ops.custom_ops`); the kernels are in :mod:`longrange.ops.ssm_kernels._triton_kernels`.
 They recompute the powers or resolvents in the backward pass instead of storing (…, N, L) or
 (…, K, N) tensors, use no atomics (deterministic), and compute in float32 (float64 if an input is
 double precision); the first power of each tile of positions is taken in float64, so the powers
@@ -18,17 +19,26 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from longrange.ops._lazy_kernels import LazyKernels, triton_interpret_requested, triton_runs_on
-from longrange.ops.ssm_kernels.common import cauchy_layout, complex_dtype, vandermonde_layout
+from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.ssm_kernels.common import (
+    cauchy_flops,
+    cauchy_layout,
+    complex_dtype,
+    register_cauchy_operator,
+    register_vandermonde_operators,
+    vandermonde_layout,
+)
 
 #: Tile sizes per mode. GPU: tiles of at most 4096 elements (blocks of rows/vectors times
 #: positions/points times modes/poles), a first choice that fits the registers, not tuned on
-#: hardware. Interpreter: small tiles, so that the tests cross tile edges.
+#: hardware. Interpreter: small tiles, so that the tests cross tile edges. ``float64``: compute
+#: in float64 also for float32 inputs (the results rounded once to float32; see
+#: docs/performance.md for the accuracy of both; not timed on a GPU yet).
 DEFAULT_CONFIG = {
-    "gpu": dict(block_j=4, block_m=32, tile=4096, num_warps=4),
-    "interpret": dict(block_j=2, block_m=4, tile=64, num_warps=1),
+    "gpu": dict(block_j=4, block_m=32, tile=4096, num_warps=4, float64=False),
+    "interpret": dict(block_j=2, block_m=4, tile=64, num_warps=1, float64=False),
 }
 
 _KERNELS = LazyKernels("longrange.ops.ssm_kernels._triton_kernels")
@@ -67,13 +77,14 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def _acc(dtype: torch.dtype):
+def _acc(dtype: torch.dtype, cfg: dict):
+    """The kernels' compute dtype: float64 for float64 inputs or with ``cfg["float64"]``, else float32."""
     tl = _kernel_module().triton.language
-    return tl.float64 if dtype == torch.float64 else tl.float32
+    return tl.float64 if dtype == torch.float64 or cfg.get("float64") else tl.float32
 
 
-def _parts(t: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    return t.real.to(dtype).contiguous(), t.imag.to(dtype).contiguous()
+def _contiguous(*tensors: Tensor) -> list[Tensor]:
+    return [t.contiguous() for t in tensors]
 
 
 def _blocks(J: int, M: int, cfg: dict) -> tuple[int, int, int]:
@@ -89,49 +100,48 @@ def _blocks(J: int, M: int, cfg: dict) -> tuple[int, int, int]:
 # --------------------------------------------------------------------------------------------
 
 
-class _TritonVandermonde(torch.autograd.Function):
-    """(a (R, M), w (J, R, M), L) complex -> (J, R, L) real."""
+@torch.library.custom_op(qualname("vandermonde_triton"), mutates_args=())
+def _vandermonde_op(a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, L: int) -> Tensor:
+    """Modes a (R, M) and weights w (J, R, M) as real and imaginary parts of one real dtype ->
+    (J, R, L) in that dtype."""
+    real = w_re.dtype
+    J, R, M = w_re.shape
+    cfg, interpreting = _config(w_re.device)
+    bj, bm, bl = _blocks(J, M, cfg)
+    a_re, a_im = (t.to(torch.float64).contiguous() for t in (a_re, a_im))
+    w_re, w_im = w_re.contiguous(), w_im.contiguous()
+    out = torch.empty(J, R, L, dtype=real, device=w_re.device)
+    k = _kernel_module().kernels(interpreting)["vandermonde_fwd"]
+    k[(R, -(-J // bj), -(-L // bl))](
+        a_re, a_im, w_re, w_im, out, J, R, M, L,
+        BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, BLOCK_S=min(16, bl), ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
+    )
+    return out
 
-    @staticmethod
-    def forward(ctx, a: Tensor, w: Tensor, L: int) -> Tensor:
-        real = a.real.dtype
-        J, R, M = w.shape
-        cfg, interpreting = _config(a.device)
-        bj, bm, bl = _blocks(J, M, cfg)
-        a_re, a_im = _parts(a, torch.float64)
-        w_re, w_im = _parts(w, real)
-        out = torch.empty(J, R, L, dtype=real, device=a.device)
-        k = _kernel_module().kernels(interpreting)["vandermonde_fwd"]
-        k[(R, -(-J // bj), -(-L // bl))](
-            a_re, a_im, w_re, w_im, out, J, R, M, L,
-            BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, ACC=_acc(real), num_warps=cfg["num_warps"],
-        )
-        ctx.save_for_backward(a, w)
-        ctx.L = L
-        return out
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor):
-        a, w = ctx.saved_tensors
-        L = ctx.L
-        real = a.real.dtype
-        J, R, M = w.shape
-        cfg, interpreting = _config(a.device)
-        bj, bm, bl = _blocks(J, M, cfg)
-        j_blocks = -(-J // bj)
-        a_re, a_im = _parts(a, torch.float64)
-        w_re, w_im = _parts(w, real)
-        gw_re, gw_im = (torch.empty(J, R, M, dtype=real, device=a.device) for _ in range(2))
-        ga_re, ga_im = (torch.empty(R, j_blocks, M, dtype=real, device=a.device) for _ in range(2))
-        k = _kernel_module().kernels(interpreting)["vandermonde_bwd"]
-        k[(R, j_blocks, -(-M // bm))](
-            a_re, a_im, w_re, w_im, grad.to(real).contiguous(), gw_re, gw_im, ga_re, ga_im, J, R, M, L, j_blocks,
-            BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, ACC=_acc(real), num_warps=cfg["num_warps"],
-        )
-        grad_a = torch.complex(ga_re.sum(1), ga_im.sum(1)) if ctx.needs_input_grad[0] else None
-        grad_w = torch.complex(gw_re, gw_im) if ctx.needs_input_grad[1] else None
-        return grad_a, grad_w, None
+@torch.library.custom_op(qualname("vandermonde_triton_backward"), mutates_args=())
+def _vandermonde_backward_op(
+    a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, grad: Tensor, L: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The gradients (a_re, a_im, w_re, w_im) of :func:`_vandermonde_op` for the output gradient ``grad``."""
+    real = w_re.dtype
+    J, R, M = w_re.shape
+    cfg, interpreting = _config(w_re.device)
+    bj, bm, bl = _blocks(J, M, cfg)
+    j_blocks = -(-J // bj)
+    a_re, a_im = (t.to(torch.float64).contiguous() for t in (a_re, a_im))
+    w_re, w_im = w_re.contiguous(), w_im.contiguous()
+    gw_re, gw_im = (torch.empty(J, R, M, dtype=real, device=w_re.device) for _ in range(2))
+    ga_re, ga_im = (torch.empty(R, j_blocks, M, dtype=real, device=w_re.device) for _ in range(2))
+    k = _kernel_module().kernels(interpreting)["vandermonde_bwd"]
+    k[(R, j_blocks, -(-M // bm))](
+        a_re, a_im, w_re, w_im, grad.to(real).contiguous(), gw_re, gw_im, ga_re, ga_im, J, R, M, L, j_blocks,
+        BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, BLOCK_S=min(16, bl), ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
+    )
+    return ga_re.sum(1), ga_im.sum(1), gw_re, gw_im
+
+
+register_vandermonde_operators(_vandermonde_op, _vandermonde_backward_op)
 
 
 def vandermonde_triton(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
@@ -142,7 +152,7 @@ def vandermonde_triton(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
     a, w = layout.to_canonical(log_dA, W)
     if a.numel() == 0 or w.numel() == 0:  # nothing to launch over
         return layout.from_canonical(torch.zeros(layout.J, layout.R, L, dtype=layout.real, device=W.device))
-    return layout.from_canonical(_TritonVandermonde.apply(a, w, L))
+    return layout.from_canonical(_vandermonde_op(a.real, a.imag, w.real, w.imag, L))
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,51 +160,78 @@ def vandermonde_triton(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-class _TritonCauchy(torch.autograd.Function):
-    """(v (J, R, N), z (R, K), w (R, N), conj_pairs) complex -> (J, R, K) complex."""
+@torch.library.custom_op(qualname("cauchy_triton"), mutates_args=())
+def _cauchy_op(
+    v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, conj_pairs: bool,
+) -> tuple[Tensor, Tensor]:
+    """v (J, R, N), z (R, K), w (R, N) as real and imaginary parts of one real dtype -> the real
+    and imaginary parts of the (J, R, K) sum."""
+    real = v_re.dtype
+    J, R, N = v_re.shape
+    K = z_re.shape[1]
+    cfg, interpreting = _config(v_re.device)
+    bj, bn, bk = _blocks(J, N, cfg)
+    out_re, out_im = (torch.empty(J, R, K, dtype=real, device=v_re.device) for _ in range(2))
+    k = _kernel_module().kernels(interpreting)["cauchy_fwd"]
+    k[(R, -(-K // bk), -(-J // bj))](
+        *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im), out_re, out_im, J, R, N, K,
+        CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
+    )
+    return out_re, out_im
 
-    @staticmethod
-    def forward(ctx, v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool) -> Tensor:
-        real = v.real.dtype
-        J, R, N = v.shape
-        K = z.shape[1]
-        cfg, interpreting = _config(v.device)
-        bj, bn, bk = _blocks(J, N, cfg)
-        out_re, out_im = (torch.empty(J, R, K, dtype=real, device=v.device) for _ in range(2))
-        k = _kernel_module().kernels(interpreting)["cauchy_fwd"]
-        k[(R, -(-K // bk), -(-J // bj))](
-            *_parts(v, real), *_parts(z, real), *_parts(w, real), out_re, out_im, J, R, N, K,
-            CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real), num_warps=cfg["num_warps"],
-        )
-        ctx.save_for_backward(v, z, w)
-        ctx.conj_pairs = bool(conj_pairs)
-        return torch.complex(out_re, out_im)
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor):
-        v, z, w = ctx.saved_tensors
-        real = v.real.dtype
-        J, R, N = v.shape
-        K = z.shape[1]
-        cfg, interpreting = _config(v.device)
-        bj, bn, bk = _blocks(J, N, cfg)
-        ks = _kernel_module().kernels(interpreting)
-        args = (*_parts(v, real), *_parts(z, real), *_parts(w, real), *_parts(grad, real))
-        meta = dict(CONJ=ctx.conj_pairs, BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real), num_warps=cfg["num_warps"])
-        need = ctx.needs_input_grad
-        grad_v = grad_z = grad_w = None
-        if need[1]:
-            gz_re, gz_im = (torch.empty(R, K, dtype=real, device=v.device) for _ in range(2))
-            ks["cauchy_bwd_z"][(R, -(-K // bk))](*args, gz_re, gz_im, J, R, N, K, **meta)
-            grad_z = torch.complex(gz_re, gz_im)
-        if need[0] or need[2]:
-            gv_re, gv_im = (torch.empty(J, R, N, dtype=real, device=v.device) for _ in range(2))
-            gw_re, gw_im = (torch.empty(R, N, dtype=real, device=v.device) for _ in range(2))
-            ks["cauchy_bwd_vw"][(R, -(-N // bn))](*args, gv_re, gv_im, gw_re, gw_im, J, R, N, K, **meta)
-            grad_v = torch.complex(gv_re, gv_im) if need[0] else None
-            grad_w = torch.complex(gw_re, gw_im) if need[2] else None
-        return grad_v, grad_z, grad_w, None
+@torch.library.custom_op(qualname("cauchy_triton_backward"), mutates_args=())
+def _cauchy_backward_op(
+    v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, g_re: Tensor, g_im: Tensor,
+    conj_pairs: bool, need_vw: bool, need_z: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients (v_re, v_im, z_re, z_im, w_re, w_im) of :func:`_cauchy_op` for the output
+    gradients ``g_re``, ``g_im``: those of v and w only with ``need_vw``, of z only with ``need_z``
+    (empty tensors otherwise; each takes its own kernel)."""
+    real = v_re.dtype
+    J, R, N = v_re.shape
+    K = z_re.shape[1]
+    dev = v_re.device
+    cfg, interpreting = _config(dev)
+    bj, bn, bk = _blocks(J, N, cfg)
+    ks = _kernel_module().kernels(interpreting)
+    args = _contiguous(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im)
+    meta = dict(CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real, cfg), num_warps=cfg["num_warps"])
+    gv_re, gv_im, gz_re, gz_im, gw_re, gw_im = _cauchy_grads(v_re, z_re, w_re, need_vw, need_z)
+    if need_z:
+        ks["cauchy_bwd_z"][(R, -(-K // bk))](*args, gz_re, gz_im, J, R, N, K, **meta)
+    if need_vw:
+        ks["cauchy_bwd_vw"][(R, -(-N // bn))](*args, gv_re, gv_im, gw_re, gw_im, J, R, N, K, **meta)
+    return gv_re, gv_im, gz_re, gz_im, gw_re, gw_im
+
+
+def _cauchy_grads(v: Tensor, z: Tensor, w: Tensor, need_vw: bool, need_z: bool) -> tuple[Tensor, ...]:
+    """Empty gradients (v_re, v_im, z_re, z_im, w_re, w_im) for :func:`_cauchy_backward_op`: of
+    the inputs' shapes where asked for, of none otherwise."""
+    def empty(t: Tensor, needed: bool) -> Tensor:
+        return t.new_empty(t.shape if needed else (0,))
+
+    return (empty(v, need_vw), empty(v, need_vw), empty(z, need_z), empty(z, need_z), empty(w, need_vw), empty(w, need_vw))
+
+
+@_cauchy_backward_op.register_fake
+def _(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj_pairs, need_vw, need_z):
+    return _cauchy_grads(v_re, z_re, w_re, need_vw, need_z)
+
+
+def _cauchy_backward(ctx, saved: tuple[Tensor, ...], g_re: Tensor, g_im: Tensor):
+    need = ctx.needs_input_grad
+    return _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs, any(need[:2] + need[4:6]), any(need[2:4]))
+
+
+register_cauchy_operator(_cauchy_op, _cauchy_backward)
+register_flops(
+    _cauchy_backward_op,
+    lambda v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj, need_vw, need_z: (
+        need_vw * cauchy_flops(*v_re, z_re[1], conj, backward=True, part="vw")
+        + need_z * cauchy_flops(*v_re, z_re[1], conj, backward=True, part="z")
+    ),
+)
 
 
 def cauchy_triton(v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool = False) -> Tensor:
@@ -206,4 +243,5 @@ def cauchy_triton(v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool = False) -> 
         zero = torch.zeros(layout.J, layout.R, layout.K, dtype=complex_dtype(layout.real), device=v.device)
         return layout.from_canonical(zero)
     vc, zc, wc = layout.to_canonical(v, z, w)
-    return layout.from_canonical(_TritonCauchy.apply(vc, zc, wc, conj_pairs))
+    out_re, out_im = _cauchy_op(vc.real, vc.imag, zc.real, zc.imag, wc.real, wc.imag, bool(conj_pairs))
+    return layout.from_canonical(torch.complex(out_re, out_im))

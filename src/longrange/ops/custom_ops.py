@@ -1,0 +1,75 @@
+"""The fused kernels as registered PyTorch operators, in the namespace ``torch.ops.longrange``.
+
+Every fused kernel (the numba and Triton selective scans, the numba and Triton Vandermonde and
+Cauchy products) is a ``torch.library.custom_op`` with, beside its implementation:
+
+- a fake (shape-only) implementation, so that ``FakeTensorMode``, the ``meta`` device and
+  ``torch.compile`` trace through it without running it;
+- its backward, registered with ``register_autograd`` as a second operator
+  (``<name>_backward``), so that autograd, AOTAutograd and ``torch.compile`` see the backward as
+  one opaque call as well;
+- its FLOP count, registered for ``torch.utils.flop_counter.FlopCounterMode``.
+
+The operators are the kernels' boundary only: the public functions
+(:func:`longrange.ops.scan.selective_scan`, :func:`longrange.ops.ssm_kernels.vandermonde_kernel`,
+:func:`~longrange.ops.ssm_kernels.cauchy`) check their arguments, choose the implementation,
+report it to :mod:`longrange.ops.used` and bring the inputs to the layout each operator takes
+(complex tensors as their real and imaginary parts). :data:`OPERATORS` lists the forward operators
+by implementation module; :func:`operators` returns them as ``torch.ops`` objects.
+
+FLOPs: each operator counts the real floating-point operations of its kernel's main terms, one per
+addition, multiplication, division or elementary function (exp, log1p, sin, cos), two per
+multiply-add; the formulas are in :func:`longrange.ops.scan.common.scan_flops` and
+:mod:`longrange.ops.ssm_kernels.common` (:func:`~longrange.ops.ssm_kernels.common.vandermonde_flops`,
+:func:`~longrange.ops.ssm_kernels.common.cauchy_flops`). PyTorch's own counter counts only
+matrix products, convolutions and attention, not elementwise operations.
+
+The Triton kernels are ``custom_op``s too, not ``torch.library.triton_op``s: a ``triton_op`` lets
+Inductor see into the kernel, but its launches must be traceable (``wrap_triton``), which the
+kernels run by Triton's CPU interpreter are not (``wrap_triton`` returns them unwrapped), so it
+could be neither run nor tested without a GPU; as an opaque ``custom_op`` the same code runs
+compiled on CUDA and interpreted on the CPU.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+import torch
+from torch.utils.flop_counter import register_flop_formula
+
+#: The namespace of the operators: ``torch.ops.longrange.<name>``.
+NAMESPACE = "longrange"
+
+#: The forward operators by the module that registers them (importing it registers them).
+OPERATORS: dict[str, tuple[str, ...]] = {
+    "longrange.ops.scan.numba": ("selective_scan_numba",),
+    "longrange.ops.scan.triton": ("selective_scan_triton",),
+    "longrange.ops.ssm_kernels.cpu": ("vandermonde_numba", "cauchy_numba"),
+    "longrange.ops.ssm_kernels.triton": ("vandermonde_triton", "cauchy_triton"),
+}
+
+
+def qualname(name: str) -> str:
+    """``"longrange::<name>"``, the name ``torch.library`` registers an operator under."""
+    return f"{NAMESPACE}::{name}"
+
+
+def operators() -> dict[str, torch._ops.OpOverloadPacket]:
+    """Every forward and backward operator, by name (``torch.ops.longrange.<name>``), after
+    importing the modules that register them."""
+    for module in OPERATORS:
+        importlib.import_module(module)
+    namespace = getattr(torch.ops, NAMESPACE)
+    names = [n for group in OPERATORS.values() for n in group]
+    return {name: getattr(namespace, name) for base in names for name in (base, base + "_backward")}
+
+
+def register_flops(op: torch.library.CustomOpDef, formula: Callable[..., int]) -> None:
+    """Count ``formula(*args)`` FLOPs for each call of ``op`` under ``FlopCounterMode``; ``args`` are
+    the operator's arguments with every tensor replaced by its shape (None stays None)."""
+    packet = getattr(getattr(torch.ops, NAMESPACE), op._name)
+
+    @register_flop_formula(packet)
+    def _count(*args, out_shape=None, **kwargs) -> int:
+        return int(formula(*args, **kwargs))

@@ -1,0 +1,346 @@
+"""The fused kernels as PyTorch operators (``torch.ops.longrange``): ``torch.library.opcheck`` (schema,
+autograd registration, fake implementation, AOTAutograd with dynamic shapes) for each, the fake
+implementations' shapes under ``FakeTensorMode`` and on the ``meta`` device, the FLOP counts against
+counts derived by hand, and the public functions under ``torch.compile(fullgraph=True)`` against eager
+mode (values and gradients). The Triton operators run in Triton's interpreter (``TRITON_INTERPRET=1``)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from longrange.ops import custom_ops, used
+from longrange.ops.scan import numba as scan_numba
+from longrange.ops.scan import selective_scan
+from longrange.ops.ssm_kernels import cauchy, cpu, vandermonde_kernel
+
+numba_only = pytest.mark.skipif(not cpu.numba_available(), reason="numba does not import")
+F32, F64 = torch.float32, torch.float64
+
+
+@pytest.fixture
+def interpreter(monkeypatch):
+    """Triton's interpreter for CPU tensors (skips where triton does not import)."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _rand(g: torch.Generator, *shape: int, dtype=F64) -> torch.Tensor:
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def _grad(*tensors):
+    return [t.requires_grad_() if isinstance(t, torch.Tensor) else t for t in tensors]
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments of each operator (the canonical layouts the implementations pass them in)
+# --------------------------------------------------------------------------------------------
+
+
+def scan_numba_args(layout: str, optional: bool, seed: int = 0) -> list:
+    """(u, dt, A, B4, C4, D, z, h0) of ``selective_scan_numba``: b 2, d 4, n 3, l 7."""
+    g = torch.Generator().manual_seed(seed)
+    b, d, n, l = 2, 4, 3, 7
+    bc = {"time-invariant": (d, n), "shared": (b, n, l), "grouped": (b, 2, n, l)}[layout]
+    B4, C4 = (scan_numba._as_4d(_rand(g, *bc), d) for _ in range(2))
+    extra = [_rand(g, d), _rand(g, b, d, l), _rand(g, b, d, n)] if optional else [None, None, None]
+    return _grad(_rand(g, b, d, l), _rand(g, b, d, l).abs() + 0.1, -_rand(g, d, n).abs() - 0.2, B4, C4, *extra)
+
+
+def scan_triton_args(layout: str, optional: bool, seed: int = 0) -> list:
+    """The arguments of ``selective_scan_triton`` (b 2, d 4, n 3, l 7; chunks of 4 positions)."""
+    g = torch.Generator().manual_seed(seed)
+    b, d, n, l = 2, 4, 3, 7
+    bc = {"time-invariant": (d, n), "shared": (b, n, l), "grouped": (b, 2, n, l)}[layout]
+    extra = [_rand(g, d), _rand(g, b, d, l), _rand(g, d), _rand(g, b, d, n)] if optional else [None] * 4
+    tensors = _grad(_rand(g, b, d, l), _rand(g, b, d, l), -_rand(g, d, n).abs() - 0.2, _rand(g, *bc), _rand(g, *bc), *extra)
+    return [*tensors, optional, 2, 4, 1, True]  # softplus, block_d, chunk, num_warps, store_states
+
+
+def vandermonde_args(seed: int = 0) -> list:
+    """(a_re, a_im, w_re, w_im, L): modes (3, 5), weights (2, 3, 5), length 20."""
+    g = torch.Generator().manual_seed(seed)
+    return [*_grad(-_rand(g, 3, 5).abs() * 0.1, _rand(g, 3, 5), _rand(g, 2, 3, 5), _rand(g, 2, 3, 5)), 20]
+
+
+def cauchy_args(conj_pairs: bool, seed: int = 0) -> list:
+    """(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs): v (4, 3, 6), z (3, 10), w (3, 6)."""
+    g = torch.Generator().manual_seed(seed)
+    return [*_grad(_rand(g, 4, 3, 6), _rand(g, 4, 3, 6), _rand(g, 3, 10), _rand(g, 3, 10) + 3, -_rand(g, 3, 6).abs(),
+                   _rand(g, 3, 6)), conj_pairs]
+
+
+# --------------------------------------------------------------------------------------------
+# opcheck
+# --------------------------------------------------------------------------------------------
+
+
+def _opcheck(op, args) -> None:
+    result = torch.library.opcheck(op, args)
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_every_kernel_is_a_registered_operator():
+    ops = custom_ops.operators()
+    from torch.utils.flop_counter import flop_registry
+
+    for name in ("selective_scan_numba", "selective_scan_triton", "vandermonde_numba", "cauchy_numba",
+                 "vandermonde_triton", "cauchy_triton"):
+        for op in (ops[name], ops[name + "_backward"]):
+            assert op in flop_registry, op
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(op.default.name(), "Meta"), f"{op}: no fake implementation"
+
+
+@numba_only
+@pytest.mark.parametrize("layout, optional", [("shared", True), ("time-invariant", False), ("grouped", True)])
+def test_opcheck_scan_numba(layout, optional):
+    _opcheck(scan_numba._scan_op, scan_numba_args(layout, optional))
+
+
+@numba_only
+def test_opcheck_vandermonde_and_cauchy_numba():
+    _opcheck(cpu._vandermonde_op, vandermonde_args())
+    for conj_pairs in (False, True):
+        _opcheck(cpu._cauchy_op, cauchy_args(conj_pairs))
+
+
+@pytest.mark.parametrize("layout, optional", [("shared", True), ("time-invariant", False)])
+def test_opcheck_scan_triton(interpreter, layout, optional):
+    from longrange.ops.scan import triton as scan_triton
+
+    _opcheck(scan_triton._scan_op, scan_triton_args(layout, optional))
+
+
+def test_opcheck_vandermonde_and_cauchy_triton(interpreter):
+    from longrange.ops.ssm_kernels import triton as ssm_triton
+
+    _opcheck(ssm_triton._vandermonde_op, vandermonde_args())
+    for conj_pairs in (False, True):
+        _opcheck(ssm_triton._cauchy_op, cauchy_args(conj_pairs))
+
+
+def _backward_args(op, args: list, *extra) -> list:
+    """The arguments of ``op``'s backward operator: its tensor inputs (detached), output gradients
+    of ones, and ``extra``."""
+    outputs = op(*args)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    tensors = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    return tensors, [torch.ones_like(o) for o in outputs], list(extra)
+
+
+@numba_only
+def test_opcheck_numba_backward_operators():
+    tensors, grads, _ = _backward_args(scan_numba._scan_op, scan_numba_args("grouped", True))
+    _opcheck(scan_numba._scan_backward_op, tensors + grads)
+    tensors, grads, _ = _backward_args(cpu._vandermonde_op, vandermonde_args())
+    _opcheck(cpu._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
+    tensors, grads, _ = _backward_args(cpu._cauchy_op, cauchy_args(True))
+    _opcheck(cpu._cauchy_backward_op, tensors[:6] + grads + tensors[6:])
+
+
+def test_opcheck_triton_backward_operators(interpreter):
+    from longrange.ops.scan import triton as scan_triton
+    from longrange.ops.ssm_kernels import triton as ssm_triton
+
+    args = scan_triton_args("shared", True)
+    out, last, states = scan_triton._scan_op(*args)
+    tensors = [a.detach() for a in args[:9]]
+    _opcheck(scan_triton._scan_backward_op, tensors + [states.detach(), torch.ones_like(out), torch.ones_like(last), *args[9:13]])
+    tensors, grads, _ = _backward_args(ssm_triton._cauchy_op, cauchy_args(True))
+    for need_vw, need_z in ((True, True), (False, True)):
+        _opcheck(ssm_triton._cauchy_backward_op, tensors[:6] + grads + [True, need_vw, need_z])
+
+
+# --------------------------------------------------------------------------------------------
+# Fake implementations: FakeTensorMode and the meta device
+# --------------------------------------------------------------------------------------------
+
+
+def _meta(args: list) -> list:
+    return [a.detach().to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _assert_like(fake, real) -> None:
+    fake, real = (x if isinstance(x, (tuple, list)) else (x,) for x in (fake, real))
+    assert len(fake) == len(real)
+    for f, r in zip(fake, real):
+        assert (f.shape, f.dtype, f.stride()) == (r.shape, r.dtype, r.stride())
+        assert f.device.type == "meta"
+
+
+@numba_only
+def test_numba_operators_on_the_meta_device_give_the_real_shapes():
+    ops = custom_ops.operators()
+    for args in (scan_numba_args("grouped", True), scan_numba_args("time-invariant", False)):
+        real = ops["selective_scan_numba"](*args)
+        _assert_like(ops["selective_scan_numba"](*_meta(args)), real)
+        grads = [torch.ones_like(real[0]), torch.ones_like(real[1])]
+        back = [*args, *grads]
+        _assert_like(ops["selective_scan_numba_backward"](*_meta(back)), ops["selective_scan_numba_backward"](*back))
+    args = vandermonde_args()
+    real = ops["vandermonde_numba"](*args)
+    _assert_like(ops["vandermonde_numba"](*_meta(args)), real)
+    back = [*args[:4], torch.ones_like(real), args[4]]
+    _assert_like(ops["vandermonde_numba_backward"](*_meta(back)), ops["vandermonde_numba_backward"](*back))
+    args = cauchy_args(True)
+    real = ops["cauchy_numba"](*args)
+    _assert_like(ops["cauchy_numba"](*_meta(args)), real)
+    back = [*args[:6], torch.ones_like(real[0]), torch.ones_like(real[1]), True]
+    _assert_like(ops["cauchy_numba_backward"](*_meta(back)), ops["cauchy_numba_backward"](*back))
+
+
+def test_triton_operators_on_the_meta_device_give_the_real_shapes(interpreter):
+    ops = custom_ops.operators()
+    args = scan_triton_args("shared", True)
+    args[6] = args[6].detach().float()  # z in float32: the output and gradients follow each input's dtype
+    real = ops["selective_scan_triton"](*args)
+    _assert_like(ops["selective_scan_triton"](*_meta(args)), real)
+    back = [*args[:9], real[2], torch.ones_like(real[0]), torch.ones_like(real[1]), *args[9:13]]
+    _assert_like(ops["selective_scan_triton_backward"](*_meta(back)), ops["selective_scan_triton_backward"](*back))
+    args = cauchy_args(True)
+    real = ops["cauchy_triton"](*args)
+    _assert_like(ops["cauchy_triton"](*_meta(args)), real)
+    for need_vw, need_z in ((True, False), (False, True)):
+        back = [*args[:6], torch.ones_like(real[0]), torch.ones_like(real[1]), True, need_vw, need_z]
+        _assert_like(ops["cauchy_triton_backward"](*_meta(back)), ops["cauchy_triton_backward"](*back))
+
+
+@numba_only
+def test_public_functions_trace_under_fake_tensors_with_the_kernel_they_would_run():
+    """Under FakeTensorMode (CPU fake tensors) the dispatchers choose the numba kernels, as for real
+    CPU tensors, record them, and the fake implementations give the output and gradient shapes."""
+    with FakeTensorMode():
+        u = torch.randn(2, 64, 1024, requires_grad=True)
+        A = -torch.rand(64, 16)
+        B = torch.randn(2, 16, 1024)
+        a = torch.complex(-torch.rand(8, 16), torch.randn(8, 16)).requires_grad_()
+        W = torch.complex(torch.randn(2, 8, 16), torch.randn(2, 8, 16)).requires_grad_()
+        z = torch.complex(torch.rand(513), torch.randn(513))
+        used.reset()
+        y = selective_scan(u, u.abs(), A, B, B)
+        K = vandermonde_kernel(a, W, 1024)
+        c = cauchy(W, z, a, conj_pairs=True)
+        (y.sum() + K.sum() + c.real.sum()).backward()
+        assert y.shape == u.shape and u.grad.shape == u.shape
+        assert K.shape == (2, 8, 1024) and K.dtype == F32
+        assert c.shape == (2, 8, 513) and c.dtype == torch.complex64
+        assert a.grad.shape == a.shape and W.grad.shape == W.shape
+    assert used.kernels() == {"cauchy": "numba", "selective_scan": "numba", "vandermonde": "numba"}
+
+
+# --------------------------------------------------------------------------------------------
+# FLOP counts
+# --------------------------------------------------------------------------------------------
+
+
+def _flops(fn) -> dict[str, int]:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return {str(op).split(".")[-1]: n for op, n in counter.get_flop_counts()["Global"].items()}
+
+
+def _scan_counts(call):
+    """The FLOPs of a forward and backward of ``call(leaves)`` (b 2, d 4, n 3, l 7, with D and z)."""
+    g = torch.Generator().manual_seed(0)
+    b, d, n, l = 2, 4, 3, 7
+    leaves = _grad(_rand(g, b, d, l), _rand(g, b, d, l), -_rand(g, d, n).abs() - 0.2, _rand(g, b, n, l), _rand(g, b, n, l),
+                   _rand(g, d), _rand(g, b, d, l), _rand(g, d))
+    return _flops(lambda: call(leaves).sum().backward())
+
+
+@numba_only
+def test_flops_of_the_numba_scan():
+    counts = _scan_counts(lambda t: selective_scan(*t[:7], impl="numba"))
+    positions = 2 * 4 * 7  # b d l; n = 3
+    # forward: per state element exp(ΔA) 2 + āh + ΔuB 3 + y += Ch 2; per position Δu 1, D 2, gate 5
+    assert counts["selective_scan_numba"] == positions * (3 * 7 + 1 + 2 + 5)
+    # backward: per state element states 5 + output 2 (gated) + adjoint 15; per position 6 + D 2 + gate 11
+    assert counts["selective_scan_numba_backward"] == positions * (3 * 22 + 6 + 2 + 11)
+
+
+def test_flops_of_the_triton_scan(interpreter):
+    counts = _scan_counts(lambda t: selective_scan(*t, delta_softplus=True, impl="triton"))
+    positions = 2 * 4 * 7
+    # as the numba scan's, plus the bias (1) and softplus (2) the kernel applies; backward 1 and 4
+    assert counts["selective_scan_triton"] == positions * (3 * 7 + 1 + 2 + 5 + 1 + 2)
+    assert counts["selective_scan_triton_backward"] == positions * (3 * 22 + 6 + 2 + 11 + 1 + 4)
+
+
+def _ssm_counts(impl: str) -> dict[str, int]:
+    g = torch.Generator().manual_seed(0)
+    cplx = lambda *s: torch.complex(_rand(g, *s), _rand(g, *s))  # noqa: E731
+    a = torch.complex(-_rand(g, 3, 5).abs(), _rand(g, 3, 5)).requires_grad_()
+    W = cplx(2, 3, 5).requires_grad_()
+    v, z, w = cplx(4, 3, 6).requires_grad_(), cplx(3, 10), cplx(3, 6).requires_grad_()
+    counts = _flops(lambda: vandermonde_kernel(a, W, 20, impl=impl).sum().backward())
+    counts.update(_flops(lambda: cauchy(v, z, w, conj_pairs=True, impl=impl).real.sum().backward()))
+    return counts
+
+
+def _vandermonde_and_cauchy_forward(counts: dict[str, int], impl: str) -> None:
+    J, R, M, L = 2, 3, 5, 20
+    # powers: a complex multiplication (6) per (r, l, m); per term Re(w p) 3 and its sum 1
+    assert counts[f"vandermonde_{impl}"] == 6 * R * L * M + 4 * J * R * L * M == 4200
+    # backward: powers 6; per term g conj(p), l g conj(p) and their sums 8; l g per (j, r, l); conj(w) S per (j, r, m)
+    assert counts[f"vandermonde_{impl}_backward"] == 6 * R * L * M + 8 * J * R * L * M + J * R * L + 8 * J * R * M
+    J, R, N, K = 4, 3, 6, 10
+    # resolvents of a conjugate pair per (r, k, n): ρ 8, σ 6, combined 4; per term a complex multiply-add 8
+    assert counts[f"cauchy_{impl}"] == 18 * R * K * N + 8 * J * R * K * N == 9000
+
+
+@numba_only
+def test_flops_of_the_numba_vandermonde_and_cauchy_products():
+    counts = _ssm_counts("numba")
+    _vandermonde_and_cauchy_forward(counts, "numba")
+    J, R, N, K = 4, 3, 6, 10
+    # one pass: resolvents and their squares 32 per (r, k, n); per term 24; conj(v) yw per (j, r, n); g conj(t) per (j, r, k)
+    assert counts["cauchy_numba_backward"] == 32 * R * K * N + 24 * J * R * K * N + 8 * J * R * N + 8 * J * R * K
+
+
+def test_flops_of_the_triton_vandermonde_and_cauchy_products(interpreter):
+    counts = _ssm_counts("triton")
+    _vandermonde_and_cauchy_forward(counts, "triton")
+    J, R, N, K = 4, 3, 6, 10
+    # z needs no gradient: only the pass for v and w runs (resolvents 32, per term 16, per (j, r, n) 8)
+    assert counts["cauchy_triton_backward"] == 32 * R * K * N + 16 * J * R * K * N + 8 * J * R * N
+
+
+# --------------------------------------------------------------------------------------------
+# torch.compile
+# --------------------------------------------------------------------------------------------
+
+
+@numba_only
+def test_compiled_equals_eager(monkeypatch):
+    """The scan, the Vandermonde and the Cauchy products (numba) in one function compiled with
+    ``fullgraph=True`` (no graph break): the values and gradients of eager mode, and the record of
+    which kernel ran."""
+    g = torch.Generator().manual_seed(0)
+    b, d, n, l = 2, 4, 3, 9
+    cplx = lambda *s: torch.complex(_rand(g, *s, dtype=F32), _rand(g, *s, dtype=F32))  # noqa: E731
+    inputs = [_rand(g, b, d, l, dtype=F32), _rand(g, b, d, l, dtype=F32), -_rand(g, d, n, dtype=F32).abs() - 0.2,
+              _rand(g, b, n, l, dtype=F32), _rand(g, b, n, l, dtype=F32), _rand(g, d, dtype=F32),
+              torch.complex(-_rand(g, d, 3, dtype=F32).abs() * 0.1, _rand(g, d, 3, dtype=F32)), cplx(2, d, 3),
+              cplx(d, 5) + 2]
+
+    def step(u, delta, A, B, C, D, a, W, zs):
+        y = selective_scan(u, delta, A, B, C, D, delta_softplus=True)
+        K = vandermonde_kernel(a, W, l)
+        c = cauchy(W, zs, a, conj_pairs=True)
+        return y * K.sum(0) + c.abs().sum(-1).sum(0)[:, None]
+
+    def run(fn):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        used.reset()
+        out = fn(*leaves)
+        out.square().sum().backward()
+        return out.detach(), [t.grad for t in leaves], used.kernels()
+
+    eager = run(step)
+    compiled = run(torch.compile(step, fullgraph=True))
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-5)
+    for c, e in zip(compiled[1], eager[1]):
+        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
+    assert compiled[2] == eager[2] == {"cauchy": "numba", "selective_scan": "numba", "vandermonde": "numba"}
