@@ -1,0 +1,71 @@
+"""benchmarks/recall_spt.py: every setting is a valid comparison, and the paired table computes
+what it says (known differences on planted results)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from longrange.experiment.params import model_size
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "recall_spt.py"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    spec = importlib.util.spec_from_file_location("recall_spt", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_setting_is_a_valid_comparison_of_its_models(harness):
+    for name, s in harness.SETTINGS.items():
+        exps = harness.experiments(name, [0, 1])
+        assert [e.label.split(" ")[0] for e in exps] == s["models"], name
+        for e in exps:
+            assert e.compare.train_subsets == s["labels"] and e.compare.objectives == s["objectives"], name
+            assert e.compare.pretrain_data == s["pretrain_data"] and e.compare.seeds == [0, 1]
+            assert e.model.n_layers == 2 and e.model.direction == "causal"
+            assert e.task.name == harness.TASKS[s["task"]]["name"]
+
+
+def test_parameter_matched_rows_are_within_two_percent_of_the_transformer(harness):
+    transformer = model_size(harness.experiments("ar-small-recall3", [0])[0])["total"]
+    matched = harness.experiments("ar-small-recall3-pmatch", [0])
+    assert [e.label for e in matched] == ["S4D (width 132)", "DLR (width 139)"]
+    for e in matched:
+        assert abs(model_size(e)["total"] / transformer - 1) < 0.02, e.label
+
+
+def test_confirmation_seeds_are_kept_out_of_the_screen(harness, capsys):
+    with pytest.raises(SystemExit):
+        harness.main(["screen", "ar-small-recall3", "--seeds", "0,5"])
+    assert "kept for the confirmation" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        harness.main(["screen", "no-such-setting"])
+
+
+def _row(model, regime, seed, acc, labels=250, stage="final"):
+    return {"setting": "s", "model": model, "regime": regime, "stage": stage, "labels": labels, "seed": seed,
+            "params": 1000, "val": {"accuracy": acc}, "test": {"accuracy": acc / 2}, "metric": "accuracy"}
+
+
+def test_paired_table_on_planted_results(harness):
+    rows = []
+    for seed, (scratch, spt) in enumerate([(0.10, 0.90), (0.20, 0.90), (0.30, 0.90)]):
+        rows += [_row("Transformer", "scratch", seed, scratch), _row("Transformer", "scratch-matched", seed, scratch),
+                 _row("Transformer", "causal-spt-all", seed, spt), _row("Transformer", "masked-spt-all", seed, scratch),
+                 _row("Transformer", "causal-spt-all", seed, 0.5, stage="pretrain")]
+    table = harness.paired_table(rows, "val").splitlines()
+    assert len(table) == 3
+    cells = [c.strip() for c in table[2].strip("|").split("|")]
+    # scratch mean 20.0, SPT 90.0; differences 80, 70, 60: mean +70.0, t(2) 95% interval 70 +- 4.303 * 10 / sqrt(3)
+    assert cells[3:7] == ["20.0", "20.0", "90.0", "20.0"]
+    assert cells[7] == "+70.0 [+45.2, +94.8]"
+    assert cells[8] == "+0.0 [+0.0, +0.0]"
+    assert cells[-1] == "3"
+    test = harness.paired_table(rows, "test", seeds=[0, 1]).splitlines()[2]
+    # the test split (planted as half the validation accuracy), seeds 0 and 1 only: scratch (5 + 10) / 2
+    assert "| 7.5 | 7.5 | 45.0 | 7.5 | +37.5 [+5.7, +69.3] |" in test and test.strip().endswith("| 2 |")
