@@ -75,7 +75,7 @@ def read_listops_inputs(path: Path, vocab: Vocabulary | None, spec: TaskSpec, se
                         truncate: bool = False, **_: Any) -> list[InputRecord]:
     """ListOps sources, labelled (the task's ``Source<TAB>Target``) or not (header ``Source``); ids
     are line numbers."""
-    from longrange.data.listops import HEADER, read_listops_file, tokenize_source
+    from longrange.data.listops import HEADER, encode_source, read_listops_file
     from longrange.data.tsv import check_not_blank, tsv_lines
 
     vocab = _need_vocab(vocab, "listops")
@@ -96,15 +96,9 @@ def read_listops_inputs(path: Path, vocab: Vocabulary | None, spec: TaskSpec, se
         check_not_blank(text, path, number)
         if "\t" in text:
             raise DataFormatError("a file with the header 'Source' holds one column; found a tab", path, number)
-        ids = vocab.encode(tokenize_source(text), path=path, line=number)
-        if not ids:
-            raise DataFormatError("empty Source", path, number)
-        if len(ids) + 1 > seq_len:
-            if not truncate:
-                raise DataFormatError(f"{len(ids)} tokens + <eos> exceed seq_len {seq_len} (raise the task option "
-                                      "seq_len, or cut long sequences with truncate=true)", path, number)
-            ids = ids[: seq_len - 1]
-        records.append(InputRecord(str(number), {"inputs": _tokens(ids + [vocab.eos_id])}))
+        ids = encode_source(text, vocab, seq_len, truncate, path, number,
+                            "raise the task option seq_len, or cut long sequences with truncate=true")
+        records.append(InputRecord(str(number), {"inputs": _tokens(ids)}))
     return records
 
 

@@ -20,20 +20,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from longrange.data.cache import cached
-from longrange.data.tasks import (
-    BadRecords,
-    TaskData,
-    TaskSpec,
-    pack_split,
-    register_task,
-    require_files,
-    task_dir,
-    unpack_split,
-)
+from longrange.data.files import load_split_files, token_spec
+from longrange.data.tasks import BadRecords, TaskData, TaskSpec, pack_split, register_task, task_dir
 from longrange.data.tokenize import Vocabulary
 from longrange.data.tsv import read_tsv
-from longrange.errors import ConfigError, DataFormatError
+from longrange.errors import DataFormatError
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
@@ -65,16 +56,29 @@ def tokenize_source(source: str) -> list[str]:
     return source.replace("(", " ").replace(")", " ").split()
 
 
+#: How to read a sequence longer than seq_len, in the loader's error.
+TOO_LONG_HINT = ("raise the task option seq_len: task.options.seq_len=N, or -o seq_len=N with `longrange data`; "
+                 "or cut long sequences with task.options.truncate=true / -o truncate=true")
+
+
+def encode_source(source: str, vocab: Vocabulary, seq_len: int, truncate: bool, path: Path, number: int,
+                  hint: str) -> list[int]:
+    """The ids of one source followed by ``<eos>``, at most ``seq_len``: an empty source is an error,
+    and so is a longer one unless ``truncate`` (then it is cut to ``seq_len - 1`` tokens before the
+    ``<eos>``, as the S4 pipeline does); errors name ``path`` and line ``number``, ``hint`` says what to do."""
+    ids = vocab.encode(tokenize_source(source), path=path, line=number)
+    if not ids:
+        raise DataFormatError("empty Source", path, number)
+    if len(ids) + 1 > seq_len:
+        if not truncate:
+            raise DataFormatError(f"{len(ids)} tokens + <eos> exceed seq_len {seq_len} ({hint})", path, number)
+        ids = ids[: seq_len - 1]
+    return ids + [vocab.eos_id]
+
+
 def listops_spec(seq_len: int = 2048, truncate: bool = False) -> TaskSpec:
-    if seq_len < 2:
-        raise ConfigError(f"listops option seq_len must be >= 2, got {seq_len}")
-    return TaskSpec(
-        name="listops",
-        input_kind="tokens",
-        seq_len=seq_len,
-        n_classes=10,
-        metric="accuracy",
-        mask_ratio=0.1,
+    return token_spec(
+        "listops", seq_len, n_classes=10, mask_ratio=0.1,
         description="LRA ListOps: value (0-9) of a nested MIN/MAX/MED/SM expression; tokens, + <eos>",
         layout="listops/basic_{train,val,test}.tsv (tab-separated, header Source<TAB>Target; 96k/2k/2k in LRA)",
         obtain=OBTAIN,
@@ -88,8 +92,6 @@ def read_listops_file(path: Path, vocab: Vocabulary, seq_len: int, truncate: boo
     A sequence longer than ``seq_len`` is an error naming its line unless ``truncate`` (then it is
     cut to ``seq_len - 1`` tokens before the ``<eos>``, as the S4 pipeline does).
     """
-    eos = vocab.eos_id
-
     def parse(cols: list[str], number: int) -> tuple[list[int], int]:
         source, target = cols
         try:
@@ -98,17 +100,7 @@ def read_listops_file(path: Path, vocab: Vocabulary, seq_len: int, truncate: boo
             label = -1
         if not 0 <= label <= 9 or target.strip() != target:
             raise DataFormatError(f"Target must be an integer 0-9, found {target!r}", path, number)
-        ids = vocab.encode(tokenize_source(source), path=path, line=number)
-        if not ids:
-            raise DataFormatError("empty Source", path, number)
-        if len(ids) + 1 > seq_len:
-            if not truncate:
-                raise DataFormatError(
-                    f"{len(ids)} tokens + <eos> exceed seq_len {seq_len} "
-                    "(raise the task option seq_len: task.options.seq_len=N, or -o seq_len=N with `longrange data`; "
-                    "or cut long sequences with task.options.truncate=true / -o truncate=true)", path, number)
-            ids = ids[: seq_len - 1]
-        return ids + [eos], label
+        return encode_source(source, vocab, seq_len, truncate, path, number, TOO_LONG_HINT), label
 
     records = read_tsv(path, HEADER, parse, bad, header=HEADER, empty="no samples after the header")
     return [ids for ids, _ in records], [label for _, label in records]
@@ -122,27 +114,19 @@ def listops_expected_paths(data_dir: Path, **options) -> list[Path]:
 def load_listops(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False,
                  seq_len: int = 2048, truncate: bool = False) -> TaskData:
     """Load ListOps from ``data_dir/listops`` (or ``data_dir`` itself when it holds the files)."""
-    paths = listops_expected_paths(data_dir)
-    require_files(paths, OBTAIN)
     vocab = listops_vocabulary()
 
-    def build() -> dict:
-        bad = BadRecords(skip_bad)
+    def pack(readings: dict) -> dict:
         out: dict = {"tokens": list(vocab.tokens)}
-        for split, path in zip(SPLITS, paths):
-            seqs, labels = read_listops_file(path, vocab, seq_len, truncate, bad)
+        for split, (seqs, labels) in readings.items():
             pack_split(out, split, seqs, labels, len(vocab))
-        out["skipped"] = bad.counts
         return out
 
-    options = {"seq_len": seq_len, "truncate": truncate, "skip_bad": skip_bad}
-    prepared = cached(data_dir, "listops", paths, options, build, version=LOADER_VERSION)
-    if prepared["tokens"] != list(vocab.tokens):
-        raise DataFormatError("prepared vocabulary differs from the ListOps vocabulary; delete the cache entry",
-                              paths[0])
-    splits = {split: unpack_split(prepared, split) for split in SPLITS}
-    return TaskData(spec, splits["train"], splits["val"], splits["test"], vocab=vocab,
-                    skipped=dict(prepared["skipped"]), info={"source": str(paths[0].parent)})
+    return load_split_files(spec, data_dir, dict(zip(SPLITS, listops_expected_paths(data_dir))), obtain=OBTAIN,
+                            options={"seq_len": seq_len, "truncate": truncate, "skip_bad": skip_bad},
+                            version=LOADER_VERSION, skip_bad=skip_bad,
+                            read=lambda path, bad: read_listops_file(path, vocab, seq_len, truncate, bad),
+                            pack=pack, vocab=vocab)
 
 
 register_task("listops", listops_spec, load_listops, {"seq_len": 2048, "truncate": False},

@@ -20,17 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from longrange.data.cache import cached
-from longrange.data.tasks import (
-    BadRecords,
-    TaskData,
-    TaskSpec,
-    pack_split,
-    register_task,
-    require_files,
-    task_dir,
-    unpack_split,
-)
+from longrange.data.files import load_split_files, token_spec
+from longrange.data.tasks import BadRecords, TaskData, TaskSpec, pack_split, register_task, task_dir
 from longrange.data.text import encode_documents
 from longrange.data.tokenize import Vocabulary
 from longrange.data.tsv import read_tsv
@@ -47,18 +38,10 @@ LOADER_VERSION = 4  # 4: the first documents stored under {split}_flat (were {sp
 
 
 def retrieval_spec(seq_len: int = 4000, min_count: int = 1) -> TaskSpec:
-    if seq_len < 2:
-        raise ConfigError(f"retrieval option seq_len must be >= 2, got {seq_len}")
     if min_count < 1:
         raise ConfigError(f"retrieval option min_count must be >= 1, got {min_count}")
-    return TaskSpec(
-        name="retrieval",
-        input_kind="tokens",
-        seq_len=seq_len,
-        n_classes=2,
-        metric="accuracy",
-        mask_ratio=0.15,
-        two_sequences=True,
+    return token_spec(
+        "retrieval", seq_len, n_classes=2, mask_ratio=0.15, two_sequences=True,
         description="LRA Retrieval: AAN citation link between two papers, characters (+ <eos>) per document",
         layout="retrieval/new_aan_pairs.{train,eval,test}.tsv (no header; label, id1, id2, text1, text2)",
         obtain=OBTAIN,
@@ -97,26 +80,20 @@ def retrieval_expected_paths(data_dir: Path, **options) -> list[Path]:
 def load_retrieval(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, seq_len: int = 4000,
                    min_count: int = 1) -> TaskData:
     """Load AAN from ``data_dir/retrieval`` (or ``data_dir`` itself when it holds the files)."""
-    paths = retrieval_expected_paths(data_dir)
-    require_files(paths, OBTAIN)
     max_chars = seq_len - 1
 
-    def build() -> dict:
-        bad = BadRecords(skip_bad)
-        raw = {split: read_pairs_file(path, bad) for split, path in zip(SPLITS, paths)}
-        t1, t2, _ = raw["train"]
+    def pack(readings: dict) -> dict:
+        t1, t2, _ = readings["train"]
         vocab = Vocabulary.build_chars((t[:max_chars] for t in t1 + t2), min_count=min_count)
-        out: dict = {"tokens": list(vocab.tokens), "skipped": bad.counts}
-        for split, (texts1, texts2, labels) in raw.items():
+        out: dict = {"tokens": list(vocab.tokens)}
+        for split, (texts1, texts2, labels) in readings.items():
             pack_split(out, split, encode_documents(texts1, vocab, max_chars), labels, len(vocab),
                        encode_documents(texts2, vocab, max_chars))
         return out
 
-    options = {"seq_len": seq_len, "min_count": min_count, "skip_bad": skip_bad}
-    prepared = cached(data_dir, "retrieval", paths, options, build, version=LOADER_VERSION)
-    splits = {split: unpack_split(prepared, split) for split in SPLITS}
-    return TaskData(spec, splits["train"], splits["val"], splits["test"], vocab=Vocabulary(prepared["tokens"]),
-                    skipped=dict(prepared["skipped"]), info={"source": str(paths[0].parent)})
+    return load_split_files(spec, data_dir, dict(zip(SPLITS, retrieval_expected_paths(data_dir))), obtain=OBTAIN,
+                            options={"seq_len": seq_len, "min_count": min_count, "skip_bad": skip_bad},
+                            version=LOADER_VERSION, skip_bad=skip_bad, read=read_pairs_file, pack=pack)
 
 
 register_task("retrieval", retrieval_spec, load_retrieval, {"seq_len": 4000, "min_count": 1},

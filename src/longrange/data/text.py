@@ -27,17 +27,8 @@ import numpy as np
 import torch
 from torch.utils.data import Subset
 
-from longrange.data.cache import cached
-from longrange.data.tasks import (
-    BadRecords,
-    TaskData,
-    TaskSpec,
-    pack_split,
-    register_task,
-    require_files,
-    task_dir,
-    unpack_split,
-)
+from longrange.data.files import prepared_splits, token_spec
+from longrange.data.tasks import BadRecords, TaskData, TaskSpec, pack_split, register_task, require_files, task_dir
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 
@@ -54,21 +45,14 @@ OPTIONS = {"seq_len": 4096, "min_count": 15, "val_from_train": 0.0, "source": "f
 
 
 def text_spec(seq_len: int = 4096, min_count: int = 15, val_from_train: float = 0.0, source: str = "files") -> TaskSpec:
-    if seq_len < 2:
-        raise ConfigError(f"text option seq_len must be >= 2, got {seq_len}")
     if min_count < 1:
         raise ConfigError(f"text option min_count must be >= 1, got {min_count}")
     if not 0.0 <= val_from_train < 1.0:
         raise ConfigError(f"text option val_from_train must be in [0, 1), got {val_from_train}")
     if source not in ("files", "hf"):
         raise ConfigError(f"text option source must be 'files' or 'hf', got {source!r}")
-    return TaskSpec(
-        name="text",
-        input_kind="tokens",
-        seq_len=seq_len,
-        n_classes=2,
-        metric="accuracy",
-        mask_ratio=0.15,
+    return token_spec(
+        "text", seq_len, n_classes=2, mask_ratio=0.15,
         description="LRA Text: IMDB review sentiment from characters (+ <eos>); val = test unless val_from_train",
         layout="text/aclImdb/{train,test}/{pos,neg}/*.txt (the Stanford aclImdb release; 25k/25k)",
         obtain=OBTAIN,
@@ -175,9 +159,9 @@ def load_text(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = Fa
                     raise DataFormatError(f"no readable reviews in the {split} split", root / "aclImdb" / split)
             return {**_prepare(texts, labels, seq_len, min_count), "skipped": skipped}
 
-    prepared = cached(data_dir, "text", sources, options, build, version=LOADER_VERSION)
+    prepared, splits = prepared_splits(data_dir, "text", sources, options, build, LOADER_VERSION, SPLITS)
     vocab = Vocabulary(prepared["tokens"])
-    train, test = unpack_split(prepared, "train"), unpack_split(prepared, "test")
+    train, test = splits["train"], splits["test"]
     info = {"source": source, "val": "test split" if val_from_train == 0 else f"{val_from_train} of train"}
     if val_from_train == 0:
         val = test
