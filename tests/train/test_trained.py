@@ -84,6 +84,19 @@ def test_evaluate_at_the_runs_own_options_equals_its_summary(runs):
     assert run.evaluate("val").metrics == summary["best_val"]
 
 
+def test_a_run_on_generated_data_is_evaluated_on_that_data(tmp_path):
+    # its files are under <data dir>/generated/, not where the task's own files would be
+    exp = tiny(tmp_path / "data")
+    exp["task"].update(generate={"config": "short", "n_train": 48, "n_val": 16, "n_test": 20}, options={"seq_len": 128})
+    run_stage(experiment_from_dict(exp), "train", tmp_path / "run")
+    assert not (tmp_path / "data" / "listops").exists()
+    run = load_run(tmp_path / "run")
+    summary = RunDir(tmp_path / "run").read_summary()
+    test = run.evaluate("test")
+    assert test.metrics == summary["test"] and test.items == 20
+    assert main(["evaluate", str(tmp_path / "run"), "--split", "val"]) == 0
+
+
 def test_evaluate_in_smaller_batches_under_a_memory_budget(runs):
     run = load_run(runs / "s4d")
     length = run.evaluate("test").length  # the longest test sequence (<eos> included)

@@ -360,7 +360,7 @@ class TrainedRun:
         from longrange.data.tasks import load_task
 
         return load_task(self.task_name, self._data_dir(data_dir), seed=int(self.task.get("seed", 0)),
-                         skip_bad=bool(self.task.get("skip_bad", False)), **opts)
+                         skip_bad=bool(self.task.get("skip_bad", False)), generate=self.task.get("generate"), **opts)
 
     def objective(self, data: Any):
         """The objective the run was trained with, built on ``data`` (its metrics are the evaluation's)."""
