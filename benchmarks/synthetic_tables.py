@@ -63,24 +63,25 @@ MQAR_MODELS = ["attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"]
 MQAR_CELLS = [(64, 4), (128, 8), (256, 16), (512, 64)]
 MQAR_TOKENS = 4096  # tokens per step (batch = MQAR_TOKENS // length)
 
-# The published figures (percent). Mamba paper Table 1 (architecture, layer); Table 11 (2^6 ... 2^20,
-# None = a check mark, 100; "oom" = out of memory); Zoology Figure 2 at widths 64 and 128, read off the
-# figure (assets/figure2.png) to about 0.05.
+# The published figures (percent). Mamba paper Table 1 (architecture, layer); Table 11 (2^6 ... 2^20);
+# Zoology Figure 2 at widths 64 and 128, read off the figure (assets/figure2.png) to about 0.03.
 TABLE1_PAPER = {"simple-s4": 18.3, "simple-s6": 97.0, "mamba-s4": 56.4, "mamba-s6": 99.8}
 TABLE1_PAPER_OTHER = [("H3", "S4", 57.0), ("H3", "Hyena", 30.1), ("H3", "S6", 99.7), ("Mamba", "Hyena", 28.4)]
-TABLE11_PAPER = {
-    "MHA-Abs (137K)": [100, 99.6, 100.0, 58.6, 26.6, 18.8, 9.8, 10.9, 7.8] + ["oom"] * 6,
-    "MHA-RoPE (137K)": [100, 100, 100.0, 83.6, 31.3, 18.4, 8.6, 9.0, 5.5] + ["oom"] * 6,
-    "MHA-xPos (137K)": [100, 100, 100.0, 99.6, 67.6, 25.4, 7.0, 9.0, 7.8] + ["oom"] * 6,
-    "H3 (153K)": [100, 100, 100.0, 80.9, 39.5, 23.8, 14.8, 8.2, 5.9, 6.6, 8.2, 4.7, 8.2, 6.3, 7.4],
-    "Hyena (69M)": [97.7, 100, 100.0, 100, 44.1, 12.5, 6.6, 5.1, 7.0, 5.9, 6.6, 6.6, 5.9, 6.3, 9.8],
-    "Mamba (74K)": [100, 100, 100.0] + [100] * 12,
+TABLE11_PAPER = {  # as printed: ✓ perfect accuracy, ✗ out of memory
+    "MHA-Abs (137K)": ["✓", "99.6", "100.0", "58.6", "26.6", "18.8", "9.8", "10.9", "7.8"] + ["✗"] * 6,
+    "MHA-RoPE (137K)": ["✓", "✓", "100.0", "83.6", "31.3", "18.4", "8.6", "9.0", "5.5"] + ["✗"] * 6,
+    "MHA-xPos (137K)": ["✓", "✓", "100.0", "99.6", "67.6", "25.4", "7.0", "9.0", "7.8"] + ["✗"] * 6,
+    "H3 (153K)": ["✓", "✓", "100.0", "80.9", "39.5", "23.8", "14.8", "8.2", "5.9", "6.6", "8.2", "4.7", "8.2", "6.3",
+                  "7.4"],
+    "Hyena (69M)": ["97.7", "✓", "100.0", "✓", "44.1", "12.5", "6.6", "5.1", "7.0", "5.9", "6.6", "6.6", "5.9", "6.3",
+                    "9.8"],
+    "Mamba (74K)": ["✓", "✓", "100.0"] + ["✓"] * 12,
 }
 FIGURE2_PAPER = {  # width -> model -> accuracy at (64, 4), (128, 8), (256, 16), (512, 64)
-    64: {"Attention": [1.0, 1.0, 1.0, 1.0], "Hyena": [0.51, 0.20, 0.05, 0.02], "RWKV": [0.74, 0.18, 0.06, 0.02],
-         "H3": [0.90, 0.25, 0.07, 0.02], "BaseConv": [0.69, 0.37, 0.15, 0.02]},
-    128: {"Attention": [1.0, 1.0, 1.0, 1.0], "Hyena": [0.74, 0.60, 0.14, 0.04], "RWKV": [0.92, 0.50, 0.07, 0.03],
-          "H3": [0.97, 0.72, 0.63, 0.03], "BaseConv": [0.92, 0.61, 0.34, 0.03]},
+    64: {"Attention": [1.0, 1.0, 1.0, 1.0], "Hyena": [0.51, 0.17, 0.04, 0.01], "RWKV": [0.76, 0.17, 0.04, 0.01],
+         "H3": [0.92, 0.25, 0.06, 0.01], "BaseConv": [0.70, 0.37, 0.13, 0.01]},
+    128: {"Attention": [1.0, 1.0, 1.0, 1.0], "Hyena": [0.75, 0.64, 0.13, 0.02], "RWKV": [0.93, 0.50, 0.05, 0.02],
+          "H3": [0.99, 0.73, 0.64, 0.02], "BaseConv": [0.93, 0.62, 0.35, 0.02]},
 }
 
 
@@ -150,7 +151,8 @@ def copying_cell(model: str, length: int, scale: Scale) -> Cell:
     if model.endswith("-s4"):
         over.append(f"model.primitive_options.l_max={length}")
     cell = Cell(model, preset, f"{_label(preset)} L={length}", over, {"seq_len": length})
-    cell.info["n_tokens"] = cell.experiment().task.options["n_tokens"]
+    options = cell.experiment().task.options
+    cell.info.update(n_tokens=options["n_tokens"], vocab_size=options["vocab_size"])
     return cell
 
 
@@ -166,8 +168,10 @@ def induction_cells(scale: Scale) -> list[Cell]:
     cells = []
     for m in scale.induction_models:
         preset = f"mamba/induction-heads/cpu/{m}"
-        cells.append(Cell(m, preset, _label(preset), [f"task.options.seq_len={scale.train_length}", *scale.induction],
-                          {"seq_len": scale.train_length}))
+        cell = Cell(m, preset, _label(preset), [f"task.options.seq_len={scale.train_length}", *scale.induction],
+                    {"seq_len": scale.train_length})
+        cell.info["vocab_size"] = cell.experiment().task.options["vocab_size"]
+        cells.append(cell)
     return cells
 
 
@@ -343,6 +347,12 @@ def table1_markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['label']} | {block} | {layer} | {r['params'] or '—'} | {'—' if paper is None else paper} | "
                      f"{pct(r['test_accuracy'])} | {pct(r['val_accuracy'])} | {r['steps'] or '—'} | {minutes(r['seconds'])} |")
     lines.append("")
+    if rows:
+        lines.append(f"Chance: {100 / (rows[0]['vocab_size'] - 2):.1f}% (the data tokens are uniform over "
+                     f"{rows[0]['vocab_size'] - 2}). "
+                     "Table 1's other rows (not expressible here): " +
+                     ", ".join(f"{a}-{layer} {v}" for a, layer, v in TABLE1_PAPER_OTHER) + ".")
+        return "\n".join(lines)
     lines.append("Table 1's other rows (not expressible here): " +
                  ", ".join(f"{a}-{layer} {v}" for a, layer, v in TABLE1_PAPER_OTHER) + ".")
     return "\n".join(lines)
@@ -353,7 +363,8 @@ def lengths_markdown(rows: list[dict[str, Any]], lengths: list[int]) -> str:
     cell = {(r["label"], r["seq_len"]): r for r in rows}
     tokens = rows[0]["n_tokens"] if rows else 16
     head = "| model | " + " | ".join(f"L={n} (noise:data {(n - 2 * tokens) / tokens:g})" for n in lengths) + " |"
-    lines = ["Test accuracy (%); training minutes in parentheses.", "", head, "|---|" + "---:|" * len(lengths)]
+    chance = f" Chance: {100 / (rows[0]['vocab_size'] - 2):.1f}%." if rows else ""
+    lines = [f"Test accuracy (%); training minutes in parentheses.{chance}", "", head, "|---|" + "---:|" * len(lengths)]
     for m in models:
         cells = []
         for n in lengths:
@@ -376,7 +387,8 @@ def induction_markdown(train_rows: list[dict[str, Any]], ext_rows: list[dict[str
     cell = {(r["run"], r["seq_len"]): r for r in ext_rows}
     notes: dict[str, int] = {}
     head = "| model | " + " | ".join(f"2^{int(math.log2(n))}" for n in lengths) + " |"
-    lines += ["", "Test accuracy (%) against the test length; * the training length; (n) see the notes.", "",
+    chance = f" Chance: {100 / (train_rows[0]['vocab_size'] - 1):.1f}%." if train_rows else ""
+    lines += ["", f"Test accuracy (%) against the test length; * the training length; (n) see the notes.{chance}", "",
               head, "|---|" + "---:|" * len(lengths)]
     for r in train_rows:
         cells = []
