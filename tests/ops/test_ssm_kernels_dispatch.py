@@ -70,10 +70,17 @@ def test_auto_on_cuda_prefers_triton_then_pykeops_then_chunked(monkeypatch):
     assert ssm_kernels.available_impls("cauchy", "cpu")[-2:] == ["chunked", "ref"]  # pykeops is CUDA only
 
 
-def test_auto_elsewhere_is_chunked():
+def test_auto_on_meta_is_the_gpus_kernel_by_its_fake_implementation(no_triton):
+    """On the meta device (dry runs) the dispatcher traces the kernel a GPU runs, Triton's, whose
+    operator's fake implementation needs neither a GPU nor triton; the outputs have the real shapes."""
     for op in OPS:
-        assert ssm_kernels.auto_impl(op, "meta") == "chunked"
-        assert ssm_kernels.available_impls(op, "meta") == ["chunked", "ref"]
+        assert ssm_kernels.auto_impl(op, "meta") == "triton"
+        assert ssm_kernels.available_impls(op, "meta") == ["triton", "chunked", "ref"]
+        used.reset()
+        out = _call(op, device="meta")
+        assert used.kernels() == {op: "triton"}
+        real = _call(op, "chunked")
+        assert out.device.type == "meta" and out.shape == real.shape and out.dtype == real.dtype
 
 
 def test_available_impls_on_the_functions_and_in_the_table(monkeypatch):

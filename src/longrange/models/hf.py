@@ -50,6 +50,7 @@ from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder
 from longrange.models.model import SequenceModel, check_inputs
 from longrange.models.registry import register_model
+from longrange.ops.dataless import holds_data
 from longrange.ops.masks import padding_mask
 
 #: Our special tokens, in id order (``longrange.data.tokenize.SPECIALS``; a test holds them equal),
@@ -188,6 +189,8 @@ class HFTokenEncoder(nn.Module):
             sub[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         self.register_buffer("sub_ids", sub)
         self.register_buffer("sub_len", torch.tensor([len(m) for m in mapping], dtype=torch.long))
+        #: The mapping as given (the buffers hold it too; built on the meta device, only this does).
+        self.mapping = [[int(i) for i in ids] for ids in mapping]
         self.vocab_size = len(mapping)
         self.pad_id = pad_id
 
@@ -200,7 +203,7 @@ class HFTokenEncoder(nn.Module):
         LM token of each task position)."""
         if inputs.dim() != 2 or inputs.is_floating_point():
             raise ValueError(f"token inputs must be integer ids of shape (batch, length), got {inputs.dtype} {tuple(inputs.shape)}")
-        if inputs.numel():
+        if inputs.numel() and holds_data(inputs):  # ids without data (dry runs) have no range to check
             low, high = (int(v) for v in torch.aminmax(inputs))
             if low < 0 or high >= self.vocab_size:
                 raise ValueError(f"token id {low if low < 0 else high} is outside the vocabulary of size {self.vocab_size}")
@@ -212,7 +215,9 @@ class HFTokenEncoder(nn.Module):
         counts = self.sub_len[inputs] * real
         new_lengths = counts.sum(1)
         starts = counts.cumsum(1) - counts
-        out = torch.full((inputs.shape[0], max(int(new_lengths.max()), 1)), self.pad_id, dtype=torch.long, device=inputs.device)
+        # Without data (dry runs) the longest mapped sequence is taken at its bound: every token at the widest mapping.
+        longest = int(new_lengths.max()) if holds_data(new_lengths) else inputs.shape[1] * self.sub_ids.shape[1]
+        out = torch.full((inputs.shape[0], max(longest, 1)), self.pad_id, dtype=torch.long, device=inputs.device)
         rows = torch.arange(inputs.shape[0], device=inputs.device)[:, None].expand_as(inputs)
         for k in range(self.sub_ids.shape[1]):
             take = k < counts
@@ -233,7 +238,9 @@ class HFBackbone(nn.Module):
         return self.lm.get_input_embeddings()(ids)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        attention = None if mask is None else mask.long()
+        # The LM's own mask code reads the mask's values; without data (dry runs, whose sequences are
+        # all full length) the mask is left out, which is what that code does with a mask of ones.
+        attention = None if mask is None or not holds_data(mask) else mask.long()
         h = self.lm(inputs_embeds=x, attention_mask=attention, use_cache=False).last_hidden_state
         return h if mask is None else h * mask.unsqueeze(-1).to(h.dtype)
 
@@ -261,7 +268,7 @@ class HFModel(SequenceModel):
         """What rebuilds this model's shapes without the snapshot (``build_model(hf_resolved=...)``)."""
         mapping = None
         if isinstance(self.encoder, HFTokenEncoder):
-            mapping = [row[: int(n)].tolist() for row, n in zip(self.encoder.sub_ids, self.encoder.sub_len)]
+            mapping = [list(ids) for ids in self.encoder.mapping]
         return {"config": _plain_config(self.backbone.lm.config), "token_map": mapping}
 
     def embed(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:

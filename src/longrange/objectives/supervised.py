@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from longrange.data.batch import IGNORE_INDEX, check_class_labels, check_position_labels
 from longrange.errors import ConfigError
 from longrange.objectives.base import StepOutput, register_objective
+from longrange.ops.dataless import holds_data
 
 
 def model_outputs(model: nn.Module, batch: Mapping[str, Tensor], inputs: Tensor | None = None) -> Tensor:
@@ -50,7 +51,7 @@ class Classification:
         targets = batch["targets"]
         if targets.dim() != 1 or targets.is_floating_point():
             raise ValueError(f"classification targets must be class indices of shape (batch,), got {targets.dtype} {tuple(targets.shape)}")
-        if not self._labels_checked:
+        if not self._labels_checked and holds_data(targets):  # labels without data (dry runs): nothing to check
             check_class_labels(targets, logits.shape[-1], "the first batch")
             self._labels_checked = True
         targets = targets.to(logits.device)
@@ -144,7 +145,7 @@ class PositionClassification:
             answers = targets[where].to(logits.device)
         else:
             logits, answers = position_logits_reference(model, batch)
-        if not self._labels_checked:
+        if not self._labels_checked and holds_data(targets):
             check_position_labels(targets, logits.shape[-1], "the first batch")
             self._labels_checked = True
         n = answers.numel()

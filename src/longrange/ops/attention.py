@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from longrange.ops.dataless import holds_data
+
 
 def admissible_ref(length: int, key_mask: Tensor | None, causal: bool, block_size: int | None, device=None) -> Tensor:
     """Dense (N or 1, 1, L, L) bool matrix: may query i attend to key j. Reference only: O(L²).
@@ -50,7 +52,11 @@ def attention_ref(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
 
 
 def _is_left_aligned(mask: Tensor) -> bool:
-    """True if every row of ``mask`` (batch, L) is real positions followed only by padding."""
+    """True if every row of ``mask`` (batch, L) is real positions followed only by padding. A mask
+    without data (dry runs, :mod:`longrange.ops.dataless`) counts as left-aligned, as every mask made
+    from lengths (``padding_mask``) is."""
+    if not holds_data(mask):
+        return True
     return bool((mask[:, 1:] <= mask[:, :-1]).all()) if mask.shape[1] > 1 else True
 
 
@@ -62,10 +68,11 @@ def masked_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, c
     """
     if key_mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
-    if causal and _is_left_aligned(key_mask):
+    if causal and not torch.compiler.is_compiling() and _is_left_aligned(key_mask):
         # With padding only at the end, the causal mask alone keeps every real query away from
         # padded keys, and no real query row is empty. Keeping ``is_causal`` lets SDPA use its
         # fused kernels; the padded rows (which did see padded keys) are zeroed afterwards.
+        # Compiled, the general path below runs: testing the mask's values would split the graph.
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         return out * key_mask[:, None, :, None].to(out.dtype)
     length = q.shape[-2]

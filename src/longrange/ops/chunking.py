@@ -13,5 +13,6 @@ TEMPORARY_BYTES = 16 * 2**20
 
 
 def group_size(bytes_per_item: int, limit: int = TEMPORARY_BYTES) -> int:
-    """How many items of ``bytes_per_item`` fit in ``limit`` bytes (at least one)."""
+    """How many items of ``bytes_per_item`` fit in ``limit`` bytes (at least one). The ops work in one
+    piece on the ``meta`` device (dry runs), which allocates nothing."""
     return max(1, limit // max(bytes_per_item, 1))

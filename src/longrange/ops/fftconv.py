@@ -115,7 +115,7 @@ def fft_conv(u: Tensor, k: KernelArg, D: Tensor | None = None, *, chunk_bytes: i
     work = torch.promote_types(torch.promote_types(u.dtype, k_full.dtype), torch.float32)
     u_w = u.to(work)
     spectrum_bytes = u.shape[0] * (n // 2 + 1) * 2 * torch.empty((), dtype=work).element_size()
-    group = group_size(spectrum_bytes, chunk_bytes)
+    group = u.shape[1] if u.device.type == "meta" else group_size(spectrum_bytes, chunk_bytes)
     parts = []
     for c in range(0, u.shape[1], group):
         u_f = torch.fft.rfft(u_w[:, c : c + group], n=n)

@@ -212,7 +212,7 @@ def selective_scan_chunked(
     n = A.shape[1]
     itemsize = torch.empty((), dtype=compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)).element_size()
     step, _ = _chunk_settings(u.device, chunk_size, chunk_method)
-    seg = max(step, group_size(b * d * n * itemsize, segment_bytes) // step * step)
+    seg = l if u.device.type == "meta" else max(step, group_size(b * d * n * itemsize, segment_bytes) // step * step)
     if l > seg:
         outs, state = [], initial_state
         for s in range(0, l, seg):

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from longrange import _optional
 from longrange.ops import used
+from longrange.ops.dataless import holds_data
 from longrange.ops.determinism import refuse_nondeterministic
 import longrange.ops.scan.numba as numba_scan
 import longrange.ops.scan.triton as triton_scan
@@ -63,8 +64,12 @@ def _check_impl(impl: str) -> None:
         raise ValueError(f"selective_scan: unknown impl {impl!r}; expected one of {IMPLS}")
 
 
-def _triton_scan() -> tuple[object | None, str | None]:
-    """(``selective_scan_triton``, None), or (None, why triton does not import)."""
+def _triton_scan(dataless: bool = False) -> tuple[object | None, str | None]:
+    """(``selective_scan_triton``, None), or (None, why triton does not import); on tensors without
+    data (meta, fake: :mod:`longrange.ops.dataless`) the operator's fake implementation runs and
+    triton is not needed."""
+    if dataless:
+        return triton_scan.selective_scan_triton, None
     reason = triton_scan.unavailable_reason()
     return (None, reason) if reason else (triton_scan.selective_scan_triton, None)
 
@@ -82,7 +87,8 @@ def available_impls(device: torch.device | str) -> tuple[str, ...]:
     """The implementations that can run on tensors of ``device`` in this process, slowest first
     (``"auto"`` excluded): ``"ref"`` and ``"chunked"`` everywhere, ``"numba"`` on CPU when numba
     imports, ``"triton"`` where :func:`longrange.ops.scan.triton.triton_available` (CUDA, or CPU
-    under ``TRITON_INTERPRET=1``), ``"cuda"`` on CUDA when mamba-ssm's compiled kernel imports."""
+    under ``TRITON_INTERPRET=1``, and the meta device), ``"cuda"`` on CUDA when mamba-ssm's compiled
+    kernel imports."""
     device = torch.device(device)
     impls = ["ref", "chunked"]
     if device.type == "cpu" and numba_scan.numba_available():
@@ -103,8 +109,9 @@ def auto_impl(
     """The implementation ``impl="auto"`` runs for inputs on ``device`` (with or without an
     initial state, computing in ``dtype``): on CUDA ``"cuda"`` (mamba_ssm's kernel, when its
     compiled extension imports; no initial state, not float64), else ``"triton"`` when triton
-    imports, else ``"chunked"``; on CPU ``"numba"`` when numba imports, else ``"chunked"``;
-    elsewhere ``"chunked"``.
+    imports, else ``"chunked"``; on CPU ``"numba"`` when numba imports, else ``"chunked"``; on
+    the ``meta`` device (dry runs) ``"triton"``, the fused kernel a GPU runs, by its operator's
+    fake implementation; elsewhere ``"chunked"``.
 
     ``deterministic`` (None: ``torch.are_deterministic_algorithms_enabled()``): pick only among
     implementations with a deterministic backward (:data:`DETERMINISTIC_BACKWARD`), so on CUDA
@@ -113,6 +120,8 @@ def auto_impl(
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     device = torch.device(device)
+    if device.type == "meta":
+        return "chunked" if deterministic else "triton"
     if device.type == "cuda":
         if deterministic:
             return "chunked"
@@ -181,7 +190,7 @@ def selective_scan(
             )
         return _ran(impl, _optional.selective_scan_cuda_fn(*args))
     if impl == "triton":
-        fn, error = _triton_scan()
+        fn, error = _triton_scan(not holds_data(u))
         if fn is None:
             raise RuntimeError(
                 f"selective_scan: impl='triton' needs the triton package, which does not import ({error})"

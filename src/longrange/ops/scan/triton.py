@@ -33,6 +33,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels, triton_interpret_requested, triton_runs_on
 from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.dataless import holds_data
 from longrange.ops.scan.common import check_shapes, compute_dtype, scan_flops
 from longrange.ops.scan.reference import selective_scan_ref
 
@@ -58,16 +59,22 @@ def unavailable_reason() -> str | None:
 
 def triton_available(device: torch.device | str) -> bool:
     """Whether :func:`selective_scan_triton` can run on tensors of ``device``: triton importable and
-    either a CUDA device (with CUDA present) or a CPU device with ``TRITON_INTERPRET=1``."""
+    either a CUDA device (with CUDA present) or a CPU device with ``TRITON_INTERPRET=1``; and the
+    ``meta`` device, where the operator's fake implementation runs (nothing is launched, so
+    triton is not needed)."""
+    if torch.device(device).type == "meta":
+        return True
     return _kernel_module() is not None and triton_runs_on(device)
 
 
 def _check_runnable(u: Tensor, tensors: dict[str, Tensor | None]) -> None:
-    if _kernel_module() is None:
-        raise RuntimeError("selective_scan_triton: triton is not installed (pip install triton)")
     for name, t in tensors.items():
         if t is not None and t.device != u.device:
             raise ValueError(f"selective_scan_triton: {name} is on {t.device}, u on {u.device}; all must share a device")
+    if not holds_data(u):  # meta or fake tensors: the operator's fake implementation runs, nothing is launched
+        return
+    if _kernel_module() is None:
+        raise RuntimeError("selective_scan_triton: triton is not installed (pip install triton)")
     if not triton_available(u.device):
         raise RuntimeError(
             f"selective_scan_triton: tensors on {u.device} cannot run the Triton kernels; "
@@ -79,8 +86,10 @@ def _interpreting(device: torch.device) -> bool:
     return device.type != "cuda" or triton_interpret_requested()
 
 
-def _config(device: torch.device, block_d: int | None, chunk: int | None, num_warps: int | None) -> dict:
-    cfg = dict(DEFAULT_CONFIG["interpret" if _interpreting(device) else "gpu"])
+def _config(device: torch.device, block_d: int | None, chunk: int | None, num_warps: int | None,
+            dataless: bool = False) -> dict:
+    """The kernel settings; tensors without data (dry runs, plans) stand for a GPU's and take its settings."""
+    cfg = dict(DEFAULT_CONFIG["interpret" if _interpreting(device) and not dataless else "gpu"])
     for key, value in (("block_d", block_d), ("chunk", chunk), ("num_warps", num_warps)):
         if value is not None:
             value = int(value)
@@ -297,7 +306,7 @@ def _selective_scan_triton(
     check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     tensors = dict(delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, initial_state=initial_state)
     _check_runnable(u, tensors)
-    cfg = _config(u.device, block_d, chunk, num_warps)
+    cfg = _config(u.device, block_d, chunk, num_warps, dataless=not holds_data(u))
     if u.numel() == 0 or A.shape[1] == 0:  # nothing to launch over
         return selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state)
     inputs = (u, delta, A, B, C, D, z, delta_bias, initial_state)

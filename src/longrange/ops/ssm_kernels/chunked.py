@@ -31,7 +31,7 @@ def vandermonde_chunked(log_dA: Tensor, W: Tensor, L: int, chunk_bytes: int = TE
     ``chunk_bytes``."""
     pos = torch.arange(L, device=log_dA.device, dtype=log_dA.real.dtype)
     H, M = W.shape[-2], W.shape[-1]
-    group = H if log_dA.shape[0] == 1 else group_size(M * L * log_dA.element_size(), chunk_bytes)
+    group = H if log_dA.shape[0] == 1 or W.device.type == "meta" else group_size(M * L * log_dA.element_size(), chunk_bytes)
     parts = []
     for c in range(0, H, group):
         modes = log_dA if log_dA.shape[0] == 1 else log_dA[c : c + group]

@@ -9,13 +9,16 @@ name        what                                                   devices      
 ``chunked`` :mod:`.chunked`: PyTorch over bounded pieces           any             autograd / recomputes
 ``numba``   :mod:`.cpu`: fused compiled loops                      CPU             hand-written
 ``triton``  :mod:`.triton`: Triton kernels                         CUDA (or CPU    hand-written
-                                                                   interpreter)
+                                                                   interpreter;
+                                                                   meta: fake)
 ``pykeops`` :mod:`.keops` (Cauchy only): KeOps lazy reduction      CUDA            KeOps
 ==========  =====================================================  ==============  =====================
 
 ``impl="auto"`` (the default, see :func:`set_default_impl`) runs, per op and device (see
 :func:`auto_impl`): on CPU ``numba`` when numba imports, else ``chunked``; on CUDA ``triton`` when
-triton imports, else (Cauchy) ``pykeops`` when usable, else ``chunked``; elsewhere ``chunked``.
+triton imports, else (Cauchy) ``pykeops`` when usable, else ``chunked``; on the ``meta`` device (dry
+runs) ``triton``, the kernels a GPU runs, by their operators' fake implementations (nothing is
+launched; triton need not be installed); elsewhere ``chunked``.
 Forcing an implementation that cannot run on the inputs' device raises a RuntimeError that says
 why and lists those that can (:func:`available_impls`).
 
@@ -39,6 +42,7 @@ from torch import Tensor
 
 from longrange.ops import used
 from longrange.ops.chunking import TEMPORARY_BYTES
+from longrange.ops.dataless import holds_data
 from longrange.ops.ssm_kernels import cpu, keops
 from longrange.ops.ssm_kernels import triton as triton_kernels
 from longrange.ops.ssm_kernels.chunked import cauchy_chunked, vandermonde_chunked
@@ -155,17 +159,18 @@ def default_impl(op: str | tuple[str, ...], impl: str) -> Iterator[None]:
             set_default_impl(name, value)
 
 
-def resolve_impl(op: str, impl: str | None, device: torch.device | str) -> str:
+def resolve_impl(op: str, impl: str | None, device: torch.device | str, dataless: bool = False) -> str:
     """The implementation a call of ``op`` with ``impl`` runs on ``device``: None is the default
     (:func:`set_default_impl`), ``"auto"`` is :func:`auto_impl`; a named implementation is checked
     (RuntimeError if it cannot run there, or if it is non-deterministic while PyTorch's
-    deterministic mode is on)."""
+    deterministic mode is on). On tensors without data (``dataless``: fake tensors, whose operators'
+    fake implementations run) ``triton`` runs on any device: memory plans trace a GPU's kernels."""
     impl = _defaults[op] if impl is None else impl
     _check_impl(op, impl)
     device = torch.device(device)
     if impl == "auto":
         return auto_impl(op, device)
-    if not _runs(impl, device):
+    if not _runs(impl, device) and not (dataless and impl == "triton"):
         raise RuntimeError(
             f"{_FUNCTION[op]}: impl={impl!r} cannot run on {device.type}: {unavailable_reason(op, impl, device)}; "
             f"available here: {', '.join(available_impls(op, device))}"
@@ -195,7 +200,7 @@ def vandermonde_kernel(
     temporaries of ``impl="chunked"`` (see :mod:`longrange.ops.chunking`).
     """
     check_vandermonde_args(log_dA, W, L)
-    impl = resolve_impl(VANDERMONDE, impl, W.device)
+    impl = resolve_impl(VANDERMONDE, impl, W.device, dataless=not holds_data(W))
     used.note(VANDERMONDE, impl)
     if impl == "numba":
         return cpu.vandermonde_numba(log_dA, W, L)
@@ -220,7 +225,7 @@ def cauchy(
     materialised reference.
     """
     check_cauchy_args(v, z, w)
-    impl = resolve_impl(CAUCHY, impl, v.device)
+    impl = resolve_impl(CAUCHY, impl, v.device, dataless=not holds_data(v))
     used.note(CAUCHY, impl)
     if impl == "numba":
         return cpu.cauchy_numba(v, z, w, conj_pairs)

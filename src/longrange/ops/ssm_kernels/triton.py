@@ -22,6 +22,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels, triton_interpret_requested, triton_runs_on
 from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.dataless import holds_data
 from longrange.ops.ssm_kernels.common import (
     cauchy_flops,
     cauchy_layout,
@@ -47,12 +48,18 @@ _kernel_module = _KERNELS.load
 
 def triton_available(device: torch.device | str) -> bool:
     """Whether the Triton kernels can run on tensors of ``device``: triton importable and either
-    a CUDA device (with CUDA present) or a CPU device with ``TRITON_INTERPRET=1``."""
+    a CUDA device (with CUDA present) or a CPU device with ``TRITON_INTERPRET=1``; and the ``meta``
+    device, where the operators' fake implementations run (nothing is launched, so triton is not
+    needed)."""
+    if torch.device(device).type == "meta":
+        return True
     return _kernel_module() is not None and triton_runs_on(device)
 
 
 def unavailable_reason(device: torch.device | str) -> str | None:
     """Why the Triton kernels cannot run on ``device``, or None when they can."""
+    if torch.device(device).type == "meta":
+        return None
     if _kernel_module() is None:
         return f"triton does not import ({_KERNELS.error})"
     if triton_available(device):
@@ -62,6 +69,8 @@ def unavailable_reason(device: torch.device | str) -> str | None:
 
 def _check_runnable(op: str, *tensors: Tensor) -> torch.device:
     device = tensors[0].device
+    if not holds_data(tensors[0]):  # meta or fake tensors: the operators' fake implementations run
+        return device
     reason = unavailable_reason(device)
     if reason is not None:
         raise RuntimeError(f"{op}: impl='triton' cannot run on {device}: {reason}")
@@ -69,7 +78,7 @@ def _check_runnable(op: str, *tensors: Tensor) -> torch.device:
 
 
 def _config(device: torch.device) -> tuple[dict, bool]:
-    interpreting = device.type != "cuda" or triton_interpret_requested()
+    interpreting = device.type not in ("cuda", "meta") or triton_interpret_requested()  # meta stands for a GPU
     return dict(DEFAULT_CONFIG["interpret" if interpreting else "gpu"]), interpreting
 
 
