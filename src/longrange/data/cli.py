@@ -15,6 +15,7 @@ import dataclasses
 import importlib.util
 import time
 
+from longrange import smoke
 from longrange.errors import ConfigError
 from longrange.registry import unknown_option
 
@@ -143,6 +144,8 @@ def cmd_generate_listops(args: argparse.Namespace) -> int:
     from longrange.data.generate.listops import generate
 
     _check_out(args.out)
+    sizes = smoke.generated_sizes({"n_train": args.n_train, "n_val": args.n_val, "n_test": args.n_test})
+    args.n_train, args.n_val, args.n_test = sizes["n_train"], sizes["n_val"], sizes["n_test"]
     start = time.perf_counter()
     paths = generate(args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
                      min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
@@ -179,6 +182,10 @@ def cmd_generate_pathfinder(args: argparse.Namespace) -> int:
     geometry = {name: value for name, value in vars(args).items()
                 if name.startswith("geometry_") and value is not None}
     kwargs.update({name[len("geometry_"):]: value for name, value in geometry.items()})
+    if smoke.active():  # LONGRANGE_SMOKE=1: fewer images
+        from longrange.data.generate.pathfinder import GENERATE_DEFAULTS
+
+        kwargs = smoke.generated_sizes({"n_samples": GENERATE_DEFAULTS["n_samples"], **kwargs})
     start = time.perf_counter()
     root = generate(args.out, quiet=args.quiet, **kwargs)
     print(f"pathfinder: written to {root} in {time.perf_counter() - start:.1f}s")

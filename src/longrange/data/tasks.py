@@ -44,6 +44,7 @@ from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
 from longrange.data.batch import PAD_ID, check_class_labels, check_position_labels, collate
+from longrange import smoke
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 from longrange.registry import Registry, unknown_option
@@ -334,6 +335,11 @@ def load_task(name: str, data_dir: str | os.PathLike | None = None, *, seed: int
     if train_subset is not None:
         data.info.setdefault("train_size_full", len(data.train))
         data.train = Subset(data.train, subset_indices(len(data.train), train_subset, seed))
+    for split in ("val", "test"):  # LONGRANGE_SMOKE=1: the first examples only
+        dataset = getattr(data, split)
+        keep = smoke.eval_size(len(dataset))
+        if keep < len(dataset):
+            setattr(data, split, Subset(dataset, range(keep)))
     return data
 
 
@@ -371,18 +377,19 @@ def data_identity(name: str, data_dir: str | os.PathLike | None = None,
 
     entry = _entry(name)
     opts = _resolve_options(name, options)
+    shrunk = {"smoke": smoke.IDENTITY} if smoke.active() else {}  # never the identity of the whole data
     if entry.generated is not None:
-        return {"dir": DRAWN_WHEN_LOADED, "generator": f"{name} v{entry.generated}"}
+        return {"dir": DRAWN_WHEN_LOADED, "generator": f"{name} v{entry.generated}", **shrunk}
     root = default_data_dir(data_dir)
     if generate is not None:
         config, key, _ = _generated(name, generate, opts)
-        return {"dir": str(root.resolve()), "generated": f"{config}-{key}"}
+        return {"dir": str(root.resolve()), "generated": f"{config}-{key}", **shrunk}
     rows: list = []
     if entry.expected is not None:
         for path in entry.expected(root, **opts):
             rows.append(_source_fingerprint(Path(path)) if Path(path).exists() else [str(path), "missing"])
     text = json.dumps(rows, sort_keys=True, default=str)
-    return {"dir": str(root.resolve()), "files": hashlib.sha256(text.encode()).hexdigest()[:16]}
+    return {"dir": str(root.resolve()), "files": hashlib.sha256(text.encode()).hexdigest()[:16], **shrunk}
 
 
 # Generated data ------------------------------------------------------------------------------------
@@ -469,6 +476,7 @@ def _generated(task: str, generate: str | Mapping[str, Any], task_options: Mappi
                 raise ConfigError(f"task.generate.{key}={values[key]!r} contradicts the task's options, which need "
                                   f"{key}={value!r}; set the task option instead")
             options[key] = value
+    options = smoke.generated_sizes(options)  # LONGRANGE_SMOKE=1: small, in a directory of its own
     text = json.dumps({"task": task, "version": gen.version, "options": options}, sort_keys=True, default=str)
     return config, hashlib.sha256(text.encode()).hexdigest()[:10], options
 

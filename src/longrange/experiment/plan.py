@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from longrange import smoke
 from longrange.errors import ConfigError
 from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig, check_train_subsets, experiment_from_dict
 from longrange.experiment.stage import ResolvedStage, pretraining_model_config, resolve_stage
@@ -205,7 +206,7 @@ def plan_grid(
         if "causal" in objs:
             pretraining_model_config(exp.stage_model("pretrain"), "causal")
         matched = exp.compare.compute_matched if compute_matched is None else compute_matched
-        seed_list = list(seeds) if seeds else list(exp.compare.seeds)
+        seed_list = smoke.seeds(list(seeds) if seeds else list(exp.compare.seeds))  # LONGRANGE_SMOKE=1: fewer
         shared: dict[tuple[int, str], Stage] = {}  # pretrain_data all: (seed, objective) -> its one pretraining
         if exp.compare.pretrain_data == "all":
             for seed in seed_list:

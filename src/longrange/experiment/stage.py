@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from longrange import smoke
 from longrange.errors import ConfigError, DataMissingError
 from longrange.experiment.config import OBJECTIVES, ExperimentConfig, TaskConfig
 from longrange.experiment.taskdata import data_identity
@@ -176,8 +177,14 @@ def resolve_stage(
                 "(with the settings it was started with), then finetune from it")
     if regime is None:
         regime = _regime(stage, kind, model_cfg, init_from, reverse_from)
+    train = exp.train_config(stage, **changes)
+    shrink = smoke.train_changes(vars(train))  # LONGRANGE_SMOKE=1: a few small steps
+    if max_steps is not None:  # the compute-matched length stays that of the (shrunk) SPT chain
+        shrink.pop("max_steps", None)
+    if shrink:
+        train = exp.train_config(stage, **changes, **shrink)
     return ResolvedStage(exp=exp, stage=stage, seed=seed, objective=kind, reverse=reverse, regime=regime,
-                         task=exp.stage_task(stage), model=model_cfg, train=exp.train_config(stage, **changes),
+                         task=exp.stage_task(stage), model=model_cfg, train=train,
                          init_from=init_from, reverse_from=reverse_from)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from longrange import smoke
 from longrange.experiment.config import TaskConfig
 
 _DATA: dict[str, Any] = {}
@@ -15,8 +16,8 @@ def load_data(task: TaskConfig):
     from longrange.data.tasks import load_task
 
     t = task
-    key = json.dumps([t.name, t.options, t.data_dir, t.train_subset, t.skip_bad, t.seed, t.generate], sort_keys=True,
-                     default=str)
+    key = json.dumps([t.name, t.options, t.data_dir, t.train_subset, t.skip_bad, t.seed, t.generate, smoke.active()],
+                     sort_keys=True, default=str)
     if key not in _DATA:
         _DATA[key] = load_task(t.name, t.data_dir, seed=t.seed, train_subset=t.train_subset, skip_bad=t.skip_bad,
                                generate=t.generate, **t.options)
@@ -27,7 +28,7 @@ def data_identity(task: TaskConfig) -> dict[str, str]:
     """The identity of a task's data files (see ``longrange.data.tasks.data_identity``), once per process."""
     from longrange.data.tasks import data_identity as identity
 
-    key = json.dumps([task.name, task.data_dir, task.options, task.generate], sort_keys=True, default=str)
+    key = json.dumps([task.name, task.data_dir, task.options, task.generate, smoke.active()], sort_keys=True, default=str)
     if key not in _IDENTITY:
         _IDENTITY[key] = identity(task.name, task.data_dir, generate=task.generate, **task.options)
     return _IDENTITY[key]
