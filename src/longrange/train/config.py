@@ -120,6 +120,9 @@ class TrainConfig:
     #: PyTorch's deterministic algorithms, cuDNN deterministic and not benchmarking, cuBLAS's
     #: deterministic workspace, and only deterministic kernels (see ``train/environment.py``).
     deterministic: bool = False
+    #: Train the model compiled with ``torch.compile`` (Inductor; see ``train/compile.py``): the
+    #: same computation to float rounding, faster after the first steps, which compile it.
+    compile: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -167,6 +170,7 @@ class TrainConfig:
         need(self.log_every >= 1, "log_every", "must be >= 1")
         need(self.progress_every > 0, "progress_every", "must be > 0 seconds")
         need(self.num_workers >= 0, "num_workers", "must be >= 0")
+        need(isinstance(self.compile, bool), "compile", "must be true or false")
         if isinstance(self.wandb, Mapping):  # constructed directly with a dict
             self.wandb = typed.from_dict(WandbConfig, self.wandb, "train.wandb")
         need(all(name in LOGGERS for name in self.loggers) and len(set(self.loggers)) == len(self.loggers), "loggers",

@@ -32,6 +32,7 @@ from longrange.faults import kill_point
 from longrange.objectives.base import check_objective
 from longrange.train import distributed as D
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
+from longrange.train.compile import Compilation
 from longrange.train.config import TrainConfig
 from longrange.train.environment import (KernelRecord, describe_device, describe_precision, prepare_deterministic,
                                          set_deterministic)
@@ -99,6 +100,7 @@ class Trainer:
         self.env = D.init_distributed(device)
         self.device, self.is_main = self.env.device, self.env.is_main
         self.precision = Precision(cfg.precision, self.device)
+        self.compilation = Compilation(cfg.compile, self.device)
         self.micro_batch = cfg.micro_batch(self.env.world_size)
         self.batches = BatchPlan(train_set, collate, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
                                  rank=self.env.rank, world_size=self.env.world_size, num_workers=cfg.num_workers,
@@ -144,7 +146,8 @@ class Trainer:
         except BaseException:
             self.close()
             raise
-        self.train_model = D.wrap_model(self.model, self.device, cfg.find_unused_parameters)
+        # Compiled in place, so the state dict's keys stay those of the eager model.
+        self.train_model = D.wrap_model(self.compilation.apply(self.model), self.device, cfg.find_unused_parameters)
 
     def _config(self, run: RunDir, extra: Mapping[str, Any] | None, intent: Intent) -> dict[str, Any]:
         """The resolved configuration saved in config.yaml: ``extra`` and the train config."""
@@ -156,6 +159,8 @@ class Trainer:
     def close(self) -> None:
         """Close the loggers and release the run directory if this trainer opened it (``fit`` does
         this when it ends)."""
+        if getattr(self, "model", None) is not None:
+            self.compilation.restore(self.model)  # eager again, as the caller gave it
         if getattr(self, "logger", None) is not None:
             self.logger.close()
         if getattr(self, "_owns_run", False):
