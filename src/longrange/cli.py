@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "longrange.experiment.cli",
     "longrange.inference_cli",
     "longrange.bench.cli",
+    "longrange.bench.plan_cli",
     "longrange.report.cli",
     "longrange.info",
     "longrange.check",
