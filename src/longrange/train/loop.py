@@ -148,6 +148,7 @@ class Trainer:
             raise
         # Compiled in place, so the state dict's keys stay those of the eager model.
         self.train_model = D.wrap_model(self.compilation.apply(self.model), self.device, cfg.find_unused_parameters)
+        self.step_objective = self.compilation.objective(objective, self.env.distributed)
 
     def _config(self, run: RunDir, extra: Mapping[str, Any] | None, intent: Intent) -> dict[str, Any]:
         """The resolved configuration saved in config.yaml: ``extra`` and the train config."""
@@ -224,7 +225,7 @@ class Trainer:
             sync = nullcontext() if i == n - 1 or not self.env.distributed else self.train_model.no_sync()
             with sync:
                 with self.precision.autocast():
-                    out = self.objective(self.train_model, move_to(batch, self.device))
+                    out = self.step_objective(self.train_model, move_to(batch, self.device))
                 loss = out.loss / n
                 self.precision.backward(loss)
             step_loss += loss.detach()
