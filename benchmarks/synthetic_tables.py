@@ -18,7 +18,7 @@ are in the presets' ``cpu/_base.yaml``):
     python benchmarks/synthetic_tables.py induction --jobs 1
     python benchmarks/synthetic_tables.py mqar --jobs 1 [--widths 64,128]
     python benchmarks/synthetic_tables.py all --jobs 1       # the four, in this order
-    python benchmarks/synthetic_tables.py report             # the tables of what has finished
+    python benchmarks/synthetic_tables.py report [TABLE...]  # the tables of what has finished
 
 Every grid runs from scratch through the experiment layer (the plan, the scheduler and local worker
 processes with one thread each), into ``runs/synthetic/<task>`` (``--out``); running a command again
@@ -548,6 +548,7 @@ COMMANDS = {"table1": do_table1, "induction": do_induction, "mqar": do_mqar, "le
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=[*COMMANDS, "all", "report"])
+    parser.add_argument("tables", nargs="*", metavar="TABLE", help="report: only these tables (default: all four)")
     parser.add_argument("--out", type=Path, default=Path("runs/synthetic"), help="where the runs go")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON, Markdown and plots go")
     parser.add_argument("--jobs", type=int, default=1, help="stages at once (one thread each)")
@@ -562,7 +563,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     args.report_only = args.command == "report"
-    names = list(COMMANDS) if args.command in ("all", "report") else [args.command]
+    unknown = [t for t in args.tables if t not in COMMANDS]
+    if unknown or (args.tables and args.command != "report"):
+        parser.error(f"tables {unknown or args.tables}: name tables ({', '.join(COMMANDS)}) after `report` only")
+    names = args.tables or (list(COMMANDS) if args.command in ("all", "report") else [args.command])
     failed: list[str] = []
     for name in names:
         failed += COMMANDS[name](args, scale)

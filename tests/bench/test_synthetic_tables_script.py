@@ -80,3 +80,6 @@ def test_bad_options_are_refused(capsys):
     with pytest.raises(SystemExit):
         st.main(["table1", "--jobs", "0"])
     assert "--jobs must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        st.main(["report", "tabel1"])
+    assert "tables ['tabel1']" in capsys.readouterr().err
