@@ -1,0 +1,119 @@
+"""``benchmarks/gpu_session.py``: the GPU session's one command, tried on a CPU before a GPU runs it.
+
+A step that fails or runs out of time is recorded with its reason and the others still run; steps
+left out are recorded as not run; a later part updates its own steps in the same summary. The whole
+session at tiny sizes on the CPU (``--device cpu --tiny``) runs every step, each ending ok or
+recorded as failed with its reason (``-m slow``: it takes minutes on a loaded 2-core machine).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_session.py"
+
+
+@pytest.fixture(scope="module")
+def session():
+    spec = importlib.util.spec_from_file_location("gpu_session", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_session"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("gpu_session", None)
+
+
+def _args(out, **kw):
+    base = dict(out=str(out), device="cpu", tiny=True, only=None, gpu=None, pytest_args=None, timeout_scale=1.0,
+                train_steps=300, pathx_batch=1, step=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def _py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_a_failing_or_slow_step_is_recorded_and_the_others_run(session, tmp_path):
+    steps = [
+        session.Step("first", "prints", [_py("print('first ran')")], timeout=60),
+        session.Step("boom", "fails", [_py("print('about to fail'); raise SystemExit(3)"), _py("print('second command ran')")],
+                     timeout=60),
+        session.Step("slow", "sleeps past its timeout", [_py("import time; print('sleeping', flush=True); time.sleep(60)")],
+                     timeout=2),
+        session.Step("last", "writes a result", [_py(f"open({str(tmp_path / 'results' / 'last.json')!r}, 'w').write('{{}}')")],
+                     timeout=60),
+    ]
+    summary = session.run_session(_args(tmp_path), steps)
+    by = {s["name"]: s for s in summary["steps"]}
+    assert [s["name"] for s in summary["steps"]] == ["first", "boom", "slow", "last"]
+    assert by["first"]["status"] == "ok" and by["last"]["status"] == "ok"
+    assert by["last"]["results"] == ["results/last.json"]
+    assert by["boom"]["status"] == "failed" and [c["returncode"] for c in by["boom"]["commands"]] == [3, 0]
+    assert "1 of 2 command(s) failed" in by["boom"]["reason"] and "about to fail" in by["boom"]["reason"]
+    assert "second command ran" in (tmp_path / by["boom"]["log"]).read_text()  # the step's next command still ran
+    assert by["slow"]["status"] == "timeout" and by["slow"]["commands"][0]["timed_out"]
+    assert "sleeping" in by["slow"]["reason"] and by["slow"]["seconds"] < 30
+    saved = json.loads((tmp_path / "session.json").read_text())
+    assert saved["steps"] == summary["steps"] and saved["environment"]["torch"] == torch.__version__
+    assert saved["environment"]["command"] and saved["settings"]["device"] == "cpu"
+    md = (tmp_path / "session.md").read_text()
+    assert "| boom | failed |" in md and "| slow | timeout |" in md and "### boom: failed" in md
+
+    # A later part: the steps it runs are replaced, the others kept as they were.
+    again = session.run_session(_args(tmp_path, only="first"), [steps[0], session.Step("boom", "now fine", [_py("")], 60)])
+    by = {s["name"]: s for s in again["steps"]}
+    assert by["first"]["status"] == "ok" and by["boom"]["status"] == "failed"  # boom not selected: its record stays
+    fresh = session.run_session(_args(tmp_path / "other", only="first"), steps[:2])
+    assert {s["name"]: s["status"] for s in fresh["steps"]} == {"first": "ok", "boom": "not run"}
+    assert "not selected (--only first)" in fresh["steps"][1]["reason"]
+    with pytest.raises(SystemExit, match="unknown step.*nope.*the steps are first, boom"):
+        session.run_session(_args(tmp_path, only="nope"), steps[:2])
+
+
+def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path):
+    gpu = {s.name: s for s in session.build_steps(_args(tmp_path, device="cuda", tiny=False))}
+    assert list(gpu) == list(session.STEPS)
+    assert gpu["tests"].commands[0][-2:] == ["--device", "cuda"]
+    assert gpu["check"].commands[0][-3:] == ["check", "--device", "cuda"]
+    assert [c[c.index("--length") + 1] + c[c.index("--dtype") + 1] for c in gpu["scan"].commands] == \
+        ["1024fp32", "1024bf16", "4096fp32", "4096bf16", "16384fp32", "16384bf16"]
+    assert all(c[c.index("--batch") + 1] == "64" and c[c.index("--d") + 1] == "232" for c in gpu["scan"].commands)
+    assert "--full" in gpu["bench"].commands[0] and "TRITON_INTERPRET" not in gpu["kernels"].env
+    tiny = {s.name: s for s in session.build_steps(_args(tmp_path))}
+    assert tiny["kernels"].env == {"TRITON_INTERPRET": "1"} and "--tiny" in tiny["train"].commands[0]
+    assert session.build_steps(_args(tmp_path, timeout_scale=0.5))[1].timeout == session.TIMEOUTS["tests"] / 2
+
+
+@pytest.mark.slow
+def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
+    summary = session.run_session(_args(tmp_path / "s"))
+    out = tmp_path / "s"
+    by = {s["name"]: s for s in summary["steps"]}
+    assert list(by) == list(session.STEPS)
+    for name, step in by.items():
+        assert step["status"] in ("ok", "failed", "timeout"), name
+        assert (out / step["log"]).exists(), name
+        assert step["status"] == "ok" or step["reason"], name
+    if not torch.cuda.is_available():  # the GPU scan benchmark refuses a machine without CUDA, saying so
+        assert by["scan"]["status"] == "failed" and "no CUDA device" in by["scan"]["reason"]
+    for name in ("info", "tests", "check", "kernels", "ssm_kernels", "planner", "bench", "train", "pathx"):
+        assert by[name]["status"] == "ok", (name, by[name].get("reason"))
+    results = {Path(r).name for s in summary["steps"] for r in s["results"]}
+    assert {"info.json", "kernels.json", "ssm_kernels.json", "planner.json", "bench.json", "train.json",
+            "pathx.json"} <= results
+    kernels = json.loads((out / "results" / "kernels.json").read_text())
+    assert kernels["failures"] == 0 and {r["length"] for r in kernels["rows"]} == {1, 7, 64}
+    assert any("bitwise_repeatable" in r for r in kernels["rows"])
+    planner = json.loads((out / "results" / "planner.json").read_text())
+    assert all("measured" in r and r["plan"]["peak_bytes"]["total"] > 0 for r in planner["rows"])
+    train = json.loads((out / "results" / "train.json").read_text())
+    assert {(r["preset"], r["precision"]) for r in train["rows"]} == {(p, q) for p in session.TRAIN_PRESETS
+                                                                      for q in ("bf16", "fp32")}
+    assert all(r["steps"] == 4 and r["tokens_per_s"] > 0 for r in train["rows"])
+    assert "| planner | ok |" in (out / "session.md").read_text()
