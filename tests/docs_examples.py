@@ -50,8 +50,9 @@ LANGUAGES = SHELL + PYTHON + YAML + JSON + OUTPUT
 
 #: The environment variable of smoke mode (``longrange.smoke``), set for every block.
 SMOKE_ENV = "LONGRANGE_SMOKE"
-#: Seconds a block may run unless its ``timeout`` directive says otherwise.
+#: Seconds a block may run unless its ``timeout`` directive says otherwise (a slow block: SLOW_TIMEOUT).
 DEFAULT_TIMEOUT = 300
+SLOW_TIMEOUT = 3600
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[^\s`]*)\s*$")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
@@ -171,7 +172,7 @@ class Block:
     @property
     def timeout(self) -> int:
         d = self.first("timeout")
-        return d.seconds if d else DEFAULT_TIMEOUT
+        return d.seconds if d else SLOW_TIMEOUT if self.slow_reason else DEFAULT_TIMEOUT
 
     @property
     def env(self) -> dict[str, str]:
@@ -458,23 +459,21 @@ class Page:
                 return Outcome(1, f"{block.id}: not valid JSON: {err}")
             return Outcome(0, "")
         name = block.file_name
-        if name:
-            (cwd / name).parent.mkdir(parents=True, exist_ok=True)
-            (cwd / name).write_text(block.text)
+        path = cwd / (name or f".docs-test/{Path(block.path).stem}-{block.line}.yaml")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(block.text)
         check = (
-            "import sys, yaml\n"
-            "from longrange.experiment.config import ExperimentConfig, _with_bases, experiment_from_dict\n"
-            "import dataclasses\n"
-            "data = yaml.safe_load(sys.stdin.read())\n"
+            "import dataclasses, sys, yaml\n"
+            "from longrange.experiment.config import ExperimentConfig, resolve\n"
+            "data = yaml.safe_load(open(sys.argv[1]).read())\n"
             "sections = {f.name for f in dataclasses.fields(ExperimentConfig)} | {'base'}\n"
             "if isinstance(data, dict) and data and set(data) <= sections:\n"
-            "    experiment_from_dict(_with_bases(data, sys.argv[1]))\n"
+            "    resolve(config=sys.argv[1])\n"
             "    print('an experiment, checked')\n"
             "else:\n"
             "    print('parsed; not an experiment')\n"
         )
-        return run_process([self._python(), "-c", check, name or block.id], cwd, self._env(block.env),
-                           block.timeout, stdin=block.text)
+        return run_process([self._python(), "-c", check, str(path)], cwd, self._env(block.env), block.timeout)
 
 
 def shell_script(block: Block, skipped: set[int] = frozenset()) -> str:
@@ -501,18 +500,22 @@ def tail(text: str, n: int = 60) -> str:
     return "\n".join((["..."] if len(lines) > n else []) + lines[-n:])
 
 
-def run_process(argv: list[str], cwd: Path, env: dict[str, str], timeout: int, stdin: str | None = None) -> Outcome:
+def run_process(argv: list[str], cwd: Path, env: dict[str, str], timeout: int) -> Outcome:
     """Run ``argv`` in its own process group with stdout and stderr together; on timeout the group
     is killed and the outcome says so."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        out, _ = proc.communicate(stdin.encode() if stdin is not None else None, timeout=timeout)
+        out, _ = proc.communicate(timeout=timeout)
         return Outcome(proc.returncode, out.decode(errors="replace"))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a process outside the group holds the output open
+            proc.stdout.close()
+            proc.wait()
+            out = b"(the output is lost: a process outside the block's process group kept it open)"
         return Outcome(124, out.decode(errors="replace"), timed_out=True)
 
 

@@ -27,7 +27,8 @@ the published layouts of ListOps, CIFAR-10 and IMDb), so that a ``report`` reads
 ``compare`` before it wrote; exported variables and the directory carry over from one shell block
 to the next, as in one terminal. Every block runs with ``LONGRANGE_SMOKE=1`` (``longrange.smoke``:
 a few steps of small batches, two seeds, short evaluation splits, small generated data: the
-commands unchanged, the work shrunk to seconds) and ``WANDB_MODE=offline``, under a timeout. The
+commands unchanged, the work shrunk to seconds) and ``WANDB_MODE=offline``, under a timeout (5
+minutes, an hour for a slow block, or the block's ``timeout`` directive). The
 ``longrange`` commands and the Python blocks run in processes forked from one that has imported
 longrange (``docs_examples.Server``), which saves the seconds of importing torch per command
 (slow blocks run the installed ``longrange`` and Python).
@@ -36,6 +37,7 @@ first runs the blocks of its file before it.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -218,6 +220,7 @@ def test_a_page_is_read_into_blocks_with_their_directives(tmp_path):
     assert yaml_block.text == "# configs/wide.yaml\nmodel: {d_model: 128}\n"  # the list's indentation removed
     assert yaml_block.file_name == "configs/wide.yaml" and python.file_name is None
     assert python.slow_reason == "an hour" and python.env == {"A": "1", "B": "two"} and python.timeout == 7
+    assert bash.timeout == D.DEFAULT_TIMEOUT and dataclasses.replace(python, directives=python.directives[:1]).timeout == D.SLOW_TIMEOUT
     script = D.shell_script(bash, {c.lines[0] for c, _ in bash.skipped_commands()})
     assert script.splitlines() == [":  # skipped", "longrange demo"]
 
