@@ -64,6 +64,8 @@ STEPS = ("info", "tests", "check", "kernels", "scan", "ssm_kernels", "planner", 
 #: Seconds each step may run (the ``--timeout-scale`` multiplies them).
 TIMEOUTS = {"info": 120, "tests": 900, "check": 300, "kernels": 540, "scan": 540, "ssm_kernels": 420, "planner": 420,
             "bench": 600, "train": 600, "pathx": 300}
+#: A step is not started with fewer seconds than this left of the session's ``--budget``.
+MIN_STEP_SECONDS = 20
 #: Lengths of the kernel accuracy checks (``--tiny``: the first three).
 KERNEL_LENGTHS = (1, 7, 64, 1000, 4096, 16384)
 SCAN_LENGTHS = (1024, 4096, 16384)
@@ -279,17 +281,26 @@ def run_session(args: argparse.Namespace, steps: list[Step] | None = None) -> di
     earlier = {s["name"]: s for s in json.loads(path.read_text())["steps"]} if path.exists() else {}
     summary = {"started": _now(), "finished": None, "environment": environment(args.device),
                "settings": {"device": args.device, "tiny": args.tiny, "only": args.only,
-                            "timeout_scale": args.timeout_scale}, "steps": []}
+                            "timeout_scale": args.timeout_scale, "budget": args.budget}, "steps": []}
     records: dict[str, dict[str, Any]] = {}
     for step in steps:  # what the summary says before each step has run
         records[step.name] = earlier.get(step.name) or {
             "name": step.name, "description": step.description, "status": "not run",
             "reason": "not selected (--only)" if only is not None and step.name not in only else "not reached"}
+    deadline = time.perf_counter() + args.budget if args.budget else None
     for step in steps:
         if only is not None and step.name not in only:
             if step.name not in earlier:
                 records[step.name]["reason"] = f"not selected (--only {args.only})"
             continue
+        if deadline is not None:
+            left = deadline - time.perf_counter()
+            if left < MIN_STEP_SECONDS:
+                records[step.name] = {"name": step.name, "description": step.description, "status": "not run",
+                                      "reason": f"the session's --budget of {args.budget:.0f} s was spent"}
+                _write_summary(out, summary, records)
+                continue
+            step = Step(step.name, step.description, step.commands, min(step.timeout, left), step.env)
         print(f"[{_now()}] {step.name}: {step.description} (timeout {step.timeout:.0f} s)", flush=True)
         records[step.name] = record = run_step(step, out)
         print(f"[{_now()}] {step.name}: {record['status']} in {record['seconds']:.1f} s", flush=True)
@@ -708,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu", help="the planner's GPU name (default: from the device's name)")
     p.add_argument("--pytest-args", help="arguments of the test step (default: the whole suite; --tiny: one file)")
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every step's timeout")
+    p.add_argument("--budget", type=float, help="seconds for the whole run: no step runs past them, and steps "
+                   "that would start with less than 20 s left are recorded as not run (e.g. 560 under a 10-minute limit)")
     p.add_argument("--train-steps", type=int, default=300, help="steps of each training run (default 300)")
     p.add_argument("--pathx-batch", type=int, default=1, help="batch of the Path-X forward + backward (default 1)")
     p.add_argument("--step", choices=sorted(INTERNAL), help=argparse.SUPPRESS)  # run one internal step here

@@ -31,7 +31,7 @@ def session():
 
 def _args(out, **kw):
     base = dict(out=str(out), device="cpu", tiny=True, only=None, gpu=None, pytest_args=None, timeout_scale=1.0,
-                train_steps=300, pathx_batch=1, step=None)
+                budget=None, train_steps=300, pathx_batch=1, step=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -39,7 +39,8 @@ def _py(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def test_a_failing_or_slow_step_is_recorded_and_the_others_run(session, tmp_path):
+def test_a_failing_or_slow_step_is_recorded_and_the_others_run(session, tmp_path, monkeypatch):
+    monkeypatch.setattr(session, "MIN_STEP_SECONDS", 1)
     steps = [
         session.Step("first", "prints", [_py("print('first ran')")], timeout=60),
         session.Step("boom", "fails", [_py("print('about to fail'); raise SystemExit(3)"), _py("print('second command ran')")],
@@ -74,6 +75,13 @@ def test_a_failing_or_slow_step_is_recorded_and_the_others_run(session, tmp_path
     assert "not selected (--only first)" in fresh["steps"][1]["reason"]
     with pytest.raises(SystemExit, match="unknown step.*nope.*the steps are first, boom"):
         session.run_session(_args(tmp_path, only="nope"), steps[:2])
+
+    # A budget for the whole run (a command limited to 10 minutes): no step outlives it, the rest are not run.
+    slow = session.Step("slow", "sleeps", steps[2].commands, timeout=60)
+    budget = session.run_session(_args(tmp_path / "budget", budget=3), [slow, steps[3]])
+    by = {s["name"]: s for s in budget["steps"]}
+    assert by["slow"]["status"] == "timeout" and by["slow"]["timeout_s"] <= 3  # cut to what was left of the budget
+    assert by["last"]["status"] == "not run" and "--budget of 3 s was spent" in by["last"]["reason"]
 
 
 def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path):
