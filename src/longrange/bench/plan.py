@@ -378,6 +378,39 @@ def measure_step(exp, stage: str = "train", objective: str | None = None, *, mic
     return measure
 
 
+def measured_cpu_peak(exp, stage: str = "train", objective: str | None = None, *, micro_batch: int,
+                      seq_len: int | None = None, vocab: int | None = None) -> int:
+    """The peak bytes of live tensors during one real training step on the CPU, measured: the tensors
+    alive before it (parameters, buffers, optimiser state as after a first step, the batch) plus the
+    largest running sum of the allocations and frees that PyTorch's profiler records during it (the
+    allocator's own events). What :func:`measure_step` with ``target="cpu"`` predicts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from longrange.experiment.dryrun import prepare_step
+
+    torch.manual_seed(0)
+    prepared = prepare_step(exp, stage, objective, device="cpu", batch_size=micro_batch, grad_accum=1,
+                            seq_len=seq_len, vocab=vocab)
+    for p in prepared.model.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    prepared.optimizer.step()
+    prepared.optimizer.zero_grad(set_to_none=True)
+    state = [v for s in prepared.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    alive = [*prepared.model.parameters(), *prepared.model.buffers(), *state, *prepared.batches[0].values()]
+    before = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}.values())
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        prepared.step()
+    events = sorted((e for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU),
+                    key=lambda e: e.start_ns())
+    running = peak = 0
+    for e in events:
+        running += e.nbytes()
+        peak = max(peak, running)
+    return before + peak
+
+
 # ------------------------------------------------------------------------------------------------
 # The plan
 # ------------------------------------------------------------------------------------------------
@@ -399,7 +432,7 @@ class Plan:
     fits: bool                      # the whole batch in one step, without accumulation
     peak_bytes: dict[str, int]      # at the batch without accumulation
     peak_bytes_accumulated: dict[str, int] | None  # at the micro-batch of the accumulation (if > 1)
-    max_batch: int                  # the largest batch that fits without accumulation (0: none)
+    max_batch: int | None           # the largest batch that fits without accumulation (0: none; None: not searched)
     usable_bytes: int
     flops_per_step: int
     bytes_per_step: int
@@ -499,9 +532,11 @@ def _accumulation(search: _Search, batch: int, usable: int, grads: int) -> tuple
 
 
 def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", objective: str | None = None,
-               batch: int | None = None, vocab: int | None = None, seq_len: int | None = None) -> Plan:
+               batch: int | None = None, vocab: int | None = None, seq_len: int | None = None,
+               find_max_batch: bool = True) -> Plan:
     """Plan one training step of ``exp``'s ``stage`` on ``gpu`` at ``batch`` (default its
-    ``train.batch_size``): see the module docstring."""
+    ``train.batch_size``): see the module docstring. ``find_max_batch=False`` leaves the largest
+    batch unsearched (``max_batch`` None) when the batch fits: one fake step instead of three or more."""
     if stage == "pretrain" and objective is None:  # the objective the preset compares (else the model's natural one)
         from longrange.objectives.factory import natural_objective
 
@@ -513,9 +548,10 @@ def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", 
     usable = usable_bytes(gpu)
     search = _Search(exp, stage, objective, gpu, vocab, seq_len)
     whole = search(batch)                                   # the batch in one step
-    search(max(1, batch // 4) if batch > 1 else 2)          # a second point for the line
-    max_batch = _max_batch(search, usable)
     fits = whole.peak["total"] <= usable
+    if find_max_batch or not fits:
+        search(max(1, batch // 4) if batch > 1 else 2)      # a second point for the line
+    max_batch = _max_batch(search, usable) if find_max_batch or not fits else None
     accumulation, chosen, accumulated_peak = (1, whole, None) if fits else (None, None, None)
     if not fits and max_batch:
         grads = 4 * whole.parameters                        # float32 gradients of every parameter: at most this

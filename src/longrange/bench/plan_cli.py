@@ -44,7 +44,8 @@ def format_plan(plan) -> str:
         f"  parameters       {plan.params:,}",
         f"  peak memory      {_gib(p['total'])} at batch {plan.batch} in one step ({parts})",
         f"  GPU memory       {_gib(plan.usable_bytes)} usable of {_gib(gpu.memory_bytes)}",
-        f"  fits             {'yes' if plan.fits else 'no'}; largest batch that fits in one step: {plan.max_batch}",
+        f"  fits             {'yes' if plan.fits else 'no'}"
+        + ("" if plan.max_batch is None else f"; largest batch that fits in one step: {plan.max_batch}"),
     ]
     if plan.accumulation is None:
         lines.append("  accumulation     none fits: even a micro-batch of 1 needs more than the GPU has")

@@ -182,11 +182,9 @@ def prepare_step(exp: ExperimentConfig, stage: str = "train", objective: str | N
 
     device = torch.device(device)
     resolved = resolve_stage(exp, stage, objective=objective)
-    train_cfg = resolved.train
+    # The stage's own settings: smoke mode (LONGRANGE_SMOKE) shrinks runs, not what a dry run or a plan checks.
     changes = {k: v for k, v in (("batch_size", batch_size), ("grad_accum", grad_accum)) if v is not None}
-    if changes:
-        train_cfg = exp.train_config(stage, seed=resolved.seed, **changes)
-        resolved.train = train_cfg
+    train_cfg = resolved.train = exp.train_config(stage, seed=resolved.seed, **changes)
     micro = train_cfg.micro_batch(1)
     data = stage_data(resolved.task, vocab)
     length = seq_len or data.spec.seq_len
