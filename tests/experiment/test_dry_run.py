@@ -67,6 +67,7 @@ def test_pretraining_stages_follow_the_preset():
         ("train", "supervised"), ("pretrain", "causal"), ("pretrain", "masked")]
     thesis = resolve("thesis/scifar/mamba-s6")
     assert not thesis.pretrain and dry_stages(thesis) == [("train", "supervised")]
+    assert prepare_step(exp, "pretrain", device=META).stage.objective == "masked"  # the default: the compared one
 
 
 @pytest.mark.parametrize("task", ["mqar", "selective-copying", "induction-heads"])

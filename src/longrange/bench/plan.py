@@ -538,9 +538,9 @@ def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", 
     ``train.batch_size``): see the module docstring. ``find_max_batch=False`` leaves the largest
     batch unsearched (``max_batch`` None) when the batch fits: one fake step instead of three or more."""
     if stage == "pretrain" and objective is None:  # the objective the preset compares (else the model's natural one)
-        from longrange.objectives.factory import natural_objective
+        from longrange.experiment.dryrun import pretraining_objectives
 
-        objective = (exp.compare.objectives or [natural_objective(exp.model.direction)])[0]
+        objective = pretraining_objectives(exp)[0]
     train_cfg = exp.train_config(stage)
     batch = batch or train_cfg.batch_size
     if batch < 1:

@@ -87,17 +87,21 @@ def stage_data(task: TaskConfig, vocab: int | None = None) -> StageData:
     return StageData(spec, vocabulary)
 
 
-def dry_stages(exp: ExperimentConfig) -> list[tuple[str, str]]:
-    """The (stage, objective) pairs of ``exp`` a dry run takes: supervised training, and when the
-    experiment has a pretraining section, pretraining with each objective it compares (its
-    ``compare.objectives``, else the model's natural one). Finetuning builds the model of training
-    from scratch (after loading weights) and is not a pair of its own."""
+def pretraining_objectives(exp: ExperimentConfig) -> list[str]:
+    """The objectives ``exp`` pretrains with: its ``compare.objectives``, else the model's natural one."""
     from longrange.objectives.factory import natural_objective
 
+    return list(exp.compare.objectives) or [natural_objective(exp.model.direction)]
+
+
+def dry_stages(exp: ExperimentConfig) -> list[tuple[str, str]]:
+    """The (stage, objective) pairs of ``exp`` a dry run takes: supervised training, and when the
+    experiment has a pretraining section, pretraining with each objective it compares
+    (:func:`pretraining_objectives`). Finetuning builds the model of training from scratch (after
+    loading weights) and is not a pair of its own."""
     pairs = [("train", "supervised")]
     if exp.pretrain or exp.compare.objectives:
-        for objective in exp.compare.objectives or [natural_objective(exp.model.direction)]:
-            pairs.append(("pretrain", objective))
+        pairs += [("pretrain", objective) for objective in pretraining_objectives(exp)]
     return pairs
 
 
@@ -169,6 +173,7 @@ def prepare_step(exp: ExperimentConfig, stage: str = "train", objective: str | N
                  precision: Any = None, generator: torch.Generator | None = None) -> PreparedStep:
     """Build ``exp``'s ``stage`` with ``objective`` on ``device`` for one training step.
 
+    ``objective``: a pretraining stage's default is the first of :func:`pretraining_objectives`.
     ``batch_size`` and ``grad_accum`` (default the stage's ``train.batch_size`` and
     ``train.grad_accum``) are the step's global batch and its number of micro-batches, ``seq_len``
     (default the task's) its length; the step runs ``micro_batches`` of the micro-batches (default
@@ -181,6 +186,8 @@ def prepare_step(exp: ExperimentConfig, stage: str = "train", objective: str | N
     from longrange.train.precision import Precision
 
     device = torch.device(device)
+    if stage == "pretrain" and objective is None:
+        objective = pretraining_objectives(exp)[0]
     resolved = resolve_stage(exp, stage, objective=objective)
     # The stage's own settings: smoke mode (LONGRANGE_SMOKE) shrinks runs, not what a dry run or a plan checks.
     changes = {k: v for k, v in (("batch_size", batch_size), ("grad_accum", grad_accum)) if v is not None}
