@@ -146,6 +146,11 @@ def test_traffic_counts_operands_once_and_views_not_at_all():
             out.t().reshape(-1)      # a view then a copy: the copy reads and writes 32 floats
             a.expand(3, 8, 16).sum(0)  # a broadcast operand counts once
     assert traffic.totals("fwdbwd") == (2 * 8 * 16 * 4, 4 * (8 * 16 + 16 * 4 + 8 * 4) + 4 * 64 + 4 * (8 * 16 + 8 * 16))
+    # the roofline per operation: the product at the float32 rate or its bytes, the others their bytes
+    gpu = GPUS["h100-sxm"]
+    matmul = max(2 * 8 * 16 * 4 / gpu.fp32, 4 * (8 * 16 + 16 * 4 + 8 * 4) / gpu.bandwidth)
+    bound, compute = traffic.time_bound(gpu, "fwdbwd")
+    assert bound == pytest.approx(matmul + (4 * 64 + 4 * 256) / gpu.bandwidth) and compute == pytest.approx(1024 / gpu.fp32)
 
 
 # ------------------------------------------------------------------------------------------------
