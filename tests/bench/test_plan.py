@@ -45,6 +45,8 @@ def test_the_gpu_table_is_complete_with_its_sources():
 def test_gpus_are_found_by_key_name_or_spelling_and_an_unknown_one_lists_them():
     assert find_gpu("H100 SXM") is find_gpu("h100_sxm") is find_gpu("NVIDIA H100 SXM 80GB") is GPUS["h100-sxm"]
     assert find_gpu("4090") is GPUS["rtx-4090"] and find_gpu("A100 80") is GPUS["a100-80gb"]
+    assert find_gpu("NVIDIA H100 80GB HBM3") is GPUS["h100-sxm"]  # as torch.cuda.get_device_name() says
+    assert find_gpu("NVIDIA A100-SXM4-40GB") is GPUS["a100-40gb"] and find_gpu("NVIDIA L4") is GPUS["l4"]
     with pytest.raises(ConfigError, match=r"unknown GPU 'v100'; known GPUs: h100-sxm \(NVIDIA H100 SXM 80GB\), .*rtx-3090"):
         find_gpu("v100")
 

@@ -69,7 +69,11 @@ def _plain(name: str) -> str:
 _ALIASES = {"h100sxm5": "h100-sxm", "h100sxm80gb": "h100-sxm", "h100pcie80gb": "h100-pcie", "h200sxm": "h200",
             "h200141gb": "h200", "a10040": "a100-40gb", "a10080": "a100-80gb", "a100sxm40gb": "a100-40gb",
             "a100sxm80gb": "a100-80gb", "4090": "rtx-4090", "3090": "rtx-3090", "geforcertx4090": "rtx-4090",
-            "geforcertx3090": "rtx-3090"}
+            "geforcertx3090": "rtx-3090",
+            # the names torch.cuda.get_device_name() gives
+            "nvidiah10080gbhbm3": "h100-sxm", "nvidiah100pcie": "h100-pcie", "nvidiah200": "h200",
+            "nvidiaa100sxm440gb": "a100-40gb", "nvidiaa100sxm480gb": "a100-80gb", "nvidial4": "l4",
+            "nvidiageforcertx4090": "rtx-4090", "nvidiageforcertx3090": "rtx-3090"}
 
 
 def find_gpu(name: str) -> GPU:
