@@ -32,7 +32,7 @@ minutes, an hour for a slow block, or the block's ``timeout`` directive). The
 ``longrange`` commands and the Python blocks run in processes forked from one that has imported
 longrange (``docs_examples.Server``), which saves the seconds of importing torch per command
 (slow blocks run the installed ``longrange`` and Python).
-Each block is a test named by its file and line; running a block alone (``-k 'README.md:513'``)
+Each block is a test named by its file and line; running a block alone (``-k 'README.md:10'``)
 first runs the blocks of its file before it.
 """
 from __future__ import annotations
