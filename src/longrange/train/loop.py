@@ -48,6 +48,7 @@ from longrange.train.sampler import BatchPlan, check_map_style, derived_seed
 from longrange.train.schedules import build_schedule
 from longrange.train.selection import BestSelector
 from longrange.train.state import STATE_FIELDS, TrainState
+from longrange.train.step import training_step
 
 __all__ = ["Trainer", "RunPaths"]
 
@@ -214,24 +215,20 @@ class Trainer:
     def _step(self, micro_batches: list[dict[str, Any]]) -> None:
         """One optimiser step over the micro-batches of a global batch."""
         st = self.state
-        self.train_model.train()
         lr_mult = self.schedule.multiplier(st.step)
         for group in self.optimizer.param_groups:
             group["lr"] = group["peak_lr"] * lr_mult
         st.last_lr = self.cfg.lr * lr_mult
-        n, step_loss = len(micro_batches), 0.0
-        for i, batch in enumerate(micro_batches):
+        n = len(micro_batches)
+
+        def sync(i: int):
             # DDP all-reduces gradients in backward; only the last micro-batch needs it.
-            sync = nullcontext() if i == n - 1 or not self.env.distributed else self.train_model.no_sync()
-            with sync:
-                with self.precision.autocast():
-                    out = self.step_objective(self.train_model, move_to(batch, self.device))
-                loss = out.loss / n
-                self.precision.backward(loss)
-            step_loss += loss.detach()
-            self.meter.add_batch(out.sums)
-        self.precision.step(self.optimizer, self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.zero_grad(set_to_none=True)
+            return nullcontext() if i == n - 1 or not self.env.distributed else self.train_model.no_sync()
+
+        step_loss = training_step(self.train_model, self.step_objective, micro_batches, self.optimizer, self.precision,
+                                  self.cfg.grad_clip, prepare=lambda batch: move_to(batch, self.device), sync=sync,
+                                  after_micro_batch=lambda out: self.meter.add_batch(out.sums),
+                                  clip_parameters=self.model.parameters())
         self.meter.add_step(step_loss)
         st.step += 1
         st.batches_done += 1
