@@ -59,9 +59,13 @@ class TokenEncoder(nn.Module):
     def forward(self, inputs: Tensor, offset: int = 0) -> Tensor:
         if inputs.dim() != 2 or inputs.is_floating_point():
             raise ValueError(f"token inputs must be integer ids of shape (batch, length), got {inputs.dtype} {tuple(inputs.shape)}")
-        # Ids without data (dry runs) have no range to check; a compiled model leaves the check to
-        # the data's collation (a check by value would split the graph) and the embedding's bounds.
-        if inputs.numel() and holds_data(inputs) and not torch.compiler.is_compiling():
+        # The range is checked where it is free: on CPU tensors with data, in eager mode. Ids without
+        # data (dry runs) have none; a compiled model would split its graph at a check by value; on an
+        # accelerator, reading a value back would stall every step. There the ids come from the task's
+        # vocabulary, which the model was built with, and an id out of range is the embedding's
+        # index error.
+        if (inputs.numel() and inputs.device.type == "cpu" and holds_data(inputs)
+                and not torch.compiler.is_compiling()):
             low, high = (int(v) for v in torch.aminmax(inputs))
             if low < 0 or high >= self.vocab_size:
                 bad = low if low < 0 else high
