@@ -11,8 +11,7 @@ The trainer (``loop.py``) is one loop over components, each in its own module wi
     sampler.py     BatchPlan: the micro-batches of each step, a pure function of the data position
     evaluation.py  Evaluator: when to validate, and a dataset's metrics over all ranks
     precision.py   Precision: autocast and the fp16 gradient scaler
-    compile.py     Compilation: the model (and the pretraining objectives) compiled with torch.compile
-                   in place (train.compile)
+    compile.py     Compilation: the model compiled with torch.compile, in place (train.compile)
     meter.py       MetricMeter: training metrics between log lines
     selection.py   BestSelector: the best evaluation, its weights, early stopping
     progress.py    Progress: what a person watching sees

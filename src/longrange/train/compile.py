@@ -23,13 +23,12 @@ parameters, so checkpoints, the best weights, finetuning and resuming see the ke
 run. ``train.compile`` is part of a run's identity (a compiled run's results differ from an eager
 run's in the last float bits): a run resumes with the setting it started with.
 
-The objective is compiled with the model where that helps (:func:`compiles_objective`): the
-pretraining objectives (next-token and masked prediction), whose masking and token-level losses
-over (batch, length, vocabulary) logits Inductor fuses with the model's graph (10% of a demo
-pretraining step beyond the compiled model, measured). Their selection of the masked positions by
-value (``pred[where]``) splits the step into two graphs, one before it and one after. The
-supervised objectives' losses over (batch, classes) cost little and stay eager, as does every
-objective under DDP (the objective receives the DDP wrapper) and in evaluation.
+The objective (loss and metrics) runs eagerly around the compiled model. Compiled with the model,
+the pretraining objectives (next-token and masked prediction, whose masking and token-level losses
+Inductor can fuse) made a demo pretraining step 0.90-1.11 times as fast as the compiled model
+alone, within the measurements' noise (``benchmarks/compile.py --stage pretrain``; their
+selection of positions by value, ``pred[where]``, also splits such a step into two graphs); the
+supervised objectives' losses over (batch, classes) cost little.
 
 Random numbers (dropout, masking) are drawn as in eager mode (Inductor's ``fallback_random``), so a
 compiled step equals the eager step to float rounding, dropout included.
@@ -44,15 +43,14 @@ compiles in one graph (``fullgraph=True``, tested in ``tests/train/test_compile.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from longrange.errors import ConfigError
 
-__all__ = ["Compilation", "RouteMatmuls", "compile_model", "compile_options", "compiles_objective", "is_compiled",
-           "restore"]
+__all__ = ["Compilation", "RouteMatmuls", "compile_model", "compile_options", "is_compiled", "restore"]
 
 
 def _route_matmuls(graph: torch.fx.Graph) -> int:
@@ -160,17 +158,9 @@ def restore(model: nn.Module) -> None:
         model._compiled_call_impl = None
 
 
-def compiles_objective(objective: Any) -> bool:
-    """Whether the trainer compiles ``objective`` with the model: the pretraining objectives."""
-    from longrange.objectives.pretraining import MaskedPrediction, NextTokenPrediction
-
-    return isinstance(objective, (MaskedPrediction, NextTokenPrediction))
-
-
 class Compilation:
     """The trainer's compilation: ``enabled`` (``train.compile``) compiles the model it is given
-    on ``device`` in place, and the objective where that helps (:meth:`objective`); :meth:`restore`
-    makes the model eager again."""
+    on ``device`` in place; :meth:`restore` makes it eager again."""
 
     def __init__(self, enabled: bool, device: torch.device | str):
         self.enabled = bool(enabled)
@@ -182,13 +172,6 @@ class Compilation:
         if self.enabled:
             compile_model(model, self.device)
         return model
-
-    def objective(self, objective: Callable[..., Any], distributed: bool = False) -> Callable[..., Any]:
-        """What the training step calls as ``objective(model, batch)``: the objective compiled
-        (with the model it calls) where :func:`compiles_objective` says so, outside DDP; else itself."""
-        if not self.enabled or distributed or not compiles_objective(objective):
-            return objective
-        return torch.compile(lambda model, batch: objective(model, batch), options=compile_options(self.device))
 
     def restore(self, model: nn.Module) -> None:
         if self.enabled:

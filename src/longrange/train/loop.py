@@ -149,7 +149,6 @@ class Trainer:
             raise
         # Compiled in place, so the state dict's keys stay those of the eager model.
         self.train_model = D.wrap_model(self.compilation.apply(self.model), self.device, cfg.find_unused_parameters)
-        self.step_objective = self.compilation.objective(objective, self.env.distributed)
 
     def _config(self, run: RunDir, extra: Mapping[str, Any] | None, intent: Intent) -> dict[str, Any]:
         """The resolved configuration saved in config.yaml: ``extra`` and the train config."""
@@ -225,7 +224,7 @@ class Trainer:
             # DDP all-reduces gradients in backward; only the last micro-batch needs it.
             return nullcontext() if i == n - 1 or not self.env.distributed else self.train_model.no_sync()
 
-        step_loss = training_step(self.train_model, self.step_objective, micro_batches, self.optimizer, self.precision,
+        step_loss = training_step(self.train_model, self.objective, micro_batches, self.optimizer, self.precision,
                                   self.cfg.grad_clip, prepare=lambda batch: move_to(batch, self.device), sync=sync,
                                   after_micro_batch=lambda out: self.meter.add_batch(out.sums),
                                   clip_parameters=self.model.parameters())
