@@ -25,8 +25,8 @@ run's in the last float bits): a run resumes with the setting it started with.
 
 The objective (loss and metrics) runs eagerly around the compiled model. Compiled with the model,
 the pretraining objectives (next-token and masked prediction, whose masking and token-level losses
-Inductor can fuse) made a demo pretraining step 0.90-1.11 times as fast as the compiled model
-alone, within the measurements' noise (``benchmarks/compile.py --stage pretrain``; their
+Inductor can fuse) made the demo models' pretraining steps 0.92-1.10 times as fast as the compiled
+model alone, no consistent gain (``benchmarks/results/compile.pretrain.*``; their
 selection of positions by value, ``pred[where]``, also splits such a step into two graphs); the
 supervised objectives' losses over (batch, classes) cost little.
 
