@@ -2,8 +2,9 @@
 
 PyTorch's float32 matrix products on the CPU call MKL, which takes a generic code path on CPUs
 that are not Intel's: on this project's AMD EPYC machine, one thread, a (8192 x 128) @ (128 x 512)
-product runs at 73 GFLOP/s there and at 220 GFLOP/s through oneDNN (PyTorch's ``mkldnn``
-library, which chooses its kernels by the instructions a CPU has, not by its maker).
+product ran at 99 GFLOP/s there and at 236 GFLOP/s through oneDNN (PyTorch's ``mkldnn``
+library, which chooses its kernels by the instructions a CPU has, not by its maker;
+``benchmarks/results/compile.mamba_py.*``).
 
 :func:`mm_onednn` is ``a @ b (+ bias)`` through oneDNN's matrix product (PyTorch's operator
 ``mkldnn::_linear_pointwise``), registered as ``torch.ops.longrange.mm_onednn`` with a fake

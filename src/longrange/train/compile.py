@@ -30,12 +30,13 @@ model alone, no consistent gain (``benchmarks/results/compile.pretrain.*``; thei
 selection of positions by value, ``pred[where]``, also splits such a step into two graphs); the
 supervised objectives' losses over (batch, classes) cost little.
 
-Random numbers (dropout, masking) are drawn as in eager mode (Inductor's ``fallback_random``), so a
-compiled step equals the eager step to float rounding, dropout included.
+Random numbers (dropout) are drawn as in eager mode (Inductor's ``fallback_random``), so a compiled
+step equals the eager step to float rounding, dropout included.
 
 On the CPU, float32 matrix products in the compiled graphs run through oneDNN
-(:class:`RouteMatmuls`, :func:`longrange.ops.matmul.mm_onednn`), which is 2-3 times faster than
-PyTorch's MKL path on CPUs that MKL does not recognise (AMD's), where PyTorch has oneDNN.
+(:class:`RouteMatmuls`, :func:`longrange.ops.matmul.mm_onednn`), where PyTorch has oneDNN: on
+CPUs whose maker MKL does not recognise (AMD's) its products ran 2.3-2.4 times as fast as MKL's,
+1.25 times with a transposed first operand (``benchmarks/results/compile.mamba_py.*``).
 
 ``fullgraph``: the trainer compiles with ``fullgraph=False`` (a graph break in a user's plugin
 primitive splits the graph rather than stopping the run); every built-in block and primitive
