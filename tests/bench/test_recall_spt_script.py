@@ -39,6 +39,18 @@ def test_parameter_matched_rows_are_within_two_percent_of_the_transformer(harnes
         assert abs(model_size(e)["total"] / transformer - 1) < 0.02, e.label
 
 
+def test_the_confirmation_is_the_screened_setting_restricted(harness):
+    """The confirmation runs ar-small-recall3 field by field, only fewer models and label counts."""
+    screened, confirm = harness.SETTINGS["ar-small-recall3"], harness.SETTINGS["ar-small-recall3-confirm"]
+    differ = {k for k in screened if screened[k] != confirm[k]}
+    assert differ == {"models", "labels", "note"}
+    assert set(confirm["models"]) < set(screened["models"]) and set(confirm["labels"]) < set(screened["labels"])
+    by_label = {e.label: e for e in harness.experiments("ar-small-recall3", [5])}
+    for e in harness.experiments("ar-small-recall3-confirm", [5]):
+        want = by_label[e.label]
+        assert (e.model, e.task, e.train, e.pretrain) == (want.model, want.task, want.train, want.pretrain)
+
+
 def test_confirmation_seeds_are_kept_out_of_the_screen(harness, capsys):
     with pytest.raises(SystemExit):
         harness.main(["screen", "ar-small-recall3", "--seeds", "0,5"])
