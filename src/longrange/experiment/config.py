@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -308,10 +309,48 @@ def _with_bases(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML experiment file, with its ``base:`` presets merged underneath; a finished run's
+    configuration (its run directory's config file) is read as the experiment it ran
+    (:func:`experiment_of_run`)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    return _with_bases(_read_yaml(path.read_text(), str(path)), str(path))
+    data = _read_yaml(path.read_text(), str(path))
+    if is_run_config(data):
+        return experiment_of_run(data, str(path))
+    return _with_bases(data, str(path))
+
+
+#: What a run adds to its experiment's sections in its config file: the stage it ran, its data's
+#: identity, the pretrained runs it started from, its head, its record and its fingerprint.
+RUN_FIELDS = ("regime", "stage", "seed", "data", "init", "head", "record", "fingerprint")
+
+
+def is_run_config(data: Mapping[str, Any]) -> bool:
+    """Whether ``data`` is a run's configuration as its run directory holds it (it has a fingerprint
+    and the stage it ran), rather than an experiment."""
+    return "fingerprint" in data and "stage" in data
+
+
+def experiment_of_run(data: Mapping[str, Any], where: str = "the run's configuration") -> dict[str, Any]:
+    """The experiment a run ran, from the configuration its run directory holds: its label, task,
+    model, objective options and the stage's training settings. The run's own fields (:data:`RUN_FIELDS`;
+    the objective's ``kind`` and ``reverse``, and ``train.seed``, the stage's seed) are left out: the
+    command that uses the experiment chooses them (``--seed``, ``--objective``, ``--from``), as it does
+    for a preset. A run rerun with the same command and seed has the same settings, and so the same
+    fingerprint."""
+    out = {k: copy.deepcopy(v) for k, v in data.items() if k not in RUN_FIELDS}
+    objective = dict(out.get("objective") or {})
+    kind, reverse = objective.pop("kind", None), objective.pop("reverse", False)
+    out["objective"] = objective
+    out["train"] = {k: v for k, v in (out.get("train") or {}).items() if k != "seed"}
+    stage = f"{data.get('stage')} stage"
+    if kind and kind != "supervised":
+        stage += f", objective {kind}" + (" reversed" if reverse else "")
+    print(f"{where}: a run's configuration ({stage}, seed {data.get('seed')}), read as the experiment it ran: its "
+          f"run fields ({', '.join(k for k in RUN_FIELDS if k in data)}) are left out; the command and its --seed "
+          "choose the stage", file=sys.stderr, flush=True)
+    return out
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
