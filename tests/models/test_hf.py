@@ -111,6 +111,75 @@ def test_step_equals_forward(tiny):
     torch.testing.assert_close(torch.stack(steps, 1), parallel, rtol=1e-7, atol=1e-9)
 
 
+def _graphs(model, x, lengths, fullgraph: bool) -> int:
+    """The graphs Dynamo makes of a training step's forward (loss and gradients computed eagerly from them)."""
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(model, backend=count, fullgraph=fullgraph)(x, lengths).square().sum().backward()
+    finally:
+        torch._dynamo.reset()
+        model.zero_grad(set_to_none=True)
+    return len(graphs)
+
+
+@pytest.mark.parametrize("input_kind", ["numeric", "tokens"])
+def test_compiles_into_one_graph(tiny, input_kind):
+    """``fullgraph=True``: the ids' range check by value is left out while compiling (eager mode keeps it)."""
+    root, _ = tiny
+    torch.manual_seed(0)
+    kw = dict(d_input=2) if input_kind == "numeric" else dict(vocab_size=12)
+    model = build_model(hf_cfg(root), input_kind=input_kind, head="classify", n_out=3, **kw)
+    x = torch.randn(3, 9, 2) if input_kind == "numeric" else torch.randint(5, 12, (3, 9))
+    assert _graphs(model, x, torch.tensor([9, 4, 6]), fullgraph=True) == 1
+    if input_kind == "tokens":
+        with pytest.raises(ValueError, match="token id 12 is outside the vocabulary of size 12"):
+            model(x.index_fill(1, torch.tensor([2]), 12))
+
+
+def test_a_token_map_that_expands_splits_the_graph_and_compiles_as_eager(tiny):
+    """A task token the tokenizer splits makes the LM sequence's length depend on the ids: Dynamo
+    cannot trace it (``fullgraph=True`` fails); with its graph breaks (``fullgraph=False``, as the trainer
+    compiles) the compiled step equals the eager one (AOTAutograd's graphs run eagerly: Inductor's code
+    for each is checked on the other families in ``tests/train/test_compile.py``)."""
+    from longrange.train.compile import restore
+
+    root, _ = tiny
+    torch.manual_seed(0)
+    model = build_model(hf_cfg(root, hf={"pretrained": True}), input_kind="tokens", vocab_size=9, head="classify",
+                        n_out=3, vocab=["[MAX", "]", "7", "a"])
+    x, lengths = torch.tensor([[5, 7, 6, 8], [5, 8, 7, 0]]), torch.tensor([4, 3])
+    with pytest.raises(Exception, match="data-dependent"):
+        _graphs(model, x, lengths, fullgraph=True)
+    assert _graphs(model, x, lengths, fullgraph=False) > 1
+
+    def step():
+        loss = model(x, lengths).square().sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        return loss.detach(), grads
+
+    model.eval()  # no dropout: the same step twice
+    eager = step()
+    torch._dynamo.reset()
+    try:
+        model.compile(backend="aot_eager")
+        compiled = step()
+    finally:
+        restore(model)
+        torch._dynamo.reset()
+    torch.testing.assert_close(compiled[0], eager[0])
+    assert compiled[1].keys() == eager[1].keys() and compiled[1]
+    for name in eager[1]:
+        torch.testing.assert_close(compiled[1][name], eager[1][name], msg=lambda m: f"{name}: {m}")
+
+
 def test_rebuild_without_the_snapshot_gives_the_same_model(tiny, tmp_path):
     root, _ = tiny
     cfg = hf_cfg(root, hf={"pretrained": True})
