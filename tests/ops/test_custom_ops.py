@@ -148,6 +148,8 @@ def test_opcheck_triton_backward_operators(interpreter):
     out, last, states = scan_triton._scan_op(*args)
     tensors = [a.detach() for a in args[:9]]
     _opcheck(scan_triton._scan_backward_op, tensors + [states.detach(), torch.ones_like(out), torch.ones_like(last), *args[9:13]])
+    tensors, grads, _ = _backward_args(ssm_triton._vandermonde_op, vandermonde_args())
+    _opcheck(ssm_triton._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
     tensors, grads, _ = _backward_args(ssm_triton._cauchy_op, cauchy_args(True))
     for need_vw, need_z in ((True, True), (False, True)):
         _opcheck(ssm_triton._cauchy_backward_op, tensors[:6] + grads + [True, need_vw, need_z])
@@ -199,6 +201,11 @@ def test_triton_operators_on_the_meta_device_give_the_real_shapes(interpreter):
     _assert_like(ops["selective_scan_triton"](*_meta(args)), real)
     back = [*args[:9], real[2], torch.ones_like(real[0]), torch.ones_like(real[1]), *args[9:13]]
     _assert_like(ops["selective_scan_triton_backward"](*_meta(back)), ops["selective_scan_triton_backward"](*back))
+    args = vandermonde_args()
+    real = ops["vandermonde_triton"](*args)
+    _assert_like(ops["vandermonde_triton"](*_meta(args)), real)
+    back = [*args[:4], torch.ones_like(real), args[4]]
+    _assert_like(ops["vandermonde_triton_backward"](*_meta(back)), ops["vandermonde_triton_backward"](*back))
     args = cauchy_args(True)
     real = ops["cauchy_triton"](*args)
     _assert_like(ops["cauchy_triton"](*_meta(args)), real)
