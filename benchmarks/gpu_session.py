@@ -24,7 +24,8 @@ Steps:
 - ``scan``: ``benchmarks/gpu_scan.py`` at batch 64, d 232, state 16, lengths 1024, 4096 and 16384,
   fp32 and bf16 (forward and forward + backward of the chunked scan, Triton and mamba-ssm where
   its CUDA extension imports);
-- ``ssm_kernels``: ``benchmarks/ssm_kernels.py --device cuda`` (S4 and S4D kernels and layers);
+- ``ssm_kernels``: ``benchmarks/ssm_kernels.py --device cuda`` (S4 and S4D kernels and layers; the
+  Triton kernels in float32, their default, and computing in float64, ``triton-float64``);
 - ``planner``: ``longrange plan PRESET --gpu NAME --batch B --json FILE`` for a few presets, and the
   peak memory of one measured training step at the same batch (``torch.cuda.max_memory_allocated``
   after a warm-up step) beside the plan's ``peak_bytes``;

@@ -16,9 +16,11 @@ Cases (H = 256 channels, state size N = 64, i.e. 32 conjugate pairs, float32 by 
 The layers keep batch x length constant (batch 16 x 1024 / L, at least 1). Each is timed forward
 (under ``torch.no_grad()``) and forward + backward (the backward of the mean square of the output).
 The implementations are those of the op each case uses that can run on the device
-(``ssm_kernels.available_impls``, without the slow ``ref``, and without Triton's CPU interpreter);
-``chunked`` is the PyTorch code S4 and S4D ran before the fused kernels, and the speed-ups are
-relative to it.
+(``ssm_kernels.available_impls``, without the slow ``ref``, and without Triton's CPU interpreter),
+and with Triton also ``triton-float64``: the Triton kernels computing in float64 for float32
+inputs (``DEFAULT_CONFIG[...]["float64"]`` of ``longrange/ops/ssm_kernels/triton.py``, the mode as
+accurate as the numba kernels; docs/performance.md); ``chunked`` is the PyTorch code S4 and S4D
+ran before the fused kernels, and the speed-ups are relative to it.
 
 Each (case, length) is measured in a fresh Python process (``--no-isolate``: all in this one), so
 that no measurement inherits the memory allocator's state from another: the PyTorch code's
@@ -44,7 +46,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -101,12 +104,39 @@ def time_call(fn: Callable[[], torch.Tensor], module: torch.nn.Module, device: t
     return time.perf_counter() - start, out.detach()
 
 
+#: The Triton kernels computing in float64 (timed beside ``triton``, their float32 default).
+TRITON_FLOAT64 = "triton-float64"
+
+
 def impls_for(case: str, device: torch.device, wanted: list[str] | None) -> list[str]:
     op = OP[case]
     impls = [i for i in ssm_kernels.available_impls(op, device) if i != "ref" and not (i == "triton" and device.type == "cpu")]
+    if "triton" in impls:
+        impls.append(TRITON_FLOAT64)
     if wanted is not None:
         impls = [i for i in impls if i in wanted]
     return sorted(impls, key=lambda i: (i != BASELINE, i))  # the baseline first
+
+
+@contextmanager
+def implementation(op: str, impl: str) -> Iterator[None]:
+    """``impl`` runs ``op`` inside the block; ``triton-float64`` is ``triton`` with its kernels
+    computing in float64 (every mode of ``DEFAULT_CONFIG``, restored after)."""
+    if impl != TRITON_FLOAT64:
+        with ssm_kernels.default_impl(op, impl):
+            yield
+        return
+    from longrange.ops.ssm_kernels import triton as ssm_triton
+
+    before = {mode: cfg["float64"] for mode, cfg in ssm_triton.DEFAULT_CONFIG.items()}
+    try:
+        for cfg in ssm_triton.DEFAULT_CONFIG.values():
+            cfg["float64"] = True
+        with ssm_kernels.default_impl(op, "triton"):
+            yield
+    finally:
+        for mode, value in before.items():
+            ssm_triton.DEFAULT_CONFIG[mode]["float64"] = value
 
 
 def measure_case(case: str, length: int, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> list[dict[str, Any]]:
@@ -117,11 +147,11 @@ def measure_case(case: str, length: int, args: argparse.Namespace, device: torch
     times: dict[str, dict[str, list[float]]] = {i: {"forward": [], "forward_backward": []} for i in impls}
     outputs: dict[str, torch.Tensor] = {}
     for impl in impls:  # untimed: compilation or loading, allocator warm-up
-        with ssm_kernels.default_impl(op, impl):
+        with implementation(op, impl):
             _, outputs[impl] = time_call(fn, module, device, backward=True)
     for r in range(args.repeats):
         for impl in (impls if r % 2 == 0 else impls[::-1]):
-            with ssm_kernels.default_impl(op, impl):
+            with implementation(op, impl):
                 t_f, _ = time_call(fn, module, device, backward=False)
                 t_fb, _ = time_call(fn, module, device, backward=True)
             times[impl]["forward"].append(t_f)
@@ -129,7 +159,7 @@ def measure_case(case: str, length: int, args: argparse.Namespace, device: torch
     rows = []
     base = outputs.get(BASELINE)
     for impl in impls:
-        with ssm_kernels.default_impl(op, impl), PeakMemory(device) as mem:
+        with implementation(op, impl), PeakMemory(device) as mem:
             time_call(fn, module, device, backward=True)
         row: dict[str, Any] = {
             "case": case, "length": length, "batch": batch, "impl": impl, "op": op,
@@ -218,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096, 8192, 16384], help="comma-separated (default 1024,...,16384)")
     p.add_argument("--cases", type=_names, default=list(CASES), help=f"comma-separated subset of {','.join(CASES)} (default all)")
-    p.add_argument("--impls", type=_names, default=None, help="comma-separated implementations (default: all that run here but ref)")
+    p.add_argument("--impls", type=_names, default=None, help="comma-separated implementations (default: all that run here but ref; with triton also triton-float64)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     p.add_argument("--threads", type=int, default=1, help="torch (and numba) threads (default 1: steadier on a shared machine)")
     p.add_argument("--d-model", type=int, default=256, help="channels H (default 256)")

@@ -47,3 +47,35 @@ def test_ssm_kernels_script_runs(tmp_path, capsys, isolate):
 def test_unknown_case_is_named():
     with pytest.raises(SystemExit, match="unknown cases"):
         _module().main(["--cases", "s5-kernel"])
+
+
+def test_the_triton_kernels_are_timed_in_float32_and_float64_where_triton_runs(monkeypatch):
+    module = _module()
+    monkeypatch.setattr(module.ssm_kernels, "available_impls", lambda op, device: ["chunked", "keops", "triton", "ref"])
+    cuda = torch.device("cuda")
+    assert module.impls_for("s4-layer", cuda, None) == ["chunked", "keops", "triton", "triton-float64"]
+    assert module.impls_for("s4d-kernel", cuda, ["chunked", "triton-float64"]) == ["chunked", "triton-float64"]
+    # On a CPU Triton would run in its interpreter: neither mode is timed.
+    assert module.impls_for("s4-layer", torch.device("cpu"), None) == ["chunked", "keops"]
+
+
+def test_triton_float64_runs_the_triton_kernels_computing_in_float64(monkeypatch):
+    """In Triton's interpreter: the kernels' compute dtype inside the block, the previous mode after it."""
+    pytest.importorskip("triton")
+    from longrange.ops.ssm_kernels import triton as ssm_triton
+
+    module = _module()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    seen = []
+    acc = ssm_triton._acc
+    monkeypatch.setattr(ssm_triton, "_acc", lambda dtype, cfg: seen.append(cfg["float64"]) or acc(dtype, cfg))
+    layer, _, _ = module.build("s4-kernel", 16, 4, 4, torch.float32, torch.device("cpu"))
+    outputs = {}
+    for impl in ("chunked", "triton", "triton-float64"):
+        seen.clear()
+        with module.implementation("cauchy", impl):
+            outputs[impl] = layer.kernel(16).detach()
+        assert set(seen) == {"chunked": set(), "triton": {False}, "triton-float64": {True}}[impl], impl
+    assert all(not cfg["float64"] for cfg in ssm_triton.DEFAULT_CONFIG.values())
+    for impl in ("triton", "triton-float64"):
+        torch.testing.assert_close(outputs[impl], outputs["chunked"], rtol=1e-4, atol=1e-5)
