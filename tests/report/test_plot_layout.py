@@ -146,6 +146,52 @@ def test_sweep_plot_at_a_large_grid_never_overlaps(tmp_path, monkeypatch):
     assert_legible(seen["fig"])
 
 
+def _closed_figures(monkeypatch) -> list:
+    """The figures a plot function closes once saved (left open, to be checked)."""
+    closed = []
+    monkeypatch.setattr(P.plt, "close", lambda fig=None: closed.append(fig))
+    return closed
+
+
+def test_label_curves_at_the_largest_grid_label_close_sizes_without_overlap(tmp_path, monkeypatch):
+    """Accuracy against labelled examples: a tick at every training size; 400 and 500 (and 800, 1000)
+    sit too close on a log axis for both labels, so the second is left unlabelled."""
+    from longrange.report.collect import collect_runs
+    from longrange.report.ranking import label_curves
+    from test_verdict_sweep import put_run
+
+    sizes = (400, 500, 800, 1000, 8000, 96000)
+    for task, label, regime, size, seed in itertools.product(TASKS, LABELS, REGIMES[:2], sizes, (0, 1)):
+        put_run(tmp_path / "runs", task=task, label=label, regime=regime, subset=size, size=size, seed=seed,
+                test=0.5 + 0.01 * seed + size / 1e6)
+    closed = _closed_figures(monkeypatch)
+    assert label_curves(collect_runs([tmp_path / "runs"], warn=lambda m: None), tmp_path / "labels.png").is_file()
+    fig = closed[0]
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == len(TASKS) * len(LABELS) and len({ax.get_ylim() for ax in visible}) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["scratch", "scratch, matched compute"]
+    ticks = [t for t in visible[0].xaxis.get_major_ticks() if t.label1.get_text()]
+    assert [t.get_loc() for t in ticks] == list(sizes)  # every size keeps its tick
+    shown = [t.label1.get_text() for t in ticks if t.label1.get_visible()]
+    assert shown[0] == "400" and shown[-1] == "96,000" and "500" not in shown
+    assert_legible(fig)
+
+
+@pytest.mark.parametrize("values", [[2 ** k for k in range(6, 18)], [2 ** k for k in range(6, 21)], [100, 128, 150, 200, 256]])
+def test_extrapolation_plot_of_many_lengths_and_runs_never_overlaps(tmp_path, monkeypatch, values):
+    """``longrange extrapolate``: 12 lengths, each labelled, beside a legend of 8 runs had 512 over 1024."""
+    from longrange.report import extrapolation as E
+
+    rows = [E.RunRow(f"runs/{i}", f"{label}, seed {i % 3}", "listops", "accuracy", values[len(values) // 2],
+                     [E.Cell(v, {"accuracy": 0.3 + 0.02 * i + 0.01 * k}) for k, v in enumerate(values)])
+            for i, label in enumerate(LABELS)]
+    closed = _closed_figures(monkeypatch)
+    E.sweep_plot(E.Sweep("seq_len", values, "test", {}, rows), tmp_path / "extrapolation.png")
+    fig = closed[0]
+    assert len(fig.axes) == 1 and len(fig.axes[0].get_legend().get_texts()) == len(LABELS)
+    assert_legible(fig)
+
+
 @pytest.mark.parametrize("draw", ["curves", "bars"])
 def test_the_checker_finds_overlapping_texts(draw):
     """The check can fail: the earlier layout (vertical bars, 30° labels; legends inside) did."""

@@ -183,7 +183,7 @@ def sweep_plot(sweep: Sweep, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from longrange.report.plots import LINESTYLES, MARKERS
+    from longrange.report.plots import LINESTYLES, MARKERS, thin_tick_labels
 
     metrics = sorted({sweep.metric_of(r) for r in sweep.rows})
     numeric = _numeric(sweep.values)
@@ -216,6 +216,7 @@ def sweep_plot(sweep: Sweep, path: str | Path) -> Path:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
     buffer = io.BytesIO()
     fig.tight_layout()
+    thin_tick_labels(fig, [ax])  # a value per tick: those whose labels would overlap keep their tick alone
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return atomic_write(path, buffer.getvalue())

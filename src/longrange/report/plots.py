@@ -117,6 +117,26 @@ def legend_below(fig, handles: list, labels: list[str], title: str | None = None
                       fontsize="small", title=title, title_fontsize="small", frameon=False)
 
 
+def thin_tick_labels(fig, axes, pad: float = 3.0) -> None:
+    """On each of ``axes``, hide the x tick labels that would overlap the label before them (left to
+    right; the ticks stay, so every value keeps its mark): an axis with a tick at each of a sweep's
+    values (training sizes 400, 500, 800, ..., or lengths 64 ... 131072 beside a legend) labels
+    as many as fit. Measured by the renderer on the figure as laid out, so call it last."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        lo, hi = sorted(ax.xaxis.get_view_interval())
+        ticks = [t for t in ax.xaxis.get_major_ticks()
+                 if t.label1.get_visible() and t.label1.get_text().strip() and lo - 1e-9 <= t.get_loc() <= hi + 1e-9]
+        kept = None
+        for tick in sorted(ticks, key=lambda t: t.get_loc()):
+            box = tick.label1.get_window_extent(renderer)
+            if kept is not None and box.x0 < kept.x1 + pad:
+                tick.label1.set_visible(False)
+            else:
+                kept = box
+
+
 def _save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -166,7 +166,7 @@ def label_curves(runs: Sequence[Run], path: str | Path) -> Path | None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from longrange.report.plots import clip_band, regime_style
+    from longrange.report.plots import clip_band, regime_style, regime_words, thin_tick_labels
 
     points: dict[tuple[str, str], dict[str, dict[int, list[float]]]] = {}
     metric = {}
@@ -207,8 +207,9 @@ def label_curves(runs: Sequence[Run], path: str | Path) -> Path | None:
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel(metric_format(next(iter(metric.values()))).name, fontsize=8)
-    fig.legend([handles[r] for r in handles], [row_name("", r).strip() or "scratch" for r in handles],
+    fig.legend([handles[r] for r in handles], [regime_words(r) for r in handles],
                loc="outside lower center", ncol=min(4, len(handles)), fontsize=8)
+    thin_tick_labels(fig, axes.flat[:len(panels)])  # close training sizes: each keeps its tick, labels that fit
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
