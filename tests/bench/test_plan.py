@@ -221,6 +221,8 @@ def test_plan_command_writes_the_json_the_gpu_session_reads(tmp_path, capsys):
     assert data["peak_bytes"]["total"] <= data["usable_bytes"] == P.usable_bytes(GPUS["l4"])
     text = capsys.readouterr().out
     assert "predicted, not measured" in text and "NVIDIA L4 24GB" in text
+    assert "GPU rates        300 GB/s; FP32 30.3 TFLOP/s, TF32 tensor 60 TFLOP/s, BF16 tensor 121 TFLOP/s " \
+           "(source: NVIDIA L4 Tensor Core GPU Datasheet" in text  # the figures the bound uses, with their source
 
 
 def test_plan_command_takes_a_yaml_file_and_overrides_as_params_does(tmp_path, capsys):

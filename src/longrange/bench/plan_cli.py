@@ -44,6 +44,8 @@ def format_plan(plan) -> str:
         f"  parameters       {plan.params:,}",
         f"  peak memory      {_gib(p['total'])} at batch {plan.batch} in one step ({parts})",
         f"  GPU memory       {_gib(plan.usable_bytes)} usable of {_gib(gpu.memory_bytes)}",
+        f"  GPU rates        {_si(gpu.bandwidth, 'B/s')}; FP32 {_si(gpu.fp32, 'FLOP/s')}, TF32 tensor "
+        f"{_si(gpu.tf32, 'FLOP/s')}, BF16 tensor {_si(gpu.bf16, 'FLOP/s')} (source: {gpu.source})",
         f"  fits             {'yes' if plan.fits else 'no'}"
         + ("" if plan.max_batch is None else f"; largest batch that fits in one step: {plan.max_batch}"),
     ]
