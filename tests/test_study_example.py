@@ -19,10 +19,10 @@ PAGE = ROOT / "docs" / "study.md"
 EXAMPLE = ROOT / "docs" / "examples" / "study"
 
 
-def study_command() -> tuple[dict[str, str], list[str]]:
-    """The environment and the arguments of the page's `longrange compare` command."""
-    blocks = re.findall(r"```bash\n(.*?)```", PAGE.read_text(), re.S)
-    text = next(b for b in blocks if "longrange compare" in b).replace("\\\n", " ")
+def study_command(page: Path = PAGE) -> tuple[dict[str, str], list[str]]:
+    """The environment and the arguments of the page's `longrange compare` command (the study's)."""
+    blocks = re.findall(r"```bash\n(.*?)```", page.read_text(), re.S)
+    text = next(b for b in blocks if "LONGRANGE_PLUGINS=longconv longrange compare" in b).replace("\\\n", " ")
     words = shlex.split(text)
     env = {}
     while "=" in words[0]:
@@ -71,6 +71,15 @@ def test_the_study_command_plans_three_matched_models(plugin, tmp_path, capsys):
     matched = re.findall(r"matched to Transformer: (\S+): model.d_model 64 -> \d+: [\d,]+ parameters \(([-+][\d.]+)%", text)
     assert [m[0] for m in matched] == ["S4D", "LongConv"] and all(abs(float(m[1])) < 1.0 for m in matched)
     assert "warning" not in text
+
+
+def test_the_readme_shows_the_same_command_and_links_the_committed_report():
+    readme = ROOT / "README.md"
+    env, args = study_command(readme)
+    assert (env, args) == study_command()
+    out = args[args.index("--out") + 1]  # the committed report is this command's: 3 models x 3 seeds x 4 stages
+    assert f"36 finished runs under {out}." in (EXAMPLE / "report" / "report.md").read_text()
+    assert "](docs/examples/study/report/report.md)" in readme.read_text() and "](docs/study.md)" in readme.read_text()
 
 
 def test_the_committed_report_has_its_plots():
