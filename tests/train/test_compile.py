@@ -113,6 +113,31 @@ def test_every_family_traces_into_one_graph(name):
     assert len(graphs) == 1
 
 
+@pytest.mark.parametrize("input_kind, head, pooling", [
+    ("numeric", "classify", "max"), ("numeric", "regress", "last"), ("numeric", "tokens", "mean"),
+    ("tokens", "retrieval", "cls"), ("numeric", "retrieval", "mean"),
+])
+def test_every_encoder_head_and_pooling_traces_into_one_graph(input_kind, head, pooling):
+    """The families above take token inputs and a classification head with mean pooling; the numeric
+    encoder, the other heads (two sequences for retrieval) and poolings trace into one graph too."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layers=1, d_model=16, d_state=4, block="mamba", primitive="s6", pooling=pooling)
+    n_out = {"classify": 3, "regress": 2, "tokens": VOCAB, "retrieval": 2}[head]
+    kw = dict(vocab_size=VOCAB) if input_kind == "tokens" else dict(d_input=2)
+    model = build_model(cfg, input_kind=input_kind, head=head, n_out=n_out, **kw)
+    inputs, lengths, _ = _batch()
+    x = inputs if input_kind == "tokens" else torch.randn(*inputs.shape, 2, generator=torch.Generator().manual_seed(2))
+    args = (x, lengths, x.flip(0), lengths.flip(0)) if head == "retrieval" else (x, lengths)
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch.compile(model, backend=count, fullgraph=True)(*args).square().sum().backward()
+    assert len(graphs) == 1
+
+
 def _compiled_equals_eager(name):
     model = _model(name)
     eager_loss, eager_grads = _step(model, model)
