@@ -2,12 +2,13 @@
 results whose answers are known."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from longrange.report.collect import collect_runs
-from longrange.report.ranking import label_curves, ranking_section, rankings
+from longrange.report.ranking import label_curves, ranking_section, ranking_text, rankings
 from test_report import write_run
 
 
@@ -52,6 +53,13 @@ def test_ranks_means_and_share_of_seeds_best(tmp_path):
     text = ranking_section(list(found.values()))
     assert "masked-spt: B > A > C (by mean, 3 seeds): **the order changes** from scratch's A > B > C" in text
     assert "| B | 51.25 (rank 1.9, best 38%) | 90.00 (rank 1.0, best 100%) |" in text
+    plain = ranking_text(list(found.values())).splitlines()
+    assert plain[0].startswith("Ranking of the models by mean (") and plain[0].endswith(", train subset 100):")
+    assert plain[1:] == ["  scratch: A > B > C (by mean, 4 seeds)",
+                         "  masked-spt: B > A > C (by mean, 3 seeds): the order changes from scratch's A > B > C"]
+    same = [r for r in found.values() if r.regime == "scratch"] + [
+        dataclasses.replace(found["masked-spt"], regime="causal-spt", models=found["scratch"].models)]
+    assert ranking_text(same).splitlines()[-1].endswith("the same order as from scratch")
 
 
 def test_lower_is_better_metrics_rank_the_other_way(tmp_path):

@@ -264,3 +264,20 @@ def test_mixed_fractions_and_counts_plot_against_the_train_size(tmp_path):
     assert [g.subset for g in groups] == [20, 0.5, 5]  # by size; unknown sizes last
     assert sweep_plot(groups, tmp_path / "sweep.png", warn=notes.append).is_file()
     assert notes == ["listops: the training set size of subset(s) 5 examples is not recorded; not plotted"]
+
+
+def test_one_labelled_subset_with_pretraining_on_all_inputs_is_no_sweep(tmp_path):
+    """Pretraining on all inputs (a group without final runs) beside one labelled subset: no table or plot
+    against the subset, no empty results table, and the pretraining under a heading that says what it is."""
+    for seed in (0, 1):
+        put_run(tmp_path, regime="scratch", seed=seed, subset=250, size=250)
+        put_run(tmp_path, regime="causal-spt-all", seed=seed, subset=250, size=250, stage="finetune")
+        put_run(tmp_path, regime="causal-spt-all", seed=seed, stage="pretrain")
+    groups = split_by_subset(collect_runs([tmp_path]))
+    text = sweep_tables(groups)
+    assert "Metric against the training subset" not in text and "No final-stage" not in text
+    assert "## Train subset 250 examples (250 training examples)" in text
+    assert "## Pretraining on all training inputs" in text
+    assert sweep_plot(groups, tmp_path / "sweep.png") is None and not (tmp_path / "sweep.png").exists()
+    put_run(tmp_path, regime="scratch", seed=0, subset=1000, size=1000)  # a second labelled subset: a sweep
+    assert "Metric against the training subset" in sweep_tables(split_by_subset(collect_runs([tmp_path])))

@@ -124,10 +124,7 @@ def ranking_section(found: Sequence[Ranking]) -> str:
     lines = ["## Ranking of the models under each regime", "",
              "Ranked seed by seed (the same seeds for every model of a row; ties share ranks): mean, mean rank "
              "(1 is best) and the share of seeds at which the model is best.", ""]
-    by_place: dict[tuple, list[Ranking]] = {}
-    for r in found:
-        by_place.setdefault((r.task, type(r.subset).__name__, r.subset), []).append(r)
-    for (task, _, subset), group in by_place.items():
+    for (task, _, subset), group in _groups(found).items():
         fmt = metric_format(group[0].metric)
         where = task + ("" if subset is None else f", train subset {subset}")
         lines += [f"### {where}", "", "| Model | " + " | ".join(row_name("", g.regime).strip() or "scratch" for g in group) + " |",
@@ -141,19 +138,46 @@ def ranking_section(found: Sequence[Ranking]) -> str:
                              f"{fmt.number(m.mean)} (rank {m.mean_rank:.1f}, best {m.best_share:.0%})")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
-        scratch = next((g for g in group if g.regime == "scratch"), None)
-        for g in group:
-            n = len(g.seeds)
-            order = " > ".join(g.order)
-            if scratch is None or g is scratch:
-                lines.append(f"- {g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''})")
-            else:
-                changed = [m for m in g.order if m in scratch.order]
-                same = changed == [m for m in scratch.order if m in g.order]
-                lines.append(f"- {g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''}): "
-                             + ("the same order as from scratch" if same else
-                                f"**the order changes** from scratch's {' > '.join(scratch.order)}"))
+        lines += [f"- {line}" for line in _order_lines(group, bold=True)]
         lines.append("")
+    return "\n".join(lines)
+
+
+def _groups(found: Sequence[Ranking]) -> dict[tuple, list[Ranking]]:
+    by_place: dict[tuple, list[Ranking]] = {}
+    for r in found:
+        by_place.setdefault((r.task, type(r.subset).__name__, r.subset), []).append(r)
+    return by_place
+
+
+def _order_lines(group: Sequence[Ranking], bold: bool = False) -> list[str]:
+    """Per regime of one task and subset: the models' order by mean, and whether it differs from scratch's."""
+    lines = []
+    scratch = next((g for g in group if g.regime == "scratch"), None)
+    changes = "**the order changes**" if bold else "the order changes"
+    for g in group:
+        n = len(g.seeds)
+        order = " > ".join(g.order)
+        if scratch is None or g is scratch or len(g.order) < 2:
+            lines.append(f"{g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''})")
+        else:
+            same = [m for m in g.order if m in scratch.order] == [m for m in scratch.order if m in g.order]
+            lines.append(f"{g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''}): "
+                         + ("the same order as from scratch" if same else
+                            f"{changes} from scratch's {' > '.join(scratch.order)}"))
+    return lines
+
+
+def ranking_text(found: Sequence[Ranking]) -> str:
+    """Plain lines (what ``compare`` and the demo print after the verdict): per task and training
+    subset with two or more models, the order of the models under each regime and whether it changes."""
+    lines = []
+    for (task, _, subset), group in _groups(found).items():
+        if max(len(g.models) for g in group) < 2:
+            continue
+        where = task + ("" if subset is None else f", train subset {subset}")
+        lines.append(f"Ranking of the models by mean ({where}):")
+        lines += [f"  {line}" for line in _order_lines(group)]
     return "\n".join(lines)
 
 

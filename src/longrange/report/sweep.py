@@ -76,6 +76,8 @@ class SubsetGroup:
 
     @property
     def title(self) -> str:
+        if self.subset is None and not any(r.is_final for r in self.runs):
+            return "Pretraining on all training inputs"
         if self.subset is None:
             return "Train subset: all training data"
         size = self.train_size()
@@ -114,6 +116,11 @@ def is_sweep(groups: Sequence[SubsetGroup]) -> bool:
     return len(groups) > 1
 
 
+def final_subsets(groups: Sequence[SubsetGroup]) -> int:
+    """How many groups hold final-stage runs (pretraining on all inputs has a group of its own)."""
+    return sum(any(r.is_final for r in g.runs) for g in groups)
+
+
 # ---------------------------------------------------------------------------------- tables
 def sweep_table(groups: Sequence[SubsetGroup], task: str) -> Table:
     """The final-stage metric of ``task`` against the subset: rows model + regime, columns subsets."""
@@ -149,7 +156,7 @@ def sweep_tables(groups: Sequence[SubsetGroup]) -> str:
         return markdown_tables(groups[0].cells if groups else [])
     parts = []
     tasks = sorted({c.task for g in groups for c in g.cells if c.kind == "final"}, key=task_sort_key)
-    if tasks:
+    if tasks and final_subsets(groups) > 1:
         parts.append("## Metric against the training subset\n\n"
                      + "\n".join(render_markdown(sweep_table(groups, t)) for t in tasks))
     parts += [f"## {g.title}\n\n" + markdown_tables(g.cells) for g in groups]
@@ -203,8 +210,8 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
                warn: Callable[[str], None] | None = None) -> Path | None:
     """The final-stage metric against the training subset: one panel per task, one line per model +
     regime (mean over seeds, 95% confidence band clipped to the metric's range, the number of seeds
-    in the legend). None without a sweep."""
-    if not is_sweep(groups):
+    in the legend). None without a sweep (two or more subsets with final-stage runs)."""
+    if final_subsets(groups) < 2:
         return None
     import numpy as np
 

@@ -443,12 +443,13 @@ def further_metrics_table(cells: Sequence[Cell]) -> Table | None:
 
 def markdown_tables(cells: Sequence[Cell]) -> str:
     """All tables, in Markdown: results, further metrics (when the runs report any), runs per
-    cell, and pretraining (when present)."""
-    parts = [render_markdown(results_table(cells))]
+    cell, and pretraining (when present; runs of pretraining alone have no results table)."""
+    final = any(c.kind == "final" for c in cells)
+    parts = [render_markdown(results_table(cells))] if final or not cells else []
     further = further_metrics_table(cells)
     if further is not None:
         parts.append(render_markdown(further))
-    if any(c.kind == "final" for c in cells):
+    if final:
         parts.append(render_markdown(details_table(cells, "final")))
     pre = pretrain_table(cells)
     if pre is not None:

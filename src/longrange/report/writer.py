@@ -187,10 +187,14 @@ def write_report(
 
 def report_and_verdict(out_dir: str | Path, *, kernels: bool = False) -> str:
     """Write the report of the runs under ``out_dir`` into it and return what ``compare`` and the demo
-    print: the tables, then the verdict lines."""
+    print: the tables, then the verdict lines, then the order of the models under each regime
+    (when two or more models are compared)."""
     from longrange.report.collect import collect_runs
+    from longrange.report.ranking import ranking_text, rankings
     from longrange.report.verdict import verdict_text
 
     out = Path(out_dir)
     tables = write_report([out], out_dir=out, kernels=kernels)
-    return tables + "\n" + verdict_text(collect_runs([out], warn=lambda message: None))
+    runs = collect_runs([out], warn=lambda message: None)
+    ranking = ranking_text(rankings(runs))
+    return tables + "\n" + verdict_text(runs) + ("\n" + ranking if ranking else "")
