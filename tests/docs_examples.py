@@ -72,7 +72,9 @@ class Directive:
     one of the texts do not; ``slow (reason)``: the block runs only with ``-m slow``; ``env NAME=VALUE
     ...``: variables set for the block (e.g. a plugin that a YAML block's check needs); ``timeout
     SECONDS``; ``setup `COMMAND` (reason)``: a command run once in the page's directory before the
-    block (a page that uses what another page's command makes).
+    block (a page that uses what another page's command makes); ``fails (reason)``: the block shows
+    an error, so each of its commands must exit with a non-zero status, and in a ``console`` block
+    the output it shows must be in what the command printed (lines joined, numbers aside).
     """
 
     kind: str
@@ -84,7 +86,7 @@ class Directive:
     command: str = ""
 
 
-KINDS = ("skip", "slow", "env", "timeout", "setup")
+KINDS = ("skip", "slow", "env", "timeout", "setup", "fails")
 
 
 def parse_directive(body: str, where: str, line: int) -> Directive:
@@ -96,7 +98,7 @@ def parse_directive(body: str, where: str, line: int) -> Directive:
         raise DocsError(f"{where}: unknown docs-test directive {kind!r}; known: {', '.join(KINDS)}")
     reason = ""
     match = _REASON.search(rest)
-    if match and kind in ("skip", "slow", "setup"):
+    if match and kind in ("skip", "slow", "setup", "fails"):
         reason, rest = match.group("reason").strip(), rest[:match.start()].strip()
     if kind in ("skip", "slow"):
         if not reason:
@@ -106,6 +108,11 @@ def parse_directive(body: str, where: str, line: int) -> Directive:
         if kind == "slow" and texts:
             raise DocsError(f"{where}: docs-test slow applies to the whole block, not to commands")
         return Directive(kind, line, reason=reason, texts=texts)
+    if kind == "fails":
+        if not reason or rest:
+            raise DocsError(f"{where}: docs-test fails takes only its reason in parentheses, e.g. "
+                            "<!-- docs-test: fails (the budget is too small) -->")
+        return Directive(kind, line, reason=reason)
     if kind == "env":
         pairs = []
         for word in shlex.split(rest):
@@ -168,6 +175,25 @@ class Block:
     def slow_reason(self) -> str | None:
         d = self.first("slow")
         return d.reason if d else None
+
+    @property
+    def fails_reason(self) -> str | None:
+        d = self.first("fails")
+        return d.reason if d else None
+
+    def shown_outputs(self) -> list[str]:
+        """The output a ``console`` block shows after each of its commands (none shown: left out)."""
+        commands = self.commands()
+        spans = {i for c in commands for i in c.lines}
+        starts = {c.lines[0]: k for k, c in enumerate(commands)}
+        chunks: dict[int, list[str]] = {}
+        current = None
+        for i, line in enumerate(self.text.splitlines()):
+            if i in starts:
+                current = starts[i]
+            elif i not in spans and current is not None and line.strip():
+                chunks.setdefault(current, []).append(line)
+        return ["\n".join(lines) for _, lines in sorted(chunks.items())]
 
     @property
     def timeout(self) -> int:
@@ -275,6 +301,9 @@ def collect(path: Path, root: Path = ROOT) -> list[Block]:
                             f"known: {', '.join(LANGUAGES)}")
         if pending and lang in OUTPUT:
             raise DocsError(f"{where}: a docs-test directive above a ```{lang} block, which never runs")
+        if any(d.kind == "fails" for d in pending) and lang not in SHELL:
+            raise DocsError(f"{where}: docs-test fails is for shell blocks (their commands' exit status), "
+                            f"not for a ```{lang} block")
         block = Block(rel, i + 1, lang, "\n".join(body) + ("\n" if body else ""), tuple(pending))
         for d in block.directives:
             if d.kind == "skip" and d.texts and lang not in SHELL:
@@ -392,7 +421,15 @@ class Page:
                                       f"{result.status}:\n{tail(result.output)}")
                 self.setups.add(d.command)
         if block.lang in SHELL:
-            return self._shell(shell_script(block, skipped), block.line + 1, block.timeout, block.env)
+            result = self._shell(shell_script(block, skipped), block.line + 1, block.timeout, block.env)
+            if block.fails_reason and result.status == 0:  # it failed as shown: did it say what the page shows?
+                printed = normalise_output(result.output)
+                for shown in block.shown_outputs():
+                    if normalise_output(shown) not in printed:
+                        result.status = 1
+                        result.output += (f"\ndocs-test: {block.id} shows an output that the command did not "
+                                          f"print (numbers aside):\n{shown}")
+            return result
         if block.lang in PYTHON:
             return self._run_python(block)
         if block.lang in YAML + JSON:
@@ -407,7 +444,7 @@ class Page:
         failed, env_file, cwd_file = state / "failed", state / "env", state / "cwd"
         for f in (failed, env_file, cwd_file):
             f.unlink(missing_ok=True)
-        header = ("set -eo pipefail\n"
+        header = (f"set -eo pipefail; {FAILS_FUNCTION}\n"
                   f"trap 'echo \"$LINENO $?\" > {shlex.quote(str(failed))}' ERR\n")
         footer = f"\nenv -0 > {shlex.quote(str(env_file))}\npwd > {shlex.quote(str(cwd_file))}\n"
         script_file = state / "block.sh"
@@ -492,7 +529,21 @@ def shell_script(block: Block, skipped: set[int] = frozenset()) -> str:
         if c.lines[0] in skipped:
             for k, i in enumerate(c.lines):
                 out[i] = ":  # skipped" if k == 0 else ""
+        elif block.fails_reason:  # the command must fail (see FAILS_FUNCTION)
+            out[c.lines[0]] = f"{FAILS_FUNCTION.split('(')[0]} {out[c.lines[0]].strip()}"
     return "\n".join(out) + "\n"
+
+
+#: A shell function that runs its arguments as a command and fails when the command succeeds: the
+#: commands of a block whose directive says it ``fails`` run through it.
+FAILS_FUNCTION = ('docs_test_fails() { if "$@"; then echo "docs-test: the command succeeded, but the page '
+                  'shows it failing: $*" >&2; return 1; fi; }')
+
+
+def normalise_output(text: str) -> str:
+    """Output as :class:`Page` compares it with a page's: numbers replaced by ``N``, whitespace (and so
+    the page's line breaks) collapsed to single spaces."""
+    return " ".join(re.sub(r"\d+(?:[.,]\d+)*", "N", text).split())
 
 
 def tail(text: str, n: int = 60) -> str:

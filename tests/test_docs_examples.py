@@ -17,9 +17,12 @@ How the blocks are read (``tests/docs_examples.py``):
   when rendered), with its reason: ``<!-- docs-test: skip (needs a GPU) -->`` skips the block,
   ``<!-- docs-test: skip "pip install" (reinstalls the package) -->`` the block's commands that
   contain that text; the test is reported as skipped with that reason. ``<!-- docs-test: slow
-  (reason) -->`` runs the block only with ``-m slow``; ``env NAME=VALUE``, ``timeout SECONDS`` and
-  ``setup `COMMAND` (reason)`` (a command run once before, for a page that uses what another page
-  made) are the other directives.
+  (reason) -->`` runs the block only with ``-m slow``; ``<!-- docs-test: fails (reason) -->`` marks a
+  block that shows an error: each of its commands must exit non-zero, and a ``console`` block's
+  shown output must be in what the command printed (line breaks and numbers aside), so an error
+  message that changes fails too; ``env NAME=VALUE``, ``timeout SECONDS`` and ``setup `COMMAND`
+  (reason)`` (a command run once before, for a page that uses what another page made) are the other
+  directives.
 
 How they run: each file's blocks run in order, in one temporary working directory of their own
 (a copy of the repository's ``docs/`` and ``benchmarks/``, and ``data/`` with stand-in data sets in
@@ -241,6 +244,8 @@ def test_a_page_is_read_into_blocks_with_their_directives(tmp_path):
     ("text <!-- docs-test: skip (why) -->, `<!-- docs-test: quoted -->`\n", r"page.md:1: a docs-test comment must stand alone"),
     ("```console\nonly output\n```\n", r"page.md:1: a console block without a `\$ ` command"),
     ("```bash\nls\n", r"page.md:1: the code block is never closed"),
+    ("<!-- docs-test: fails -->\n```bash\nls\n```\n", r"page.md:1: docs-test fails takes only its reason"),
+    ("<!-- docs-test: fails (why) -->\n```python\n1\n```\n", r"page.md:2: docs-test fails is for shell blocks"),
 ])
 def test_a_page_that_cannot_be_read_is_an_error_naming_the_line(tmp_path, text, message):
     (tmp_path / "page.md").write_text(text)
@@ -264,6 +269,25 @@ def test_shell_blocks_share_variables_and_directory_and_a_failure_names_its_line
     assert first.status == 0 and page.cwd == tmp_path / "work" / "sub" and page.env["A"] == "1"
     second = page.run(blocks[1])
     assert (second.status, second.line) == (1, 9) and "after" not in second.output  # line 9: `false`
+
+
+def test_a_block_that_shows_an_error_must_fail_as_shown(tmp_path):
+    """``fails``: each command must exit non-zero, and a console block's output must be what it printed
+    (its line breaks and numbers aside)."""
+    error = "import sys; print('error: needs about 23.5 KiB per sequence of length 32, more than the budget'); sys.exit(1)"
+    blocks, page = _page(tmp_path, (
+        "<!-- docs-test: fails (a budget too small) -->\n```console\n"
+        f"$ python -c \"{error}\"\nerror: needs about 7.1 KiB per sequence of\nlength 128, more than the budget\n```\n\n"
+        "<!-- docs-test: fails (a budget too small) -->\n```console\n"
+        f"$ python -c \"{error}\"\nerror: needs about 7.1 KiB per token\n```\n\n"
+        "<!-- docs-test: fails (a missing file) -->\n```bash\nls no-such-file\ntrue\necho after\n```\n"))
+    assert blocks[0].shown_outputs() == ["error: needs about 7.1 KiB per sequence of\nlength 128, more than the budget"]
+    assert page.run(blocks[0]).status == 0  # failed, and said what the page shows
+    other = page.run(blocks[1])
+    assert other.status == 1 and "shows an output that the command did not print" in other.output
+    succeeded = page.run(blocks[2])  # `true` succeeds: the block fails there
+    assert (succeeded.status, succeeded.line) == (1, 17) and "succeeded, but the page shows it failing: true" in succeeded.output
+    assert "after" not in succeeded.output
 
 
 def test_a_block_past_its_timeout_is_stopped(tmp_path):
