@@ -194,6 +194,10 @@ def test_validation_accuracy_is_shown_in_percent(capsys):
     progress.validated(10, {"accuracy": 0.2316, "loss": 2.0412})
     assert capsys.readouterr().err.strip() == "step 10/100: val accuracy 23.16%, loss 2.041"
     assert progress.val == "val accuracy 23.16%"
+    # per-position tasks: the sequence accuracy in percent too, as the reports show it
+    progress = Progress(True, 100, "accuracy")
+    progress.validated(10, {"accuracy": 0.5, "sequence_accuracy": 0.125, "loss": 1.5})
+    assert capsys.readouterr().err.strip() == "step 10/100: val accuracy 50.00%, sequence_accuracy 12.50%, loss 1.5"
 
 
 def test_presets_are_grouped_labelled_and_short(capsys):

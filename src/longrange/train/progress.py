@@ -26,8 +26,9 @@ def format_seconds(seconds: float) -> str:
 
 
 def show_metric(name: str, value: float) -> str:
-    """A metric as the reports show it: an accuracy in percent (``23.10%``), anything else to 4 digits."""
-    if name == "accuracy" and math.isfinite(value):
+    """A metric as the reports show it (``longrange.report.tables.metric_format``): an accuracy in
+    percent (``23.10%``; ``sequence_accuracy`` too), anything else to 4 digits."""
+    if name.endswith("accuracy") and math.isfinite(value):
         return f"{100 * value:.2f}%"
     return f"{value:.4g}"
 
