@@ -9,7 +9,8 @@ from longrange.errors import ConfigError
 
 def _add_experiment_args(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("--preset", help="a built-in preset (see `longrange presets`) or a YAML experiment file")
-    p.add_argument("--config", help="a YAML experiment file (applied on top of the preset)")
+    p.add_argument("--config", help="a YAML experiment file (applied on top of the preset), or the configuration file "
+                   "of a run's directory, to run it again (its run fields left out)")
     p.add_argument("--out", required=True, help=out_help)
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
