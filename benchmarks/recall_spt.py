@@ -17,7 +17,8 @@ The rules of the study are built in:
   VALIDATION table: settings and hyperparameters are chosen on it only.
 * ``confirm SETTING`` runs the chosen settings on the fresh seeds 5-9 and prints the TEST table, once.
 * ``table`` prints every setting run so far (validation), ``settings`` what each setting is, and
-  ``curves`` the last values of every pretraining run's validation loss.
+  ``curves`` the last values of every pretraining run's validation loss, ``plots`` the figures
+  (recall accuracy during pretraining; accuracy against the number of labelled sequences).
 
     python benchmarks/recall_spt.py settings
     python benchmarks/recall_spt.py screen ar-recall4 --jobs 2
@@ -249,6 +250,94 @@ def pretraining_curves(out: Path, names: list[str], last: int = 3) -> str:
     return "\n".join(lines)
 
 
+def _style(regime: str) -> dict[str, Any]:
+    from longrange.report.plots import regime_style
+
+    return regime_style(regime.replace("-all", ""))
+
+
+def probe_points(out: Path, names: list[str]) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
+    """Per (model, objective): seed -> {step: validation recall accuracy (%)} of every pretraining run:
+    the next-token (causal) or masked-token accuracy on the recalled values, the probe of when recall
+    appears during pretraining."""
+    from longrange.train.logging import read_metrics
+
+    found: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
+    for name in names:
+        for summary in sorted((out / name).rglob("pretrain/summary.json")):
+            meta = json.loads(summary.read_text())
+            curve = {r["step"]: 100 * r["metrics"]["recall_accuracy"] for r in read_metrics(summary.parent / "metrics.jsonl")
+                     if r["split"] == "val" and "recall_accuracy" in r["metrics"]}
+            if curve:
+                found.setdefault((meta["label"], meta["regime"]), {})[meta["seed"]] = curve
+    return found
+
+
+def plots(out: Path, names: list[str], directory: Path, split: str = "val") -> list[Path]:
+    """Two figures: validation recall accuracy during pretraining (``recall_pretraining.png``, one
+    panel per objective, one line per model, each seed drawn), and accuracy against the number of
+    labelled sequences (``recall_labels.png``, one panel per model on one y axis, one line per regime:
+    the mean over seeds, each seed a dot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    probes = probe_points(out, names)
+    if probes:
+        regimes = sorted({r for _, r in probes})
+        fig, axes = plt.subplots(1, len(regimes), figsize=(5 * len(regimes), 3.6), sharey=True, squeeze=False,
+                                 layout="constrained")
+        for ax, regime in zip(axes.flat, regimes):
+            for k, model in enumerate(m for m in MODELS if (m, regime) in probes):
+                colour = f"C{k}"
+                for i, (seed, curve) in enumerate(sorted(probes[model, regime].items())):
+                    steps = sorted(curve)
+                    ax.plot(steps, [curve[t] for t in steps], color=colour, alpha=0.8, linewidth=1.2,
+                            label=model if i == 0 else None)
+            ax.axhline(100 / 16, color="grey", linestyle=":", linewidth=1, label="chance (1/16)")
+            ax.set_title(f"{regime.split('-')[0]} pretraining")
+            ax.set_xlabel("pretraining step")
+            ax.grid(alpha=0.3)
+        axes.flat[0].set_ylabel("validation recall accuracy (%)")
+        axes.flat[-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+        written.append(directory / "recall_pretraining.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    rows = [r for r in results(out, names) if r["stage"] != "pretrain" and r["labels"]]
+    models = [m for m in MODELS if any(r["model"] == m for r in rows)]
+    if rows and models:
+        fig, axes = plt.subplots(1, len(models), figsize=(3.4 * len(models) + 1.6, 3.4), sharey=True, squeeze=False,
+                                 layout="constrained")
+        handles = {}
+        for ax, model in zip(axes.flat, models):
+            for regime in ("scratch", "scratch-matched", "causal-spt-all", "masked-spt-all"):
+                pts = [(r["labels"], 100 * (r[split] or {}).get(r["metric"], float("nan")))
+                       for r in rows if r["model"] == model and r["regime"] == regime]
+                if not pts:
+                    continue
+                sizes = sorted({n for n, _ in pts})
+                means = [sum(v for n, v in pts if n == x) / sum(1 for n, _ in pts if n == x) for x in sizes]
+                (line,) = ax.plot(sizes, means, **_style(regime))
+                ax.scatter([n for n, _ in pts], [v for _, v in pts], color=line.get_color(), s=10, alpha=0.6)
+                handles.setdefault(regime, line)
+            ax.set_xscale("log")
+            ax.set_xticks(sorted({r["labels"] for r in rows}), [str(n) for n in sorted({r["labels"] for r in rows})])
+            ax.minorticks_off()
+            ax.set_title(model)
+            ax.set_xlabel("labelled sequences")
+            ax.grid(alpha=0.3)
+        axes.flat[0].set_ylabel(f"{'validation' if split == 'val' else 'test'} accuracy (%)")
+        fig.legend(handles.values(), [k.replace("-all", " (all inputs)") for k in handles], loc="outside right center",
+                   frameon=False)
+        written.append(directory / "recall_labels.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    return written
+
+
 def settings_markdown(names: list[str]) -> str:
     lines = ["| setting | task | models | labelled sequences | pretraining reads | steps: pretrain / finetune, scratch | lr | note |",
              "|---|---|---|---|---|---|---:|---|"]
@@ -265,12 +354,13 @@ def settings_markdown(names: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("screen", "confirm", "table", "settings", "curves"))
+    parser.add_argument("action", choices=("screen", "confirm", "table", "settings", "curves", "plots"))
     parser.add_argument("settings", nargs="*")
     parser.add_argument("--out", type=Path, default=Path("runs/recall"))
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (screen: default 0,1,2)")
     parser.add_argument("--json", type=Path, default=None, help="write the raw per-run results here")
+    parser.add_argument("--plots", type=Path, default=Path("docs/img"), help="where `plots` writes its figures")
     args = parser.parse_args(argv)
     unknown = [s for s in args.settings if s not in SETTINGS]
     if unknown:
@@ -291,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         print(paired_table(results(args.out, names), "test", seeds=CONFIRM_SEEDS))
     elif args.action == "curves":
         print(pretraining_curves(args.out, names))
+    elif args.action == "plots":
+        for path in plots(args.out, names, args.plots):
+            print(path)
     else:
         print(paired_table(results(args.out, names), "val", seeds=None))
     if args.json:

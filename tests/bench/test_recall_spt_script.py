@@ -81,3 +81,28 @@ def test_paired_table_on_planted_results(harness):
     test = harness.paired_table(rows, "test", seeds=[0, 1]).splitlines()[2]
     # the test split (planted as half the validation accuracy), seeds 0 and 1 only: scratch (5 + 10) / 2
     assert "| 7.5 | 7.5 | 45.0 | 7.5 | +37.5 [+5.7, +69.3] |" in test and test.strip().endswith("| 2 |")
+
+
+def test_the_probe_reads_recall_accuracy_of_every_pretraining_run(harness, tmp_path):
+    """probe_points: per model and objective, each seed's validation recall accuracy (%) by step; plots draws it."""
+    import json
+
+    for model, regime, seed, accs in (("Transformer", "causal-spt-all", 0, [0.1, 1.0]),
+                                      ("Transformer", "causal-spt-all", 1, [0.2, 0.9]),
+                                      ("Mamba-S6", "masked-spt-all", 0, [0.05, 0.3])):
+        d = tmp_path / "s" / "associative-recall" / model / regime / f"seed{seed}" / "pretrain"
+        d.mkdir(parents=True)
+        (d / "config.yaml").write_text("task: {name: associative-recall}\n")
+        (d / "summary.json").write_text(json.dumps({
+            "task": "associative-recall", "label": model, "regime": regime, "stage": "pretrain", "seed": seed,
+            "metric": "loss", "higher_is_better": False, "best_val": {"loss": 1.0}, "test": None, "steps": 500,
+            "params": {"total": 10, "in_primitives": 5}, "seconds": 1.0}))
+        lines = [{"step": 250 * (i + 1), "epoch": 1.0, "split": split, "lr": 0.001, "elapsed": 1.0,
+                  "metrics": {"loss": 1.0, "recall_accuracy": a}}
+                 for i, a in enumerate(accs) for split in ("train", "val")]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    found = harness.probe_points(tmp_path, ["s"])
+    assert found == {("Transformer", "causal-spt-all"): {0: {250: 10.0, 500: 100.0}, 1: {250: 20.0, 500: 90.0}},
+                     ("Mamba-S6", "masked-spt-all"): {0: {250: 5.0, 500: 30.0}}}
+    written = harness.plots(tmp_path, ["s"], tmp_path / "img")
+    assert [p.name for p in written] == ["recall_pretraining.png"] and written[0].stat().st_size > 0
