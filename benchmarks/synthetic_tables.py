@@ -290,7 +290,8 @@ def extrapolate(cells: list[Cell], out_dir: Path, scale: Scale) -> list[str]:
         done = dest / "extrapolation.json"
         if done.is_file():
             old = json.loads(done.read_text())
-            if old["values"] == lengths and sorted(r["run"] for r in old["runs"]) == sorted(runs):
+            same_runs = sorted(str(Path(r["run"]).resolve()) for r in old["runs"]) == sorted(str(Path(r).resolve()) for r in runs)
+            if old["values"] == lengths and same_runs:  # the same runs, however the output directory was named
                 continue
         values = ",".join(str(v) for v in lengths)
         cmd = [sys.executable, "-m", "longrange", "extrapolate", *runs, "--option", "seq_len", "--values", values,
@@ -306,21 +307,22 @@ def extrapolate(cells: list[Cell], out_dir: Path, scale: Scale) -> list[str]:
 
 def extrapolation_rows(cells: list[Cell], out_dir: Path, scale: Scale) -> list[dict[str, Any]]:
     """One row per run and length: the test accuracy, the sequences and seconds, or why none."""
-    by_run = {str(stage_dir(out_dir, c)): c for c in cells}
+    by_run = {str(stage_dir(out_dir, c).resolve()): c for c in cells}  # however the output directory was named
     rows = []
     seen = set()
     # the newest evaluation of a run at a length wins (a group re-run with more runs supersedes an older one)
     for path in sorted((out_dir / "extrapolation").glob("L*/extrapolation.json"), key=lambda p: -p.stat().st_mtime):
         for run in json.loads(path.read_text())["runs"]:
-            cell = by_run.get(run["run"])
+            key = str(Path(run["run"]).resolve())
+            cell = by_run.get(key)
             if cell is None:
                 continue
             for c in run["cells"]:
-                if (run["run"], c["value"]) in seen or c["value"] not in scale.extrapolation:
+                if (key, c["value"]) in seen or c["value"] not in scale.extrapolation:
                     continue
-                seen.add((run["run"], c["value"]))
+                seen.add((key, c["value"]))
                 ev = c.get("evaluation") or {}
-                rows.append({"model": cell.model, "label": _label(cell.preset), "run": run["run"],
+                rows.append({"model": cell.model, "label": _label(cell.preset), "run": key,
                              "trained_at": run["trained_at"], "seq_len": c["value"],
                              "accuracy": (c.get("metrics") or {}).get("accuracy"), "items": ev.get("items"),
                              "batch_size": ev.get("batch_size"), "seconds": ev.get("seconds"), "error": c.get("error")})

@@ -58,6 +58,22 @@ def test_the_script_runs_every_table_end_to_end_at_toy_size(tmp_path, capsys):
     assert (results / "synthetic_mqar.json").read_text() == before
 
 
+def test_extrapolation_is_reused_however_the_output_directory_is_named(tmp_path, monkeypatch, capsys):
+    """A finished extrapolation group written with absolute run paths is not evaluated again when the same
+    runs are named relatively (``--out runs/...``), and its rows are read back."""
+    st = _module()
+    out, results = tmp_path / "runs", tmp_path / "results"
+    assert st.main(["induction", "--tiny", "--out", str(out), "--results", str(results)]) == 0
+    first = json.loads((results / "synthetic_induction.json").read_text())["extrapolation"]
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    assert st.main(["induction", "--tiny", "--out", "runs", "--results", "results"]) == 0
+    assert "== extrapolate" not in capsys.readouterr().err
+    again = json.loads((results / "synthetic_induction.json").read_text())["extrapolation"]
+    assert [(e["model"], e["seq_len"], e["accuracy"]) for e in again] == [(e["model"], e["seq_len"], e["accuracy"])
+                                                                          for e in first]
+
+
 def test_the_budget_helpers():
     st = _module()
     assert [st.eval_count(n, st.CPU) for n in (64, 1024, 2048, 2 ** 14, 2 ** 20)] == [256, 256, 128, 16, 16]
