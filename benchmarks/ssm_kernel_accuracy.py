@@ -29,7 +29,7 @@ gradients by autograd, both over pieces of at most 4096 points or positions (pie
 in float64, so that the pieces add no error of their own). ``triton`` runs in Triton's interpreter on
 the CPU (``TRITON_INTERPRET=1``) with the tiles of ``--triton-tiles`` (default ``gpu``: the tiles
 the GPU runs, so the order of the sums is the GPU's; the interpreter's products are not fused into
-multiply-adds as a GPU's are).
+multiply-adds as a GPU's are, except in the Cauchy kernels, which run unfused on a GPU too).
 
 ``--speed-against REV``: the numba kernels of this tree and of commit REV
 (``src/longrange/ops/ssm_kernels/_cpu_kernels.py`` as ``git show`` gives it), forward and backward,

@@ -145,7 +145,8 @@ def compile_for_cuda(tmp_path, monkeypatch):
     needed (the interpreter accepts code that the compiler may not); skips where this Triton has no
     CUDA backend. Call it as ``compile_for_cuda(jit, constants, pointer_dtype, num_warps)``: the
     arguments named in ``constants`` are constexpr, those ending in ``_ptr`` point to
-    ``pointer_dtype(name)`` ("fp32", "bf16", ...), the others are i32; it returns the cubin."""
+    ``pointer_dtype(name)`` ("fp32", "bf16", ...), the others are i32; ``options=`` adds compile
+    options of the launch (``enable_fp_fusion``, ...); it returns the cubin."""
     triton = pytest.importorskip("triton")
     try:
         from triton.backends.compiler import GPUTarget
@@ -157,14 +158,14 @@ def compile_for_cuda(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")
 
-    def compile_(jit, constants: dict, pointer_dtype, num_warps: int):
+    def compile_(jit, constants: dict, pointer_dtype, num_warps: int, options: dict | None = None):
         signature = {
             name: "constexpr" if name in constants
             else (f"*{pointer_dtype(name)}" if name.endswith("_ptr") else "i32")
             for name in jit.arg_names
         }
         kernel = triton.compile(ASTSource(jit, signature, constexprs=constants),
-                                target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+                                target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **(options or {})})
         return kernel.asm["cubin"]
 
     return compile_

@@ -5,7 +5,8 @@ no larger than those of the float32 direct sum (the S4 tests' PyTorch formula in
 
 The numba kernels compute in float64 and round once (the Cauchy product) or keep the powers in
 float64 (the Vandermonde product); the Triton kernels (in the interpreter, with the GPU's tiles)
-compute in float32 by default, in float64 with ``DEFAULT_CONFIG[...]["float64"]``."""
+compute in float32 by default (the Cauchy kernels with compensated arithmetic), in float64 with
+``DEFAULT_CONFIG[...]["float64"]``."""
 from __future__ import annotations
 
 import importlib.util
@@ -72,14 +73,19 @@ def test_triton_vandermonde_is_at_least_as_accurate_as_the_direct_sum(script, tr
     assert rows["triton"]["out_mean"] < 1e-6 and rows["triton-float64"]["out_max"] < 1.2e-7
 
 
-def test_triton_cauchy_in_float64_is_at_least_as_accurate_as_the_direct_sum(script, triton_gpu_tiles):
-    """The float64 mode rounds once. The float32 mode (the GPU's default until both are timed on a
-    GPU) is not: its resolvents and terms are rounded in float32, and its errors reach up to about
-    2.5 times the direct sum's (in the interpreter, which does not fuse multiply-adds as a GPU does;
-    docs/performance.md has the figures at length 2^18); this bound catches a regression."""
-    rows = _rows(script, "cauchy", ["triton", "triton-float64"], 64, 2048)
-    _assert_as_accurate(rows, "triton-float64", "cauchy")
-    _assert_as_accurate(rows, "triton", "cauchy", factor=3.0)
+def test_triton_cauchy_is_at_least_as_accurate_as_the_direct_sum(script, triton_gpu_tiles):
+    """In float32 (the default) too: the resolvents are carried to about twice float32's precision
+    and every sum is compensated, in float32 arithmetic. At this size the direct sum loses 50 times
+    float32's rounding where the sum over the poles cancels; float32 resolvents and tile sums gave
+    0.7 to 3.2 times its errors. The means, steadier than the largest errors, stay well below. The
+    float64 mode rounds once (checked on fewer points: the interpreter is slow)."""
+    rows = _rows(script, "cauchy", ["triton"], 64, 1024)
+    direct = rows["float32 direct sum"]
+    assert direct["out_max"] > 1e-6, direct  # a point of cancellation, far above float32's rounding
+    _assert_as_accurate(rows, "triton", "cauchy")
+    for name in ERRORS["cauchy"]:
+        assert rows["triton"][f"{name}_mean"] <= 0.7 * direct[f"{name}_mean"], (name, rows["triton"], direct)
+    _assert_as_accurate(_rows(script, "cauchy", ["triton-float64"], 64, 512), "triton-float64", "cauchy")
 
 
 def test_the_script_prints_its_tables(script, capsys, tmp_path):

@@ -113,10 +113,12 @@ def test_kernels_compile_for_a_cuda_gpu(dtype, conj, compile_for_cuda):
     acc = K.tl.float64 if dtype == "fp64" else K.tl.float32
     cfg = ssm_triton.DEFAULT_CONFIG["gpu"]
     bj, bm, bl = ssm_triton._blocks(4, 32, cfg)
+    pointer = lambda arg: "fp64" if arg.startswith("a_") else dtype  # noqa: E731
     for name, jit in K.kernels(interpret=False).items():
         if name.startswith("vandermonde"):
             constants = dict(BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, BLOCK_S=min(16, bl), ACC=acc)
-        else:
-            constants = dict(CONJ=conj, BLOCK_J=bj, BLOCK_K=bl, BLOCK_N=bm, ACC=acc)
-        pointer = lambda arg: "fp64" if arg.startswith("a_") else dtype  # noqa: E731
-        assert compile_for_cuda(jit, constants, pointer, cfg["num_warps"]), name
+            assert compile_for_cuda(jit, constants, pointer, cfg["num_warps"]), name
+            continue
+        for J in (1, 4):  # the Cauchy kernels' tiles depend on the number of vectors
+            constants = dict(CONJ=conj, ACC=acc, **ssm_triton._cauchy_constants(J, 32, cfg)[name])
+            assert compile_for_cuda(jit, constants, pointer, cfg["num_warps"], ssm_triton.CAUCHY_OPTIONS), (name, J)

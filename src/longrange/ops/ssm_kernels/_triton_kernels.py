@@ -13,8 +13,9 @@ backward program owns a block of rows and modes and walks along the length, reco
 powers tile by tile.
 
 Cauchy: a program owns a row r, a block of evaluation points and a block of vectors v[j] (forward,
-gradient of z) or a block of poles and every vector (gradients of v and w), and loops over the
-other index in tiles, recomputing the resolvents 1/(z - w) (and 1/(z - conj(w))).
+gradient of z) and loops over the poles one at a time, or a block of poles and every vector
+(gradients of v and w) and loops over the points in tiles, recomputing the resolvents 1/(z - w)
+(and 1/(z - conj(w))). Their arithmetic is compensated (see the Cauchy section).
 
 No atomics: every output element is written by one program; the gradient of the Vandermonde
 modes is summed over row blocks by the caller. The backward passes are therefore deterministic.
@@ -22,7 +23,7 @@ modes is summed over row blocks by the caller. The backward passes are therefore
 As for the selective scan's Triton kernels, the kernels are plain functions that use Triton's
 builtins and the device functions of this module only; :func:`kernels` wraps them, device
 functions included, for compilation (``JITFunction``) or for Triton's CPU interpreter
-(``InterpretedFunction``), and sums are ``tl.reduce(x, axis, _SUM)``.
+(``InterpretedFunction``), and plain sums are ``tl.reduce(x, axis, _SUM)``.
 """
 import types
 
@@ -89,36 +90,139 @@ def _add(total, lost, x):
     return t, (t - total) - y
 
 
-def _poles(zr, zi, wr, wi, ok, CONJ: tl.constexpr):
-    """ρ = 1/(z - w) and σ = 1/(z - conj(w)) on the tile (points, poles), as (Re ρ, Im ρ, Re σ,
-    Im σ); σ = 0 without conjugate pairs, and both are 0 outside the tile (``ok`` false)."""
-    dr = zr[:, None] - wr[None, :]
-    di = zi[:, None] - wi[None, :]
-    inv = tl.where(ok, 1.0 / tl.where(ok, dr * dr + di * di, 1.0), 0.0)
-    rr = dr * inv
-    ri = -di * inv
+def _two_sum(a, b):
+    """(s, e) with s = a + b rounded and s + e = a + b exactly, whatever the magnitudes (Knuth's
+    TwoSum; the kernels that use it run without contraction into multiply-adds, see
+    :mod:`longrange.ops.ssm_kernels.triton`)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _add2(hi, lo, x):
+    """``x`` added to the pair (hi, lo) whose sum hi + lo is a running sum: hi takes the rounded
+    sum, lo collects every rounding error (Neumaier's compensated summation)."""
+    s, e = _two_sum(hi, x)
+    return s, lo + e
+
+
+def _reciprocal(xr, xr_lo, xi, xi_lo, ok):
+    """1/x for x = (xr + xr_lo) + i (xi + xi_lo), as (re, re_lo, im, im_lo) with re + re_lo and
+    im + im_lo the parts of 1/x to about twice the compute dtype's precision; 0 where ``ok`` is
+    false. |x|² is summed with the exact errors of its products (fma) and of its sum (the larger
+    square first), and the reciprocal 1/|x|² is corrected by one Newton step from its exact
+    residual 1 - |x|² (1/|x|²) (one fma), so that the result does not depend on the division's
+    accuracy (an approximate division on GPUs); the products conj(x)/|x|² keep their errors too."""
+    s1 = xr * xr
+    s2 = xi * xi
+    big = tl.maximum(s1, s2)
+    small = tl.minimum(s1, s2)
+    q = big + small
+    q_lo = (small - (q - big)) + (tl.fma(xr, xr, -s1) + tl.fma(xi, xi, -s2)) + 2.0 * (xr * xr_lo + xi * xi_lo)
+    q = tl.where(ok, q, 1.0)
+    inv = 1.0 / q
+    inv_lo = tl.where(ok, inv * (tl.fma(-q, inv, 1.0) - q_lo * inv), 0.0)
+    inv = tl.where(ok, inv, 0.0)
+    re = xr * inv
+    re_lo = tl.fma(xr, inv, -re) + (xr * inv_lo + xr_lo * inv)
+    im = xi * inv
+    im_lo = tl.fma(xi, inv, -im) + (xi * inv_lo + xi_lo * inv)
+    return re, re_lo, -im, -im_lo
+
+
+def _resolvents(zr, zi, wr, wi, ok, CONJ: tl.constexpr):
+    """ρ = 1/(z - w) and σ = 1/(z - conj(w)) (σ = 0 without conjugate pairs) on broadcast
+    points and poles, each part as a pair (hi, lo) (see :func:`_reciprocal`; the differences
+    z - w are exact pairs too): (ρr, ρr_lo, ρi, ρi_lo, σr, σr_lo, σi, σi_lo); 0 where ``ok`` is
+    false."""
+    dr, dr_lo = _two_sum(zr, -wr)
+    di, di_lo = _two_sum(zi, -wi)
+    rr, rr_lo, ri, ri_lo = _reciprocal(dr, dr_lo, di, di_lo, ok)
     if CONJ:
-        ei = zi[:, None] + wi[None, :]
-        inv2 = tl.where(ok, 1.0 / tl.where(ok, dr * dr + ei * ei, 1.0), 0.0)
-        sr = dr * inv2
-        si = -ei * inv2
+        ei, ei_lo = _two_sum(zi, wi)
+        sr, sr_lo, si, si_lo = _reciprocal(dr, dr_lo, ei, ei_lo, ok)
     else:
         sr = rr * 0.0
-        si = sr
-    return rr, ri, sr, si
+        sr_lo, si, si_lo = sr, sr, sr
+    return rr, rr_lo, ri, ri_lo, sr, sr_lo, si, si_lo
 
 
-def _mix(rr, ri, sr, si):
-    """(a, b, c, e) = (Re ρ + Re σ, Im σ - Im ρ, Im ρ + Im σ, Re ρ - Re σ) (see the Cauchy section)."""
-    return rr + sr, si - ri, ri + si, rr - sr
+def _square2(re, re_lo, im, im_lo):
+    """The square of (re + re_lo) + i (im + im_lo) as pairs (re, re_lo, im, im_lo) (products and
+    difference with their exact errors)."""
+    p = re * re
+    m = im * im
+    s, e = _two_sum(p, -m)
+    s_lo = e + ((tl.fma(re, re, -p) - tl.fma(im, im, -m)) + 2.0 * (re * re_lo - im * im_lo))
+    t = re * im
+    t_lo = tl.fma(re, im, -t) + (re * im_lo + im * re_lo)
+    return s, s_lo, 2.0 * t, 2.0 * t_lo
 
 
-def _square(xr, xi):
-    """The square of xr + i xi, as (real, imaginary)."""
-    return xr * xr - xi * xi, 2.0 * xr * xi
+def _round_sum(x, x_lo, y, y_lo):
+    """(x + x_lo) + (y + y_lo) rounded once to the compute dtype (within its rounding)."""
+    s, e = _two_sum(x, y)
+    return s + (e + (x_lo + y_lo))
 
 
-_HELPERS = {f.__name__: f for f in (_seed, _powers_at, _local_powers, _add, _poles, _mix, _square)}
+def _mix(rr, rr_lo, ri, ri_lo, sr, sr_lo, si, si_lo):
+    """(a, b, c, e) = (Re ρ + Re σ, Im σ - Im ρ, Im ρ + Im σ, Re ρ - Re σ) (see the Cauchy
+    section), each rounded once from the pairs of ρ and σ."""
+    a = _round_sum(rr, rr_lo, sr, sr_lo)
+    b = _round_sum(si, si_lo, -ri, -ri_lo)
+    c = _round_sum(ri, ri_lo, si, si_lo)
+    e = _round_sum(rr, rr_lo, -sr, -sr_lo)
+    return a, b, c, e
+
+
+def _mix_squares(rr, rr_lo, ri, ri_lo, sr, sr_lo, si, si_lo):
+    """(a2, b2, c2, e2): :func:`_mix` of ρ² and σ²."""
+    p = _square2(rr, rr_lo, ri, ri_lo)
+    q = _square2(sr, sr_lo, si, si_lo)
+    return _mix(p[0], p[1], p[2], p[3], q[0], q[1], q[2], q[3])
+
+
+def _pole_sums(
+    v_re_ptr, v_im_ptr, w_re_ptr, w_im_ptr, zr, zi, k_ok, js, j_ok, r, R, N,
+    SQUARED: tl.constexpr, CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+):
+    """sum_n v ρ + conj(v) σ (with ``SQUARED``: v ρ² + conj(v) σ²) over the poles of row r, one
+    pole at a time, for the vectors ``js`` at the points zr + i zi (a (BLOCK_J, BLOCK_K) tile):
+    the real and imaginary parts as compensated pairs (re, re_lo, im, im_lo)."""
+    zero = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
+    re, re_lo, im, im_lo = zero, zero, zero, zero
+    for n in range(0, N):
+        wr = tl.load(w_re_ptr + r * N + n).to(ACC)
+        wi = tl.load(w_im_ptr + r * N + n).to(ACC)
+        pair = _resolvents(zr, zi, wr, wi, k_ok, CONJ)
+        if SQUARED:
+            a, b, c, e = _mix_squares(*pair)
+        else:
+            a, b, c, e = _mix(*pair)
+        v_off = (js * R + r) * N + n
+        vr = tl.load(v_re_ptr + v_off, mask=j_ok, other=0.0).to(ACC)[:, None]
+        vi = tl.load(v_im_ptr + v_off, mask=j_ok, other=0.0).to(ACC)[:, None]
+        re, re_lo = _add2(re, re_lo, tl.fma(vr, a[None, :], vi * b[None, :]))
+        im, im_lo = _add2(im, im_lo, tl.fma(vr, c[None, :], vi * e[None, :]))
+    return re, re_lo, im, im_lo
+
+
+def _sum_last(hi, lo, A: tl.constexpr, B: tl.constexpr, LEVELS: tl.constexpr):
+    """The sum over the last axis of a tile (A, B, 2**LEVELS) of pairs hi + lo, by a pairwise tree
+    of compensated additions, rounded once: a tile (A, B)."""
+    for i in tl.static_range(LEVELS):
+        a, b = tl.split(tl.reshape(hi, (A, B, 1 << (LEVELS - 1 - i), 2)))
+        a_lo, b_lo = tl.split(tl.reshape(lo, (A, B, 1 << (LEVELS - 1 - i), 2)))
+        hi, e = _two_sum(a, b)
+        lo = (a_lo + b_lo) + e
+    return tl.reshape(hi + lo, (A, B))
+
+
+_HELPERS = {
+    f.__name__: f
+    for f in (_seed, _powers_at, _local_powers, _add, _two_sum, _add2, _reciprocal, _resolvents, _square2, _round_sum,
+              _mix, _mix_squares, _pole_sums, _sum_last)
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,17 +311,26 @@ def _vandermonde_bwd(
 # --------------------------------------------------------------------------------------------
 #
 # With ρ = 1/(z - w), σ = 1/(z - conj(w)) (σ = 0 without conjugate pairs) and
-# a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ (:func:`_poles`, :func:`_mix`):
+# a = Re ρ + Re σ, b = Im σ - Im ρ, c = Im ρ + Im σ, e = Re ρ - Re σ (:func:`_resolvents`, :func:`_mix`):
 #     v ρ + conj(v) σ          = (vr a + vi b) + i (vr c + vi e)
 #     g conj(ρ) + conj(g) σ    = (gr a + gi c) + i (gi e + gr b)
-# and the same with (a2, b2, c2, e2) from ρ², σ². Entries outside the tiles are zeroed (their
-# resolvents would divide by zero).
+# and the same with (a2, b2, c2, e2) from ρ², σ² (:func:`_mix_squares`). Entries outside the tiles
+# are zeroed (their resolvents would divide by zero).
+#
+# Accuracy in float32: at a point where the sum over the poles cancels (a result far smaller than
+# its terms), every rounding of a term or of a partial sum counts against the small result. So
+# ρ and σ (and their squares) are carried as pairs hi + lo to about twice float32's precision
+# (error-free transformations: TwoSum, products' errors by fma, a Newton-corrected reciprocal),
+# a, b, c, e are rounded once from them, and every sum is compensated: the sums over the poles one
+# pole at a time (:func:`_pole_sums`), those over the points elementwise across tiles and then by
+# a compensated tree (:func:`_sum_last`). No float64 arithmetic; the kernels run without
+# contraction into multiply-adds (``enable_fp_fusion=False``), which the transformations need.
 
 
 def _cauchy_fwd(
     v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, out_re_ptr, out_im_ptr,
     J, R, N, K,
-    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -226,30 +339,18 @@ def _cauchy_fwd(
     j_ok = js < J
     zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
     zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
-    zero = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
-    acc_re, acc_im, lost_re, lost_im = zero, zero, zero, zero  # sums and compensations (see _add)
-    for n0 in range(0, N, BLOCK_N):
-        ns = n0 + tl.arange(0, BLOCK_N)
-        n_ok = ns < N
-        wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
-        wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
-        a, b, c, e = _mix(*_poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ))
-        v_off = (js[:, None] * R + r) * N + ns[None, :]
-        vm = j_ok[:, None] & n_ok[None, :]
-        vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
-        vi = tl.load(v_im_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
-        acc_re, lost_re = _add(acc_re, lost_re, tl.reduce(vr * a[None, :, :] + vi * b[None, :, :], 2, _SUM))
-        acc_im, lost_im = _add(acc_im, lost_im, tl.reduce(vr * c[None, :, :] + vi * e[None, :, :], 2, _SUM))
+    re, re_lo, im, im_lo = _pole_sums(v_re_ptr, v_im_ptr, w_re_ptr, w_im_ptr, zr, zi, k_ok, js, j_ok, r, R, N,
+                                      False, CONJ, BLOCK_J, BLOCK_K, ACC)
     out_off = (js[:, None] * R + r) * K + ks[None, :]
     om = j_ok[:, None] & k_ok[None, :]
-    tl.store(out_re_ptr + out_off, (acc_re - lost_re).to(out_re_ptr.dtype.element_ty), mask=om)
-    tl.store(out_im_ptr + out_off, (acc_im - lost_im).to(out_im_ptr.dtype.element_ty), mask=om)
+    tl.store(out_re_ptr + out_off, (re + re_lo).to(out_re_ptr.dtype.element_ty), mask=om)
+    tl.store(out_im_ptr + out_off, (im + im_lo).to(out_im_ptr.dtype.element_ty), mask=om)
 
 
 def _cauchy_bwd_z(
     v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, g_re_ptr, g_im_ptr, gz_re_ptr, gz_im_ptr,
     J, R, N, K,
-    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
 ):
     """gz[r, k] = -sum_j g[j, r, k] conj(sum_n v ρ² + conj(v) σ²)."""
     r = tl.program_id(0).to(tl.int64)
@@ -262,22 +363,9 @@ def _cauchy_bwd_z(
     for j0 in range(0, J, BLOCK_J):
         js = j0 + tl.arange(0, BLOCK_J)
         j_ok = js < J
-        zero = tl.full((BLOCK_J, BLOCK_K), 0.0, ACC)
-        t_re, t_im, lost_re, lost_im = zero, zero, zero, zero  # sums and compensations (see _add)
-        for n0 in range(0, N, BLOCK_N):
-            ns = n0 + tl.arange(0, BLOCK_N)
-            n_ok = ns < N
-            wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
-            wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
-            rr, ri, sr, si = _poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ)
-            a2, b2, c2, e2 = _mix(*_square(rr, ri), *_square(sr, si))
-            v_off = (js[:, None] * R + r) * N + ns[None, :]
-            vm = j_ok[:, None] & n_ok[None, :]
-            vr = tl.load(v_re_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
-            vi = tl.load(v_im_ptr + v_off, mask=vm, other=0.0).to(ACC)[:, None, :]
-            t_re, lost_re = _add(t_re, lost_re, tl.reduce(vr * a2[None, :, :] + vi * b2[None, :, :], 2, _SUM))
-            t_im, lost_im = _add(t_im, lost_im, tl.reduce(vr * c2[None, :, :] + vi * e2[None, :, :], 2, _SUM))
-        t_re, t_im = t_re - lost_re, t_im - lost_im
+        t_re, t_re_lo, t_im, t_im_lo = _pole_sums(v_re_ptr, v_im_ptr, w_re_ptr, w_im_ptr, zr, zi, k_ok, js, j_ok, r, R, N,
+                                                  True, CONJ, BLOCK_J, BLOCK_K, ACC)
+        t_re, t_im = t_re + t_re_lo, t_im + t_im_lo
         g_off = (js[:, None] * R + r) * K + ks[None, :]
         gm = j_ok[:, None] & k_ok[None, :]
         gr = tl.load(g_re_ptr + g_off, mask=gm, other=0.0).to(ACC)
@@ -292,39 +380,45 @@ def _cauchy_bwd_vw(
     v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, g_re_ptr, g_im_ptr,
     gv_re_ptr, gv_im_ptr, gw_re_ptr, gw_im_ptr,
     J, R, N, K,
-    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constexpr,
+    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOG2_BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr,
 ):
-    """gv[j, r, n] = sum_k g conj(ρ) + conj(g) σ; gw[r, n] = sum_j conj(v) sum_k g conj(ρ²) + conj(g) σ²."""
+    """gv[j, r, n] = sum_k g conj(ρ) + conj(g) σ; gw[r, n] = sum_j conj(v) sum_k g conj(ρ²) + conj(g) σ².
+    Tiles (vectors, poles, points); the terms are summed elementwise across the tiles of points
+    (compensated), then over the tile's points (:func:`_sum_last`)."""
     r = tl.program_id(0).to(tl.int64)
     ns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = ns < N
-    wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
-    wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)
+    wr = tl.load(w_re_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)[:, None]
+    wi = tl.load(w_im_ptr + r * N + ns, mask=n_ok, other=0.0).to(ACC)[:, None]
     gw_re = tl.full((BLOCK_N,), 0.0, ACC)
     gw_im = tl.full((BLOCK_N,), 0.0, ACC)
     for j0 in range(0, J, BLOCK_J):
         js = j0 + tl.arange(0, BLOCK_J)
         j_ok = js < J
-        zero = tl.full((BLOCK_J, BLOCK_N), 0.0, ACC)
+        zero = tl.full((BLOCK_J, BLOCK_N, BLOCK_K), 0.0, ACC)
         yv_re, yv_im, yw_re, yw_im = zero, zero, zero, zero
-        cv_re, cv_im, cw_re, cw_im = zero, zero, zero, zero  # their compensations (see _add)
+        cv_re, cv_im, cw_re, cw_im = zero, zero, zero, zero  # their rounding errors (see _add2)
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < K
-            zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
-            zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
-            rr, ri, sr, si = _poles(zr, zi, wr, wi, k_ok[:, None] & n_ok[None, :], CONJ)
-            a, b, c, e = _mix(rr, ri, sr, si)
-            a2, b2, c2, e2 = _mix(*_square(rr, ri), *_square(sr, si))
+            zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)[None, :]
+            zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)[None, :]
+            pair = _resolvents(zr, zi, wr, wi, n_ok[:, None] & k_ok[None, :], CONJ)  # (BLOCK_N, BLOCK_K)
+            a, b, c, e = _mix(*pair)
+            a2, b2, c2, e2 = _mix_squares(*pair)
             g_off = (js[:, None] * R + r) * K + ks[None, :]
             gm = j_ok[:, None] & k_ok[None, :]
-            gr = tl.load(g_re_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, :, None]
-            gi = tl.load(g_im_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, :, None]
-            yv_re, cv_re = _add(yv_re, cv_re, tl.reduce(gr * a[None, :, :] + gi * c[None, :, :], 1, _SUM))
-            yv_im, cv_im = _add(yv_im, cv_im, tl.reduce(gi * e[None, :, :] + gr * b[None, :, :], 1, _SUM))
-            yw_re, cw_re = _add(yw_re, cw_re, tl.reduce(gr * a2[None, :, :] + gi * c2[None, :, :], 1, _SUM))
-            yw_im, cw_im = _add(yw_im, cw_im, tl.reduce(gi * e2[None, :, :] + gr * b2[None, :, :], 1, _SUM))
-        yv_re, yv_im, yw_re, yw_im = yv_re - cv_re, yv_im - cv_im, yw_re - cw_re, yw_im - cw_im
+            gr = tl.load(g_re_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, None, :]
+            gi = tl.load(g_im_ptr + g_off, mask=gm, other=0.0).to(ACC)[:, None, :]
+            yv_re, cv_re = _add2(yv_re, cv_re, tl.fma(gr, a[None, :, :], gi * c[None, :, :]))
+            yv_im, cv_im = _add2(yv_im, cv_im, tl.fma(gi, e[None, :, :], gr * b[None, :, :]))
+            yw_re, cw_re = _add2(yw_re, cw_re, tl.fma(gr, a2[None, :, :], gi * c2[None, :, :]))
+            yw_im, cw_im = _add2(yw_im, cw_im, tl.fma(gi, e2[None, :, :], gr * b2[None, :, :]))
+        yv_re = _sum_last(yv_re, cv_re, BLOCK_J, BLOCK_N, LOG2_BLOCK_K)  # (BLOCK_J, BLOCK_N)
+        yv_im = _sum_last(yv_im, cv_im, BLOCK_J, BLOCK_N, LOG2_BLOCK_K)
+        yw_re = _sum_last(yw_re, cw_re, BLOCK_J, BLOCK_N, LOG2_BLOCK_K)
+        yw_im = _sum_last(yw_im, cw_im, BLOCK_J, BLOCK_N, LOG2_BLOCK_K)
         v_off = (js[:, None] * R + r) * N + ns[None, :]
         vm = j_ok[:, None] & n_ok[None, :]
         tl.store(gv_re_ptr + v_off, yv_re.to(gv_re_ptr.dtype.element_ty), mask=vm)

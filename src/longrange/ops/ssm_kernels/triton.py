@@ -8,7 +8,9 @@
 They recompute the powers or resolvents in the backward pass instead of storing (…, N, L) or
 (…, K, N) tensors, use no atomics (deterministic), and compute in float32 (float64 if an input is
 double precision); the first power of each tile of positions is taken in float64, so the powers
-keep their accuracy at long lengths.
+keep their accuracy at long lengths. The Cauchy kernels carry their resolvents to about twice
+float32's precision and compensate every sum, in float32 arithmetic, so that points where the sum
+cancels keep their accuracy.
 
 Devices: CUDA tensors run compiled kernels; CPU tensors run in Triton's interpreter when the
 environment variable ``TRITON_INTERPRET=1`` is set (slow; for tests). :func:`triton_available`
@@ -33,10 +35,11 @@ from longrange.ops.ssm_kernels.common import (
 )
 
 #: Tile sizes per mode. GPU: tiles of at most 4096 elements (blocks of rows/vectors times
-#: positions/points times modes/poles), a first choice that fits the registers, not tuned on
-#: hardware. Interpreter: small tiles, so that the tests cross tile edges. ``float64``: compute
-#: in float64 also for float32 inputs (the results rounded once to float32; see
-#: docs/performance.md for the accuracy of both; not timed on a GPU yet).
+#: positions/points times modes/poles; for the Cauchy kernels 4096 accumulators, see
+#: :func:`_cauchy_constants`), a first choice that fits the registers, not tuned on hardware.
+#: Interpreter: small tiles, so that the tests cross tile edges. ``float64``: compute in float64
+#: also for float32 inputs (the results rounded once to float32; see docs/performance.md for the
+#: accuracy of both; not timed on a GPU yet).
 DEFAULT_CONFIG = {
     "gpu": dict(block_j=4, block_m=32, tile=4096, num_warps=4, float64=False),
     "interpret": dict(block_j=2, block_m=4, tile=64, num_warps=1, float64=False),
@@ -97,11 +100,35 @@ def _contiguous(*tensors: Tensor) -> list[Tensor]:
 
 
 def _blocks(J: int, M: int, cfg: dict) -> tuple[int, int, int]:
-    """(block of rows j, block of modes or poles, block of positions or points) for a tile of at
-    most ``cfg["tile"]`` elements (all powers of two)."""
+    """(block of rows j, block of modes, block of positions) of the Vandermonde kernels for a tile
+    of at most ``cfg["tile"]`` elements (all powers of two)."""
     block_j = min(_pow2(J), cfg["block_j"])
     block_m = min(_pow2(M), cfg["block_m"])
     return block_j, block_m, min(128, max(8, cfg["tile"] // (block_j * block_m)))
+
+
+#: Launch options of the Cauchy kernels: no contraction of products and sums into multiply-adds,
+#: which would break the error-free transformations of their compensated arithmetic (they call
+#: ``tl.fma`` where they want one; the interpreter never contracts).
+CAUCHY_OPTIONS = dict(enable_fp_fusion=False)
+
+
+def _cauchy_constants(J: int, N: int, cfg: dict) -> dict[str, dict]:
+    """Block sizes (powers of two) of each Cauchy kernel, by kernel name. The compensated sums keep
+    two accumulators per sum and tile element: the tiles (vectors, points) of the forward pass and
+    of the gradient of z (one pole at a time) hold four per element, those (vectors, poles,
+    points) of the gradients of v and w eight; about ``cfg["tile"]`` per program (with blocks of
+    at most 4 vectors)."""
+    block_j = min(_pow2(J), cfg["block_j"])
+    block_n = min(_pow2(N), cfg["block_m"])
+    block_k = max(8, cfg["tile"] // 16)
+    block_kv = min(64, max(2, cfg["tile"] // (8 * block_j * block_n)))
+    points = dict(BLOCK_J=block_j, BLOCK_K=block_k)
+    return {
+        "cauchy_fwd": points,
+        "cauchy_bwd_z": points,
+        "cauchy_bwd_vw": dict(BLOCK_J=block_j, BLOCK_N=block_n, BLOCK_K=block_kv, LOG2_BLOCK_K=block_kv.bit_length() - 1),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,12 +206,12 @@ def _cauchy_op(
     J, R, N = v_re.shape
     K = z_re.shape[1]
     cfg, interpreting = _config(v_re.device)
-    bj, bn, bk = _blocks(J, N, cfg)
+    blocks = _cauchy_constants(J, N, cfg)["cauchy_fwd"]
     out_re, out_im = (torch.empty(J, R, K, dtype=real, device=v_re.device) for _ in range(2))
     k = _kernel_module().kernels(interpreting)["cauchy_fwd"]
-    k[(R, -(-K // bk), -(-J // bj))](
+    k[(R, -(-K // blocks["BLOCK_K"]), -(-J // blocks["BLOCK_J"]))](
         *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im), out_re, out_im, J, R, N, K,
-        CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
+        CONJ=bool(conj_pairs), ACC=_acc(real, cfg), num_warps=cfg["num_warps"], **blocks, **CAUCHY_OPTIONS,
     )
     return out_re, out_im
 
@@ -202,15 +229,19 @@ def _cauchy_backward_op(
     K = z_re.shape[1]
     dev = v_re.device
     cfg, interpreting = _config(dev)
-    bj, bn, bk = _blocks(J, N, cfg)
+    blocks = _cauchy_constants(J, N, cfg)
     ks = _kernel_module().kernels(interpreting)
     args = _contiguous(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im)
-    meta = dict(CONJ=bool(conj_pairs), BLOCK_J=bj, BLOCK_K=bk, BLOCK_N=bn, ACC=_acc(real, cfg), num_warps=cfg["num_warps"])
+    meta = dict(CONJ=bool(conj_pairs), ACC=_acc(real, cfg), num_warps=cfg["num_warps"], **CAUCHY_OPTIONS)
     gv_re, gv_im, gz_re, gz_im, gw_re, gw_im = _cauchy_grads(v_re, z_re, w_re, need_vw, need_z)
     if need_z:
-        ks["cauchy_bwd_z"][(R, -(-K // bk))](*args, gz_re, gz_im, J, R, N, K, **meta)
+        z_blocks = blocks["cauchy_bwd_z"]
+        ks["cauchy_bwd_z"][(R, -(-K // z_blocks["BLOCK_K"]))](*args, gz_re, gz_im, J, R, N, K, **z_blocks, **meta)
     if need_vw:
-        ks["cauchy_bwd_vw"][(R, -(-N // bn))](*args, gv_re, gv_im, gw_re, gw_im, J, R, N, K, **meta)
+        vw_blocks = blocks["cauchy_bwd_vw"]
+        ks["cauchy_bwd_vw"][(R, -(-N // vw_blocks["BLOCK_N"]))](
+            *args, gv_re, gv_im, gw_re, gw_im, J, R, N, K, **vw_blocks, **meta,
+        )
     return gv_re, gv_im, gz_re, gz_im, gw_re, gw_im
 
 
