@@ -41,14 +41,16 @@ def test_parameter_matched_rows_are_within_two_percent_of_the_transformer(harnes
 
 def test_the_confirmation_is_the_screened_setting_restricted(harness):
     """The confirmation runs ar-small-recall3 field by field, only fewer models and label counts."""
-    screened, confirm = harness.SETTINGS["ar-small-recall3"], harness.SETTINGS["ar-small-recall3-confirm"]
-    differ = {k for k in screened if screened[k] != confirm[k]}
-    assert differ == {"models", "labels", "note"}
-    assert set(confirm["models"]) < set(screened["models"]) and set(confirm["labels"]) < set(screened["labels"])
+    screened = harness.SETTINGS["ar-small-recall3"]
     by_label = {e.label: e for e in harness.experiments("ar-small-recall3", [5])}
-    for e in harness.experiments("ar-small-recall3-confirm", [5]):
-        want = by_label[e.label]
-        assert (e.model, e.task, e.train, e.pretrain) == (want.model, want.task, want.train, want.pretrain)
+    for name in ("ar-small-recall3-confirm", "ar-small-recall3-confirm-dlr"):
+        confirm = harness.SETTINGS[name]
+        differ = {k for k in screened if screened[k] != confirm[k]}
+        assert differ == {"models", "labels", "note"}, name
+        assert set(confirm["models"]) < set(screened["models"]) and set(confirm["labels"]) < set(screened["labels"])
+        for e in harness.experiments(name, [5]):
+            want = by_label[e.label]
+            assert (e.model, e.task, e.train, e.pretrain) == (want.model, want.task, want.train, want.pretrain)
 
 
 def test_confirmation_seeds_are_kept_out_of_the_screen(harness, capsys):
