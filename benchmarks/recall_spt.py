@@ -16,7 +16,8 @@ The rules of the study are built in:
 * ``screen`` runs settings over the screening seeds (0, 1, 2; ``--seeds`` extends) and prints the
   VALIDATION table: settings and hyperparameters are chosen on it only.
 * ``confirm SETTING`` runs the chosen settings on the fresh seeds 5-9 and prints the TEST table, once.
-* ``table`` prints every setting run so far (validation), ``settings`` what each setting is, and
+* ``table`` prints every setting run so far (validation) with the ranking of the models under each
+  regime, ``settings`` what each setting is, and
   ``curves`` the last values of every pretraining run's validation loss, ``plots`` the figures
   (recall accuracy during pretraining; accuracy against the number of labelled sequences).
 
@@ -236,6 +237,34 @@ def paired_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None
     return "\n".join(lines)
 
 
+def ranking_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None = None) -> str:
+    """Per setting and label count, the models in order of their mean under each regime (best first),
+    and whether the order differs from scratch's."""
+    means: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        v = (r["val"] if split == "val" else r["test"]) or {}
+        if r["stage"] == "pretrain" or (seeds is not None and r["seed"] not in seeds) or v.get(r["metric"]) is None:
+            continue
+        means.setdefault((r["setting"], r["labels"], r["regime"]), {}).setdefault(r["model"], []).append(100 * v[r["metric"]])
+    lines = ["| setting | labels | regime | order by mean (best first) | vs scratch |", "|---|---:|---|---|---|"]
+    regimes = ["scratch", "scratch-matched", "causal-spt-all", "causal-spt", "masked-spt-all", "masked-spt"]
+    for setting_, labels, regime in sorted(means, key=lambda k: (k[0], k[1] or 0, regimes.index(k[2]) if k[2] in regimes else 9)):
+        def order(regime_: str) -> list[tuple[str, float]]:
+            got = means.get((setting_, labels, regime_), {})
+            return sorted(((m, round(sum(v) / len(v), 1)) for m, v in got.items()), key=lambda mv: -mv[1])
+        now, base = order(regime), dict(order("scratch"))
+        mine = dict(now)
+        # the order changes when a pair of models is strictly ordered one way from scratch and strictly the
+        # other way here (means, to 0.1 point, that are equal are ties, written "=")
+        flipped = [(a, b) for a in mine for b in mine if a in base and b in base and base[a] > base[b] and mine[b] > mine[a]]
+        same = "–" if regime == "scratch" or len(mine) < 2 else ("**changes**" if flipped else "same")
+        text = f"{now[0][0]} {now[0][1]:.1f}"
+        for (_, prev), (m, v) in zip(now, now[1:]):
+            text += f" {'=' if prev == v else '>'} {m} {v:.1f}"
+        lines.append(f"| {setting_} | {labels} | {regime} | {text} | {same} |")
+    return "\n".join(lines)
+
+
 def _spt(cell, objective: str) -> str:
     return f"{objective}-spt-all" if cell(f"{objective}-spt-all") else f"{objective}-spt"
 
@@ -383,14 +412,18 @@ def main(argv: list[str] | None = None) -> int:
         if not args.settings:
             parser.error("name the settings chosen on the validation split")
         run(names, args.out, args.jobs, CONFIRM_SEEDS)
-        print(paired_table(results(args.out, names), "test", seeds=CONFIRM_SEEDS))
+        found = results(args.out, names)
+        print(paired_table(found, "test", seeds=CONFIRM_SEEDS))
+        print(ranking_table(found, "test", seeds=CONFIRM_SEEDS))
     elif args.action == "curves":
         print(pretraining_curves(args.out, names))
     elif args.action == "plots":
         for path in plots(args.out, names, args.plots):
             print(path)
     else:
-        print(paired_table(results(args.out, names), "val", seeds=None))
+        found = results(args.out, names)
+        print(paired_table(found, "val", seeds=None))
+        print(ranking_table(found, "val", seeds=None))
     if args.json:
         args.json.write_text(json.dumps(results(args.out, names), indent=1))
     return 0

@@ -108,3 +108,18 @@ def test_the_probe_reads_recall_accuracy_of_every_pretraining_run(harness, tmp_p
                      ("Mamba-S6", "masked-spt-all"): {0: {250: 5.0, 500: 30.0}}}
     written = harness.plots(tmp_path, ["s"], tmp_path / "img")
     assert [p.name for p in written] == ["recall_pretraining.png"] and written[0].stat().st_size > 0
+
+
+def test_ranking_table_orders_models_and_says_when_the_order_changes(harness):
+    rows = []
+    for seed in (0, 1):
+        rows += [_row("A", "scratch", seed, 0.9), _row("B", "scratch", seed, 0.5), _row("C", "scratch", seed, 0.1),
+                 _row("A", "causal-spt-all", seed, 0.6), _row("B", "causal-spt-all", seed, 1.0),
+                 _row("C", "causal-spt-all", seed, 0.2),
+                 _row("A", "scratch-matched", seed, 1.0), _row("B", "scratch-matched", seed, 1.0),
+                 _row("C", "scratch-matched", seed, 0.3)]
+    lines = harness.ranking_table(rows, "val").splitlines()[2:]
+    assert lines == ["| s | 250 | scratch | A 90.0 > B 50.0 > C 10.0 | – |",
+                     "| s | 250 | scratch-matched | A 100.0 = B 100.0 > C 30.0 | same |",  # a tie is no change
+                     "| s | 250 | causal-spt-all | B 100.0 > A 60.0 > C 20.0 | **changes** |"]
+    assert "A 45.0 > B 25.0" in harness.ranking_table(rows, "test")  # the test split: halves in _row
