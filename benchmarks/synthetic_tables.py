@@ -307,7 +307,9 @@ def extrapolate(cells: list[Cell], out_dir: Path, scale: Scale) -> list[str]:
 
 def extrapolation_rows(cells: list[Cell], out_dir: Path, scale: Scale) -> list[dict[str, Any]]:
     """One row per run and length: the test accuracy, the sequences and seconds, or why none."""
-    by_run = {str(stage_dir(out_dir, c).resolve()): c for c in cells}  # however the output directory was named
+    # matched however the output directory was named; each row names its run as the grid's rows do
+    by_run = {str(stage_dir(out_dir, c).resolve()): c for c in cells}
+    named = {key: str(stage_dir(out_dir, c)) for key, c in by_run.items()}
     rows = []
     seen = set()
     # the newest evaluation of a run at a length wins (a group re-run with more runs supersedes an older one)
@@ -322,11 +324,11 @@ def extrapolation_rows(cells: list[Cell], out_dir: Path, scale: Scale) -> list[d
                     continue
                 seen.add((key, c["value"]))
                 ev = c.get("evaluation") or {}
-                rows.append({"model": cell.model, "label": _label(cell.preset), "run": key,
+                rows.append({"model": cell.model, "label": _label(cell.preset), "run": named[key],
                              "trained_at": run["trained_at"], "seq_len": c["value"],
                              "accuracy": (c.get("metrics") or {}).get("accuracy"), "items": ev.get("items"),
                              "batch_size": ev.get("batch_size"), "seconds": ev.get("seconds"), "error": c.get("error")})
-    rows.sort(key=lambda r: (list(by_run).index(r["run"]), r["seq_len"]))
+    rows.sort(key=lambda r: (list(named.values()).index(r["run"]), r["seq_len"]))
     return rows
 
 

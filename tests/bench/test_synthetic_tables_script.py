@@ -72,6 +72,7 @@ def test_extrapolation_is_reused_however_the_output_directory_is_named(tmp_path,
     again = json.loads((results / "synthetic_induction.json").read_text())["extrapolation"]
     assert [(e["model"], e["seq_len"], e["accuracy"]) for e in again] == [(e["model"], e["seq_len"], e["accuracy"])
                                                                           for e in first]
+    assert "| — |" not in (results / "synthetic_induction.md").read_text().split("Test accuracy")[1].split("paper:")[0]
 
 
 def test_the_budget_helpers():
