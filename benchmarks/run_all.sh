@@ -18,8 +18,8 @@ python benchmarks/ssm_kernels.py --threads 1 --json benchmarks/results/ssm_kerne
 # Accuracy of the SSM-kernel products on long kernels (CPU; Triton in its interpreter: about an hour).
 python benchmarks/ssm_kernel_accuracy.py --impls numba --json benchmarks/results/ssm_kernel_accuracy_numba.json \
     | tee benchmarks/results/ssm_kernel_accuracy_numba.txt
-python benchmarks/ssm_kernel_accuracy.py --cases cauchy --impls triton --json benchmarks/results/ssm_kernel_accuracy_triton_cauchy.json \
-    | tee benchmarks/results/ssm_kernel_accuracy_triton_cauchy.txt
+python benchmarks/ssm_kernel_accuracy.py --cases cauchy --impls triton --L 2048 --json benchmarks/results/ssm_kernel_accuracy_triton_cauchy_2048.json \
+    | tee benchmarks/results/ssm_kernel_accuracy_triton_cauchy_2048.txt
 python benchmarks/ssm_kernel_accuracy.py --cases vandermonde,vandermonde-long --L 65536 --impls triton,triton-float64 \
     --json benchmarks/results/ssm_kernel_accuracy_triton_vandermonde.json | tee benchmarks/results/ssm_kernel_accuracy_triton_vandermonde.txt
 # The S4, S4D and DLR rows with the chunked PyTorch products and the fused ones (auto: numba on CPU,
