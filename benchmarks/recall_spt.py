@@ -245,7 +245,8 @@ def ranking_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | Non
         v = (r["val"] if split == "val" else r["test"]) or {}
         if r["stage"] == "pretrain" or (seeds is not None and r["seed"] not in seeds) or v.get(r["metric"]) is None:
             continue
-        means.setdefault((r["setting"], r["labels"], r["regime"]), {}).setdefault(r["model"], []).append(100 * v[r["metric"]])
+        means.setdefault((_same_runs(r["setting"]), r["labels"], r["regime"]), {}).setdefault(r["model"], []).append(
+            100 * v[r["metric"]])
     lines = ["| setting | labels | regime | order by mean (best first) | vs scratch |", "|---|---:|---|---|---|"]
     regimes = ["scratch", "scratch-matched", "causal-spt-all", "causal-spt", "masked-spt-all", "masked-spt"]
     for setting_, labels, regime in sorted(means, key=lambda k: (k[0], k[1] or 0, regimes.index(k[2]) if k[2] in regimes else 9)):
@@ -263,6 +264,15 @@ def ranking_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | Non
             text += f" {'=' if prev == v else '>'} {m} {v:.1f}"
         lines.append(f"| {setting_} | {labels} | {regime} | {text} | {same} |")
     return "\n".join(lines)
+
+
+def _same_runs(name: str) -> str:
+    """Settings that run the same experiments (one restricted to some models or label counts of another,
+    e.g. the confirmations) are ranked together, under the first such setting's name."""
+    if name not in SETTINGS:
+        return name
+    key = {k: v for k, v in SETTINGS[name].items() if k not in ("models", "labels", "note")}
+    return next(n for n, s in SETTINGS.items() if {k: v for k, v in s.items() if k not in ("models", "labels", "note")} == key)
 
 
 def _spt(cell, objective: str) -> str:

@@ -123,3 +123,11 @@ def test_ranking_table_orders_models_and_says_when_the_order_changes(harness):
                      "| s | 250 | scratch-matched | A 100.0 = B 100.0 > C 30.0 | same |",  # a tie is no change
                      "| s | 250 | causal-spt-all | B 100.0 > A 60.0 > C 20.0 | **changes** |"]
     assert "A 45.0 > B 25.0" in harness.ranking_table(rows, "test")  # the test split: halves in _row
+
+
+def test_the_confirmations_are_ranked_together_as_the_setting_they_restrict(harness):
+    rows = [dict(_row(m, "scratch", seed, acc), setting=setting)
+            for seed in (5, 6) for m, acc, setting in (("Transformer", 0.6, "ar-small-recall3-confirm"),
+                                                       ("DLR", 0.9, "ar-small-recall3-confirm-dlr"))]
+    (line,) = harness.ranking_table(rows, "val").splitlines()[2:]
+    assert line == "| ar-small-recall3 | 250 | scratch | DLR 90.0 > Transformer 60.0 | – |"
