@@ -1,12 +1,11 @@
 """Wall time of the demo's comparison grid run one stage after another vs with local workers.
 
     python benchmarks/grid_jobs.py                 # the full demo grid (as long as the demo, three times)
-    python benchmarks/grid_jobs.py --epochs 1      # the same grid, 1 epoch per stage (a quicker check)
     python benchmarks/grid_jobs.py --max-steps 30  # 30 steps per stage (60 for the matched runs): on a busy machine
+    python benchmarks/grid_jobs.py --demo listops --epochs 1   # the ListOps demo's grid, 1 epoch per stage
 
-Generates the demo's data once, then runs the demo's grid (its presets and seeds: scratch, masked
-SPT, finetune, compute-matched) sequentially in this process (with torch's default threads, and with
-one thread) and with ``--jobs`` workers, back to back,
+Runs a demo's grid (its presets and seeds; the data generated on first use, once) sequentially in
+this process (with torch's default threads, and with one thread) and with ``--jobs`` workers, back to back,
 each into a fresh directory, and prints both wall times and the load average around each run (the
 timings mean little on a machine busy with other work).
 """
@@ -22,6 +21,7 @@ from pathlib import Path
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--demo", default="recall", help="which demo's grid (recall, listops)")
     p.add_argument("--epochs", type=int, default=0, help="epochs per stage (0: the demo's own)")
     p.add_argument("--max-steps", type=int, default=0, help="steps per stage (0: by epochs)")
     p.add_argument("--jobs", type=int, default=2)
@@ -30,18 +30,17 @@ def main() -> None:
 
     from longrange.experiment.compare import compare
     from longrange.experiment.config import resolve
-    from longrange.experiment.demo import DEMO_PRESETS, DEMO_SEEDS, generate_demo_data
     from longrange.experiment.backends import InProcess, LocalWorkers
+    from longrange.experiment.demo import DEMOS
 
+    demo = DEMOS[args.demo]
     root = Path(args.dir or tempfile.mkdtemp(prefix="grid-jobs-"))
-    data = root / "data"
-    generate_demo_data(data)
-    overrides = [f"task.data_dir={data}"]
+    overrides = [f"task.data_dir={root / 'data'}"]
     if args.epochs:
         overrides += [f"train.epochs={args.epochs}", f"pretrain.epochs={args.epochs}"]
     if args.max_steps:
         overrides += [f"train.max_steps={args.max_steps}", f"pretrain.max_steps={args.max_steps}"]
-    experiments = [resolve(name, overrides=overrides) for name in DEMO_PRESETS]
+    experiments = [resolve(name, overrides=overrides) for name in demo.presets]
     rows = []
     runs = [("sequential (in process, torch's default threads)", None),
             ("sequential (in process, --threads-per-job 1)", InProcess(1)),
@@ -51,9 +50,9 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)
         load = os.getloadavg()[0]
         start = time.time()
-        compare(experiments, out, seeds=list(DEMO_SEEDS), executor=executor)
+        compare(experiments, out, seeds=list(demo.seeds), executor=executor)
         rows.append((name, time.time() - start, load, os.getloadavg()[0]))
-    print(f"\n{os.cpu_count()} cores; grid: {', '.join(DEMO_PRESETS)}, epochs {args.epochs or 'as the demo'}"
+    print(f"\n{os.cpu_count()} cores; grid: {', '.join(demo.presets)}, epochs {args.epochs or 'as the demo'}"
           + (f", {args.max_steps} steps per stage" if args.max_steps else ""))
     print("| run | wall time | load average before / after |\n|---|---:|---|")
     for name, seconds, before, after in rows:

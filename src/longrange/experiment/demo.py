@@ -1,31 +1,67 @@
 """``longrange demo``: the fair comparison on generated data, with no data on disk.
 
-Its presets (``demo/*``) read a generated short ListOps (``task.generate: {config: short}``),
-built on first use under ``OUT/data``. For each model it trains, over :data:`DEMO_SEEDS`,
+Two demos, each a part of a study of ``docs/small-scale-spt.md`` kept field by field:
 
-* from scratch,
-* with masked self-pretraining on the training inputs, then finetuning,
-* from scratch for as many steps as pretraining plus finetuning (the compute-matched baseline),
+* ``recall`` (the default): single-query associative recall with 250 and with 1,000 labelled
+  sequences, a Transformer and a DLR (diagonal linear RNN) trained from scratch and with causal
+  self-pretraining on the inputs of the whole training split, then finetuning, over 3 seeds (presets
+  ``demo/recall/transformer`` and ``demo/recall/dlr``; a part of the setting ``ar-small-recall3`` of
+  ``benchmarks/recall_spt.py``, whose results were confirmed on fresh seeds): SPT lifts the
+  Transformer, and with 1,000 labels the DLR is the better of the two from scratch, the Transformer
+  after SPT. About 6 minutes on a 2-core CPU.
+* ``listops``: a generated short ListOps, a small DLR trained from scratch, with masked
+  self-pretraining, and from scratch with matched compute, over 5 seeds (preset ``demo/dlr``; the
+  setting ``listops-short-dlr-random-10pct`` of ``benchmarks/small_scale_spt.py``, where no
+  difference was detectable). About 5 minutes.
 
-and prints the comparison table (mean and 95% CI over seeds) and the verdict computed from the
-paired seeds; ``OUT/report.md`` adds the plots and the learned-kernel decay. The setting is the one
-``docs/small-scale-spt.md`` selected on the validation split. About 5 minutes on a 2-core CPU.
+Each prints the comparison table (mean and 95% CI over seeds), the verdict computed from the paired
+seeds per architecture, and the ranking of the architectures under each regime; ``OUT/report.md``
+adds the plots.
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from longrange.experiment.compare import compare
 from longrange.experiment.config import resolve
 
-#: The setting of ``benchmarks/small_scale_spt.py`` that the demo runs (its presets repeat it field by field).
-DEMO_SETTING = "listops-short-dlr-random-10pct"
-DEMO_PRESETS = ("demo/dlr",)
-DEMO_SEEDS = (0, 1, 2, 3, 4)
+
+@dataclass(frozen=True)
+class Demo:
+    name: str
+    #: the presets it compares (their ``compare`` sections give the regimes)
+    presets: tuple[str, ...]
+    seeds: tuple[int, ...]
+    #: the study script and the setting the presets repeat
+    study: str
+    setting: str
+    #: the default output directory
+    out: str
+    #: learned-kernel decay in the report (convolutional models only)
+    kernels: bool
+    summary: str
+
+
+DEMOS: dict[str, Demo] = {
+    "recall": Demo("recall", ("demo/recall/transformer", "demo/recall/dlr"), (0, 1, 2),
+                   "benchmarks/recall_spt.py", "ar-small-recall3", "runs/demo", False,
+                   "associative recall with 250 and 1,000 labelled sequences of 20,000: a Transformer and a DLR, "
+                   "from scratch and with causal self-pretraining on all 20,000 inputs, 3 seeds"),
+    "listops": Demo("listops", ("demo/dlr",), (0, 1, 2, 3, 4),
+                    "benchmarks/small_scale_spt.py", "listops-short-dlr-random-10pct", "runs/demo-listops", True,
+                    "a generated short ListOps with 10% of its labels: a small DLR from scratch, with masked "
+                    "self-pretraining and with matched compute, 5 seeds"),
+}
+DEFAULT_DEMO = "recall"
+
+#: The default demo's presets and seeds.
+DEMO_PRESETS = DEMOS[DEFAULT_DEMO].presets
+DEMO_SEEDS = DEMOS[DEFAULT_DEMO].seeds
 
 
 def default_jobs() -> int:
@@ -34,22 +70,28 @@ def default_jobs() -> int:
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
-def run_demo(out_dir: str | Path = "runs/demo", seeds: Sequence[int] | None = None, jobs: int | None = None,
-             overrides: Sequence[str] = ()) -> str:
-    """Run the demo into ``out_dir`` and return what it prints: the results table and the verdict.
+def run_demo(out_dir: str | Path | None = None, seeds: Sequence[int] | None = None, jobs: int | None = None,
+             overrides: Sequence[str] = (), which: str = DEFAULT_DEMO) -> str:
+    """Run a demo into ``out_dir`` and return what it prints: the results table, the verdict and the ranking.
 
-    ``seeds``: default :data:`DEMO_SEEDS`. ``jobs``: stages at once as worker processes (``compare
-    --jobs``; None: :func:`default_jobs`, 1: one after another in this process); the results do not
-    depend on it. ``overrides``: ``FIELD=VALUE`` settings applied to every preset."""
+    ``which``: a name of :data:`DEMOS`. ``out_dir``: default the demo's own (``runs/demo``,
+    ``runs/demo-listops``). ``seeds``: default the demo's. ``jobs``: stages at once as worker
+    processes (``compare --jobs``; None: :func:`default_jobs`, 1: one after another in this
+    process); the results do not depend on it. ``overrides``: ``FIELD=VALUE`` settings applied to
+    every preset."""
     from longrange.experiment.backends import LocalWorkers
     from longrange.report.writer import report_and_verdict
 
-    out = Path(out_dir)
+    if which not in DEMOS:
+        raise ValueError(f"unknown demo {which!r}; known: {', '.join(DEMOS)}")
+    demo = DEMOS[which]
+    out = Path(demo.out if out_dir is None else out_dir)
     start = time.time()
-    experiments = [resolve(name, overrides=[f"task.data_dir={out / 'data'}", *overrides]) for name in DEMO_PRESETS]
+    print(f"demo {demo.name}: {demo.summary}", file=sys.stderr, flush=True)
+    experiments = [resolve(name, overrides=[f"task.data_dir={out / 'data'}", *overrides]) for name in demo.presets]
     jobs = default_jobs() if jobs is None else jobs
-    compare(experiments, out, seeds=list(DEMO_SEEDS if seeds is None else seeds),
+    compare(experiments, out, seeds=list(demo.seeds if seeds is None else seeds),
             executor=LocalWorkers(jobs) if jobs > 1 else None)
-    text = report_and_verdict(out, kernels=True)
+    text = report_and_verdict(out, kernels=demo.kernels)
     print(f"\ndemo finished in {(time.time() - start) / 60:.1f} min; runs and report.md in {out}", file=sys.stderr)
     return text
