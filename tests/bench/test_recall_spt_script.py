@@ -27,6 +27,7 @@ def test_every_setting_is_a_valid_comparison_of_its_models(harness):
         for e in exps:
             assert e.compare.train_subsets == s["labels"] and e.compare.objectives == s["objectives"], name
             assert e.compare.pretrain_data == s["pretrain_data"] and e.compare.seeds == [0, 1]
+            assert e.compare.compute_matched == s["matched"], name
             assert e.model.n_layers == 2 and e.model.direction == "causal"
             assert e.task.name == harness.TASKS[s["task"]]["name"]
 
@@ -51,6 +52,21 @@ def test_the_confirmation_is_the_screened_setting_restricted(harness):
         for e in harness.experiments(name, [5]):
             want = by_label[e.label]
             assert (e.model, e.task, e.train, e.pretrain) == (want.model, want.task, want.train, want.pretrain)
+
+
+def test_each_claim_setting_changes_one_thing_of_the_screened_setting(harness):
+    """-pmatch, -pre1000, -subset and mqar-small-text test the screened claim (causal SPT against scratch
+    at 250 and 1,000 labels) under one change each, and nothing else differs."""
+    screened = harness.SETTINGS["ar-small-recall3"]
+    changes = {"ar-small-recall3-pmatch": {"models", "widths"}, "ar-small-recall3-pre1000": {"models", "pre_steps"},
+               "ar-small-recall3-subset": {"pretrain_data"}, "mqar-small-text": {"task"}}
+    for name, changed in changes.items():
+        s = harness.SETTINGS[name]
+        assert (s["objectives"], s["labels"], s["matched"]) == (["causal"], [250, 1000], False), name
+        differ = {k for k in screened if screened[k] != s[k]} - {"objectives", "labels", "matched", "note"}
+        assert differ == changed, name
+        exps = harness.experiments(name, [0])
+        assert not exps[0].compare.compute_matched and exps[0].compare.objectives == ["causal"]
 
 
 def test_confirmation_seeds_are_kept_out_of_the_screen(harness, capsys):
