@@ -17,7 +17,8 @@ The rules of the study are built in:
   VALIDATION table: settings and hyperparameters are chosen on it only.
 * ``confirm SETTING`` runs the chosen settings on the fresh seeds 5-9 and prints the TEST table, once.
 * ``table`` prints every setting run so far (validation) with the ranking of the models under each
-  regime, ``settings`` what each setting is, and
+  regime (``--seeds 0,1,2,3,4``: the screen extended, each setting pooled with the settings that run
+  the same experiments, e.g. a confirmation setting screened on seeds 3 and 4), ``settings`` what each setting is, and
   ``curves`` the last values of every pretraining run's validation loss, ``plots`` the figures
   (recall accuracy during pretraining; accuracy against the number of labelled sequences).
 
@@ -283,6 +284,20 @@ def _same_runs(name: str) -> str:
     return next(n for n, s in SETTINGS.items() if {k: v for k, v in s.items() if k not in ("models", "labels", "note")} == key)
 
 
+def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each setting named as the first setting that runs the same experiments
+    (:func:`_same_runs`); a (model, regime, labels, seed) found under two such settings is an error."""
+    out, seen = [], {}
+    for r in rows:
+        name = _same_runs(r["setting"])
+        key = (name, r["model"], r["regime"], r["stage"], r["labels"], r["seed"])
+        if key in seen:
+            raise ValueError(f"{r['run']} and {seen[key]} are the same run of {name} (seed {r['seed']})")
+        seen[key] = r["run"]
+        out.append({**r, "setting": name})
+    return out
+
+
 def _spt(cell, objective: str) -> str:
     return f"{objective}-spt-all" if cell(f"{objective}-spt-all") else f"{objective}-spt"
 
@@ -426,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         if set(seeds) & set(CONFIRM_SEEDS):
             parser.error(f"seeds {sorted(set(seeds) & set(CONFIRM_SEEDS))} are kept for the confirmation")
         run(names, args.out, args.jobs, seeds)
-        print(paired_table(results(args.out, names), "val"))
+        print(paired_table(results(args.out, names), "val", seeds=seeds))
     elif args.action == "confirm":
         if not args.settings:
             parser.error("name the settings chosen on the validation split")
@@ -439,6 +454,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "plots":
         for path in plots(args.out, names, args.plots):
             print(path)
+    elif args.seeds:
+        # the screen extended to more seeds: a setting's runs pooled with those of the settings that run the
+        # same experiments (the confirmations' seeds 3-4 beside the screen's 0-2), on the validation split
+        seeds = [int(s) for s in args.seeds.split(",")]
+        found = pooled(results(args.out, names))
+        print(paired_table(found, "val", seeds=seeds))
+        print(ranking_table(found, "val", seeds=seeds))
     else:
         found = results(args.out, names)
         print(paired_table(found, "val", seeds=None))

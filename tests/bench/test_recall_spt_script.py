@@ -79,6 +79,7 @@ def test_confirmation_seeds_are_kept_out_of_the_screen(harness, capsys):
 
 def _row(model, regime, seed, acc, labels=250, stage="final"):
     return {"setting": "s", "model": model, "regime": regime, "stage": stage, "labels": labels, "seed": seed,
+            "run": f"{model}/{regime}/{labels}/seed{seed}/{stage}",
             "params": 1000, "val": {"accuracy": acc}, "test": {"accuracy": acc / 2}, "metric": "accuracy"}
 
 
@@ -147,3 +148,19 @@ def test_the_confirmations_are_ranked_together_as_the_setting_they_restrict(harn
                                                        ("DLR", 0.9, "ar-small-recall3-confirm-dlr"))]
     (line,) = harness.ranking_table(rows, "val").splitlines()[2:]
     assert line == "| ar-small-recall3 | 250 | scratch | DLR 90.0 > Transformer 60.0 | – |"
+
+
+def test_the_screen_extended_pools_the_confirmations_seeds_3_and_4(harness):
+    """Seeds 0-2 of the screen and seeds 3-4 of a confirmation setting are one table of five seeds;
+    the same run found under two settings is an error, not a doubled seed."""
+    rows = [dict(_row("Transformer", regime, seed, acc + 0.01 * seed), setting=setting)
+            for regime, acc in (("scratch", 0.5), ("causal-spt-all", 0.9))
+            for seed, setting in ((0, "ar-small-recall3"), (1, "ar-small-recall3"), (2, "ar-small-recall3"),
+                                  (3, "ar-small-recall3-confirm"), (4, "ar-small-recall3-confirm"),
+                                  (5, "ar-small-recall3-confirm"))]
+    table = harness.paired_table(harness.pooled(rows), "val", seeds=[0, 1, 2, 3, 4])
+    (line,) = table.splitlines()[2:]
+    assert line.startswith("| ar-small-recall3 | Transformer") and line.endswith("| 5 |")
+    assert "+40.0 [+40.0, +40.0]" in line
+    with pytest.raises(ValueError, match="same run of ar-small-recall3"):
+        harness.pooled(rows + [dict(rows[0], setting="ar-small-recall3-confirm-dlr", run="elsewhere")])
