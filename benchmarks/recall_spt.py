@@ -249,6 +249,8 @@ def paired_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None
 def ranking_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None = None) -> str:
     """Per setting and label count, the models in order of their mean under each regime (best first),
     and whether the order differs from scratch's."""
+    from longrange.report.ranking import order_reversals
+
     means: dict[tuple, dict[str, list[float]]] = {}
     for r in rows:
         v = (r["val"] if split == "val" else r["test"]) or {}
@@ -262,12 +264,11 @@ def ranking_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | Non
         def order(regime_: str) -> list[tuple[str, float]]:
             got = means.get((setting_, labels, regime_), {})
             return sorted(((m, round(sum(v) / len(v), 1)) for m, v in got.items()), key=lambda mv: -mv[1])
-        now, base = order(regime), dict(order("scratch"))
-        mine = dict(now)
-        # the order changes when a pair of models is strictly ordered one way from scratch and strictly the
-        # other way here (means, to 0.1 point, that are equal are ties, written "=")
-        flipped = [(a, b) for a in mine for b in mine if a in base and b in base and base[a] > base[b] and mine[b] > mine[a]]
-        same = "–" if regime == "scratch" or len(mine) < 2 else ("**changes**" if flipped else "same")
+        now = order(regime)
+        # the order changes when a pair of models is strictly reversed from scratch's (means equal to 0.1
+        # point are ties, written "=")
+        flipped = order_reversals(dict(order("scratch")), dict(now))
+        same = "–" if regime == "scratch" or len(now) < 2 else ("**changes**" if flipped else "same")
         text = f"{now[0][0]} {now[0][1]:.1f}"
         for (_, prev), (m, v) in zip(now, now[1:]):
             text += f" {'=' if prev == v else '>'} {m} {v:.1f}"

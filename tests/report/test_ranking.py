@@ -84,3 +84,23 @@ def test_accuracy_against_labelled_examples_has_a_panel_per_model(tmp_path):
     assert path is not None and Image.open(path).size[0] > 400
     # one training size only: nothing to draw
     assert label_curves([r for r in runs if r.train_size == 250], tmp_path / "none.png") is None
+
+
+def test_ties_as_displayed_are_written_equal_and_are_no_change(tmp_path):
+    """Means equal to the displayed precision (0.01 point of accuracy) are ties: "A = B", and a tie
+    that resolves under a regime does not change the order; a strict reversal does."""
+    from longrange.report.ranking import order_reversals
+
+    runs = _runs(tmp_path, {
+        ("A", "scratch", 100): [1.0, 1.0], ("B", "scratch", 100): [1.0, 0.99999], ("C", "scratch", 100): [0.5, 0.5],
+        ("A", "causal-spt", 100): [0.9, 0.9], ("B", "causal-spt", 100): [1.0, 1.0], ("C", "causal-spt", 100): [0.5, 0.5],
+        ("A", "masked-spt", 100): [0.4, 0.4], ("B", "masked-spt", 100): [0.3, 0.3], ("C", "masked-spt", 100): [0.6, 0.6],
+    })
+    lines = ranking_text(rankings(runs)).splitlines()[1:]
+    assert lines[0] == "  scratch: A = B > C (by mean, 2 seeds)"
+    assert lines[1].endswith("B > A > C (by mean, 2 seeds): the same order as from scratch")
+    assert lines[2].endswith("C > A > B (by mean, 2 seeds): the order changes from scratch's A = B > C")
+    assert order_reversals({"A": 2, "B": 1}, {"A": 1, "B": 2}) == [("A", "B")]
+    assert order_reversals({"A": 2, "B": 1}, {"A": 1, "B": 2}, higher_is_better=False) == [("B", "A")]
+    assert order_reversals({"A": 1, "B": 1}, {"A": 1, "B": 2}) == []
+    assert order_reversals({"A": 2, "B": 1}, {"A": 2, "C": 3}) == []  # models of both only

@@ -6,8 +6,9 @@ For each task, training subset and regime (scratch, an SPT regime, matched compu
 test): seed ``k`` of every model is one ranking, ties sharing their ranks. A model's row gives its
 mean, its mean rank and how often, over the seeds, it is best (a seed at which two models tie for
 first counts half for each). Only seeds at which every model of the group ran are used, so that
-each ranking compares the same seeds. The ranking *changes* under a regime when the order of the
-models by mean differs from their order from scratch.
+each ranking compares the same seeds. The ranking *changes* under a regime when some pair of models
+is strictly ordered one way by mean from scratch and strictly the other way under the regime
+(:func:`order_reversals`; means equal as displayed are ties, written "=", and a tie is no change).
 
 :func:`label_curves` draws, per task and model, accuracy against the number of labelled training
 examples (``train_size``), one line per regime with its 95% interval over seeds, all panels on one
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from longrange.report.collect import Run
 from longrange.report.tables import (
@@ -54,6 +55,28 @@ class Ranking:
     def order(self) -> tuple[str, ...]:
         """The models by mean, best first."""
         return tuple(m.label for m in sorted(self.models, key=lambda m: -m.mean if self.higher_is_better else m.mean))
+
+    def shown_means(self) -> dict[str, float]:
+        """Each model's mean as displayed (the metric's scale and decimals): equal ones are ties."""
+        fmt = metric_format(self.metric)
+        return {m.label: float(fmt.number(m.mean)) for m in self.models}
+
+    def order_text(self) -> str:
+        """The models by mean, best first, "=" between ties as displayed: "A = B > C"."""
+        shown = self.shown_means()
+        labels = list(self.order)
+        return labels[0] + "".join(f" {'=' if shown[a] == shown[b] else '>'} {b}" for a, b in zip(labels, labels[1:]))
+
+
+def order_reversals(base: Mapping[str, float], now: Mapping[str, float],
+                    higher_is_better: bool = True) -> list[tuple[str, str]]:
+    """The pairs (a, b) of models that ``base`` orders strictly a before b and ``now`` strictly b before
+    a (models of both only): the order changes when there is one. Pass values as displayed (rounded),
+    so that means equal on the page are ties and a tie is never a change."""
+    sign = 1 if higher_is_better else -1
+    common = [m for m in base if m in now]
+    return [(a, b) for a in common for b in common
+            if sign * (base[a] - base[b]) > 0 and sign * (now[b] - now[a]) > 0]
 
 
 def _value(run: Run) -> float | None:
@@ -157,14 +180,14 @@ def _order_lines(group: Sequence[Ranking], bold: bool = False) -> list[str]:
     changes = "**the order changes**" if bold else "the order changes"
     for g in group:
         n = len(g.seeds)
-        order = " > ".join(g.order)
+        order = g.order_text()
         if scratch is None or g is scratch or len(g.order) < 2:
             lines.append(f"{g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''})")
         else:
-            same = [m for m in g.order if m in scratch.order] == [m for m in scratch.order if m in g.order]
+            same = not order_reversals(scratch.shown_means(), g.shown_means(), g.higher_is_better)
             lines.append(f"{g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''}): "
                          + ("the same order as from scratch" if same else
-                            f"{changes} from scratch's {' > '.join(scratch.order)}"))
+                            f"{changes} from scratch's {scratch.order_text()}"))
     return lines
 
 
