@@ -121,6 +121,15 @@ def write_report(
     ``out_dir`` None writes nothing but the CSV. Warnings (unfinished runs, runs without curves)
     go to ``warn`` (default: stderr) and into ``report.md``.
     """
+    return _write_report(paths, out_dir, plots=plots, kernels=kernels, kernel_length=kernel_length,
+                         csv_path=csv_path, warn=warn, text_format=text_format)[0]
+
+
+def _write_report(paths, out_dir, *, plots=True, kernels=False, kernel_length=None, csv_path=None, warn=None,
+                  text_format="md") -> tuple[str, list, list]:
+    """:func:`write_report`, returning also the runs it collected and their rankings."""
+    from longrange.report.ranking import rankings
+
     warnings: list[str] = []
 
     def note(message: str) -> None:
@@ -149,14 +158,15 @@ def write_report(
     if csv_path is not None:
         sweep.write_sweep_csv(groups, csv_path)
     text = tables if text_format == "md" else sweep.sweep_csv_text(groups)
+    ranked = rankings(runs)
     if out_dir is None:
-        return text
+        return text, runs, ranked
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    from longrange.report.ranking import label_curves, ranking_section, rankings
+    from longrange.report.ranking import label_curves, ranking_section
 
-    body = [tables, verdict_markdown(runs), ranking_section(rankings(runs))]
+    body = [tables, verdict_markdown(runs), ranking_section(ranked)]
     if plots:
         from longrange.report import plots as P
 
@@ -182,19 +192,17 @@ def write_report(
     if warnings:
         head.append("Warnings:\n\n" + "\n".join(f"- {w}" for w in warnings) + "\n")
     (out / REPORT_FILE).write_text("\n".join(head + body))
-    return text
+    return text, runs, ranked
 
 
 def report_and_verdict(out_dir: str | Path, *, kernels: bool = False) -> str:
     """Write the report of the runs under ``out_dir`` into it and return what ``compare`` and the demo
     print: the tables, then the verdict lines, then the order of the models under each regime
     (when two or more models are compared)."""
-    from longrange.report.collect import collect_runs
-    from longrange.report.ranking import ranking_text, rankings
+    from longrange.report.ranking import ranking_text
     from longrange.report.verdict import verdict_text
 
     out = Path(out_dir)
-    tables = write_report([out], out_dir=out, kernels=kernels)
-    runs = collect_runs([out], warn=lambda message: None)
-    ranking = ranking_text(rankings(runs))
+    tables, runs, ranked = _write_report([out], out, kernels=kernels)
+    ranking = ranking_text(ranked)
     return tables + "\n" + verdict_text(runs) + ("\n" + ranking if ranking else "")
