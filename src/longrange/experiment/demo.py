@@ -33,7 +33,8 @@ from longrange.experiment.config import resolve
 
 @dataclass(frozen=True)
 class Demo:
-    name: str
+    """One demo; its name is its key in :data:`DEMOS`."""
+
     #: the presets it compares (their ``compare`` sections give the regimes)
     presets: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -48,11 +49,11 @@ class Demo:
 
 
 DEMOS: dict[str, Demo] = {
-    "recall": Demo("recall", ("demo/recall/transformer", "demo/recall/dlr"), (0, 1, 2),
+    "recall": Demo(("demo/recall/transformer", "demo/recall/dlr"), (0, 1, 2),
                    "benchmarks/recall_spt.py", "ar-small-recall3", "runs/demo", False,
                    "associative recall with 250 and 1,000 labelled sequences of 20,000: a Transformer and a DLR, "
                    "from scratch and with causal self-pretraining on all 20,000 inputs, 3 seeds"),
-    "listops": Demo("listops", ("demo/dlr",), (0, 1, 2, 3, 4),
+    "listops": Demo(("demo/dlr",), (0, 1, 2, 3, 4),
                     "benchmarks/small_scale_spt.py", "listops-short-dlr-random-10pct", "runs/demo-listops", True,
                     "a generated short ListOps with 10% of its labels: a small DLR from scratch, with masked "
                     "self-pretraining and with matched compute, 5 seeds"),
@@ -87,7 +88,7 @@ def run_demo(out_dir: str | Path | None = None, seeds: Sequence[int] | None = No
     demo = DEMOS[which]
     out = Path(demo.out if out_dir is None else out_dir)
     start = time.time()
-    print(f"demo {demo.name}: {demo.summary}", file=sys.stderr, flush=True)
+    print(f"demo {which}: {demo.summary}", file=sys.stderr, flush=True)
     experiments = [resolve(name, overrides=[f"task.data_dir={out / 'data'}", *overrides]) for name in demo.presets]
     jobs = default_jobs() if jobs is None else jobs
     compare(experiments, out, seeds=list(demo.seeds if seeds is None else seeds),
