@@ -63,6 +63,11 @@ TASKS: dict[str, dict[str, Any]] = {
     # smaller: 4 pairs (16 value classes, chance 6.25%), 3 other keys recalled, length 24
     "ar-small-recall3": {"name": "associative-recall", "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 4,
                                                                    "n_recalls": 3, **SPLITS}},
+    # the same with 6 and 8 pairs (chance still 6.25%): where recall appears against the number of pairs
+    "ar-small-recall3-pairs6": {"name": "associative-recall", "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 6,
+                                                                          "n_recalls": 3, **SPLITS}},
+    "ar-small-recall3-pairs8": {"name": "associative-recall", "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 8,
+                                                                          "n_recalls": 3, **SPLITS}},
     # the same without recall events in the inputs (Zoology's single-query layout): the control
     "ar-plain": {"name": "associative-recall", "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8,
                                                            "n_recalls": 0, **SPLITS}},
@@ -149,6 +154,12 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # The SPT paper's own setting: pretraining on the labelled subset alone.
     "ar-small-recall3-subset": setting("ar-small-recall3", lr=3e-3, pre_steps=4000, pretrain_data="subset",
                                        **_CLAIM, note="pretraining on the labelled subset alone (SPT paper)"),
+    # Where recall appears against the number of key-value pairs (4 in ar-small-recall3, then 6 and 8 in
+    # the same length, vocabulary and recalls), at 1,000 labelled sequences, where the ranking changes.
+    "ar-small-recall3-pairs6": setting("ar-small-recall3-pairs6", lr=3e-3, pre_steps=4000, **{**_CLAIM, "labels": (1000,)},
+                                       note="6 key-value pairs instead of 4"),
+    "ar-small-recall3-pairs8": setting("ar-small-recall3-pairs8", lr=3e-3, pre_steps=4000, **{**_CLAIM, "labels": (1000,)},
+                                       note="8 key-value pairs instead of 4"),
 }
 
 #: Pretraining runs made to choose the learning rate and pretraining budget, on their validation
