@@ -20,7 +20,8 @@ The rules of the study are built in:
   regime (``--seeds 0,1,2,3,4``: the screen extended, each setting pooled with the settings that run
   the same experiments, e.g. a confirmation setting screened on seeds 3 and 4), ``settings`` what each setting is, and
   ``curves`` the last values of every pretraining run's validation loss, ``plots`` the figures
-  (recall accuracy during pretraining; accuracy against the number of labelled sequences).
+  (recall accuracy during pretraining; accuracy against the number of labelled sequences), and
+  ``pairs`` the table and figure of accuracy against the number of key-value pairs (1,000 labels).
 
     python benchmarks/recall_spt.py settings
     python benchmarks/recall_spt.py screen ar-recall4 --jobs 2
@@ -417,6 +418,80 @@ def plots(out: Path, names: list[str], directory: Path, split: str = "val") -> l
     return written
 
 
+#: The settings of the pairs sweep (the same task but for the number of key-value pairs).
+PAIRS_SETTINGS = ["ar-small-recall3", "ar-small-recall3-pairs6", "ar-small-recall3-pairs8"]
+
+
+def pairs_points(out: Path, labels: int = 1000, seeds: list[int] = SCREEN_SEEDS,
+                 split: str = "val") -> dict[tuple[str, str], dict[int, dict[int, float]]]:
+    """Per (model, regime): number of pairs -> {seed: accuracy (%)} at ``labels`` labelled sequences, from
+    :data:`PAIRS_SETTINGS` (scratch and causal SPT on all inputs)."""
+    found: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
+    for r in results(out, PAIRS_SETTINGS):
+        v = (r[split] or {}).get(r["metric"])
+        if (r["stage"] == "pretrain" or r["labels"] != labels or r["seed"] not in seeds or v is None
+                or r["regime"] not in ("scratch", "causal-spt-all")):
+            continue
+        pairs = TASKS[SETTINGS[r["setting"]]["task"]]["options"]["n_pairs"]
+        found.setdefault((r["model"], r["regime"]), {}).setdefault(pairs, {})[r["seed"]] = 100 * v
+    return found
+
+
+def pairs_markdown(points: dict[tuple[str, str], dict[int, dict[int, float]]]) -> str:
+    """Mean accuracy (and the seeds' range) per model and regime against the number of pairs."""
+    counts = sorted({n for per in points.values() for n in per})
+    lines = ["| model | regime | " + " | ".join(f"{n} pairs" for n in counts) + " |", "|---|---|" + "---:|" * len(counts)]
+    for model in MODELS:
+        for regime in ("scratch", "causal-spt-all"):
+            per = points.get((model, regime))
+            if not per:
+                continue
+            cells = []
+            for n in counts:
+                got = list(per.get(n, {}).values())
+                cells.append("–" if not got else f"{sum(got) / len(got):.1f} ({min(got):.0f}–{max(got):.0f}, {len(got)})")
+            lines.append(f"| {model} | {'causal SPT' if regime != 'scratch' else 'scratch'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def pairs_plot(points: dict[tuple[str, str], dict[int, dict[int, float]]], path: Path) -> Path | None:
+    """One panel per model on one y axis: accuracy against the number of pairs, scratch and causal SPT
+    (the mean over seeds, each seed a dot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = [m for m in MODELS if any(k[0] == m for k in points)]
+    if not models:
+        return None
+    fig, axes = plt.subplots(1, len(models), figsize=(3.0 * len(models) + 1.6, 3.2), sharey=True, squeeze=False,
+                             layout="constrained")
+    handles = {}
+    for ax, model in zip(axes.flat, models):
+        for regime in ("scratch", "causal-spt-all"):
+            per = points.get((model, regime), {})
+            if not per:
+                continue
+            xs = sorted(per)
+            (line,) = ax.plot(xs, [sum(per[x].values()) / len(per[x]) for x in xs], **_style(regime))
+            ax.scatter([x for x in xs for _ in per[x]], [v for x in xs for v in per[x].values()],
+                       color=line.get_color(), s=10, alpha=0.6)
+            handles.setdefault(regime, line)
+        ax.axhline(100 / 16, color="grey", linestyle=":", linewidth=1)
+        ax.set_xticks(sorted({x for per in points.values() for x in per}))
+        ax.set_title(model)
+        ax.set_xlabel("key-value pairs")
+        ax.grid(alpha=0.3)
+    axes.flat[0].set_ylabel("validation accuracy (%)")
+    fig.legend(handles.values(), ["scratch" if k == "scratch" else "causal SPT (all inputs)" for k in handles],
+               loc="outside right center", frameon=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def settings_markdown(names: list[str]) -> str:
     lines = ["| setting | task | models | regimes | labelled sequences | pretraining reads | steps: pretrain / finetune, scratch | lr | note |",
              "|---|---|---|---|---|---|---|---:|---|"]
@@ -434,7 +509,7 @@ def settings_markdown(names: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("screen", "confirm", "table", "settings", "curves", "plots"))
+    parser.add_argument("action", choices=("screen", "confirm", "table", "settings", "curves", "plots", "pairs"))
     parser.add_argument("settings", nargs="*")
     parser.add_argument("--out", type=Path, default=Path("runs/recall"))
     parser.add_argument("--jobs", type=int, default=1)
@@ -466,6 +541,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "plots":
         for path in plots(args.out, names, args.plots):
             print(path)
+    elif args.action == "pairs":
+        points = pairs_points(args.out)
+        print(pairs_markdown(points))
+        print(pairs_plot(points, args.plots / "recall_pairs.png"))
     elif args.seeds:
         # the screen extended to more seeds: a setting's runs pooled with those of the settings that run the
         # same experiments (the confirmations' seeds 3-4 beside the screen's 0-2), on the validation split

@@ -164,3 +164,26 @@ def test_the_screen_extended_pools_the_confirmations_seeds_3_and_4(harness):
     assert "+40.0 [+40.0, +40.0]" in line
     with pytest.raises(ValueError, match="same run of ar-small-recall3"):
         harness.pooled(rows + [dict(rows[0], setting="ar-small-recall3-confirm-dlr", run="elsewhere")])
+
+
+def test_accuracy_against_the_number_of_pairs(harness, monkeypatch, tmp_path):
+    """The pairs sweep reads the three settings at 1,000 labels, seeds 0-2, scratch and causal SPT only."""
+    rows = []
+    for setting, acc in (("ar-small-recall3", 0.9), ("ar-small-recall3-pairs6", 0.6), ("ar-small-recall3-pairs8", 0.3)):
+        for seed in (0, 1, 2, 5):  # seed 5 is a confirmation seed: left out
+            rows += [dict(_row("DLR", "scratch", seed, acc + 0.01 * seed, labels=1000), setting=setting),
+                     dict(_row("DLR", "causal-spt-all", seed, 1.0, labels=1000), setting=setting),
+                     dict(_row("DLR", "causal-spt-all", seed, 0.1, labels=250), setting=setting),  # other label count
+                     dict(_row("DLR", "scratch-matched", seed, 0.0, labels=1000), setting=setting)]
+    monkeypatch.setattr(harness, "results", lambda out, names: rows if names == harness.PAIRS_SETTINGS else [])
+    points = harness.pairs_points(tmp_path)
+    assert points["DLR", "scratch"] == {4: {0: 90.0, 1: 91.0, 2: 92.0}, 6: {0: 60.0, 1: 61.0, 2: 62.0},
+                                        8: {0: 30.0, 1: 31.0, 2: 32.0}}
+    assert set(points) == {("DLR", "scratch"), ("DLR", "causal-spt-all")}
+    table = harness.pairs_markdown(points).splitlines()
+    assert table[0] == "| model | regime | 4 pairs | 6 pairs | 8 pairs |"
+    assert table[2] == "| DLR | scratch | 91.0 (90–92, 3) | 61.0 (60–62, 3) | 31.0 (30–32, 3) |"
+    assert table[3] == "| DLR | causal SPT | 100.0 (100–100, 3) | 100.0 (100–100, 3) | 100.0 (100–100, 3) |"
+    png = harness.pairs_plot(points, tmp_path / "img" / "pairs.png")
+    assert png.stat().st_size > 1000
+    assert harness.pairs_plot({}, tmp_path / "none.png") is None
