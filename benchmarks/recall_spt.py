@@ -23,6 +23,7 @@ The rules of the study are built in:
   (recall accuracy during pretraining; accuracy against the number of labelled sequences), and
   ``pairs`` the table and figure of accuracy against the number of key-value pairs (1,000 labels).
 
+    python benchmarks/recall_spt.py all --jobs 2        # every part (PARTS), its tables, figures and raw results
     python benchmarks/recall_spt.py settings
     python benchmarks/recall_spt.py screen ar-recall4 --jobs 2
     python benchmarks/recall_spt.py table
@@ -162,6 +163,19 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "ar-small-recall3-pairs8": setting("ar-small-recall3-pairs8", lr=3e-3, pre_steps=4000, **{**_CLAIM, "labels": (1000,)},
                                        note="8 key-value pairs instead of 4"),
 }
+
+#: The study, part by part in the order run: (kind, settings, seeds, raw results file under
+#: benchmarks/results). ``all`` runs them in this order and writes each part's file. ar-recall4, stopped
+#: after 7 stages, is not a part (``screen ar-recall4`` runs it).
+PARTS: list[tuple[str, list[str], list[int], str]] = [
+    ("screen", ["ar-small-recall3"], SCREEN_SEEDS, "recall_spt_screen.json"),
+    ("confirm", ["ar-small-recall3-confirm"], CONFIRM_SEEDS, "recall_spt_confirm.json"),
+    ("confirm", ["ar-small-recall3-confirm-dlr"], CONFIRM_SEEDS, "recall_spt_confirm_dlr.json"),
+    ("screen", ["ar-small-recall3-pre1000", "ar-small-recall3-pmatch", "mqar-small-text", "ar-small-recall3-subset",
+                "ar-small-recall3-pairs6", "ar-small-recall3-pairs8"], SCREEN_SEEDS, "recall_spt_changes.json"),
+    # the screen extended to seeds 3-4 on the confirmed claims (pooled with the screen's 0-2: `table --seeds`)
+    ("screen", ["ar-small-recall3-confirm", "ar-small-recall3-confirm-dlr"], [3, 4], "recall_spt_extend.json"),
+]
 
 #: Pretraining runs made to choose the learning rate and pretraining budget, on their validation
 #: split only (causal SPT on all 20,000 training inputs, seed 0): their last recall accuracy.
@@ -507,21 +521,53 @@ def settings_markdown(names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def study(out: Path, jobs: int, results_dir: Path, plots_dir: Path) -> None:
+    """Every part of the study (:data:`PARTS`) in order, each part's raw results written as it ends, then
+    every table and figure (validation for screened parts, test once for the confirmations)."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for kind, names, seeds, filename in PARTS:
+        run(names, out, jobs, seeds)
+        rows = [r for r in results(out, names) if r["seed"] in seeds]
+        (results_dir / filename).write_text(json.dumps(rows, indent=1))
+        split = "test" if kind == "confirm" else "val"
+        print(f"\n## {kind}: {', '.join(names)} (seeds {', '.join(map(str, seeds))}; {split})\n")
+        print(paired_table(rows, split, seeds=seeds))
+        print(ranking_table(rows, split, seeds=seeds))
+    first = [n for _, names, _, _ in PARTS for n in names]
+    print("\n## the screen extended to seeds 0-4 (validation)\n")
+    pooled_rows = pooled([r for r in results(out, list(dict.fromkeys(first))) if r["seed"] < min(CONFIRM_SEEDS)])
+    print(paired_table(pooled_rows, "val", seeds=[0, 1, 2, 3, 4]))
+    print(ranking_table(pooled_rows, "val", seeds=[0, 1, 2, 3, 4]))
+    print("\n## pretraining's last validation losses\n")
+    print(pretraining_curves(out, list(dict.fromkeys(first))))
+    print("\n## accuracy against the number of pairs (validation, 1,000 labels)\n")
+    points = pairs_points(out)
+    print(pairs_markdown(points))
+    for path in [*plots(out, ["ar-small-recall3"], plots_dir), pairs_plot(points, plots_dir / "recall_pairs.png")]:
+        print(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("screen", "confirm", "table", "settings", "curves", "plots", "pairs"))
+    parser.add_argument("action", choices=("all", "screen", "confirm", "table", "settings", "curves", "plots", "pairs"))
     parser.add_argument("settings", nargs="*")
     parser.add_argument("--out", type=Path, default=Path("runs/recall"))
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (screen: default 0,1,2)")
     parser.add_argument("--json", type=Path, default=None, help="write the raw per-run results here")
     parser.add_argument("--plots", type=Path, default=Path("docs/img"), help="where `plots` writes its figures")
+    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results",
+                        help="where `all` writes each part's raw results")
     args = parser.parse_args(argv)
     unknown = [s for s in args.settings if s not in SETTINGS]
     if unknown:
         parser.error(f"unknown setting(s) {unknown}; known: {', '.join(SETTINGS)}")
     names = args.settings or list(SETTINGS)
-    if args.action == "settings":
+    if args.action == "all":
+        if args.settings:
+            parser.error("`all` runs every part of the study (PARTS); name no settings")
+        study(args.out, args.jobs, args.results, args.plots)
+    elif args.action == "settings":
         print(settings_markdown(names))
     elif args.action == "screen":
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else SCREEN_SEEDS

@@ -3,6 +3,7 @@ what it says (known differences on planted results)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,26 @@ def test_accuracy_against_the_number_of_pairs(harness, monkeypatch, tmp_path):
     png = harness.pairs_plot(points, tmp_path / "img" / "pairs.png")
     assert png.stat().st_size > 1000
     assert harness.pairs_plot({}, tmp_path / "none.png") is None
+
+
+def test_all_runs_every_part_in_order_and_writes_each_parts_results(harness, monkeypatch, tmp_path, capsys):
+    calls = []
+    rows = [dict(_row(name, regime, seed, 0.5 + 0.1 * (regime != "scratch")), setting=name)
+            for _, names, seeds, _ in harness.PARTS for name in names for seed in (*seeds, 11)
+            for regime in ("scratch", "causal-spt-all")]
+    monkeypatch.setattr(harness, "run", lambda names, out, jobs, seeds: calls.append((names, seeds)))
+    monkeypatch.setattr(harness, "results", lambda out, names: [r for r in rows if r["setting"] in names])
+    monkeypatch.setattr(harness, "plots", lambda out, names, directory: [])
+    monkeypatch.setattr(harness, "pretraining_curves", lambda out, names: "")
+    monkeypatch.setattr(harness, "pairs_plot", lambda points, path: path)
+    assert harness.main(["all", "--results", str(tmp_path / "res"), "--plots", str(tmp_path / "img")]) == 0
+    assert calls == [(names, seeds) for _, names, seeds, _ in harness.PARTS]
+    assert calls[0] == (["ar-small-recall3"], [0, 1, 2]) and calls[-1][1] == [3, 4]
+    for _, names, seeds, filename in harness.PARTS:
+        got = json.loads((tmp_path / "res" / filename).read_text())
+        assert {r["setting"] for r in got} == set(names) and {r["seed"] for r in got} == set(seeds), filename
+    out = capsys.readouterr().out
+    assert "## confirm: ar-small-recall3-confirm (seeds 5, 6, 7, 8, 9; test)" in out
+    assert "## the screen extended to seeds 0-4" in out
+    with pytest.raises(SystemExit):
+        harness.main(["all", "ar-small-recall3"])
