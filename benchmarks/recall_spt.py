@@ -175,6 +175,8 @@ PARTS: list[tuple[str, list[str], list[int], str]] = [
                 "ar-small-recall3-pairs6", "ar-small-recall3-pairs8"], SCREEN_SEEDS, "recall_spt_changes.json"),
     # the screen extended to seeds 3-4 on the confirmed claims (pooled with the screen's 0-2: `table --seeds`)
     ("screen", ["ar-small-recall3-confirm", "ar-small-recall3-confirm-dlr"], [3, 4], "recall_spt_extend.json"),
+    # MQAR's screened claims (causal SPT above scratch for every model) on the fresh seeds: the whole setting
+    ("confirm", ["mqar-small-text"], CONFIRM_SEEDS, "recall_spt_confirm_mqar.json"),
 ]
 
 #: Pretraining runs made to choose the learning rate and pretraining budget, on their validation

@@ -202,7 +202,7 @@ def test_all_runs_every_part_in_order_and_writes_each_parts_results(harness, mon
     monkeypatch.setattr(harness, "pairs_plot", lambda points, path: path)
     assert harness.main(["all", "--results", str(tmp_path / "res"), "--plots", str(tmp_path / "img")]) == 0
     assert calls == [(names, seeds) for _, names, seeds, _ in harness.PARTS]
-    assert calls[0] == (["ar-small-recall3"], [0, 1, 2]) and calls[-1][1] == [3, 4]
+    assert calls[0] == (["ar-small-recall3"], [0, 1, 2]) and [3, 4] in [seeds for _, seeds in calls]
     for _, names, seeds, filename in harness.PARTS:
         got = json.loads((tmp_path / "res" / filename).read_text())
         assert {r["setting"] for r in got} == set(names) and {r["seed"] for r in got} == set(seeds), filename
