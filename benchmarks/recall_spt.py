@@ -327,6 +327,17 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def complete(rows: list[dict[str, Any]], seeds: list[int]) -> list[dict[str, Any]]:
+    """The rows of the (setting, model, labels) groups whose every final regime ran at all of ``seeds``:
+    a pooled table or ranking never compares means over different seeds."""
+    have: dict[tuple, dict[str, set[int]]] = {}
+    for r in rows:
+        if r["stage"] != "pretrain":
+            have.setdefault((r["setting"], r["model"], r["labels"]), {}).setdefault(r["regime"], set()).add(r["seed"])
+    full = {k for k, regimes in have.items() if all(set(seeds) <= got for got in regimes.values())}
+    return [r for r in rows if r["stage"] != "pretrain" and (r["setting"], r["model"], r["labels"]) in full]
+
+
 def _spt(cell, objective: str) -> str:
     return f"{objective}-spt-all" if cell(f"{objective}-spt-all") else f"{objective}-spt"
 
@@ -537,7 +548,8 @@ def study(out: Path, jobs: int, results_dir: Path, plots_dir: Path) -> None:
         print(ranking_table(rows, split, seeds=seeds))
     first = [n for _, names, _, _ in PARTS for n in names]
     print("\n## the screen extended to seeds 0-4 (validation)\n")
-    pooled_rows = pooled([r for r in results(out, list(dict.fromkeys(first))) if r["seed"] < min(CONFIRM_SEEDS)])
+    pooled_rows = complete(pooled([r for r in results(out, list(dict.fromkeys(first))) if r["seed"] < min(CONFIRM_SEEDS)]),
+                           [0, 1, 2, 3, 4])
     print(paired_table(pooled_rows, "val", seeds=[0, 1, 2, 3, 4]))
     print(ranking_table(pooled_rows, "val", seeds=[0, 1, 2, 3, 4]))
     print("\n## pretraining's last validation losses\n")
@@ -597,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         # the screen extended to more seeds: a setting's runs pooled with those of the settings that run the
         # same experiments (the confirmations' seeds 3-4 beside the screen's 0-2), on the validation split
         seeds = [int(s) for s in args.seeds.split(",")]
-        found = pooled(results(args.out, names))
+        found = complete(pooled(results(args.out, names)), seeds)
         print(paired_table(found, "val", seeds=seeds))
         print(ranking_table(found, "val", seeds=seeds))
     else:

@@ -211,3 +211,12 @@ def test_all_runs_every_part_in_order_and_writes_each_parts_results(harness, mon
     assert "## the screen extended to seeds 0-4" in out
     with pytest.raises(SystemExit):
         harness.main(["all", "ar-small-recall3"])
+
+
+def test_pooled_tables_keep_only_groups_run_at_every_seed(harness):
+    rows = [_row("A", regime, seed, 0.5) for regime in ("scratch", "causal-spt-all") for seed in range(5)]
+    rows += [_row("B", regime, seed, 0.5) for regime in ("scratch", "causal-spt-all") for seed in range(3)]
+    rows += [_row("C", "scratch", seed, 0.5) for seed in range(5)] + [_row("C", "causal-spt-all", 0, 0.5)]
+    rows += [_row("A", "causal-spt-all", 0, 0.5, stage="pretrain")]
+    kept = harness.complete(rows, [0, 1, 2, 3, 4])
+    assert {r["model"] for r in kept} == {"A"} and len(kept) == 10
