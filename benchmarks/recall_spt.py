@@ -449,14 +449,15 @@ def plots(out: Path, names: list[str], directory: Path, split: str = "val") -> l
 PAIRS_SETTINGS = ["ar-small-recall3", "ar-small-recall3-pairs6", "ar-small-recall3-pairs8"]
 
 
-def pairs_points(out: Path, labels: int = 1000, seeds: list[int] = SCREEN_SEEDS,
+def pairs_points(rows: list[dict[str, Any]], labels: int = 1000, seeds: list[int] = SCREEN_SEEDS,
                  split: str = "val") -> dict[tuple[str, str], dict[int, dict[int, float]]]:
     """Per (model, regime): number of pairs -> {seed: accuracy (%)} at ``labels`` labelled sequences, from
-    :data:`PAIRS_SETTINGS` (scratch and causal SPT on all inputs)."""
+    the rows (:func:`results`) of :data:`PAIRS_SETTINGS` (scratch and causal SPT on all inputs)."""
     found: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
-    for r in results(out, PAIRS_SETTINGS):
+    for r in rows:
         v = (r[split] or {}).get(r["metric"])
-        if (r["stage"] == "pretrain" or r["labels"] != labels or r["seed"] not in seeds or v is None
+        if (r["setting"] not in PAIRS_SETTINGS or r["stage"] == "pretrain" or r["labels"] != labels
+                or r["seed"] not in seeds or v is None
                 or r["regime"] not in ("scratch", "causal-spt-all")):
             continue
         pairs = TASKS[SETTINGS[r["setting"]]["task"]]["options"]["n_pairs"]
@@ -546,16 +547,16 @@ def study(out: Path, jobs: int, results_dir: Path, plots_dir: Path) -> None:
         print(f"\n## {kind}: {', '.join(names)} (seeds {', '.join(map(str, seeds))}; {split})\n")
         print(paired_table(rows, split, seeds=seeds))
         print(ranking_table(rows, split, seeds=seeds))
-    first = [n for _, names, _, _ in PARTS for n in names]
+    every = list(dict.fromkeys(n for _, names, _, _ in PARTS for n in names))
+    rows = results(out, every)
     print("\n## the screen extended to seeds 0-4 (validation)\n")
-    pooled_rows = complete(pooled([r for r in results(out, list(dict.fromkeys(first))) if r["seed"] < min(CONFIRM_SEEDS)]),
-                           [0, 1, 2, 3, 4])
+    pooled_rows = complete(pooled([r for r in rows if r["seed"] < min(CONFIRM_SEEDS)]), [0, 1, 2, 3, 4])
     print(paired_table(pooled_rows, "val", seeds=[0, 1, 2, 3, 4]))
     print(ranking_table(pooled_rows, "val", seeds=[0, 1, 2, 3, 4]))
     print("\n## pretraining's last validation losses\n")
-    print(pretraining_curves(out, list(dict.fromkeys(first))))
+    print(pretraining_curves(out, every))
     print("\n## accuracy against the number of pairs (validation, 1,000 labels)\n")
-    points = pairs_points(out)
+    points = pairs_points(rows)
     print(pairs_markdown(points))
     for path in [*plots(out, ["ar-small-recall3"], plots_dir), pairs_plot(points, plots_dir / "recall_pairs.png")]:
         print(path)
@@ -602,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in plots(args.out, names, args.plots):
             print(path)
     elif args.action == "pairs":
-        points = pairs_points(args.out)
+        points = pairs_points(results(args.out, PAIRS_SETTINGS))
         print(pairs_markdown(points))
         print(pairs_plot(points, args.plots / "recall_pairs.png"))
     elif args.seeds:

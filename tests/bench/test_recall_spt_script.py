@@ -176,8 +176,8 @@ def test_accuracy_against_the_number_of_pairs(harness, monkeypatch, tmp_path):
                      dict(_row("DLR", "causal-spt-all", seed, 1.0, labels=1000), setting=setting),
                      dict(_row("DLR", "causal-spt-all", seed, 0.1, labels=250), setting=setting),  # other label count
                      dict(_row("DLR", "scratch-matched", seed, 0.0, labels=1000), setting=setting)]
-    monkeypatch.setattr(harness, "results", lambda out, names: rows if names == harness.PAIRS_SETTINGS else [])
-    points = harness.pairs_points(tmp_path)
+    other = [dict(_row("DLR", "scratch", 0, 0.0, labels=1000), setting="ar-small-recall3-pre1000")]  # not a pairs setting
+    points = harness.pairs_points(rows + other)
     assert points["DLR", "scratch"] == {4: {0: 90.0, 1: 91.0, 2: 92.0}, 6: {0: 60.0, 1: 61.0, 2: 62.0},
                                         8: {0: 30.0, 1: 31.0, 2: 32.0}}
     assert set(points) == {("DLR", "scratch"), ("DLR", "causal-spt-all")}
