@@ -49,6 +49,17 @@ def scan_numba_args(layout: str, optional: bool, seed: int = 0) -> list:
     return _grad(_rand(g, b, d, l), _rand(g, b, d, l).abs() + 0.1, -_rand(g, d, n).abs() - 0.2, B4, C4, *extra)
 
 
+def scan_numba_cl_args(layout: str, optional: bool, seed: int = 0) -> list:
+    """(u, dt, A, B4, C4, D, z, h0, chunk) of ``selective_scan_numba_cl``: b 2, l 7, d 4, n 3, chunks
+    of 4 positions (blocks of 2 channels: the caller lowers ``CL_MIN_WIDTH``)."""
+    g = torch.Generator().manual_seed(seed)
+    b, d, n, l = 2, 4, 3, 7
+    bc = {"shared": (b, n, l), "grouped": (b, 2, n, l)}[layout]
+    B4, C4 = (scan_numba._as_4d(_rand(g, *bc), d) for _ in range(2))
+    extra = [_rand(g, d), _rand(g, b, l, d), _rand(g, b, d, n)] if optional else [None, None, None]
+    return [*_grad(_rand(g, b, l, d), _rand(g, b, l, d).abs() + 0.1, -_rand(g, d, n).abs() - 0.2, B4, C4, *extra), 4]
+
+
 def scan_triton_args(layout: str, optional: bool, seed: int = 0) -> list:
     """The arguments of ``selective_scan_triton`` (b 2, d 4, n 3, l 7; chunks of 4 positions)."""
     g = torch.Generator().manual_seed(seed)
@@ -86,8 +97,8 @@ def test_every_kernel_is_a_registered_operator():
     ops = custom_ops.operators()
     from torch.utils.flop_counter import flop_registry
 
-    for name in ("selective_scan_numba", "selective_scan_triton", "vandermonde_numba", "cauchy_numba",
-                 "vandermonde_triton", "cauchy_triton"):
+    for name in ("selective_scan_numba", "selective_scan_numba_cl", "selective_scan_triton", "vandermonde_numba",
+                 "cauchy_numba", "vandermonde_triton", "cauchy_triton"):
         for op in (ops[name], ops[name + "_backward"]):
             assert op in flop_registry, op
             assert torch._C._dispatch_has_kernel_for_dispatch_key(op.default.name(), "Meta"), f"{op}: no fake implementation"
@@ -97,6 +108,13 @@ def test_every_kernel_is_a_registered_operator():
 @pytest.mark.parametrize("layout, optional", [("shared", True), ("time-invariant", False), ("grouped", True)])
 def test_opcheck_scan_numba(layout, optional):
     _opcheck(scan_numba._scan_op, scan_numba_args(layout, optional))
+
+
+@numba_only
+@pytest.mark.parametrize("layout, optional", [("shared", True), ("grouped", False)])
+def test_opcheck_scan_numba_channels_last(monkeypatch, layout, optional):
+    monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 2)
+    _opcheck(scan_numba._scan_cl_op, scan_numba_cl_args(layout, optional))
 
 
 @numba_only
@@ -131,9 +149,14 @@ def _backward_args(op, args: list, *extra) -> list:
 
 
 @numba_only
-def test_opcheck_numba_backward_operators():
+def test_opcheck_numba_backward_operators(monkeypatch):
+    monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 2)
     tensors, grads, _ = _backward_args(scan_numba._scan_op, scan_numba_args("grouped", True))
     _opcheck(scan_numba._scan_backward_op, tensors + grads)
+    args = scan_numba_cl_args("grouped", True)
+    tensors = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    out, last, states = scan_numba._scan_cl_op(*tensors)
+    _opcheck(scan_numba._scan_cl_backward_op, [*tensors[:7], states, torch.ones_like(out), torch.ones_like(last), *tensors[8:]])
     tensors, grads, _ = _backward_args(cpu._vandermonde_op, vandermonde_args())
     _opcheck(cpu._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
     tensors, grads, _ = _backward_args(cpu._cauchy_op, cauchy_args(True))
@@ -173,7 +196,8 @@ def _assert_like(fake, real) -> None:
 
 
 @numba_only
-def test_numba_operators_on_the_meta_device_give_the_real_shapes():
+def test_numba_operators_on_the_meta_device_give_the_real_shapes(monkeypatch):
+    monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 2)
     ops = custom_ops.operators()
     for args in (scan_numba_args("grouped", True), scan_numba_args("time-invariant", False)):
         real = ops["selective_scan_numba"](*args)
@@ -181,6 +205,11 @@ def test_numba_operators_on_the_meta_device_give_the_real_shapes():
         grads = [torch.ones_like(real[0]), torch.ones_like(real[1])]
         back = [*args, *grads]
         _assert_like(ops["selective_scan_numba_backward"](*_meta(back)), ops["selective_scan_numba_backward"](*back))
+    args = scan_numba_cl_args("grouped", True)
+    real = ops["selective_scan_numba_cl"](*args)
+    _assert_like(ops["selective_scan_numba_cl"](*_meta(args)), real)
+    back = [*args[:7], real[2], torch.ones_like(real[0]), torch.ones_like(real[1]), *args[8:]]
+    _assert_like(ops["selective_scan_numba_cl_backward"](*_meta(back)), ops["selective_scan_numba_cl_backward"](*back))
     args = vandermonde_args()
     real = ops["vandermonde_numba"](*args)
     _assert_like(ops["vandermonde_numba"](*_meta(args)), real)
@@ -265,6 +294,15 @@ def test_flops_of_the_numba_scan():
     assert counts["selective_scan_numba"] == positions * (3 * 7 + 1 + 2 + 5)
     # backward: per state element states 5 + output 2 (gated) + adjoint 15; per position 6 + D 2 + gate 11
     assert counts["selective_scan_numba_backward"] == positions * (3 * 22 + 6 + 2 + 11)
+
+
+@numba_only
+def test_flops_of_the_channels_last_numba_scan(monkeypatch):
+    monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 2)
+    counts = _scan_counts(lambda t: selective_scan(*t[:7], impl="numba"))
+    positions = 2 * 4 * 7
+    assert counts["selective_scan_numba_cl"] == positions * (3 * 7 + 1 + 2 + 5)
+    assert counts["selective_scan_numba_cl_backward"] == positions * (3 * 22 + 6 + 2 + 11)
 
 
 def test_flops_of_the_triton_scan(interpreter):

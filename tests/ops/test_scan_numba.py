@@ -23,6 +23,21 @@ TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-
 GRAD_TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=1e-3, atol=1e-4)}
 
 
+@pytest.fixture(params=["states", "channels", "channels-short-chunks"])
+def kernel(request, monkeypatch):
+    """Which numba kernels a test runs: the state-vectorised ones only ("states"), or the
+    channels-last ones wherever B and C are time-varying, on blocks of any width ("channels"),
+    with chunks of 4 positions ("channels-short-chunks": many chunks, and lengths that are not
+    a multiple of the chunk)."""
+    if request.param == "states":
+        monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 1 << 30)
+    else:
+        monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 1)
+    if request.param == "channels-short-chunks":
+        monkeypatch.setattr(scan_numba, "CL_SCRATCH_BYTES", 0)
+    return request.param
+
+
 def make_inputs(b=2, d=4, n=3, l=13, layout="shared", groups=2, seed=0, layout_C=None):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
@@ -58,7 +73,7 @@ def grads(fn, inp, use, softplus=True, names=None, dtype=torch.float64):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("use", OPTIONALS, ids=lambda u: "+".join(u) or "plain")
 @pytest.mark.parametrize("softplus", [False, True])
-def test_matches_ref_values_and_grads(dtype, layout, use, softplus):
+def test_matches_ref_values_and_grads(kernel, dtype, layout, use, softplus):
     inp = make_inputs(layout=layout)
     y_ref, s_ref = call(selective_scan_ref, inp, use, softplus)
     y, s = call(selective_scan_numba, {k: v.to(dtype) for k, v in inp.items()}, use, softplus)
@@ -74,7 +89,7 @@ def test_matches_ref_values_and_grads(dtype, layout, use, softplus):
 
 @pytest.mark.parametrize("layout_B,layout_C", [("time_invariant", "grouped"), ("grouped", "shared"), ("shared", "time_invariant")])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_mixed_layouts_and_task_splits(layout_B, layout_C, threads):
+def test_mixed_layouts_and_task_splits(kernel, layout_B, layout_C, threads):
     """B and C in different layouts, several channels per group (d=12, 2 or 4 groups): every
     partition of the channels into backward tasks gives the reference's gradients."""
     inp = make_inputs(b=3, d=12, n=5, l=9, layout=layout_B, layout_C=layout_C, groups=4 if layout_B == "grouped" else 2)
@@ -102,7 +117,7 @@ def test_channels_per_task(b, d, B4, C4, threads, expected):
     assert size == expected
 
 
-def test_non_contiguous_and_mixed_dtypes():
+def test_non_contiguous_and_mixed_dtypes(kernel):
     inp = make_inputs(l=11, layout="grouped")
     use = ("D", "z", "delta_bias", "initial_state")
     y_ref, s_ref = call(selective_scan_ref, inp, use)
@@ -124,7 +139,7 @@ def test_non_contiguous_and_mixed_dtypes():
     assert y_half.dtype == torch.bfloat16 and torch.isfinite(y_half).all()
 
 
-def test_gradients_of_some_inputs_only():
+def test_gradients_of_some_inputs_only(kernel):
     inp = make_inputs(l=10, layout="shared")
     use = ("D", "z", "delta_bias", "initial_state")
     for names in (["u"], ["A", "D"], ["B", "initial_state"], ["C", "z", "delta_bias"]):
@@ -134,7 +149,7 @@ def test_gradients_of_some_inputs_only():
             torch.testing.assert_close(a, b, **GRAD_TOL[torch.float64], msg=f"gradient w.r.t. {name}")
 
 
-def test_no_grad_and_grad_of_output_only():
+def test_no_grad_and_grad_of_output_only(kernel):
     inp = make_inputs(l=10, layout="grouped")
     use = ("D", "z", "delta_bias")
     leaves = {k: v.clone().requires_grad_() for k, v in inp.items()}
@@ -151,7 +166,7 @@ def test_no_grad_and_grad_of_output_only():
 
 
 @pytest.mark.parametrize("length", [0, 1, 2, 37])
-def test_lengths(length):
+def test_lengths(kernel, length):
     inp = make_inputs(l=length, layout="shared", seed=length)
     use = ("D", "z", "delta_bias", "initial_state")
     y_ref, s_ref = call(selective_scan_ref, inp, use)
@@ -167,7 +182,7 @@ def test_lengths(length):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_stiff_and_tiny_decays(dtype):
+def test_stiff_and_tiny_decays(kernel, dtype):
     """delta*A from -100 (state forgotten at once) to -1e-6 (kept), and softplus beyond its
     threshold: finite and equal to the reference."""
     inp = make_inputs(l=40, layout="shared", seed=3)
@@ -281,6 +296,65 @@ def test_warm_up_loads_both_dtypes():
     scan_numba.warm_up()
     from longrange.ops.scan import _numba_kernels as kernels
 
-    dtypes = {str(sig[0].dtype) for sig in kernels.scan_forward.signatures}
-    assert {"float32", "float64"} <= dtypes
-    assert {str(sig[0].dtype) for sig in kernels.scan_backward.signatures} >= {"float32", "float64"}
+    for kernel in (kernels.scan_forward, kernels.scan_backward, kernels.scan_forward_cl, kernels.scan_backward_cl):
+        assert {str(sig[0].dtype) for sig in kernel.signatures} >= {"float32", "float64"}, kernel
+
+
+@pytest.mark.parametrize("b,d,n,B,C,threads,itemsize,expected", [
+    (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 2, 4, (256, 16)),  # the Mamba backbone: all channels per task
+    (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 16, 4, (128, 16)),  # 16 threads: 16 tasks
+    (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 2, 8, (256, 8)),  # float64: shorter chunks
+    (1, 256, 16, (1, 1, 1024, 16), (1, 1, 1024, 16), 64, 4, (16, 16)),  # no block narrower than 16
+    (2, 96, 4, (2, 1, 9, 4), (2, 1, 9, 4), 1, 4, (96, 64)),
+    (2, 96, 4, (2, 4, 9, 4), (2, 3, 9, 4), 1, 4, None),  # groups of 24 and 32 channels: blocks of 8 only
+    (2, 96, 4, (1, 96, 1, 4), (2, 1, 9, 4), 1, 4, None),  # time-invariant B
+    (1, 1024, 16, (1, 1, 9, 16), (1, 1, 9, 16), 2, 4, (256, 16)),  # at most 256 channels per task
+])
+def test_channels_last_tiles(b, d, n, B, C, threads, itemsize, expected):
+    """(channels per task, positions per chunk) of the channels-last kernels, or None where they do
+    not apply; the chunk does not depend on the threads (it fixes the stored states' shape)."""
+    B, C = torch.empty(B), torch.empty(C)
+    chunk = scan_numba._cl_chunk(d, n, B, C, itemsize)
+    got = None if chunk is None else (scan_numba._cl_width(b, d, B, C, threads), chunk)
+    assert got == expected
+
+
+@pytest.mark.parametrize("layout,used", [("shared", True), ("grouped", True), ("time_invariant", False)])
+def test_channels_last_kernels_run_where_they_apply(monkeypatch, layout, used):
+    """The channels-last operator runs for time-varying B and C on blocks of CL_MIN_WIDTH channels
+    or more (here lowered to 2), the state-vectorised one otherwise; same results either way."""
+    inp = make_inputs(b=2, d=4, n=3, l=9, layout=layout)
+    calls = []
+    real = scan_numba._scan_cl_op
+    monkeypatch.setattr(scan_numba, "_scan_cl_op", lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 2)
+    y, s = call(selective_scan_numba, inp, ("D", "z", "initial_state"))
+    assert calls == ([64] if used else [])
+    y_ref, s_ref = call(selective_scan_ref, inp, ("D", "z", "initial_state"))
+    torch.testing.assert_close(y, y_ref, **TOL[torch.float64])
+    torch.testing.assert_close(s, s_ref, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_channels_last_at_model_width(dtype):
+    """At the width of a model (64 channels, 16 states, several chunks of a long sequence) the
+    channels-last kernels give the state-vectorised kernels' values and gradients."""
+    inp = make_inputs(b=2, d=64, n=16, l=300, layout="shared", seed=5)
+    inp["delta"] = inp["delta"] - 2  # steps of a trained model: mostly below 1
+    use = ("D", "z", "delta_bias", "initial_state")
+    results = {}
+    for kernel, width in (("states", 1 << 30), ("channels", 16)):
+        previous = scan_numba.CL_MIN_WIDTH
+        scan_numba.CL_MIN_WIDTH = width
+        try:
+            results[kernel] = call(selective_scan_numba, {k: v.to(dtype) for k, v in inp.items()}, use), \
+                grads(selective_scan_numba, inp, use, dtype=dtype)[1]
+        finally:
+            scan_numba.CL_MIN_WIDTH = previous
+    (y0, s0), g0 = results["states"]
+    (y1, s1), g1 = results["channels"]
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y1, y0, **tol)
+    torch.testing.assert_close(s1, s0, **tol)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, **(dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else tol))

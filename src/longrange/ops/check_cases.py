@@ -60,6 +60,7 @@ SCAN_SHAPES = [
     (1, 8, 4, 37, "grouped", False, False),
     (2, 4, 5, 1, "time-invariant", True, True),
     (1, 6, 16, 21, "shared", True, False),  # S6's state size; channels not a multiple of Triton's blocks
+    (1, 16, 16, 70, "shared", True, True),  # blocks of 16+ channels: numba's channels-last kernels, 2 chunks
 ]
 
 

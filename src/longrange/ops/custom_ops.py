@@ -43,7 +43,7 @@ NAMESPACE = "longrange"
 
 #: The forward operators by the module that registers them (importing it registers them).
 OPERATORS: dict[str, tuple[str, ...]] = {
-    "longrange.ops.scan.numba": ("selective_scan_numba",),
+    "longrange.ops.scan.numba": ("selective_scan_numba", "selective_scan_numba_cl"),
     "longrange.ops.scan.triton": ("selective_scan_triton",),
     "longrange.ops.ssm_kernels.cpu": ("vandermonde_numba", "cauchy_numba"),
     "longrange.ops.ssm_kernels.triton": ("vandermonde_triton", "cauchy_triton"),

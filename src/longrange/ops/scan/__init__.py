@@ -27,7 +27,8 @@ The package, one module per implementation beside the arguments' checks they sha
   PyTorch (see :func:`linear_scan`) with a hand-written backward that runs the same scan in
   reverse; memory of a few (l, b, d, n) tensors, never (l x l);
 - :mod:`.numba`: ``"numba"``, the scan fused into one compiled loop per direction on CPU tensors
-  (numba), with a hand-written backward; memory of a few (b, d, l) tensors;
+  (numba), with a hand-written backward; memory of a few (b, d, l) tensors; vectorised over
+  channels, in (b, l, d) memory, where B and C are time-varying (S6, Mamba);
 - :mod:`.triton`: ``"triton"``, Triton kernels (CUDA; CPU in Triton's interpreter);
 - ``"cuda"``: the ``mamba_ssm`` kernel (CUDA tensors, no ``initial_state``, not float64; only
   when its compiled extension ``selective_scan_cuda`` imports, see :mod:`longrange._optional`);

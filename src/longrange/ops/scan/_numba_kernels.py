@@ -257,3 +257,215 @@ def scan_backward(
                 gA[bi, c, i] = gAc[i]
                 gh0[bi, c, i] = gh[i]
             gD[bi, c] = gDc
+
+
+# --------------------------------------------------------------------------------------------
+# Channels-last kernels: time-varying B and C, vectorised over channels (see numba.py)
+# --------------------------------------------------------------------------------------------
+#
+# Layouts: u, dt, z, out, gout, gu, gdt, gz (b, l, d); At (n, d) (A transposed); B, C
+# (bM, G, l, n); D (d,); h0, last, glast, gh0 (b, d, n); ck (b, chunks, n, d), the state at the
+# start of every chunk of T positions (ck[:, 0] = h0). One task is a block of W channels of one
+# batch element, inside one group of B and of C, so B[t, i] and C[t, i] are one number for the
+# whole block: every inner loop runs over the W channels, contiguous in memory, and vectorises
+# whatever the state size. The inner loops are small functions over one row of W values each,
+# inlined into the parallel loop's body, which numba compiles knowing that the arrays passed in
+# do not overlap (the same loops in a separate function ran about half as fast).
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_copy(dst, src, W):  # pragma: no cover - compiled
+    for w in range(W):
+        dst[w] = src[w]
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_start(x, acc, dt, u, D, W):  # pragma: no cover - compiled
+    """x = dt u (the input of the step), acc = D u (the skip term of the output)."""
+    for w in range(W):
+        x[w] = dt[w] * u[w]
+        acc[w] = D[w] * u[w]
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_advance(h, dt, a, x, bv, cv, acc, W):  # pragma: no cover - compiled
+    """One state index of one step, in place: h = exp(dt a) h + x B; acc += C h."""
+    for w in range(W):
+        hw = fast_exp(dt[w] * a[w]) * h[w] + x[w] * bv
+        h[w] = hw
+        acc[w] += cv * hw
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_recompute(dec, hn, hp, dt, a, x, bv, cv, acc, W):  # pragma: no cover - compiled
+    """As :func:`_row_advance` from the previous state ``hp`` into ``hn``, keeping the decays."""
+    for w in range(W):
+        dv = fast_exp(dt[w] * a[w])
+        dec[w] = dv
+        hw = dv * hp[w] + x[w] * bv
+        hn[w] = hw
+        acc[w] += cv * hw
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_gate(out, y, z, W):  # pragma: no cover - compiled
+    """out = y silu(z)."""
+    one = like(1.0, y)
+    for w in range(W):
+        zw = z[w]
+        out[w] = y[w] * zw / (one + fast_exp(-zw))
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_gate_backward(gz, gy, g, y, z, W):  # pragma: no cover - compiled
+    """From the gradient ``g`` of out = y silu(z): ``gz`` and ``gy``, the gradient w.r.t. y."""
+    one = like(1.0, y)
+    for w in range(W):
+        zw = z[w]
+        s = one / (one + fast_exp(-zw))
+        gz[w] = g[w] * y[w] * s * (one + zw * (one - s))
+        gy[w] = g[w] * zw * s
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_adjoint(gh, hn, hp, dec, gy, x, a, dt, bv, cv, gx, gstep, gA, W):  # pragma: no cover - compiled
+    """One state index of one step of the adjoint recurrence, in place on ``gh``; accumulates the
+    gradients w.r.t. x (``gx``), dt a (``gstep``, times a) and a (``gA``); returns the sums over
+    the block of the gradients w.r.t. this step's C and B."""
+    sc = like(0.0, gh)
+    sb = like(0.0, gh)
+    for w in range(W):
+        decay = dec[w]
+        g = gh[w] + gy[w] * cv  # total gradient w.r.t. h_t
+        sc += gy[w] * hn[w]
+        sb += g * x[w]
+        gx[w] += g * bv
+        e = g * hp[w] * decay  # w.r.t. dt a
+        gstep[w] += e * a[w]
+        gA[w] += e * dt[w]
+        gh[w] = g * decay
+    return sc, sb
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_inputs_backward(gu, gdt, gD, gx, gstep, gy, dt, u, D, W):  # pragma: no cover - compiled
+    for w in range(W):
+        gu[w] = gx[w] * dt[w] + gy[w] * D[w]
+        gdt[w] = gx[w] * u[w] + gstep[w]
+        gD[w] += gy[w] * u[w]
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def scan_forward_cl(u, dt, At, B, C, D, z, h0, has_z, W, T, out, last, ck):  # pragma: no cover - compiled
+    """``out`` (b, l, d), ``last`` (b, d, n) and the chunk-start states ``ck``; see above. (The
+    task's body is written out in the parallel loop, not called: numba compiles that body knowing
+    that the arrays passed in do not overlap, which lets the inner loops vectorise.)"""
+    b, l, d = u.shape
+    n = At.shape[0]
+    per_batch = d // W
+    for task in prange(b * per_batch):
+        bi = task // per_batch
+        c0 = (task % per_batch) * W
+        gB, gC = c0 // (d // B.shape[1]), c0 // (d // C.shape[1])
+        bB = bi if B.shape[0] > 1 else 0
+        bC = bi if C.shape[0] > 1 else 0
+        h = np.empty((n, W), dtype=u.dtype)
+        a = np.empty((n, W), dtype=u.dtype)
+        x = np.empty(W, dtype=u.dtype)
+        acc = np.empty(W, dtype=u.dtype)
+        for i in range(n):
+            for w in range(W):
+                h[i, w] = h0[bi, c0 + w, i]
+                a[i, w] = At[i, c0 + w]
+        Dr = D[c0:c0 + W]
+        for t in range(l):
+            if t % T == 0:
+                for i in range(n):
+                    _row_copy(ck[bi, t // T, i, c0:c0 + W], h[i], W)
+            dtr = dt[bi, t, c0:c0 + W]
+            ur = u[bi, t, c0:c0 + W]
+            _row_start(x, acc, dtr, ur, Dr, W)
+            for i in range(n):
+                _row_advance(h[i], dtr, a[i], x, B[bB, gB, t, i], C[bC, gC, t, i], acc, W)
+            if has_z:
+                _row_gate(out[bi, t, c0:c0 + W], acc, z[bi, t, c0:c0 + W], W)
+            else:
+                _row_copy(out[bi, t, c0:c0 + W], acc, W)
+        for i in range(n):
+            for w in range(W):
+                last[bi, c0 + w, i] = h[i, w]
+
+
+@njit(parallel=True, fastmath=FASTMATH, cache=True)
+def scan_backward_cl(
+    u, dt, At, B, C, D, z, ck, has_z, gout, glast, W, T, gu, gdt, gA, gB, gC, gD, gz, gh0,
+):  # pragma: no cover - compiled
+    """Gradients of :func:`scan_forward_cl` from its chunk-start states ``ck``. Per task, chunk by
+    chunk from the last: the chunk's states are recomputed into a scratch buffer of (T + 1) n W
+    values (with their decays, the steps' inputs and the gradients w.r.t. the pre-gate outputs),
+    then the adjoint recurrence runs back over them. Outputs as :func:`scan_backward`'s, in the
+    channels-last layouts, with gB and gC (b, d / W, l, n) zero-initialised partial sums, one
+    slice per task (the caller sums them over the tasks of each group)."""
+    b, l, d = u.shape
+    n = At.shape[0]
+    zero = like(0.0, u)
+    per_batch = d // W
+    chunks = (l + T - 1) // T
+    for task in prange(b * per_batch):
+        bi = task // per_batch
+        k = task % per_batch
+        c0 = k * W
+        gBi, gCi = c0 // (d // B.shape[1]), c0 // (d // C.shape[1])
+        bB = bi if B.shape[0] > 1 else 0
+        bC = bi if C.shape[0] > 1 else 0
+        a = np.empty((n, W), dtype=u.dtype)
+        gh = np.empty((n, W), dtype=u.dtype)
+        gAc = np.zeros((n, W), dtype=u.dtype)
+        gDc = np.zeros(W, dtype=u.dtype)
+        hs = np.empty(((T + 1) * n, W), dtype=u.dtype)  # row j n + i: state i before step j of the chunk
+        dec = np.empty((T * n, W), dtype=u.dtype)
+        xs = np.empty((T, W), dtype=u.dtype)
+        gys = np.empty((T, W), dtype=u.dtype)
+        y = np.empty(W, dtype=u.dtype)
+        gx = np.empty(W, dtype=u.dtype)
+        gstep = np.empty(W, dtype=u.dtype)
+        for i in range(n):
+            for w in range(W):
+                a[i, w] = At[i, c0 + w]
+                gh[i, w] = glast[bi, c0 + w, i]
+        Dr = D[c0:c0 + W]
+        for ch in range(chunks - 1, -1, -1):
+            t0 = ch * T
+            t1 = min(l, t0 + T)
+            for i in range(n):
+                _row_copy(hs[i], ck[bi, ch, i, c0:c0 + W], W)
+            for t in range(t0, t1):  # recompute
+                j = t - t0
+                dtr = dt[bi, t, c0:c0 + W]
+                _row_start(xs[j], y, dtr, u[bi, t, c0:c0 + W], Dr, W)
+                for i in range(n):
+                    _row_recompute(dec[j * n + i], hs[(j + 1) * n + i], hs[j * n + i], dtr, a[i], xs[j],
+                                   B[bB, gBi, t, i], C[bC, gCi, t, i], y, W)
+                if has_z:
+                    _row_gate_backward(gz[bi, t, c0:c0 + W], gys[j], gout[bi, t, c0:c0 + W], y, z[bi, t, c0:c0 + W], W)
+                else:
+                    _row_copy(gys[j], gout[bi, t, c0:c0 + W], W)
+            for t in range(t1 - 1, t0 - 1, -1):  # the adjoint recurrence
+                j = t - t0
+                dtr = dt[bi, t, c0:c0 + W]
+                for w in range(W):
+                    gx[w] = zero
+                    gstep[w] = zero
+                for i in range(n):
+                    sc, sb = _row_adjoint(gh[i], hs[(j + 1) * n + i], hs[j * n + i], dec[j * n + i], gys[j], xs[j],
+                                          a[i], dtr, B[bB, gBi, t, i], C[bC, gCi, t, i], gx, gstep, gAc[i], W)
+                    gC[bi, k, t, i] += sc
+                    gB[bi, k, t, i] += sb
+                _row_inputs_backward(gu[bi, t, c0:c0 + W], gdt[bi, t, c0:c0 + W], gDc, gx, gstep, gys[j], dtr,
+                                     u[bi, t, c0:c0 + W], Dr, W)
+        for i in range(n):
+            for w in range(W):
+                gA[bi, c0 + w, i] = gAc[i, w]
+                gh0[bi, c0 + w, i] = gh[i, w]
+        for w in range(W):
+            gD[bi, c0 + w] = gDc[w]

@@ -2,14 +2,29 @@
 
 :func:`selective_scan_numba` has the signature and semantics of
 :func:`longrange.ops.scan.selective_scan` (see the package for the shapes and equations), minus
-``impl`` and the chunking arguments. Each (batch element, channel) is one task of a parallel loop
-(``numba.prange``, ``torch.get_num_threads()`` threads): it walks along the length once, keeping
-the state (n values) in local variables, and writes only the output and the last state. The
-backward pass (hand-written, the operator ``torch.ops.longrange.selective_scan_numba_backward``;
-see :mod:`longrange.ops.custom_ops`) recomputes the states of one channel at a time
-into a scratch buffer of (length + 1, n) values, then runs the adjoint recurrence in reverse; the
-forward pass stores nothing per position. Memory is therefore a few tensors of (b, d, l), never
-(b, d, n, l) as in the chunked scan.
+``impl`` and the chunking arguments. Two pairs of kernels, chosen by the shapes:
+
+* **Channels last** (B and C time-varying, as in S6 and Mamba, with 16 channels or more per group;
+  the operator ``torch.ops.longrange.selective_scan_numba_cl``): u, delta, z and the output in
+  (b, l, d) memory, so that a (b, d, l) view of a (b, l, d) tensor, which is what a Mamba block
+  passes, costs no copy, and the output is returned as such a view. Each task is a block of up to
+  256 channels of one batch element (as many tasks as threads at least) and every inner loop runs
+  over the block's channels, contiguous in memory: it vectorises whatever the state size (16 in
+  Mamba, one short vector when the loop runs over the states instead). The forward pass also
+  stores the state at the start of every chunk of T positions ((b, l / T, n, d) values, T from 4
+  to 64); the backward pass recomputes one chunk's states (and their decays) at a time into a
+  scratch buffer of (2T + 1) n W values, sized to stay in a core's L2 cache, and runs the adjoint
+  recurrence back over them.
+* **States inner** (every other case: time-invariant B or C, narrow groups; the operator
+  ``torch.ops.longrange.selective_scan_numba``): each (batch element, channel) is one task of a
+  parallel loop that walks along the length once, keeping the state (n values) in local
+  variables, and writes only the output and the last state. The backward pass recomputes the
+  states of one channel at a time into a scratch buffer of (length + 1, n) values, then runs the
+  adjoint recurrence in reverse; the forward pass stores nothing per position.
+
+Either way the backward is hand-written (see :mod:`longrange.ops.custom_ops`) and memory is a few
+tensors of (b, d, l), never (b, d, n, l) as in the chunked scan. Tasks run in parallel
+(``numba.prange``) on ``torch.get_num_threads()`` threads.
 
 Dtypes follow :mod:`longrange.ops.scan`: the computation runs in float64 if any floating input is
 float64, else in float32; the output has u's dtype, the last state the compute dtype.
@@ -22,7 +37,7 @@ chunked scan instead, and calling this function raises an error saying so.
 
 Deterministic: every (task, element) of the backward's partial sums is written by one task and
 the partial sums are added in a fixed order, so two runs give the same bits at the same number of
-threads (the grouping of channels into tasks follows the thread count).
+threads (the division of the channels into tasks follows the thread count).
 """
 from __future__ import annotations
 
@@ -56,8 +71,10 @@ def warm_up(dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)) ->
     if _load() is None:
         return
     for dtype in dtypes:
-        u = torch.ones(1, 1, 2, dtype=dtype, requires_grad=True)
-        selective_scan_numba(u, u, -torch.ones(1, 1, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype)).sum().backward()
+        for d in (1, CL_MIN_WIDTH):  # the state-vectorised kernels, then the channels-last ones
+            u = torch.ones(1, d, 2, dtype=dtype, requires_grad=True)
+            B = torch.ones(1, 1, 2, dtype=dtype)
+            selective_scan_numba(u, u, -torch.ones(d, 1, dtype=dtype), B, B).sum().backward()
 
 
 def _as_4d(M: Tensor, d: int) -> Tensor:
@@ -196,6 +213,139 @@ def _backward(ctx, gout: Tensor, glast: Tensor):
 _scan_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+# --------------------------------------------------------------------------------------------
+# The channels-last kernels (time-varying B and C) as operators: u, dt, z and out in (b, l, d)
+# --------------------------------------------------------------------------------------------
+
+#: The narrowest block of channels the channels-last kernels run on; below it, or where B or C is
+#: time-invariant, the state-vectorised kernels run. A module variable so that tests can lower it.
+CL_MIN_WIDTH = 16
+#: The widest block of channels per task.
+CL_MAX_WIDTH = 256
+#: Bytes of one task's backward scratch buffers (the states and decays of one chunk) at most:
+#: well inside a core's L2 cache (1 MiB on the CPU the kernels were tuned on).
+CL_SCRATCH_BYTES = 640 << 10
+
+
+def _cl_widths(d: int, B4: Tensor, C4: Tensor) -> list[int]:
+    """The blocks of channels the channels-last kernels can run on, widest first: from
+    :data:`CL_MAX_WIDTH` down to :data:`CL_MIN_WIDTH` channels of one group of B and of C; none
+    where B or C is time-invariant."""
+    if B4.shape[2] == 1 or C4.shape[2] == 1:
+        return []
+    base = math.gcd(d // B4.shape[1], d // C4.shape[1])
+    return [w for w in range(min(base, CL_MAX_WIDTH), CL_MIN_WIDTH - 1, -1) if base % w == 0]
+
+
+def _cl_chunk(d: int, n: int, B4: Tensor, C4: Tensor, itemsize: int) -> int | None:
+    """Positions per chunk of the channels-last kernels, or None where they do not apply
+    (:func:`_cl_widths`): a power of two from 4 to 64 whose states and decays, on the widest
+    block, fit in :data:`CL_SCRATCH_BYTES`."""
+    widths = _cl_widths(d, B4, C4)
+    if not widths:
+        return None
+    chunk = 64
+    while chunk > 4 and (2 * chunk + 1) * n * widths[0] * itemsize > CL_SCRATCH_BYTES:
+        chunk //= 2
+    return chunk
+
+
+def _cl_width(b: int, d: int, B4: Tensor, C4: Tensor, threads: int) -> int:
+    """Channels per task: the widest block that leaves a task per thread at least (the narrowest
+    block where none does)."""
+    widths = _cl_widths(d, B4, C4)
+    return next((w for w in widths if b * (d // w) >= threads), widths[-1])
+
+
+@torch.library.custom_op(qualname("selective_scan_numba_cl"), mutates_args=(), device_types="cpu")
+def _scan_cl_op(
+    u: Tensor, dt: Tensor, A: Tensor, B4: Tensor, C4: Tensor, D: Tensor | None, z: Tensor | None, h0: Tensor | None,
+    chunk: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(u, dt, A, B4, C4, D, z, h0) with u, dt, z (b, l, d) -> (out (b, l, d), last (b, d, n), the
+    states at the chunk starts (b, chunks, n, d)), contiguous, in one floating dtype; B4 and C4
+    time-varying, in the kernel layout (:func:`_as_4d`); ``chunk`` positions per chunk
+    (:func:`_cl_chunk`). Each task is a block of :func:`_cl_width` channels."""
+    k = _kernels()
+    b, l, d = u.shape
+    n = A.shape[1]
+    width = _cl_width(b, d, B4, C4, _use_threads(k))
+    D_ = D if D is not None else u.new_zeros(d)
+    z_ = z if z is not None else u.new_zeros(1, 1, 1)
+    h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
+    out = torch.empty_like(u)
+    last = u.new_empty(b, d, n)
+    states = u.new_empty(b, -(-l // chunk), n, d)
+    k.scan_forward_cl(
+        _np(u), _np(dt), _np(A.t().contiguous()), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_),
+        z is not None, width, chunk, _np(out), _np(last), _np(states),
+    )
+    return out, last, states
+
+
+@_scan_cl_op.register_fake
+def _(u, dt, A, B4, C4, D, z, h0, chunk):
+    b, l, d = u.shape
+    n = A.shape[1]
+    return torch.empty_like(u), u.new_empty(b, d, n), u.new_empty(b, -(-l // chunk), n, d)
+
+
+@torch.library.custom_op(qualname("selective_scan_numba_cl_backward"), mutates_args=(), device_types="cpu")
+def _scan_cl_backward_op(
+    u: Tensor, dt: Tensor, A: Tensor, B4: Tensor, C4: Tensor, D: Tensor | None, z: Tensor | None, states: Tensor,
+    gout: Tensor, glast: Tensor, chunk: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Gradients (u, dt, A, B4, C4, D, z, h0) of :func:`_scan_cl_op` from its stored ``states``."""
+    k = _kernels()
+    b, l, d = u.shape
+    n = A.shape[1]
+    width = _cl_width(b, d, B4, C4, _use_threads(k))
+    D_ = D if D is not None else u.new_zeros(d)
+    z_ = z if z is not None else u.new_zeros(1, 1, 1)
+    gout, glast = gout.contiguous(), glast.contiguous()
+    gu, gdt = torch.empty_like(u), torch.empty_like(u)
+    gz = torch.empty_like(u) if z is not None else u.new_empty(1, 1, 1)
+    gA, gD, gh0 = u.new_empty(b, d, n), u.new_empty(b, d), u.new_empty(b, d, n)
+    gB, gC = u.new_zeros(b, d // width, l, n), u.new_zeros(b, d // width, l, n)
+    k.scan_backward_cl(
+        _np(u), _np(dt), _np(A.t().contiguous()), _np(B4), _np(C4), _np(D_), _np(z_), _np(states), z is not None,
+        _np(gout), _np(glast), width, chunk,
+        _np(gu), _np(gdt), _np(gA), _np(gB), _np(gC), _np(gD), _np(gz), _np(gh0),
+    )
+    return (
+        gu, gdt, gA.sum(0), _reduce_partial(gB, B4).contiguous(), _reduce_partial(gC, C4).contiguous(), gD.sum(0),
+        gz if z is not None else u.new_empty(0), gh0,
+    )
+
+
+@_scan_cl_backward_op.register_fake
+def _(u, dt, A, B4, C4, D, z, states, gout, glast, chunk):
+    b, l, d = u.shape
+    return (
+        torch.empty_like(u), torch.empty_like(u), A.new_empty(A.shape), B4.new_empty(B4.shape), C4.new_empty(C4.shape),
+        u.new_empty(d), torch.empty_like(u) if z is not None else u.new_empty(0), u.new_empty(b, d, A.shape[1]),
+    )
+
+
+def _setup_cl_context(ctx, inputs, output) -> None:
+    u, dt, A, B4, C4, D, z, h0, chunk = inputs
+    ctx.save_for_backward(u, dt, A, B4, C4, D, z, h0, output[2])
+    ctx.chunk = chunk
+
+
+def _cl_backward(ctx, gout: Tensor, glast: Tensor, gstates: Tensor):
+    u, dt, A, B4, C4, D, z, h0, states = ctx.saved_tensors
+    gout = torch.zeros_like(u) if gout is None else gout
+    glast = u.new_zeros(u.shape[0], u.shape[2], A.shape[1]) if glast is None else glast
+    grads = _scan_cl_backward_op(u, dt, A, B4, C4, D, z, states, gout, glast, ctx.chunk)
+    present = (True, True, True, True, True, D is not None, z is not None, h0 is not None)
+    grads = tuple(g if has and need else None for g, has, need in zip(grads, present, ctx.needs_input_grad))
+    return (*grads, None)
+
+
+_scan_cl_op.register_autograd(_cl_backward, setup_context=_setup_cl_context)
+
+
 def _flops(u, dt, A, B4, C4, D, z, h0, *rest, backward: bool = False) -> int:
     b, d, l = u
     return scan_flops(b, d, l, A[1], D is not None, z is not None, backward=backward)
@@ -203,6 +353,15 @@ def _flops(u, dt, A, B4, C4, D, z, h0, *rest, backward: bool = False) -> int:
 
 register_flops(_scan_op, _flops)
 register_flops(_scan_backward_op, lambda *args: _flops(*args, backward=True))
+
+
+def _flops_cl(u, dt, A, B4, C4, D, z, *rest, backward: bool = False) -> int:
+    b, l, d = u
+    return scan_flops(b, d, l, A[1], D is not None, z is not None, backward=backward)
+
+
+register_flops(_scan_cl_op, _flops_cl)
+register_flops(_scan_cl_backward_op, lambda *args: _flops_cl(*args, backward=True))
 
 
 def selective_scan_numba(
@@ -232,9 +391,18 @@ def selective_scan_numba(
         return None if t is None else t.to(dtype).contiguous()
 
     dt = prepare_delta(delta, delta_bias, delta_softplus, dtype)
-    out, last = _scan_op(
-        prep(u), prep(dt), prep(A), _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d),
-        prep(D), prep(z), prep(initial_state),
-    )
+    B4, C4 = _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d)
+    chunk = _cl_chunk(d, A.shape[1], B4, C4, dtype.itemsize)
+    if chunk is not None:  # channels last: (b, d, l) views of (b, l, d) tensors cost no copy
+
+        def prep_cl(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(dtype).transpose(1, 2).contiguous()
+
+        out, last, _ = _scan_cl_op(
+            prep_cl(u), prep_cl(dt), prep(A), B4, C4, prep(D), prep_cl(z), prep(initial_state), chunk,
+        )
+        out = out.transpose(1, 2)
+    else:
+        out, last = _scan_op(prep(u), prep(dt), prep(A), B4, C4, prep(D), prep(z), prep(initial_state))
     out = out.to(u.dtype)
     return (out, last) if return_last_state else out
