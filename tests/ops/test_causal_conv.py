@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from longrange.ops.conv import causal_conv1d, causal_conv1d_ref, causal_conv1d_update
+from longrange.ops import conv_numba
+from longrange.ops.conv import auto_impl, available_impls, causal_conv1d, causal_conv1d_ref, causal_conv1d_update
 
 F64 = dict(dtype=torch.float64)
 
@@ -29,10 +30,15 @@ def test_ref_matches_definition():
     torch.testing.assert_close(causal_conv1d_ref(x, weight, bias), expected)
 
 
+FAST = [pytest.param("torch"), pytest.param("numba", marks=pytest.mark.skipif(
+    not conv_numba.numba_available(), reason="numba does not import"))]
+
+
+@pytest.mark.parametrize("impl", FAST)
 @pytest.mark.parametrize("activation", [None, "silu", "swish"])
 @pytest.mark.parametrize("use_bias", [False, True])
 @pytest.mark.parametrize("w,l", [(4, 9), (1, 5), (3, 2), (4, 1)])
-def test_fast_matches_ref_values_and_grads(activation, use_bias, w, l):
+def test_fast_matches_ref_values_and_grads(impl, activation, use_bias, w, l):
     x, weight, bias = inputs(l=l, w=w)
     bias = bias if use_bias else None
     leaves = [t.clone().requires_grad_() for t in (x, weight) + ((bias,) if use_bias else ())]
@@ -43,7 +49,7 @@ def test_fast_matches_ref_values_and_grads(activation, use_bias, w, l):
         proj = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), **F64)
         return y, torch.autograd.grad((y * proj).sum(), ls)
 
-    y_fast, g_fast = run(causal_conv1d)
+    y_fast, g_fast = run(lambda *a: causal_conv1d(*a, impl=impl))
     y_ref, g_ref = run(causal_conv1d_ref)
     assert y_fast.shape == x.shape
     torch.testing.assert_close(y_fast, y_ref, rtol=1e-12, atol=1e-12)
@@ -137,7 +143,7 @@ def test_deterministic_mode_avoids_the_cuda_kernel(monkeypatch):
     import longrange.ops.conv as conv
     from longrange import _optional
 
-    assert conv.DETERMINISTIC_BACKWARD == {"torch": True, "ref": True, "cuda": False}
+    assert conv.DETERMINISTIC_BACKWARD == {"torch": True, "ref": True, "numba": True, "cuda": False}
     monkeypatch.setattr(_optional, "causal_conv1d_cuda_fn", object())  # as if causal-conv1d's kernel imported
     assert conv.auto_impl("cuda", deterministic=False) == "cuda"
     assert conv.auto_impl("cuda", deterministic=True) == "torch"
@@ -151,3 +157,69 @@ def test_deterministic_mode_avoids_the_cuda_kernel(monkeypatch):
         torch.testing.assert_close(causal_conv1d(x, w), causal_conv1d_ref(x, w))
     finally:
         torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+numba_only = pytest.mark.skipif(not conv_numba.numba_available(), reason="numba does not import")
+
+
+@numba_only
+@pytest.mark.parametrize("threads", [1, 2])
+def test_numba_channels_last_float32_at_model_width(threads):
+    """A Mamba block's call: x the (b, d, l) view of a slice of a (b, l, 2d) tensor, float32, 96
+    channels in blocks; values and gradients of the reference; the output a view of (b, l, d)
+    memory; the same bits at the same thread count."""
+    g = torch.Generator().manual_seed(2)
+    wide = torch.randn(3, 50, 192, generator=g)
+    weight, bias = torch.randn(96, 4, generator=g), torch.randn(96, generator=g)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        results = []
+        for fn in (lambda *a: causal_conv1d(*a, activation="silu", impl="numba"),
+                   lambda *a: causal_conv1d(*a, activation="silu", impl="numba"),
+                   lambda *a: causal_conv1d_ref(*a, activation="silu")):
+            leaves = [t.clone().requires_grad_() for t in (wide, weight, bias)]
+            x = leaves[0][..., :96].transpose(1, 2)
+            y = fn(x, leaves[1], leaves[2])
+            (y * torch.cos(y.detach())).sum().backward()
+            results.append((y, [t.grad for t in leaves]))
+    finally:
+        torch.set_num_threads(previous)
+    (y, grads), (y_again, grads_again), (y_ref, grads_ref) = results
+    assert y.shape == (3, 96, 50) and y.transpose(1, 2).is_contiguous()
+    assert torch.equal(y, y_again) and all(torch.equal(a, b) for a, b in zip(grads, grads_again))
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, grads_ref):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert grads[0][..., 96:].abs().max() == 0  # the other half of the wide tensor gets no gradient
+
+
+def test_auto_on_cpu_is_numba_for_float32_and_float64(monkeypatch):
+    if conv_numba.numba_available():
+        assert auto_impl("cpu", 4, torch.float32) == auto_impl("cpu", 4, torch.float64) == "numba"
+        assert "numba" in available_impls("cpu")
+    assert auto_impl("cpu", 4, torch.bfloat16) == "torch"
+    assert "numba" not in available_impls("meta")
+    monkeypatch.setattr(conv_numba._KERNELS, "module", None)
+    monkeypatch.setattr(conv_numba._KERNELS, "error", "ModuleNotFoundError: No module named 'numba'")
+    assert auto_impl("cpu") == "torch" and "numba" not in available_impls("cpu")
+    x, weight, bias = inputs()
+    torch.testing.assert_close(causal_conv1d(x, weight, bias), causal_conv1d_ref(x, weight, bias))
+    with pytest.raises(RuntimeError, match="impl='numba' needs the numba package.*No module named 'numba'"):
+        causal_conv1d(x, weight, bias, impl="numba")
+
+
+@numba_only
+def test_numba_refuses_other_dtypes_and_devices():
+    x, weight, bias = inputs()
+    with pytest.raises(RuntimeError, match="impl='numba' takes float32 or float64 CPU tensors, got torch.bfloat16"):
+        causal_conv1d(x.bfloat16(), weight, bias, impl="numba")
+
+
+@numba_only
+def test_warm_up_loads_both_dtypes():
+    from longrange.ops import _conv_numba_kernels as kernels
+
+    conv_numba.warm_up()
+    for kernel in (kernels.conv_forward, kernels.conv_backward):
+        assert {str(sig[0].dtype) for sig in kernel.signatures} >= {"float32", "float64"}, kernel

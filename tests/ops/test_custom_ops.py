@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from longrange.ops import custom_ops, used
+from longrange.ops import conv_numba, custom_ops, used
 from longrange.ops.scan import numba as scan_numba
 from longrange.ops.scan import selective_scan
 from longrange.ops.ssm_kernels import cauchy, cpu, vandermonde_kernel
@@ -60,6 +60,12 @@ def scan_numba_cl_args(layout: str, optional: bool, seed: int = 0) -> list:
     return [*_grad(_rand(g, b, l, d), _rand(g, b, l, d).abs() + 0.1, -_rand(g, d, n).abs() - 0.2, B4, C4, *extra), 4]
 
 
+def conv_numba_args(silu: bool, with_bias: bool, seed: int = 0) -> list:
+    """(x, weight, bias, silu) of ``causal_conv1d_numba``: x (2, 7, 5) channels last, width 4."""
+    g = torch.Generator().manual_seed(seed)
+    return [*_grad(_rand(g, 2, 7, 5), _rand(g, 4, 5), _rand(g, 5) if with_bias else None), silu]
+
+
 def scan_triton_args(layout: str, optional: bool, seed: int = 0) -> list:
     """The arguments of ``selective_scan_triton`` (b 2, d 4, n 3, l 7; chunks of 4 positions)."""
     g = torch.Generator().manual_seed(seed)
@@ -97,8 +103,8 @@ def test_every_kernel_is_a_registered_operator():
     ops = custom_ops.operators()
     from torch.utils.flop_counter import flop_registry
 
-    for name in ("selective_scan_numba", "selective_scan_numba_cl", "selective_scan_triton", "vandermonde_numba",
-                 "cauchy_numba", "vandermonde_triton", "cauchy_triton"):
+    for name in ("selective_scan_numba", "selective_scan_numba_cl", "selective_scan_triton", "causal_conv1d_numba",
+                 "vandermonde_numba", "cauchy_numba", "vandermonde_triton", "cauchy_triton"):
         for op in (ops[name], ops[name + "_backward"]):
             assert op in flop_registry, op
             assert torch._C._dispatch_has_kernel_for_dispatch_key(op.default.name(), "Meta"), f"{op}: no fake implementation"
@@ -115,6 +121,14 @@ def test_opcheck_scan_numba(layout, optional):
 def test_opcheck_scan_numba_channels_last(monkeypatch, layout, optional):
     monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 2)
     _opcheck(scan_numba._scan_cl_op, scan_numba_cl_args(layout, optional))
+
+
+@numba_only
+@pytest.mark.parametrize("silu, with_bias", [(True, True), (False, False)])
+def test_opcheck_conv_numba(silu, with_bias):
+    _opcheck(conv_numba._conv_op, conv_numba_args(silu, with_bias))
+    x, w, bias, _ = [a.detach() if isinstance(a, torch.Tensor) else a for a in conv_numba_args(silu, with_bias)]
+    _opcheck(conv_numba._conv_backward_op, [x, w, bias, silu, torch.ones_like(x)])
 
 
 @numba_only
@@ -210,6 +224,11 @@ def test_numba_operators_on_the_meta_device_give_the_real_shapes(monkeypatch):
     _assert_like(ops["selective_scan_numba_cl"](*_meta(args)), real)
     back = [*args[:7], real[2], torch.ones_like(real[0]), torch.ones_like(real[1]), *args[8:]]
     _assert_like(ops["selective_scan_numba_cl_backward"](*_meta(back)), ops["selective_scan_numba_cl_backward"](*back))
+    args = conv_numba_args(True, True)
+    real = ops["causal_conv1d_numba"](*args)
+    _assert_like(ops["causal_conv1d_numba"](*_meta(args)), real)
+    back = [*args, torch.ones_like(real)]
+    _assert_like(ops["causal_conv1d_numba_backward"](*_meta(back)), ops["causal_conv1d_numba_backward"](*back))
     args = vandermonde_args()
     real = ops["vandermonde_numba"](*args)
     _assert_like(ops["vandermonde_numba"](*_meta(args)), real)
@@ -294,6 +313,20 @@ def test_flops_of_the_numba_scan():
     assert counts["selective_scan_numba"] == positions * (3 * 7 + 1 + 2 + 5)
     # backward: per state element states 5 + output 2 (gated) + adjoint 15; per position 6 + D 2 + gate 11
     assert counts["selective_scan_numba_backward"] == positions * (3 * 22 + 6 + 2 + 11)
+
+
+@numba_only
+def test_flops_of_the_numba_conv():
+    from longrange.ops.conv import causal_conv1d
+
+    g = torch.Generator().manual_seed(0)
+    x, w, bias = _grad(_rand(g, 2, 5, 7), _rand(g, 5, 4), _rand(g, 5))
+    counts = _flops(lambda: causal_conv1d(x, w, bias, activation="silu", impl="numba").sum().backward())
+    elements = 2 * 5 * 7
+    # forward: per output 4 multiply-adds, the bias, SiLU 3; backward: that again, SiLU's derivative 8,
+    # the bias' gradient 1, per tap the input's and the weight's gradients 4
+    assert counts["causal_conv1d_numba"] == elements * (8 + 1 + 3)
+    assert counts["causal_conv1d_numba_backward"] == elements * (12 + 8 + 1 + 16)
 
 
 @numba_only

@@ -122,6 +122,10 @@ def scan_impl(impl: str, device: str | None) -> Iterator[str]:
         from longrange.ops.scan.numba import warm_up
 
         warm_up()
+    from longrange.ops import conv, conv_numba
+
+    if conv.auto_impl(resolve_device(device)) == "numba":  # the Mamba blocks' convolution
+        conv_numba.warm_up()
     with default_impl(impl):
         yield resolved
 

@@ -31,15 +31,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from longrange import _optional
-from longrange.ops import used
+from longrange.ops import conv_numba, used
 from longrange.ops.determinism import refuse_nondeterministic
 
 ACTIVATIONS = (None, "silu", "swish")
-IMPLS = ("auto", "torch", "ref", "cuda")
+IMPLS = ("auto", "torch", "ref", "numba", "cuda")
 #: Whether each implementation's backward gives the same bits for the same inputs: "cuda" (the
 #: causal-conv1d kernel) adds the weight and bias gradients of the batch elements' thread blocks
 #: with atomic additions, whose order can change from run to run.
-DETERMINISTIC_BACKWARD = {"torch": True, "ref": True, "cuda": False}
+DETERMINISTIC_BACKWARD = {"torch": True, "ref": True, "numba": True, "cuda": False}
 
 
 def _check_activation(activation: str | None) -> None:
@@ -93,23 +93,38 @@ def _cuda_usable(device: torch.device, width: int, dtype: torch.dtype) -> bool:
     )
 
 
+def _numba_usable(device: torch.device, dtype: torch.dtype) -> bool:
+    return device.type == "cpu" and dtype in conv_numba.DTYPES and conv_numba.numba_available()
+
+
 def auto_impl(device: torch.device | str, width: int = 4, dtype: torch.dtype = torch.float32,
               deterministic: bool | None = None) -> str:
     """The implementation ``impl="auto"`` runs: ``"cuda"`` (the ``causal-conv1d`` kernel) for
     CUDA inputs when its compiled extension ``causal_conv1d_cuda`` imports (see
-    :mod:`longrange._optional`), the width is 2 to 4 and the dtype not float64; else ``"torch"``.
-    ``deterministic`` (None: ``torch.are_deterministic_algorithms_enabled()``): ``"torch"``."""
+    :mod:`longrange._optional`), the width is 2 to 4 and the dtype not float64; ``"numba"``
+    (:mod:`longrange.ops.conv_numba`) for float32 and float64 CPU inputs when numba imports; else
+    ``"torch"``. ``deterministic`` (None: ``torch.are_deterministic_algorithms_enabled()``): not
+    ``"cuda"``."""
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
-    return "cuda" if not deterministic and _cuda_usable(torch.device(device), width, dtype) else "torch"
+    device = torch.device(device)
+    if not deterministic and _cuda_usable(device, width, dtype):
+        return "cuda"
+    return "numba" if _numba_usable(device, dtype) else "torch"
 
 
 def available_impls(device: torch.device | str) -> tuple[str, ...]:
     """The implementations that can run on tensors of ``device`` here (``"auto"`` excluded):
-    ``"ref"`` and ``"torch"`` everywhere, ``"cuda"`` on CUDA when causal-conv1d's compiled
-    extension imports (widths 2 to 4, not float64)."""
+    ``"ref"`` and ``"torch"`` everywhere, ``"numba"`` on CPUs when numba imports (float32 and
+    float64), ``"cuda"`` on CUDA when causal-conv1d's compiled extension imports (widths 2 to 4,
+    not float64)."""
     device = torch.device(device)
-    return ("ref", "torch", "cuda") if _cuda_usable(device, CUDA_WIDTHS[-1], torch.float32) else ("ref", "torch")
+    impls = ("ref", "torch")
+    if _numba_usable(device, torch.float32):
+        impls += ("numba",)
+    if _cuda_usable(device, CUDA_WIDTHS[-1], torch.float32):
+        impls += ("cuda",)
+    return impls
 
 
 def causal_conv1d(
@@ -122,7 +137,7 @@ def causal_conv1d(
     """Causal depthwise convolution (see the module docstring).
 
     ``impl``: ``"auto"`` (see :func:`auto_impl`), ``"torch"`` (grouped ``conv1d`` with left
-    padding), ``"ref"``, ``"cuda"``.
+    padding), ``"ref"``, ``"numba"`` (CPU, float32 and float64), ``"cuda"``.
     """
     if impl not in IMPLS:
         raise ValueError(f"causal_conv1d: unknown impl {impl!r}; expected one of {IMPLS}")
@@ -143,6 +158,8 @@ def causal_conv1d(
         y = _optional.causal_conv1d_cuda_fn(x, weight, bias, activation=activation)
     elif impl == "ref":
         y = causal_conv1d_ref(x, weight, bias, activation)
+    elif impl == "numba":
+        y = conv_numba.causal_conv1d_numba(x, weight, bias, silu=activation in ("silu", "swish"))
     else:
         w = weight.shape[1]
         y = _activate(F.conv1d(F.pad(x, (w - 1, 0)), weight[:, None, :], bias, groups=x.shape[1]), activation)

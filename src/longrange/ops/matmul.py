@@ -11,7 +11,10 @@ library, which chooses its kernels by the instructions a CPU has, not by its mak
 implementation and its gradient, so that compiled graphs can call it (the training step compiled
 with ``train.compile`` routes its float32 CPU products to it: ``longrange/train/compile.py``).
 Operands whose layout is neither row- nor column-major (a slice of a wider matrix) are copied to
-row-major first: oneDNN's fast kernels take strided operands only in those two layouts. Results
+row-major first: oneDNN's fast kernels take strided operands only in those two layouts. The
+operator copies a first operand that is not row-major; for a column-major one (the transposed
+operand of a weight's gradient) the product is computed as (b.T @ a.T).T where that copies fewer
+values. Results
 equal ``torch.mm``'s to float32 rounding (another order of the sums), not bitwise.
 
 :func:`onednn_available` says whether this PyTorch has the operator (x86 and ARM builds with
@@ -42,6 +45,11 @@ def _dense(t: Tensor) -> bool:
     return rows <= 1 or cols <= 1 or t.stride() in ((cols, 1), (1, rows))
 
 
+def _row_major(t: Tensor) -> bool:
+    rows, cols = t.shape
+    return rows <= 1 or cols <= 1 or t.stride() == (cols, 1)
+
+
 def _check(a: Tensor, b: Tensor, bias: Tensor | None) -> None:
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"mm_onednn: a (m, k) and b (k, n) must be matrices with equal k, got {tuple(a.shape)} and "
@@ -55,7 +63,12 @@ def _mm_op(a: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
     """(a (m, k), b (k, n), bias (n,) or None) -> a @ b + bias, contiguous (m, n)."""
     a = a if _dense(a) else a.contiguous()
     b = b if _dense(b) else b.contiguous()
-    # The operator computes input @ weight.T (+ bias) for a weight of shape (n, k).
+    # The operator computes input @ weight.T (+ bias) for a weight of shape (n, k), copying an
+    # input that is not row-major. Where a is column-major (the transposed operand of a weight's
+    # gradient), (b.T @ a.T).T may copy less: b.T (k x n) and the result (m x n) instead of a.
+    m, n = a.shape[0], b.shape[1]
+    if bias is None and not _row_major(a) and (_row_major(b.t()) or b.numel() + m * n < a.numel()):
+        return torch.ops.mkldnn._linear_pointwise(b.t(), a, None, "none", [], "").t().contiguous()
     return torch.ops.mkldnn._linear_pointwise(a, b.t(), bias, "none", [], "")
 
 

@@ -61,11 +61,13 @@ def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def prepare_delta(delta: Tensor, delta_bias: Tensor | None, delta_softplus: bool, dtype: torch.dtype) -> Tensor:
-    """delta in ``dtype``, plus ``delta_bias`` (per channel), through softplus if asked."""
+def prepare_delta(delta: Tensor, delta_bias: Tensor | None, delta_softplus: bool, dtype: torch.dtype,
+                  channel_dim: int = 1) -> Tensor:
+    """delta in ``dtype``, plus ``delta_bias`` (per channel: ``delta``'s dimension ``channel_dim``,
+    1 for (b, d, l), -1 for (b, l, d)), through softplus if asked."""
     delta = delta.to(dtype)
     if delta_bias is not None:
-        delta = delta + delta_bias.to(dtype)[:, None]
+        delta = delta + (delta_bias.to(dtype)[:, None] if channel_dim == 1 else delta_bias.to(dtype))
     if delta_softplus:
         delta = F.softplus(delta)
     return delta

@@ -390,7 +390,6 @@ def selective_scan_numba(
     def prep(t: Tensor | None) -> Tensor | None:
         return None if t is None else t.to(dtype).contiguous()
 
-    dt = prepare_delta(delta, delta_bias, delta_softplus, dtype)
     B4, C4 = _as_4d(B.to(dtype), d), _as_4d(C.to(dtype), d)
     chunk = _cl_chunk(d, A.shape[1], B4, C4, dtype.itemsize)
     if chunk is not None:  # channels last: (b, d, l) views of (b, l, d) tensors cost no copy
@@ -398,11 +397,15 @@ def selective_scan_numba(
         def prep_cl(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(dtype).transpose(1, 2).contiguous()
 
+        # delta's bias and softplus in (b, l, d) as well (compiled, their gradient comes out in
+        # that layout too, row-major for the product that made delta)
+        dt = prepare_delta(delta.transpose(1, 2), delta_bias, delta_softplus, dtype, channel_dim=-1)
         out, last, _ = _scan_cl_op(
-            prep_cl(u), prep_cl(dt), prep(A), B4, C4, prep(D), prep_cl(z), prep(initial_state), chunk,
+            prep_cl(u), dt.contiguous(), prep(A), B4, C4, prep(D), prep_cl(z), prep(initial_state), chunk,
         )
         out = out.transpose(1, 2)
     else:
+        dt = prepare_delta(delta, delta_bias, delta_softplus, dtype)
         out, last = _scan_op(prep(u), prep(dt), prep(A), B4, C4, prep(D), prep(z), prep(initial_state))
     out = out.to(u.dtype)
     return (out, last) if return_last_state else out
