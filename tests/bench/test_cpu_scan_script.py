@@ -25,6 +25,7 @@ def test_cpu_scan_script_runs(tmp_path, capsys):
                               "--threads", "1", "--json", str(out)])
     finally:
         torch.set_num_threads(threads)
-    assert set(result["rows"]) == {"chunked", "numba"} and result["speedup"] > 0
+    assert set(result["rows"]) == {"chunked", "numba-states", "numba"} and result["speedup"] > 0
+    assert result["speedup_over_states_inner"] > 0
     assert json.loads(out.read_text())["settings"]["length"] == 16
     assert "faster than chunked" in capsys.readouterr().out

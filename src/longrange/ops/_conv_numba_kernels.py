@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from longrange.ops._numba_common import FASTMATH, like, set_threads  # noqa: F401  (set_threads: this module's interface)
+from longrange.ops._numba_common import ERROR_MODEL, FASTMATH, like, set_threads  # noqa: F401  (set_threads: this module's interface)
 from longrange.ops.scan._numba_kernels import fast_exp
 
 
@@ -68,7 +68,7 @@ def _row_tap_backward(gx, gw, wk, g, x, W):  # pragma: no cover - compiled
         gw[j] += g[j] * x[j]
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
+@njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def conv_forward(x, weight, bias, silu, W, y):  # pragma: no cover - compiled
     b, l, d = x.shape
     K = weight.shape[0]
@@ -85,7 +85,7 @@ def conv_forward(x, weight, bias, silu, W, y):  # pragma: no cover - compiled
             _row_out(y[bi, t, c0:c0 + W], acc, silu, W)
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
+@njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def conv_backward(x, weight, bias, silu, gy, W, gx, gweight, gbias):  # pragma: no cover - compiled
     """``gx`` (b, l, d) and the per-batch-element ``gweight`` (b, w, d), ``gbias`` (b, d)."""
     b, l, d = x.shape

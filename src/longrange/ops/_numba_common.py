@@ -9,6 +9,11 @@ from numba.extending import overload
 #: sums). No assumptions about NaN or infinity, which propagate as usual.
 FASTMATH = {"contract", "reassoc", "nsz", "arcp"}
 
+#: NumPy's error model in the kernels: a division by zero gives inf or NaN instead of raising
+#: Python's ZeroDivisionError, whose check in every division stops the compiler from vectorising
+#: a loop that divides (the kernels divide by nothing that can be zero).
+ERROR_MODEL = "numpy"
+
 
 def like(x, ref):  # pragma: no cover - replaced by the overload below inside compiled code
     """``x`` converted to the dtype of the array (or scalar type) ``ref``: kernels generic over

@@ -26,7 +26,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-from longrange.ops._numba_common import FASTMATH, like, set_threads  # noqa: F401  (set_threads: this module's interface)
+from longrange.ops._numba_common import ERROR_MODEL, FASTMATH, like, set_threads  # noqa: F401  (set_threads: this module's interface)
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def _fast_exp(x):
 # --------------------------------------------------------------------------------------------
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
+@njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def scan_forward(u, dt, A, B, C, D, z, h0, has_z, out, last):  # pragma: no cover - compiled
     """``out`` (b, d, l) = the scan's output (with D and the z gate); ``last`` (b, d, n)."""
     b, d, l = u.shape
@@ -164,7 +164,7 @@ def scan_forward(u, dt, A, B, C, D, z, h0, has_z, out, last):  # pragma: no cove
 # --------------------------------------------------------------------------------------------
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
+@njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def scan_backward(
     u, dt, A, B, C, D, z, h0, has_z, gout, glast, channels_per_task,
     gu, gdt, gA, gB, gC, gD, gz, gh0,
@@ -355,7 +355,7 @@ def _row_inputs_backward(gu, gdt, gD, gx, gstep, gy, dt, u, D, W):  # pragma: no
         gD[w] += gy[w] * u[w]
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
+@njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def scan_forward_cl(u, dt, At, B, C, D, z, h0, has_z, W, T, out, last, ck):  # pragma: no cover - compiled
     """``out`` (b, l, d), ``last`` (b, d, n) and the chunk-start states ``ck``; see above. (The
     task's body is written out in the parallel loop, not called: numba compiles that body knowing
@@ -396,7 +396,7 @@ def scan_forward_cl(u, dt, At, B, C, D, z, h0, has_z, W, T, out, last, ck):  # p
                 last[bi, c0 + w, i] = h[i, w]
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
+@njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def scan_backward_cl(
     u, dt, At, B, C, D, z, ck, has_z, gout, glast, W, T, gu, gdt, gA, gB, gC, gD, gz, gh0,
 ):  # pragma: no cover - compiled
