@@ -7,7 +7,7 @@ import torch
 
 from longrange.cli import COMMAND_MODULES, main
 from longrange.info import dispatch, format_info, info_table
-from longrange.ops import conv, scan, ssm_kernels
+from longrange.ops import conv, conv_numba, scan, ssm_kernels
 
 
 def test_info_table_names_versions_devices_and_dispatch():
@@ -15,8 +15,8 @@ def test_info_table_names_versions_devices_and_dispatch():
     assert table["versions"]["torch"] == torch.__version__
     for name in ("longrange", "numba", "triton", "CUDA (torch build)"):
         assert name in table["versions"]
-    assert set(table["optional"]) >= {"mamba_ssm", "causal_conv1d", "pykeops", "scan_triton", "scan_numba", "ssm_kernels_numba",
-                                      "ssm_kernels_triton"}
+    assert set(table["optional"]) >= {"mamba_ssm", "causal_conv1d", "pykeops", "scan_triton", "scan_numba", "conv_numba",
+                                      "ssm_kernels_numba", "ssm_kernels_triton"}
     for st in table["optional"].values():
         assert isinstance(st["usable"], bool) and (st["usable"] or st["reason"])
     names = [d["device"] for d in table["devices"]]
@@ -25,7 +25,8 @@ def test_info_table_names_versions_devices_and_dispatch():
     for device, ops in table["dispatch"].items():
         assert set(ops) == {"selective_scan", "causal_conv1d", "S4D/DLR Vandermonde kernel", "S4 Cauchy kernel", "fft_conv"}
     cpu = table["dispatch"]["cpu"]
-    assert cpu["selective_scan"] == scan.auto_impl("cpu") and cpu["causal_conv1d"] == conv.auto_impl("cpu") == "torch"
+    assert cpu["selective_scan"] == scan.auto_impl("cpu")
+    assert cpu["causal_conv1d"].split(" ")[0] == conv.auto_impl("cpu") == ("numba" if conv_numba.numba_available() else "torch")
     assert cpu["S4 Cauchy kernel"] == ssm_kernels.auto_impl("cauchy", "cpu") == ssm_kernels.cauchy_impl("cpu")
     assert cpu["S4D/DLR Vandermonde kernel"] == ssm_kernels.auto_impl("vandermonde", "cpu")
     for device in names:  # every implementation that can run, auto's choice among them

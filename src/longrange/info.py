@@ -78,7 +78,8 @@ def dispatch(device: str) -> dict[str, str]:
         other = scan.auto_impl(device, has_initial_state=True)
         scan_note = f"cuda (mamba_ssm); {other} with an initial state or float64"
     conv_impl = conv.auto_impl(device)
-    conv_note = "cuda (causal-conv1d) for widths 2-4, else torch" if conv_impl == "cuda" else conv_impl
+    conv_note = {"cuda": "cuda (causal-conv1d) for widths 2-4, else torch",
+                 "numba": "numba (float32, float64), else torch"}.get(conv_impl, conv_impl)
     return {
         "selective_scan": scan_note,
         "causal_conv1d": conv_note,
@@ -110,6 +111,7 @@ def info_table() -> dict[str, Any]:
     import longrange.ops.scan.numba as numba_scan
     import longrange.ops.scan.triton as triton_scan
     from longrange.ops.ssm_kernels import cpu as ssm_cpu
+    from longrange.ops import conv_numba
     from longrange.ops.ssm_kernels import triton as ssm_triton
 
     optional = _optional.status()
@@ -119,18 +121,15 @@ def info_table() -> dict[str, Any]:
         "extension_imports": triton_error is None, "usable": triton_error is None,
         **({"reason": triton_error} if triton_error else {}),
     }
-    numba_ok = numba_scan.numba_available()
-    optional["scan_numba"] = {
-        "installed": _optional.version("numba") is not None, "version": _optional.version("numba"),
-        "extension": "longrange.ops.scan.numba (numba)", "extension_imports": numba_ok, "usable": numba_ok,
-        **({} if numba_ok else {"reason": numba_scan.unavailable_reason()}),
-    }
-    ssm_numba_ok = ssm_cpu.numba_available()
-    optional["ssm_kernels_numba"] = {
-        "installed": _optional.version("numba") is not None, "version": _optional.version("numba"),
-        "extension": "longrange.ops.ssm_kernels.cpu (numba)", "extension_imports": ssm_numba_ok, "usable": ssm_numba_ok,
-        **({} if ssm_numba_ok else {"reason": ssm_cpu.unavailable_reason()}),
-    }
+    for name, module, label in (("scan_numba", numba_scan, "longrange.ops.scan.numba"),
+                                ("conv_numba", conv_numba, "longrange.ops.conv_numba"),
+                                ("ssm_kernels_numba", ssm_cpu, "longrange.ops.ssm_kernels.cpu")):
+        ok = module.numba_available()
+        optional[name] = {
+            "installed": _optional.version("numba") is not None, "version": _optional.version("numba"),
+            "extension": f"{label} (numba)", "extension_imports": ok, "usable": ok,
+            **({} if ok else {"reason": module.unavailable_reason()}),
+        }
     ssm_triton_ok = ssm_triton._kernel_module() is not None
     optional["ssm_kernels_triton"] = {
         "installed": _optional.version("triton") is not None, "version": _optional.version("triton"),

@@ -70,10 +70,12 @@ def test_scan_that_cannot_run_records_nothing():
 
 def test_causal_conv1d_records_auto_and_forced():
     x, w, bias = torch.randn(2, 3, 7), torch.randn(3, 4), torch.randn(3)
-    assert conv.auto_impl("cpu") == "torch"
-    assert _ran(conv.causal_conv1d, x, w, bias) == {"causal_conv1d": {"torch": 1}}
+    auto = "numba" if scan_numba.numba_available() else "torch"
+    assert conv.auto_impl("cpu") == auto
+    assert _ran(conv.causal_conv1d, x, w, bias) == {"causal_conv1d": {auto: 1}}
     assert _ran(conv.causal_conv1d, x, w, bias, impl="ref") == {"causal_conv1d": {"ref": 1}}
-    assert conv.available_impls("cpu") == ("ref", "torch")
+    assert _ran(conv.causal_conv1d, x, w, bias, impl="torch") == {"causal_conv1d": {"torch": 1}}
+    assert conv.available_impls("cpu") == (("ref", "torch", "numba") if auto == "numba" else ("ref", "torch"))
 
 
 def test_a_mamba_block_records_both_of_its_ops():
@@ -83,4 +85,4 @@ def test_a_mamba_block_records_both_of_its_ops():
     block = MambaBlock(4, make_ssm=lambda width: S6(width, d_state=3))
     used.reset()
     block(torch.randn(2, 5, 4)).sum().backward()
-    assert used.kernels() == {"selective_scan": scan.auto_impl("cpu"), "causal_conv1d": "torch"}
+    assert used.kernels() == {"selective_scan": scan.auto_impl("cpu"), "causal_conv1d": conv.auto_impl("cpu")}

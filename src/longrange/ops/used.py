@@ -10,7 +10,7 @@ that ran different kernels can be told apart from their records, not from a pred
 
     used.reset()
     model(x).sum().backward()
-    used.kernels()        # {"selective_scan": "numba", "causal_conv1d": "torch"}
+    used.kernels()        # {"selective_scan": "numba", "causal_conv1d": "numba"}
 
 The counts are per process and cost one dictionary update per call.
 

@@ -8,7 +8,7 @@ implementations its ops dispatched to, and the deterministic mode.
 
     kernels = KernelRecord()       # the trainer's: ops.used reset when training starts,
     kernels.start()                # read when it ends, merged with earlier (resumed) segments
-    kernels.result()               # {"selective_scan": "numba", "causal_conv1d": "torch"}
+    kernels.result()               # {"selective_scan": "numba", "causal_conv1d": "numba"}
 
     restore = set_deterministic(True)   # torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace
     ...

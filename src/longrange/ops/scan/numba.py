@@ -113,6 +113,11 @@ def _reduce_partial(part: Tensor, M4: Tensor) -> Tensor:
     return grad.sum(0, keepdim=True) if M4.shape[0] == 1 else grad
 
 
+def _or_zeros(t: Tensor | None, like: Tensor, *shape: int) -> Tensor:
+    """``t``, or zeros of ``shape`` (an absent D, z or initial state as the kernels take it)."""
+    return t if t is not None else like.new_zeros(*shape)
+
+
 def _kernels():
     k = _load()
     if k is None:
@@ -135,9 +140,8 @@ def _scan_op(
     b, d, l = u.shape
     n = A.shape[1]
     _use_threads(k)
-    D_ = D if D is not None else u.new_zeros(d)
-    z_ = z if z is not None else u.new_zeros(1, 1, 1)
-    h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
+    D_, z_ = _or_zeros(D, u, d), _or_zeros(z, u, 1, 1, 1)
+    h0_ = _or_zeros(h0, u, b, d, n)
     out = torch.empty_like(u)
     last = u.new_empty(b, d, n)
     k.scan_forward(
@@ -163,9 +167,8 @@ def _scan_backward_op(
     b, d, l = u.shape
     n = A.shape[1]
     threads = _use_threads(k)
-    D_ = D if D is not None else u.new_zeros(d)
-    z_ = z if z is not None else u.new_zeros(1, 1, 1)
-    h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
+    D_, z_ = _or_zeros(D, u, d), _or_zeros(z, u, 1, 1, 1)
+    h0_ = _or_zeros(h0, u, b, d, n)
     gout, glast = gout.contiguous(), glast.contiguous()
     per_task = _channels_per_task(b, d, B4, C4, threads)
     tasks = d // per_task
@@ -270,9 +273,8 @@ def _scan_cl_op(
     b, l, d = u.shape
     n = A.shape[1]
     width = _cl_width(b, d, B4, C4, _use_threads(k))
-    D_ = D if D is not None else u.new_zeros(d)
-    z_ = z if z is not None else u.new_zeros(1, 1, 1)
-    h0_ = h0 if h0 is not None else u.new_zeros(b, d, n)
+    D_, z_ = _or_zeros(D, u, d), _or_zeros(z, u, 1, 1, 1)
+    h0_ = _or_zeros(h0, u, b, d, n)
     out = torch.empty_like(u)
     last = u.new_empty(b, d, n)
     states = u.new_empty(b, -(-l // chunk), n, d)
@@ -300,8 +302,7 @@ def _scan_cl_backward_op(
     b, l, d = u.shape
     n = A.shape[1]
     width = _cl_width(b, d, B4, C4, _use_threads(k))
-    D_ = D if D is not None else u.new_zeros(d)
-    z_ = z if z is not None else u.new_zeros(1, 1, 1)
+    D_, z_ = _or_zeros(D, u, d), _or_zeros(z, u, 1, 1, 1)
     gout, glast = gout.contiguous(), glast.contiguous()
     gu, gdt = torch.empty_like(u), torch.empty_like(u)
     gz = torch.empty_like(u) if z is not None else u.new_empty(1, 1, 1)
