@@ -12,6 +12,7 @@ import torch
 
 from longrange import _optional
 from longrange.ops import conv as conv_mod
+from longrange.ops import conv_numba
 from longrange.ops.scan import dispatch as scan_mod
 
 FAKE_NAMES = (
@@ -121,7 +122,7 @@ def test_causal_conv1d_wrapper_without_extension_falls_back(fake_packages):
     assert conv_mod.auto_impl("cuda", width=4) == "cuda"
     assert conv_mod.auto_impl("cuda", width=5) == "torch"  # the kernel supports widths 2-4
     assert conv_mod.auto_impl("cuda", dtype=torch.float64) == "torch"
-    assert conv_mod.auto_impl("cpu") == "torch"
+    assert conv_mod.auto_impl("cpu") == ("numba" if conv_numba.numba_available() else "torch")  # never the CUDA kernel
 
 
 @pytest.mark.parametrize("gpu", [False, True])

@@ -196,9 +196,9 @@ def test_numba_channels_last_float32_at_model_width(threads):
 
 def test_auto_on_cpu_is_numba_for_float32_and_float64(monkeypatch):
     if conv_numba.numba_available():
-        assert auto_impl("cpu", 4, torch.float32) == auto_impl("cpu", 4, torch.float64) == "numba"
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            assert auto_impl("cpu", 4, dtype) == "numba"
         assert "numba" in available_impls("cpu")
-    assert auto_impl("cpu", 4, torch.bfloat16) == "torch"
     assert "numba" not in available_impls("meta")
     monkeypatch.setattr(conv_numba._KERNELS, "module", None)
     monkeypatch.setattr(conv_numba._KERNELS, "error", "ModuleNotFoundError: No module named 'numba'")
@@ -210,10 +210,19 @@ def test_auto_on_cpu_is_numba_for_float32_and_float64(monkeypatch):
 
 
 @numba_only
+def test_numba_in_bfloat16_computes_in_float32():
+    x, weight, bias = inputs()
+    y = causal_conv1d(x.bfloat16(), weight.bfloat16(), bias.bfloat16(), "silu", impl="numba")
+    assert y.dtype == torch.bfloat16
+    expected = causal_conv1d_ref(x.bfloat16().float(), weight.bfloat16().float(), bias.bfloat16().float(), "silu")
+    torch.testing.assert_close(y.float(), expected, rtol=1e-2, atol=1e-2)
+
+
+@numba_only
 def test_numba_refuses_other_dtypes_and_devices():
     x, weight, bias = inputs()
-    with pytest.raises(RuntimeError, match="impl='numba' takes float32 or float64 CPU tensors, got torch.bfloat16"):
-        causal_conv1d(x.bfloat16(), weight, bias, impl="numba")
+    with pytest.raises(RuntimeError, match="impl=.numba. takes floating CPU tensors, got torch.int64"):
+        causal_conv1d(x.long(), weight, bias, impl="numba")
 
 
 @numba_only

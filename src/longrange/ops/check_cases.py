@@ -104,13 +104,21 @@ def scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
-def _conv_avoid(passed: list[str]) -> str:
-    if "torch" not in passed:
-        return REPORT
-    return (
-        "avoid it with causal_conv1d(..., impl='torch'); the Mamba block runs impl='auto', which takes causal-conv1d's "
-        "kernel whenever its compiled extension imports: uninstall causal-conv1d (pip uninstall causal-conv1d) there"
-    )
+def _conv_avoid(impl: str) -> Callable[[list[str]], str]:
+    """How to avoid a failing implementation of the causal convolution."""
+    def avoid(passed: list[str]) -> str:
+        if "torch" not in passed:
+            return REPORT
+        if impl == "numba":
+            return ("avoid it with causal_conv1d(..., impl='torch'); the Mamba block runs impl='auto', which takes it on "
+                    "CPUs whenever numba imports, and no setting changes that: please report it with the output of "
+                    "`longrange info`")
+        return (
+            "avoid it with causal_conv1d(..., impl='torch'); the Mamba block runs impl='auto', which takes causal-conv1d's "
+            "kernel whenever its compiled extension imports: uninstall causal-conv1d (pip uninstall causal-conv1d) there"
+        )
+
+    return avoid
 
 
 #: The causal convolution's cases: (b, d, l, width, with bias and SiLU).
@@ -134,7 +142,7 @@ def conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
                 return compare(lambda **kw: conv.causal_conv1d(**kw, activation=activation, impl=impl),
                                lambda **kw: conv.causal_conv1d_ref(**kw, activation=activation), inputs, dtype, device)
 
-            cases.append(Case("causal_conv1d", impl, device, dtype, shape, run, TOLERANCE[dtype], _conv_avoid,
+            cases.append(Case("causal_conv1d", impl, device, dtype, shape, run, TOLERANCE[dtype], _conv_avoid(impl),
                               record=("causal_conv1d", impl)))
 
         def step(inputs=inputs, activation=activation, w=w) -> float:

@@ -9,8 +9,9 @@ block of up to 256 channels of one batch element; the weight and bias gradients 
 the batch elements by the caller in a fixed order, so the backward is deterministic.
 
 The operator is ``torch.ops.longrange.causal_conv1d_numba`` (its backward
-``causal_conv1d_numba_backward``; see :mod:`longrange.ops.custom_ops`). float32 and float64;
-the weight and bias are converted to x's dtype. Without numba (:func:`numba_available` False)
+``causal_conv1d_numba_backward``; see :mod:`longrange.ops.custom_ops`). It computes in float64
+for float64 inputs and in float32 for the others (bfloat16 and float16 are converted, and the
+output converted back). Without numba (:func:`numba_available` False)
 ``impl="auto"`` runs PyTorch's convolution instead.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from longrange.ops.custom_ops import qualname, register_flops
 
 #: The widest block of channels per task.
 MAX_WIDTH = 256
-#: The dtypes the kernels run in.
+#: The dtypes the kernels compute in (other floating inputs are computed in float32).
 DTYPES = (torch.float32, torch.float64)
 
 _KERNELS = LazyKernels("longrange.ops._conv_numba_kernels")
@@ -131,14 +132,14 @@ register_flops(_conv_backward_op, lambda x, w, bias, silu, gy: conv_flops(*x, w[
 
 def causal_conv1d_numba(x: Tensor, weight: Tensor, bias: Tensor | None = None, silu: bool = False) -> Tensor:
     """:func:`longrange.ops.conv.causal_conv1d` (arguments checked by the caller; ``silu`` for the
-    activation) by the numba kernels: x (b, d, l) float32 or float64 on the CPU; the output
-    (b, d, l), a view of (b, l, d) memory."""
+    activation) by the numba kernels: x (b, d, l), a floating CPU tensor, computed in float64 if x
+    is float64, else in float32; the output (b, d, l) in x's dtype, a view of (b, l, d) memory."""
     _kernels()
-    dtype = x.dtype
-    if dtype not in DTYPES or x.device.type != "cpu":
-        raise RuntimeError(f"causal_conv1d: impl='numba' takes float32 or float64 CPU tensors, got {dtype} on {x.device}")
+    if not x.is_floating_point() or x.device.type != "cpu":
+        raise RuntimeError(f"causal_conv1d: impl='numba' takes floating CPU tensors, got {x.dtype} on {x.device}")
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = _conv_op(
-        x.transpose(1, 2).contiguous(), weight.to(dtype).t().contiguous(),
+        x.to(dtype).transpose(1, 2).contiguous(), weight.to(dtype).t().contiguous(),
         None if bias is None else bias.to(dtype).contiguous(), bool(silu),
     )
-    return y.transpose(1, 2)
+    return y.transpose(1, 2).to(x.dtype)
