@@ -37,7 +37,7 @@ FAST = [pytest.param("torch"), pytest.param("numba", marks=pytest.mark.skipif(
 @pytest.mark.parametrize("impl", FAST)
 @pytest.mark.parametrize("activation", [None, "silu", "swish"])
 @pytest.mark.parametrize("use_bias", [False, True])
-@pytest.mark.parametrize("w,l", [(4, 9), (1, 5), (3, 2), (4, 1)])
+@pytest.mark.parametrize("w,l", [(4, 9), (1, 5), (3, 2), (4, 1), (4, 130), (3, 65), (2, 128)])  # numba: blocks of 64
 def test_fast_matches_ref_values_and_grads(impl, activation, use_bias, w, l):
     x, weight, bias = inputs(l=l, w=w)
     bias = bias if use_bias else None
@@ -169,7 +169,7 @@ def test_numba_channels_last_float32_at_model_width(threads):
     channels in blocks; values and gradients of the reference; the output a view of (b, l, d)
     memory; the same bits at the same thread count."""
     g = torch.Generator().manual_seed(2)
-    wide = torch.randn(3, 50, 192, generator=g)
+    wide = torch.randn(3, 150, 192, generator=g)
     weight, bias = torch.randn(96, 4, generator=g), torch.randn(96, generator=g)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -186,7 +186,7 @@ def test_numba_channels_last_float32_at_model_width(threads):
     finally:
         torch.set_num_threads(previous)
     (y, grads), (y_again, grads_again), (y_ref, grads_ref) = results
-    assert y.shape == (3, 96, 50) and y.transpose(1, 2).is_contiguous()
+    assert y.shape == (3, 96, 150) and y.transpose(1, 2).is_contiguous()
     assert torch.equal(y, y_again) and all(torch.equal(a, b) for a, b in zip(grads, grads_again))
     torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
     for a, b in zip(grads, grads_ref):

@@ -87,34 +87,50 @@ def conv_forward(x, weight, bias, silu, W, y):  # pragma: no cover - compiled
 
 @njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def conv_backward(x, weight, bias, silu, gy, W, gx, gweight, gbias):  # pragma: no cover - compiled
-    """``gx`` (b, l, d) and the per-batch-element ``gweight`` (b, w, d), ``gbias`` (b, d)."""
+    """``gx`` (b, l, d) and the per-batch-element ``gweight`` (b, w, d), ``gbias`` (b, d).
+
+    Per task, blocks of T positions from the last: first the gradients w.r.t. the block's
+    pre-activation outputs (recomputed) into rows K-1 .. K-1+T-1 of a buffer whose rows above keep
+    the K-1 rows of the block after it, then each input's gradient and the weights' from them."""
     b, l, d = x.shape
     K = weight.shape[0]
+    T = 64
     per_batch = d // W
     zero = like(0.0, x)
     for task in prange(b * per_batch):
         bi = task // per_batch
         c0 = (task % per_batch) * W
         acc = np.empty(W, dtype=x.dtype)
-        ring = np.zeros((K, W), dtype=x.dtype)  # row t % K: the gradient w.r.t. the pre-activation output at t
+        g = np.zeros((T + K - 1, W), dtype=x.dtype)  # row r: position t0 + r
         gw = np.zeros((K, W), dtype=x.dtype)
         gb = np.zeros(W, dtype=x.dtype)
+        wb = np.empty((K, W), dtype=x.dtype)
+        for k in range(K):
+            for j in range(W):
+                wb[k, j] = weight[k, c0 + j]
         br = bias[c0:c0 + W]
-        for t in range(l - 1, -1, -1):
-            _row_fill(acc, br, W)
-            for k in range(max(0, K - 1 - t), K):
-                _row_tap(acc, weight[k, c0:c0 + W], x[bi, t - (K - 1) + k, c0:c0 + W], W)
-            g = ring[t % K]
-            _row_pre_grad(g, acc, gy[bi, t, c0:c0 + W], silu, W)
-            for j in range(W):
-                gb[j] += g[j]
-            # input t feeds the outputs t .. t + K - 1 (tap K - 1 - s for output t + s), all known now
-            gxr = gx[bi, t, c0:c0 + W]
-            for j in range(W):
-                gxr[j] = zero
-            for s in range(min(K, l - t)):
-                k = K - 1 - s
-                _row_tap_backward(gxr, gw[k], weight[k, c0:c0 + W], ring[(t + s) % K], x[bi, t, c0:c0 + W], W)
+        t1 = l
+        while t1 > 0:
+            t0 = max(0, t1 - T)
+            # the gradients of positions t1 .. t1+K-2 (the first rows of the block after this one)
+            # move to rows t1-t0 .., below this block's; last row first, as the two ranges can overlap
+            for r in range(K - 2, -1, -1):
+                _row_fill(g[t1 - t0 + r], g[r], W)
+            for t in range(t0, t1):
+                _row_fill(acc, br, W)
+                for k in range(max(0, K - 1 - t), K):
+                    _row_tap(acc, wb[k], x[bi, t - (K - 1) + k, c0:c0 + W], W)
+                _row_pre_grad(g[t - t0], acc, gy[bi, t, c0:c0 + W], silu, W)
+            for t in range(t0, t1):
+                gr = g[t - t0]
+                for j in range(W):
+                    gb[j] += gr[j]
+                gxr = gx[bi, t, c0:c0 + W]
+                for j in range(W):
+                    gxr[j] = zero
+                for s in range(min(K, l - t)):  # input t feeds the outputs t + s through tap K - 1 - s
+                    _row_tap_backward(gxr, gw[K - 1 - s], wb[K - 1 - s], g[t - t0 + s], x[bi, t, c0:c0 + W], W)
+            t1 = t0
         for k in range(K):
             for j in range(W):
                 gweight[bi, k, c0 + j] = gw[k, j]
