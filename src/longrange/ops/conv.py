@@ -102,8 +102,8 @@ def auto_impl(device: torch.device | str, width: int = 4, dtype: torch.dtype = t
     """The implementation ``impl="auto"`` runs: ``"cuda"`` (the ``causal-conv1d`` kernel) for
     CUDA inputs when its compiled extension ``causal_conv1d_cuda`` imports (see
     :mod:`longrange._optional`), the width is 2 to 4 and the dtype not float64; ``"numba"``
-    (:mod:`longrange.ops.conv_numba`) for CPU inputs when numba imports; else ``"torch"``. ``deterministic`` (None: ``torch.are_deterministic_algorithms_enabled()``): not
-    ``"cuda"``."""
+    (:mod:`longrange.ops.conv_numba`) for CPU inputs when numba imports; else ``"torch"``.
+    ``deterministic`` (None: ``torch.are_deterministic_algorithms_enabled()``): not ``"cuda"``."""
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     device = torch.device(device)
@@ -114,8 +114,8 @@ def auto_impl(device: torch.device | str, width: int = 4, dtype: torch.dtype = t
 
 def available_impls(device: torch.device | str) -> tuple[str, ...]:
     """The implementations that can run on tensors of ``device`` here (``"auto"`` excluded):
-    ``"ref"`` and ``"torch"`` everywhere, ``"numba"`` on CPUs when numba imports, ``"cuda"`` on CUDA when causal-conv1d's compiled extension imports (widths 2 to 4,
-    not float64)."""
+    ``"ref"`` and ``"torch"`` everywhere, ``"numba"`` on CPUs when numba imports, ``"cuda"`` on
+    CUDA when causal-conv1d's compiled extension imports (widths 2 to 4, not float64)."""
     device = torch.device(device)
     impls = ("ref", "torch")
     if _numba_usable(device, torch.float32):
@@ -135,7 +135,8 @@ def causal_conv1d(
     """Causal depthwise convolution (see the module docstring).
 
     ``impl``: ``"auto"`` (see :func:`auto_impl`), ``"torch"`` (grouped ``conv1d`` with left
-    padding), ``"ref"``, ``"numba"`` (CPU; computed in float32, or float64 for float64 inputs), ``"cuda"``.
+    padding), ``"ref"``, ``"numba"`` (CPU; computed in float32, or float64 for float64 inputs),
+    ``"cuda"``.
     """
     if impl not in IMPLS:
         raise ValueError(f"causal_conv1d: unknown impl {impl!r}; expected one of {IMPLS}")

@@ -93,7 +93,9 @@ def _(x, weight, bias, silu):
 
 
 @torch.library.custom_op(qualname("causal_conv1d_numba_backward"), mutates_args=(), device_types="cpu")
-def _conv_backward_op(x: Tensor, weight: Tensor, bias: Tensor | None, silu: bool, gy: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _conv_backward_op(
+    x: Tensor, weight: Tensor, bias: Tensor | None, silu: bool, gy: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients (x, weight, bias) of :func:`_conv_op` for the output gradient ``gy``."""
     k = _kernels()
     b, l, d = x.shape
