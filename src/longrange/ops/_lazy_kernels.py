@@ -51,6 +51,19 @@ def use_threads(kernels: ModuleType) -> int:
     return used
 
 
+def divisors(n: int, largest: int, smallest: int = 1) -> list[int]:
+    """The divisors of ``n`` from ``largest`` down to ``smallest``, widest first: the blocks of
+    channels a kernel's tasks can take."""
+    return [w for w in range(min(n, largest), smallest - 1, -1) if n % w == 0]
+
+
+def block_width(b: int, d: int, widths: list[int], tasks: int) -> int:
+    """Channels per task: the widest of ``widths`` (widest first) that splits ``b`` batch elements
+    of ``d`` channels into ``tasks`` tasks at least; the narrowest where none does (1 where
+    ``widths`` is empty)."""
+    return next((w for w in widths if b * (d // w) >= tasks), widths[-1] if widths else 1)
+
+
 def triton_interpret_requested() -> bool:
     """Whether ``TRITON_INTERPRET`` asks for Triton's interpreter (read now, not at import)."""
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")

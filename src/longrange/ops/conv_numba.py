@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from longrange.ops._lazy_kernels import LazyKernels, use_threads as _use_threads
+from longrange.ops._lazy_kernels import LazyKernels, block_width, divisors, use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 
 #: The widest block of channels per task.
@@ -60,8 +60,7 @@ def _kernels():
 def _width(b: int, d: int, threads: int) -> int:
     """Channels per task: the widest divisor of d up to :data:`MAX_WIDTH` that leaves a task per
     thread at least (the narrowest, one channel, where none does)."""
-    widths = [w for w in range(min(d, MAX_WIDTH), 0, -1) if d % w == 0]
-    return next((w for w in widths if b * (d // w) >= threads), 1)
+    return block_width(b, d, divisors(d, MAX_WIDTH), threads)
 
 
 def conv_flops(b: int, l: int, d: int, w: int, has_bias: bool, silu: bool, backward: bool = False) -> int:

@@ -39,15 +39,14 @@ def onednn_available() -> bool:
         return False
 
 
-def _dense(t: Tensor) -> bool:
-    """Whether a matrix is row-major or column-major (oneDNN's fast layouts)."""
-    rows, cols = t.shape
-    return rows <= 1 or cols <= 1 or t.stride() in ((cols, 1), (1, rows))
-
-
 def _row_major(t: Tensor) -> bool:
     rows, cols = t.shape
     return rows <= 1 or cols <= 1 or t.stride() == (cols, 1)
+
+
+def _dense(t: Tensor) -> bool:
+    """Whether a matrix is row-major or column-major (oneDNN's fast layouts)."""
+    return _row_major(t) or _row_major(t.t())
 
 
 def _check(a: Tensor, b: Tensor, bias: Tensor | None) -> None:

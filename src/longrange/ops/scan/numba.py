@@ -46,7 +46,7 @@ import math
 import torch
 from torch import Tensor
 
-from longrange.ops._lazy_kernels import LazyKernels, use_threads as _use_threads
+from longrange.ops._lazy_kernels import LazyKernels, block_width, divisors, use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 from longrange.ops.scan.common import check_shapes, compute_dtype, prepare_delta, scan_flops
 
@@ -93,10 +93,7 @@ def _channels_per_task(b: int, d: int, B4: Tensor, C4: Tensor, threads: int) -> 
     for M in (B4, C4):
         if M.shape[2] > 1:
             base = math.gcd(base, d // M.shape[1])
-    for size in sorted((s for s in range(1, base + 1) if base % s == 0), reverse=True):
-        if b * (d // size) >= 4 * threads:
-            return size
-    return 1
+    return block_width(b, d, divisors(base, base), 4 * threads)
 
 
 def _np(t: Tensor):
@@ -236,8 +233,7 @@ def _cl_widths(d: int, B4: Tensor, C4: Tensor) -> list[int]:
     where B or C is time-invariant."""
     if B4.shape[2] == 1 or C4.shape[2] == 1:
         return []
-    base = math.gcd(d // B4.shape[1], d // C4.shape[1])
-    return [w for w in range(min(base, CL_MAX_WIDTH), CL_MIN_WIDTH - 1, -1) if base % w == 0]
+    return divisors(math.gcd(d // B4.shape[1], d // C4.shape[1]), CL_MAX_WIDTH, CL_MIN_WIDTH)
 
 
 def _cl_chunk(d: int, n: int, B4: Tensor, C4: Tensor, itemsize: int) -> int | None:
@@ -256,8 +252,7 @@ def _cl_chunk(d: int, n: int, B4: Tensor, C4: Tensor, itemsize: int) -> int | No
 def _cl_width(b: int, d: int, B4: Tensor, C4: Tensor, threads: int) -> int:
     """Channels per task: the widest block that leaves a task per thread at least (the narrowest
     block where none does)."""
-    widths = _cl_widths(d, B4, C4)
-    return next((w for w in widths if b * (d // w) >= threads), widths[-1])
+    return block_width(b, d, _cl_widths(d, B4, C4), threads)
 
 
 @torch.library.custom_op(qualname("selective_scan_numba_cl"), mutates_args=(), device_types="cpu")
