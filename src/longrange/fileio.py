@@ -3,19 +3,32 @@
 :func:`atomic_write` writes to a temporary file beside the target, fsyncs it and renames it over
 the target (``os.replace``): a crash at any point leaves the old file or the new one, never a
 truncated one. :func:`write_json` does so for strict JSON (non-finite floats become ``null``).
+
+A file system without atomic renames, a full disk or a copy cut short can still leave a prefix of
+a file. JSON cannot hide that (a cut object does not parse), but YAML can: a prefix of a YAML
+mapping is often a smaller valid mapping. :func:`seal` puts a first line on a text file that records
+the length and a hash of the rest (``# longrange-sealed: 1234 bytes, sha256 0123456789abcdef``, a
+comment to every YAML reader), and :func:`unseal` checks it: any cut, at any offset, and any
+altered byte is an error naming the file, never a smaller file read as whole.
 A full disk, a read-only file system or a missing permission is a :class:`DiskWriteError` in one
 line naming the file and the reason, with nothing half-written left behind.
 """
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from longrange.errors import ConfigError, DiskWriteError
+from longrange.errors import ConfigError, DataFormatError, DiskWriteError
+
+#: The first line of a sealed file: ``SEAL_PREFIX`` + "<n> bytes, sha256 <16 hex digits>".
+SEAL_PREFIX = b"# longrange-sealed: "
+_SEAL_LINE = re.compile(rb"# longrange-sealed: (\d+) bytes, sha256 ([0-9a-f]{16})")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -119,3 +132,31 @@ def check_out_dir(path: str | os.PathLike, what: str = "--out") -> Path:
                 raise ConfigError(f"{what} {path} is not a directory{where}; choose another {what}")
             break
     return path
+
+
+def _digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()[:16]
+
+
+def seal(text: str) -> bytes:
+    """``text`` encoded, after a first line recording its length and hash (see :func:`unseal`)."""
+    body = text.encode()
+    return SEAL_PREFIX + f"{len(body)} bytes, sha256 {_digest(body)}\n".encode() + body
+
+
+def unseal(data: bytes, path: str | os.PathLike) -> str:
+    """The text that :func:`seal` sealed in ``data`` (the bytes of ``path``), checked: a
+    :class:`DataFormatError` naming ``path`` if it was cut short or altered. Text without a seal
+    (written before seals existed, or by hand) is returned as it is."""
+    first, newline, body = data.partition(b"\n")
+    if not (first.startswith(SEAL_PREFIX) or (first and SEAL_PREFIX.startswith(first) and not newline)):
+        return data.decode()
+    match = _SEAL_LINE.fullmatch(first)
+    if not newline or match is None:
+        raise DataFormatError("cut short: its integrity line is incomplete", path, 1)
+    size, digest = int(match.group(1)), match.group(2).decode()
+    if len(body) != size:
+        raise DataFormatError(f"cut short or extended: {len(body)} bytes where {size} were written", path)
+    if _digest(body) != digest:
+        raise DataFormatError("damaged: its content does not match the hash written with it", path)
+    return body.decode()

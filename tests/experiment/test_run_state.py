@@ -113,6 +113,54 @@ CASES = {
 }
 
 
+def test_a_config_cut_at_any_offset_is_damaged_never_whole(finished, tmp_path):
+    """Wherever a cut lands (the config holds a path, so one fixed fraction lands at a different
+    place in every folder), the prefix is never read as the whole config: the run is resumable,
+    starts afresh and names the file."""
+    _, source = finished
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(source, run.root)
+    whole = run.config.read_bytes()
+    header = whole.index(b"\n") + 1
+    # Every offset in the seal line and the last 64 bytes; every 5th elsewhere.
+    offsets = sorted({*range(0, header + 2), *range(header, len(whole), 5), *range(len(whole) - 64, len(whole))})
+    for at in offsets:
+        run.config.write_bytes(whole[:at])
+        state = run.state()
+        assert state.kind is RunState.RESUMABLE and state.restart, (at, state)
+        assert any(str(run.config) in d for d in state.damaged), (at, state.damaged)
+    # An altered byte (same length) is damaged too; the whole file reads as finished.
+    flipped = bytearray(whole)
+    flipped[len(whole) // 2] ^= 0x01
+    run.config.write_bytes(bytes(flipped))
+    assert run.state().kind is RunState.RESUMABLE
+    run.config.write_bytes(whole)
+    assert run.state().kind is RunState.FINISHED
+
+
+def test_a_config_without_a_seal_is_read_by_parsing(finished, tmp_path):
+    """A config.yaml written before seals existed (or by hand) still reads."""
+    _, source = finished
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(source, run.root)
+    text = run.config.read_text()
+    assert text.startswith("# longrange-sealed: ")
+    run.config.write_text(text.partition("\n")[2])
+    assert run.state().kind is RunState.FINISHED
+    assert run.read_config() == RunDir(source).read_config()
+
+
+def test_invalid_yaml_in_a_sealed_config_names_the_line_of_the_file(tmp_path):
+    from longrange.errors import DataFormatError
+    from longrange.fileio import seal
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.config.write_bytes(seal("seed: 1\ntask: [unclosed\n"))
+    with pytest.raises(DataFormatError, match=r"config.yaml, line 4: not valid YAML"):
+        run.read_config()
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_combination_is_one_state_and_a_rerun_finishes_it(finished, tmp_path, case, capsys):
     exp, source = finished

@@ -55,7 +55,7 @@ import yaml
 from longrange import __version__
 from longrange.faults import kill_point
 from longrange.errors import CheckpointError, ConfigError, DataFormatError, DataMissingError, DiskWriteError, LongrangeError
-from longrange.fileio import append_text, atomic_write, check_out_dir, write_json
+from longrange.fileio import SEAL_PREFIX, append_text, atomic_write, check_out_dir, seal, unseal, write_json
 from longrange.identity import differences, fingerprint, identity
 
 __all__ = [
@@ -248,17 +248,20 @@ class RunDir:
     # -- reading
     def read_config(self, required: bool = False) -> dict[str, Any] | None:
         """``config.yaml`` as a dict; None when it is missing (an error naming it with ``required``).
-        Invalid YAML is a :class:`DataFormatError` naming the file and line."""
+        A file cut short or altered (its seal does not match, see :func:`longrange.fileio.seal`) or
+        invalid YAML is a :class:`DataFormatError` naming the file (and the line)."""
         if not self.config.is_file():
             if required:
                 raise DataMissingError(f"{self.root} is not a run directory (no {CONFIG_FILE})")
             return None
         try:
-            data = yaml.load(self.config.read_text(), Loader=YAML_LOADER)
+            raw = self.config.read_bytes()
+            data = yaml.load(unseal(raw, self.config), Loader=YAML_LOADER)
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
+            seal_line = 1 if raw.startswith(SEAL_PREFIX) else 0  # lines are counted in the file, seal included
             raise DataFormatError(f"not valid YAML: {getattr(err, 'problem', err)}", self.config,
-                                  mark.line + 1 if mark is not None else None) from None
+                                  mark.line + 1 + seal_line if mark is not None else None) from None
         if not isinstance(data, dict):
             raise DataFormatError(f"expected a mapping at the top level, got {type(data).__name__}", self.config)
         return data
@@ -304,7 +307,7 @@ class RunDir:
         """Write ``config`` (plain data, see :func:`plain`) with its fingerprint; returns what was written."""
         out = plain({k: v for k, v in config.items() if k != "fingerprint"})
         out["fingerprint"] = fingerprint(out)
-        atomic_write(self.config, yaml.safe_dump(out, sort_keys=False).encode())
+        atomic_write(self.config, seal(yaml.safe_dump(out, sort_keys=False)))
         return out
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
