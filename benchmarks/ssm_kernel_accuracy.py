@@ -32,7 +32,8 @@ the GPU runs, so the order of the sums is the GPU's; the interpreter's products 
 multiply-adds as a GPU's are, except in the Cauchy kernels, which run unfused on a GPU too).
 
 ``--speed-against REV``: the numba kernels of this tree and of commit REV
-(``src/longrange/ops/ssm_kernels/_cpu_kernels.py`` as ``git show`` gives it), forward and backward,
+(``src/longrange/ops/ssm_kernels/_numba_kernels.py`` as ``git show`` gives it; ``_cpu_kernels.py``
+at commits before its rename), forward and backward,
 alternating call by call (the order reversed every other round) on the S4 test's Cauchy case and on
 an S4 layer's (4 vectors, 256 channels, 32 conjugate pairs, 2049 points) and S4D layer's shapes
 (256 channels, 32 modes, length 4096); prints the ratios of the fastest and of the median calls,
@@ -227,12 +228,22 @@ def markdown(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+#: Where the numba kernels of the SSM-kernel products are, and were before their rename.
+KERNEL_PATHS = ("src/longrange/ops/ssm_kernels/_numba_kernels.py", "src/longrange/ops/ssm_kernels/_cpu_kernels.py")
+
+
 def load_kernels_at(rev: str):
-    """The numba kernel module ``_cpu_kernels`` as it was at commit ``rev``, imported from a copy."""
+    """The numba kernel module ``_numba_kernels`` (formerly ``_cpu_kernels``) as it was at commit
+    ``rev``, imported from a copy."""
     root = Path(__file__).resolve().parent.parent
-    source = subprocess.run(["git", "show", f"{rev}:src/longrange/ops/ssm_kernels/_cpu_kernels.py"], cwd=root,
-                            check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / f"_cpu_kernels_{rev.replace('/', '_')}.py"
+    for kernel_path in KERNEL_PATHS:
+        shown = subprocess.run(["git", "show", f"{rev}:{kernel_path}"], cwd=root, capture_output=True, text=True)
+        if shown.returncode == 0:
+            source = shown.stdout
+            break
+    else:
+        raise RuntimeError(f"commit {rev}: none of {', '.join(KERNEL_PATHS)} ({shown.stderr.strip()})")
+    path = Path(tempfile.mkdtemp()) / f"_numba_kernels_{rev.replace('/', '_')}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
@@ -242,14 +253,14 @@ def load_kernels_at(rev: str):
 
 def kernel_calls(module, v: Tensor, z: Tensor, w: Tensor, a: Tensor, W: Tensor, L: int) -> dict[str, Callable[[], None]]:
     """Forward and backward of both products through ``module``'s kernels, with the arguments the
-    wrappers of :mod:`longrange.ops.ssm_kernels.cpu` give them (canonical layouts, float32)."""
-    from longrange.ops.ssm_kernels import cpu
+    wrappers of :mod:`longrange.ops.ssm_kernels.numba` give them (canonical layouts, float32)."""
+    from longrange.ops.ssm_kernels import numba as ssm_numba
 
     np_ = lambda t: t.detach().contiguous().numpy()  # noqa: E731
     parts = lambda t: (np_(t.real), np_(t.imag))  # noqa: E731
     J, R, N = v.shape
     K = z.shape[1]
-    block = cpu._points_per_task(R, K)
+    block = ssm_numba._points_per_task(R, K)
     blocks = -(-K // block)
     partial = torch.float64 if getattr(module, "PARTIAL_SUM_DTYPE", None) is not None else torch.float32
     out = [torch.empty(J, R, K).numpy() for _ in range(2)]
@@ -259,9 +270,9 @@ def kernel_calls(module, v: Tensor, z: Tensor, w: Tensor, a: Tensor, W: Tensor, 
     gz = [torch.empty(R, K).numpy() for _ in range(2)]
     cauchy_args = (*parts(v), *parts(z), *parts(w))
     Jw, Rw, M = W.shape
-    step = min(cpu.VANDERMONDE_BLOCK, L)
-    d, D = cpu._steps(a.real, a.imag, step)
-    groups = -(-Jw // cpu.VANDERMONDE_ROWS_PER_TASK)
+    step = min(ssm_numba.VANDERMONDE_BLOCK, L)
+    d, D = ssm_numba._steps(a.real, a.imag, step)
+    groups = -(-Jw // ssm_numba.VANDERMONDE_ROWS_PER_TASK)
     k_out = torch.empty(Jw, Rw, L).numpy()
     k_g = torch.randn(Jw, Rw, L).numpy()
     gW = [torch.empty(Jw, Rw, M).numpy() for _ in range(2)]
@@ -270,15 +281,15 @@ def kernel_calls(module, v: Tensor, z: Tensor, w: Tensor, a: Tensor, W: Tensor, 
     return {
         "cauchy forward": lambda: module.cauchy_forward(*cauchy_args, True, block, *out),
         "cauchy backward": lambda: module.cauchy_backward(*cauchy_args, *g, True, block, *gv, *gw, *gz),
-        "vandermonde forward": lambda: module.vandermonde_forward(*d, *D, *w_parts, cpu.VANDERMONDE_BLOCK,
-                                                                  cpu.VANDERMONDE_ROWS_PER_TASK, k_out),
-        "vandermonde backward": lambda: module.vandermonde_backward(*d, *D, *w_parts, k_g, cpu.VANDERMONDE_BLOCK,
-                                                                    cpu.VANDERMONDE_ROWS_PER_TASK, *gW, *ga),
+        "vandermonde forward": lambda: module.vandermonde_forward(*d, *D, *w_parts, ssm_numba.VANDERMONDE_BLOCK,
+                                                                  ssm_numba.VANDERMONDE_ROWS_PER_TASK, k_out),
+        "vandermonde backward": lambda: module.vandermonde_backward(*d, *D, *w_parts, k_g, ssm_numba.VANDERMONDE_BLOCK,
+                                                                    ssm_numba.VANDERMONDE_ROWS_PER_TASK, *gW, *ga),
     }
 
 
 def speed(rev: str, repeats: int) -> list[dict]:
-    from longrange.ops.ssm_kernels import _cpu_kernels as new
+    from longrange.ops.ssm_kernels import _numba_kernels as new
 
     old = load_kernels_at(rev)
     cplx = lambda *s: torch.complex(torch.randn(*s), torch.randn(*s))  # noqa: E731

@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
-    from longrange.ops.ssm_kernels.cpu import numba_available, warm_up
+    from longrange.ops.ssm_kernels.numba import numba_available, warm_up
 
     if device.type == "cpu" and numba_available():
         warm_up()

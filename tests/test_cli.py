@@ -86,3 +86,45 @@ def test_out_that_is_a_file_is_one_line_config_error(tmp_path, capsys, argv):
     err = _one_error_line(capsys, command)
     assert "is not a directory" in err and "--out" in err and str(file) in err
     assert file.read_text() == "keep me"
+
+
+def test_the_command_table_is_what_the_modules_register():
+    """``longrange --help`` reads COMMANDS instead of importing every command module: the table must
+    name each command of each module, with the module's own help line, in COMMAND_MODULES' order."""
+    import argparse
+    import importlib
+
+    from longrange.cli import COMMAND_MODULES, COMMANDS, CommandParser
+
+    registered = {}
+    for module in COMMAND_MODULES:
+        sub = CommandParser(prog="x").add_subparsers()
+        importlib.import_module(module).register(sub)
+        for action in sub._choices_actions:
+            registered[action.dest] = (module, action.help)
+    assert COMMANDS == registered
+    assert list(COMMANDS) == list(registered)
+    assert isinstance(sub, argparse._SubParsersAction)
+
+
+def test_help_imports_no_command_module_and_a_command_only_its_own():
+    import subprocess
+    import sys
+
+    code = ("import sys, contextlib, io\n"
+            "from longrange.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try: main(sys.argv[1:])\n"
+            "    except SystemExit: pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('torch', 'longrange.experiment', 'longrange.bench'))))")
+    out = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    out = subprocess.run([sys.executable, "-c", code, "presets"], capture_output=True, text=True, check=True).stdout
+    assert "longrange.experiment.cli" in out and "longrange.bench.cli" not in out
+
+
+def test_an_unknown_command_suggests_the_closest(capsys):
+    from longrange.cli import main
+
+    assert main(["comapre"]) == 2
+    assert "unknown command 'comapre' (did you mean 'compare'?)" in capsys.readouterr().err

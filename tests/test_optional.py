@@ -12,7 +12,7 @@ import torch
 
 from longrange import _optional
 from longrange.ops import conv as conv_mod
-from longrange.ops import conv_numba
+from longrange.ops.conv import numba as conv_numba
 from longrange.ops.scan import dispatch as scan_mod
 
 FAKE_NAMES = (

@@ -13,6 +13,9 @@ extensions. It runs the check cases (:class:`~longrange.ops.checking.Case`) of e
 first case of each row only. Any failure, or an exception raised by an implementation, or a
 dispatcher that reports (:mod:`longrange.ops.used`) another implementation than the one asked for,
 makes the exit code 1 and prints a line saying which setting avoids the failing implementation.
+The implementations come from the ops' dispatchers (the registry of :mod:`longrange.ops.dispatch`);
+a registered implementation that can run here but has no check case is named after the table
+(:func:`unchecked`).
 
 On CUDA, float32 runs without TF32 (PyTorch's ``allow_tf32`` settings are turned off during the
 check and restored), so that the float32 tolerance applies; TF32 is a precision choice, not a
@@ -59,6 +62,21 @@ class Row:
     @property
     def passed(self) -> bool:
         return not self.failures
+
+
+def unchecked(devices: Sequence[str]) -> list[tuple[str, str, str]]:
+    """``(op, implementation, device)`` for every implementation of a registered dispatcher
+    (:data:`longrange.ops.dispatch.DISPATCHERS`) that runs on one of ``devices`` here, its
+    reference aside, and that no case of :data:`FAMILIES` checks, in any dtype (a case checks the
+    ``(op, implementation)`` of its ``record``)."""
+    from longrange.ops.dispatch import DISPATCHERS
+
+    out = []
+    for device in devices:
+        covered = {case.record for case in cases([device], list(DTYPES.values())) if case.record is not None}
+        out += [(op, impl, device) for op, d in DISPATCHERS.items() for impl in d.available_impls(device)
+                if impl != d.reference and (op, impl) not in covered]
+    return out
 
 
 def cases(devices: Sequence[str], dtypes: Sequence[torch.dtype], quick: bool = False) -> list[Case]:
@@ -197,9 +215,13 @@ def check(devices: Sequence[str], dtypes: Sequence[torch.dtype], quick: bool = F
         rows = run_cases(cases(devices, dtypes, quick))
     print(format_table(rows), file=out)
     failures = format_failures(rows)
+    missing = unchecked(devices)
     seconds = time.perf_counter() - start
     n_failed = sum(not r.passed for r in rows)
     print(file=out)
+    if missing:
+        print("not checked (no check case in longrange.ops.check_cases): "
+              + ", ".join(f"{op} {impl} on {device}" for op, impl, device in missing) + "\n", file=out)
     if failures:
         print("\n".join(failures), file=out)
         print(f"\n{n_failed} of {len(rows)} checks FAILED ({seconds:.0f} s)", file=out)

@@ -6,6 +6,11 @@ its parsers and sets ``func`` (called with the parsed namespace, returning an ex
 Every subcommand parses its arguments intermixed: positionals (``FIELD=VALUE`` overrides, run
 directories, task names) may come before, between or after the options, e.g.
 ``longrange train --preset p train.lr=3e-4 --out runs/x model.d_model=64``.
+
+Start-up: :data:`COMMANDS` names each command, its module and its one-line help, so that
+``longrange --help`` imports no command module, and ``longrange COMMAND ...`` imports only the
+module of that command (the others are listed by name). A test checks the table against what the
+modules register.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from longrange.errors import LongrangeError, Preempted
 
 #: Modules that add subcommands, in the order they are listed in ``longrange --help``.
 COMMAND_MODULES: list[str] = [
+    "longrange.listing",
     "longrange.experiment.params_cli",
     "longrange.data.cli",
     "longrange.experiment.cli",
@@ -28,12 +34,43 @@ COMMAND_MODULES: list[str] = [
     "longrange.check",
 ]
 
+#: command -> (its module, its help line), in the order of ``longrange --help``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("longrange.listing", "everything registered (primitives, blocks, heads, objectives, tasks, ops), with "
+             "options and defaults"),
+    "params": ("longrange.experiment.params_cli", "parameter counts, in total and inside the sequence primitives "
+               "(default: the thesis' Table 3 models); --match finds the width that matches another model's count"),
+    "data": ("longrange.data.cli", "list, check, prepare and generate data sets"),
+    "train": ("longrange.experiment.cli", "train a model on a task from scratch (supervised)"),
+    "pretrain": ("longrange.experiment.cli", "self-pretrain on the task's own training inputs (causal or masked)"),
+    "finetune": ("longrange.experiment.cli", "finetune a pretrained run on the task's labels"),
+    "compare": ("longrange.experiment.cli", "scratch vs self-pretraining for one or more models over seeds, with a "
+                "report"),
+    "presets": ("longrange.experiment.cli", "list the built-in experiment presets"),
+    "demo": ("longrange.experiment.cli", "scratch vs causal SPT for a Transformer and a DLR on a generated associative "
+             "recall with 250 and 1,000 labels over 3 seeds, with the computed verdict and ranking; no data needed "
+             "(about 6 min on 2 CPU cores; `demo listops`: the ListOps demo, about 5 min)"),
+    "predict": ("longrange.inference_cli", "a finished run's predictions for new inputs in the task's file format"),
+    "evaluate": ("longrange.inference_cli", "a finished run's metrics on a split, at its own task options or at others"),
+    "extrapolate": ("longrange.inference_cli", "finished runs evaluated at several values of a task option (length "
+                    "extrapolation): a table and a plot"),
+    "bench": ("longrange.bench.cli", "measure training/inference speed and memory, scaling with length, generation "
+              "speed"),
+    "plan": ("longrange.bench.plan_cli", "plan a preset's training step on a GPU without one: memory, FLOPs, largest "
+             "batch, step time"),
+    "report": ("longrange.report.cli", "tables (mean ± 95%% CI over seeds) and plots from run directories"),
+    "info": ("longrange.info", "versions, devices, optional kernels, and which implementation each op runs where"),
+    "check": ("longrange.check", "check every implementation available here against its float64 reference, and "
+              "step == forward"),
+}
+
 
 #: Commands that continue where they stopped when run again (they have no ``--resume``), and how to say so.
 RESUMED_BY_RERUNNING = {
-    "compare": "run the same compare command again to continue (finished stages are reused, interrupted ones "
-               "resume from their last checkpoints)",
-    "demo": "run the demo again to continue (finished stages are reused, interrupted ones resume)",
+    "compare": "run the same compare command again to continue (finished stages are reused, an interrupted one "
+               "resumes from its checkpoint)",
+    "demo": "run the demo again to continue (finished stages are reused, an interrupted one resumes from its "
+            "checkpoint)",
 }
 
 
@@ -57,7 +94,10 @@ class CommandParser(argparse.ArgumentParser):
             self._intermixing = False
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = "all") -> argparse.ArgumentParser:
+    """The parser of ``longrange``. ``command``: the command whose module registers its real parser
+    (``"all"``: every module, as tests and documentation tools want them); the other commands get
+    a placeholder with their help line, enough for ``longrange --help`` and to be named."""
     from longrange import __version__
 
     parser = CommandParser(
@@ -66,13 +106,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"longrange {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    wanted = COMMAND_MODULES if command == "all" else [COMMANDS[command][0]] if command in COMMANDS else []
+    for module in wanted:
+        importlib.import_module(module).register(sub)
+    for name, (module, help_line) in COMMANDS.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=help_line)
+    # The order of --help: the table's.
+    sub._choices_actions.sort(key=lambda a: list(COMMANDS).index(a.dest) if a.dest in COMMANDS else len(COMMANDS))
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    """The command named in ``argv`` (its first word that is not an option), or None."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+        if word in ("-h", "--help", "--version"):
+            return None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command(argv)
+    if command is not None and command not in COMMANDS:
+        from longrange.typed import did_you_mean
+
+        print(f"longrange: error: unknown command {command!r}{did_you_mean(command, COMMANDS, quote=True)}; "
+              f"commands: {', '.join(COMMANDS)} (`longrange --help` says what each does)", file=sys.stderr)
+        return 2
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -81,14 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except Preempted as err:  # stopped on request, with a checkpoint: a status job scripts requeue on
         if args.command in RESUMED_BY_RERUNNING:
-            print(f"longrange {args.command}: stopped at step {err.step} of {err.total} of a stage, its checkpoint "
+            what = "interrupted" if err.interrupted else "stopped"
+            print(f"longrange {args.command}: {what} at step {err.step} of {err.total} of a stage, its checkpoint "
                   f"written; {RESUMED_BY_RERUNNING[args.command]}", file=sys.stderr)
         else:
             print(f"longrange {args.command}: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:  # Ctrl-C: what was running has already said what it kept; no traceback
-        how = RESUMED_BY_RERUNNING.get(args.command) or ("`--resume` continues from the last checkpoint"
-                                                         if args.command in ("train", "pretrain", "finetune") else "")
+    except KeyboardInterrupt:  # Ctrl-C outside training, or twice: what was running has said what it kept
+        how = RESUMED_BY_RERUNNING.get(args.command) or ("`--resume` continues from the last checkpoint, if one "
+                                                         "was written" if args.command in ("train", "pretrain",
+                                                                                           "finetune") else "")
         print(f"longrange {args.command}: interrupted" + (f"; {how}" if how else ""), file=sys.stderr)
         return 130
     except LongrangeError as err:  # user errors: one clear line, no traceback

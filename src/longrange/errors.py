@@ -52,12 +52,23 @@ class TrainingDivergedError(LongrangeError):
 
 
 class Preempted(LongrangeError):
-    """A run stopped on request (SIGTERM, SIGUSR1: a scheduler's preemption or time limit) after
-    writing a checkpoint; ``--resume`` continues it exactly. Exit status :attr:`exit_code`."""
+    """A run stopped on request (SIGTERM, SIGUSR1: a scheduler's preemption or time limit; SIGINT:
+    Ctrl-C) after writing a checkpoint; ``--resume`` continues it exactly. Exit status
+    :attr:`exit_code`."""
 
     #: The exit status of a preempted command (EX_TEMPFAIL: "try again"), for job scripts to requeue on.
-    exit_code = 75
+    PREEMPTED_EXIT = 75
+    #: The exit status after Ctrl-C (128 + SIGINT), as shells report an interrupted command.
+    INTERRUPTED_EXIT = 130
 
-    def __init__(self, step: int, total: int):
-        super().__init__(f"preempted at step {step} of {total}; `--resume` continues")
-        self.step, self.total = step, total
+    def __init__(self, step: int, total: int, signal: int | None = None):
+        import signal as signals
+
+        self.interrupted = signal == signals.SIGINT
+        what = "interrupted (Ctrl-C)" if self.interrupted else "preempted"
+        super().__init__(f"{what} at step {step} of {total}, its checkpoint written; `--resume` continues")
+        self.step, self.total, self.signal = step, total, signal
+
+    @property
+    def exit_code(self) -> int:
+        return self.INTERRUPTED_EXIT if self.interrupted else self.PREEMPTED_EXIT

@@ -4,12 +4,12 @@
 
     longrange info [--json]
 
-For every op with several implementations (the selective scan, the causal convolution, the
-Vandermonde and Cauchy products of the S4D, DLR and S4 kernels, FFT convolutions) and every
-available device, the table names the implementation that ``impl="auto"`` runs there, as decided
-by the ops' own ``auto_impl`` functions; for the SSM-kernel products it also lists every
-implementation that can run on each device. It ends by pointing to ``longrange check``, which verifies
-those implementations on the machine.
+For every op with several implementations (every dispatcher in the registry of
+:mod:`longrange.ops.dispatch`: the selective scan, the causal convolution, the Vandermonde and
+Cauchy products of the S4D, DLR and S4 kernels, ...) and every available device, the table names
+the implementation that ``impl="auto"`` runs there, as decided by the op's own dispatcher, and
+lists every implementation that can run on each device; FFT convolutions have one implementation.
+It ends by pointing to ``longrange check``, which verifies those implementations on the machine.
 """
 from __future__ import annotations
 
@@ -67,41 +67,42 @@ def devices() -> list[dict[str, Any]]:
     return rows
 
 
+#: Ops with one implementation, and what runs them.
+SINGLE_IMPLEMENTATION = {"fft_conv": "torch.fft"}
+
+
+def _auto_note(d, device: str) -> str:
+    """What ``impl="auto"`` of dispatcher ``d`` runs on ``device``, with the implementation's note
+    and, where it takes only some inputs, what runs on the others."""
+    auto = d.auto_impl(device)
+    spec = d.specs[auto]
+    text = f"{auto} ({spec.note})" if spec.note else auto
+    if spec.fits is not None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        others = [i for i in d.candidates(device, deterministic) if i != auto and d.specs[i].fits is None]
+        if others:
+            text += f", else {others[0]}"
+    return text
+
+
 def dispatch(device: str) -> dict[str, str]:
-    """Per op, the implementation ``impl="auto"`` runs on ``device`` (with the fallbacks in words)."""
-    from longrange.ops import conv, scan
-    from longrange.ops.ssm_kernels import auto_impl
+    """Per op (every registered dispatcher, then the ops of :data:`SINGLE_IMPLEMENTATION`), the
+    implementation ``impl="auto"`` runs on ``device`` (with the fallbacks in words)."""
+    from longrange.ops.dispatch import DISPATCHERS
 
-    scan_impl = scan.auto_impl(device)
-    scan_note = scan_impl
-    if scan_impl == "cuda":
-        other = scan.auto_impl(device, has_initial_state=True)
-        scan_note = f"cuda (mamba_ssm); {other} with an initial state or float64"
-    conv_impl = conv.auto_impl(device)
-    conv_note = {"cuda": "cuda (causal-conv1d) for widths 2-4, else torch",
-                 "numba": "numba (float32, float64), else torch"}.get(conv_impl, conv_impl)
-    return {
-        "selective_scan": scan_note,
-        "causal_conv1d": conv_note,
-        "S4D/DLR Vandermonde kernel": auto_impl("vandermonde", device),
-        "S4 Cauchy kernel": auto_impl("cauchy", device),
-        "fft_conv": "torch.fft",
-    }
+    return {**{op: _auto_note(d, device) for op, d in DISPATCHERS.items()}, **SINGLE_IMPLEMENTATION}
 
 
-def ssm_kernel_impls(device: str) -> dict[str, dict[str, Any]]:
-    """Per SSM-kernel product (``vandermonde``, ``cauchy``), on ``device``: the implementation
-    ``impl="auto"`` runs, every implementation that can run there (``available``, in auto's order
-    of preference) and those whose backward is deterministic."""
-    from longrange.ops import ssm_kernels
+def implementations(device: str) -> dict[str, dict[str, Any]]:
+    """Per registered op, on ``device``: the implementation ``impl="auto"`` runs, every
+    implementation that can run there (``available``, in auto's order of preference) and those
+    whose backward is deterministic."""
+    from longrange.ops.dispatch import DISPATCHERS
 
     return {
-        op: {
-            "auto": ssm_kernels.auto_impl(op, device),
-            "available": ssm_kernels.available_impls(op, device),
-            "deterministic_backward": [i for i in ssm_kernels.available_impls(op, device) if ssm_kernels.DETERMINISTIC_BACKWARD[op][i]],
-        }
-        for op in ssm_kernels.OPS
+        op: {"auto": d.auto_impl(device), "available": list(d.available_impls(device)),
+             "deterministic_backward": list(d.deterministic_impls(device))}
+        for op, d in DISPATCHERS.items()
     }
 
 
@@ -110,8 +111,8 @@ def info_table() -> dict[str, Any]:
     from longrange import _optional
     import longrange.ops.scan.numba as numba_scan
     import longrange.ops.scan.triton as triton_scan
-    from longrange.ops.ssm_kernels import cpu as ssm_cpu
-    from longrange.ops import conv_numba
+    from longrange.ops.conv import numba as conv_numba
+    from longrange.ops.ssm_kernels import numba as ssm_numba
     from longrange.ops.ssm_kernels import triton as ssm_triton
 
     optional = _optional.status()
@@ -122,8 +123,8 @@ def info_table() -> dict[str, Any]:
         **({"reason": triton_error} if triton_error else {}),
     }
     for name, module, label in (("scan_numba", numba_scan, "longrange.ops.scan.numba"),
-                                ("conv_numba", conv_numba, "longrange.ops.conv_numba"),
-                                ("ssm_kernels_numba", ssm_cpu, "longrange.ops.ssm_kernels.cpu")):
+                                ("conv_numba", conv_numba, "longrange.ops.conv.numba"),
+                                ("ssm_kernels_numba", ssm_numba, "longrange.ops.ssm_kernels.numba")):
         ok = module.numba_available()
         optional[name] = {
             "installed": _optional.version("numba") is not None, "version": _optional.version("numba"),
@@ -142,7 +143,7 @@ def info_table() -> dict[str, Any]:
         "optional": optional,
         "devices": devs,
         "dispatch": {d["device"]: dispatch(d["device"]) for d in devs},
-        "ssm_kernels": {d["device"]: ssm_kernel_impls(d["device"]) for d in devs},
+        "implementations": {d["device"]: implementations(d["device"]) for d in devs},
     }
 
 
@@ -170,12 +171,12 @@ def format_info(table: dict[str, Any]) -> str:
     devs = list(table["dispatch"])
     ops = list(next(iter(table["dispatch"].values())))
     parts.append(_table(["op", *devs], [[op, *(table["dispatch"][d][op] for d in devs)] for op in ops]))
-    parts += ["", "SSM-kernel implementations that can run here (impl=...; auto's choice first; * marks a non-deterministic backward)"]
+    parts += ["", "implementations that can run here (impl=...; auto's choice first; * marks a non-deterministic backward)"]
     rows = []
-    for op in next(iter(table["ssm_kernels"].values())):
+    for op in next(iter(table["implementations"].values())):
         cells = []
         for d in devs:
-            st = table["ssm_kernels"][d][op]
+            st = table["implementations"][d][op]
             names = [st["auto"]] + [i for i in st["available"] if i != st["auto"]]
             cells.append(", ".join(i if i in st["deterministic_backward"] else f"{i}*" for i in names))
         rows.append([op, *cells])

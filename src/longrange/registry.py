@@ -14,10 +14,18 @@ in the module that defines the class; importing that module is what registers it
 A registry reads like a mapping from names to entries: ``name in PRIMITIVES``, ``list(PRIMITIVES)``
 (the names, sorted), ``PRIMITIVES[name]``.
 
-Your own extensions: import your module before building, e.g. ``import mypkg.layers``. The command
-line (and every worker process it starts) imports the modules named in the environment variable
-:data:`PLUGINS_ENV`, ``LONGRANGE_PLUGINS=mypkg.layers,mypkg.tasks``, at the first lookup in any
-registry.
+Your own extensions: import your module before building, e.g. ``import mypkg.layers``. At the
+first lookup in any registry, the command line (and every worker process it starts) imports
+
+* the modules that installed packages declare as entry points of the group :data:`ENTRY_POINT_GROUP`
+  (``longrange.plugins``): a plugin package installed once is found by every command, e.g. in its
+  ``pyproject.toml``::
+
+      [project.entry-points."longrange.plugins"]
+      mypkg = "mypkg.layers"
+
+* and the modules named in the environment variable :data:`PLUGINS_ENV`,
+  ``LONGRANGE_PLUGINS=mypkg.layers,mypkg.tasks`` (for code that is not installed).
 """
 from __future__ import annotations
 
@@ -34,19 +42,47 @@ T = TypeVar("T")
 
 #: Environment variable naming modules (comma-separated) imported at the first registry lookup.
 PLUGINS_ENV = "LONGRANGE_PLUGINS"
+#: The entry-point group whose modules are imported at the first registry lookup.
+ENTRY_POINT_GROUP = "longrange.plugins"
 #: What an unknown name's error adds: how a name of one's own is registered.
-PLUGIN_HINT = (f"a name of your own is registered by importing its module: {PLUGINS_ENV}=mypkg.module on the "
-               "command line (see docs/extending.md)")
+PLUGIN_HINT = (f"a name of your own is registered by importing its module: an installed package's "
+               f"'{ENTRY_POINT_GROUP}' entry point, or {PLUGINS_ENV}=mypkg.module on the command line "
+               "(see docs/extending.md)")
 
 _plugins_loaded: set[str] = set()
+_entry_points_loaded = False
+
+
+def load_entry_points() -> list[str]:
+    """Import, once per process, the modules of the installed packages' ``longrange.plugins`` entry
+    points; returns the entry points' names. One that fails to import is a ConfigError naming it,
+    its module and its distribution."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return []
+    _entry_points_loaded = True  # before importing: a plugin's own lookups must not re-enter
+    import importlib.metadata
+
+    loaded = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
+        try:
+            ep.load()
+        except Exception as err:
+            raise ConfigError(f"the {ENTRY_POINT_GROUP} entry point {ep.name!r} of {dist} ({ep.value}) failed to "
+                              f"import: {type(err).__name__}: {err}") from err
+        loaded.append(ep.name)
+    return loaded
 
 
 def load_plugins() -> list[str]:
-    """Import the modules named in ``$LONGRANGE_PLUGINS`` that are not imported yet; returns their names.
+    """Import the installed plugins (:func:`load_entry_points`) and the modules named in
+    ``$LONGRANGE_PLUGINS`` that are not imported yet; returns the names of the latter.
 
     A name that is not an importable module is a ConfigError; an error raised while importing an
     existing module propagates unchanged.
     """
+    load_entry_points()
     names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").replace(";", ",").split(",") if n.strip()]
     new = [n for n in names if n not in _plugins_loaded]
     for name in new:

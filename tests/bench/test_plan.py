@@ -225,6 +225,26 @@ def test_plan_command_writes_the_json_the_gpu_session_reads(tmp_path, capsys):
            "(source: NVIDIA L4 Tensor Core GPU Datasheet" in text  # the figures the bound uses, with their source
 
 
+def test_the_plan_says_the_runs_total_time_from_its_steps(capsys):
+    """steps x the step's bound: train.max_steps; else epochs x items // batch, the items a generated
+    task's n_train after train_subset, or given (--items) for data read from files."""
+    recall = resolve("demo/recall/dlr")
+    assert P.planned_steps(recall) == (1000, "train.max_steps")
+    by_epochs = resolve("demo/recall/dlr", overrides=["train.max_steps=0", "train.epochs=3", "task.train_subset=1000"])
+    assert P.planned_steps(by_epochs) == (3 * (1000 // 32), "3 epochs x 31 steps (task.train_subset 1000, batch 32)")
+    files = resolve("demo/s4d")  # ListOps epochs over a training set not counted here
+    steps, how = P.planned_steps(files)
+    assert steps is None and "--items N" in how
+    cfg = files.train_config("train")
+    assert P.planned_steps(files, items=800)[0] == cfg.epochs * (800 // cfg.batch_size)
+    plan = plan_stage(recall, find_gpu("l4"), find_max_batch=False)
+    assert plan.steps == 1000 and plan.run_time_lower_bound_s == pytest.approx(1000 * plan.step_time_lower_bound_s)
+    assert cli_main(["plan", "demo/recall/dlr", "--gpu", "l4"]) == 0
+    assert "  run time         >= " in capsys.readouterr().out
+    assert cli_main(["plan", "demo/s4d", "--gpu", "l4"]) == 0
+    assert "  run time         not counted: 30 epochs of a training set whose size" in capsys.readouterr().out
+
+
 def test_plan_command_takes_a_yaml_file_and_overrides_as_params_does(tmp_path, capsys):
     path = tmp_path / "mine.yaml"
     path.write_text("base: demo/transformer\nlabel: mine\ntrain: {batch_size: 8}\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from longrange.ops.ssm_kernels import cpu
+from longrange.ops.ssm_kernels import numba as ssm_numba
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ssm_kernels.py"
 
@@ -22,7 +22,7 @@ def _module():
 
 
 @pytest.mark.parametrize("isolate", [False, True])
-@pytest.mark.skipif(not cpu.numba_available(), reason="numba does not import")
+@pytest.mark.skipif(not ssm_numba.numba_available(), reason="numba does not import")
 def test_ssm_kernels_script_runs(tmp_path, capsys, isolate):
     module = _module()
     out = tmp_path / "ssm.json"

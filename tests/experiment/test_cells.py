@@ -58,7 +58,7 @@ def test_compare_plans_a_sweep_and_prints_each_cells_size(tmp_path, capsys):
                  "--dry-run", "--seeds", "0", "--data-dir", str(tmp_path / "d"), "model.d_model=32,64"]) == 0
     out = capsys.readouterr().out
     for label in ("S4D-d_model-32", "S4D-d_model-64", "Transformer-d_model-32", "Transformer-d_model-64"):
-        assert f"  listops/{label}/scratch/seed0  [train]" in out
+        assert f"  listops/{label}/scratch/seed0  [train; 30 epochs, lr 0.002 (cosine), batch 32]" in out
     sizes = {d: {p: int(model_size(c.exp)["total"]) for p, c in zip(("s4d", "tr"), named_cells(
         ["demo/s4d", "demo/transformer"], [], [f"model.d_model={d}"]))} for d in (32, 64)}
     assert (f"parameters: S4D (d_model=32) {sizes[32]['s4d']:,}, S4D (d_model=64) {sizes[64]['s4d']:,}, "
@@ -81,7 +81,9 @@ def test_match_params_adjusts_each_width_to_the_first(tmp_path, capsys):
     assert f"parameters: Transformer {target:,}, S4D {matched:,}" in out
     assert main(["compare", "--preset", "demo/transformer", "--preset", "demo/s4d", "--out", str(tmp_path / "o"),
                  "--dry-run", "--match-params", "model.d_model=32,64"]) == 1
-    assert "--match-params sets model.d_model of each model; it cannot also be swept" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--match-params sets model.d_model of every model after the first" in err
+    assert "sweep another field (e.g. model.n_layers=2,4" in err
 
 
 def test_a_sweep_runs_each_cell_in_one_report_reused_and_resumed_like_any_stage(tmp_path, capsys):

@@ -174,7 +174,7 @@ def test_train_on_sigterm_exits_75_with_the_preemption_line_and_continue_resumes
         m.setattr(Trainer, "_step", signalled)
         assert main(["train", "--config", config, "--out", str(run)]) == 75
     err = capsys.readouterr().err
-    assert "longrange train: preempted at step 2 of 4; `--resume` continues" in err
+    assert "longrange train: preempted at step 2 of 4, its checkpoint written; `--resume` continues" in err
     assert not (run / ".lock").exists() and not (run / "summary.json").exists()
     assert main(["train", "--config", config, "--out", str(run), "--continue"]) == 0  # as a requeued job script does
     assert json.loads((run / "summary.json").read_text())["steps"] == 4

@@ -68,7 +68,7 @@ def test_ctrl_c_ends_compare_with_its_message_and_no_traceback(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.strip() == ("longrange compare: interrupted; run the same compare command again to continue (finished "
-                           "stages are reused, interrupted ones resume from their last checkpoints)")
+                           "stages are reused, an interrupted one resumes from its checkpoint)")
     assert "--resume" not in err  # compare has no --resume
 
 
@@ -89,10 +89,21 @@ def test_a_stopped_compare_stage_says_compare_resumes_it(tmp_path, monkeypatch, 
     assert "--resume" not in err
     # a preempted compare in process: the same advice, not --resume
     monkeypatch.setattr(compare_module, "compare", stopped)
-    assert main(["compare", "--preset", "demo/s4d", "--out", str(tmp_path / "out")]) == Preempted.exit_code
+    assert main(["compare", "--preset", "demo/s4d", "--out", str(tmp_path / "out")]) == Preempted.PREEMPTED_EXIT
     err = capsys.readouterr().err
     assert "stopped at step 12 of 300 of a stage" in err and "run the same compare command again" in err
     assert "--resume" not in err
+    # Ctrl-C in process: the stage checkpoints, the command says it was interrupted, exit 130
+    import signal
+
+    def interrupted(*args, **kwargs):
+        raise Preempted(12, 300, signal=signal.SIGINT)
+
+    monkeypatch.setattr(compare_module, "compare", interrupted)
+    assert main(["compare", "--preset", "demo/s4d", "--out", str(tmp_path / "out")]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("longrange compare: interrupted at step 12 of 300 of a stage, its checkpoint written; run the "
+                          "same compare command again") and "Traceback" not in err
 
 
 def test_a_new_run_on_a_finished_run_says_it_is_finished(tmp_path):
@@ -204,7 +215,7 @@ def test_presets_are_grouped_labelled_and_short(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out.splitlines()
     heads = [line for line in out if line and not line.startswith(" ")]
-    assert heads[0].startswith("demo/ (6 presets): the settings of `longrange demo`")
+    assert heads[0].startswith("demo/ (13 presets): the settings of `longrange demo`")
     assert "spt/ (" in "".join(heads) and any("Amos, Berant & Gupta, Never Train from Scratch (ICLR 2024)" in h for h in heads)
     rows = [line for line in out if line.startswith("  ")]
     assert all(len(line) <= 160 for line in out) and "github" not in "\n".join(rows).lower()

@@ -466,8 +466,10 @@ def test_params_command_counts_presets_without_data(tmp_path, monkeypatch, pythi
         assert cli_main(["params", "--preset", "spt/image/transformer", "--preset", "spt/pathfinder/transformer",
                          "--preset", "thesis/scifar/mamba-s4d"]) == 0
     table = out.getvalue()
-    assert table.splitlines()[0] == "| model | total | in primitives | % in primitives | architecture |"
+    assert table.splitlines()[0] == "| model | total | in primitives | % in primitives | state | architecture |"
     assert "| spt/image/transformer | 249.1k |" in table and "| spt/pathfinder/transformer | 26.7k |" in table
+    # Bidirectional models do not generate: no state; a causal one carries its state at the task's length.
+    assert "| 13% | - | transformer-attention bidirectional L=1" in table
     assert "| transformer-attention bidirectional L=1 d=128 heads=8 |" in table
     assert "| thesis/scifar/mamba-s4d | 563." in table  # Table 3: 564k
     # Text's vocabulary comes from its data: --vocab gives it, and without either the error names the files.

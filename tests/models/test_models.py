@@ -56,6 +56,18 @@ CAUSAL_CONFIGS = {
     "simple-s4-v1": small(block="simple", primitive="s4", output_glu=False, primitive_options={"n_ssm_A": 1, "tie_pq": False}),
     "simple-s4-tied-softplus": small(block="simple", primitive="s4", primitive_options={"n_ssm": 2, "dt_transform": "softplus"}),
     "simple-s4d-softplus": small(block="simple", primitive="s4d", primitive_options={"dt_transform": "softplus"}),
+    # The matrix-state mixers, whole layers in residual blocks (chunks of 4: the 12 steps cross chunks).
+    "residual-mamba2": small(block="residual", primitive="mamba2", mlp="none",
+                             primitive_options={"headdim": 4, "chunk_size": 4}),
+    "residual-mamba2-groups": small(block="residual", primitive="mamba2", mlp="gelu",
+                                    primitive_options={"headdim": 4, "ngroups": 2, "chunk_size": 5}),
+    "residual-mamba3": small(block="residual", primitive="mamba3", mlp="none",
+                             primitive_options={"headdim": 4, "chunk_size": 4}),
+    "residual-gla": small(block="residual", primitive="gla", primitive_options={"chunk_size": 4}),
+    "residual-gla-conv": small(block="residual", primitive="gla", primitive_options={"chunk_size": 4, "use_short_conv": True}),
+    "residual-deltanet": small(block="residual", primitive="deltanet", primitive_options={"chunk_size": 4}),
+    "residual-gated-deltanet": small(block="residual", primitive="gated-deltanet", primitive_options={"chunk_size": 4}),
+    "simple-gated-deltanet": small(block="simple", primitive="gated-deltanet", primitive_options={"chunk_size": 4}),
 }
 
 BIDIRECTIONAL_CONFIGS = {
@@ -68,6 +80,15 @@ BIDIRECTIONAL_CONFIGS = {
     "transformer-bi": small(block="transformer", primitive="attention", direction="bidirectional"),
     "transformer-window-bi": small(block="transformer", primitive="attention", direction="bidirectional", attn_window=2),
     "simple-s4-tied-bi": small(block="simple", primitive="s4", direction="bidirectional", primitive_options={"n_ssm": 1}),
+    "residual-mamba2-bi": small(block="residual", primitive="mamba2", direction="bidirectional", mlp="none",
+                                primitive_options={"headdim": 4, "chunk_size": 4}),
+    "residual-mamba3-bi": small(block="residual", primitive="mamba3", direction="bidirectional", mlp="none",
+                                primitive_options={"headdim": 4, "chunk_size": 4}),
+    "residual-gla-bi": small(block="residual", primitive="gla", direction="bidirectional", primitive_options={"chunk_size": 4}),
+    "residual-deltanet-bi": small(block="residual", primitive="deltanet", direction="bidirectional",
+                                  primitive_options={"chunk_size": 4}),
+    "residual-gated-deltanet-bi": small(block="residual", primitive="gated-deltanet", direction="bidirectional",
+                                        primitive_options={"chunk_size": 4}),
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from longrange.ops import conv_numba
+from longrange.ops.conv import numba as conv_numba
 from longrange.ops.conv import auto_impl, available_impls, causal_conv1d, causal_conv1d_ref, causal_conv1d_update
 
 F64 = dict(dtype=torch.float64)
@@ -227,7 +227,7 @@ def test_numba_refuses_other_dtypes_and_devices():
 
 @numba_only
 def test_warm_up_loads_both_dtypes():
-    from longrange.ops import _conv_numba_kernels as kernels
+    from longrange.ops.conv import _numba_kernels as kernels
 
     conv_numba.warm_up()
     for kernel in (kernels.conv_forward, kernels.conv_backward):

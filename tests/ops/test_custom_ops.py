@@ -10,12 +10,14 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from longrange.ops import conv_numba, custom_ops, used
+from longrange.ops import custom_ops, used
+from longrange.ops.conv import numba as conv_numba
 from longrange.ops.scan import numba as scan_numba
 from longrange.ops.scan import selective_scan
-from longrange.ops.ssm_kernels import cauchy, cpu, vandermonde_kernel
+from longrange.ops.ssm_kernels import cauchy, vandermonde_kernel
+from longrange.ops.ssm_kernels import numba as ssm_numba
 
-numba_only = pytest.mark.skipif(not cpu.numba_available(), reason="numba does not import")
+numba_only = pytest.mark.skipif(not ssm_numba.numba_available(), reason="numba does not import")
 F32, F64 = torch.float32, torch.float64
 
 
@@ -133,9 +135,9 @@ def test_opcheck_conv_numba(silu, with_bias):
 
 @numba_only
 def test_opcheck_vandermonde_and_cauchy_numba():
-    _opcheck(cpu._vandermonde_op, vandermonde_args())
+    _opcheck(ssm_numba._vandermonde_op, vandermonde_args())
     for conj_pairs in (False, True):
-        _opcheck(cpu._cauchy_op, cauchy_args(conj_pairs))
+        _opcheck(ssm_numba._cauchy_op, cauchy_args(conj_pairs))
 
 
 @pytest.mark.parametrize("layout, optional", [("shared", True), ("time-invariant", False)])
@@ -171,10 +173,10 @@ def test_opcheck_numba_backward_operators(monkeypatch):
     tensors = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
     out, last, states = scan_numba._scan_cl_op(*tensors)
     _opcheck(scan_numba._scan_cl_backward_op, [*tensors[:7], states, torch.ones_like(out), torch.ones_like(last), *tensors[8:]])
-    tensors, grads, _ = _backward_args(cpu._vandermonde_op, vandermonde_args())
-    _opcheck(cpu._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
-    tensors, grads, _ = _backward_args(cpu._cauchy_op, cauchy_args(True))
-    _opcheck(cpu._cauchy_backward_op, tensors[:6] + grads + tensors[6:])
+    tensors, grads, _ = _backward_args(ssm_numba._vandermonde_op, vandermonde_args())
+    _opcheck(ssm_numba._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
+    tensors, grads, _ = _backward_args(ssm_numba._cauchy_op, cauchy_args(True))
+    _opcheck(ssm_numba._cauchy_backward_op, tensors[:6] + grads + tensors[6:])
 
 
 def test_opcheck_triton_backward_operators(interpreter):

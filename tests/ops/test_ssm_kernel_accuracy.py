@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from longrange.ops.ssm_kernels import cpu
+from longrange.ops.ssm_kernels import numba as ssm_numba
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ssm_kernel_accuracy.py"
 ERRORS = {"cauchy": ("out", "dv", "dw", "dz"), "vandermonde": ("out", "dv", "dx")}
@@ -41,7 +41,7 @@ def _assert_as_accurate(rows: dict[str, dict], impl: str, op: str, factor: float
             assert rows[impl][key] <= factor * direct[key], f"{impl} {key}: {rows[impl][key]:.3g} > {factor} x {direct[key]:.3g}"
 
 
-@pytest.mark.skipif(not cpu.numba_available(), reason="numba does not import")
+@pytest.mark.skipif(not ssm_numba.numba_available(), reason="numba does not import")
 @pytest.mark.parametrize("case, N, L", [("cauchy", 128, 8192), ("vandermonde", 256, 4096), ("vandermonde-long", 64, 16384)])
 def test_numba_kernels_are_at_least_as_accurate_as_the_direct_sum(script, case, N, L):
     rows = _rows(script, case, ["numba"], N, L)
@@ -89,7 +89,7 @@ def test_triton_cauchy_is_at_least_as_accurate_as_the_direct_sum(script, triton_
 
 
 def test_the_script_prints_its_tables(script, capsys, tmp_path):
-    if not cpu.numba_available():
+    if not ssm_numba.numba_available():
         pytest.skip("numba does not import")
     out = tmp_path / "accuracy.json"
     threads = torch.get_num_threads()

@@ -12,7 +12,8 @@ from longrange.layers.dlr import DLR
 from longrange.layers.s4 import S4
 from longrange.layers.s4d import S4D
 from longrange.ops import ssm_kernels, used
-from longrange.ops.ssm_kernels import cpu, dispatch, keops
+from longrange.ops.ssm_kernels import dispatch, keops
+from longrange.ops.ssm_kernels import numba as ssm_numba
 from longrange.ops.ssm_kernels import triton as ssm_triton
 
 from ssm_kernel_cases import cauchy_inputs, vandermonde_inputs  # noqa: E402 - a helper module next to this file
@@ -30,8 +31,8 @@ def _call(op: str, impl: str | None = None, device="cpu"):
 
 @pytest.fixture
 def no_numba(monkeypatch):
-    monkeypatch.setattr(cpu._KERNELS, "module", None)
-    monkeypatch.setattr(cpu._KERNELS, "error", "ImportError: No module named 'numba'")
+    monkeypatch.setattr(ssm_numba._KERNELS, "module", None)
+    monkeypatch.setattr(ssm_numba._KERNELS, "error", "ImportError: No module named 'numba'")
 
 
 @pytest.fixture
@@ -48,10 +49,10 @@ def no_triton(monkeypatch):
 @pytest.mark.parametrize("op", OPS)
 def test_auto_on_cpu_is_numba_else_chunked(op, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter is never chosen automatically
-    if cpu.numba_available():
+    if ssm_numba.numba_available():
         assert ssm_kernels.auto_impl(op, "cpu") == "numba"
-    monkeypatch.setattr(cpu._KERNELS, "module", None)
-    monkeypatch.setattr(cpu._KERNELS, "error", "ImportError: no numba")
+    monkeypatch.setattr(ssm_numba._KERNELS, "module", None)
+    monkeypatch.setattr(ssm_numba._KERNELS, "error", "ImportError: no numba")
     assert ssm_kernels.auto_impl(op, "cpu") == "chunked"
     assert "numba" not in ssm_kernels.available_impls(op, "cpu")
 
@@ -85,7 +86,7 @@ def test_auto_on_meta_is_the_gpus_kernel_by_its_fake_implementation(no_triton):
 
 def test_available_impls_on_the_functions_and_in_the_table(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    expected = ["triton"] * (ssm_triton._kernel_module() is not None) + ["numba"] * cpu.numba_available() + ["chunked", "ref"]
+    expected = ["triton"] * (ssm_triton._kernel_module() is not None) + ["numba"] * ssm_numba.numba_available() + ["chunked", "ref"]
     assert ssm_kernels.vandermonde_kernel.available_impls("cpu") == expected
     assert ssm_kernels.available_impls("vandermonde", "cpu") == expected
     assert ssm_kernels.cauchy.available_impls("cpu") == expected
@@ -117,9 +118,9 @@ def test_pykeops_is_not_a_vandermonde_impl():
 @pytest.mark.parametrize("op", OPS)
 def test_forced_impl_that_cannot_run_here_says_why(op, monkeypatch, no_numba, no_triton):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    with pytest.raises(RuntimeError, match=r"impl='numba' cannot run on cpu: numba does not import .*available here: chunked, ref"):
+    with pytest.raises(RuntimeError, match=r"impl='numba' needs the numba package, which does not import .*available here: chunked, ref"):
         _call(op, "numba")
-    with pytest.raises(RuntimeError, match="impl='triton' cannot run on cpu: triton does not import"):
+    with pytest.raises(RuntimeError, match="impl='triton' needs the triton package, which does not import"):
         _call(op, "triton")
     with pytest.raises(RuntimeError, match="impl='numba' cannot run on meta: it runs on CPU tensors only"):
         _call(op, "numba", device="meta")
@@ -198,7 +199,7 @@ def test_every_implementation_states_its_backward():
 
 @pytest.mark.parametrize("op", OPS)
 def test_deterministic_mode_keeps_auto_off_non_deterministic_backwards(op, monkeypatch, deterministic):
-    if not cpu.numba_available():
+    if not ssm_numba.numba_available():
         pytest.skip("numba does not import")
     assert ssm_kernels.auto_impl(op, "cpu") == "numba"  # deterministic: allowed
     monkeypatch.setitem(ssm_kernels.DETERMINISTIC_BACKWARD[op], "numba", False)
@@ -206,13 +207,13 @@ def test_deterministic_mode_keeps_auto_off_non_deterministic_backwards(op, monke
     used.reset()
     _call(op)
     assert used.kernels() == {op: "chunked"}
-    with pytest.raises(RuntimeError, match=r"impl='numba' has a non-deterministic backward .* deterministic implementations here: chunked, ref"):
+    with pytest.raises(RuntimeError, match=r"impl='numba' has a non-deterministic backward .* deterministic implementations 'chunked', 'ref'"):
         _call(op, "numba")
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_non_deterministic_backward_is_fine_outside_deterministic_mode(op, monkeypatch):
-    if not cpu.numba_available():
+    if not ssm_numba.numba_available():
         pytest.skip("numba does not import")
     assert not torch.are_deterministic_algorithms_enabled()
     monkeypatch.setitem(ssm_kernels.DETERMINISTIC_BACKWARD[op], "numba", False)
@@ -277,16 +278,16 @@ def test_the_package_keeps_every_former_public_name():
 
 
 def test_implementations_import_the_shared_module_not_each_other():
-    """reference, chunked, cpu, triton and keops import only common (and reference for the chunked
+    """reference, chunked, numba, triton and keops import only common (and reference for the chunked
     Cauchy sum); none imports another's private names."""
     package = Path(ssm_kernels.__file__).parent
-    variants = {"reference", "chunked", "cpu", "triton", "keops"}
+    variants = {"reference", "chunked", "numba", "triton", "keops"}
     for name in variants:
         tree = ast.parse((package / f"{name}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("longrange.ops.ssm_kernels"):
                 target = node.module.rsplit(".", 1)[-1]
-                if target in ("ssm_kernels", f"_{name}_kernels", "_cpu_kernels", "_triton_kernels"):
+                if target in ("ssm_kernels", f"_{name}_kernels", "_numba_kernels", "_triton_kernels"):
                     continue  # the module's own compiled kernels (imported lazily)
                 assert target in ("common", "reference") and not (target == "reference" and name != "chunked"), (name, target)
                 assert not any(alias.name.startswith("_") for alias in node.names), (name, target)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from longrange.ops.ssm_kernels import cpu, diag_ssm_kernel, diag_ssm_kernel_ref, dplr_ssm_kernel, dplr_ssm_kernel_ref
+from longrange.ops.ssm_kernels import diag_ssm_kernel, diag_ssm_kernel_ref, dplr_ssm_kernel, dplr_ssm_kernel_ref
+from longrange.ops.ssm_kernels import numba as ssm_numba
 from longrange.ops.ssm_kernels.dispatch import cauchy, vandermonde_kernel
 
 import ssm_kernel_cases as cases  # noqa: E402 - a helper module next to this file
 
-pytestmark = pytest.mark.skipif(not cpu.numba_available(), reason=f"numba does not import: {cpu.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(not ssm_numba.numba_available(), reason=f"numba does not import: {ssm_numba.unavailable_reason()}")
 F64, F32 = torch.float64, torch.float32
 
 
@@ -144,9 +145,9 @@ def test_dplr_ssm_kernel_numba(rank, channels, L, conj_pairs, dtype):
 
 
 def test_numba_missing_gives_a_clear_error(monkeypatch):
-    monkeypatch.setattr(cpu._KERNELS, "module", None)
-    monkeypatch.setattr(cpu._KERNELS, "error", "ImportError: No module named 'numba'")
+    monkeypatch.setattr(ssm_numba._KERNELS, "module", None)
+    monkeypatch.setattr(ssm_numba._KERNELS, "error", "ImportError: No module named 'numba'")
     a, W = cases.vandermonde_inputs(2, 3)
     with pytest.raises(RuntimeError, match="needs the numba package"):
-        cpu.vandermonde_numba(a, W, 5)
-    assert not cpu.numba_available()
+        ssm_numba.vandermonde_numba(a, W, 5)
+    assert not ssm_numba.numba_available()

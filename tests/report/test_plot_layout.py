@@ -144,6 +144,11 @@ def test_sweep_plot_at_a_large_grid_never_overlaps(tmp_path, monkeypatch):
     assert sweep_plot(split_by_subset(collect_runs([tmp_path], warn=lambda m: None)), tmp_path / "sweep.png")
     assert len(seen["fig"].legends) == 1
     assert_legible(seen["fig"])
+    # A tick at each training fraction (0.1, 0.3, 1), none between them (no 2x10^-1, 4x10^-1, ...).
+    ax = next(ax for ax in seen["fig"].axes if ax.get_visible())
+    assert [t.get_loc() for t in ax.xaxis.get_major_ticks() if t.label1.get_text()] == [0.1, 0.3, 1.0]
+    assert [t.label1.get_text() for t in ax.xaxis.get_major_ticks()] == ["0.1", "0.3", "1"]
+    assert not ax.xaxis.get_minor_ticks() or not any(t.label1.get_text() for t in ax.xaxis.get_minor_ticks())
 
 
 def _closed_figures(monkeypatch) -> list:

@@ -95,3 +95,12 @@ def test_drawn_figure_uses_distinct_styles_clipped_bands_and_row_names(tmp_path,
     assert seen["bands"] and all((ys <= 100.0 + 1e-9).all() and (ys >= -1e-9).all() for ys in seen["bands"])
     assert P.scratch_vs_spt_bars(aggregate(runs), tmp_path / "bars.png").is_file()
     assert sorted(seen["ticks"]) == sorted(f"{r} (n=3)" for r in rows)
+
+
+def test_regime_words_keep_inner_parentheses():
+    from longrange.report.plots import regime_words
+
+    assert regime_words("causal-spt-all") == "causal SPT (all inputs)"
+    assert regime_words("scratch-matched") == "scratch, matched compute"
+    assert regime_words("scratch") == "scratch"
+    assert regime_words("masked-spt") == "masked SPT"

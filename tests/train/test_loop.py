@@ -139,8 +139,16 @@ def test_run_directory_guards(tmp_path):
 
 
 def test_bad_inputs_are_clear_errors(tmp_path):
-    with pytest.raises(ConfigError, match="batch_size 64 is larger than the training set \\(48 items\\)"):
+    with pytest.raises(ConfigError, match="batch_size 64 is larger than the training set \\(48 items\\): no complete "
+                                          "batch; lower train.batch_size"):
         _trainer(tmp_path, cfg={"batch_size": 64})
+    from torch.utils.data import Subset
+
+    from longrange.data.batch import collate
+    from longrange.train.sampler import BatchPlan
+
+    with pytest.raises(ConfigError, match=r"\(2 items\): task.train_subset kept 2 of its 20 items; raise task.train_subset"):
+        BatchPlan(Subset(list(range(20)), [3, 7]), collate, batch_size=32)
     with pytest.raises(ConfigError, match="unknown field.*train.bach_size.*did you mean batch_size"):
         _trainer(tmp_path, cfg={"bach_size": 4})
 

@@ -81,7 +81,7 @@ def test_sigterm_mid_epoch_checkpoints_and_resume_matches_an_uninterrupted_run(t
     code, err = _finish(p_stopped)
     assert code == 75, err
     assert "received SIGTERM: stopping after this step with a checkpoint" in err
-    assert "preempted at step 7 of 18; `--resume` continues" in err
+    assert "preempted at step 7 of 18, its checkpoint written; `--resume` continues" in err
     assert load_checkpoint(stopped / "checkpoints" / "last.pt")["trainer"]["step"] == 7
     assert not (stopped / ".lock").exists()
     code, err = _finish(p_whole)
@@ -107,3 +107,22 @@ def test_sigusr1_stops_too_and_a_second_signal_stops_at_once(tmp_path):
     last = tmp_path / "twice" / "checkpoints" / "last.pt"
     assert load_checkpoint(last)["trainer"]["step"] == 4  # the periodic checkpoint before; none at step 5
     assert not (tmp_path / "twice" / ".lock").exists()
+
+
+def test_ctrl_c_checkpoints_in_process_and_resume_matches(tmp_path):
+    """Ctrl-C (SIGINT) during step 7: the step finishes, last.pt holds step 7, exit 130 with a line
+    that says so (no traceback); --resume ends as if never stopped. Pressed twice: stops at once."""
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    p_whole, p_stopped = _start(whole), _start(stopped, "--signal-at-step", "7", "--signal", "INT")
+    code, err = _finish(p_stopped)
+    assert code == 130, err
+    assert "received Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again stops at once)" in err
+    assert "interrupted (Ctrl-C) at step 7 of 18, its checkpoint written; `--resume` continues" in err
+    assert "Traceback" not in err
+    assert load_checkpoint(stopped / "checkpoints" / "last.pt")["trainer"]["step"] == 7
+    assert _finish(p_whole)[0] == 0
+    code, err = _finish(_start(stopped, "--resume"))
+    assert code == 0, err
+    assert _records(whole) == _records(stopped)
+    code, err = _finish(_start(tmp_path / "twice", "--signal-at-step", "5", "--signal", "INT", "--signals", "2"))
+    assert "received Ctrl-C again: stopping at once" in err and code != 0, err

@@ -6,7 +6,7 @@ positive sum. Model: linear embedding, dropout, masked mean pooling, a hinted "s
 Runner (used by test_resume.py and test_ddp.py, also under torchrun)::
 
     python tests/train/toy.py RUN_DIR --config '{"epochs": 2}' [--resume] [--kill-at-step N]
-        [--signal-at-step N [--signal TERM|USR1] [--signals K]]
+        [--signal-at-step N [--signal TERM|USR1|INT] [--signals K]]
 """
 from __future__ import annotations
 
@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     model, train_set, val_set, test_set = toy_setup(args.dropout, torch.float64 if args.float64 else torch.float32)
     cfg = {"progress": False, **json.loads(args.config)}
     objective = ToyObjective(args.noise)
+    if args.signal == "INT":  # Ctrl-C's handler, even where this process was started with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.signal_at_step:  # as a scheduler would, in the middle of a step
         signalling = SignalAt(objective, args.signal_at_step, getattr(signal, f"SIG{args.signal}"), args.signals)
         objective = signalling

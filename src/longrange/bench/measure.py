@@ -122,7 +122,8 @@ def scan_impl(impl: str, device: str | None) -> Iterator[str]:
         from longrange.ops.scan.numba import warm_up
 
         warm_up()
-    from longrange.ops import conv, conv_numba
+    from longrange.ops import conv
+    from longrange.ops.conv import numba as conv_numba
 
     if conv.auto_impl(resolve_device(device)) == "numba":  # the Mamba blocks' convolution
         conv_numba.warm_up()
@@ -154,7 +155,7 @@ def ssm_kernel_impl(impl: str, device: str | None) -> Iterator[str]:
     chosen = {op: impl if impl in ssm_kernels.IMPLS[op] or impl == "auto" else "auto" for op in ssm_kernels.OPS}
     resolved = {op: ssm_kernels.auto_impl(op, dev) if choice == "auto" else choice for op, choice in chosen.items()}
     if "numba" in resolved.values():  # load the compiled kernels before any memory baseline
-        from longrange.ops.ssm_kernels.cpu import warm_up
+        from longrange.ops.ssm_kernels.numba import warm_up
 
         warm_up()
     if len(set(resolved.values())) == 1:

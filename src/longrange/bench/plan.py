@@ -440,6 +440,13 @@ class Plan:
     compute_time_s: float           # the FLOPs alone at the peak rates (a bound too)
     memory_time_s: float            # the bytes alone at the bandwidth
     kernels: dict[str, str] = field(default_factory=dict)
+    steps: int | None = None        # the stage's optimiser steps (None: they depend on uncounted data)
+    steps_how: str = ""             # how they were counted
+
+    @property
+    def run_time_lower_bound_s(self) -> float | None:
+        """The stage's steps times the step time's lower bound (evaluation not included)."""
+        return None if self.steps is None else self.steps * self.step_time_lower_bound_s
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -451,6 +458,7 @@ class Plan:
             "micro_batch": self.micro_batch, "flops_per_step": self.flops_per_step,
             "bytes_per_step": self.bytes_per_step, "step_time_lower_bound_s": self.step_time_lower_bound_s,
             "compute_time_s": self.compute_time_s, "memory_time_s": self.memory_time_s, "kernels": self.kernels,
+            "steps": self.steps, "steps_how": self.steps_how, "run_time_lower_bound_s": self.run_time_lower_bound_s,
             "predicted": True,
             "assumptions": {"reserved_bytes": RESERVED_BYTES, "fragmentation": FRAGMENTATION,
                             "method": "longrange.bench.plan (docs/performance.md, planning a GPU run)"},
@@ -531,12 +539,39 @@ def _accumulation(search: _Search, batch: int, usable: int, grads: int) -> tuple
     return None, None
 
 
+def planned_steps(exp, stage: str = "train", batch: int | None = None, items: int | None = None) -> tuple[int | None, str]:
+    """The optimiser steps ``exp``'s ``stage`` runs, and how they were counted: ``train.max_steps``, or
+    ``epochs`` x (training items // batch), the items from ``items``, else from a task's ``n_train``
+    option (after ``task.train_subset``). (None, why) when the training set's size is known only once
+    its data is read."""
+    train_cfg = exp.train_config(stage)
+    batch = batch or train_cfg.batch_size
+    if train_cfg.max_steps:
+        return train_cfg.max_steps, "train.max_steps"
+    how = "items given"
+    if items is None:
+        n = exp.task.options.get("n_train")
+        if not isinstance(n, int) or isinstance(n, bool):
+            return None, (f"{train_cfg.epochs} epochs of a training set whose size is known only once its data is "
+                          "read (--items N gives it)")
+        subset = exp.task.train_subset if stage != "pretrain" or exp.compare.pretrain_data != "all" else None
+        if isinstance(subset, float):
+            items, how = max(1, round(subset * n)), f"task.train_subset {subset} of n_train {n}"
+        elif isinstance(subset, int) and not isinstance(subset, bool):
+            items, how = min(subset, n), f"task.train_subset {subset}"
+        else:
+            items, how = n, f"n_train {n}"
+    per_epoch = items // batch
+    return train_cfg.epochs * per_epoch, f"{train_cfg.epochs} epochs x {per_epoch} steps ({how}, batch {batch})"
+
+
 def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", objective: str | None = None,
                batch: int | None = None, vocab: int | None = None, seq_len: int | None = None,
-               find_max_batch: bool = True) -> Plan:
+               find_max_batch: bool = True, items: int | None = None) -> Plan:
     """Plan one training step of ``exp``'s ``stage`` on ``gpu`` at ``batch`` (default its
     ``train.batch_size``): see the module docstring. ``find_max_batch=False`` leaves the largest
-    batch unsearched (``max_batch`` None) when the batch fits: one fake step instead of three or more."""
+    batch unsearched (``max_batch`` None) when the batch fits: one fake step instead of three or more.
+    ``items``: the training set's size, for the run's steps (:func:`planned_steps`)."""
     if stage == "pretrain" and objective is None:  # the objective the preset compares (else the model's natural one)
         from longrange.experiment.dryrun import pretraining_objectives
 
@@ -566,7 +601,8 @@ def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", 
     from longrange.experiment.stage import resolve_stage
 
     kind = resolve_stage(exp, stage, objective=objective).objective
+    steps, steps_how = planned_steps(exp, stage, batch, items)
     return Plan(name or exp.label, stage, kind, gpu, train_cfg.precision, batch, whole.seq_len, whole.inputs,
                 whole.parameters, batch // a, accumulation, fits, whole.peak, accumulated_peak, max_batch, usable,
                 flops, moved, per_step(reference.time, "fwdbwd"), per_step(reference.time, "fwdbwd_compute"),
-                moved / gpu.bandwidth, whole.kernels)
+                moved / gpu.bandwidth, whole.kernels, steps, steps_how)

@@ -30,6 +30,10 @@ def _si(n: float, unit: str) -> str:
 
 
 def _seconds(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.3g} h"
+    if s >= 60:
+        return f"{s / 60:.3g} min"
     return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
 
 
@@ -61,6 +65,11 @@ def format_plan(plan) -> str:
         f"  step time        >= {_seconds(plan.step_time_lower_bound_s)} (roofline per operation; FLOPs alone "
         f"{_seconds(plan.compute_time_s)}, bytes alone {_seconds(plan.memory_time_s)})",
     ]
+    if plan.steps is None:
+        lines.append(f"  run time         not counted: {plan.steps_how}")
+    else:
+        lines.append(f"  run time         >= {_seconds(plan.run_time_lower_bound_s)} ({plan.steps:,} steps: "
+                     f"{plan.steps_how}; evaluation not included)")
     if plan.kernels:
         lines.append("  kernels          " + ", ".join(f"{k}: {v}" for k, v in sorted(plan.kernels.items()))
                      + " (a GPU run's choice; the fused ones by their fake implementations)")
@@ -77,7 +86,7 @@ def _plan(args: argparse.Namespace) -> int:
     gpu = find_gpu(args.gpu)
     exp = resolve(args.preset, args.config, data_settings(args, args.settings))
     plan = plan_stage(exp, gpu, name=args.preset, stage=args.stage, objective=args.objective, batch=args.batch,
-                      vocab=args.vocab)
+                      vocab=args.vocab, items=args.items)
     print(format_plan(plan))
     if args.json:
         write_json(args.json, plan.to_dict())
@@ -117,6 +126,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the pretraining objective (default the preset's compare.objectives, else the model's natural one)")
     p.add_argument("--config", default=None, help="a YAML file applied on top of the preset")
     p.add_argument("--vocab", type=int, default=None, help="vocabulary size of a token task (instead of loading its data)")
+    p.add_argument("--items", type=int, default=None, help="the training set's size, for the run's steps and total "
+                   "time where train.max_steps is 0 (generated tasks: their n_train)")
     p.add_argument("--json", metavar="FILE", help="write the plan as JSON")
     add_data_args(p)
     p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides, e.g. train.precision=bf16 model.d_model=128")

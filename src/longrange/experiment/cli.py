@@ -157,7 +157,11 @@ def _compare(args: argparse.Namespace) -> int:
     found = named_cells(args.preset or [], args.config or [], data_settings(args, args.settings))
     experiments = [cell.exp for cell in found]
     if args.match_params and any(s.partition("=")[0].strip() == WIDTH and "," in s for s in args.settings or []):
-        raise ConfigError(f"--match-params sets {WIDTH} of each model; it cannot also be swept")
+        raise ConfigError(
+            f"--match-params sets {WIDTH} of every model after the first to match the first's parameter count, so a "
+            f"sweep of {WIDTH} would hold for the first model only and the labels would name widths the others do not "
+            f"have: sweep another field (e.g. model.n_layers=2,4: each value's models are matched to its first), or "
+            f"give each model its width (`longrange params --match PRESET --vary {WIDTH}` finds them)")
     try:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     except ValueError:
@@ -194,8 +198,8 @@ def parse_train_subsets(text: str | None) -> list[float | int] | None:
 
 
 #: What a family of presets is when its presets cite no paper.
-PRESET_FAMILIES = {"demo": "the settings of `longrange demo`: demo/recall/* (the default) and the ListOps demo "
-                          "(docs/small-scale-spt.md)"}
+PRESET_FAMILIES = {"demo": "the settings of `longrange demo`: demo/recall/* (the default, and the recall study's "
+                          "other models) and the ListOps demo"}
 
 
 def _cited(source: str) -> tuple[str, str]:

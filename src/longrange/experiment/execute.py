@@ -100,7 +100,8 @@ def train_stage(stage: ResolvedStage, run: OpenRun, *, run_name: str | None = No
     if D.is_main_process():  # the record is not part of the fingerprint: config.yaml is rewritten with it
         run.dir.write_config({**(run.dir.read_config() or {}), "record": record})
         kill_point("after-record")
-    params = {k: v for k, v in parameter_report(built.model).items() if k in ("total", "in_primitives")}
+    params = {k: v for k, v in parameter_report(built.model, seq_len=data.spec.seq_len).items()
+              if k in ("total", "in_primitives", "state")}
     summary = finite_or_none(stage_summary(stage, built.objective, params, result, record, run.dir.root))
     if D.is_main_process():
         try:

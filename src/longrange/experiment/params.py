@@ -49,7 +49,8 @@ def fixed_vocabulary(task: str, options: dict):
 
 def model_size(exp: ExperimentConfig, vocab: int | None = None) -> dict[str, Any]:
     """``total`` and ``in_primitives`` parameters (and ``share``, ``encoder``, ``head``) of ``exp``'s
-    supervised model. ``vocab``: the vocabulary size of a token task instead of its own."""
+    supervised model, and its recurrent ``state`` per sequence at the task's length (None when it does
+    not generate: see :func:`longrange.models.state_size`). ``vocab``: the vocabulary size of a token task instead of its own."""
     import torch
 
     import longrange.data  # noqa: F401  (registers the tasks)
@@ -72,7 +73,7 @@ def model_size(exp: ExperimentConfig, vocab: int | None = None) -> dict[str, Any
     with torch.device("meta"):
         model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out, vocab_size=vocab_size,
                             d_input=spec.d_input if spec.input_kind == "numeric" else None, vocab=tokens)
-    return parameter_report(model)
+    return parameter_report(model, seq_len=spec.seq_len)
 
 
 def with_value(exp: ExperimentConfig, field: str, value: Any) -> ExperimentConfig:

@@ -1,4 +1,5 @@
-"""``longrange params``: parameter counts of models, in total and inside the sequence primitives.
+"""``longrange params``: parameter counts of models, in total and inside the sequence primitives, and the
+recurrent state each carries per sequence at its task's length (Zoology's state size).
 
 The default table is the thesis' Table 3; ``--preset``, ``--config`` and ``FIELD=VALUE`` settings
 (sweeps included) count the models of experiments as ``longrange compare`` builds them, and
@@ -31,13 +32,24 @@ def table3_rows() -> list[dict]:
     return rows
 
 
+def state_text(state: int | None) -> str:
+    """A state size for tables: ``8.2k``; ``-`` for a model that does not generate (bidirectional)."""
+    if state is None:
+        return "-"
+    return f"{state / 1000:.1f}k" if state >= 1000 else str(state)
+
+
 def format_rows(rows: list[dict]) -> str:
     """A markdown table; rows with an ``architecture`` (presets) get a column for it."""
     described = any("architecture" in r for r in rows)
-    lines = ["| model | total | in primitives | % in primitives |" + (" architecture |" if described else ""),
-             "|---|---:|---:|---:|" + ("---|" if described else "")]
+    stated = any("state" in r for r in rows)
+    lines = ["| model | total | in primitives | % in primitives |" + (" state |" if stated else "")
+             + (" architecture |" if described else ""),
+             "|---|---:|---:|---:|" + ("---:|" if stated else "") + ("---|" if described else "")]
     for r in rows:
         line = f"| {r['model']} | {r['total'] / 1000:.1f}k | {r['in_primitives'] / 1000:.1f}k | {100 * r['share']:.0f}% |"
+        if stated:
+            line += f" {state_text(r.get('state'))} |"
         lines.append(line + (f" {r.get('architecture', '')} |" if described else ""))
     return "\n".join(lines)
 

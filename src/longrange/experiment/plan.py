@@ -245,13 +245,27 @@ def matched_steps(stage: Stage, summaries: Mapping[str, Mapping[str, Any]]) -> i
     return max(int(summaries[pre]["steps"]) + int(summaries[fine]["steps"]) for pre, fine in stage.matched_to)
 
 
+def budget(plan: Plan, stage: Stage) -> str:
+    """The stage's training budget as resolved: its steps (or epochs), learning rate, batch and the
+    schedule; a compute-matched stage's steps are set once the stages it matches have run."""
+    cfg = plan.experiments[stage.experiment].train_config(stage.stage)
+    if stage.matched_to:
+        length = "steps matched to its SPT chain"
+    elif cfg.max_steps:
+        length = f"{cfg.max_steps:,} steps"
+    else:
+        length = f"{cfg.epochs} epochs"
+    return f"{length}, lr {cfg.lr:g} ({cfg.schedule}), batch {cfg.batch_size}"
+
+
 def describe(plan: Plan, statuses: Mapping[str, str] | None = None) -> str:
-    """The plan as text: one line per stage with its dependencies (and status, when given)."""
+    """The plan as text: one line per stage with its budget and dependencies (and status, when given)."""
     lines = [f"{len(plan.stages)} stages in {len(plan.levels())} dependency levels"]
     for s in plan.stages:
         status = f"{statuses[s.id]:8s} " if statuses else ""
         after = f"  after {', '.join(s.after)}" if s.after else ""
         subset = "" if s.train_subset is None else f" train_subset={s.train_subset!r}"
-        lines.append(f"  {status}{s.id}  [{s.stage}{' ' + s.objective if s.objective else ''}{subset}]{after}")
+        lines.append(f"  {status}{s.id}  [{s.stage}{' ' + s.objective if s.objective else ''}{subset}; "
+                     f"{budget(plan, s)}]{after}")
     return "\n".join(lines)
 

@@ -9,7 +9,11 @@ from longrange.layers.base import (
     set_optim_hint,
 )
 from longrange.layers.bidirectional import FlipSum
+from longrange.layers.deltanet import DeltaNet, GatedDeltaNet
 from longrange.layers.dlr import DLR
+from longrange.layers.gla import GLA
+from longrange.layers.mamba2 import Mamba2
+from longrange.layers.mamba3 import Mamba3
 from longrange.layers.registry import PRIMITIVES, register_primitive
 from longrange.layers.rope import RotaryEmbedding
 from longrange.layers.s4 import S4
@@ -17,6 +21,6 @@ from longrange.layers.s4d import S4D
 from longrange.layers.s6 import S6
 
 __all__ = [
-    "Attention", "DLR", "FlipSum", "NO_DECAY_GROUP", "PRIMITIVES", "RotaryEmbedding", "S4", "S4D", "S6", "SSM_GROUP",
+    "Attention", "DLR", "DeltaNet", "FlipSum", "GLA", "GatedDeltaNet", "Mamba2", "Mamba3", "NO_DECAY_GROUP", "PRIMITIVES", "RotaryEmbedding", "S4", "S4D", "S6", "SSM_GROUP",
     "SequencePrimitive", "apply_mask", "get_optim_hint", "register_primitive", "set_optim_hint",
 ]

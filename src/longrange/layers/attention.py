@@ -53,6 +53,14 @@ class KVCache:
     k: Tensor
     v: Tensor
     position: int = 0
+    #: The most positions the cache holds (isolated blocks: the block; sliding windows: two
+    #: windows); None: every position seen.
+    limit: int | None = None
+
+    def elements(self, seq_len: int) -> int:
+        """Elements per sequence after ``seq_len`` steps (for :func:`~longrange.layers.base.state_elements`)."""
+        held = seq_len if self.limit is None else min(seq_len, self.limit)
+        return 2 * self.k.shape[1] * held * self.k.shape[3]
 
 
 @register_primitive("attention")
@@ -164,7 +172,8 @@ class Attention(SequencePrimitive):
         empty = torch.zeros(
             batch_size, self.n_heads, 0, self.head_dim, device=device or weight.device, dtype=dtype or weight.dtype
         )
-        return KVCache(k=empty, v=empty.clone(), position=0)
+        limit = self.block_size if self.block_size is not None else (2 * self.window if self.window is not None else None)
+        return KVCache(k=empty, v=empty.clone(), position=0, limit=limit)
 
     def step(self, x: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
         """One generation step: ``x`` (batch, d_model) -> (y (batch, d_model), updated cache)."""
@@ -192,4 +201,4 @@ class Attention(SequencePrimitive):
         # Every cached key is in the past: no mask needed.
         out = F.scaled_dot_product_attention(q.unsqueeze(2), k_cache, v_cache, dropout_p=self._dropout_p())
         y = self.out_proj(out.reshape(batch, self.attn_dim))
-        return y, KVCache(k=k_cache, v=v_cache, position=state.position + 1)
+        return y, KVCache(k=k_cache, v=v_cache, position=state.position + 1, limit=state.limit)

@@ -51,6 +51,21 @@ def get_optim_hint(param: nn.Parameter) -> dict[str, Any]:
     return dict(getattr(param, OPTIM_HINT_ATTR, {}))
 
 
+def state_elements(state: Any, seq_len: int) -> int:
+    """The number of real numbers a recurrent state holds per sequence (its batch is 1; a complex
+    element counts two): the tensors of nested dicts, lists and tuples; an object with ``elements(seq_len)`` (attention's KV cache, which
+    grows with the length) counts itself."""
+    if isinstance(state, Tensor):
+        return state.numel() * (2 if state.is_complex() else 1)  # real numbers
+    if hasattr(state, "elements"):
+        return int(state.elements(seq_len))
+    if isinstance(state, dict):
+        return sum(state_elements(v, seq_len) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_elements(v, seq_len) for v in state)
+    return 0  # counters, positions
+
+
 def apply_mask(x: Tensor, mask: Tensor | None) -> Tensor:
     """Zero ``x`` (batch, length, ...) at padded positions of ``mask`` (batch, length)."""
     if mask is None:
@@ -82,6 +97,16 @@ class SequencePrimitive(nn.Module):
 
     def step(self, x: Tensor, state: Any) -> tuple[Tensor, Any]:
         raise NotImplementedError(f"{type(self).__name__} has no recurrent mode")
+
+    def state_size(self, seq_len: int) -> int | None:
+        """Elements of recurrent state this layer carries per sequence when it generates, at the end
+        of a sequence of ``seq_len`` positions (Zoology's ``state_size``: the axis on which recall is
+        compared fairly): the state of :meth:`default_state` (for attention, the KV cache, which
+        grows with the length). None for a bidirectional layer, which does not generate. Counted on
+        the meta device: nothing is allocated."""
+        if self.bidirectional:
+            return None
+        return state_elements(self.default_state(1, device=torch.device("meta")), seq_len)
 
     def _check_step(self) -> None:
         if self.bidirectional:

@@ -11,7 +11,11 @@ import torch
 from torch import Tensor
 
 from longrange.layers.attention import Attention
+from longrange.layers.deltanet import DeltaNet, GatedDeltaNet
 from longrange.layers.dlr import DLR
+from longrange.layers.gla import GLA
+from longrange.layers.mamba2 import Mamba2
+from longrange.layers.mamba3 import Mamba3
 from longrange.layers.s4 import S4
 from longrange.layers.s4d import S4D
 from longrange.layers.s6 import S6
@@ -57,6 +61,12 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
     ("S4D", _s4d, lambda bi: _conv_ssm_directions(bi, _s4d, "C")),
     ("DLR", _dlr, lambda bi: _conv_ssm_directions(bi, _dlr, "C")),
     ("S6", lambda bi: S6(4, d_state=3, bidirectional=bi), _flip_sum_directions),
+    # The matrix-state layers in chunks of 4 (the 11 steps cross chunks), short convolutions on.
+    ("Mamba-2", lambda bi: Mamba2(8, d_state=4, headdim=4, chunk_size=4, bidirectional=bi), _flip_sum_directions),
+    ("Mamba-3", lambda bi: Mamba3(8, d_state=4, headdim=4, chunk_size=4, bidirectional=bi), _flip_sum_directions),
+    ("GLA", lambda bi: GLA(8, n_heads=2, use_short_conv=True, chunk_size=4, bidirectional=bi), _flip_sum_directions),
+    ("DeltaNet", lambda bi: DeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),
+    ("Gated DeltaNet", lambda bi: GatedDeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("attention", lambda bi: Attention(8, n_heads=2, bidirectional=bi), None),
     ("attention (blocks of 3)", lambda bi: Attention(8, n_heads=2, block_size=3, bidirectional=bi), None),
     ("attention (windows of 3)", lambda bi: Attention(8, n_heads=2, window=3, bidirectional=bi), None),

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from longrange.blocks.common import norm_step
 from longrange.blocks.mamba import MambaBlock, RopeOptions, mamba_dt_rank
 from longrange.blocks.norms import make_norm
+from longrange.blocks.residual import ResidualBlock
 from longrange.blocks.simple import SimpleBlock
 from longrange.blocks.transformer import TransformerBlock
 from longrange.errors import ConfigError
@@ -130,6 +131,15 @@ def simple_block(cfg: ModelConfig) -> SequencePrimitive:
     if cfg.rope and not rotates_itself(cfg.primitive):
         raise ConfigError("model.rope before the SSM is defined for Mamba blocks (thesis section 14); use block='mamba'")
     return SimpleBlock(make_mixer(cfg), output_glu=cfg.output_glu, **_residual_options(cfg))
+
+
+@register_block("residual")
+def residual_block(cfg: ModelConfig) -> SequencePrimitive:
+    """A whole mixer layer (Mamba-2, GLA, DeltaNet, ...) and the MLP ``model.mlp`` in residual branches."""
+    if cfg.rope and not rotates_itself(cfg.primitive):
+        raise ConfigError(f"model.rope: primitive {cfg.primitive!r} has no rotary positions of its own; "
+                          "rotary positions before the SSM are defined for Mamba blocks")
+    return ResidualBlock(make_mixer(cfg), mlp=cfg.mlp, mlp_ratio=cfg.mlp_ratio, **_residual_options(cfg))
 
 
 def _rope_options(cfg: ModelConfig) -> RopeOptions | None:

@@ -17,12 +17,14 @@ HEAD_ACTIVATIONS = ("gelu", "relu")
 HEAD_LAYERS = (1, 2, 3)
 HF_KEYS = ("model", "pretrained", "config", "revision")
 POSITIONAL = ("none", "learned", "sinusoidal")
+MLPS = ("swiglu", "gelu", "none")  # blocks/residual.py
 
 #: Norm placement and kind when the config leaves them unset (the papers' defaults).
 _BLOCK_DEFAULTS = {
     "simple": {"norm": "layer", "prenorm": False},
     "mamba": {"norm": "rms", "prenorm": True},
     "transformer": {"norm": "layer", "prenorm": True},
+    "residual": {"norm": "rms", "prenorm": True},
     "hf": {"norm": "none", "prenorm": False},  # the LM's own
 }
 #: A user's registered block with norm/prenorm unset.
@@ -58,6 +60,8 @@ class ModelConfig:
     # Attention / Transformer block
     n_heads: int = 8
     mlp_ratio: float = 4.0
+    #: Residual block: the MLP after the mixer, "swiglu", "gelu" or "none" (blocks/residual.py).
+    mlp: str = "swiglu"
     attn_block_size: int | None = None
     #: Sliding-window attention: windows of this many positions, each attending to itself and one
     #: window back and forward (causal: itself up to the query and one window back). None = dense.
@@ -111,7 +115,9 @@ class ModelConfig:
         def choice(name: str, options, hint: str = "") -> None:
             value = getattr(self, name)
             if value not in options:
-                raise ConfigError(f"model.{name} = {value!r} is not one of {', '.join(options)}{hint}")
+                known = list(options)
+                raise ConfigError(f"model.{name} = {value!r} is not one of {', '.join(known)}"
+                                  f"{typed.did_you_mean(value, known, quote=True)}{hint}")
 
         choice("block", BLOCKS, f"; {PLUGIN_HINT}")
         choice("primitive", PRIMITIVES, f"; {PLUGIN_HINT}")
@@ -119,6 +125,9 @@ class ModelConfig:
         choice("pooling", POOLINGS)
         choice("pos_embedding", POSITIONAL)
         choice("head_activation", HEAD_ACTIVATIONS)
+        choice("mlp", MLPS)
+        if self.mlp != "swiglu" and self.block != "residual":
+            raise ConfigError(f"model.mlp applies to the residual block, not to block {self.block!r}")
         if self.head_layers not in HEAD_LAYERS:
             raise ConfigError(
                 f"model.head_layers must be 1 (linear), 2 (MLP) or 3 (LRA's three-layer MLP), got {self.head_layers!r}"

@@ -217,14 +217,34 @@ def _count(params) -> int:
     return total
 
 
-def parameter_report(model: SequenceModel) -> dict[str, Any]:
-    """Trainable parameters in total and inside the sequence primitives (the thesis' Table 3)."""
+def state_size(model: SequenceModel, seq_len: int) -> int | None:
+    """Elements of recurrent state the model carries per sequence when it generates, after
+    ``seq_len`` positions: every block's state (the mixers' states, a Mamba block's convolution
+    windows, attention's KV cache at that length). None for a model that does not generate
+    (bidirectional, or a wrapped model without a step mode). Counted on the meta device."""
+    from longrange.layers.base import state_elements
+
+    if not model.causal:
+        return None
+    try:
+        state = model.backbone.default_state(1, device=torch.device("meta"))
+    except (NotImplementedError, RuntimeError, AttributeError):
+        return None
+    return state_elements(state, seq_len)
+
+
+def parameter_report(model: SequenceModel, seq_len: int | None = None) -> dict[str, Any]:
+    """Trainable parameters in total and inside the sequence primitives (the thesis' Table 3); with
+    ``seq_len``, also ``state``: :func:`state_size` at that length."""
     total = _count(model.parameters())
     inside = _count(p for m in model.backbone.mixers() for p in m.parameters())
-    return {
+    report = {
         "total": total,
         "in_primitives": inside,
         "share": inside / total if total else 0.0,
         "encoder": _count(model.encoder.parameters()),
         "head": _count(model.head.parameters()),
     }
+    if seq_len is not None:
+        report["state"] = state_size(model, seq_len)
+    return report

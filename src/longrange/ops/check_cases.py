@@ -1,40 +1,79 @@
 """The ops' cases for ``longrange check`` (:mod:`longrange.check`): one function per op family,
 ``(device, dtype) -> [Case]``, listed in :data:`OP_FAMILIES`.
 
-A family with several implementations asks the op for those that can run here
-(:func:`longrange.ops.scan.available_impls`, :func:`longrange.ops.conv.available_impls`), so a new
-implementation is checked as soon as its op lists it. The shapes are small, with odd lengths and
-an initial state where the op takes one. The Triton scan is also checked on the CPU, in Triton's
-interpreter (``TRITON_INTERPRET=1`` set only while its cases run); the S4 kernels (complex) in
+A family with several implementations asks the op's dispatcher, from the registry of
+:mod:`longrange.ops.dispatch`, for those that can run here (:func:`implementations`), so a new
+implementation is checked as soon as its op lists it; each case records ``(op, impl)``, which the
+dispatcher must report having run. The shapes are small, with odd lengths and an initial state
+where the op takes one. An implementation that also runs on the CPU in an interpreter
+(:attr:`~longrange.ops.dispatch.Impl.interpreter_env`: the Triton kernels, ``TRITON_INTERPRET=1``)
+is checked there too, its environment set only while its cases run; the S4 kernels (complex) in
 float32 only.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+import os
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
-import longrange.ops.scan.triton as triton_scan
 from longrange.ops import conv, scan
 from longrange.ops import ssm_kernels as K
-from longrange.ops.ssm_kernels import triton as ssm_triton
 from longrange.ops.attention import admissible_ref, attention_ref, blocked_attention, masked_attention
 from longrange.ops.checking import REPORT, TOLERANCE, Case, compare, preferred, random_inputs
+from longrange.ops.dispatch import dispatcher
 from longrange.ops.fftconv import fft_conv, fft_conv_ref
 from longrange.ops.sliding_window import sliding_window_attention, sliding_window_attention_ref
 
 
+def implementations(op: str, device: str) -> list[tuple[str, str, dict[str, str | None]]]:
+    """``(impl, note, env)`` for every implementation of ``op`` (a registered dispatcher) to check
+    on ``device``: those that run there (:meth:`~longrange.ops.dispatch.Dispatcher.available_impls`)
+    except the reference, with the variables of an interpreter unset; on the CPU, also those that
+    run there only in their interpreter (note ``"interpreter"``, its variables set)."""
+    d = dispatcher(op)
+    available = d.available_impls(device)
+    out = []
+    for impl in available:
+        if impl != d.reference:
+            out.append((impl, "", dict.fromkeys(d.specs[impl].interpreter_env or {})))
+    for impl in d.impls:
+        interpreter = dict(d.specs[impl].interpreter_env or {})
+        if device != "cpu" or not interpreter or impl in available or impl == d.reference:
+            continue
+        saved = {k: os.environ.get(k) for k in interpreter}
+        os.environ.update(interpreter)
+        try:
+            runs = d.specs[impl].runs(torch.device(device))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        if runs:
+            out.append((impl, "interpreter", interpreter))
+    return out
+
+
+#: How to avoid an implementation that fails only in its interpreter.
+_INTERPRETER = ("impl='auto' never runs Triton's interpreter; only impl='triton' with TRITON_INTERPRET=1 on CPU "
+                "tensors does, so nothing needs avoiding on the CPU, but check the Triton install before using a GPU")
+
+
+def _preferred_alternative(op: str, device: str, passed: list[str]) -> str | None:
+    """The implementation ``"auto"`` would prefer among those that run on ``device`` and passed."""
+    return preferred(passed, dispatcher(op).available_impls(device))
+
+
 def _scan_avoid(device: str, interpreted: bool) -> Callable[[list[str]], str]:
     """How to avoid a failing scan implementation: name the best one that passed on the device."""
-    order = ("numba", "chunked", "ref") if device == "cpu" else ("cuda", "triton", "chunked", "ref")
-
     def avoid(passed: list[str]) -> str:
         if interpreted:
-            return ("impl='auto' never runs Triton's interpreter; only impl='triton' with TRITON_INTERPRET=1 on CPU "
-                    "tensors does, so nothing needs avoiding on the CPU, but check the Triton install before using a GPU")
-        alt = preferred(passed, order)
+            return _INTERPRETER
+        alt = _preferred_alternative("selective_scan", device, passed)
         if alt is None:
             return REPORT
         return (
@@ -67,14 +106,8 @@ SCAN_SHAPES = [
 def scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
     """The selective scan: every implementation that runs here, and Triton in its interpreter on
     the CPU when triton imports."""
-    impls: list[tuple[str, str, dict[str, str | None]]] = [
-        (impl, "", {"TRITON_INTERPRET": None} if impl == "triton" else {})
-        for impl in scan.available_impls(device) if impl != "ref"
-    ]
-    if device == "cpu" and "triton" not in scan.available_impls(device) and triton_scan.unavailable_reason() is None:
-        impls.append(("triton", "interpreter", {"TRITON_INTERPRET": "1"}))
     cases = []
-    for impl, note, env in impls:
+    for impl, note, env in implementations("selective_scan", device):
         for b, d, n, l, layout, with_state, with_z in SCAN_SHAPES:
             if with_state and impl == "cuda":
                 continue  # mamba-ssm's kernel takes no initial state
@@ -109,14 +142,8 @@ def _conv_avoid(impl: str) -> Callable[[list[str]], str]:
     def avoid(passed: list[str]) -> str:
         if "torch" not in passed:
             return REPORT
-        if impl == "numba":
-            return ("avoid it with causal_conv1d(..., impl='torch'); the Mamba block runs impl='auto', which takes it on "
-                    "CPUs whenever numba imports, and no setting changes that: please report it with the output of "
-                    "`longrange info`")
-        return (
-            "avoid it with causal_conv1d(..., impl='torch'); the Mamba block runs impl='auto', which takes causal-conv1d's "
-            "kernel whenever its compiled extension imports: uninstall causal-conv1d (pip uninstall causal-conv1d) there"
-        )
+        return ("avoid it with causal_conv1d(..., impl='torch'), or for the Mamba blocks (which run the default) "
+                "longrange.ops.conv.set_default_impl('torch')")
 
     return avoid
 
@@ -134,16 +161,13 @@ def conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
             del inputs["bias"]
         activation = "silu" if full else None
         shape = f"b={b} d={d} l={l} width={w}" + (", bias, SiLU" if full else "")
-        for impl in conv.available_impls(device):
-            if impl == "ref":
-                continue
-
+        for impl, note, env in implementations("causal_conv1d", device):
             def run(inputs=inputs, impl=impl, activation=activation) -> float:
                 return compare(lambda **kw: conv.causal_conv1d(**kw, activation=activation, impl=impl),
                                lambda **kw: conv.causal_conv1d_ref(**kw, activation=activation), inputs, dtype, device)
 
-            cases.append(Case("causal_conv1d", impl, device, dtype, shape, run, TOLERANCE[dtype], _conv_avoid(impl),
-                              record=("causal_conv1d", impl)))
+            cases.append(Case("causal_conv1d", impl, device, dtype, shape, run, TOLERANCE[dtype], _conv_avoid(impl), note,
+                              env, record=("causal_conv1d", impl)))
 
         def step(inputs=inputs, activation=activation, w=w) -> float:
             def fn(x, weight, bias=None):
@@ -200,13 +224,12 @@ def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
 
 def _ssm_kernel_avoid(op: str, device: str, interpreted: bool) -> Callable[[list[str]], str]:
     """How to avoid a failing implementation of an SSM-kernel product: the best one that passed."""
-    function = {"vandermonde": "vandermonde_kernel", "cauchy": "cauchy"}[op]
+    function = dispatcher(op).function
 
     def avoid(passed: list[str]) -> str:
         if interpreted:
-            return ("impl='auto' never runs Triton's interpreter; only impl='triton' with TRITON_INTERPRET=1 on CPU "
-                    "tensors does, so nothing needs avoiding on the CPU, but check the Triton install before using a GPU")
-        alt = preferred(passed, [i for i in K.available_impls(op, device) if i != "ref"])
+            return _INTERPRETER
+        alt = _preferred_alternative(op, device, passed)
         if alt is None:
             return REPORT
         return (f"avoid it with impl='{alt}': {function}(..., impl='{alt}'), or for the S4, S4D and DLR layers "
@@ -240,18 +263,14 @@ def ssm_kernel_cases(device: str, dtype: torch.dtype) -> list[Case]:
     }
     cases = []
     for op, (shape, inputs, fn, ref) in products.items():
-        impls = [(impl, "", {"TRITON_INTERPRET": None} if impl == "triton" else {})
-                 for impl in K.available_impls(op, device) if impl != "ref"]
-        if device == "cpu" and "triton" not in K.available_impls(op, device) and ssm_triton._kernel_module() is not None:
-            impls.append(("triton", "interpreter", {"TRITON_INTERPRET": "1"}))
-        for impl, note, env in impls:
-            name = "vandermonde_kernel" if op == "vandermonde" else op  # the public function's name
+        for impl, note, env in implementations(op, device):
+            name = dispatcher(op).function  # the public function's name
             cases.append(Case(name, impl, device, dtype, shape,
                               lambda inputs=inputs, f=fn(impl), ref=ref: compare(f, ref, inputs, dtype, device),
                               TOLERANCE[dtype], _ssm_kernel_avoid(op, device, bool(note)), note, env, record=(op, impl)))
     for method in ("zoh", "bilinear"):
         inputs = {"dt": dt, "A": Lambda, "B": cplx(4, H, N), "C": cplx(5, 2, H, N)}
-        cases.append(Case("diag_ssm_kernel", K.auto_impl("vandermonde", device), device, dtype, f"H={H} M={N} L={L}, {method}",
+        cases.append(Case("diag_ssm_kernel", dispatcher("vandermonde").auto_impl(device), device, dtype, f"H={H} M={N} L={L}, {method}",
                           lambda inputs=inputs, method=method: compare(
                               lambda **kw: K.diag_ssm_kernel(**kw, L=L, method=method),
                               lambda **kw: K.diag_ssm_kernel_ref(**kw, L=L, method=method), inputs, dtype, device),
@@ -259,7 +278,7 @@ def ssm_kernel_cases(device: str, dtype: torch.dtype) -> list[Case]:
     for conj_pairs in (True, False):
         inputs = {"dt": dt, "Lambda": Lambda, "P": 0.3 * cplx(6, 2, H, N), "Q": 0.3 * cplx(7, 2, H, N), "B": cplx(8, H, N),
                   "C": cplx(9, 2, H, N)}
-        cases.append(Case("dplr_ssm_kernel", K.auto_impl("cauchy", device), device, dtype,
+        cases.append(Case("dplr_ssm_kernel", dispatcher("cauchy").auto_impl(device), device, dtype,
                           f"H={H} N={N} rank 2 L={L}" + (", conjugate pairs" if conj_pairs else ""),
                           lambda inputs=inputs, conj_pairs=conj_pairs: compare(
                               lambda **kw: K.dplr_ssm_kernel(**kw, L=L, conj_pairs=conj_pairs),
@@ -268,7 +287,91 @@ def ssm_kernel_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
+def _matrix_state_avoid(op: str, device: str) -> Callable[[list[str]], str]:
+    """How to avoid a failing implementation of a matrix-state op: the best one that passed."""
+    def avoid(passed: list[str]) -> str:
+        alt = _preferred_alternative(op, device, passed)
+        if alt is None:
+            return REPORT
+        return (f"avoid it with impl='{alt}': {op}(..., impl='{alt}'), or for a layer "
+                f"model.primitive_options.impl={alt}")
+
+    return avoid
+
+
+def _matrix_state_inputs(op: str) -> tuple[str, dict[str, Tensor], Callable[..., Any], Callable[..., Any]]:
+    """(shape text, float64 inputs, fn(impl, **inputs), ref(**inputs)) of one op, each returning the
+    output and the final state's tensors: odd length (not a multiple of the chunk of 4 the cases use),
+    an initial state, one sequence padded at its end. ``fn`` runs the entry point (which applies the
+    mask itself), ``ref`` the loop over time directly (which takes the mask)."""
+    import importlib
+
+    from longrange.ops.matrix_state import dispatch as ms
+    from longrange.ops.matrix_state.mamba3 import Mamba3State
+
+    b, l, h, dk, dv = 2, 11, 2, 4, 3
+    g = torch.Generator().manual_seed(11)
+    rand = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    unit = lambda *s: torch.rand(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    mask = torch.arange(l)[None, :] < torch.tensor([[l], [l - 3]])
+    shape = f"b={b} l={l} h={h} dk={dk} dv={dv}, initial state, padded, chunks of 4"
+    family = "delta_rule" if op == "gated_delta_rule" else op
+    naive = getattr(importlib.import_module(f"longrange.ops.matrix_state.{family}"), f"{op}_naive")
+
+    def flat(out: Any) -> tuple[Tensor, ...]:
+        y, state = out
+        return (y, *state) if isinstance(state, tuple) else (y, state)
+
+    def wrap(call: Callable[..., Any], state: Callable[..., Any] = lambda **kw: kw) -> tuple[Callable, Callable]:
+        fn = lambda impl, **kw: flat(call(**state(**kw), output_final_state=True, mask=mask.to(kw["x" if "x" in kw else "q"].device),  # noqa: E731
+                                          chunk_size=4, impl=impl))
+        ref = lambda **kw: flat(naive(**state(**kw), output_final_state=True, mask=mask))  # noqa: E731
+        return fn, ref
+
+    if op == "ssd":
+        inputs = {"x": rand(b, l, h, dv), "dt": 0.05 + 0.2 * unit(b, l, h), "A": -0.5 - unit(h), "B": rand(b, l, 1, dk),
+                  "C": rand(b, l, 1, dk), "D": rand(h), "initial_state": rand(b, h, dk, dv)}
+        return (shape, inputs, *wrap(ms.ssd))
+    if op == "mamba3":
+        m = 1
+        inputs = {"x": rand(b, l, h, dv), "dt": 0.05 + 0.2 * unit(b, l, h), "A": -0.5 - unit(b, l, h),
+                  "B": rand(b, l, 1, dk), "C": rand(b, l, 1, dk), "trap": rand(b, l, h), "angles": rand(b, l, h, m),
+                  "B_bias": rand(h, dk), "C_bias": rand(h, dk), "D": rand(h), "S0": rand(b, h, dk, dv),
+                  "theta0": unit(b, h, m), "k0": rand(b, h, dk), "v0": rand(b, h, dv)}
+
+        def state(S0, theta0, k0, v0, **kw):
+            return {**kw, "initial_state": Mamba3State(ssm=S0, angle=theta0, k=k0, v=v0)}
+
+        return (shape, inputs, *wrap(ms.mamba3, state))
+    q, k, v = rand(b, l, h, dk), torch.nn.functional.normalize(rand(b, l, h, dk), dim=-1), rand(b, l, h, dv)
+    inputs = {"q": q, "k": k, "v": v, "initial_state": rand(b, h, dk, dv)}
+    if op == "gla":
+        inputs["g"] = -0.5 * unit(b, l, h, dk)
+    if op in ("delta_rule", "gated_delta_rule"):
+        inputs["beta"] = unit(b, l, h)
+    if op == "gated_delta_rule":
+        inputs["g"] = -0.5 * unit(b, l, h)
+    return (shape, inputs, *wrap(getattr(ms, op)))
+
+
+def matrix_state_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """SSD, GLA, the delta rules and Mamba-3: every implementation that runs here (the chunked
+    PyTorch forms; on CUDA the maintained kernels where they run) against the loop over time in
+    float64, outputs, final states and gradients."""
+    from longrange.ops.matrix_state.dispatch import OPS
+
+    cases = []
+    for op in OPS:
+        shape, inputs, fn, ref = _matrix_state_inputs(op)
+        for impl, note, env in implementations(op, device):
+            cases.append(Case(op, impl, device, dtype, shape,
+                              lambda inputs=inputs, fn=fn, ref=ref, impl=impl: compare(
+                                  lambda **kw: fn(impl, **kw), ref, inputs, dtype, device),
+                              TOLERANCE[dtype], _matrix_state_avoid(op, device), note, env, record=(op, impl)))
+    return cases
+
+
 #: The op families, each ``(device, dtype) -> cases``.
 OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
-    scan_cases, conv_cases, fft_conv_cases, attention_cases, ssm_kernel_cases,
+    scan_cases, conv_cases, fft_conv_cases, attention_cases, ssm_kernel_cases, matrix_state_cases,
 ]

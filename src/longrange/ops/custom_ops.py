@@ -45,8 +45,8 @@ NAMESPACE = "longrange"
 OPERATORS: dict[str, tuple[str, ...]] = {
     "longrange.ops.scan.numba": ("selective_scan_numba", "selective_scan_numba_cl"),
     "longrange.ops.scan.triton": ("selective_scan_triton",),
-    "longrange.ops.conv_numba": ("causal_conv1d_numba",),
-    "longrange.ops.ssm_kernels.cpu": ("vandermonde_numba", "cauchy_numba"),
+    "longrange.ops.conv.numba": ("causal_conv1d_numba",),
+    "longrange.ops.ssm_kernels.numba": ("vandermonde_numba", "cauchy_numba"),
     "longrange.ops.ssm_kernels.triton": ("vandermonde_triton", "cauchy_triton"),
 }
 

@@ -7,7 +7,7 @@ stage), ``config.yaml`` and ``metrics.jsonl`` (written by the trainer, see ``tra
     task, label, regime, stage (train | pretrain | finetune): str;  seed: int
     metric: str (accuracy, r2, loss, ...);  higher_is_better: bool
     best_val: {metric: value};  test: {metric: value} or null
-    steps: int;  params: {"total": int, "in_primitives": int}
+    steps: int;  params: {"total": int, "in_primitives": int, "state": int or null (optional)}
     pretrain_run: str or null (finetune stages: the pretraining run, relative path)
     seconds: float
     train_subset: float (a fraction) or int (a count) or null;  train_size: int or null
@@ -61,6 +61,8 @@ class Run:
     params_total: int
     params_in_primitives: int
     seconds: float
+    #: Elements of recurrent state per sequence at the task's length (None: not generating, or not recorded).
+    state: int | None = None
     pretrain_run: str | None = None
     #: The task's train_subset (a data-fraction sweep's dimension) and the training set size it left.
     train_subset: float | int | None = None
@@ -198,6 +200,7 @@ def read_run(run_dir: str | Path) -> Run:
         params_total=_field(params, "total", (int,), path),
         params_in_primitives=_field(params, "in_primitives", (int,), path),
         seconds=float(_field(d, "seconds", (int, float), path)),
+        state=_field(params, "state", (int,), path, optional=True),
         pretrain_run=_field(d, "pretrain_run", (str,), path, optional=True),
         train_subset=_field(d, "train_subset", (float, int), path, optional=True),
         train_size=_field(d, "train_size", (int,), path, optional=True),

@@ -240,7 +240,10 @@ def regime_words(regime: str) -> str:
     suffix = REGIME_SUFFIX.get(regime)
     if suffix is None:
         return regime
-    return suffix.strip().removeprefix("+ ").strip("()") or "scratch"
+    words = suffix.strip().removeprefix("+ ")
+    if words.startswith("(") and words.endswith(")"):  # " (scratch, matched compute)": the parentheses around all of it
+        words = words[1:-1]
+    return words or "scratch"
 
 
 def _n_text(ns: Sequence[int]) -> str:

@@ -215,7 +215,7 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
         return None
     import numpy as np
 
-    from longrange.report.plots import _grid, _save, legend_below, regime_colour, wrap
+    from longrange.report.plots import _grid, _save, legend_below, regime_colour, thin_tick_labels, wrap
 
     tasks = sorted({c.task for g in groups for c in g.cells if c.kind == "final"}, key=task_sort_key)
     if not tasks:
@@ -261,6 +261,9 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
             sources.update(c.source for _, c in points)
         what = "test" if sources == {"test"} else "best validation" if sources == {"val"} else "test / best val."
         ax.set_xscale("log")
+        ticks = sorted({x for pts in lines.values() for x, _ in pts})
+        ax.set_xticks(ticks, [f"{t:g}" if kind == "fraction" else f"{t:,.0f}" for t in ticks])  # a tick at each size
+        ax.minorticks_off()
         ax.set_xlabel("fraction of the training set" if kind == "fraction" else "training examples")
         ax.set_ylabel(" / ".join(sorted(names)))
         ax.set_title(wrap(f"{task}: {what} {' / '.join(sorted(names))} against the training subset", 44),
@@ -268,4 +271,5 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
         ax.grid(alpha=0.3, which="both")
     legend_below(fig, list(handles.values()), [f"{name} ({_n_text(seeds[name])})" for name in handles],
                  "mean over seeds, 95% CI band", columns=2)
+    thin_tick_labels(fig, axes)
     return _save(fig, path)

@@ -385,12 +385,20 @@ def mixing_warnings(cells: Sequence[Cell]) -> list[str]:
     return out
 
 
+def state_text(runs: Sequence[Run]) -> str:
+    """The recurrent state per sequence of a cell's runs (elements at the task's length); "-" where
+    none is recorded (a bidirectional model, which does not generate, or a run made before the
+    state size was recorded)."""
+    states = [r.state for r in runs if r.state is not None]
+    return _range_text(states) if states else "-"
+
+
 def details_table(cells: Sequence[Cell], kind: str = "final") -> Table:
-    """Seeds, steps, parameters, mean wall time, device and kernels per cell (ranges where seeds
-    differ; each value with its seeds where they differ)."""
+    """Seeds, steps, parameters, recurrent state, mean wall time, device and kernels per cell (ranges
+    where seeds differ; each value with its seeds where they differ)."""
     chosen = [c for c in cells if c.kind == kind]
-    headers = ["Model", "Task", "Seeds", "Steps", "Params (total)", "Params (in primitives)", "Wall time (mean)",
-               "Device", "Kernels"]
+    headers = ["Model", "Task", "Seeds", "Steps", "Params (total)", "Params (in primitives)", "State",
+               "Wall time (mean)", "Device", "Kernels"]
     rows = []
     for c in sorted(chosen, key=lambda c: (c.label, regime_sort_key(c.regime), task_sort_key(c.task))):
         rows.append([
@@ -399,6 +407,7 @@ def details_table(cells: Sequence[Cell], kind: str = "final") -> Table:
             _range_text([r.steps for r in c.runs]),
             _range_text([r.params_total for r in c.runs]),
             _range_text([r.params_in_primitives for r in c.runs]),
+            state_text(c.runs),
             format_duration(sum(r.seconds for r in c.runs) / len(c.runs)),
             _values_text(_by_value(c, device_text)),
             _values_text(_by_value(c, kernels_text)),
@@ -460,7 +469,7 @@ def markdown_tables(cells: Sequence[Cell]) -> str:
 
 CSV_COLUMNS = [
     "kind", "task", "label", "regime", "row", "metric", "source", "n", "seeds", "mean", "ci95_half_width",
-    "std", "display", "steps_mean", "params_total", "params_in_primitives", "seconds_mean",
+    "std", "display", "steps_mean", "params_total", "params_in_primitives", "state", "seconds_mean",
 ]
 
 
@@ -479,6 +488,7 @@ def csv_text(cells: Sequence[Cell]) -> str:
             "" if s.std is None else repr(s.std), c.text(),
             sum(r.steps for r in c.runs) / len(c.runs),
             max(r.params_total for r in c.runs), max(r.params_in_primitives for r in c.runs),
+            max((r.state for r in c.runs if r.state is not None), default=""),
             sum(r.seconds for r in c.runs) / len(c.runs),
         ])
     return buf.getvalue()

@@ -190,7 +190,7 @@ class Trainer:
                         if self._stop_requested(stop):  # preemption: checkpoint, then stop
                             if self.checkpointer.step != self.state.step:
                                 self._save(best=False)
-                            raise Preempted(self.state.step, self.total_steps)
+                            raise Preempted(self.state.step, self.total_steps, signal=stop.signal)
             return self._finish()
         except DiskWriteError as err:  # a full disk: which file, why, and what is safe
             good = self.checkpointer.last_good().lstrip("; ") or "no checkpoint was written yet"

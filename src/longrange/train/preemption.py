@@ -1,11 +1,12 @@
-"""Stopping a run cleanly when the scheduler asks: SIGTERM and SIGUSR1 during training.
+"""Stopping a run cleanly when asked: SIGTERM, SIGUSR1 and Ctrl-C (SIGINT) during training.
 
 SLURM (and most schedulers) send SIGTERM before killing a job, and ``--signal=USR1@120`` sends
-SIGUSR1 two minutes before its time limit. While :class:`StopOnSignal` is active (the trainer's
-``fit``), the first such signal only asks the run to stop: the current optimiser step finishes, a
-checkpoint is written, the lock is released and the run ends with
-:class:`~longrange.errors.Preempted` (exit status 75; ``--resume`` continues exactly). A second
-signal exits at once (status 128 + the signal's number), as the default handler would.
+SIGUSR1 two minutes before its time limit; a user presses Ctrl-C. While :class:`StopOnSignal` is
+active (the trainer's ``fit``), the first such signal only asks the run to stop: the current
+optimiser step finishes, a checkpoint is written, the lock is released and the run ends with
+:class:`~longrange.errors.Preempted` (exit status 75, or 130 after Ctrl-C; ``--resume``, or a
+comparison run again, continues exactly). A second signal exits at once (Ctrl-C: a
+KeyboardInterrupt; others: status 128 + the signal's number), as the default handler would.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import threading
 from typing import Any
 
 #: The signals that ask a run to stop (those the platform has).
-SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None)) if s is not None)
+SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None), signal.SIGINT)
+                if s is not None)
 
 
 class StopOnSignal:
@@ -31,17 +33,22 @@ class StopOnSignal:
         return self.signal is not None
 
     def _handle(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if self.signal is not None:
             print(f"received {name} again: stopping at once", file=sys.stderr, flush=True)
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
             raise SystemExit(128 + signum)
         self.signal = signum
-        print(f"received {name}: stopping after this step with a checkpoint (a second signal stops at once)",
+        again = "Ctrl-C again" if signum == signal.SIGINT else "a second signal"
+        print(f"received {name}: stopping after this step with a checkpoint ({again} stops at once)",
               file=sys.stderr, flush=True)
 
     def __enter__(self) -> "StopOnSignal":
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
+                if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # a process that ignores Ctrl-C (a comparison's worker) keeps ignoring it
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from longrange.errors import ConfigError
 
@@ -150,10 +150,12 @@ class BatchPlan:
         self.num_workers, self.pin_memory = num_workers, pin_memory
         self.steps_per_epoch = len(train_set) // batch_size
         if self.steps_per_epoch == 0:
-            raise ConfigError(
-                f"train.batch_size {batch_size} is larger than the training set ({len(train_set)} items): "
-                "no complete batch"
-            )
+            why = "no complete batch; lower train.batch_size"
+            if isinstance(train_set, Subset):  # task.train_subset kept part of the training set
+                why = (f"task.train_subset kept {len(train_set)} of its {len(train_set.dataset)} items; raise "
+                       "task.train_subset (null keeps them all) or lower train.batch_size")
+            raise ConfigError(f"train.batch_size {batch_size} is larger than the training set ({len(train_set)} "
+                              f"items): {why}")
 
     def loader(self, dataset: Dataset, batch_sampler: Any, generator_seed: int) -> DataLoader:
         return make_loader(dataset, batch_sampler, self.collate, num_workers=self.num_workers,

@@ -10,6 +10,7 @@ own GPU (``CUDA_VISIBLE_DEVICES``, round-robin over the visible GPUs).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,7 +43,12 @@ def visible_gpus() -> list[str]:
 
 def _worker_process(target: Callable[[list[str]], int], argv: list[str], log: str, env: dict[str, str],
                     threads: int) -> None:
-    """The body of a local worker process: output to the stage's log, its GPU and threads, then the worker."""
+    """The body of a local worker process: output to the stage's log, its GPU and threads, then the worker.
+
+    The worker ignores Ctrl-C (the terminal sends it to the whole process group): the coordinator,
+    which sees it too, stops each worker with SIGTERM, on which the worker finishes its step and
+    writes a checkpoint; two signals in a row would stop it at once, without one."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -155,20 +161,33 @@ class LocalWorkers:
         self.stop({job.stage.id: job}, interrupted=False)
 
     def stop(self, handles: dict[str, Any], interrupted: bool) -> None:
-        """Terminate the workers (they release their locks and keep their last checkpoints), then
-        kill those that do not exit in time."""
+        """Terminate the workers (SIGTERM: each finishes its step, writes a checkpoint and releases
+        its lock), then kill those that do not exit in time; Ctrl-C while waiting kills them at once."""
         running = list(handles.values())
         for job in running:
             if job.proc.is_alive():
                 job.proc.terminate()
+        if running:
+            say(f"stopping {len(running)} worker(s) after their current step, with a checkpoint "
+                f"(Ctrl-C again stops them at once)")
         deadline = time.time() + self.grace
+        killed = []
+        try:
+            for job in running:
+                job.proc.join(max(0.1, deadline - time.time()))
+        except KeyboardInterrupt:
+            pass
         for job in running:
-            job.proc.join(max(0.1, deadline - time.time()))
             if job.proc.is_alive():
                 job.proc.kill()
                 job.proc.join()
-        if running:
-            say(f"stopped {len(running)} worker(s): {', '.join(j.stage.id for j in running)} resume from their last checkpoints")
+                killed.append(job.stage.id)
+        kept = [j.stage.id for j in running if j.stage.id not in killed]
+        if kept:
+            say(f"stopped {len(kept)} worker(s) with their checkpoints: {', '.join(kept)} resume from them")
+        if killed:
+            say(f"killed {len(killed)} worker(s) at once: {', '.join(killed)} resume from their last periodic "
+                "checkpoints, or start again where they wrote none")
 
     def end(self, handles: dict[str, Any]) -> None:
         pass

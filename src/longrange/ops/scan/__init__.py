@@ -32,7 +32,8 @@ The package, one module per implementation beside the arguments' checks they sha
 - :mod:`.triton`: ``"triton"``, Triton kernels (CUDA; CPU in Triton's interpreter);
 - ``"cuda"``: the ``mamba_ssm`` kernel (CUDA tensors, no ``initial_state``, not float64; only
   when its compiled extension ``selective_scan_cuda`` imports, see :mod:`longrange._optional`);
-- :mod:`.dispatch`: :func:`selective_scan`, which runs the one named by ``impl``; ``"auto"``
+- :mod:`.dispatch`: :func:`selective_scan`, which runs the one named by ``impl`` (its
+  :data:`DISPATCHER` follows the convention of :mod:`longrange.ops.dispatch`); ``"auto"``
   (default, see :func:`auto_impl`) is on CUDA tensors ``"cuda"`` when usable, else ``"triton"``
   when triton imports, else ``"chunked"``; on CPU tensors ``"numba"`` when numba imports, else
   ``"chunked"``.
@@ -44,6 +45,7 @@ deterministic ones and naming another raises (see :data:`DETERMINISTIC_BACKWARD`
 from longrange.ops.scan.chunked import CHUNK_METHODS, DEFAULT_CHUNK_SIZE, linear_scan, selective_scan_chunked
 from longrange.ops.scan.dispatch import (
     DETERMINISTIC_BACKWARD,
+    DISPATCHER,
     IMPLS,
     auto_impl,
     available_impls,
@@ -54,6 +56,6 @@ from longrange.ops.scan.dispatch import (
 from longrange.ops.scan.reference import selective_scan_ref
 
 __all__ = [
-    "CHUNK_METHODS", "DEFAULT_CHUNK_SIZE", "DETERMINISTIC_BACKWARD", "IMPLS", "auto_impl", "available_impls",
+    "CHUNK_METHODS", "DEFAULT_CHUNK_SIZE", "DETERMINISTIC_BACKWARD", "DISPATCHER", "IMPLS", "auto_impl", "available_impls",
     "default_impl", "linear_scan", "selective_scan", "selective_scan_chunked", "selective_scan_ref", "set_default_impl",
 ]

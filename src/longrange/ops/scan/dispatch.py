@@ -3,7 +3,9 @@
 ``impl`` names an implementation (:data:`IMPLS`); ``"auto"`` is resolved by :func:`auto_impl`,
 ``None`` takes the process-wide default (:func:`set_default_impl`, :func:`default_impl`).
 :func:`available_impls` lists those that can run on a device here. Every call reports the
-implementation it ran to :mod:`longrange.ops.used` (op ``"selective_scan"``).
+implementation it ran to :mod:`longrange.ops.used` (op ``"selective_scan"``). The choice follows
+the convention of :mod:`longrange.ops.dispatch` (:data:`DISPATCHER`), with the scan's own rule
+for ``"auto"``.
 
 Determinism (:data:`DETERMINISTIC_BACKWARD`): with ``torch.use_deterministic_algorithms(True)``,
 ``"auto"`` never picks an implementation whose backward is non-deterministic, and asking for one
@@ -12,56 +14,18 @@ by name raises a RuntimeError naming the deterministic ones (a warning instead i
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
-
 import torch
 from torch import Tensor
 
 from longrange import _optional
 from longrange.ops import used
 from longrange.ops.dataless import holds_data
-from longrange.ops.determinism import refuse_nondeterministic
+from longrange.ops.dispatch import Dispatcher, Impl, numba_impl, triton_impl
 import longrange.ops.scan.numba as numba_scan
 import longrange.ops.scan.triton as triton_scan
 from longrange.ops.scan.chunked import selective_scan_chunked
 from longrange.ops.scan.common import check_shapes, compute_dtype
 from longrange.ops.scan.reference import selective_scan_ref
-
-IMPLS = ("auto", "chunked", "ref", "cuda", "numba", "triton")
-
-#: Whether each implementation's backward gives the same bits for the same inputs (at equal
-#: thread counts on CPUs): "ref" and "chunked" are PyTorch operations without atomic accumulation;
-#: "numba" writes every partial sum from one task and sums them in a fixed order; "triton" and
-#: "cuda" (mamba-ssm) add the gradients of a time-varying B and C from several programs (thread
-#: blocks) with atomic additions, whose order, and so the last bits, can change from run to run on
-#: a GPU. The forward passes of all five are deterministic.
-DETERMINISTIC_BACKWARD = {"ref": True, "chunked": True, "numba": True, "triton": False, "cuda": False}
-
-_default_impl = "auto"
-
-
-def set_default_impl(impl: str) -> str:
-    """Set the implementation used when ``impl=None``; returns the previous default."""
-    global _default_impl
-    _check_impl(impl)
-    previous, _default_impl = _default_impl, impl
-    return previous
-
-
-@contextmanager
-def default_impl(impl: str) -> Iterator[None]:
-    """Context manager: use ``impl`` as the default implementation inside the block."""
-    previous = set_default_impl(impl)
-    try:
-        yield
-    finally:
-        set_default_impl(previous)
-
-
-def _check_impl(impl: str) -> None:
-    if impl not in IMPLS:
-        raise ValueError(f"selective_scan: unknown impl {impl!r}; expected one of {IMPLS}")
 
 
 def _triton_scan(dataless: bool = False) -> tuple[object | None, str | None]:
@@ -74,30 +38,82 @@ def _triton_scan(dataless: bool = False) -> tuple[object | None, str | None]:
     return (None, reason) if reason else (triton_scan.selective_scan_triton, None)
 
 
-def _cuda_usable(device: torch.device, has_initial_state: bool, dtype: torch.dtype) -> bool:
-    return (
-        _optional.selective_scan_cuda_fn is not None
-        and device.type == "cuda"
-        and not has_initial_state
-        and dtype != torch.float64
-    )
+def _cuda_runs(device: torch.device) -> bool:
+    return _optional.selective_scan_cuda_fn is not None and device.type == "cuda"
+
+
+def _cuda_reason(device: torch.device) -> str:
+    if _optional.selective_scan_cuda_fn is None:
+        reason = _optional.status()["mamba_ssm"].get("reason", "")
+        return ("needs mamba_ssm with its compiled extension selective_scan_cuda"
+                f"{f' ({reason})' if reason else ''} and CUDA tensors")
+    return f"cannot run on {device.type}: it needs CUDA tensors"
+
+
+def _cuda_fits(has_initial_state: bool = False, dtype: torch.dtype = torch.float32, **_) -> bool:
+    return not has_initial_state and dtype != torch.float64
+
+
+def _cuda_misfit(has_initial_state: bool = False, dtype: torch.dtype = torch.float32, **_) -> str:
+    got = "an initial_state" if has_initial_state else f"{dtype} inputs"
+    return f"needs float32/float16/bfloat16 inputs and no initial_state, got {got}"
+
+
+def _auto(d: Dispatcher, device: torch.device, deterministic: bool, has_initial_state: bool = False,
+          dtype: torch.dtype = torch.float32) -> str:
+    """The selective scan's rule for ``"auto"`` (see :func:`auto_impl`)."""
+    if device.type == "meta":
+        return "chunked" if deterministic else "triton"
+    if device.type == "cuda":
+        if deterministic:
+            return "chunked"
+        if d.runs("cuda", device, has_initial_state=has_initial_state, dtype=dtype):
+            return "cuda"
+        return "triton" if _triton_scan()[0] is not None else "chunked"
+    if device.type == "cpu" and numba_scan.numba_available():
+        return "numba"
+    return "chunked"
+
+
+#: The selective scan's implementations, in "auto"'s order of preference where they run.
+#: Determinism of the backward (same bits for the same inputs, at equal thread counts on CPUs):
+#: "ref" and "chunked" are PyTorch operations without atomic accumulation; "numba" writes every
+#: partial sum from one task and sums them in a fixed order; "triton" and "cuda" (mamba-ssm) add
+#: the gradients of a time-varying B and C from several programs (thread blocks) with atomic
+#: additions, whose order, and so the last bits, can change from run to run on a GPU. The forward
+#: passes of all five are deterministic.
+_ATOMIC = "atomic additions of the gradients of B and C"
+DISPATCHER = Dispatcher("selective_scan", [
+    Impl("cuda", runs=_cuda_runs, reason=_cuda_reason, fits=_cuda_fits, misfit=_cuda_misfit, deterministic=False,
+         nondeterministic=_ATOMIC, note="mamba_ssm; no initial state, not float64"),
+    triton_impl(lambda device: triton_scan.triton_available(device), lambda: triton_scan.unavailable_reason(),
+                deterministic=False, nondeterministic=_ATOMIC),
+    numba_impl(numba_scan),
+    Impl("chunked"),
+    Impl("ref", auto=False),
+], auto=_auto)
+
+IMPLS = DISPATCHER.IMPLS
+#: Whether each implementation's backward gives the same bits for the same inputs (see above).
+DETERMINISTIC_BACKWARD = DISPATCHER.deterministic_backward
+set_default_impl = DISPATCHER.set_default_impl
+default_impl = DISPATCHER.default_impl
+
+
+def __getattr__(name: str):
+    if name == "_default_impl":  # the former module-level default
+        return DISPATCHER.default
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def available_impls(device: torch.device | str) -> tuple[str, ...]:
     """The implementations that can run on tensors of ``device`` in this process, slowest first
-    (``"auto"`` excluded): ``"ref"`` and ``"chunked"`` everywhere, ``"numba"`` on CPU when numba
+    (the reverse of ``DISPATCHER.available_impls(device)``, which lists them in ``"auto"``'s order
+    of preference; ``"auto"`` excluded): ``"ref"`` and ``"chunked"`` everywhere, ``"numba"`` on CPU when numba
     imports, ``"triton"`` where :func:`longrange.ops.scan.triton.triton_available` (CUDA, or CPU
     under ``TRITON_INTERPRET=1``, and the meta device), ``"cuda"`` on CUDA when mamba-ssm's compiled
     kernel imports."""
-    device = torch.device(device)
-    impls = ["ref", "chunked"]
-    if device.type == "cpu" and numba_scan.numba_available():
-        impls.append("numba")
-    if triton_scan.triton_available(device):
-        impls.append("triton")
-    if _cuda_usable(device, False, torch.float32):
-        impls.append("cuda")
-    return tuple(impls)
+    return tuple(reversed(DISPATCHER.available_impls(device)))
 
 
 def auto_impl(
@@ -117,30 +133,7 @@ def auto_impl(
     implementations with a deterministic backward (:data:`DETERMINISTIC_BACKWARD`), so on CUDA
     ``"chunked"``.
     """
-    if deterministic is None:
-        deterministic = torch.are_deterministic_algorithms_enabled()
-    device = torch.device(device)
-    if device.type == "meta":
-        return "chunked" if deterministic else "triton"
-    if device.type == "cuda":
-        if deterministic:
-            return "chunked"
-        if _cuda_usable(device, has_initial_state, dtype):
-            return "cuda"
-        return "triton" if _triton_scan()[0] is not None else "chunked"
-    if device.type == "cpu" and numba_scan.numba_available():
-        return "numba"
-    return "chunked"
-
-
-def _check_deterministic(impl: str, device: torch.device) -> None:
-    """Refuse an implementation with a non-deterministic backward while PyTorch's deterministic
-    algorithms are on (warn in ``warn_only`` mode)."""
-    if DETERMINISTIC_BACKWARD[impl] or not torch.are_deterministic_algorithms_enabled():
-        return
-    alternatives = [i for i in reversed(available_impls(device)) if DETERMINISTIC_BACKWARD[i]]
-    refuse_nondeterministic("selective_scan", impl, "atomic additions of the gradients of B and C", alternatives,
-                            stacklevel=3)
+    return DISPATCHER.auto_impl(device, deterministic, has_initial_state=has_initial_state, dtype=dtype)
 
 
 def _ran(impl: str, out):
@@ -172,30 +165,17 @@ def selective_scan(
     ``"auto"``: see :func:`auto_impl`); ``chunk_size`` and ``chunk_method`` for the chunked
     implementation (see :func:`~longrange.ops.scan.chunked.linear_scan`; the others ignore them).
     """
-    impl = _default_impl if impl is None else impl
-    _check_impl(impl)
+    impl = DISPATCHER.default if impl is None else impl
+    DISPATCHER.check_impl(impl)
     check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
-    if impl == "auto":
-        impl = auto_impl(u.device, initial_state is not None, dtype)
-    else:
-        _check_deterministic(impl, u.device)
+    impl = DISPATCHER.resolve(impl, u.device, dataless=not holds_data(u), has_initial_state=initial_state is not None,
+                              dtype=dtype)
     if impl == "cuda":
-        if not _cuda_usable(u.device, initial_state is not None, dtype):
-            reason = _optional.status()["mamba_ssm"].get("reason", "")
-            raise RuntimeError(
-                "selective_scan: impl='cuda' needs mamba_ssm with its compiled extension selective_scan_cuda"
-                f"{f' ({reason})' if reason else ''}, CUDA tensors, float32/float16/bfloat16 inputs and no initial_state"
-            )
         return _ran(impl, _optional.selective_scan_cuda_fn(*args))
     if impl == "triton":
-        fn, error = _triton_scan(not holds_data(u))
-        if fn is None:
-            raise RuntimeError(
-                f"selective_scan: impl='triton' needs the triton package, which does not import ({error})"
-            )
-        return _ran(impl, fn(*args, initial_state=initial_state))
+        return _ran(impl, triton_scan.selective_scan_triton(*args, initial_state=initial_state))
     if impl == "numba":
         return _ran(impl, numba_scan.selective_scan_numba(*args, initial_state=initial_state))
     if impl == "ref":

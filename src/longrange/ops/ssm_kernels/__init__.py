@@ -15,7 +15,7 @@ Discretisations (per channel, elementwise for a diagonal A):
 
 The two products have several implementations, chosen in one place per op
 (:mod:`.dispatch`; ``impl=`` forces one): ``ref`` (:mod:`.reference`), ``chunked`` (PyTorch,
-:mod:`.chunked`), ``numba`` (fused CPU kernels, :mod:`.cpu`), ``triton`` (GPU kernels,
+:mod:`.chunked`), ``numba`` (fused CPU kernels, :mod:`.numba`), ``triton`` (GPU kernels,
 :mod:`.triton`) and, for the Cauchy sum, ``pykeops`` (:mod:`.keops`). :mod:`.common` holds what
 they share (argument checks, dtypes, layouts); the implementations never import each other.
 
@@ -24,10 +24,10 @@ Layout of the package::
     common.py      argument checks, dtypes, canonical layouts
     reference.py   vandermonde_kernel_ref, cauchy_ref
     chunked.py     PyTorch over bounded pieces
-    cpu.py         numba kernels (_cpu_kernels.py), hand-written backward
+    numba.py       numba kernels (_numba_kernels.py), hand-written backward
     triton.py      Triton kernels (_triton_kernels.py), hand-written backward
     keops.py       pykeops Cauchy sum
-    dispatch.py    vandermonde_kernel, cauchy: choice of implementation, used.note
+    dispatch.py    vandermonde_kernel, cauchy: their dispatchers (longrange.ops.dispatch), used.note
     diag.py        S4D: discretisation, diag_ssm_kernel
     dplr.py        S4: DPLR matrices, dplr_generating_kernel, dplr_ssm_kernel
 
@@ -37,9 +37,11 @@ convolutional and recurrent modes agree by construction.
 from longrange.ops.ssm_kernels.chunked import CAUCHY_CHUNK_ELEMENTS
 from longrange.ops.ssm_kernels.diag import DISCRETIZATIONS, diag_ssm_kernel, diag_ssm_kernel_ref, discretize_diag
 from longrange.ops.ssm_kernels.dispatch import (
+    CAUCHY_DISPATCHER,
     DETERMINISTIC_BACKWARD,
     IMPLS,
     OPS,
+    VANDERMONDE_DISPATCHER,
     auto_impl,
     available_impls,
     cauchy,
@@ -63,10 +65,12 @@ from longrange.ops.ssm_kernels.reference import cauchy_ref, vandermonde_kernel_r
 
 __all__ = [
     "CAUCHY_CHUNK_ELEMENTS",
+    "CAUCHY_DISPATCHER",
     "DETERMINISTIC_BACKWARD",
     "DISCRETIZATIONS",
     "IMPLS",
     "OPS",
+    "VANDERMONDE_DISPATCHER",
     "auto_impl",
     "available_impls",
     "bilinear_dense",

@@ -1,6 +1,6 @@
 """Triton kernels of :mod:`longrange.ops.ssm_kernels.triton` (imported only when triton is).
 
-Layouts are those of :mod:`longrange.ops.ssm_kernels._cpu_kernels` (contiguous; complex numbers as
+Layouts are those of :mod:`longrange.ops.ssm_kernels._numba_kernels` (contiguous; complex numbers as
 separate real and imaginary arrays), with the modes of the Vandermonde kernel in float64::
 
     Vandermonde    a_re, a_im (R, M) float64; w_re, w_im (J, R, M); out, g (J, R, L)

@@ -7,7 +7,7 @@ name        what                                                   devices      
 ==========  =====================================================  ==============  =====================
 ``ref``     :mod:`.reference`: explicit recurrence / whole matrix  any             autograd
 ``chunked`` :mod:`.chunked`: PyTorch over bounded pieces           any             autograd / recomputes
-``numba``   :mod:`.cpu`: fused compiled loops                      CPU             hand-written
+``numba``   :mod:`.numba`: fused compiled loops                    CPU             hand-written
 ``triton``  :mod:`.triton`: Triton kernels                         CUDA (or CPU    hand-written
                                                                    interpreter;
                                                                    meta: fake)
@@ -20,13 +20,17 @@ triton imports, else (Cauchy) ``pykeops`` when usable, else ``chunked``; on the 
 runs) ``triton``, the kernels a GPU runs, by their operators' fake implementations (nothing is
 launched; triton need not be installed); elsewhere ``chunked``.
 Forcing an implementation that cannot run on the inputs' device raises a RuntimeError that says
-why and lists those that can (:func:`available_impls`).
+why and lists those that can (:func:`available_impls`). Each op has its :class:`~longrange.ops.dispatch.Dispatcher`
+(:data:`VANDERMONDE_DISPATCHER`, :data:`CAUCHY_DISPATCHER`; the convention of
+:mod:`longrange.ops.dispatch`); the functions here that take an ``op`` first are thin wrappers of
+their verbs.
 
 Every implementation's backward is deterministic (:data:`DETERMINISTIC_BACKWARD`: no atomics,
 sums in a fixed order), except pykeops', whose bits are KeOps' and not established here. The
 table is checked whenever ``torch.are_deterministic_algorithms_enabled()``
 is true: ``"auto"`` then skips an implementation marked non-deterministic, and forcing one raises
-a RuntimeError naming the deterministic alternatives.
+a RuntimeError naming the deterministic alternatives (a warning in ``warn_only`` mode; see
+:func:`longrange.ops.determinism.refuse_nondeterministic`).
 
 Each call reports the implementation it runs to :func:`longrange.ops.used.note` (ops
 ``"vandermonde"`` and ``"cauchy"``).
@@ -40,10 +44,11 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from longrange.ops import used
 from longrange.ops.chunking import TEMPORARY_BYTES
 from longrange.ops.dataless import holds_data
-from longrange.ops.ssm_kernels import cpu, keops
+from longrange.ops.dispatch import Dispatcher, Impl, numba_impl, triton_impl
+from longrange.ops.ssm_kernels import keops
+from longrange.ops.ssm_kernels import numba as numba_kernels
 from longrange.ops.ssm_kernels import triton as triton_kernels
 from longrange.ops.ssm_kernels.chunked import cauchy_chunked, vandermonde_chunked
 from longrange.ops.ssm_kernels.common import (
@@ -57,41 +62,17 @@ from longrange.ops.ssm_kernels.common import (
 from longrange.ops.ssm_kernels.reference import cauchy_ref, vandermonde_kernel_ref
 
 OPS = (VANDERMONDE, CAUCHY)
-#: The implementations of each op, in the order of preference of ``"auto"`` where they can run
-#: (``ref`` is never chosen automatically).
-IMPLS: dict[str, tuple[str, ...]] = {
-    VANDERMONDE: ("triton", "numba", "chunked", "ref"),
-    CAUCHY: ("triton", "pykeops", "numba", "chunked", "ref"),
-}
-#: Whether each implementation's backward gives bitwise the same result from run to run: the fused
-#: kernels write every output from one task or program and add partial sums in a fixed order, the
-#: PyTorch implementations use deterministic reductions. KeOps' reductions are its own, and no test
-#: here established their bits: pykeops counts as non-deterministic.
-DETERMINISTIC_BACKWARD: dict[str, dict[str, bool]] = {
-    VANDERMONDE: {"ref": True, "chunked": True, "numba": True, "triton": True},
-    CAUCHY: {"ref": True, "chunked": True, "numba": True, "triton": True, "pykeops": False},
-}
-#: The public function of each op, for messages.
-_FUNCTION = {VANDERMONDE: "vandermonde_kernel", CAUCHY: "cauchy"}
-
-_defaults = {VANDERMONDE: "auto", CAUCHY: "auto"}
 
 
-def _check_op(op: str) -> None:
-    if op not in OPS:
-        raise ValueError(f"unknown SSM kernel op {op!r}; expected one of {OPS}")
-
-
-def _check_impl(op: str, impl: str) -> None:
-    _check_op(op)
-    if impl != "auto" and impl not in IMPLS[op]:
-        raise ValueError(f"{_FUNCTION[op]}: unknown impl {impl!r}; expected one of {('auto', *IMPLS[op])}")
+def _triton_import_error() -> str | None:
+    return None if triton_kernels._kernel_module() is not None else triton_kernels._KERNELS.error
 
 
 def _runs(impl: str, device: torch.device) -> bool:
-    """Whether ``impl`` can run on ``device`` here (cheap, and traceable by torch.compile: no messages)."""
+    """Whether ``impl`` can run on ``device`` here: the ``runs`` predicate of both dispatchers' (one
+    function, read at each call, so that a test can stand in for another machine)."""
     if impl == "numba":
-        return cpu.numba_available(device)
+        return numba_kernels.numba_available(device)
     if impl == "triton":
         return triton_kernels.triton_available(device)
     if impl == "pykeops":
@@ -99,49 +80,76 @@ def _runs(impl: str, device: torch.device) -> bool:
     return True
 
 
+def _impls(op: str) -> list[Impl]:
+    """The implementations of ``op`` in the order of preference of ``"auto"`` where they can run
+    (``ref`` is never chosen automatically). Every backward is deterministic (the fused kernels
+    write every output from one task or program and add partial sums in a fixed order, the PyTorch
+    implementations use deterministic reductions) except pykeops': KeOps' reductions are its own,
+    and no test here established their bits."""
+    def runs(impl: str):
+        return lambda device: _runs(impl, device)
+
+    impls = [triton_impl(triton_kernels.triton_available, _triton_import_error, runs=runs("triton"))]
+    if op == CAUCHY:
+        impls.append(Impl(
+            "pykeops", runs=runs("pykeops"),
+            reason=lambda device: (f"cannot run on {device.type}: it " if device.type != "cuda" else "")
+            + f"needs CUDA tensors and a usable pykeops ({keops.unavailable_reason()})",
+            deterministic=False, nondeterministic="KeOps' reductions, whose bits are not established here",
+        ))
+    return impls + [numba_impl(numba_kernels, runs=runs("numba")), Impl("chunked", runs=runs("chunked")),
+                    Impl("ref", runs=runs("ref"), auto=False)]
+
+
+VANDERMONDE_DISPATCHER = Dispatcher(VANDERMONDE, _impls(VANDERMONDE), function="vandermonde_kernel")
+CAUCHY_DISPATCHER = Dispatcher(CAUCHY, _impls(CAUCHY), function="cauchy")
+_DISPATCHERS = {VANDERMONDE: VANDERMONDE_DISPATCHER, CAUCHY: CAUCHY_DISPATCHER}
+
+#: The implementations of each op, in the order of preference of ``"auto"`` where they can run
+#: (``ref`` is never chosen automatically; ``"auto"`` not listed).
+IMPLS: dict[str, tuple[str, ...]] = {op: d.impls for op, d in _DISPATCHERS.items()}
+#: Whether each implementation's backward gives bitwise the same result from run to run (the
+#: dispatchers' own tables: changing an entry changes what they do).
+DETERMINISTIC_BACKWARD: dict[str, dict[str, bool]] = {op: d.deterministic_backward for op, d in _DISPATCHERS.items()}
+
+
+def __getattr__(name: str):
+    if name == "_defaults":  # the former table of defaults
+        return {op: d.default for op, d in _DISPATCHERS.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _dispatcher(op: str) -> Dispatcher:
+    if op not in _DISPATCHERS:
+        raise ValueError(f"unknown SSM kernel op {op!r}; expected one of {OPS}")
+    return _DISPATCHERS[op]
+
+
 def unavailable_reason(op: str, impl: str, device: torch.device | str) -> str | None:
     """Why implementation ``impl`` of ``op`` cannot run on ``device`` here, or None if it can."""
-    _check_impl(op, impl)
-    device = torch.device(device)
-    if _runs(impl, device):
-        return None
-    if impl == "numba":
-        return "it runs on CPU tensors only" if device.type != "cpu" else f"numba does not import ({cpu.unavailable_reason()})"
-    if impl == "triton":
-        return triton_kernels.unavailable_reason(device)
-    return f"it needs CUDA tensors and a usable pykeops ({keops.unavailable_reason()})"
+    return _dispatcher(op).unavailable_reason(impl, device)
 
 
 def available_impls(op: str, device: torch.device | str) -> list[str]:
     """The implementations of ``op`` that can run on ``device`` here, in ``"auto"``'s order of
     preference (``ref`` last)."""
-    _check_op(op)
-    device = torch.device(device)
-    return [impl for impl in IMPLS[op] if _runs(impl, device)]
+    return list(_dispatcher(op).available_impls(device))
 
 
 def deterministic_impls(op: str, device: torch.device | str) -> list[str]:
     """Those of :func:`available_impls` whose backward is deterministic."""
-    return [impl for impl in available_impls(op, device) if DETERMINISTIC_BACKWARD[op][impl]]
+    return list(_dispatcher(op).deterministic_impls(device))
 
 
 def auto_impl(op: str, device: torch.device | str) -> str:
     """The implementation ``impl="auto"`` runs for ``op`` on ``device`` (see the module
     docstring); only deterministic ones when ``torch.are_deterministic_algorithms_enabled()``."""
-    _check_op(op)
-    device = torch.device(device)
-    candidates = deterministic_impls(op, device) if torch.are_deterministic_algorithms_enabled() else available_impls(op, device)
-    for impl in candidates:
-        if impl != "ref" and not (impl == "triton" and device.type == "cpu"):  # the interpreter is for tests
-            return impl
-    return "ref"
+    return _dispatcher(op).auto_impl(device)
 
 
 def set_default_impl(op: str, impl: str) -> str:
     """Use ``impl`` for ``op`` when a call passes ``impl=None``; returns the previous default."""
-    _check_impl(op, impl)
-    previous, _defaults[op] = _defaults[op], impl
-    return previous
+    return _dispatcher(op).set_default_impl(impl)
 
 
 @contextmanager
@@ -150,7 +158,7 @@ def default_impl(op: str | tuple[str, ...], impl: str) -> Iterator[None]:
     inside the block."""
     ops = (op,) if isinstance(op, str) else tuple(op)
     for name in ops:
-        _check_impl(name, impl)
+        _dispatcher(name).check_impl(impl)
     previous = {name: set_default_impl(name, impl) for name in ops}
     try:
         yield
@@ -160,28 +168,12 @@ def default_impl(op: str | tuple[str, ...], impl: str) -> Iterator[None]:
 
 
 def resolve_impl(op: str, impl: str | None, device: torch.device | str, dataless: bool = False) -> str:
-    """The implementation a call of ``op`` with ``impl`` runs on ``device``: None is the default
-    (:func:`set_default_impl`), ``"auto"`` is :func:`auto_impl`; a named implementation is checked
-    (RuntimeError if it cannot run there, or if it is non-deterministic while PyTorch's
-    deterministic mode is on). On tensors without data (``dataless``: fake tensors, whose operators'
-    fake implementations run) ``triton`` runs on any device: memory plans trace a GPU's kernels."""
-    impl = _defaults[op] if impl is None else impl
-    _check_impl(op, impl)
-    device = torch.device(device)
-    if impl == "auto":
-        return auto_impl(op, device)
-    if not _runs(impl, device) and not (dataless and impl == "triton"):
-        raise RuntimeError(
-            f"{_FUNCTION[op]}: impl={impl!r} cannot run on {device.type}: {unavailable_reason(op, impl, device)}; "
-            f"available here: {', '.join(available_impls(op, device))}"
-        )
-    if torch.are_deterministic_algorithms_enabled() and not DETERMINISTIC_BACKWARD[op][impl]:
-        raise RuntimeError(
-            f"{_FUNCTION[op]}: impl={impl!r} has a non-deterministic backward and "
-            "torch.use_deterministic_algorithms(True) is in effect; deterministic implementations here: "
-            f"{', '.join(deterministic_impls(op, device))}"
-        )
-    return impl
+    """The implementation a call of ``op`` with ``impl`` runs on ``device`` (see
+    :meth:`longrange.ops.dispatch.Dispatcher.resolve`): None is the default, ``"auto"`` is
+    :func:`auto_impl`; a named implementation is checked. On tensors without data (``dataless``:
+    fake tensors, whose operators' fake implementations run) ``triton`` runs on any device: memory
+    plans trace a GPU's kernels."""
+    return _dispatcher(op).resolve(impl, device, dataless=dataless, stacklevel=4)
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,10 +192,10 @@ def vandermonde_kernel(
     temporaries of ``impl="chunked"`` (see :mod:`longrange.ops.chunking`).
     """
     check_vandermonde_args(log_dA, W, L)
-    impl = resolve_impl(VANDERMONDE, impl, W.device, dataless=not holds_data(W))
-    used.note(VANDERMONDE, impl)
+    impl = VANDERMONDE_DISPATCHER.resolve(impl, W.device, dataless=not holds_data(W))
+    VANDERMONDE_DISPATCHER.note(impl)
     if impl == "numba":
-        return cpu.vandermonde_numba(log_dA, W, L)
+        return numba_kernels.vandermonde_numba(log_dA, W, L)
     if impl == "triton":
         return triton_kernels.vandermonde_triton(log_dA, W, L)
     if impl == "ref":
@@ -225,10 +217,10 @@ def cauchy(
     materialised reference.
     """
     check_cauchy_args(v, z, w)
-    impl = resolve_impl(CAUCHY, impl, v.device, dataless=not holds_data(v))
-    used.note(CAUCHY, impl)
+    impl = CAUCHY_DISPATCHER.resolve(impl, v.device, dataless=not holds_data(v))
+    CAUCHY_DISPATCHER.note(impl)
     if impl == "numba":
-        return cpu.cauchy_numba(v, z, w, conj_pairs)
+        return numba_kernels.cauchy_numba(v, z, w, conj_pairs)
     if impl == "triton":
         return triton_kernels.cauchy_triton(v, z, w, conj_pairs)
     if impl == "ref":
@@ -246,6 +238,7 @@ def cauchy_impl(device: torch.device | str) -> str:
 
 for _op, _fn in ((VANDERMONDE, vandermonde_kernel), (CAUCHY, cauchy)):
     _fn.op = _op
+    _fn.dispatcher = _DISPATCHERS[_op]
     _fn.available_impls = partial(available_impls, _op)
     _fn.auto_impl = partial(auto_impl, _op)
     _fn.deterministic_backward = DETERMINISTIC_BACKWARD[_op]

@@ -1,4 +1,4 @@
-"""The numba kernels of the causal depthwise convolution on CPUs (:mod:`longrange.ops.conv`,
+"""The numba kernels of the causal depthwise convolution on CPUs (:mod:`longrange.ops.conv.numba`,
 ``impl="numba"``), imported on first use.
 
 Layouts, channels last (all C-contiguous, one floating dtype)::

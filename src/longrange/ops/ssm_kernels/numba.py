@@ -2,7 +2,7 @@
 
 :func:`vandermonde_numba` and :func:`cauchy_numba` take the arguments of
 :func:`longrange.ops.ssm_kernels.vandermonde_kernel` and :func:`~longrange.ops.ssm_kernels.cauchy`
-(checked by the caller) and run the kernels of :mod:`longrange.ops.ssm_kernels._cpu_kernels` in
+(checked by the caller) and run the kernels of :mod:`longrange.ops.ssm_kernels._numba_kernels` in
 the canonical layouts of :mod:`longrange.ops.ssm_kernels.common`, in parallel over
 ``torch.get_num_threads()`` threads.
 
@@ -55,7 +55,7 @@ VANDERMONDE_ROWS_PER_TASK = 8
 #: Evaluation points per task of the Cauchy kernels (at most).
 CAUCHY_POINTS_PER_TASK = 256
 
-_KERNELS = LazyKernels("longrange.ops.ssm_kernels._cpu_kernels")
+_KERNELS = LazyKernels("longrange.ops.ssm_kernels._numba_kernels")
 _load = _KERNELS.load
 
 

@@ -1,7 +1,7 @@
 """The causal depthwise convolution fused into compiled loops for CPUs (numba; ``impl="numba"`` of
 :func:`longrange.ops.conv.causal_conv1d`).
 
-The kernels (:mod:`longrange.ops._conv_numba_kernels`) work channels last: x and the output in
+The kernels (:mod:`longrange.ops.conv._numba_kernels`) work channels last: x and the output in
 (b, l, d) memory, so that the (b, d, l) view of a (b, l, d) tensor that a Mamba block passes costs
 no copy, and the output comes back as such a view. The bias and the SiLU run in the same loop as
 the taps; the backward recomputes the pre-activation output instead of storing it. Each task is a
@@ -27,7 +27,7 @@ MAX_WIDTH = 256
 #: The dtypes the kernels compute in (other floating inputs are computed in float32).
 DTYPES = (torch.float32, torch.float64)
 
-_KERNELS = LazyKernels("longrange.ops._conv_numba_kernels")
+_KERNELS = LazyKernels("longrange.ops.conv._numba_kernels")
 
 
 def numba_available() -> bool:

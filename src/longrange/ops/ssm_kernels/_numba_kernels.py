@@ -1,4 +1,4 @@
-"""The numba kernels of :mod:`longrange.ops.ssm_kernels.cpu` (imported on first use; compiled once per
+"""The numba kernels of :mod:`longrange.ops.ssm_kernels.numba` (imported on first use; compiled once per
 dtype and cached on disk by numba).
 
 Layouts (C-contiguous; complex numbers as separate real and imaginary arrays of one floating dtype,

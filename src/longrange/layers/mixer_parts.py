@@ -1,0 +1,134 @@
+"""Parts shared by the layers around matrix-state recurrences (Mamba-2, Mamba-3, GLA, DeltaNet,
+Gated DeltaNet): the short causal convolution, the head-wise gated RMS norm, and the base class
+that gives every such layer its bidirectional form, its padding rule and its step mode.
+
+A layer derived from :class:`RecurrentMixer` implements three methods on causal inputs:
+
+* ``_mix(x, mask)``: (batch, length, d_model) -> same, the parallel (chunked) form;
+* ``_zero_state(batch_size, device, dtype)``: the state at the start of a sequence (a dict);
+* ``_step(x_t, state)``: one position, (batch, d_model) -> (output, new state).
+
+The base class zeroes the input at padded positions, builds the bidirectional layer as two
+independent causal layers in :class:`~longrange.layers.bidirectional.FlipSum` (as S6 does), and
+refuses the step mode of a bidirectional layer.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from longrange.errors import ConfigError
+from longrange.layers.base import NO_DECAY_GROUP, SequencePrimitive, apply_mask, set_optim_hint
+from longrange.layers.bidirectional import FlipSum
+from longrange.layers.ssm import check_positive_int, sample_log_dt
+from longrange.ops.conv import causal_conv1d, causal_conv1d_update
+
+
+class ShortConv(nn.Module):
+    """Depthwise causal convolution over (batch, length, channels), width ``width``, with an
+    optional bias and SiLU: the short convolution in front of the recurrences of Mamba-2 and of
+    FLA's layers. Its step keeps the last ``width - 1`` inputs."""
+
+    def __init__(self, channels: int, width: int = 4, bias: bool = False, activation: str | None = "silu"):
+        super().__init__()
+        check_positive_int("conv width", width)
+        self.channels, self.width, self.activation = channels, width, activation
+        conv = nn.Conv1d(channels, channels, width, groups=channels, bias=bias)  # PyTorch's initialisation
+        self.weight = nn.Parameter(conv.weight.detach().squeeze(1).clone())
+        self.bias = nn.Parameter(conv.bias.detach().clone()) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return causal_conv1d(x.transpose(1, 2), self.weight, self.bias, activation=self.activation).transpose(1, 2)
+
+    def zero_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
+        return torch.zeros(batch_size, self.channels, self.width - 1, device=device or self.weight.device,
+                           dtype=dtype or self.weight.dtype)
+
+    def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        return causal_conv1d_update(x, state, self.weight, self.bias, activation=self.activation)
+
+
+class HeadNorm(nn.Module):
+    """RMS norm over each head's features of (..., heads, dim), with a learned scale of ``dim``,
+    optionally gated: ``gate_first=False`` (FLA's fused gated norm): ``norm(o) * silu(g)``;
+    ``gate_first=True`` (Mamba-2's ``norm_before_gate=False``): ``norm(o * silu(g))``."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, gate_first: bool = False):
+        super().__init__()
+        self.eps, self.gate_first = eps, gate_first
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, o: Tensor, gate: Tensor | None = None) -> Tensor:
+        if gate is not None and self.gate_first:
+            o = o * F.silu(gate)
+        y = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        if gate is not None and not self.gate_first:
+            y = y * F.silu(gate)
+        return y
+
+
+def inverse_softplus_dt(n: int, dt_min: float, dt_max: float, dt_init_floor: float) -> Tensor:
+    """(n,) inverse softplus of dt, dt log-uniform in [dt_min, dt_max] and floored (Mamba's dt_bias)."""
+    dt = torch.exp(sample_log_dt(n, dt_min, dt_max)).clamp(min=dt_init_floor)
+    return dt + torch.log(-torch.expm1(-dt))
+
+
+def no_decay(value: Tensor) -> nn.Parameter:
+    """A parameter trained at the full learning rate without weight decay (A_log, dt_bias, D of
+    Mamba-2 and Gated DeltaNet, as their authors train them)."""
+    return set_optim_hint(nn.Parameter(value.float()), NO_DECAY_GROUP)
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(..., heads * dim) -> (..., heads, dim)."""
+    return x.reshape(*x.shape[:-1], heads, x.shape[-1] // heads)
+
+
+def check_heads(where: str, width: int, heads: int, what: str) -> int:
+    """``width / heads`` (a ConfigError unless it divides evenly)."""
+    check_positive_int("n_heads", heads, where=where)
+    if width % heads:
+        raise ConfigError(f"{where}: {what} {width} is not divisible by n_heads={heads}")
+    return width // heads
+
+
+class RecurrentMixer(SequencePrimitive):
+    """Base of the matrix-state layers (see the module docstring)."""
+
+    def _init_directions(self, make: Callable[[], "RecurrentMixer"] | None) -> bool:
+        """With ``make`` (the bidirectional case): build the two causal directions and return True."""
+        if make is None:
+            return False
+        self.directions = FlipSum(make(), make())
+        return True
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x: (batch, length, d_model); mask: (batch, length), True at real positions."""
+        self._check_input(x)
+        if self.bidirectional:
+            return self.directions(x, mask)
+        return self._mix(apply_mask(x, mask), mask)
+
+    def default_state(self, batch_size: int, device=None, dtype=None) -> dict[str, Tensor]:
+        self._check_step()
+        p = next(self.parameters())
+        return self._zero_state(batch_size, device or p.device, dtype or p.dtype)
+
+    def step(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """One position: x (batch, d_model) -> (output (batch, d_model), new state)."""
+        self._check_step()
+        if x.dim() != 2 or x.shape[-1] != self.d_model:
+            raise ValueError(f"{type(self).__name__}.step expects input of shape (batch, {self.d_model}), got {tuple(x.shape)}")
+        return self._step(x, state)
+
+    def _mix(self, x: Tensor, mask: Tensor | None) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _step(self, x: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:  # pragma: no cover - abstract
+        raise NotImplementedError

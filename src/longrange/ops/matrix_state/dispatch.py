@@ -1,0 +1,203 @@
+"""The entry points of the matrix-state recurrences: which implementation runs.
+
+Implementations of each op (``impl=``):
+
+==========  ==========================================================  ========================
+name        what                                                        devices
+==========  ==========================================================  ========================
+``naive``   the loop over time (``*_naive``), the ground truth          any
+``chunk``   chunkwise-parallel PyTorch (``*_chunk``)                    any
+``fla``     flash-linear-attention's Triton chunk kernels (GLA, the     CUDA, when ``fla`` imports
+            delta rules)                                                and its kernel ran once
+``mamba``   mamba-ssm's ``mamba_chunk_scan_combined`` (SSD)              CUDA, likewise
+==========  ==========================================================  ========================
+
+Each op has its :class:`~longrange.ops.dispatch.Dispatcher` (:data:`DISPATCHERS`, registered with
+the others: ``longrange check`` and ``longrange info`` list them). ``"auto"`` runs the maintained
+CUDA kernel where it is usable, else ``chunk``; under deterministic algorithms ``chunk``. A maintained kernel
+counts as usable only after it ran once on a small input of the device (so a package that imports but whose kernels do not compile on
+this GPU is not reported, and ``longrange info`` says why). Masks are applied here, before any
+implementation runs, by zeroing the log-decays and the write strengths at padded positions (the
+state is then carried unchanged) and the outputs there; the implementations need not know masks.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from longrange.ops.dispatch import Dispatcher, Impl
+from longrange.ops.matrix_state import common
+from longrange.ops.matrix_state.common import keep
+
+#: The maintained CUDA kernel of each op that has one: (implementation name, what it is).
+EXTERNAL = {
+    "ssd": ("mamba", "mamba-ssm's mamba_chunk_scan_combined (Triton)"),
+    "gla": ("fla", "flash-linear-attention's chunk_gla (Triton)"),
+    "delta_rule": ("fla", "flash-linear-attention's chunk_delta_rule (Triton)"),
+    "gated_delta_rule": ("fla", "flash-linear-attention's chunk_gated_delta_rule (Triton)"),
+}
+OPS = ("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3")
+
+
+def _external_impl(op: str) -> Impl:
+    name, what = EXTERNAL[op]
+
+    def runs(device: torch.device) -> bool:
+        if device.type != "cuda":
+            return False
+        from longrange.ops.matrix_state import external
+
+        return external.kernel(op, device) is not None
+
+    def reason(device: torch.device) -> str:
+        from longrange.ops.matrix_state import external
+
+        return f"cannot run on {device.type}: {external.reason(op, device)}"
+
+    # Their backward passes add partial gradients with atomic additions in places; not established
+    # as deterministic here.
+    return Impl(name, runs=runs, reason=reason, deterministic=False,
+                nondeterministic="its Triton backward is not established as deterministic", note=what)
+
+
+def _dispatcher(op: str) -> Dispatcher:
+    impls = [_external_impl(op)] if op in EXTERNAL else []
+    impls += [Impl("chunk", note="chunkwise-parallel PyTorch"), Impl("naive", auto=False, note="loop over time")]
+    return Dispatcher(op, impls, reference="naive")
+
+
+DISPATCHERS: dict[str, Dispatcher] = {op: _dispatcher(op) for op in OPS}
+#: The implementations of each op, ``"auto"`` first.
+IMPLS: dict[str, tuple[str, ...]] = {op: d.IMPLS for op, d in DISPATCHERS.items()}
+
+
+def check_impl(op: str, impl: str | None, where: str | None = None) -> None:
+    """A ConfigError (``where`` given: a layer's option) or ValueError naming ``op`` and its
+    implementations unless ``impl`` is None or one of them."""
+    if impl is None or impl in IMPLS[op]:
+        return
+    message = f"{op}: unknown impl {impl!r}; expected one of {', '.join(IMPLS[op])}"
+    if where is not None:
+        from longrange.errors import ConfigError
+
+        raise ConfigError(f"{where}: {message}")
+    raise ValueError(message)
+
+
+def _module(op: str) -> Any:
+    """The module of ``op``'s family (the delta rules share one)."""
+    family = "delta_rule" if op == "gated_delta_rule" else op
+    return importlib.import_module(f"longrange.ops.matrix_state.{family}")
+
+
+def _run(op: str, impl: str | None, device: torch.device, args: tuple, chunk_size: int | None,
+         **kwargs: Any) -> Any:
+    d = DISPATCHERS[op]
+    impl = d.resolve(impl, device, stacklevel=4)
+    d.note(impl)
+    module = _module(op)
+    if impl == "naive":
+        return getattr(module, f"{op}_naive")(*args, **kwargs)
+    if impl == "chunk":
+        extra = {} if chunk_size is None else {"chunk_size": chunk_size}
+        return getattr(module, f"{op}_chunk")(*args, **kwargs, **extra)
+    from longrange.ops.matrix_state import external  # pragma: no cover - CUDA with the maintained kernels
+
+    return external.kernel(op, device)(*args)  # pragma: no cover
+
+
+def _masked_output(out: Any, mask: Tensor | None) -> Any:
+    if mask is None:
+        return out
+    if isinstance(out, tuple):
+        return (keep(mask, out[0]), *out[1:])
+    return keep(mask, out)
+
+
+def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
+        initial_state: Tensor | None = None, output_final_state: bool = False, mask: Tensor | None = None, *,
+        chunk_size: int | None = None, impl: str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    """Mamba-2's SSD (see :mod:`longrange.ops.matrix_state.ssd`): x (b, l, h, p), dt (b, l, h)
+    positive, A (h,) negative, B and C (b, l, g, n), D (h,); state (b, h, n, p)."""
+    b, l = x.shape[:2] if isinstance(x, Tensor) and x.dim() == 4 else (None, None)
+    if b is not None:
+        mask = common.check_mask("ssd", mask, b, l)
+        if mask is not None:
+            dt = keep(mask, dt)
+    out = _run("ssd", impl, x.device, (x, dt, A, B, C, D, initial_state, output_final_state), chunk_size)
+    return _masked_output(out, mask)
+
+
+def gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float | None = None, initial_state: Tensor | None = None,
+        output_final_state: bool = False, mask: Tensor | None = None, *, chunk_size: int | None = None,
+        impl: str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    """Gated linear attention (see :mod:`longrange.ops.matrix_state.gla`): q, k, g (b, l, h, dk),
+    v (b, l, h, dv); state (b, h, dk, dv)."""
+    b, l, *_ = common.check_qkv("gla", q, k, v)
+    mask = common.check_mask("gla", mask, b, l)
+    if mask is not None:
+        g, k = keep(mask, g), keep(mask, k)
+    out = _run("gla", impl, q.device, (q, k, v, g, scale, initial_state, output_final_state), chunk_size)
+    return _masked_output(out, mask)
+
+
+def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float | None = None,
+               initial_state: Tensor | None = None, output_final_state: bool = False, mask: Tensor | None = None, *,
+               chunk_size: int | None = None, impl: str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    """The delta rule (see :mod:`longrange.ops.matrix_state.delta_rule`): q, k (b, l, h, dk),
+    v (b, l, h, dv), beta (b, l, h); state (b, h, dk, dv)."""
+    b, l, *_ = common.check_qkv("delta_rule", q, k, v)
+    mask = common.check_mask("delta_rule", mask, b, l)
+    if mask is not None:
+        beta = keep(mask, beta)
+    out = _run("delta_rule", impl, q.device, (q, k, v, beta, scale, initial_state, output_final_state), chunk_size)
+    return _masked_output(out, mask)
+
+
+def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float | None = None,
+                     initial_state: Tensor | None = None, output_final_state: bool = False,
+                     mask: Tensor | None = None, *, chunk_size: int | None = None,
+                     impl: str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    """The gated delta rule (see :mod:`longrange.ops.matrix_state.delta_rule`): q, k (b, l, h, dk),
+    v (b, l, h, dv), g and beta (b, l, h); state (b, h, dk, dv)."""
+    b, l, *_ = common.check_qkv("gated_delta_rule", q, k, v)
+    mask = common.check_mask("gated_delta_rule", mask, b, l)
+    if mask is not None:
+        g, beta = keep(mask, g), keep(mask, beta)
+    out = _run("gated_delta_rule", impl, q.device, (q, k, v, g, beta, scale, initial_state, output_final_state), chunk_size)
+    return _masked_output(out, mask)
+
+
+def mamba3(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: Tensor, angles: Tensor,
+           B_bias: Tensor | None = None, C_bias: Tensor | None = None, D: Tensor | None = None,
+           initial_state: Any = None, output_final_state: bool = False, mask: Tensor | None = None, *,
+           chunk_size: int | None = None, impl: str | None = None) -> Any:
+    """Mamba-3 SISO (see :mod:`longrange.ops.matrix_state.mamba3`): x (b, l, h, p), dt (b, l, h),
+    A (h,) or (b, l, h), B and C (b, l, g, n), trap (b, l, h), angles (b, l, h, m); its state is a
+    :class:`~longrange.ops.matrix_state.mamba3.Mamba3State`. The mask goes to the implementation:
+    a padded position keeps all four parts of the state, the previous input included."""
+    return _run("mamba3", impl, x.device, (x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state,
+                                           output_final_state), chunk_size, mask=mask)
+
+
+def mamba3_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Any]:
+    return _module("mamba3").mamba3_step(*args, **kwargs)
+
+
+def ssd_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    return _module("ssd").ssd_step(*args, **kwargs)
+
+
+def gla_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    return _module("gla").gla_step(*args, **kwargs)
+
+
+def delta_rule_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    return _module("delta_rule").delta_rule_step(*args, **kwargs)
+
+
+def gated_delta_rule_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    return _module("delta_rule").gated_delta_rule_step(*args, **kwargs)

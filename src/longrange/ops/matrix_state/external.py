@@ -1,0 +1,107 @@
+"""The maintained CUDA kernels of the matrix-state ops, detected truthfully.
+
+- flash-linear-attention (PyPI ``flash-linear-attention`` / ``fla-core``, the extra ``.[fla]``):
+  ``chunk_gla``, ``chunk_delta_rule``, ``chunk_gated_delta_rule``, Triton kernels in our layout
+  (batch, length, heads, features) with states (batch, heads, dk, dv);
+- mamba-ssm (``.[cuda]``): ``mamba_chunk_scan_combined`` for SSD, whose state is (batch, heads,
+  headdim, d_state), the transpose of ours.
+
+A kernel counts as usable on a device only after it imported and ran once there on a small input
+(Triton compiles on first use, so a package that imports can still fail on a given GPU); the result
+is kept per op and device, and :func:`reason` says why one is not usable (``longrange info``).
+``longrange check --device cuda`` compares every usable kernel with the float64 reference.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from longrange import _optional
+
+#: op -> (package, module, function)
+SOURCES: dict[str, tuple[str, str, str]] = {
+    "gla": ("fla", "fla.ops.gla", "chunk_gla"),
+    "delta_rule": ("fla", "fla.ops.delta_rule", "chunk_delta_rule"),
+    "gated_delta_rule": ("fla", "fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
+    "ssd": ("mamba_ssm", "mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined"),
+}
+
+_probed: dict[tuple[str, str], tuple[Callable | None, str | None]] = {}
+
+
+def _wrap(op: str, fn: Callable) -> Callable:
+    """``fn`` with the signature of our entry points' positional arguments."""
+    if op == "ssd":
+        def ssd(x, dt, A, B, C, D=None, initial_state=None, output_final_state=False):
+            init = None if initial_state is None else initial_state.transpose(-1, -2).contiguous()
+            out = fn(x, dt, A, B, C, chunk_size=64, D=D, initial_states=init, return_final_states=output_final_state)
+            if output_final_state:
+                y, final = out
+                return y, final.transpose(-1, -2)
+            return out
+
+        return ssd
+
+    def run(*args: Any) -> Any:
+        *tensors, scale, initial_state, output_final_state = args
+        o, final = fn(*tensors, scale=scale, initial_state=initial_state, output_final_state=output_final_state)
+        return (o, final) if output_final_state else o
+
+    return run
+
+
+def _probe_inputs(op: str, device: torch.device) -> tuple:
+    b, l, h, d = 1, 16, 1, 16
+    r = lambda *s: torch.randn(*s, device=device)  # noqa: E731
+    if op == "ssd":
+        return (r(b, l, h, d), torch.rand(b, l, h, device=device) * 0.1, -torch.ones(h, device=device), r(b, l, 1, d),
+                r(b, l, 1, d), None, None, False)
+    q, k, v = r(b, l, h, d), torch.nn.functional.normalize(r(b, l, h, d), dim=-1), r(b, l, h, d)
+    if op == "gla":
+        return (q, k, v, -torch.rand(b, l, h, d, device=device), None, None, False)
+    beta = torch.rand(b, l, h, device=device)
+    if op == "delta_rule":
+        return (q, k, v, beta, None, None, False)
+    return (q, k, v, -torch.rand(b, l, h, device=device), beta, None, None, False)
+
+
+def _probe(op: str, device: torch.device) -> tuple[Callable | None, str | None]:
+    package, module, name = SOURCES[op]
+    if not _optional.installed(package):
+        return None, f"{package} is not installed"
+    try:
+        import importlib
+
+        fn = getattr(importlib.import_module(module), name)
+    except Exception as err:  # an ImportError, or a broken extension
+        return None, f"{module}.{name} does not import ({type(err).__name__}: {err})"
+    wrapped = _wrap(op, fn)
+    try:
+        out = wrapped(*_probe_inputs(op, device))
+        if not bool(torch.isfinite(out).all()):
+            return None, f"{module}.{name} gave non-finite outputs on a small input"
+    except Exception as err:  # Triton compilation errors, unsupported GPUs
+        return None, f"{module}.{name} failed on a small input ({type(err).__name__}: {str(err)[:200]})"
+    return wrapped, None
+
+
+def kernel(op: str, device: torch.device) -> Callable | None:
+    """The maintained kernel of ``op`` if it ran on ``device``, else None (probed once per device)."""
+    if op not in SOURCES or device.type != "cuda":
+        return None
+    key = (op, str(device))
+    if key not in _probed:
+        _probed[key] = _probe(op, device)
+    return _probed[key][0]
+
+
+def reason(op: str, device: torch.device) -> str:
+    """Why the maintained kernel of ``op`` is not usable on ``device``."""
+    if op not in SOURCES:
+        return f"{op} has no maintained CUDA kernel here"
+    if device.type != "cuda":
+        return f"{SOURCES[op][0]}'s kernel runs on CUDA tensors only"
+    kernel(op, device)
+    return _probed[(op, str(device))][1] or "usable"
+

@@ -1,0 +1,54 @@
+"""The matrix-state benchmark's pieces: its SSD baseline computes SSD, its layers build, its
+measurements run (tiny sizes; no timing is asserted)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from longrange.bench import mixers
+from longrange.ops.matrix_state.ssd import ssd_naive
+
+
+def test_the_minimal_ssd_baseline_computes_ssd():
+    inputs = {k: v.double() for k, v in mixers.op_inputs("ssd", batch=2, length=24, heads=3, dk=5, dv=4).items()}
+    torch.testing.assert_close(mixers.ssd_minimal(**inputs, chunk_size=8), ssd_naive(**inputs), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", list(mixers.LAYERS))
+def test_every_layer_builds_and_is_measured(name):
+    row = mixers.measure_layer(name, length=16, batch=1, d=64, warmup=0, batches=1, threads=1)
+    assert row["params"] > 0 and row["forward_s"] > 0 and row["fwdbwd_s"] > 0
+
+
+@pytest.mark.parametrize("op", mixers.OPS)
+def test_every_op_is_measured_by_its_forms(op):
+    for impl in ("chunk", "naive") + (("minimal",) if op == "ssd" else ()):
+        row = mixers.measure_op(op, impl, length=16, batch=1, heads=2, dk=8, dv=8, chunk_size=8, warmup=0, batches=1,
+                                threads=1)
+        assert row["fwdbwd_s"] > 0
+
+
+def test_the_script_prints_its_tables(capsys, monkeypatch):
+    path = Path(__file__).parents[2] / "benchmarks" / "matrix_state.py"
+    spec = importlib.util.spec_from_file_location("matrix_state_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script.measure, "run_isolated", lambda target, kwargs, timeout=None: _fake(target, kwargs))
+    assert script.main(["all", "--lengths", "64,128", "--layers", "gla,attention", "--naive-length", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "| gla | faster than attention" not in out and "| gla | 128 |" in out
+    assert "| ssd | 32 | 1.000 | 30.000 | 30.0x |" in out
+    assert "speed-up over ssd_minimal" in out
+
+
+def _fake(target: str, kwargs: dict) -> dict:
+    if target.endswith("measure_layer"):
+        slow = kwargs["name"] == "attention" and kwargs["length"] > 64
+        return {"layer": kwargs["name"], "length": kwargs["length"], "params": 10, "forward_s": 1.0,
+                "fwdbwd_s": 3.0 if slow else 2.0, "fwdbwd_peak_mb": 1.0}
+    return {"op": kwargs["op"], "impl": kwargs["impl"], "length": kwargs["length"],
+            "fwdbwd_s": {"chunk": 1.0, "naive": 30.0, "minimal": 2.0}[kwargs["impl"]]}
