@@ -135,6 +135,35 @@ def test_pieces_give_the_same_result(monkeypatch, gated):
                                    run("naive", gated, x, mask=mask)[0], **TIGHT)
 
 
+def test_unit_lower_inverse_and_its_derivatives():
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(2, 5, 5, generator=gen, dtype=F64).requires_grad_(True)
+    inv = dr._UnitLowerInverse.apply
+    ref = torch.linalg.inv(torch.eye(5, dtype=F64) + a.detach().tril(-1))
+    torch.testing.assert_close(inv(a), ref, **TIGHT)
+    assert torch.autograd.gradcheck(inv, (a,))
+    assert torch.autograd.gradgradcheck(inv, (a,))
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_chunk_second_derivatives(gated):
+    x = inputs(b=1, l=5, h=1, dk=3, dv=2, gated=gated)
+    names = list(x)
+
+    def f(*ts):
+        return run("chunk", gated, dict(zip(names, ts)), chunk_size=2)
+
+    assert torch.autograd.gradgradcheck(f, tuple(x.values()))
+
+
+def test_meta_tensors_give_shapes():
+    q, v, beta = torch.empty(2, 100, 3, 8, device="meta"), torch.empty(2, 100, 3, 4, device="meta"), torch.empty(2, 100, 3, device="meta")
+    o, s = gated_delta_rule_chunk(q, q, v, beta, beta, output_final_state=True, chunk_size=16)
+    assert o.shape == (2, 100, 3, 4) and o.device.type == "meta" and s.shape == (2, 3, 8, 4)
+    o, s = delta_rule_chunk(q, q, v, beta, output_final_state=True)
+    assert o.shape == (2, 100, 3, 4) and s.shape == (2, 3, 8, 4)
+
+
 # ----------------------------------------------------------------------------------------------
 # the gated rule with g = 0 is the delta rule
 
@@ -306,6 +335,10 @@ def test_bad_step_inputs():
 # flash-linear-attention's pure-PyTorch references (float32 there)
 
 
+FLA_WARNINGS = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+
+@FLA_WARNINGS
 @pytest.mark.parametrize("with_state", [False, True])
 def test_delta_rule_matches_fla_reference(with_state):
     pytest.importorskip("fla")
@@ -323,6 +356,7 @@ def test_delta_rule_matches_fla_reference(with_state):
         torch.testing.assert_close(s.float(), ref_s, rtol=1e-5, atol=1e-5)
 
 
+@FLA_WARNINGS
 @pytest.mark.parametrize("with_state", [False, True])
 def test_gated_delta_rule_matches_fla_reference(with_state):
     pytest.importorskip("fla")

@@ -67,9 +67,11 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
     return stale
 
 
-def size_lines(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]]) -> list[str]:
+def size_lines(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]],
+               size_note: str | None = None) -> list[str]:
     """One line with each experiment's parameter count (of its supervised model), and a warning line for
-    each group of experiments whose counts differ by more than 10%."""
+    each group of experiments whose counts differ by more than 10% (with ``size_note``, why the sizes
+    differ on purpose, instead)."""
     totals: list[int | None] = []
     for exp in experiments:
         try:
@@ -81,7 +83,7 @@ def size_lines(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequenc
     for group in groups:
         warning = size_warning([experiments[i].label for i in group], [totals[i] for i in group])
         if warning:
-            lines.append(f"warning: {warning}")
+            lines.append(f"sizes differ on purpose: {size_note}" if size_note else f"warning: {warning}")
     return lines
 
 
@@ -164,6 +166,7 @@ def compare(
     executor: Backend | None = None,
     match_params: bool = False,
     model_groups: Sequence[Sequence[int]] | None = None,
+    size_note: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run scratch and SPT for every experiment and seed; return the final-stage summaries
     (scratch, finetuned, compute-matched), in plan order.
@@ -181,7 +184,8 @@ def compare(
     ``model_groups`` (indices; default: all in one group; the cells of one sweep value, see
     ``experiment/cells.py``) differ by more than 10%; ``match_params`` first sets the width
     (``model.d_model``) of every experiment of a group after its first to the value whose count is
-    closest to the first's (``experiment/params.py``).
+    closest to the first's (``experiment/params.py``). ``size_note``: why the compared sizes differ on
+    purpose (the demo's), printed instead of the warning.
     """
     out_dir = check_out_dir(out_dir, "--out")
     experiments = list(experiments)
@@ -191,7 +195,7 @@ def compare(
         experiments, matched = match_widths(experiments, groups)
     plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
                      train_subsets=train_subsets)
-    sizes = [] if missing else size_lines(experiments, groups)
+    sizes = [] if missing else size_lines(experiments, groups, size_note)
     if match_params and not missing:
         sizes = matched + sizes
     if dry_run:
