@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from longrange.errors import ConfigError
 from longrange.layers.mixer_parts import (
     HeadNorm,
-    RecurrentMixer,
+    QKVMixer,
     ShortConv,
     check_heads,
     inverse_softplus_dt,
@@ -43,7 +43,7 @@ from longrange.layers.ssm import check_positive_int
 from longrange.ops.matrix_state import dispatch as matrix_state
 
 
-class _DeltaLayer(RecurrentMixer):
+class _DeltaLayer(QKVMixer):
     """What DeltaNet and Gated DeltaNet share: projections, short convolutions, normalised keys,
     beta, the (gated) output norm; ``gated`` adds Mamba-2's per-head decay."""
 
@@ -71,9 +71,6 @@ class _DeltaLayer(RecurrentMixer):
         return (f"d_model={self.d_model}, heads={self.n_heads}, d_k={self.dk}, d_v={self.dv}, "
                 f"short_conv={self.conv is not None}, bidirectional={self.bidirectional}")
 
-    def _qkv(self, x: Tensor) -> Tensor:
-        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
-
     def _heads(self, qkv: Tensor, x: Tensor) -> tuple[Tensor, ...]:
         """(q, k, v, beta, g or None) per head, from the (convolved) projections and the input x."""
         if self.conv is None:
@@ -86,38 +83,17 @@ class _DeltaLayer(RecurrentMixer):
     def _log_decay(self, x: Tensor) -> Tensor | None:
         return None
 
-    def _out(self, o: Tensor, x: Tensor) -> Tensor:
-        gate = split_heads(self.g_proj(x), self.n_heads) if self.g_proj is not None else None
-        return self.o_proj(self.norm(o, gate).flatten(-2))
-
-    def _mix(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        qkv = self._qkv(x)
-        if self.conv is not None:
-            qkv = self.conv(qkv)
-        q, k, v, beta, g = self._heads(qkv, x)
+    def _recur(self, heads: tuple[Tensor, ...], mask: Tensor | None) -> Tensor:
+        q, k, v, beta, g = heads
         if self.gated:
-            o = matrix_state.gated_delta_rule(q, k, v, g, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
-        else:
-            o = matrix_state.delta_rule(q, k, v, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
-        return self._out(o, x)
+            return matrix_state.gated_delta_rule(q, k, v, g, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
+        return matrix_state.delta_rule(q, k, v, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
 
-    def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
-        state = {"S": torch.zeros(batch_size, self.n_heads, self.dk, self.dv, device=device,
-                                  dtype=torch.float64 if dtype == torch.float64 else torch.float32)}
-        if self.conv is not None:
-            state["conv"] = self.conv.zero_state(batch_size, device, dtype)
-        return state
-
-    def _step(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        qkv, new = self._qkv(x), {}
-        if self.conv is not None:
-            qkv, new["conv"] = self.conv.step(qkv, state["conv"])
-        q, k, v, beta, g = self._heads(qkv, x)
+    def _recur_step(self, heads: tuple[Tensor, ...], S: Tensor) -> tuple[Tensor, Tensor]:
+        q, k, v, beta, g = heads
         if self.gated:
-            o, new["S"] = matrix_state.gated_delta_rule_step(q, k, v, g, beta, state["S"])
-        else:
-            o, new["S"] = matrix_state.delta_rule_step(q, k, v, beta, state["S"])
-        return self._out(o.to(x.dtype), x), new
+            return matrix_state.gated_delta_rule_step(q, k, v, g, beta, S)
+        return matrix_state.delta_rule_step(q, k, v, beta, S)
 
 
 @register_primitive("deltanet")

@@ -15,19 +15,18 @@ with an MLP (``model.mlp: swiglu``), as FLA's GLA models stack it.
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
-from longrange.layers.mixer_parts import HeadNorm, RecurrentMixer, ShortConv, check_heads, split_heads
+from longrange.layers.mixer_parts import HeadNorm, QKVMixer, ShortConv, check_heads, split_heads
 from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import check_positive_int
 from longrange.ops.matrix_state import dispatch as matrix_state
 
 
 @register_primitive("gla")
-class GLA(RecurrentMixer):
+class GLA(QKVMixer):
     """The gated linear attention layer (see the module docstring)."""
 
     def __init__(
@@ -84,9 +83,6 @@ class GLA(RecurrentMixer):
         return (f"d_model={self.d_model}, heads={self.n_heads}, d_k={self.dk}, d_v={self.dv}, "
                 f"short_conv={self.conv is not None}, bidirectional={self.bidirectional}")
 
-    def _qkv(self, x: Tensor) -> Tensor:
-        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
-
     def _heads(self, qkv: Tensor, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         g = F.logsigmoid(self.gk_proj(x)) / self.gate_logit_normalizer
@@ -95,29 +91,8 @@ class GLA(RecurrentMixer):
         h = self.n_heads
         return split_heads(q, h), split_heads(k, h), split_heads(v, h), split_heads(g, h)
 
-    def _out(self, o: Tensor, x: Tensor) -> Tensor:
-        gate = split_heads(self.g_proj(x), self.n_heads) if self.g_proj is not None else None
-        return self.o_proj(self.norm(o, gate).flatten(-2))
+    def _recur(self, heads: tuple[Tensor, ...], mask: Tensor | None) -> Tensor:
+        return matrix_state.gla(*heads, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
 
-    def _mix(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        qkv = self._qkv(x)
-        if self.conv is not None:
-            qkv = self.conv(qkv)
-        q, k, v, g = self._heads(qkv, x)
-        o = matrix_state.gla(q, k, v, g, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
-        return self._out(o, x)
-
-    def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
-        state = {"S": torch.zeros(batch_size, self.n_heads, self.dk, self.dv, device=device,
-                                  dtype=torch.float64 if dtype == torch.float64 else torch.float32)}
-        if self.conv is not None:
-            state["conv"] = self.conv.zero_state(batch_size, device, dtype)
-        return state
-
-    def _step(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        qkv, new = self._qkv(x), {}
-        if self.conv is not None:
-            qkv, new["conv"] = self.conv.step(qkv, state["conv"])
-        q, k, v, g = self._heads(qkv, x)
-        o, new["S"] = matrix_state.gla_step(q, k, v, g, state["S"])
-        return self._out(o.to(x.dtype), x), new
+    def _recur_step(self, heads: tuple[Tensor, ...], S: Tensor) -> tuple[Tensor, Tensor]:
+        return matrix_state.gla_step(*heads, S)

@@ -24,7 +24,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
-from longrange.layers.mixer_parts import HeadNorm, RecurrentMixer, ShortConv, inverse_softplus_dt, no_decay, split_heads
+from longrange.layers.mixer_parts import (
+    HeadNorm,
+    RecurrentMixer,
+    ShortConv,
+    inverse_softplus_dt,
+    no_decay,
+    split_heads,
+    ssd_heads,
+)
 from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import check_dt_range, check_positive_int
 from longrange.ops.matrix_state import dispatch as matrix_state
@@ -59,12 +67,7 @@ class Mamba2(RecurrentMixer):
         lo, hi = A_init_range
         if not 0 < lo <= hi:
             raise ConfigError(f"{where}: A_init_range must be (low, high) with 0 < low <= high, got {A_init_range!r}")
-        d_inner = expand * d_model
-        if d_inner % headdim:
-            raise ConfigError(f"{where}: expand * d_model = {d_inner} is not divisible by headdim={headdim}")
-        heads = d_inner // headdim
-        if heads % ngroups:
-            raise ConfigError(f"{where}: the {heads} heads (expand * d_model / headdim) are not divisible by ngroups={ngroups}")
+        d_inner, heads = ssd_heads(where, d_model, expand, headdim, ngroups)
         matrix_state.check_impl("ssd", impl, where)
         self.d_model, self.d_state, self.d_inner, self.headdim = d_model, d_state, d_inner, headdim
         self.n_heads, self.ngroups, self.chunk_size, self.impl = heads, ngroups, chunk_size, impl

@@ -26,7 +26,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from longrange.errors import ConfigError
-from longrange.layers.mixer_parts import HeadNorm, RecurrentMixer, inverse_softplus_dt, no_decay, split_heads
+from longrange.layers.mixer_parts import (
+    HeadNorm,
+    RecurrentMixer,
+    inverse_softplus_dt,
+    no_decay,
+    split_heads,
+    ssd_heads,
+)
 from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import check_dt_range, check_positive_int
 from longrange.ops.matrix_state import dispatch as matrix_state
@@ -69,12 +76,7 @@ class Mamba3(RecurrentMixer):
             raise ConfigError(f"{where}: rope_fraction must be 0.5 or 1.0 (as published), got {rope_fraction!r}")
         if not A_floor > 0:
             raise ConfigError(f"{where}: A_floor must be positive, got {A_floor!r}")
-        d_inner = expand * d_model
-        if d_inner % headdim:
-            raise ConfigError(f"{where}: expand * d_model = {d_inner} is not divisible by headdim={headdim}")
-        heads = d_inner // headdim
-        if heads % ngroups:
-            raise ConfigError(f"{where}: the {heads} heads (expand * d_model / headdim) are not divisible by ngroups={ngroups}")
+        d_inner, heads = ssd_heads(where, d_model, expand, headdim, ngroups)
         rotated = int(d_state * rope_fraction)
         n_angles = (rotated - rotated % 2) // 2
         if n_angles < 1:

@@ -95,6 +95,18 @@ def check_heads(where: str, width: int, heads: int, what: str) -> int:
     return width // heads
 
 
+def ssd_heads(where: str, d_model: int, expand: int, headdim: int, ngroups: int) -> tuple[int, int]:
+    """(d_inner, heads) of a Mamba-2 or Mamba-3 layer: d_inner = expand · d_model in heads of
+    ``headdim`` channels, the heads in ``ngroups`` groups (ConfigErrors naming what does not divide)."""
+    d_inner = expand * d_model
+    if d_inner % headdim:
+        raise ConfigError(f"{where}: expand * d_model = {d_inner} is not divisible by headdim={headdim}")
+    heads = d_inner // headdim
+    if heads % ngroups:
+        raise ConfigError(f"{where}: the {heads} heads (expand * d_model / headdim) are not divisible by ngroups={ngroups}")
+    return d_inner, heads
+
+
 class RecurrentMixer(SequencePrimitive):
     """Base of the matrix-state layers (see the module docstring)."""
 
@@ -132,3 +144,54 @@ class RecurrentMixer(SequencePrimitive):
 
     def _step(self, x: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+class QKVMixer(RecurrentMixer):
+    """A layer with query, key and value projections (an optional short convolution over them), a
+    state of (d_k x d_v) per head and a head-wise output norm, gated by an output projection where
+    it has one (GLA, DeltaNet, Gated DeltaNet). A subclass builds the modules named below and
+    implements ``_heads`` (the per-head inputs of its recurrence), ``_recur`` and ``_recur_step``.
+
+    Modules: ``q_proj``, ``k_proj``, ``v_proj`` (to ``key_dim``, ``key_dim``, ``value_dim``), ``conv``
+    (a :class:`ShortConv` over the three, or None), ``g_proj`` (the output gate, or None), ``norm``
+    (a :class:`HeadNorm` of ``dv``), ``o_proj``."""
+
+    n_heads: int
+    dk: int
+    dv: int
+
+    def _heads(self, qkv: Tensor, x: Tensor) -> tuple[Tensor, ...]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _recur(self, heads: tuple[Tensor, ...], mask: Tensor | None) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _recur_step(self, heads: tuple[Tensor, ...], S: Tensor) -> tuple[Tensor, Tensor]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _qkv(self, x: Tensor) -> Tensor:
+        return torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+
+    def _out(self, o: Tensor, x: Tensor) -> Tensor:
+        gate = split_heads(self.g_proj(x), self.n_heads) if self.g_proj is not None else None
+        return self.o_proj(self.norm(o, gate).flatten(-2))
+
+    def _mix(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        qkv = self._qkv(x)
+        if self.conv is not None:
+            qkv = self.conv(qkv)
+        return self._out(self._recur(self._heads(qkv, x), mask), x)
+
+    def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
+        state = {"S": torch.zeros(batch_size, self.n_heads, self.dk, self.dv, device=device,
+                                  dtype=torch.float64 if dtype == torch.float64 else torch.float32)}
+        if self.conv is not None:
+            state["conv"] = self.conv.zero_state(batch_size, device, dtype)
+        return state
+
+    def _step(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        qkv, new = self._qkv(x), {}
+        if self.conv is not None:
+            qkv, new["conv"] = self.conv.step(qkv, state["conv"])
+        o, new["S"] = self._recur_step(self._heads(qkv, x), state["S"])
+        return self._out(o.to(x.dtype), x), new
