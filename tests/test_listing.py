@@ -56,7 +56,7 @@ def test_the_command_prints_it():
 
 
 def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path, monkeypatch):
-    """A package that declares a ``longrange.plugins`` entry point is imported at the first lookup,
+    """A package that declares a ``longrange-plugins`` entry point is imported at the first lookup,
     without LONGRANGE_PLUGINS: installed once, found by every command."""
     (tmp_path / "lr_entry_plugin").mkdir()
     (tmp_path / "lr_entry_plugin" / "__init__.py").write_text(textwrap.dedent('''
@@ -75,7 +75,7 @@ def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path, monkeypa
     dist = tmp_path / "lr_entry_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lr-entry-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[longrange.plugins]\nidentity = lr_entry_plugin\n")
+    (dist / "entry_points.txt").write_text("[longrange-plugins]\nidentity = lr_entry_plugin\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
     try:
@@ -90,7 +90,7 @@ def test_a_broken_entry_point_names_itself_and_its_package(tmp_path, monkeypatch
     dist = tmp_path / "lr_broken_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lr-broken-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[longrange.plugins]\nbroken = lr_no_such_module\n")
+    (dist / "entry_points.txt").write_text("[longrange-plugins]\nbroken = lr_no_such_module\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
     with pytest.raises(ConfigError, match=r"entry point 'broken' of lr-broken-plugin \(lr_no_such_module\) failed"):

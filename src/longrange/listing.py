@@ -5,7 +5,7 @@
     longrange list primitive gla        one entry: its description and options
     longrange list ops                  each op with its implementations and what runs here
 
-Plugins (``LONGRANGE_PLUGINS``, or packages that declare a ``longrange.plugins`` entry point) are
+Plugins (``LONGRANGE_PLUGINS``, or packages that declare a ``longrange-plugins`` entry point) are
 imported first, so their names are listed beside the built-in ones.
 """
 from __future__ import annotations

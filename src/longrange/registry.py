@@ -18,10 +18,10 @@ Your own extensions: import your module before building, e.g. ``import mypkg.lay
 first lookup in any registry, the command line (and every worker process it starts) imports
 
 * the modules that installed packages declare as entry points of the group :data:`ENTRY_POINT_GROUP`
-  (``longrange.plugins``): a plugin package installed once is found by every command, e.g. in its
+  (``longrange-plugins``): a plugin package installed once is found by every command, e.g. in its
   ``pyproject.toml``::
 
-      [project.entry-points."longrange.plugins"]
+      [project.entry-points."longrange-plugins"]
       mypkg = "mypkg.layers"
 
 * and the modules named in the environment variable :data:`PLUGINS_ENV`,
@@ -43,7 +43,7 @@ T = TypeVar("T")
 #: Environment variable naming modules (comma-separated) imported at the first registry lookup.
 PLUGINS_ENV = "LONGRANGE_PLUGINS"
 #: The entry-point group whose modules are imported at the first registry lookup.
-ENTRY_POINT_GROUP = "longrange.plugins"
+ENTRY_POINT_GROUP = "longrange-plugins"
 #: What an unknown name's error adds: how a name of one's own is registered.
 PLUGIN_HINT = (f"a name of your own is registered by importing its module: an installed package's "
                f"'{ENTRY_POINT_GROUP}' entry point, or {PLUGINS_ENV}=mypkg.module on the command line "
@@ -54,7 +54,7 @@ _entry_points_loaded = False
 
 
 def load_entry_points() -> list[str]:
-    """Import, once per process, the modules of the installed packages' ``longrange.plugins`` entry
+    """Import, once per process, the modules of the installed packages' ``longrange-plugins`` entry
     points; returns the entry points' names. One that fails to import is a ConfigError naming it,
     its module and its distribution."""
     global _entry_points_loaded
