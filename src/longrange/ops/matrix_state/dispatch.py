@@ -14,11 +14,15 @@ name        what                                                        devices
 
 Each op has its :class:`~longrange.ops.dispatch.Dispatcher` (:data:`DISPATCHERS`, registered with
 the others: ``longrange check`` and ``longrange info`` list them). ``"auto"`` runs the maintained
-CUDA kernel where it is usable, else ``chunk``; under deterministic algorithms ``chunk``. A maintained kernel
-counts as usable only after it ran once on a small input of the device (so a package that imports but whose kernels do not compile on
-this GPU is not reported, and ``longrange info`` says why). Masks are applied here, before any
-implementation runs, by zeroing the log-decays and the write strengths at padded positions (the
-state is then carried unchanged) and the outputs there; the implementations need not know masks.
+CUDA kernel where it is usable, else ``chunk``; under deterministic algorithms ``chunk``. A
+maintained kernel counts as usable only after it ran once on a small input of the device (so a
+package that imports but whose kernels do not compile on this GPU is not reported, and
+``longrange list ops`` says why); that first run happens at the first call on the device, so under
+``torch.compile`` on a GPU, run the model once eagerly first. Masks of SSD, GLA and the delta rules
+are applied here, before any implementation runs, by zeroing the log-decays and the write
+strengths at padded positions (the state is then carried unchanged) and the outputs there, so
+their implementations need not know masks; Mamba-3's mask goes to its implementation (a padded
+position also keeps the previous input that the trapezoidal write pairs with the next one).
 """
 from __future__ import annotations
 
