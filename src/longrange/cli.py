@@ -68,9 +68,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: Commands that continue where they stopped when run again (they have no ``--resume``), and how to say so.
 RESUMED_BY_RERUNNING = {
     "compare": "run the same compare command again to continue (finished stages are reused, an interrupted one "
-               "resumes from its checkpoint)",
+               "resumes from its checkpoint where it wrote one)",
     "demo": "run the demo again to continue (finished stages are reused, an interrupted one resumes from its "
-            "checkpoint)",
+            "checkpoint where it wrote one)",
 }
 
 

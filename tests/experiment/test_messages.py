@@ -68,7 +68,7 @@ def test_ctrl_c_ends_compare_with_its_message_and_no_traceback(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.strip() == ("longrange compare: interrupted; run the same compare command again to continue (finished "
-                           "stages are reused, an interrupted one resumes from its checkpoint)")
+                           "stages are reused, an interrupted one resumes from its checkpoint where it wrote one)")
     assert "--resume" not in err  # compare has no --resume
 
 
