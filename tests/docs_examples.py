@@ -573,7 +573,10 @@ def run_process(argv: list[str], cwd: Path, env: dict[str, str], timeout: int) -
 # ---------------------------------------------------------------------------------------------------
 # The server: one process with longrange imported, forked for every command
 # ---------------------------------------------------------------------------------------------------
-SHIM = """#!{python} -S
+SHIM = """#!/bin/sh
+'''exec' {python_sh} -S "$0" "$@"
+' '''
+# (a shell line that runs this file with the interpreter: a shebang cannot hold a path with spaces)
 # longrange, run by the docs-test server (tests/docs_examples.py): the arguments, environment,
 # directory and standard streams go to a process forked from one that has imported longrange.
 import json, os, socket, struct, sys
@@ -624,7 +627,8 @@ class Server:
         self.bin.mkdir(exist_ok=True)
         for name, mode, target in (("longrange", "longrange", real), (PYTHON_SHIM, "python", sys.executable)):
             shim = self.bin / name
-            shim.write_text(SHIM.format(python=sys.executable, socket=self.socket, real=target, mode=mode))
+            shim.write_text(SHIM.format(python_sh=shlex.quote(sys.executable), socket=self.socket, real=target,
+                                        mode=mode))
             shim.chmod(0o755)
         return True
 
