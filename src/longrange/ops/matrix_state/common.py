@@ -46,6 +46,13 @@ def check_shape(op: str, name: str, t: Tensor | None, shape: tuple[int, ...], wh
         raise ValueError(f"{op}: {name} must have shape {what}={tuple(shape)}, got {shape_of(t)}")
 
 
+def require_shape(op: str, name: str, t: Tensor | None, shape: tuple[int, ...], what: str) -> None:
+    """:func:`check_shape` for an argument that must be given (None is refused too)."""
+    if t is None:
+        raise ValueError(f"{op}: {name} must have shape {what}={tuple(shape)}, got None")
+    check_shape(op, name, t, shape, what)
+
+
 def check_mask(op: str, mask: Tensor | None, b: int, l: int) -> Tensor | None:
     """``mask`` as a (b, l) boolean tensor, or None; a ValueError for another shape or dtype."""
     if mask is None:

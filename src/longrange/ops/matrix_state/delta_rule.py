@@ -106,6 +106,7 @@ from longrange.ops.matrix_state.common import (
     default_scale,
     initial,
     keep,
+    require_shape,
     shape_of,
 )
 
@@ -123,22 +124,15 @@ __all__ = [
 # argument checks and preparation
 
 
-def _require(op: str, name: str, t: Tensor | None, shape: tuple[int, ...], what: str) -> None:
-    """A ValueError naming ``name`` unless ``t`` is a tensor of ``shape`` (None is refused)."""
-    if t is None:
-        raise ValueError(f"{op}: {name} must have shape {what}={tuple(shape)}, got None")
-    check_shape(op, name, t, shape, what)
-
-
 def _prepare(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, gated: bool,
              scale: float | None, initial_state: Tensor | None, mask: Tensor | None
              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor, float, Tensor | None]:
     """Checked inputs in the compute dtype, ``beta`` and ``g`` zeroed at padded positions, the
     starting state and the scale."""
     b, l, h, dk, dv = check_qkv(op, q, k, v)
-    _require(op, "beta", beta, (b, l, h), "(batch, length, heads)")
+    require_shape(op, "beta", beta, (b, l, h), "(batch, length, heads)")
     if gated:
-        _require(op, "g", g, (b, l, h), "(batch, length, heads)")
+        require_shape(op, "g", g, (b, l, h), "(batch, length, heads)")
     mask = check_mask(op, mask, b, l)
     dtype = compute_dtype(q, k, v, beta, g, initial_state)
     state = initial(op, initial_state, b, h, dk, dv, dtype, k.device)
@@ -160,9 +154,9 @@ def _prepare_step(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Ten
     if not isinstance(v, Tensor) or v.dim() != 3 or v.shape[:2] != (b, h):
         raise ValueError(f"{op}: v must have shape (batch, heads, dv)=({b}, {h}, dv), got {shape_of(v)}")
     dv = v.shape[2]
-    _require(op, "beta", beta, (b, h), "(batch, heads)")
+    require_shape(op, "beta", beta, (b, h), "(batch, heads)")
     if gated:
-        _require(op, "g", g, (b, h), "(batch, heads)")
+        require_shape(op, "g", g, (b, h), "(batch, heads)")
     dtype = compute_dtype(q, k, v, beta, g, state)
     if state is None:
         state = torch.zeros(b, h, dk, dv, dtype=dtype, device=k.device)

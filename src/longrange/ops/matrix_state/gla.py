@@ -75,6 +75,7 @@ from longrange.ops.matrix_state.common import (
     default_scale,
     initial,
     keep,
+    require_shape,
     shape_of,
 )
 
@@ -84,16 +85,10 @@ __all__ = ["gla_naive", "gla_chunk", "gla_step"]
 SUB_CHUNK = 16
 
 
-def _require(op: str, name: str, t: Tensor | None, shape: tuple[int, ...], what: str) -> None:
-    if t is None:
-        raise ValueError(f"{op}: {name} must have shape {what}={tuple(shape)}, got None")
-    check_shape(op, name, t, shape, what)
-
-
 def _prepare(op: str, q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | None,
              mask: Tensor | None) -> tuple[int, int, int, int, int, torch.dtype, Tensor | None]:
     b, l, h, dk, dv = check_qkv(op, q, k, v)
-    _require(op, "g", g, (b, l, h, dk), "(batch, length, heads, dk)")
+    require_shape(op, "g", g, (b, l, h, dk), "(batch, length, heads, dk)")
     mask = check_mask(op, mask, b, l)
     check_shape(op, "initial_state", initial_state, (b, h, dk, dv), "(batch, heads, dk, dv)")
     return b, l, h, dk, dv, compute_dtype(q, k, v, g, initial_state), mask
@@ -158,7 +153,7 @@ def gla_step(q: Tensor, k: Tensor, v: Tensor, g: Tensor, state: Tensor | None,
     if not isinstance(v, Tensor) or v.dim() != 3 or v.shape[:2] != (b, h):
         raise ValueError(f"{op}: v must have shape (batch, heads, dv)=({b}, {h}, dv), got {shape_of(v)}")
     dv = v.shape[2]
-    _require(op, "g", g, (b, h, dk), "(batch, heads, dk)")
+    require_shape(op, "g", g, (b, h, dk), "(batch, heads, dk)")
     dtype = compute_dtype(q, k, v, g, state)
     S = initial(op, state, b, h, dk, dv, dtype, k.device)
     new = g.to(dtype).exp().unsqueeze(-1) * S + k.to(dtype).unsqueeze(-1) * v.to(dtype).unsqueeze(-2)

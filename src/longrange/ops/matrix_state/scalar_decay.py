@@ -62,6 +62,7 @@ from longrange.ops.matrix_state.common import (
     compute_dtype,
     initial,
     keep,
+    require_shape,
     shape_of,
 )
 
@@ -118,12 +119,6 @@ def check_step_grouped(op: str, q: Tensor, k: Tensor, v: Tensor, qk: tuple[str, 
     return b, h, hk, dk, v.shape[2]
 
 
-def _require(op: str, name: str, t: Tensor | None, shape: tuple[int, ...], what: str) -> None:
-    if t is None:
-        raise ValueError(f"{op}: {name} must have shape {what}={tuple(shape)}, got None")
-    check_shape(op, name, t, shape, what)
-
-
 def expand_groups(t: Tensor, h: int, dim: int = 2) -> Tensor:
     """``t`` with ``hk`` heads along ``dim`` repeated to ``h`` heads (head ``i`` reads ``i // (h // hk)``)."""
     hk = t.shape[dim]
@@ -156,7 +151,7 @@ def scalar_decay_naive(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, scale
     """
     op = "scalar_decay_naive"
     b, l, h, hk, dk, dv = check_grouped(op, q, k, v)
-    _require(op, "log_decay", log_decay, (b, l, h), "(batch, length, heads)")
+    require_shape(op, "log_decay", log_decay, (b, l, h), "(batch, length, heads)")
     mask = check_mask(op, mask, b, l)
     dtype = compute_dtype(q, k, v, log_decay, initial_state)
     f64 = torch.float64
@@ -184,7 +179,7 @@ def scalar_decay_step(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, state:
     ``(o (batch, heads, dv) in v's dtype, new_state in the compute dtype)``."""
     op = "scalar_decay_step"
     b, h, hk, dk, dv = check_step_grouped(op, q, k, v)
-    _require(op, "log_decay", log_decay, (b, h), "(batch, heads)")
+    require_shape(op, "log_decay", log_decay, (b, h), "(batch, heads)")
     dtype = compute_dtype(q, k, v, log_decay, state)
     S = initial(op, state, b, h, dk, dv, dtype, k.device)
     qe, ke = expand_groups(q.to(dtype), h, dim=1), expand_groups(k.to(dtype), h, dim=1)
@@ -483,7 +478,7 @@ def scalar_decay_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, scale
     """
     op = "scalar_decay_chunk"
     b, l, h, hk, dk, dv = check_grouped(op, q, k, v)
-    _require(op, "log_decay", log_decay, (b, l, h), "(batch, length, heads)")
+    require_shape(op, "log_decay", log_decay, (b, l, h), "(batch, length, heads)")
     mask = check_mask(op, mask, b, l)
     chunk_size = check_chunk_size(op, chunk_size)
     dtype = compute_dtype(q, k, v, log_decay, initial_state)
