@@ -54,8 +54,11 @@ def test_check_passes_on_the_cpu_and_prints_the_table(capsys):
     if scan_triton.unavailable_reason() is None:
         assert rows[("selective_scan", "triton (interpreter)", "float32")] == "pass"
     for op in ("causal_conv1d", "fft_conv", "masked_attention", "cauchy", "vandermonde_kernel", "diag_ssm_kernel",
-               "dplr_ssm_kernel"):
+               "dplr_ssm_kernel", "complex_diag_scan"):
         assert any(key[0] == op for key in rows), op
+    for impl in ("chunk", "loop"):  # the reference aside; complex, so float32 only
+        assert rows[("complex_diag_scan", impl, "float32")] == "pass"
+        assert ("complex_diag_scan", impl, "bfloat16") not in rows
     for layer in ("S4", "S4D", "S6", "DLR"):
         assert rows[(f"{layer} step == forward", "causal", "float32")] == "pass"
         assert rows[(f"{layer} step == forward", "both directions", "float32")] == "pass"

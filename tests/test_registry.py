@@ -32,8 +32,8 @@ def make_registry() -> Registry:
 
 
 def test_builtin_names():
-    assert primitive_names() == list(PRIMITIVES) == ["attention", "deltanet", "dlr", "gated-deltanet", "gla", "mamba2",
-                                                     "mamba3", "s4", "s4d", "s6"]
+    assert primitive_names() == list(PRIMITIVES) == ["attention", "deltanet", "dlr", "gated-deltanet", "gla", "h3",
+                                                     "hyena", "lru", "mamba2", "mamba3", "s4", "s4d", "s6"]
     assert block_names() == list(BLOCKS) == ["hf", "mamba", "residual", "simple", "transformer"]
     assert head_names() == ["classify", "regress", "retrieval", "tokens"]
     assert OBJECTIVES.names() == ["causal", "classification", "masked", "positions", "regression"]
@@ -46,7 +46,7 @@ def test_unknown_names_suggest_the_closest_and_list_the_known():
     reg = make_registry()
     with pytest.raises(ConfigError, match=r"unknown widget 'widgte' \(did you mean 'widget'\?\); known widgets: widget"):
         reg.get("widgte")
-    with pytest.raises(ConfigError, match=r"unknown primitive 's4dd' \(did you mean 's4d'.*known primitives: attention, deltanet, dlr, gated-deltanet, gla, mamba2, mamba3, s4, s4d, s6"):
+    with pytest.raises(ConfigError, match=r"unknown primitive 's4dd' \(did you mean 's4d'.*known primitives: attention, deltanet, dlr, gated-deltanet, gla, h3, hyena, lru, mamba2, mamba3, s4, s4d, s6"):
         make_primitive("s4dd", 8)
     with pytest.raises(ConfigError, match=r"unknown block 'mambo' \(did you mean 'mamba'\?\)"):
         BLOCKS.get("mambo")

@@ -13,11 +13,11 @@ import torch
 from longrange import _optional, check
 from longrange.cli import main
 from longrange.info import format_info, info_table
-from longrange.ops import conv, scan, ssm_kernels, used
+from longrange.ops import complex_scan, conv, scan, ssm_kernels, used
 from longrange.ops.dispatch import DISPATCHERS, FAMILIES, Dispatcher, Impl, dispatcher
 
 #: The ops ported onto the convention by this package's own families.
-CORE = {"selective_scan", "causal_conv1d", "vandermonde", "cauchy"}
+CORE = {"selective_scan", "causal_conv1d", "vandermonde", "cauchy", "complex_diag_scan"}
 
 
 def _dispatchers() -> list[Dispatcher]:
@@ -53,6 +53,8 @@ def test_the_families_register_their_ops():
     assert DISPATCHERS["selective_scan"] is scan.DISPATCHER and DISPATCHERS["causal_conv1d"] is conv.DISPATCHER
     assert DISPATCHERS["vandermonde"] is ssm_kernels.VANDERMONDE_DISPATCHER
     assert DISPATCHERS["cauchy"] is ssm_kernels.CAUCHY_DISPATCHER
+    assert DISPATCHERS["complex_diag_scan"] is complex_scan.DISPATCHER
+    assert "longrange.ops.complex_scan.dispatch" in FAMILIES
     for op, d in DISPATCHERS.items():
         assert d.op == op
 

@@ -14,6 +14,9 @@ from longrange.layers.attention import Attention
 from longrange.layers.deltanet import DeltaNet, GatedDeltaNet
 from longrange.layers.dlr import DLR
 from longrange.layers.gla import GLA
+from longrange.layers.h3 import H3
+from longrange.layers.hyena import Hyena
+from longrange.layers.lru import LRU
 from longrange.layers.mamba2 import Mamba2
 from longrange.layers.mamba3 import Mamba3
 from longrange.layers.s4 import S4
@@ -61,12 +64,21 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
     ("S4D", _s4d, lambda bi: _conv_ssm_directions(bi, _s4d, "C")),
     ("DLR", _dlr, lambda bi: _conv_ssm_directions(bi, _dlr, "C")),
     ("S6", lambda bi: S6(4, d_state=3, bidirectional=bi), _flip_sum_directions),
+    # The LRU in chunks of 4; bidirectional: its shared-λ directions (the backward one reads t itself).
+    ("LRU", lambda bi: LRU(6, d_state=4, r_min=0.5, r_max=0.95, chunk_size=4, bidirectional=bi),
+     lambda bi: (*bi.causal_directions(), False)),
     # The matrix-state layers in chunks of 4 (the 11 steps cross chunks), short convolutions on.
     ("Mamba-2", lambda bi: Mamba2(8, d_state=4, headdim=4, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("Mamba-3", lambda bi: Mamba3(8, d_state=4, headdim=4, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("GLA", lambda bi: GLA(8, n_heads=2, use_short_conv=True, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("DeltaNet", lambda bi: DeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("Gated DeltaNet", lambda bi: GatedDeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),
+    # Order 3 (two long convolutions); its two-sided kernels are not two steppable directions.
+    ("Hyena", lambda bi: Hyena(8, l_max=16, order=3, filter_order=8, bidirectional=bi), None),
+    # H3 with S4D (heads of 2) and with S6 (the Mamba paper's "H3 with S6"): bidirectional, one two-sided
+    # layer whose directions are not separately steppable.
+    ("H3 (S4D)", lambda bi: H3(8, d_state=4, head_dim=2, inner="s4d", bidirectional=bi), None),
+    ("H3 (S6)", lambda bi: H3(8, d_state=4, inner="s6", inner_options={"d_state": 3}, bidirectional=bi), None),
     ("attention", lambda bi: Attention(8, n_heads=2, bidirectional=bi), None),
     ("attention (blocks of 3)", lambda bi: Attention(8, n_heads=2, block_size=3, bidirectional=bi), None),
     ("attention (windows of 3)", lambda bi: Attention(8, n_heads=2, window=3, bidirectional=bi), None),

@@ -371,7 +371,52 @@ def matrix_state_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
+def _complex_scan_avoid(device: str) -> Callable[[list[str]], str]:
+    """How to avoid a failing implementation of the complex diagonal scan: the best one that passed."""
+    def avoid(passed: list[str]) -> str:
+        alt = _preferred_alternative("complex_diag_scan", device, passed)
+        if alt is None:
+            return REPORT
+        return (f"avoid it with impl='{alt}': complex_diag_scan(..., impl='{alt}'), "
+                f"longrange.ops.complex_scan.set_default_impl('{alt}'), or for LRU layers model.primitive_options.impl={alt}")
+
+    return avoid
+
+
+#: The complex scan's cases: (b, l, n, chunk_size, with an initial state, reverse). 37 positions in
+#: chunks of 4: three levels of chunks, the last one partial; 5 positions: one chunk of the default size.
+COMPLEX_SCAN_SHAPES = [(2, 37, 5, 4, True, False), (1, 23, 3, 4, False, True), (2, 5, 4, None, True, True)]
+
+
+def complex_scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """The LRU's complex diagonal scan: every implementation that runs here against the loop over
+    time in complex128, states and the gradients of log λ, the inputs and the initial state.
+    Complex, so float32 (complex64) only."""
+    from longrange.ops import complex_scan
+
+    if dtype != torch.float32:
+        return []
+    cases = []
+    for b, l, n, chunk, with_h0, reverse in COMPLEX_SCAN_SHAPES:
+        t = random_inputs(l, re=(n,), im=(n,), v_re=(b, l, n), v_im=(b, l, n), h_re=(b, n), h_im=(b, n))
+        # |λ| in [exp(-1.05), exp(-0.05)], any phase: a stable recurrence with long and short memories.
+        inputs = {"log_decay": torch.complex(-0.05 - t["re"].abs().clamp(max=1), t["im"]),
+                  "inputs": torch.complex(t["v_re"], t["v_im"])}
+        if with_h0:
+            inputs["h0"] = torch.complex(t["h_re"], t["h_im"])
+        shape = (f"b={b} l={l} n={n}, chunks of {chunk or 'the default size'}" + (", initial state" if with_h0 else "")
+                 + (", reverse" if reverse else ""))
+        for impl, note, env in implementations("complex_diag_scan", device):
+            def run(inputs=inputs, impl=impl, chunk=chunk, reverse=reverse) -> float:
+                return compare(lambda **kw: complex_scan.complex_diag_scan(**kw, reverse=reverse, chunk_size=chunk, impl=impl),
+                               lambda **kw: complex_scan.complex_diag_scan_ref(**kw, reverse=reverse), inputs, dtype, device)
+
+            cases.append(Case("complex_diag_scan", impl, device, dtype, shape, run, TOLERANCE[dtype],
+                              _complex_scan_avoid(device), note, env, record=("complex_diag_scan", impl)))
+    return cases
+
+
 #: The op families, each ``(device, dtype) -> cases``.
 OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
-    scan_cases, conv_cases, fft_conv_cases, attention_cases, ssm_kernel_cases, matrix_state_cases,
+    scan_cases, conv_cases, fft_conv_cases, attention_cases, ssm_kernel_cases, matrix_state_cases, complex_scan_cases,
 ]

@@ -95,6 +95,7 @@ FAMILIES: tuple[str, ...] = (
     "longrange.ops.conv.dispatch",
     "longrange.ops.ssm_kernels.dispatch",
     "longrange.ops.matrix_state.dispatch",
+    "longrange.ops.complex_scan.dispatch",
 )
 
 

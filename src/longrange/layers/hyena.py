@@ -1,0 +1,375 @@
+"""Hyena (Poli et al. 2023, "Hyena Hierarchy: Towards Larger Convolutional Language Models",
+arXiv 2302.10866) as a sequence primitive: a data-controlled recurrence of elementwise gates and
+long convolutions whose filters are produced implicitly, by a small network over positions.
+
+The operator of order N >= 2 on x of shape (batch, L, d), L <= l_max, as in the authors' code
+(HazyResearch/safari, ``src/models/sequence/hyena.py``)::
+
+    (x_0, ..., x_{N-1}, v) = split(short_conv(in_proj(x)))   # in_proj: Linear(d, (N+1)·d) with bias
+    for o = 0, ..., N-2:                                      # gates x_{N-1}, x_{N-2}, ..., x_1 in turn
+        u = dropout(x_{N-1-o} · v)
+        v = h_o * u + b_o · u                                 # causal long convolution + per-channel bias (skip)
+    y = out_proj(x_0 · v)                                     # out_proj: Linear(d, d) with bias
+
+``short_conv`` is a depthwise causal convolution of width ``short_filter_order`` (with bias, no
+activation) over all (N+1)·d channels, ``(h * u)[t] = sum_{s <= t} h[t - s] u[s]`` is computed by
+FFT (:func:`longrange.ops.fftconv.fft_conv`), and ``·`` is the elementwise product. The code
+gates *before* each convolution and keeps x_0 for a last gate, so an operator of order N has N
+gates and N - 1 long convolutions (the paper's equations write z^{n+1} = x^n · (h^n * z^n) with
+N filters; the released code, followed here, has N - 1).
+
+Implicit filter (safari's ``HyenaFilter``), one filter per channel and long convolution,
+C = d·(N-1) channels laid out as (channel of v, convolution o) -> index c·(N-1) + o::
+
+    t_j = j / (l_max - 1),   ω_j = 2π j / l_max,                     j = 0, ..., l_max - 1
+    z_j = [t_j, cos(f_1 ω_j), ..., cos(f_B ω_j), -sin(f_1 ω_j), ..., -sin(f_B ω_j)]
+          B = (emb_dim - 1) / 2 bands, f = linspace(1e-4, B - 1, B)   (emb_dim odd, >= 3)
+    ĥ_j = W_out σ(W_k ... σ(W_1 z_j + c_1) ... + c_k),  σ(a) = sin(w ⊙ a)
+          width ``filter_order``, k = 1 + num_inner_mlps layers with bias, W_out without bias;
+          one learnable frequency vector w (init ``w``) shared by all the sine activations
+    h_j[c] = ĥ_j[c] · (exp(-t_j |δ_c|) + shift)          (with ``modulate``; otherwise h = ĥ)
+          δ = linspace(ln(target) / slow_decay_pct, ln(target) / fast_decay_pct, C)  (fixed)
+
+so the fastest channel's window falls to ``target`` at t = fast_decay_pct (30 % of l_max) and
+the slowest at t = slow_decay_pct. Positions are normalised by ``l_max``: the filter is defined
+over l_max positions, an input is convolved with its first L taps (so the output at t does not
+depend on the input length) and an input longer than l_max is a ValueError. b_o is a learned
+per-channel bias of each long convolution (standard normal init, as published).
+
+Options and their published defaults (safari's ``configs/model/layer/hyena.yaml`` and
+``hyena-filter.yaml``): ``order`` 2, ``filter_order`` 64 (the filter MLP's width), ``emb_dim``
+3, ``short_filter_order`` 3, ``num_inner_mlps`` 2, ``w`` 1, ``fast_decay_pct`` 0.3,
+``slow_decay_pct`` 1.5, ``target`` 1e-2, ``shift`` 0.0, ``modulate`` True, ``dropout`` 0 (on
+each gated convolution input) and ``filter_dropout`` 0 (here: dropout on the filter taps while
+training; safari accepts the option but does not apply it). ``l_max`` has no default.
+Not implemented: safari's ``num_heads``, ``inner_factor``, ``num_blocks``, ``outer_mixing``,
+``post_order_ffn`` and output ``activation`` (defaults 1, 1, 1, off, off, identity: the layer
+here is those defaults) and its ``normalized`` filter. MAD (Poli et al. 2024, arXiv 2403.17844;
+athms/mad-lab ``configs/layers/hyena.yml``) uses order 2, short filter 3 and a filter of width 4
+(``filter_order=4``) with an inner width of 4·d made of the input projection's 3·d channels
+tiled four times (``inner_factor`` 4, ``proj_groups`` 4), which this layer does not reproduce.
+
+Optimiser hints. safari trains the filter network (its linear layers and the sine frequencies)
+with its own ``lr`` (default 1e-3) and ``wd`` (default 0), the positional features ``z`` with
+``lr_pos_emb`` (default 1e-5) and no weight decay, and keeps the decay rates δ fixed
+(``modulation_lr`` 0). Learning rates here are relative to the trainer's, so the filter network
+is hinted as group ``"hyena_filter"`` with ``lr_scale=filter_lr_scale`` (default 1: the
+published 1e-3 is the filter default and its experiments set the filter lr to the optimiser's)
+and ``weight_decay=filter_weight_decay`` (default 0), and z with ``lr_scale=pos_emb_lr_scale``
+(default 0.01 = 1e-5 / 1e-3) and no weight decay; ``pos_emb_lr_scale=0`` makes z a fixed
+buffer (as in safari's associative-recall experiments). The biases b_o are skip terms, trained
+without weight decay (group ``"no_decay"``). An absolute learning rate can be pinned with the
+trainer's ``param_groups`` rules (e.g. ``match: "*.filter.*"``).
+
+Bidirectional mode (``bidirectional=True``). Causal Hyena cannot see the future; here the filter
+network emits two kernels per channel and convolution, a forward one (lags 0, 1, ...) and a
+backward one (the inputs 1, 2, ... steps ahead), used as :func:`fft_conv`'s two-sided kernel, and
+the short convolution is centred (output t sees inputs t - ⌊K/2⌋ ... t + ⌊(K-1)/2⌋ for width K)
+instead of causal. Why this and not two flipped causal layers summed (as S6 and Mamba-2 do): the
+gates multiply the convolutions' outputs, so a sum of two causal operators would not be one
+data-controlled recurrence over the whole sequence; with a two-sided kernel every long
+convolution of the same recurrence sees both directions, at the cost of a second output block of
+the filter network only (safari's reference ``fftconv_ref`` takes such a reversed kernel,
+``k_rev``, for the same purpose). The decay window is shared by the two kernels of a channel.
+A bidirectional layer has no step mode.
+
+Padding: the input is zeroed at padded positions, and so are the projected and short-convolved
+channels, so that no padded position feeds a convolution (the centred short convolution and the
+backward kernel would otherwise read in_proj's bias there): outputs at real positions do not
+depend on what or how much padding follows.
+
+Generation (causal): ``default_state`` is an empty :class:`HyenaCache` holding the short
+convolution's last K - 1 inputs and, for each long convolution, the history of its inputs u
+(which grows with the position, like attention's KV cache, up to l_max); ``step`` appends this
+position's u and sums the filter against the history. The filter itself is computed once, at
+the first step, from the parameters and carried along (not counted as state).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from longrange.errors import ConfigError
+from longrange.layers.base import NO_DECAY_GROUP, SequencePrimitive, apply_mask, set_optim_hint
+from longrange.layers.mixer_parts import ShortConv
+from longrange.layers.registry import register_primitive
+from longrange.layers.ssm import check_choice, check_positive_int
+from longrange.ops.fftconv import fft_conv, fft_conv_ref
+
+#: The optimiser group of the implicit filter's network and positional features (see the module doc).
+FILTER_GROUP = "hyena_filter"
+
+#: Long-convolution implementations: ``fft`` (:func:`fft_conv`) or ``direct`` (:func:`fft_conv_ref`,
+#: an explicit Toeplitz product: O(L²), for checking).
+CONV_IMPLS = ("fft", "direct")
+
+_WHERE = "Hyena"
+
+
+def positional_features(l_max: int, emb_dim: int) -> tuple[Tensor, Tensor]:
+    """(z (l_max, emb_dim), t (l_max, 1)), float64: the normalised time t_j = j / (l_max - 1) and
+    the complex-exponential features of the module docstring."""
+    t = torch.linspace(0.0, 1.0, l_max, dtype=torch.float64)[:, None]
+    bands = (emb_dim - 1) // 2
+    omega = 2 * math.pi * torch.arange(l_max, dtype=torch.float64) / l_max
+    f = torch.linspace(1e-4, bands - 1, bands, dtype=torch.float64)
+    phase = omega[:, None] * f[None, :]
+    return torch.cat([t, torch.cos(phase), -torch.sin(phase)], dim=-1), t
+
+
+class ImplicitFilter(nn.Module):
+    """Hyena's implicit long filter (see the module docstring): ``forward(L)`` gives the filters
+    of ``channels`` channels at lags 0 .. L - 1, as (kernels, channels, L); ``kernels`` is 1
+    (causal) or 2 (a forward and a backward kernel)."""
+
+    def __init__(
+        self,
+        channels: int,
+        l_max: int,
+        *,
+        emb_dim: int = 3,
+        width: int = 64,
+        num_inner_mlps: int = 2,
+        w: float = 1.0,
+        fast_decay_pct: float = 0.3,
+        slow_decay_pct: float = 1.5,
+        target: float = 1e-2,
+        shift: float = 0.0,
+        modulate: bool = True,
+        kernels: int = 1,
+        lr_scale: float = 1.0,
+        weight_decay: float = 0.0,
+        pos_emb_lr_scale: float = 0.01,
+    ):
+        super().__init__()
+        self.channels, self.l_max, self.kernels, self.modulate = channels, l_max, kernels, bool(modulate)
+        self.shift = float(shift)
+        dtype = torch.get_default_dtype()
+        z, t = positional_features(l_max, emb_dim)
+        if pos_emb_lr_scale > 0:
+            self.z = set_optim_hint(nn.Parameter(z.to(dtype)), FILTER_GROUP, lr_scale=float(pos_emb_lr_scale),
+                                    weight_decay=0.0)
+        else:
+            self.register_buffer("z", z.to(dtype))
+        self.register_buffer("t", t.to(dtype))
+        max_decay = math.log(target) / fast_decay_pct
+        min_decay = math.log(target) / slow_decay_pct
+        self.register_buffer("deltas", torch.linspace(min_decay, max_decay, channels, dtype=torch.float64).to(dtype))
+        self.first = nn.Linear(emb_dim, width)
+        self.inner = nn.ModuleList(nn.Linear(width, width) for _ in range(num_inner_mlps))
+        self.last = nn.Linear(width, kernels * channels, bias=False)
+        self.freq = nn.Parameter(torch.full((width,), float(w)))
+        for p in [self.freq, *self.first.parameters(), *self.inner.parameters(), *self.last.parameters()]:
+            set_optim_hint(p, FILTER_GROUP, lr_scale=float(lr_scale), weight_decay=float(weight_decay))
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}, l_max={self.l_max}, kernels={self.kernels}, modulate={self.modulate}"
+
+    def window(self, L: int) -> Tensor:
+        """(L, channels): the decay window exp(-t |δ|) + shift at the first L positions."""
+        return torch.exp(-self.t[:L] * self.deltas.abs()) + self.shift
+
+    def unmodulated(self, L: int) -> Tensor:
+        """(L, kernels · channels): the network's output ĥ at the first L positions."""
+        h = torch.sin(self.freq * self.first(self.z[:L]))
+        for layer in self.inner:
+            h = torch.sin(self.freq * layer(h))
+        return self.last(h)
+
+    def forward(self, L: int) -> Tensor:
+        if not 1 <= L <= self.l_max:
+            raise ValueError(f"{_WHERE}: the implicit filter is defined over l_max={self.l_max} positions, asked for {L}")
+        h = self.unmodulated(L).view(L, self.kernels, self.channels)
+        if self.modulate:
+            h = h * self.window(L).unsqueeze(1)
+        return h.permute(1, 2, 0)
+
+
+@dataclass(frozen=True)
+class HyenaCache:
+    """The state of a causal Hyena layer's step mode.
+
+    ``conv``: (batch, (N+1)·d, K-1), the short convolution's last inputs; ``history``: N - 1
+    tensors (batch, d, n), the inputs of each long convolution at the n positions seen;
+    ``position``: n; ``limit``: l_max, the most positions the history can hold; ``kernel``: the
+    causal filters (d, N-1, l_max), computed at the first step (a function of the parameters, not
+    of the sequence: not counted as state).
+    """
+
+    conv: Tensor
+    history: tuple[Tensor, ...]
+    position: int = 0
+    limit: int | None = None
+    kernel: Tensor | None = None
+
+    def elements(self, seq_len: int) -> int:
+        """Elements per sequence after ``seq_len`` steps (for :func:`~longrange.layers.base.state_elements`)."""
+        held = seq_len if self.limit is None else min(seq_len, self.limit)
+        conv = self.conv.shape[1] * self.conv.shape[2]
+        return conv + sum(h.shape[1] for h in self.history) * held
+
+
+@register_primitive("hyena")
+class Hyena(SequencePrimitive):
+    """The Hyena operator (see the module docstring).
+
+    Args:
+        d_model: width d.
+        l_max: the number of positions the implicit filter is defined over (the longest input).
+        order: N >= 2: N + 1 projections, N - 1 long convolutions.
+        filter_order: width of the filter network.
+        emb_dim: size of the positional features (odd, >= 3): time and (emb_dim - 1) / 2 bands.
+        short_filter_order: width K of the short depthwise convolution.
+        num_inner_mlps: hidden (width x width) layers of the filter network.
+        w: initial frequency of the filter network's sine activations.
+        fast_decay_pct, slow_decay_pct, target, shift, modulate: the filter's decay window.
+        dropout: dropout on each long convolution's input.
+        filter_dropout: dropout on the filter taps (training only).
+        filter_lr_scale, filter_weight_decay: the filter network's optimiser hint.
+        pos_emb_lr_scale: the positional features' learning-rate scale (0: fixed).
+        bidirectional: two-sided long convolutions and a centred short convolution.
+        conv_impl: ``fft`` or ``direct`` (:data:`CONV_IMPLS`).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        l_max: int,
+        order: int = 2,
+        filter_order: int = 64,
+        emb_dim: int = 3,
+        short_filter_order: int = 3,
+        num_inner_mlps: int = 2,
+        w: float = 1.0,
+        fast_decay_pct: float = 0.3,
+        slow_decay_pct: float = 1.5,
+        target: float = 1e-2,
+        shift: float = 0.0,
+        modulate: bool = True,
+        dropout: float = 0.0,
+        filter_dropout: float = 0.0,
+        filter_lr_scale: float = 1.0,
+        filter_weight_decay: float = 0.0,
+        pos_emb_lr_scale: float = 0.01,
+        bidirectional: bool = False,
+        conv_impl: str = "fft",
+    ):
+        super().__init__()
+        for name, value in (("d_model", d_model), ("l_max", l_max), ("order", order), ("filter_order", filter_order),
+                            ("emb_dim", emb_dim), ("short_filter_order", short_filter_order)):
+            check_positive_int(name, value, where=_WHERE)
+        if order < 2:
+            raise ConfigError(f"{_WHERE}: order must be at least 2 (N + 1 projections, N - 1 long convolutions), got {order}")
+        if emb_dim < 3 or emb_dim % 2 == 0:
+            raise ConfigError(
+                f"{_WHERE}: emb_dim must be odd and >= 3 (time, then cosine and sine of each band), got {emb_dim}"
+            )
+        if not isinstance(num_inner_mlps, int) or isinstance(num_inner_mlps, bool) or num_inner_mlps < 0:
+            raise ConfigError(f"{_WHERE}: num_inner_mlps must be a non-negative integer, got {num_inner_mlps!r}")
+        if not (0 < fast_decay_pct and 0 < slow_decay_pct):
+            raise ConfigError(f"{_WHERE}: fast_decay_pct and slow_decay_pct must be positive, got "
+                              f"{fast_decay_pct!r} and {slow_decay_pct!r}")
+        if not 0 < target < 1:
+            raise ConfigError(f"{_WHERE}: target (the window's value at the decay point) must be in (0, 1), got {target!r}")
+        for name, p in (("dropout", dropout), ("filter_dropout", filter_dropout)):
+            if not 0 <= p < 1:
+                raise ConfigError(f"{_WHERE}: {name} must be in [0, 1), got {p!r}")
+        for name, value in (("filter_lr_scale", filter_lr_scale), ("filter_weight_decay", filter_weight_decay),
+                            ("pos_emb_lr_scale", pos_emb_lr_scale)):
+            if not value >= 0:
+                raise ConfigError(f"{_WHERE}: {name} must be >= 0, got {value!r}")
+        check_choice("conv_impl", conv_impl, CONV_IMPLS, where=_WHERE)
+        self.d_model, self.l_max, self.order = d_model, l_max, order
+        self.short_filter_order, self.conv_impl = short_filter_order, conv_impl
+        self.bidirectional = bool(bidirectional)
+        width = (order + 1) * d_model
+        self.in_proj = nn.Linear(d_model, width)
+        self.short_conv = ShortConv(width, short_filter_order, bias=True, activation=None)
+        self.filter = ImplicitFilter(
+            d_model * (order - 1), l_max, emb_dim=emb_dim, width=filter_order, num_inner_mlps=num_inner_mlps, w=w,
+            fast_decay_pct=fast_decay_pct, slow_decay_pct=slow_decay_pct, target=target, shift=shift,
+            modulate=modulate, kernels=2 if self.bidirectional else 1, lr_scale=filter_lr_scale,
+            weight_decay=filter_weight_decay, pos_emb_lr_scale=pos_emb_lr_scale,
+        )
+        self.bias = set_optim_hint(nn.Parameter(torch.randn(d_model * (order - 1))), NO_DECAY_GROUP)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.filter_dropout = nn.Dropout(filter_dropout)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, l_max={self.l_max}, order={self.order}, "
+                f"short_filter_order={self.short_filter_order}, bidirectional={self.bidirectional}")
+
+    def kernels(self, L: int) -> Tensor:
+        """(kernels, d, N - 1, L): the filters h_o at lags 0 .. L - 1 (kernel 1: the backward ones)."""
+        k = self.filter_dropout(self.filter(L))
+        return k.reshape(k.shape[0], self.d_model, self.order - 1, L)
+
+    def _check_length(self, L: int) -> None:
+        if L > self.l_max:
+            raise ValueError(
+                f"{_WHERE}: input length {L} exceeds l_max={self.l_max}, the number of positions its implicit "
+                "filter is defined over; build the layer with l_max >= the longest input"
+            )
+
+    def _short(self, u: Tensor) -> Tensor:
+        """The short convolution over (batch, L, channels): causal, or centred when bidirectional."""
+        if not self.bidirectional:
+            return self.short_conv(u)
+        ahead = (self.short_filter_order - 1) // 2  # a causal convolution read `ahead` steps later
+        return self.short_conv(F.pad(u, (0, 0, 0, ahead)))[:, ahead:]
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """x: (batch, L, d_model), L <= l_max; mask: (batch, L), True at real positions."""
+        self._check_input(x)
+        L = x.shape[1]
+        self._check_length(L)
+        u = apply_mask(self.in_proj(apply_mask(x, mask)), mask)
+        u = apply_mask(self._short(u), mask).transpose(1, 2)  # (batch, (N+1)·d, L)
+        *gates, v = u.split(self.d_model, dim=1)
+        k = self.kernels(L)
+        bias = self.bias.view(self.d_model, self.order - 1)
+        conv = fft_conv if self.conv_impl == "fft" else fft_conv_ref
+        for o, gate in enumerate(reversed(gates[1:])):
+            v = self.dropout(v * gate)
+            kernel = (k[0, :, o], k[1, :, o]) if self.bidirectional else k[0, :, o]
+            v = conv(v, kernel, bias[:, o])
+        return self.out_proj((gates[0] * v).transpose(1, 2))
+
+    def default_state(self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None) -> HyenaCache:
+        """An empty cache: the short convolution's zero inputs and N - 1 empty histories."""
+        self._check_step()
+        p = self.in_proj.weight
+        device, dtype = device or p.device, dtype or p.dtype
+        empty = tuple(torch.zeros(batch_size, self.d_model, 0, device=device, dtype=dtype) for _ in range(self.order - 1))
+        return HyenaCache(conv=self.short_conv.zero_state(batch_size, device, dtype), history=empty, position=0,
+                          limit=self.l_max)
+
+    def step(self, x: Tensor, state: HyenaCache) -> tuple[Tensor, HyenaCache]:
+        """One position: x (batch, d_model) -> (y (batch, d_model), the updated cache)."""
+        self._check_step()
+        if x.dim() != 2 or x.shape[-1] != self.d_model:
+            raise ValueError(f"Hyena.step expects input of shape (batch, {self.d_model}), got {tuple(x.shape)}")
+        if not isinstance(state, HyenaCache):
+            raise TypeError(f"Hyena.step expects a HyenaCache state (from default_state), got {type(state).__name__}")
+        if state.position >= self.l_max:
+            raise ValueError(f"{_WHERE}: step at position {state.position} is beyond l_max={self.l_max}, the number of "
+                             "positions its implicit filter is defined over")
+        kernel = state.kernel if state.kernel is not None else self.kernels(self.l_max)[0]
+        u, conv = self.short_conv.step(self.in_proj(x), state.conv)
+        *gates, v = u.split(self.d_model, dim=-1)
+        bias = self.bias.view(self.d_model, self.order - 1)
+        n = state.position + 1
+        taps = kernel[..., :n].flip(-1).to(x.dtype)  # taps[..., s] = h[n - 1 - s]: weighs the input at s
+        history = []
+        for o, gate in enumerate(reversed(gates[1:])):
+            u_o = self.dropout(v * gate)
+            held = torch.cat([state.history[o], u_o.unsqueeze(-1)], dim=-1)  # (batch, d, n)
+            v = (held * taps[:, o]).sum(-1) + bias[:, o] * u_o
+            history.append(held)
+        y = self.out_proj(gates[0] * v)
+        return y, HyenaCache(conv=conv, history=tuple(history), position=n, limit=state.limit, kernel=kernel)
