@@ -48,7 +48,8 @@ def plugin_dir(tmp_path, monkeypatch):
     from longrange.layers import PRIMITIVES
 
     files = page_files()
-    assert set(files) >= {"mymodels/moving_average.py", "mymodels/recent_sum.py", "train_moving_average.py", "my_experiment.yaml"}
+    assert set(files) >= {"mymodels/moving_average.py", "mymodels/recent_sum.py", "train_moving_average.py", "my_experiment.yaml",
+                          "my_hybrid.yaml"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -147,3 +148,20 @@ def test_the_comparison_runs_on_the_new_primitive_and_task(plugin_dir, capsys):
     assert main(command) == 0
     out = capsys.readouterr().out
     assert "| Moving average + causal SPT |" in out and "recent-sum" in out
+
+
+def test_the_hybrid_stack_builds_names_itself_and_counts_each_layer(plugin_dir, capsys):
+    from longrange.cli import main
+    from longrange.experiment.config import resolve
+    from longrange.experiment.params import layer_sizes, model_size
+
+    exp = resolve(str(plugin_dir / "my_hybrid.yaml"))
+    assert exp.model.name == "residual[moving-average,swiglu,attention,swiglu]*2"
+    rows = layer_sizes(exp)
+    assert [r["name"] for r in rows] == ["moving-average", "swiglu", "attention", "swiglu"] * 2
+    size = model_size(exp)
+    assert size["in_primitives"] == sum(r["in_primitives"] for r in rows)
+    assert main(["params", "--config", "my_hybrid.yaml", "--per-layer"]) == 0
+    assert "| 0 | moving-average |" in capsys.readouterr().out
+    assert main(["train", "--config", "my_hybrid.yaml", "--out", "runs/hybrid"]) == 0
+    assert (plugin_dir / "runs" / "hybrid" / "summary.json").is_file()

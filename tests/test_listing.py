@@ -21,9 +21,14 @@ def test_the_overview_lists_every_kind_and_the_new_mixers():
     text = listing()
     for kind in ("primitives:", "blocks:", "heads:", "objectives:", "tasks:", "ops:"):
         assert kind in text
-    for name in ("mamba2", "gla", "deltanet", "gated-deltanet", "residual", "associative-recall"):
+    for name in ("mamba2", "gla", "deltanet", "gated-deltanet", "hyena", "h3", "lru", "residual", "associative-recall"):
         assert f"  {name}: " in text
+    assert "  (in model.layers, channel mixers as layers of their own: swiglu (swiglu MLP), mlp (gelu MLP))" in text
     assert "  ssd: mamba, chunk, naive (auto on cpu: chunk)" in text
+    import torch
+
+    auto = "cuda: chunk" if torch.cuda.is_available() else "cpu: loop"
+    assert f"  complex_diag_scan: chunk, loop, ref (auto on {auto})" in text
 
 
 def test_a_kind_lists_options_with_defaults_and_one_entry_alone():
@@ -43,6 +48,8 @@ def test_unknown_names_suggest_the_closest():
         listing("primitives", "glaa")
     with pytest.raises(ValueError, match=r"did you mean 'gla'"):
         listing("ops", "glx")
+    with pytest.raises(ValueError, match=r"no dispatcher for the op 'complex_scan'; did you mean 'complex_diag_scan'\?"):
+        listing("ops", "complex_scan")
     with pytest.raises(ConfigError, match=r"model.primitive = 's4dd' .* \(did you mean 's4d' or 's4'\?\)"):
         ModelConfig(primitive="s4dd")
 
@@ -53,6 +60,12 @@ def test_the_command_prints_it():
         assert cli_main(["list", "ops", "delta_rule"]) == 0
     assert out.getvalue().startswith("ops:\n  delta_rule: fla, chunk, naive")
     assert "chunk: runs on cpu" in out.getvalue()
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli_main(["list", "ops", "complex_diag_scan"]) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[1].startswith("  complex_diag_scan: chunk, loop, ref (auto on ")
+    assert "      chunk: runs on cpu" in lines[2] and "      ref: runs on cpu" in lines[4] and "(loop over time)" in lines[4]
 
 
 def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path, monkeypatch):

@@ -120,6 +120,11 @@ def listing(kind: str | None = None, name: str | None = None) -> str:
         out.append(f"{k}:")
         for n in names:
             out += _entry_text(k, registry, n, n_args, detailed=kind is not None)
+        if k == "blocks" and name is None:
+            from longrange.models.config import CHANNEL_MIXERS
+
+            out.append(f"  (in model.layers, channel mixers as layers of their own: "
+                       f"{', '.join(f'{n} ({mlp} MLP)' for n, mlp in CHANNEL_MIXERS.items())})")
     if kind is None:
         out += ["ops:", *_ops_text(False)]
         out.append("")

@@ -38,6 +38,11 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a dataclass's fields (what :func:`convert` takes as ``tp``)."""
+    return _hints(cls)
+
+
 def did_you_mean(name: str, known: typing.Iterable[str], quote: bool = False) -> str:
     """`` (did you mean x or y?)`` for the closest known names (quoted as ``'x'`` with ``quote``), or ''."""
     close = difflib.get_close_matches(str(name), list(known), n=3, cutoff=0.6)

@@ -96,3 +96,42 @@ class ResidualBlock(SequencePrimitive):
         y, state = self.mixer.step(x, state)
         x = norm_step(self.norm1, x + self.drop(y))
         return (x if self.mlp is None else norm_step(self.norm2, x + self.drop(self.mlp(x)))), state
+
+
+class ChannelMixerBlock(SequencePrimitive):
+    """A channel mixer as a layer of its own (``"swiglu"`` or ``"mlp"`` in ``model.layers``): the
+    MLP ``mlp`` in a residual branch, position by position, with no state::
+
+        pre-norm:  x = x + drop(mlp(norm(x)))        post-norm:  x = norm(x + drop(mlp(x)))
+
+    MAD's ``hyena swiglu hyena swiglu`` is two mixer blocks without MLPs and two of these."""
+
+    def __init__(self, d_model: int, mlp: str = "swiglu", mlp_ratio: float = 4.0, dropout: float = 0.0,
+                 norm: str = "rms", prenorm: bool = True, bidirectional: bool = False):
+        super().__init__()
+        if mlp == "none":
+            raise ConfigError("a channel-mixer layer needs an MLP: 'swiglu' or 'gelu'")
+        self.d_model, self.bidirectional, self.prenorm = d_model, bool(bidirectional), bool(prenorm)
+        self.mlp = make_mlp(mlp, d_model, mlp_ratio)
+        self.norm = make_norm(norm, d_model)
+        self.drop = FeatureDropout(dropout)
+
+    @property
+    def mixers(self) -> list[SequencePrimitive]:
+        return []  # no sequence mixing
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        self._check_input(x)
+        if self.prenorm:
+            return x + self.drop(self.mlp(self.norm(x, mask)))
+        return self.norm(x + self.drop(self.mlp(x)), mask)
+
+    def default_state(self, batch_size: int, device=None, dtype=None) -> Any:
+        self._check_step()
+        return None
+
+    def step(self, x: Tensor, state: Any) -> tuple[Tensor, Any]:
+        self._check_step()
+        if self.prenorm:
+            return x + self.drop(self.mlp(norm_step(self.norm, x))), state
+        return norm_step(self.norm, x + self.drop(self.mlp(x))), state

@@ -45,6 +45,9 @@ OBJECTIVES, SPT_OBJECTIVES = KINDS, SPT_KINDS
 
 @dataclass
 class TaskConfig:
+    """The data set: a registered task, its options, and which part of its data a run reads."""
+
+    #: The task.
     name: str = "listops"
     #: Task options (e.g. seq_len), see ``longrange data info TASK``.
     options: dict[str, Any] = field(default_factory=dict)
@@ -58,7 +61,10 @@ class TaskConfig:
     seed: int = 0
     #: Generated data, built on first use under ``<data_dir>/generated/``: a named configuration of the
     #: task's generator (``short``) or a mapping of its options (``{config: short, n_train: 2000}``);
-    #: None = the task's files. ``longrange data info TASK`` lists the configurations.
+    #: None = the task's files. ``longrange data info TASK`` lists the configurations. While it is set,
+    #: the task's own files are not read (a note says so where they are in the data directory): to
+    #: train a generated-data preset (the demo's) on files, add ``task.generate=null``, and
+    #: ``task.train_subset=null`` where the preset keeps a subset.
     generate: str | dict[str, Any] | None = None
 
 
@@ -79,6 +85,7 @@ class LauncherConfig:
     See docs/cluster.md.
     """
 
+    #: Where the stages run: ``local`` (this machine) or ``slurm`` (a SLURM cluster, through submitit).
     kind: str = "local"
     #: local: stages at once (worker processes); 1 = in this process, one after another.
     jobs: int = 1
@@ -94,7 +101,9 @@ class LauncherConfig:
     cpus_per_job: int = 0
     #: slurm: memory per job in GB (None: the cluster's default).
     mem_gb: float | None = None
+    #: slurm: the account to charge (None: the cluster's default).
     account: str | None = None
+    #: slurm: the quality of service (None: the cluster's default).
     qos: str | None = None
     #: slurm: one job array per dependency level instead of one job per stage.
     array: bool = False
@@ -122,9 +131,13 @@ PRETRAIN_DATA = ("subset", "all")
 
 @dataclass
 class CompareConfig:
+    """The grid of ``longrange compare``: training from scratch against self-pretraining (SPT) then
+    finetuning, for every seed (and training subset of a sweep)."""
+
     #: SPT objectives to compare against training from scratch; [] = the model's natural one
     #: (causal for causal models, masked for bidirectional ones, as in the SPT paper).
     objectives: list[str] = field(default_factory=list)
+    #: The seeds: every regime runs once per seed (``train.seed`` of its stages; ``--seeds`` overrides).
     seeds: list[int] = field(default_factory=lambda: [0])
     #: Also train from scratch for as many steps as pretraining plus finetuning.
     compute_matched: bool = True
@@ -143,19 +156,30 @@ class CompareConfig:
 
 @dataclass
 class ExperimentConfig:
+    #: The experiment's name in reports and run directories; empty = the model's name (``mamba-s6``).
     label: str = ""
+    #: What the experiment is, and what it approximates (presets name everything not published).
     description: str = ""
+    #: Where its settings come from (a preset's paper, table, files and lines).
     source: str = ""
+    #: The data set.
     task: TaskConfig = field(default_factory=TaskConfig)
+    #: The model.
     model: ModelConfig = field(default_factory=ModelConfig)
+    #: The training settings (TrainConfig fields) of training from scratch and finetuning, and the
+    #: base of pretraining's.
     train: dict[str, Any] = field(default_factory=dict)
+    #: TrainConfig fields that differ in the pretraining stage (on top of ``train``).
     pretrain: dict[str, Any] = field(default_factory=dict)
+    #: TrainConfig fields that differ in the finetuning stage (on top of ``train``).
     finetune: dict[str, Any] = field(default_factory=dict)
     #: ModelConfig fields that differ during pretraining (e.g. dropout 0); the backbone's shape must not.
     pretrain_model: dict[str, Any] = field(default_factory=dict)
     #: TaskConfig fields that differ during pretraining (e.g. a separate pretraining pool of data).
     pretrain_task: dict[str, Any] = field(default_factory=dict)
+    #: Options of the pretraining objectives.
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    #: What ``longrange compare`` runs.
     compare: CompareConfig = field(default_factory=CompareConfig)
 
     def stage_model(self, stage: str) -> ModelConfig:
@@ -250,7 +274,7 @@ def experiment_from_dict(data: Mapping[str, Any]) -> ExperimentConfig:
         kwargs[name] = dict(section)
     exp = ExperimentConfig(**kwargs)
     if not exp.label:
-        exp.label = f"{exp.model.block}-{exp.model.primitive}"
+        exp.label = exp.model.name
     exp.validate()
     return exp
 

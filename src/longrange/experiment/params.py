@@ -51,11 +51,28 @@ def model_size(exp: ExperimentConfig, vocab: int | None = None) -> dict[str, Any
     """``total`` and ``in_primitives`` parameters (and ``share``, ``encoder``, ``head``) of ``exp``'s
     supervised model, and its recurrent ``state`` per sequence at the task's length (None when it does
     not generate: see :func:`longrange.models.state_size`). ``vocab``: the vocabulary size of a token task instead of its own."""
+    from longrange.models import parameter_report
+
+    model, seq_len = _counted_model(exp, vocab)
+    return parameter_report(model, seq_len=seq_len)
+
+
+def layer_sizes(exp: ExperimentConfig, vocab: int | None = None) -> list[dict[str, Any]]:
+    """Per layer of ``exp``'s supervised model: its name in the stack, parameters, those in its
+    primitives, and its state at the task's length (:func:`longrange.models.layer_report`)."""
+    from longrange.models import layer_report
+
+    model, seq_len = _counted_model(exp, vocab)
+    return layer_report(model, seq_len=seq_len)
+
+
+def _counted_model(exp: ExperimentConfig, vocab: int | None):
+    """``exp``'s supervised model on the meta device (nothing allocated) and its task's length."""
     import torch
 
     import longrange.data  # noqa: F401  (registers the tasks)
     from longrange.data.tasks import get_spec
-    from longrange.models import build_model, parameter_report
+    from longrange.models import build_model
     from longrange.objectives.factory import supervised_head
 
     spec = get_spec(exp.task.name, **exp.task.options)
@@ -73,7 +90,7 @@ def model_size(exp: ExperimentConfig, vocab: int | None = None) -> dict[str, Any
     with torch.device("meta"):
         model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out, vocab_size=vocab_size,
                             d_input=spec.d_input if spec.input_kind == "numeric" else None, vocab=tokens)
-    return parameter_report(model, seq_len=spec.seq_len)
+    return model, spec.seq_len
 
 
 def with_value(exp: ExperimentConfig, field: str, value: Any) -> ExperimentConfig:

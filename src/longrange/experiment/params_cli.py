@@ -54,6 +54,16 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def layer_rows_text(name: str, rows: list[dict]) -> str:
+    """A model's layers as a markdown table: name in the stack, parameters, state."""
+    lines = [f"{name}:", "| layer | name | params | in primitives | state |", "|---:|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['layer']} | {r['name']} | {r['params']:,} | {r['in_primitives']:,} | "
+                     f"{state_text(r.get('state'))} |")
+    lines.append(f"| | all layers | {sum(r['params'] for r in rows):,} | {sum(r['in_primitives'] for r in rows):,} | |")
+    return "\n".join(lines)
+
+
 def preset_row(name: str, vocab: int | None = None, overrides: list[str] | None = None) -> dict:
     """The parameter counts of a preset's (finetuning) model (see ``experiment/params.py``)."""
     from longrange.experiment.config import resolve
@@ -80,7 +90,7 @@ def _params(args: argparse.Namespace) -> int:
     from longrange.experiment.cells import named_cells
     from longrange.experiment.cli import data_settings
     from longrange.experiment.config import resolve
-    from longrange.experiment.params import model_size
+    from longrange.experiment.params import layer_sizes, model_size
 
     settings = data_settings(args, args.settings)
     if not (args.preset or args.config):
@@ -95,6 +105,10 @@ def _params(args: argparse.Namespace) -> int:
         return 0
     print(format_rows([{"model": cell.name, **model_size(cell.exp, args.vocab), "architecture": cell.exp.model.describe()}
                        for cell in named]))
+    if args.per_layer:
+        for cell in named:
+            print()
+            print(layer_rows_text(f"{cell.name} ({cell.exp.model.name})", layer_sizes(cell.exp, args.vocab)))
     return 0
 
 
@@ -112,6 +126,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "is closest to this preset's (or YAML file's)")
     p.add_argument("--vary", metavar="FIELD", default="model.d_model",
                    help="the integer field --match adjusts (default model.d_model)")
+    p.add_argument("--per-layer", action="store_true",
+                   help="also each model's layers: name in its stack, parameters and state per layer")
     p.add_argument("--vocab", type=int, default=None, help="vocabulary size of a token task (instead of loading its data)")
     add_data_args(p)  # --data-dir, --skip-bad for the presets' task data
     p.add_argument("settings", nargs="*", metavar="FIELD=VALUE",

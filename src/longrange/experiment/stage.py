@@ -104,10 +104,10 @@ def pretraining_model_config(cfg: ModelConfig, objective: str) -> ModelConfig:
     causally and morphed (F1) when finetuned; other bidirectional models cannot be."""
     if objective != "causal" or cfg.direction != "bidirectional":
         return cfg
-    if cfg.block == "mamba":
+    if cfg.block == "mamba" and not cfg.layers:
         return cfg.replace(direction="causal")
     raise ConfigError(
-        f"causal pretraining of a bidirectional {cfg.block}-{cfg.primitive} model would leave its reverse "
+        f"causal pretraining of a bidirectional {cfg.name} model would leave its reverse "
         "parameters untrained; use objective masked, or model.direction=causal (only Mamba blocks can be "
         "morphed from causal to bidirectional, by F1)"
     )

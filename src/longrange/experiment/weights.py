@@ -23,9 +23,9 @@ def prepare_source(source: SequenceModel, target: SequenceModel, reverse: Sequen
             raise ConfigError("F1R1 (a reverse-pretrained model) initialises a bidirectional model: set model.direction=bidirectional")
         return morph_f1r1(source, reverse), "f1r1"
     if source.cfg.direction == "causal" and target.cfg.direction == "bidirectional":
-        if source.cfg.block != "mamba":
+        if source.cfg.block != "mamba" or source.cfg.layers:
             raise ConfigError(
-                f"a causally pretrained {source.cfg.block} model cannot initialise a bidirectional one "
+                f"a causally pretrained {source.cfg.name} model cannot initialise a bidirectional one "
                 "(its reverse parameters were never trained); pretrain with objective masked"
             )
         return morph_f1(source), "f1"

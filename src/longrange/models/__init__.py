@@ -6,10 +6,10 @@ parameter report and state size, F1/F1R1 morphing, and the registries of primiti
                         head="classify", n_out=10)
 """
 from longrange.models.backbone import Backbone, make_block, make_mixer, make_primitive
-from longrange.models.config import ModelConfig
+from longrange.models.config import CHANNEL_MIXERS, Layer, ModelConfig
 from longrange.models.encoders import NumericEncoder, TokenEncoder
 from longrange.models.heads import PooledHead, RetrievalHead, TokenHead, pool
-from longrange.models.model import SequenceModel, build_model, make_head, parameter_report, state_size
+from longrange.models.model import SequenceModel, build_model, layer_report, make_head, parameter_report, state_size
 from longrange.models.morph import morph_f1, morph_f1r1
 from longrange.models.registry import (
     BLOCKS,
@@ -24,8 +24,8 @@ from longrange.models.registry import (
 )
 
 __all__ = [
-    "BLOCKS", "HEADS", "PRIMITIVES", "Backbone", "ModelConfig", "NumericEncoder", "PooledHead", "RetrievalHead",
-    "SequenceModel", "TokenEncoder", "TokenHead", "block_names", "build_model", "head_names", "make_block",
-    "make_head", "make_mixer", "make_primitive", "morph_f1", "morph_f1r1", "parameter_report", "pool",
+    "BLOCKS", "CHANNEL_MIXERS", "HEADS", "Layer", "PRIMITIVES", "Backbone", "ModelConfig", "NumericEncoder", "PooledHead", "RetrievalHead",
+    "SequenceModel", "TokenEncoder", "TokenHead", "block_names", "build_model", "head_names", "layer_report",
+    "make_block", "make_head", "make_mixer", "make_primitive", "morph_f1", "morph_f1r1", "parameter_report", "pool",
     "primitive_names", "register_block", "register_head", "register_primitive", "state_size",
 ]

@@ -12,12 +12,12 @@ from torch import Tensor, nn
 from longrange.blocks.common import norm_step
 from longrange.blocks.mamba import MambaBlock, RopeOptions, mamba_dt_rank
 from longrange.blocks.norms import make_norm
-from longrange.blocks.residual import ResidualBlock
+from longrange.blocks.residual import ChannelMixerBlock, ResidualBlock
 from longrange.blocks.simple import SimpleBlock
 from longrange.blocks.transformer import TransformerBlock
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive
-from longrange.models.config import ModelConfig
+from longrange.models.config import Layer, ModelConfig
 from longrange.models.registry import BLOCKS, PRIMITIVES, builds_model, register_block
 
 #: Model fields behind the settings the builder passes to primitives (for messages).
@@ -101,6 +101,23 @@ def make_block(cfg: ModelConfig) -> SequencePrimitive:
     return build(cfg)
 
 
+def make_layer(layer: Layer) -> SequencePrimitive:
+    """One layer of a model's stack (:meth:`ModelConfig.stack`): its primitive in its block, or a
+    channel mixer of its own."""
+    if layer.is_channel_mixer:
+        cfg = layer.cfg
+        options = {**_residual_options(cfg), **{k: v for k, v in layer.own.items() if k in ("norm", "prenorm") and v is not None}}
+        return ChannelMixerBlock(cfg.d_model, mlp=layer.mlp, mlp_ratio=layer.own.get("mlp_ratio", cfg.mlp_ratio),
+                                 bidirectional=cfg.bidirectional, **options)
+    try:
+        return make_block(layer.cfg)
+    except ConfigError as err:
+        if not layer.stacked:
+            raise
+        message = str(err).replace("model.primitive_options", f"model.layers[{layer.entry}].options")
+        raise ConfigError(f"model.layers[{layer.entry}] ({layer.name}): {message}") from None
+
+
 def _residual_options(cfg: ModelConfig) -> dict[str, Any]:
     """What every built-in block takes from the config for its residual branches."""
     return {"dropout": cfg.dropout, "norm": cfg.resolved_norm, "prenorm": cfg.resolved_prenorm}
@@ -170,13 +187,16 @@ def mamba_block(cfg: ModelConfig) -> SequencePrimitive:
 
 
 class Backbone(nn.Module):
-    """``n_layers`` blocks, with a final norm when the blocks are pre-norm."""
+    """``n_layers`` blocks (the layers of ``cfg.stack()``), with a final norm when the blocks are pre-norm."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.d_model = cfg.d_model
         self.bidirectional = cfg.bidirectional
-        self.blocks = nn.ModuleList(make_block(cfg) for _ in range(cfg.n_layers))
+        layers = cfg.stack()
+        #: Each block's name in the stack ("s6" for a model of one primitive; "mamba2", "swiglu", ...).
+        self.layer_names = [layer.name for layer in layers]
+        self.blocks = nn.ModuleList(make_layer(layer) for layer in layers)
         self.final_norm = make_norm(cfg.resolved_norm if cfg.resolved_prenorm else "none", cfg.d_model)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:

@@ -233,6 +233,34 @@ def state_size(model: SequenceModel, seq_len: int) -> int | None:
     return state_elements(state, seq_len)
 
 
+def layer_report(model: SequenceModel, seq_len: int | None = None) -> list[dict[str, Any]]:
+    """Per layer of the backbone, first to last: ``layer`` (its index), ``name`` (its entry in the
+    stack), ``params`` (trainable parameters of the whole block), ``in_primitives`` (those inside its
+    sequence primitives) and, with ``seq_len``, ``state`` (the recurrent state it carries per sequence
+    at that length; None where the model does not generate). The blocks' ``params`` and the final
+    norm's sum to the backbone's parameters."""
+    from longrange.layers.base import state_elements
+
+    rows: list[dict[str, Any]] = []
+    blocks = getattr(model.backbone, "blocks", None)
+    if blocks is None:  # a wrapped model (block "hf") has no blocks of ours
+        return rows
+    names = getattr(model.backbone, "layer_names", None) or [type(b).__name__ for b in blocks]
+    for i, (name, block) in enumerate(zip(names, blocks)):
+        row: dict[str, Any] = {"layer": i, "name": name, "params": _count(block.parameters()),
+                               "in_primitives": _count(p for m in block.mixers for p in m.parameters())}
+        if seq_len is not None:
+            state = None
+            if model.causal:
+                try:
+                    state = state_elements(block.default_state(1, device=torch.device("meta")), seq_len)
+                except (NotImplementedError, RuntimeError, AttributeError):
+                    state = None
+            row["state"] = state
+        rows.append(row)
+    return rows
+
+
 def parameter_report(model: SequenceModel, seq_len: int | None = None) -> dict[str, Any]:
     """Trainable parameters in total and inside the sequence primitives (the thesis' Table 3); with
     ``seq_len``, also ``state``: :func:`state_size` at that length."""

@@ -18,10 +18,10 @@ from longrange.models.model import SequenceModel
 
 
 def _check_causal_mamba(model: SequenceModel, role: str) -> None:
-    if model.cfg.block != "mamba" or model.cfg.direction != "causal":
+    if model.cfg.block != "mamba" or model.cfg.layers or model.cfg.direction != "causal":
         raise ConfigError(
-            f"the {role} model must be a causal Mamba model to morph, got block={model.cfg.block!r} "
-            f"direction={model.cfg.direction!r}"
+            f"the {role} model must be a causal Mamba model (one primitive in Mamba blocks) to morph, got "
+            f"{model.cfg.name!r} direction={model.cfg.direction!r}"
         )
 
 
