@@ -44,6 +44,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("device", params)
 
 
+@pytest.fixture
+def inductor_cpu() -> None:
+    """For tests that compile CPU code with Inductor (``torch.compile``'s default backend): skips, with
+    the reason, where its C++ build cannot run because a path it passes to the compiler and linker
+    unquoted holds whitespace (a checkout or virtual environment in a folder whose name has a space:
+    "ld: cannot find ..."); see ``longrange.train.compile.cpp_build_blocker``."""
+    from longrange.train.compile import cpp_build_blocker
+
+    reason = cpp_build_blocker()
+    if reason is not None:
+        pytest.skip(f"torch.compile cannot build CPU code here: {reason}")
+
+
 @pytest.fixture(scope="session")
 def cuda_device(request: pytest.FixtureRequest) -> torch.device:
     """The CUDA device for tests that need one; skips when CUDA is absent or not selected."""

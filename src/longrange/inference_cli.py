@@ -63,20 +63,42 @@ def _predict(args: argparse.Namespace) -> int:
     options = task_option_values(run.task_name, args.task_options)
     records = run.read_inputs(args.input, options)
     predictions = run.predict(records, batch_size=args.batch_size, memory_budget=args.memory_budget)
-    labelled = [p for p in predictions if p.target is not None]
-    header = "id\tprediction" + ("\ttarget" if labelled else "")
-    lines = [header] + [f"{p.id}\t{p.text()}" + (f"\t{_target_text(p.target)}" if labelled else "") for p in predictions]
-    text = "\n".join(lines) + "\n"
+    text = predictions_tsv(predictions)
     if args.output:
         _write_text(args.output, text)
     else:
         sys.stdout.write(text)
     note = f"{len(predictions)} predictions of {run.root} for {args.input}" + (f" written to {args.output}" if args.output else "")
-    if labelled and all(isinstance(p.value, int) for p in labelled):
-        right = sum(p.value == p.target for p in labelled)
-        note += f"; {right} of {len(labelled)} labelled inputs right ({100 * right / len(labelled):.2f}%)"
-    print(note, file=sys.stderr)
+    print(note + labelled_note(predictions), file=sys.stderr)
     return 0
+
+
+def predictions_tsv(predictions: list) -> str:
+    """``longrange predict``'s output: a TSV with the header ``id<TAB>prediction``, a ``positions``
+    column before the prediction where the task scores positions (per-position tasks: the answer at
+    each of them, in order) and a ``target`` column where the inputs are labelled."""
+    from longrange.train.trained import _text
+
+    labelled = any(p.target is not None for p in predictions)
+    at = any(p.positions is not None for p in predictions)
+    header = "id" + ("\tpositions" if at else "") + "\tprediction" + ("\ttarget" if labelled else "")
+    lines = [header]
+    for p in predictions:
+        line = p.id + (f"\t{_text(p.positions or [])}" if at else "") + f"\t{p.text()}"
+        lines.append(line + (f"\t{_target_text(p.target)}" if labelled else ""))
+    return "\n".join(lines) + "\n"
+
+
+def labelled_note(predictions: list) -> str:
+    """``; 3 of 4 labelled inputs right (75.00%)`` (answers, for per-position tasks), or '' without
+    labels or for values that are not classes (regression)."""
+    labelled = [p for p in predictions if p.target is not None]
+    pairs = [pair for p in labelled for pair in p.answers()]
+    if not pairs or any(isinstance(v, (float, list)) for v, _ in pairs):
+        return ""
+    right = sum(v == t for v, t in pairs)
+    what = "answers" if any(p.positions is not None for p in labelled) else "inputs"
+    return f"; {right} of {len(pairs)} labelled {what} right ({100 * right / len(pairs):.2f}%)"
 
 
 def _target_text(target: Any) -> str:
@@ -154,7 +176,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="a finished run's predictions for new inputs in the task's file format")
     p.add_argument("run", metavar="RUN", help="the directory of a finished run")
     p.add_argument("--input", required=True, metavar="FILE",
-                   help="new inputs in the task's format (ListOps: a TSV with the header Source<TAB>Target, or Source alone)")
+                   help="new inputs in the task's format (docs/inference.md): ListOps a TSV with the header "
+                        "Source<TAB>Target, or Source alone; the generated sequence tasks JSON Lines "
+                        '{"id": ..., "tokens": [...]}; the pixel tasks PNG images')
     p.add_argument("--output", metavar="FILE", help="write the predictions here (default: standard output)")
     _add_run_args(p)
     p.set_defaults(func=_predict)

@@ -184,10 +184,15 @@ def test_stages_are_announced_in_order_with_a_steady_eta(tmp_path, monkeypatch):
     monkeypatch.setattr(S, "say", lambda message: said.append((clock.t, message)))
     plan = plan_grid([_exp()], seeds=[0, 1, 2], objectives=["masked"])
     run_plan(plan, tmp_path, _TimedBackend(clock, {"train": 10, "pretrain": 14, "finetune": 8}))
-    announced = [(t, re.match(r"stage (\d+) of 12: \S+ \(overall eta (\S+)\)", m)) for t, m in said]
+    announced = [(t, re.match(r"stage (\d+) of 12: \S+ \((?:overall eta (\S+)|(.+))\)", m)) for t, m in said]
     announced = [(t, a) for t, a in announced if a]
     assert [int(a.group(1)) for _, a in announced] == list(range(1, 13))  # in the order they start
-    etas = [(t, a.group(2)) for t, a in announced if a.group(2) != "?"]
+    first_end = min(t for t, m in said if re.match(r"\[1/12 done", m))
+    # before any stage has ended: no number, and when there will be one (never "?")
+    assert [a.group(3) for t, a in announced if t < first_end] == [S.NO_ETA_YET] * 2
+    assert S.NO_ETA_YET == "overall eta: known when the first stage run here ends"
+    assert all(a.group(2) for t, a in announced if t >= first_end)  # then an estimate at every announcement
+    etas = [(t, a.group(2)) for t, a in announced if a.group(2)]
 
     def seconds(text):
         m = re.fullmatch(r"(?:(\d+)m)?(\d+)s", text)

@@ -393,6 +393,7 @@ def test_flops_of_the_triton_vandermonde_and_cauchy_products(interpreter):
 
 
 @numba_only
+@pytest.mark.usefixtures("inductor_cpu")
 def test_compiled_equals_eager(monkeypatch):
     """The scan, the Vandermonde and the Cauchy products (numba) in one function compiled with
     ``fullgraph=True`` (no graph break): the values and gradients of eager mode, and the record of

@@ -174,7 +174,9 @@ def test_label_curves_at_the_largest_grid_label_close_sizes_without_overlap(tmp_
     fig = closed[0]
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert len(visible) == len(TASKS) * len(LABELS) and len({ax.get_ylim() for ax in visible}) == 1
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["scratch", "scratch, matched compute"]
+    # listops and text: chance 10% and 50%, one dashed line per panel, one legend entry
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["scratch", "scratch, matched compute",
+                                                                  "chance level (per task)"]
     ticks = [t for t in visible[0].xaxis.get_major_ticks() if t.label1.get_text()]
     assert [t.get_loc() for t in ticks] == list(sizes)  # every size keeps its tick
     shown = [t.label1.get_text() for t in ticks if t.label1.get_visible()]

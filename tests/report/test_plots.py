@@ -75,7 +75,8 @@ def test_drawn_figure_uses_distinct_styles_clipped_bands_and_row_names(tmp_path,
     def capture(fig, path):
         seen[str(path)] = fig
         ax = fig.axes[0]
-        seen["lines"] = [(repr(l.get_linestyle()), l.get_marker(), l.get_color()) for l in ax.get_lines()]
+        seen["lines"] = [(repr(l.get_linestyle()), l.get_marker(), l.get_color()) for l in ax.get_lines()
+                         if l.get_label() != "chance"]  # the chance line is drawn beside the regimes' lines
         seen["legend"] = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else []
         seen["title"] = ax.get_title()
         seen["bands"] = [poly.get_paths()[0].vertices[:, 1] for poly in ax.collections]
@@ -91,7 +92,7 @@ def test_drawn_figure_uses_distinct_styles_clipped_bands_and_row_names(tmp_path,
     assert seen["title"] == f"{label} (n=3)"
     assert sorted(f"{label}{REGIME_SUFFIX[r]}" if r != "scratch" else label
                   for r in ("scratch", "masked-spt", "scratch-matched")) == sorted(rows)
-    assert seen["legend"] == ["scratch", "scratch, matched compute", "masked SPT"]
+    assert seen["legend"] == ["scratch", "scratch, matched compute", "masked SPT", "chance level 10% (1 in 10)"]
     assert seen["bands"] and all((ys <= 100.0 + 1e-9).all() and (ys >= -1e-9).all() for ys in seen["bands"])
     assert P.scratch_vs_spt_bars(aggregate(runs), tmp_path / "bars.png").is_file()
     assert sorted(seen["ticks"]) == sorted(f"{r} (n=3)" for r in rows)

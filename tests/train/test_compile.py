@@ -5,7 +5,8 @@ traces into one graph (``fullgraph=True``, Dynamo alone: fast), and its compiled
 (Inductor) equals the eager step, loss and every gradient, at tiny shapes; Inductor's compilation
 takes seconds per model on a CPU, so one family runs by default and the others under ``-m slow``.
 A compiled run checkpoints the eager model's state-dict keys and resumes to the weights of an
-uninterrupted compiled run.
+uninterrupted compiled run. The tests that build CPU code with Inductor skip, saying why, where a
+path it passes to the compiler unquoted holds a space (the ``inductor_cpu`` fixture).
 """
 from __future__ import annotations
 
@@ -93,6 +94,28 @@ def test_compile_is_a_train_setting_left_out_of_identities_at_its_default():
         TrainConfig.from_dict({"compile": "yes"})
 
 
+def test_a_path_with_a_space_is_a_clear_error_before_any_step_on_the_cpu(monkeypatch, tmp_path):
+    """Inductor's C++ build passes these paths unquoted ("ld: cannot find ..."): train.compile on the CPU
+    says so up front; the tests that compile CPU code skip with the same reason (fixture inductor_cpu)."""
+    import sys
+
+    from longrange.train.compile import Compilation, cpp_build_blocker
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "prefix", "/home/user/My Projects/longrange/.venv")
+    assert "the environment's prefix '/home/user/My Projects/longrange/.venv' holds whitespace" in cpp_build_blocker()
+    with pytest.raises(ConfigError, match=r"train.compile on the CPU: the environment's prefix .* holds whitespace.*"
+                                          r"set train.compile false"):
+        Compilation(True, "cpu")
+    with pytest.raises(ConfigError, match="train.compile on the CPU"):
+        compile_model(_model(FAST))
+    Compilation(False, "cpu")  # eager: nothing is built
+    Compilation(True, "cuda")  # Inductor builds Triton kernels there, not C++
+    monkeypatch.setattr(sys, "prefix", "/opt/venv")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor cache"))
+    assert "Inductor's cache directory" in cpp_build_blocker()
+
+
 # --------------------------------------------------------------------------------------------
 # One graph per family, and the compiled step equals the eager step
 # --------------------------------------------------------------------------------------------
@@ -152,17 +175,20 @@ def _compiled_equals_eager(name):
     assert not is_compiled(model)
 
 
+@pytest.mark.usefixtures("inductor_cpu")
 def test_compiled_step_equals_eager_step():
     _compiled_equals_eager(FAST)
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("inductor_cpu")
 @pytest.mark.parametrize("name", sorted(set(FAMILIES) - {FAST}))
 def test_compiled_step_equals_eager_step_every_family(name):
     _compiled_equals_eager(name)
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("inductor_cpu")
 def test_a_compiled_token_model_still_refuses_ids_outside_its_vocabulary():
     """The encoder's check by value is left out of the graph; the embedding's bounds check stays."""
     model = compile_model(_model(FAST), fullgraph=True)
@@ -235,6 +261,7 @@ def test_onednn_product_refuses_bad_operands():
 
 
 @needs_onednn
+@pytest.mark.usefixtures("inductor_cpu")
 def test_compiled_cpu_graphs_route_their_matrix_products_to_onednn():
     lin = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2, bias=False))
     x = torch.randn(4, 6, requires_grad=True)
@@ -283,6 +310,7 @@ def _weights(path):
     return load_checkpoint(path / "checkpoints" / "last.pt")
 
 
+@pytest.mark.usefixtures("inductor_cpu")
 def test_compiled_run_trains_as_the_eager_run_and_resumes_to_the_uninterrupted_run(tmp_path):
     eager = _trainer(tmp_path / "eager", {**RUN, "compile": False})
     eager_summary = eager.fit()

@@ -104,9 +104,23 @@ def _split_options(name: str, opts: dict[str, Any]) -> tuple[dict[str, Any], dic
     return {k: v for k, v in opts.items() if k not in SPLIT_OPTIONS}, split
 
 
+#: The generator class of each generated sequence task, by task name.
+GENERATOR_CLASSES: dict[str, type[Generator]] = {}
+
+
+def generator_of(task: str, options: dict[str, Any]) -> Generator:
+    """The generator of the generated sequence task ``task`` at ``options`` (the task's defaults
+    for those not given; the split options are not the generator's), its options checked."""
+    from longrange.data.tasks import task_options
+
+    generator_opts, _ = _split_options(task, {**task_options(task), **options})
+    return GENERATOR_CLASSES[task](**generator_opts)
+
+
 def _register(cls: type[Generator], splits: dict[str, Any], *, description: str, layout: str,
               per_position: bool, causal: bool, n_classes: Callable[[Generator], int]) -> None:
     name = cls.name
+    GENERATOR_CLASSES[name] = cls
 
     def spec(**opts: Any) -> TaskSpec:
         generator_opts, _ = _split_options(name, opts)
@@ -115,6 +129,7 @@ def _register(cls: type[Generator], splits: dict[str, Any], *, description: str,
             name=name, input_kind="tokens", seq_len=generator.seq_len, n_classes=n_classes(generator),
             metric="accuracy", mask_ratio=0.15, description=description, layout=layout,
             obtain="generated when the task is loaded; nothing to obtain", per_position=per_position, causal=causal,
+            chance=1.0 / generator.n_answers,
         )
 
     def load(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, **opts: Any) -> TaskData:

@@ -76,6 +76,9 @@ class TaskSpec:
     per_position: bool = False
     #: The answers are predictions of what follows (next-token tasks): supervised models must be causal.
     causal: bool = False
+    #: The accuracy of guessing uniformly among the task's possible answers, where it is not
+    #: 1 / n_classes (per-position tasks, whose classes are the whole vocabulary); see :func:`chance_level`.
+    chance: float | None = None
 
     def __post_init__(self) -> None:
         if self.input_kind not in ("tokens", "numeric"):
@@ -88,6 +91,21 @@ class TaskSpec:
             raise ConfigError(f"task {self.name}: mask_ratio must be in [0, 1), got {self.mask_ratio}")
         if self.per_position and (self.n_classes < 1 or self.metric != "accuracy"):
             raise ConfigError(f"task {self.name}: per-position targets need n_classes >= 1 and metric accuracy")
+        if self.chance is not None and not (0.0 < self.chance <= 1.0 and self.metric == "accuracy"):
+            raise ConfigError(f"task {self.name}: chance must be an accuracy in (0, 1] of a task scored by accuracy, "
+                              f"got {self.chance!r} (metric {self.metric})")
+
+
+def chance_level(spec: TaskSpec) -> float | None:
+    """The accuracy of guessing uniformly among the task's answers: ``spec.chance`` where the task
+    states it (the generated recall tasks: 1 / the number of possible answers), else 1 / n_classes
+    for a classification scored by accuracy; None for regression, and for a per-position task that
+    states none. Uniform guessing, not the majority class: a split's labels are not read here."""
+    if spec.chance is not None:
+        return spec.chance
+    if spec.metric == "accuracy" and spec.n_classes > 0 and not spec.per_position:
+        return 1.0 / spec.n_classes
+    return None
 
 
 class SequenceDataset(Dataset):
@@ -360,6 +378,16 @@ def task_status(name: str, data_dir: str | os.PathLike | None = None, generate: 
         present &= ok
         lines.append(f"{path}: {'found' if ok else 'missing'}")
     return present, lines
+
+
+def present_files(name: str, data_dir: str | os.PathLike | None = None, **options) -> list[Path]:
+    """The task's own files (those its loader reads, not generated data) that are present in the data
+    directory; [] for a task without a file list or whose data is drawn when loaded."""
+    entry = _entry(name)
+    if entry.generated is not None or entry.expected is None:
+        return []
+    opts = _resolve_options(name, options)
+    return [Path(p) for p in entry.expected(default_data_dir(data_dir), **opts) if Path(p).exists()]
 
 
 def data_identity(name: str, data_dir: str | os.PathLike | None = None,

@@ -29,7 +29,7 @@ from longrange.experiment.execute import StageFailed, execute_stage
 from longrange.experiment.params import WIDTH, match_field, model_size, size_warning, with_value
 from longrange.experiment.plan import Plan, default_objectives, describe, plan_grid, slug
 from longrange.experiment.scheduler import Backend, Outcome, run_plan
-from longrange.experiment.taskdata import data_state, prepare_generated
+from longrange.experiment.taskdata import data_state, prepare_generated, unread_files_note
 from longrange.fileio import check_out_dir
 from longrange.train.rundir import Intent, RunDir, RunMismatchError, other_versions_line
 
@@ -122,6 +122,9 @@ def data_lines(experiments: Sequence[ExperimentConfig]) -> tuple[list[str], list
         lines.append(state.describe(task.name))
         if not (state.present or state.generated):
             missing.append(lines[-1])
+        note = unread_files_note(task)  # generated data set while the task's own files are there
+        if note is not None:
+            lines.append(note)
     return lines, missing
 
 

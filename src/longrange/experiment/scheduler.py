@@ -76,6 +76,16 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+#: What a stage's announcement says of the time left before any stage run here has ended: the estimate
+#: is the mean time of the stages run so far, and until one ends there is none.
+NO_ETA_YET = "overall eta: known when the first stage run here ends"
+
+
+def overall_eta(seconds: float) -> str:
+    """``overall eta 3m05s``, or :data:`NO_ETA_YET` before there is a measurement."""
+    return f"overall eta {format_seconds(seconds)}" if seconds != float("inf") else NO_ETA_YET
+
+
 def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Intent = Intent("continue")) -> dict[str, Outcome]:
     """Run the plan's stages on ``backend``; returns each stage's outcome, in plan order. ``intent``
     (mode continue) says what to do with stages made with other settings or another version."""
@@ -146,7 +156,7 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
             changed = False
             for level in _by_level(plan, ready):
                 for stage in level:
-                    say(f"stage {next(numbers)} of {n}: {stage.id} (overall eta {format_seconds(eta())})")
+                    say(f"stage {next(numbers)} of {n}: {stage.id} ({overall_eta(eta())})")
                 handles = backend.submit(level, {a: running[a] for s in level for a in s.after if a in running})
                 began.update({sid: time.time() for sid in handles})
                 running.update(handles)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from longrange import smoke
@@ -9,6 +10,33 @@ from longrange.experiment.config import TaskConfig
 
 _DATA: dict[str, Any] = {}
 _IDENTITY: dict[str, dict[str, str]] = {}
+_NOTED: set[str] = set()
+
+
+def unread_files_note(task: TaskConfig) -> str | None:
+    """A line for a task with ``task.generate`` set whose data directory holds the task's own files:
+    the generated data is read, those files are not, and how to read them instead (``task.generate=null``,
+    and ``task.train_subset=null`` where a subset would keep part of them). None otherwise."""
+    if task.generate is None:
+        return None
+    from longrange.data.tasks import present_files
+
+    found = present_files(task.name, task.data_dir, **task.options)
+    if not found:
+        return None
+    how = "task.generate=null"
+    if task.train_subset is not None:
+        how += f" and task.train_subset=null (it is {task.train_subset!r}: part of the training set)"
+    return (f"note: {task.name}: task.generate is set ({task.generate!r}), so the generated data is read and the "
+            f"task's own files in {found[0].parent} are not; to train on those files, add {how}")
+
+
+def say_unread_files(task: TaskConfig) -> None:
+    """Print :func:`unread_files_note` on stderr, once per process for the same data settings."""
+    note = unread_files_note(task)
+    if note is not None and note not in _NOTED:
+        _NOTED.add(note)
+        print(note, file=sys.stderr, flush=True)
 
 
 def load_data(task: TaskConfig):
@@ -19,6 +47,7 @@ def load_data(task: TaskConfig):
     key = json.dumps([t.name, t.options, t.data_dir, t.train_subset, t.skip_bad, t.seed, t.generate, smoke.active()],
                      sort_keys=True, default=str)
     if key not in _DATA:
+        say_unread_files(t)
         _DATA[key] = load_task(t.name, t.data_dir, seed=t.seed, train_subset=t.train_subset, skip_bad=t.skip_bad,
                                generate=t.generate, **t.options)
     return _DATA[key]
@@ -48,4 +77,5 @@ def prepare_generated(task: TaskConfig) -> None:
     if task.generate is not None:
         from longrange.data.tasks import ensure_generated
 
+        say_unread_files(task)
         ensure_generated(task.name, task.data_dir, task.generate, task.options)

@@ -32,6 +32,7 @@ class ObjectiveConfig:
     span: int = 1
     #: Numeric inputs: "l1" regression of the values, or "classes" (``levels``-way classification).
     numeric_loss: str = "l1"
+    #: The number of classes of numeric_loss "classes".
     levels: int = 256
     #: The values that levels 0 and levels-1 stand for, for numeric_loss "classes".
     value_range: list[float] | None = None

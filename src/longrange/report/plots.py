@@ -137,6 +137,29 @@ def thin_tick_labels(fig, axes, pad: float = 3.0) -> None:
                 kept = box
 
 
+#: How the chance level is drawn: a dashed grey horizontal line, named in the legend.
+CHANCE_STYLE = {"color": "0.35", "linestyle": "--", "linewidth": 1.0, "zorder": 1.5}
+
+
+def chance_legend(levels: Sequence[float]) -> str:
+    """The legend entry of the chance lines: ``chance level 6.25% (1 in 16)`` when one level, else
+    ``chance level (per task)``."""
+    from longrange.report.chance import chance_text
+
+    distinct = sorted(set(levels))
+    return f"chance level {chance_text(distinct[0])}" if len(distinct) == 1 else "chance level (per task)"
+
+
+def draw_chance(ax, chance: float | None, scale: float = 100.0, vertical: bool = False):
+    """A dashed line at the chance level (``chance`` a fraction, drawn times ``scale``) labelled
+    "chance"; the line, or None when there is no chance level."""
+    if chance is None:
+        return None
+    if vertical:
+        return ax.axvline(chance * scale, label="chance", **CHANCE_STYLE)
+    return ax.axhline(chance * scale, label="chance", **CHANCE_STYLE)
+
+
 def _save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,6 +222,8 @@ class CurvePanel:
     title: str
     ylabel: str
     series: list[Series]
+    #: The chance level of the panel's accuracy (a fraction; ``report/chance.py``), or None.
+    chance: float | None = None
 
 
 def curve_panels(runs: Sequence[Run], split: str = "val") -> tuple[list[CurvePanel], list[str]]:
@@ -207,6 +232,7 @@ def curve_panels(runs: Sequence[Run], split: str = "val") -> tuple[list[CurvePan
     missing = []
     panels: dict[tuple[str, str], dict[str, list[list[tuple[int, float]]]]] = {}
     metrics: dict[tuple[str, str], str] = {}
+    members: dict[tuple[str, str], list[Run]] = {}
     for r in runs:
         try:
             curve = r.curve(split)
@@ -217,6 +243,7 @@ def curve_panels(runs: Sequence[Run], split: str = "val") -> tuple[list[CurvePan
             continue
         panels.setdefault((r.task, r.label), {}).setdefault(r.regime, []).append(curve)
         metrics[(r.task, r.label)] = r.metric
+        members.setdefault((r.task, r.label), []).append(r)
     out = []
     for key in sorted(panels, key=lambda k: (task_sort_key(k[0]), k[1])):
         task, label = key
@@ -230,7 +257,10 @@ def curve_panels(runs: Sequence[Run], split: str = "val") -> tuple[list[CurvePan
             series.append(Series(row_name(label, regime), regime, len(curves), steps, mean * fmt.scale,
                                  lower * fmt.scale, upper * fmt.scale))
         title = f"{task}: {label}, {'validation' if split == 'val' else split} {fmt.name}"
-        out.append(CurvePanel(task, label, metric, title, fmt.name, series))
+        from longrange.report.chance import common_chance
+
+        chance = common_chance(members[key]) if metric == "accuracy" else None
+        out.append(CurvePanel(task, label, metric, title, fmt.name, series, chance))
     return out, missing
 
 
@@ -262,6 +292,7 @@ def curves_figure(panels: Sequence[CurvePanel], split: str = "val"):
     nrows = sum(rows for _, _, rows in blocks)
     fig, grid = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.9 * nrows + 0.8), squeeze=False, layout="constrained")
     handles: dict[str, object] = {}
+    chances: list[float] = []
     row = 0
     for task, items, rows in blocks:
         axes = [grid[row + k // cols][k % cols] for k in range(len(items))]
@@ -281,6 +312,10 @@ def curves_figure(panels: Sequence[CurvePanel], split: str = "val"):
                 handles.setdefault(s.regime, line)
                 if np.isfinite(s.upper).any():
                     ax.fill_between(s.steps, s.lower, s.upper, color=style["color"], alpha=0.15, lw=0)
+            chance_line = draw_chance(ax, panel.chance, metric_format(panel.metric).scale)
+            if chance_line is not None:
+                handles.setdefault("chance", chance_line)
+                chances.append(panel.chance)
             ax.set_title(wrap(f"{panel.label} ({_n_text([s.n for s in panel.series])})", 34), fontsize="medium")
             ax.grid(alpha=0.3)
             if k % cols == 0:
@@ -295,8 +330,9 @@ def curves_figure(panels: Sequence[CurvePanel], split: str = "val"):
         bottom, top = first.get_ylim()
         first.set_ylim(max(bottom, lo * scale), min(top, hi * scale))
         row += rows
-    order = sorted(handles, key=regime_sort_key)
-    legend_below(fig, [handles[r] for r in order], [regime_words(r) for r in order],
+    order = sorted((r for r in handles if r != "chance"), key=regime_sort_key) + (["chance"] if chances else [])
+    legend_below(fig, [handles[r] for r in order],
+                 [chance_legend(chances) if r == "chance" else regime_words(r) for r in order],
                  "mean over seeds (n), 95% CI band", columns=4)
     return fig
 

@@ -213,16 +213,19 @@ def label_curves(runs: Sequence[Run], path: str | Path) -> Path | None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from longrange.report.plots import clip_band, regime_style, regime_words, thin_tick_labels
+    from longrange.report.chance import common_chance
+    from longrange.report.plots import chance_legend, clip_band, draw_chance, regime_style, regime_words, thin_tick_labels
 
     points: dict[tuple[str, str], dict[str, dict[int, list[float]]]] = {}
     metric = {}
+    members: dict[tuple[str, str], list[Run]] = {}
     for r in runs:
         v = _value(r)
         if not r.is_final or v is None or r.train_size is None:
             continue
         points.setdefault((r.task, r.label), {}).setdefault(r.regime, {}).setdefault(r.train_size, []).append(v)
         metric[r.task] = r.metric
+        members.setdefault((r.task, r.label), []).append(r)
     panels = [(k, v) for k, v in sorted(points.items(), key=lambda kv: (task_sort_key(kv[0][0]), kv[0][1]))
               if len({n for per in v.values() for n in per}) >= 2]
     if not panels:
@@ -232,8 +235,14 @@ def label_curves(runs: Sequence[Run], path: str | Path) -> Path | None:
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.0 * rows + 0.8), sharey=True, squeeze=False,
                              layout="constrained")
     handles = {}
+    chances: list[float] = []
     for ax, ((task, label), per_regime) in zip(axes.flat, panels):
         fmt = metric_format(metric[task])
+        chance = common_chance(members[(task, label)]) if metric[task] == "accuracy" else None
+        chance_line = draw_chance(ax, chance, fmt.scale)
+        if chance_line is not None:
+            chances.append(chance)
+            handles.setdefault("chance", chance_line)
         for regime in sorted(per_regime, key=regime_sort_key):
             sizes = sorted(per_regime[regime])
             stats = [mean_ci(per_regime[regime][n]) for n in sizes]
@@ -254,8 +263,9 @@ def label_curves(runs: Sequence[Run], path: str | Path) -> Path | None:
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel(metric_format(next(iter(metric.values()))).name, fontsize=8)
-    fig.legend([handles[r] for r in handles], [regime_words(r) for r in handles],
-               loc="outside lower center", ncol=min(4, len(handles)), fontsize=8)
+    order = [r for r in handles if r != "chance"] + (["chance"] if chances else [])
+    fig.legend([handles[r] for r in order], [chance_legend(chances) if r == "chance" else regime_words(r) for r in order],
+               loc="outside lower center", ncol=min(4, len(order)), fontsize=8)
     thin_tick_labels(fig, axes.flat[:len(panels)])  # close training sizes: each keeps its tick, labels that fit
     path = Path(path)
     fig.savefig(path, dpi=110)

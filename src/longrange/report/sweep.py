@@ -138,7 +138,7 @@ def sweep_table(groups: Sequence[SubsetGroup], task: str) -> Table:
         for g in cols:
             cell = next((c for c in g.cells if c.kind == "final" and c.task == task
                          and c.label == label and c.regime == regime), None)
-            line.append("—" if cell is None else cell.text())
+            line.append("—" if cell is None else cell.marked_text())
             if cell is not None:
                 sources.add(cell.source)
                 names.add(cell.format.name)
@@ -146,7 +146,11 @@ def sweep_table(groups: Sequence[SubsetGroup], task: str) -> Table:
     what = "test" if sources == {"test"} else "best validation" if sources == {"val"} else "test / best validation"
     title = (f"{task}: {what} {' / '.join(sorted(names))} against the training subset, mean ± "
              f"{int(CONFIDENCE * 100)}% confidence interval over seeds")
-    return Table(title, headers, body)
+    from longrange.report.chance import chance_note, levels_of
+
+    cells = [c for g in cols for c in g.cells if c.kind == "final" and c.task == task]
+    note = chance_note(levels_of(cells), any(c.at_chance for c in cells))
+    return Table(title, headers, body, [note] if note else [])
 
 
 def sweep_tables(groups: Sequence[SubsetGroup]) -> str:
@@ -215,7 +219,9 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
         return None
     import numpy as np
 
-    from longrange.report.plots import _grid, _save, legend_below, regime_colour, thin_tick_labels, wrap
+    from longrange.report.chance import common_chance
+    from longrange.report.plots import (_grid, _save, chance_legend, draw_chance, legend_below, regime_colour,
+                                        thin_tick_labels, wrap)
 
     tasks = sorted({c.task for g in groups for c in g.cells if c.kind == "final"}, key=task_sort_key)
     if not tasks:
@@ -225,6 +231,7 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
     markers = ["o", "s", "^", "D", "v"]
     handles: dict[str, object] = {}
     seeds: dict[str, list[int]] = {}
+    chances: list[float] = []
     for ax, task in zip(axes, tasks):
         kind, xs = _x_of(groups, task)
         left_out = [subset_text(g.subset) for i, g in enumerate(groups) if i not in xs
@@ -259,6 +266,12 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
                 ax.fill_between(x[band], low[band] * fmt.scale, high[band] * fmt.scale, color=colour, alpha=0.15, lw=0)
             names.add(fmt.name)
             sources.update(c.source for _, c in points)
+        cells = [c for points in lines.values() for _, c in points]
+        chance = common_chance(r for c in cells for r in c.runs) if cells and cells[0].metric == "accuracy" else None
+        chance_line = draw_chance(ax, chance, cells[0].format.scale if cells else 100.0)
+        if chance_line is not None:
+            chances.append(chance)
+            chance_handle = chance_line
         what = "test" if sources == {"test"} else "best validation" if sources == {"val"} else "test / best val."
         ax.set_xscale("log")
         ticks = sorted({x for pts in lines.values() for x, _ in pts})
@@ -269,7 +282,11 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
         ax.set_title(wrap(f"{task}: {what} {' / '.join(sorted(names))} against the training subset", 44),
                      fontsize="medium")
         ax.grid(alpha=0.3, which="both")
-    legend_below(fig, list(handles.values()), [f"{name} ({_n_text(seeds[name])})" for name in handles],
-                 "mean over seeds, 95% CI band", columns=2)
+    names = [f"{name} ({_n_text(seeds[name])})" for name in handles]
+    shown = list(handles.values())
+    if chances:
+        shown.append(chance_handle)
+        names.append(chance_legend(chances))
+    legend_below(fig, shown, names, "mean over seeds, 95% CI band", columns=2)
     thin_tick_labels(fig, axes)
     return _save(fig, path)

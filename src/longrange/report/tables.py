@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from longrange.errors import DataFormatError
+from longrange.report.chance import CHANCE_MARK
 from longrange.report.collect import FINAL_STAGES, Run
 
 #: Task columns in the order of the Long Range Arena tables; other tasks follow alphabetically.
@@ -174,6 +175,24 @@ class Cell:
         return stat_text(self.stat, self.format)
 
     @property
+    def chance(self) -> float | None:
+        """The chance level of the cell's accuracy (``report/chance.py``), or None."""
+        from longrange.report.chance import common_chance
+
+        return common_chance(self.runs) if self.metric == "accuracy" else None
+
+    @property
+    def at_chance(self) -> bool:
+        """Whether the cell cannot be told from guessing (its interval contains chance, or its mean is at or below it)."""
+        from longrange.report.chance import at_chance
+
+        return at_chance(self.stat.mean, self.stat.half_width, self.chance)
+
+    def marked_text(self) -> str:
+        """:meth:`text`, with the chance mark when :attr:`at_chance`."""
+        return self.text() + (f" {CHANCE_MARK}" if self.at_chance else "")
+
+    @property
     def further_metrics(self) -> list[str]:
         """The metrics besides the cell's own and the loss that every run of the cell reports from
         its source (e.g. ``sequence_accuracy`` of per-position tasks), sorted."""
@@ -303,7 +322,7 @@ def results_table(cells: Sequence[Cell]) -> Table:
                 line.append("—")
                 continue
             mark = VAL_MARK if len(sources) > 1 and c.source == "val" else ""
-            line.append(c.text() + mark)
+            line.append(c.text() + mark + (f" {CHANCE_MARK}" if c.at_chance else ""))
             means.append(c.stat.mean)
         if show_avg:
             fmt = next(iter(formats))
@@ -320,6 +339,11 @@ def results_table(cells: Sequence[Cell]) -> Table:
              "(Student t, n−1 d.o.f.)")
     if show_avg:
         notes.append("Avg. is the mean over tasks of the per-task means.")
+    from longrange.report.chance import chance_note, levels_of
+
+    chance = chance_note(levels_of(final), any(c.at_chance for c in final))
+    if chance:
+        notes.append(chance)
     return Table(title, headers, body, notes)
 
 

@@ -41,6 +41,11 @@ CPUs whose maker MKL does not recognise (AMD's) its products ran 2.3-2.4 times a
 ``fullgraph``: the trainer compiles with ``fullgraph=False`` (a graph break in a user's plugin
 primitive splits the graph rather than stopping the run); every built-in block and primitive
 compiles in one graph (``fullgraph=True``, tested in ``tests/train/test_compile.py``).
+
+On the CPU, Inductor builds its kernels as C++ with command lines that hold PyTorch's, Python's and
+its cache's paths unquoted: where one of them has whitespace (a checkout or environment in a folder
+such as ``My Projects``), the build cannot link, and ``train.compile`` on the CPU is a ConfigError
+saying so before any step (:func:`cpp_build_blocker`) rather than a linker error at the first step.
 """
 from __future__ import annotations
 
@@ -51,7 +56,8 @@ from torch import nn
 
 from longrange.errors import ConfigError
 
-__all__ = ["Compilation", "RouteMatmuls", "compile_model", "compile_options", "is_compiled", "restore"]
+__all__ = ["Compilation", "RouteMatmuls", "compile_model", "compile_options", "cpp_build_blocker", "is_compiled",
+           "restore"]
 
 
 def _route_matmuls(graph: torch.fx.Graph) -> int:
@@ -126,7 +132,33 @@ def compile_options(device: torch.device | str) -> dict[str, Any]:
     return options
 
 
-def _check_supported() -> None:
+def cpp_build_blocker() -> str | None:
+    """Why Inductor cannot build CPU code here, or None: the path with whitespace that it would pass
+    to the compiler or linker, which PyTorch writes into the command line unquoted (``-L/a b/torch/lib``
+    reaches ``ld`` as ``-L/a`` and ``b/torch/lib``: "ld: cannot find ..."). Those paths are PyTorch's
+    own (its headers and libraries), Python's headers and library directory, the environment's prefix
+    and Inductor's cache directory (where the generated code is built)."""
+    import os
+    import sys
+    import sysconfig
+
+    paths = {"PyTorch's package": os.path.dirname(torch.__file__), "the environment's prefix": sys.prefix,
+             "Python's headers": sysconfig.get_path("include") or "",
+             "Python's library directory": sysconfig.get_config_var("LIBDIR") or ""}
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        paths["Inductor's cache directory"] = cache_dir()
+    except Exception:  # pragma: no cover - an older PyTorch keeps it elsewhere
+        pass
+    for what, path in paths.items():
+        if any(c.isspace() for c in str(path)):
+            return (f"{what} {path!r} holds whitespace, which PyTorch Inductor's C++ build passes to the compiler "
+                    "and linker unquoted, so compiled CPU code cannot be built")
+    return None
+
+
+def _check_supported(device: torch.device | str | None = None) -> None:
     import torch._dynamo
 
     if not torch._dynamo.is_dynamo_supported():  # e.g. a Python that this PyTorch's Dynamo does not support
@@ -134,16 +166,19 @@ def _check_supported() -> None:
 
         raise ConfigError(f"train.compile: torch.compile is not supported with Python {sys.version.split()[0]} "
                           f"and PyTorch {torch.__version__}; set train.compile false")
+    if device is not None and torch.device(device).type == "cpu" and (why := cpp_build_blocker()) is not None:
+        raise ConfigError(f"train.compile on the CPU: {why}; set train.compile false, or install the environment "
+                          "(and TORCHINDUCTOR_CACHE_DIR) under a path without spaces")
 
 
 def compile_model(model: nn.Module, device: torch.device | str | None = None, *, fullgraph: bool = False,
                   dynamic: bool | None = None) -> nn.Module:
     """Compile ``model``'s forward in place (``nn.Module.compile``) with Inductor and the options of
     ``device`` (default: the device of its first parameter, else the CPU); returns the model."""
-    _check_supported()
     if device is None:
         first = next(model.parameters(), None)
         device = first.device if first is not None else torch.device("cpu")
+    _check_supported(device)
     model.compile(fullgraph=fullgraph, dynamic=dynamic, options=compile_options(device))
     return model
 
@@ -167,7 +202,7 @@ class Compilation:
         self.enabled = bool(enabled)
         self.device = torch.device(device)
         if self.enabled:
-            _check_supported()
+            _check_supported(self.device)
 
     def apply(self, model: nn.Module) -> nn.Module:
         if self.enabled:

@@ -36,7 +36,9 @@ class WandbConfig:
     """Where a run logs in Weights & Biases (``train.loggers: [..., wandb]``). The run's name is its
     stage id (a comparison's run directory relative to its output; else the directory's name)."""
 
+    #: The W&B project.
     project: str = "longrange"
+    #: The W&B entity (user or team); None: the account's default.
     entity: str | None = None
     #: Default: a comparison's output directory's name (its grid in one group); none for one run.
     group: str | None = None
@@ -46,13 +48,22 @@ class WandbConfig:
 
 @dataclass
 class TrainConfig:
+    """How a stage trains: the optimiser (AdamW), the learning-rate schedule, the run's length and
+    batches, evaluation, checkpoints and logging. A step is one optimiser step; ``batch_size`` is
+    the global batch of one step."""
+
     # Optimiser: AdamW.
+    #: AdamW's peak learning rate (the schedule's; with schedule ``rsqrt``, LRA's constant).
     lr: float = 1e-3
+    #: AdamW's weight decay.
     weight_decay: float = 0.01
+    #: AdamW's (beta1, beta2).
     betas: tuple[float, float] = (0.9, 0.999)
+    #: AdamW's epsilon.
     eps: float = 1e-8
-    #: Learning-rate scale and weight decay of parameters hinted ``group="ssm"``.
+    #: Learning-rate scale (a multiple of ``lr``) of parameters hinted ``group="ssm"``.
     ssm_lr_scale: float = 0.1
+    #: Weight decay of parameters hinted ``group="ssm"``.
     ssm_weight_decay: float = 0.0
     #: False puts every parameter with fewer than 2 dimensions (biases, norm gains) that carries
     #: no hint into the no-decay group.
@@ -61,9 +72,11 @@ class TrainConfig:
     #: qualified name, e.g. "*.log_dt">, lr: <absolute> | lr_scale: <x lr>, weight_decay: <float>}``.
     param_groups: list[dict[str, Any]] = field(default_factory=list)
 
-    # Learning-rate schedule (see ``train/schedules.py``): cosine, constant, plateau, step, or rsqrt
-    # (LRA's constant * linear_warmup * rsqrt_decay, with ``lr`` as LRA's constant).
+    # Learning-rate schedule.
+    #: The learning-rate schedule (``train/schedules.py``): cosine, constant, plateau, step, or rsqrt
+    #: (LRA's constant * linear_warmup * rsqrt_decay, with ``lr`` as LRA's constant).
     schedule: str = "cosine"
+    #: Linear warmup: below 1 a fraction of the run's steps, 1 or more a number of steps.
     warmup: float = 0.1
     #: The cosine's final ratio of the peak lr (reached at the end of its decay).
     min_lr_ratio: float = 0.1
@@ -73,22 +86,33 @@ class TrainConfig:
     #: along the cosine, as transformers' schedule past num_training_steps) or ``restart`` (back to
     #: the peak, as LRA's cosine_decay).
     cycles: str = "once"
+    #: Schedule ``plateau``: the lr is multiplied by this factor each time ``plateau_patience``
+    #: evaluations in a row did not improve the selection metric.
     plateau_factor: float = 0.5
+    #: Schedule ``plateau``: evaluations without improvement before the lr is reduced.
     plateau_patience: int = 3
     #: Step decay (``schedule: step``): the lr is multiplied by ``step_gamma`` every ``step_size``
     #: optimiser steps (or epochs, with ``step_unit: epoch``) after the warmup.
     step_size: int = 0
+    #: Schedule ``step``: the factor applied every ``step_size`` steps or epochs.
     step_gamma: float = 0.1
+    #: Schedule ``step``: whether ``step_size`` counts optimiser steps or epochs.
     step_unit: str = "step"
 
     # Length and batching.
+    #: Passes over the training set (the last incomplete global batch of each is dropped).
     epochs: int = 10
+    #: The run's optimiser steps; 0 = ``epochs`` passes.
     max_steps: int = 0
+    #: The global batch of one optimiser step, over every rank and micro-batch.
     batch_size: int = 32
     #: Items per rank in one evaluation batch; 0 = the training micro-batch.
     eval_batch_size: int = 0
+    #: Micro-batches per optimiser step on each rank (each of batch_size / world size / grad_accum items).
     grad_accum: int = 1
+    #: Clip the gradients' global norm to this value; 0 = off.
     grad_clip: float = 0.0
+    #: fp32; bf16 (autocast to bfloat16, CPU or CUDA); fp16 (autocast to float16 with loss scaling, CUDA).
     precision: str = "fp32"
 
     # Evaluation, checkpoints, logging.
@@ -98,21 +122,27 @@ class TrainConfig:
     patience: int = 0
     #: Save ``last.pt`` every N steps (0 = only at evaluations and at the end).
     checkpoint_every: int = 0
+    #: Log the training metrics (metrics.jsonl, TensorBoard, W&B) every N steps.
     log_every: int = 10
     #: A progress bar on a terminal; elsewhere (nohup, SLURM, ``> log``) a plain line every
     #: ``progress_every`` seconds with step/total, loss, lr, the last validation metric and the ETA.
     progress: bool = True
+    #: Seconds between two plain progress lines (not on a terminal).
     progress_every: float = 60.0
     #: Where metrics go besides metrics.jsonl: ``tensorboard`` (when installed) and ``wandb``
     #: (``pip install 'longrange[wandb]'``; settings in ``wandb``).
     loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    #: Where a run logs in Weights & Biases, with ``loggers: [..., wandb]``.
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     #: Seconds without a heartbeat (the run refreshes its lock every 30 s) after which another host
     #: may take this run's lock over: a node that died frees its runs within minutes.
     lock_stale_after: float = 300.0
 
+    #: The seed of the initialisation, dropout, masking and data order (a comparison sets it per stage
+    #: from ``compare.seeds``; ``--seed`` on the command line).
     seed: int = 0
+    #: DataLoader worker processes; 0 = load in the training process.
     num_workers: int = 0
     #: DistributedDataParallel option, needed when some parameters get no gradient in a step
     #: (e.g. a classification head during pretraining).

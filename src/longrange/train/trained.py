@@ -128,13 +128,23 @@ class Prediction:
 
     id: str
     #: A class index (classification, retrieval), a list of values (regression) or a list of
-    #: class indices, one per position (per-position heads).
+    #: class indices, one per position (per-position heads), each in the task's own terms where
+    #: its reader names them (the generated tasks' tokens, e.g.).
     value: Any
     target: Any = None
+    #: The positions the task scores, where a per-position prediction is reported (``value`` and
+    #: ``target`` hold one entry per position); None: the whole input, or every position.
+    positions: list[int] | None = None
 
     def text(self) -> str:
         """The prediction as written by ``longrange predict``: a class index, or values separated by spaces."""
         return _text(self.value)
+
+    def answers(self) -> list[tuple[Any, Any]]:
+        """(prediction, target) of each answer: one per scored position, else the input's one."""
+        if self.positions is not None:
+            return list(zip(self.value, self.target or []))
+        return [(self.value, self.target)]
 
 
 def _text(value: Any) -> str:
@@ -342,9 +352,7 @@ class TrainedRun:
             with precision.autocast():
                 outputs = self.model(batch["inputs"], batch.get("lengths"), batch.get("inputs2"), batch.get("lengths2"))
             values = _decode(outputs.float(), self.model, batch.get("lengths"))
-            for r, v in zip(chunk, values):
-                target = r.item.get("target")
-                out.append(Prediction(r.id, v, None if target is None else target.tolist()))
+            out.extend(_prediction(r, v) for r, v in zip(chunk, values))
         return out
 
     # -- evaluation
@@ -450,6 +458,29 @@ def _longest(dataset: Any) -> int | None:
         return None
     lengths = [max(int(c[i].shape[0]) for c in columns) for i in (indices if indices is not None else range(len(columns[0])))]
     return max(lengths, default=None)
+
+
+def _prediction(record: Any, value: Any) -> Prediction:
+    """The :class:`Prediction` of one record from its decoded output: at the record's scored
+    positions only where it has them, named in the task's terms where its reader names classes."""
+    target = record.item.get("target")
+    target = None if target is None else target.tolist()
+    positions = getattr(record, "positions", None)
+    if positions is not None:
+        if not isinstance(value, list):
+            raise ConfigError(f"input {record.id} asks for predictions at positions, but the model of this run "
+                              "predicts one class per input (not a per-position head)")
+        value = [value[p] for p in positions]
+        target = None if target is None else [target[p] for p in positions]
+    name = getattr(record, "name_class", None)
+    if name is not None and positions is None and isinstance(value, list):
+        raise ConfigError(f"input {record.id} asks for one class, but the model of this run predicts at every "
+                          "position (a pretraining run?): predict with the run of a train or finetune stage")
+    if name is not None:
+        value = [name(v) for v in value] if isinstance(value, list) else name(value)
+        if target is not None:
+            target = [name(t) for t in target] if isinstance(target, list) else name(target)
+    return Prediction(record.id, value, target, None if positions is None else list(positions))
 
 
 def _decode(outputs: Tensor, model: SequenceModel, lengths: Tensor | None) -> list[Any]:

@@ -76,6 +76,11 @@ class SelectiveCopying(Generator):
     def marker(self) -> int:
         return self.vocab_size - 1
 
+    @property
+    def n_answers(self) -> int:
+        """The possible answers: the data tokens ``1 .. V-2``."""
+        return self.vocab_size - 2
+
     def check(self) -> None:
         check_int(self.name, "vocab_size", self.vocab_size, 3, why="noise, marker and at least one data token")
         check_int(self.name, "seq_len", self.seq_len, 2)
@@ -108,6 +113,11 @@ class InductionHeads(Generator):
 
     @property
     def trigger(self) -> int:
+        return self.vocab_size - 1
+
+    @property
+    def n_answers(self) -> int:
+        """The possible answers: the data tokens ``0 .. V-2`` (the trigger never follows a trigger)."""
         return self.vocab_size - 1
 
     def check(self) -> None:
@@ -148,6 +158,11 @@ class _KeyValues(Generator):
     @property
     def first_value(self) -> int:
         return self.vocab_size // 2
+
+    @property
+    def n_answers(self) -> int:
+        """The possible answers: the values ``V//2 .. V-1``."""
+        return self.vocab_size - self.first_value
 
     def pairs(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(keys, values, inputs with the pairs in front and token 0 elsewhere)."""
