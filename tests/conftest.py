@@ -137,6 +137,17 @@ class OfflineWandb:
 
 
 @pytest.fixture
+def float64_default():
+    """float64 as torch's default dtype during the test (modes compared at float64 precision);
+    the previous default is restored afterwards. A module uses it for all its tests with
+    ``pytestmark = pytest.mark.usefixtures("float64_default")``."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+@pytest.fixture
 def wandb_offline(tmp_path_factory, monkeypatch) -> OfflineWandb:
     """W&B in offline mode writing into a temporary ``WANDB_DIR`` (no network, no account);
     skips where wandb is not installed."""

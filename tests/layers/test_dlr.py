@@ -9,17 +9,9 @@ from longrange.errors import ConfigError
 from longrange.layers.base import get_optim_hint
 from longrange.layers.dlr import DLR
 from longrange.ops.ssm_kernels import vandermonde_kernel, vandermonde_kernel_ref
+from longrange.layers.check_cases import step_through
 
 F64 = torch.float64
-
-
-def _step_through(layer, x):
-    state = layer.default_state(x.shape[0], dtype=x.dtype)
-    ys = []
-    for t in range(x.shape[1]):
-        y, state = layer.step(x[:, t], state)
-        ys.append(y)
-    return torch.stack(ys, dim=1)
 
 
 def test_output_shape_and_dtype():
@@ -56,7 +48,7 @@ def test_step_equals_forward(init, shared, use_skip):
     torch.manual_seed(1)
     layer = DLR(3, d_state=8, init=init, shared_modes=shared, use_skip=use_skip, dt_min=0.01).double()
     x = torch.randn(2, 19, 3, dtype=F64)
-    torch.testing.assert_close(_step_through(layer, x), layer(x), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(step_through(layer, x), layer(x), rtol=1e-10, atol=1e-10)
 
 
 def test_inits():

@@ -13,14 +13,10 @@ from longrange.layers import H3, PRIMITIVES, FlipSum, S4D, S6, SequencePrimitive
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 from longrange.train import TrainConfig, build_optimizer, param_groups
+from longrange.layers.check_cases import step_through
 
 
-@pytest.fixture(autouse=True)
-def float64_default():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 
 def _randomise(layer: torch.nn.Module) -> torch.nn.Module:
@@ -35,15 +31,6 @@ def _randomise(layer: torch.nn.Module) -> torch.nn.Module:
 def _grads(out: Tensor, inputs: list[Tensor]) -> list[Tensor]:
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))  # the same whatever out's strides
     return list(torch.autograd.grad(out, inputs, g))
-
-
-def _step_through(layer: SequencePrimitive, x: Tensor) -> Tensor:
-    state = layer.default_state(x.shape[0])
-    ys = []
-    for t in range(x.shape[1]):
-        y, state = layer.step(x[:, t], state)
-        ys.append(y)
-    return torch.stack(ys, dim=1)
 
 
 # ---- the shift SSM ----------------------------------------------------------------------------
@@ -177,7 +164,7 @@ def test_step_equals_forward(name, head_dim):
     inner = name.split("-")[0]
     layer = _randomise(H3(8, d_state=4, head_dim=head_dim, inner=inner, inner_options=STEPPED[name])).eval()
     x = torch.randn(2, 11, 8)
-    torch.testing.assert_close(_step_through(layer, x), layer(x), rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(step_through(layer, x), layer(x), rtol=1e-9, atol=1e-11)
 
 
 def test_state_size_counts_the_key_buffer_and_the_inner_states():
@@ -274,7 +261,7 @@ def test_inner_without_bidirectional_mode_gives_the_flip_and_sum_of_two_causal_l
     assert fwd.causal and bwd.causal and isinstance(fwd.inner, _CausalEMA)
     x = torch.randn(2, 7, 8)
     torch.testing.assert_close(layer(x), fwd(x) + bwd(x.flip(1)).flip(1))
-    torch.testing.assert_close(_step_through(fwd, x), fwd(x))
+    torch.testing.assert_close(step_through(fwd, x), fwd(x))
     assert _dependence_on_future(layer, t=4) > 1e-3
 
 
@@ -343,7 +330,7 @@ def test_h3_blocks_step_equals_forward(kw):
     mixers = [m for m in model.modules() if isinstance(m, H3)]
     assert len(mixers) == 2 and mixers[0].d_state == 4
     x = torch.randn(2, 9, 2)
-    torch.testing.assert_close(_step_through(model, x), model(x), rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(step_through(model, x), model(x), rtol=1e-9, atol=1e-11)
 
 
 @pytest.mark.parametrize("block", ["residual", "simple"])

@@ -16,14 +16,10 @@ from longrange.models.backbone import make_primitive
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 from longrange.train import TrainConfig, build_optimizer, param_groups
+from longrange.layers.check_cases import step_through
 
 
-@pytest.fixture(autouse=True)
-def float64_default():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 
 def layer(d=4, l_max=12, order=2, bidirectional=False, seed=0, **kw) -> Hyena:
@@ -63,15 +59,6 @@ def reference(m: Hyena, x: torch.Tensor) -> torch.Tensor:
             out.append(acc)
         v = torch.stack(out, dim=1)
     return (gates[0] * v) @ m.out_proj.weight.T + m.out_proj.bias
-
-
-def step_through(m: Hyena, x: torch.Tensor) -> torch.Tensor:
-    state = m.default_state(x.shape[0])
-    ys = []
-    for t in range(x.shape[1]):
-        y, state = m.step(x[:, t], state)
-        ys.append(y)
-    return torch.stack(ys, dim=1)
 
 
 # -- the long convolution by FFT against explicit sums ---------------------------------------------

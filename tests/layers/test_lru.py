@@ -18,6 +18,7 @@ from longrange.ops.complex_scan import complex_diag_scan, complex_diag_scan_ref
 from longrange.ops.dispatch import dispatcher
 from longrange.train.config import TrainConfig
 from longrange.train.optim import build_optimizer, param_groups
+from longrange.layers.check_cases import step_through
 
 C128 = torch.complex128
 
@@ -124,15 +125,6 @@ def _layer(bidirectional: bool = False, **kw) -> LRU:
     return LRU(6, d_state=5, r_min=0.4, r_max=0.99, bidirectional=bidirectional, chunk_size=4, **kw).double()
 
 
-def _stepped(layer: LRU, x: torch.Tensor) -> torch.Tensor:
-    state = layer.default_state(x.shape[0])
-    ys = []
-    for t in range(x.shape[1]):
-        y, state = layer.step(x[:, t], state)
-        ys.append(y)
-    return torch.stack(ys, dim=1)
-
-
 @pytest.mark.parametrize("impl", ["chunk", "loop", "ref"])
 def test_step_equals_forward_in_values_and_gradients(impl):
     layer = _layer(impl=impl)
@@ -140,7 +132,7 @@ def test_step_equals_forward_in_values_and_gradients(impl):
     before = used.calls().get("complex_diag_scan", {}).get(impl, 0)
     y = layer(x)
     assert used.calls()["complex_diag_scan"][impl] == before + 1  # the layer's option reaches the scan
-    stepped = _stepped(layer, x)
+    stepped = step_through(layer, x)
     torch.testing.assert_close(y, stepped, rtol=1e-10, atol=1e-10)
     weight = torch.randn_like(y)
     inputs = [x, *layer.parameters()]
@@ -152,7 +144,7 @@ def test_step_equals_forward_in_float32():
     torch.manual_seed(0)
     layer = LRU(8, d_state=6, r_min=0.9, r_max=0.999)
     x = torch.randn(2, 50, 8)
-    torch.testing.assert_close(_stepped(layer, x), layer(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(step_through(layer, x), layer(x), rtol=1e-4, atol=1e-4)
     state = layer.default_state(2)
     assert state.dtype == torch.complex64 and state.shape == (2, 6) and not state.any()
     assert layer.state_size(50) == 12  # 6 complex numbers

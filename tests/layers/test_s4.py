@@ -10,17 +10,9 @@ from longrange.layers.base import get_optim_hint
 from longrange.layers.hippo import legs_matrices, legs_nplr
 from longrange.layers.s4 import S4
 from longrange.ops.ssm_kernels import bilinear_dense, c_tilde_to_c, dense_ssm_kernel_ref
+from longrange.layers.check_cases import step_through
 
 F64, C128 = torch.float64, torch.complex128
-
-
-def _step_through(layer, x):
-    state = layer.default_state(x.shape[0], dtype=x.dtype)
-    ys = []
-    for t in range(x.shape[1]):
-        y, state = layer.step(x[:, t], state)
-        ys.append(y)
-    return torch.stack(ys, dim=1)
 
 
 def _dense_reference_kernel(layer, L):
@@ -78,7 +70,7 @@ def test_step_equals_forward_at_lengths_around_l_max(L, rank, tie_pq):
             layer.P.add_(0.3 * torch.randn_like(layer.P))
             layer.Q.add_(0.3 * torch.randn_like(layer.Q))
     x = torch.randn(2, L, 3, dtype=F64)
-    torch.testing.assert_close(_step_through(layer, x), layer(x), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(step_through(layer, x), layer(x), rtol=1e-9, atol=1e-9)
 
 
 def test_step_cache_follows_parameter_updates():
@@ -86,17 +78,17 @@ def test_step_cache_follows_parameter_updates():
     layer = S4(2, d_state=4, l_max=8).double()
     x = torch.randn(1, 8, 2, dtype=F64)
     with torch.no_grad():
-        _step_through(layer, x)
+        step_through(layer, x)
         layer.C_tilde.mul_(2.0)
         layer.log_dt.add_(0.1)
-        stepped = _step_through(layer, x)
+        stepped = step_through(layer, x)
         torch.testing.assert_close(stepped, layer(x), rtol=1e-9, atol=1e-9)
 
 
 def test_gradients_through_step_mode():
     torch.manual_seed(2)
     layer = S4(2, d_state=4, l_max=6).double()
-    _step_through(layer, torch.randn(1, 6, 2, dtype=F64)).sum().backward()
+    step_through(layer, torch.randn(1, 6, 2, dtype=F64)).sum().backward()
     assert layer.C_tilde.grad is not None and layer.Lambda_imag.grad is not None
 
 
@@ -222,7 +214,7 @@ def test_tied_copies_are_shared_by_the_channels_they_tile():
     assert not torch.equal(Lambda[0], Lambda[1])
     torch.testing.assert_close(layer.kernel(20), _dense_reference_kernel(layer, 20), rtol=1e-9, atol=1e-9)
     x = torch.randn(2, 20, 6, dtype=F64)
-    torch.testing.assert_close(_step_through(layer, x), layer(x), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(step_through(layer, x), layer(x), rtol=1e-9, atol=1e-9)
     # A gradient reaches every copy (from all the channels that use it).
     layer(x).square().sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
@@ -234,7 +226,7 @@ def test_v1_tying_shares_lambda_only():
     assert layer.Lambda_real.shape == layer.Lambda_imag.shape == (1, 4)
     assert layer.P.shape == layer.Q.shape == (1, 6, 4, 2) and layer.B.shape == (6, 4, 2)
     x = torch.randn(1, 16, 6, dtype=F64)
-    torch.testing.assert_close(_step_through(layer, x), layer(x), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(step_through(layer, x), layer(x), rtol=1e-9, atol=1e-9)
 
 
 def test_tied_parameter_counts_are_the_s4_code_s():

@@ -9,17 +9,9 @@ from longrange.layers.base import get_optim_hint
 from longrange.layers.hippo import S4D_INITS
 from longrange.layers.s4d import S4D
 from longrange.ops.ssm_kernels import diag_ssm_kernel_ref
+from longrange.layers.check_cases import step_through
 
 F64 = torch.float64
-
-
-def _step_through(layer, x):
-    state = layer.default_state(x.shape[0], dtype=x.dtype)
-    ys = []
-    for t in range(x.shape[1]):
-        y, state = layer.step(x[:, t], state)
-        ys.append(y)
-    return torch.stack(ys, dim=1)
 
 
 def test_output_shape_and_dtype():
@@ -34,7 +26,7 @@ def test_step_equals_forward(init, discretization):
     torch.manual_seed(0)
     layer = S4D(3, d_state=8, init=init, discretization=discretization, dt_min=0.01, dt_max=0.5).double()
     x = torch.randn(2, 17, 3, dtype=F64)
-    torch.testing.assert_close(_step_through(layer, x), layer(x), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(step_through(layer, x), layer(x), rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("real_transform", ["exp", "relu", "none"])

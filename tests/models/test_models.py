@@ -12,13 +12,7 @@ from longrange.models.model import build_model, parameter_report
 
 
 
-@pytest.fixture(autouse=True)
-def float64_default():
-    """These tests compare modes at float64 precision; the default dtype is restored afterwards."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
+pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 
 def small(**kw) -> ModelConfig:

@@ -90,8 +90,9 @@ LENGTH = 11
 _AVOID = "no setting avoids it: the layer's step mode disagrees with its forward; please report it with the output of `longrange info`"
 
 
-def _step_through(layer: torch.nn.Module, x: Tensor) -> Tensor:
-    """The layer's outputs for x (batch, length, d) by its step mode from the default state."""
+def step_through(layer: torch.nn.Module, x: Tensor) -> Tensor:
+    """The layer's outputs for x (batch, length, d) by its step mode from its default state (in x's
+    device and dtype): what ``forward(x)`` must equal for a causal layer."""
     state = layer.default_state(x.shape[0], device=x.device, dtype=x.dtype)
     ys = []
     for t in range(x.shape[1]):
@@ -113,15 +114,15 @@ def _step_case(name: str, build: Callable, split: Callable | None, bidirectional
 
         if not bidirectional:
             stepped = copy.deepcopy(layer).to(device=device, dtype=dtype)
-            return compare(lambda x: _step_through(stepped, x), forward, inputs, dtype, device)
+            return compare(lambda x: step_through(stepped, x), forward, inputs, dtype, device)
         fwd, bwd, shifted = split(layer)
         fwd, bwd = (copy.deepcopy(m).to(device=device, dtype=dtype) for m in (fwd, bwd))
 
         def both(x: Tensor) -> Tensor:
-            back = _step_through(bwd, x.flip(1)).flip(1)
+            back = step_through(bwd, x.flip(1)).flip(1)
             if shifted:  # the backward kernel sees the inputs strictly after t
                 back = torch.cat([back[:, 1:], torch.zeros_like(back[:, :1])], dim=1)
-            return _step_through(fwd, x) + back
+            return step_through(fwd, x) + back
 
         return compare(both, forward, inputs, dtype, device)
 
