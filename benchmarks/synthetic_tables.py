@@ -5,25 +5,30 @@ Four tables, each from the CPU-scale presets (``mamba/selective-copying/cpu/*``,
 are in the presets' ``cpu/_base.yaml``):
 
 * ``table1``: selective copying at length 256 for S4, S4D, DLR and S6 in the Simple ("no gate") and
-  Mamba blocks and attention with absolute and rotary positions (the Mamba paper's Table 1);
+  Mamba blocks, H3 (with its diagonal SSM, Table 1's "S4", and with S6) and Hyena in the H3
+  architecture, Hyena in the Mamba block, and attention with absolute and rotary positions (the Mamba
+  paper's Table 1);
 * ``lengths``: selective copying with 16 data tokens at lengths 64 ... 1024 at the same budget, for
   S6, S4D and DLR in the Simple block and attention: where the models part (table and plot);
-* ``induction``: induction heads trained at length 256, the best weights evaluated at 2^6 ... 2^20
-  through ``longrange extrapolate`` (the paper's Table 11; table and plot);
+* ``induction``: induction heads trained at lengths 64 and 128 (seeds 0 and 1), the best weights
+  evaluated at 2^6 ... 2^16 through ``longrange extrapolate``, for every model the toolkit has (the
+  paper's Table 11, which trains at 256 and tests to 2^20; table and plot);
 * ``mqar``: MQAR over Zoology's (length, key-value pairs) cells at width 64 (``--widths 64,128`` adds
   128) for attention, Mamba-S6 and time-invariant SSMs (Zoology's Figure 2).
 
     python benchmarks/synthetic_tables.py table1 --jobs 1
     python benchmarks/synthetic_tables.py lengths --jobs 1
-    python benchmarks/synthetic_tables.py induction --jobs 1
+    python benchmarks/synthetic_tables.py induction --jobs 1 [--models mamba-s6,h3]
     python benchmarks/synthetic_tables.py mqar --jobs 1 [--widths 64,128]
     python benchmarks/synthetic_tables.py all --jobs 1       # the four, in this order
     python benchmarks/synthetic_tables.py report [TABLE...]  # the tables of what has finished
 
 Every grid runs from scratch through the experiment layer (the plan, the scheduler and local worker
 processes with one thread each), into ``runs/synthetic/<task>`` (``--out``); running a command again
-reuses the finished runs, resumes interrupted ones and runs the rest. ``table1`` and ``lengths``
-share one grid (the length-256 runs of the lengths table are table1's). Each command then writes the
+reuses the finished runs, resumes interrupted ones and runs the rest; ``--models`` (table1,
+induction) trains only the models named, so that a grid can be run in parts. ``table1`` and
+``lengths`` share one grid (the length-256 runs of the lengths table are table1's). Every run has
+seed 0 except the induction grid's, which has seeds 0 and 1. Each command then writes the
 raw per-run results and the tables to ``benchmarks/results/synthetic_*`` (``--results``) and prints
 the tables. ``--tiny`` runs the same code at toy sizes (seconds; the test of this script).
 """
@@ -45,17 +50,24 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TASK_DIRS = {"copying": "selective-copying", "induction": "induction-heads", "mqar": "mqar"}
 
 # ------------------------------------------------------------------------------------ the grids
-TABLE1_MODELS = ["simple-s4", "simple-s4d", "simple-dlr", "simple-s6", "mamba-s4", "mamba-s4d", "mamba-dlr",
-                 "mamba-s6", "attention-abs", "attention-rope"]
+TABLE1_MODELS = ["simple-s4", "simple-s4d", "simple-dlr", "simple-s6", "h3-s4", "hyena", "h3-s6", "mamba-s4",
+                 "mamba-s4d", "mamba-dlr", "mamba-hyena", "mamba-s6", "attention-abs", "attention-rope"]
 TABLE1_LENGTH = 256
 LENGTH_MODELS = ["simple-s6", "simple-s4d", "simple-dlr", "attention-rope"]
 LENGTHS = [64, 128, 256, 512, 1024]
-INDUCTION_MODELS = ["mamba-s6", "simple-s6", "mamba-s4d", "simple-s4d", "attention-abs", "attention-rope"]
-TRAIN_LENGTH = 256
-EXTRAPOLATION_LENGTHS = [2 ** k for k in range(6, 21)]
+#: Every model the toolkit has, each in the block its presets give it (mamba/induction-heads/cpu/*).
+INDUCTION_MODELS = ["mamba-s6", "simple-s6", "mamba-s4d", "simple-s4d", "mamba-s4", "simple-s4", "mamba-dlr",
+                    "simple-dlr", "lru", "h3", "hyena", "mamba2", "mamba3", "gla", "deltanet", "gated-deltanet",
+                    "attention-abs", "attention-rope"]
+#: The training lengths (the paper's is 256, where no model learns at this budget: docs/synthetic-tasks.md).
+TRAIN_LENGTHS = [64, 128]
+INDUCTION_SEEDS = [0, 1]
+EXTRAPOLATION_LENGTHS = [2 ** k for k in range(6, 17)]
 #: Attention is evaluated up to 2^14, as in the paper: its time grows with the square of the length
 #: (hours per sequence of 2^20 on one core), although its memory would reach 2^21 here.
 ATTENTION_MAX_LENGTH = 2 ** 14
+#: Models whose layer is defined over at most ``l_max`` positions: set to the longest test length.
+FIXED_SPAN_MODELS = ("hyena",)
 #: Sequences evaluated at length L: 2^18 tokens, between 16 and 256 sequences.
 EVAL_TOKENS, EVAL_MIN, EVAL_MAX = 2 ** 18, 16, 256
 MEMORY_BUDGET = "12GiB"
@@ -65,8 +77,12 @@ MQAR_TOKENS = 4096  # tokens per step (batch = MQAR_TOKENS // length)
 
 # The published figures (percent). Mamba paper Table 1 (architecture, layer); Table 11 (2^6 ... 2^20);
 # Zoology Figure 2 at widths 64 and 128, read off the figure (assets/figure2.png) to about 0.03.
-TABLE1_PAPER = {"simple-s4": 18.3, "simple-s6": 97.0, "mamba-s4": 56.4, "mamba-s6": 99.8}
-TABLE1_PAPER_OTHER = [("H3", "S4", 57.0), ("H3", "Hyena", 30.1), ("H3", "S6", 99.7), ("Mamba", "Hyena", 28.4)]
+TABLE1_PAPER = {"simple-s4": 18.3, "simple-s6": 97.0, "h3-s4": 57.0, "hyena": 30.1, "h3-s6": 99.7, "mamba-s4": 56.4,
+                "mamba-hyena": 28.4, "mamba-s6": 99.8}
+#: Table 1's architecture (block) and layer columns where the preset's block or primitive is named otherwise:
+#: the residual block with a GELU MLP is the H3 architecture, and H3's "S4" is the H3 layer's diagonal SSM.
+TABLE1_BLOCKS = {"simple": "Simple (no gate)", "mamba": "Mamba", "transformer": "Transformer", "residual": "H3"}
+TABLE1_LAYERS = {"h3-s4": "S4 (H3's S4D-Lin)", "h3-s6": "S6", "hyena": "Hyena", "mamba-hyena": "Hyena"}
 TABLE11_PAPER = {  # as printed: ✓ perfect accuracy, ✗ out of memory
     "MHA-Abs (137K)": ["✓", "99.6", "100.0", "58.6", "26.6", "18.8", "9.8", "10.9", "7.8"] + ["✗"] * 6,
     "MHA-RoPE (137K)": ["✓", "✓", "100.0", "83.6", "31.3", "18.4", "8.6", "9.0", "5.5"] + ["✗"] * 6,
@@ -94,7 +110,8 @@ class Scale:
     length_models: list[str]
     lengths: list[int]
     induction_models: list[str]
-    train_length: int
+    train_lengths: list[int]
+    induction_seeds: list[int]
     extrapolation: list[int]
     attention_max: int
     eval_tokens: int
@@ -111,13 +128,13 @@ class Scale:
     mqar: list[str] = field(default_factory=list)
 
 
-CPU = Scale(TABLE1_MODELS, TABLE1_LENGTH, LENGTH_MODELS, LENGTHS, INDUCTION_MODELS, TRAIN_LENGTH,
+CPU = Scale(TABLE1_MODELS, TABLE1_LENGTH, LENGTH_MODELS, LENGTHS, INDUCTION_MODELS, TRAIN_LENGTHS, INDUCTION_SEEDS,
             EXTRAPOLATION_LENGTHS, ATTENTION_MAX_LENGTH, EVAL_TOKENS, EVAL_MIN, EVAL_MAX, MQAR_MODELS, MQAR_CELLS,
             MQAR_TOKENS, [64])
 _TOY = ["train.max_steps=2", "train.eval_every=0", "train.batch_size=4", "train.log_every=1", "model.d_model=16",
         "task.options.n_train=8", "task.options.n_val=4", "task.options.n_test=4"]  # d_model: --widths for mqar
-TINY = Scale(["simple-s6", "attention-rope"], 24, ["simple-s6", "attention-rope"], [16, 24],
-             ["mamba-s6", "attention-abs"], 16, [8, 16, 32, 64], 32, 64, 2, 4,
+TINY = Scale(["simple-s6", "h3-s4", "hyena", "attention-rope"], 24, ["simple-s6", "attention-rope"], [16, 24],
+             ["mamba-s6", "attention-abs"], [8, 16], [0, 1], [8, 16, 32, 64], 32, 64, 2, 4,
              ["attention", "mamba-s6"], [(16, 2), (32, 4)], 64, [16],
              copying=_TOY + ["task.options.n_tokens=4"], induction=_TOY,
              mqar=_TOY + ["task.options.vocab_size=64"])
@@ -125,13 +142,15 @@ TINY = Scale(["simple-s6", "attention-rope"], 24, ["simple-s6", "attention-rope"
 
 @dataclass
 class Cell:
-    """One training run of a grid: a preset with overrides, under its own label."""
+    """One training run of a grid: a preset with overrides, under its own label, from one seed (the
+    runs of one label with different seeds are one experiment of the plan)."""
 
     model: str
     preset: str
     label: str
     overrides: list[str]
     info: dict[str, Any]
+    seed: int = SEED
 
     def experiment(self):
         from longrange.experiment.config import resolve
@@ -148,7 +167,7 @@ def _label(preset: str) -> str:
 def copying_cell(model: str, length: int, scale: Scale) -> Cell:
     preset = f"mamba/selective-copying/cpu/{model}"
     over = [f"task.options.seq_len={length}", *scale.copying]
-    if model.endswith("-s4"):
+    if model.endswith(("-s4", "hyena")):  # S4's kernel and Hyena's filters are defined at the task's length
         over.append(f"model.primitive_options.l_max={length}")
     cell = Cell(model, preset, f"{_label(preset)} L={length}", over, {"seq_len": length})
     options = cell.experiment().task.options
@@ -165,13 +184,22 @@ def copying_cells(scale: Scale, which: str) -> list[Cell]:
 
 
 def induction_cells(scale: Scale) -> list[Cell]:
+    """Every model at every training length and seed: the shorter length first, each model's seeds
+    together. S4's kernel is defined at the training length; a layer defined over at most ``l_max``
+    positions (Hyena's filter) gets the longest test length, so that it can be evaluated there."""
     cells = []
-    for m in scale.induction_models:
-        preset = f"mamba/induction-heads/cpu/{m}"
-        cell = Cell(m, preset, _label(preset), [f"task.options.seq_len={scale.train_length}", *scale.induction],
-                    {"seq_len": scale.train_length})
-        cell.info["vocab_size"] = cell.experiment().task.options["vocab_size"]
-        cells.append(cell)
+    for length in scale.train_lengths:
+        for m in scale.induction_models:
+            preset = f"mamba/induction-heads/cpu/{m}"
+            over = [f"task.options.seq_len={length}", *scale.induction]
+            if m.endswith("-s4"):
+                over.append(f"model.primitive_options.l_max={length}")
+            if m in FIXED_SPAN_MODELS:
+                over.append(f"model.primitive_options.l_max={max(scale.extrapolation)}")
+            label = f"{_label(preset)} L={length}"
+            vocab = Cell(m, preset, label, over, {}).experiment().task.options["vocab_size"]
+            cells += [Cell(m, preset, label, over, {"seq_len": length, "vocab_size": vocab}, seed)
+                      for seed in scale.induction_seeds]
     return cells
 
 
@@ -192,11 +220,15 @@ def mqar_cells(scale: Scale, widths: list[int]) -> list[Cell]:
 
 # ------------------------------------------------------------------------------ running a grid
 def plan_of(cells: list[Cell]):
-    """The grid's plan: each cell's training from scratch (seed 0), no self-pretraining."""
+    """The grid's plan: each cell's training from scratch at its seed, no self-pretraining."""
     from longrange.experiment.plan import Plan, plan_grid
 
-    plan = plan_grid([c.experiment() for c in cells], seeds=[SEED], compute_matched=False)
-    return Plan(plan.experiments, [s for s in plan.stages if s.regime == "scratch"])
+    experiments = list({c.label: c for c in cells}.values())  # one experiment per label, in grid order
+    plan = plan_grid([c.experiment() for c in experiments], seeds=sorted({c.seed for c in cells}),
+                     compute_matched=False)
+    wanted = {(c.label, c.seed) for c in cells}
+    return Plan(plan.experiments, [s for s in plan.stages if s.regime == "scratch"
+                                   and (plan.experiments[s.experiment].label, s.seed) in wanted])
 
 
 def run_grid(cells: list[Cell], grid: list[Cell], out_dir: Path, jobs: int) -> list[str]:
@@ -209,8 +241,8 @@ def run_grid(cells: list[Cell], grid: list[Cell], out_dir: Path, jobs: int) -> l
     from longrange.train.rundir import Intent
 
     plan = plan_of(grid)
-    labels = {c.label for c in cells}
-    part = Plan(plan.experiments, [s for s in plan.stages if plan.experiments[s.experiment].label in labels])
+    chosen = {(c.label, c.seed) for c in cells}
+    part = Plan(plan.experiments, [s for s in plan.stages if (plan.experiments[s.experiment].label, s.seed) in chosen])
     out_dir.mkdir(parents=True, exist_ok=True)
     check_reuse(part, out_dir)
     plan.save(out_dir)
@@ -224,7 +256,7 @@ def stage_dir(out_dir: Path, cell: Cell) -> Path:
     from longrange.experiment.plan import slug
 
     exp = cell.experiment()
-    return out_dir / slug(exp.task.name) / slug(exp.label) / "scratch" / f"seed{SEED}"
+    return out_dir / slug(exp.task.name) / slug(exp.label) / "scratch" / f"seed{cell.seed}"
 
 
 def run_row(table: str, cell: Cell, out_dir: Path) -> dict[str, Any]:
@@ -236,7 +268,8 @@ def run_row(table: str, cell: Cell, out_dir: Path) -> dict[str, Any]:
     train = exp.train_config("train")
     path = stage_dir(out_dir, cell)
     row = {"table": table, "model": cell.model, "label": _label(cell.preset), "preset": cell.preset,
-           "overrides": cell.overrides, **cell.info, "block": exp.model.block, "primitive": exp.model.primitive,
+           "overrides": cell.overrides, "seed": cell.seed, **cell.info, "block": exp.model.block,
+           "primitive": exp.model.primitive,
            "d_model": exp.model.d_model, "lr": train.lr, "batch_size": train.batch_size, "max_steps": train.max_steps,
            "run": str(path), "state": RunDir(path).state().kind.value, "params": None, "steps": None, "seconds": None,
            "val_accuracy": None, "test_accuracy": None, "test_sequence_accuracy": None}
@@ -258,14 +291,27 @@ def is_attention(model: str) -> bool:
     return model.startswith("attention")
 
 
+def evaluated(out_dir: Path) -> set[tuple[str, int]]:
+    """(run, length) of every evaluation under ``out_dir/extrapolation``, the run as a resolved path
+    (one that failed with a reason counts: it would fail again)."""
+    done = set()
+    for path in (out_dir / "extrapolation").glob("L*/extrapolation.json"):
+        for run in json.loads(path.read_text())["runs"]:
+            done.update((str(Path(run["run"]).resolve()), c["value"]) for c in run["cells"])
+    return done
+
+
 def extrapolation_groups(cells: list[Cell], out_dir: Path, scale: Scale) -> list[tuple[list[int], int, list[str]]]:
     """(lengths, test sequences, runs) of each ``longrange extrapolate`` command: the finished runs
-    (attention up to ``attention_max``) at consecutive lengths that share the number of sequences."""
+    (attention up to ``attention_max``) not yet evaluated at a length, at consecutive lengths that
+    share the runs and the number of sequences."""
     groups: list[tuple[list[int], int, list[str]]] = []
+    done = evaluated(out_dir)
     for length in scale.extrapolation:
         runs = [str(stage_dir(out_dir, c)) for c in cells
                 if (stage_dir(out_dir, c) / "summary.json").is_file()
-                and not (is_attention(c.model) and length > scale.attention_max)]
+                and not (is_attention(c.model) and length > scale.attention_max)
+                and (str(stage_dir(out_dir, c).resolve()), length) not in done]
         n = eval_count(length, scale)
         if not runs:
             continue
@@ -276,23 +322,22 @@ def extrapolation_groups(cells: list[Cell], out_dir: Path, scale: Scale) -> list
     return groups
 
 
-def extrapolation_dir(out_dir: Path, lengths: list[int]) -> Path:
-    return out_dir / "extrapolation" / ("L" + "-".join(str(n) for n in lengths))
+def extrapolation_dir(out_dir: Path, lengths: list[int], part: int = 1) -> Path:
+    """Where the evaluations at ``lengths`` go; ``part`` > 1: a later command at the same lengths
+    (of runs finished since)."""
+    return out_dir / "extrapolation" / ("L" + "-".join(str(n) for n in lengths) + ("" if part == 1 else f"-part{part}"))
 
 
 def extrapolate(cells: list[Cell], out_dir: Path, scale: Scale) -> list[str]:
-    """``longrange extrapolate`` of the finished runs at every length, one command per group of
-    :func:`extrapolation_groups`; a group whose output holds the same runs and lengths is not
-    evaluated again. Returns the groups whose command failed."""
+    """``longrange extrapolate`` of the finished runs at every length they have not been evaluated at
+    (however the output directory was named), one command per group of :func:`extrapolation_groups`,
+    each into a folder of its own. Returns the groups whose command failed."""
     failed = []
     for lengths, n, runs in extrapolation_groups(cells, out_dir, scale):
-        dest = extrapolation_dir(out_dir, lengths)
-        done = dest / "extrapolation.json"
-        if done.is_file():
-            old = json.loads(done.read_text())
-            same_runs = sorted(str(Path(r["run"]).resolve()) for r in old["runs"]) == sorted(str(Path(r).resolve()) for r in runs)
-            if old["values"] == lengths and same_runs:  # the same runs, however the output directory was named
-                continue
+        part = 1
+        while (extrapolation_dir(out_dir, lengths, part) / "extrapolation.json").is_file():
+            part += 1
+        dest = extrapolation_dir(out_dir, lengths, part)
         values = ",".join(str(v) for v in lengths)
         cmd = [sys.executable, "-m", "longrange", "extrapolate", *runs, "--option", "seq_len", "--values", values,
                "--task-option", f"n_test={n}", "--memory-budget", MEMORY_BUDGET, "--out", str(dest), "--no-plot"]
@@ -324,7 +369,7 @@ def extrapolation_rows(cells: list[Cell], out_dir: Path, scale: Scale) -> list[d
                     continue
                 seen.add((key, c["value"]))
                 ev = c.get("evaluation") or {}
-                rows.append({"model": cell.model, "label": _label(cell.preset), "run": named[key],
+                rows.append({"model": cell.model, "label": _label(cell.preset), "run": named[key], "seed": cell.seed,
                              "trained_at": run["trained_at"], "seq_len": c["value"],
                              "accuracy": (c.get("metrics") or {}).get("accuracy"), "items": ev.get("items"),
                              "batch_size": ev.get("batch_size"), "seconds": ev.get("seconds"), "error": c.get("error")})
@@ -345,20 +390,19 @@ def table1_markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| model | block | layer | params | Table 1 | ours: test accuracy | val accuracy | steps | train min |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        block = {"simple": "Simple (no gate)", "mamba": "Mamba", "transformer": "Transformer"}[r["block"]]
+        block = TABLE1_BLOCKS[r["block"]]
         paper = TABLE1_PAPER.get(r["model"])
-        layer = r["primitive"].upper() if r["primitive"] != "attention" else r["label"]
-        lines.append(f"| {r['label']} | {block} | {layer} | {r['params'] or '—'} | {'—' if paper is None else paper} | "
+        layer = TABLE1_LAYERS.get(r["model"]) or (r["primitive"].upper() if r["primitive"] != "attention" else r["label"])
+        lines.append(f"| {r['label']}{' *' if r.get('earlier') else ''} | {block} | {layer} | {r['params'] or '—'} | {'—' if paper is None else paper} | "
                      f"{pct(r['test_accuracy'])} | {pct(r['val_accuracy'])} | {r['steps'] or '—'} | {minutes(r['seconds'])} |")
     lines.append("")
+    if any(r.get("earlier") for r in rows):
+        lines.append("Rows marked * were not rerun by the command that wrote this table: they are the results of an "
+                     "earlier run of the same presets and settings, kept from the results file.")
+        lines.append("")
     if rows:
         lines.append(f"Chance: {100 / (rows[0]['vocab_size'] - 2):.1f}% (the data tokens are uniform over "
-                     f"{rows[0]['vocab_size'] - 2}). "
-                     "Table 1's other rows (not expressible here): " +
-                     ", ".join(f"{a}-{layer} {v}" for a, layer, v in TABLE1_PAPER_OTHER) + ".")
-        return "\n".join(lines)
-    lines.append("Table 1's other rows (not expressible here): " +
-                 ", ".join(f"{a}-{layer} {v}" for a, layer, v in TABLE1_PAPER_OTHER) + ".")
+                     f"{rows[0]['vocab_size'] - 2}).")
     return "\n".join(lines)
 
 
@@ -379,38 +423,76 @@ def lengths_markdown(rows: list[dict[str, Any]], lengths: list[int]) -> str:
     return "\n".join(lines)
 
 
+def seeds_text(values: list[float | None], star: bool = False) -> str:
+    """The mean over seeds of the values that exist, then each seed's (— where missing): ``99.6 (99.2, 100.0)``."""
+    have = [v for v in values if v is not None]
+    if not have:
+        return "—"
+    mean = pct(sum(have) / len(have)) + ("*" if star else "")
+    return mean if len(values) == 1 else f"{mean} ({', '.join(pct(v) for v in values)})"
+
+
+def induction_groups(train_rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The runs of each (model, training length), in the grid's order, each list in seed order."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in train_rows:
+        groups.setdefault((r["label"], r["seq_len"]), []).append(r)
+    return groups
+
+
 def induction_markdown(train_rows: list[dict[str, Any]], ext_rows: list[dict[str, Any]], lengths: list[int],
                        attention_max: int) -> str:
-    at = train_rows[0]["seq_len"] if train_rows else "?"
-    lines = [f"| model | params | lr | steps | val accuracy at {at} | train min | evaluation min (all lengths) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in train_rows:
-        spent = [e["seconds"] for e in ext_rows if e["run"] == r["run"] and e["seconds"] is not None]
-        lines.append(f"| {r['label']} | {r['params'] or '—'} | {r['lr']:g} | {r['steps'] or '—'} | "
-                     f"{pct(r['val_accuracy'])} | {minutes(r['seconds'])} | {minutes(sum(spent)) if spent else '—'} |")
+    """Training (per model and training length) and test accuracy against the test length: the mean
+    over seeds and, in parentheses, each seed's; the paper's Table 11 (trained at 256) below."""
+    groups = induction_groups(train_rows)
+    seeds = sorted({r["seed"] for r in train_rows})
+    seed_names = ", ".join(str(s) for s in seeds)
+    lines = [f"| model | trained at | params | lr | batch | steps | val accuracy: mean (seeds {seed_names}) | "
+             "train min per run | evaluation min (all lengths and seeds) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (label, at), runs in groups.items():
+        r = runs[0]
+        spent = [e["seconds"] for e in ext_rows if e["run"] in {x["run"] for x in runs} and e["seconds"] is not None]
+        secs = [x["seconds"] for x in runs if x["seconds"] is not None]
+        star = " *" if any(x.get("earlier") for x in runs) else ""
+        lines.append(f"| {label}{star} | {at} | {r['params'] or '—'} | {r['lr']:g} | {r['batch_size']} | "
+                     f"{r['steps'] or '—'} | {seeds_text([x['val_accuracy'] for x in runs])} | "
+                     f"{minutes(sum(secs) / len(secs)) if secs else '—'} | "
+                     f"{minutes(sum(spent)) if spent else '—'} |")
+    if any(r.get("earlier") for r in train_rows):
+        lines += ["", "Rows marked * were not rerun by the command that wrote this table: they are the results of "
+                      "an earlier run of the same presets and settings, kept from the results file."]
     cell = {(r["run"], r["seq_len"]): r for r in ext_rows}
     notes: dict[str, int] = {}
-    head = "| model | " + " | ".join(f"2^{int(math.log2(n))}" for n in lengths) + " |"
-    chance = f" Chance: {100 / (train_rows[0]['vocab_size'] - 1):.1f}%." if train_rows else ""
-    lines += ["", f"Test accuracy (%) against the test length; * the training length; (n) see the notes.{chance}", "",
-              head, "|---|" + "---:|" * len(lengths)]
-    for r in train_rows:
+    head = "| model | trained at | " + " | ".join(f"2^{int(math.log2(n))}" for n in lengths) + " |"
+    answers = train_rows[0]["vocab_size"] - 1 if train_rows else 0  # the data tokens: the trigger is never the answer
+    chance = f" Chance: {100 / answers:.1f}% ({answers} possible answers)." if train_rows else ""
+    lines += ["", f"Test accuracy (%) against the test length: the mean over seeds {seed_names}, each seed's in "
+                  f"parentheses; * the training length; (n) see the notes.{chance}", "",
+              head, "|---|---:|" + "---:|" * len(lengths)]
+    for (label, at), runs in groups.items():
         cells = []
         for n in lengths:
-            e = cell.get((r["run"], n))
-            if e is None:
-                cells.append("not run" if is_attention(r["model"]) and n > attention_max else "—")
-            elif e["error"]:
-                cells.append(f"— ({notes.setdefault(e['error'], len(notes) + 1)})")
+            evs = [cell.get((r["run"], n)) for r in runs]
+            errors = [e["error"] for e in evs if e is not None and e["error"]]
+            if all(e is None for e in evs):
+                cells.append("not run" if is_attention(runs[0]["model"]) and n > attention_max else "—")
+            elif errors:
+                cells.append(f"— ({notes.setdefault(errors[0], len(notes) + 1)})")
             else:
-                cells.append(pct(e["accuracy"]) + ("*" if n == e["trained_at"] else ""))
-        lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
-    for name, values in TABLE11_PAPER.items():
-        if len(lengths) == len(values):
-            lines.append(f"| paper: {name} | " + " | ".join(str(v) for v in values) + " |")
+                cells.append(seeds_text([None if e is None else e["accuracy"] for e in evs], star=n == at))
+        lines.append(f"| {label} | {at} | " + " | ".join(cells) + " |")
+    published = [2 ** k for k in range(6, 21)]
+    if set(lengths) <= set(published):
+        for name, values in TABLE11_PAPER.items():
+            shown = [str(values[published.index(n)]) for n in lengths]
+            lines.append(f"| paper: {name} | 256 | " + " | ".join(shown) + " |")
     counts = {n: next((e["items"] for e in ext_rows if e["seq_len"] == n and e["items"]), None) for n in lengths}
     lines += ["", "Sequences evaluated per length: " + ", ".join(f"2^{int(math.log2(n))}: {c}" for n, c in counts.items()
                                                               if c) + "."]
+    if set(lengths) <= set(published):
+        lines.append("The paper's rows (Table 11) are trained at 256, ours at the length of their row; ✓ is the "
+                     "paper's mark for perfect accuracy, ✗ out of memory.")
     lines += [f"({k}) {reason}" for reason, k in notes.items()]
     return "\n".join(lines)
 
@@ -435,8 +517,9 @@ def mqar_markdown(rows: list[dict[str, Any]], cells: list[tuple[int, int]]) -> s
 
 
 def accuracy_plot(series: dict[str, list[tuple[int, float | None]]], path: Path, xlabel: str, title: str,
-                  mark: int | None = None) -> Path:
-    """Accuracy (%) against a length on a log2 axis, one line per model; ``mark``: a dashed line there."""
+                  mark: int | None = None, chance: float | None = None) -> Path:
+    """Accuracy (%) against a length on a log2 axis, one line per model; ``mark``: a dotted vertical
+    line there; ``chance`` (a fraction): a dashed horizontal line at chance accuracy."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -453,6 +536,8 @@ def accuracy_plot(series: dict[str, list[tuple[int, float | None]]], path: Path,
                     linestyle=LINESTYLES[i % len(LINESTYLES)], label=name)
     if mark is not None:
         ax.axvline(mark, color="grey", linestyle=":", linewidth=1)
+    if chance is not None:
+        ax.axhline(100 * chance, color="black", linestyle="--", linewidth=1, label=f"chance ({100 * chance:.1f}%)")
     ax.set_xscale("log", base=2)
     if xs_all and len(xs_all) <= 8:
         ax.set_xticks(xs_all, [str(x) for x in xs_all])
@@ -485,11 +570,26 @@ def copying_grid(scale: Scale) -> list[Cell]:
     return grid + [c for c in copying_cells(scale, "lengths") if c.label not in labels]
 
 
+def earlier_row(row: dict[str, Any], results: Path) -> dict[str, Any]:
+    """``row`` (of a run that is not finished under ``--out``), or the finished row of the same model
+    with the same preset and overrides in the results file an earlier run of this script wrote
+    (marked ``earlier``): ``--models`` reruns some rows and keeps the others as measured."""
+    path = results / f"synthetic_{row['table']}.json"
+    if row["test_accuracy"] is not None or not path.is_file():
+        return row
+    for old in json.loads(path.read_text()).get("runs", []):
+        same = all(old.get(k) == row[k] for k in ("model", "preset", "overrides"))
+        if same and old.get("seed", SEED) == row.get("seed", SEED) and old.get("test_accuracy") is not None:
+            return {**old, "earlier": True}
+    return row
+
+
 def do_table1(args, scale: Scale) -> list[str]:
     out = args.out / TASK_DIRS["copying"]
     cells = copying_cells(scale, "table1")
-    failed = [] if args.report_only else run_grid(cells, copying_grid(scale), out, args.jobs)
-    rows = [run_row("table1", c, out) for c in cells]
+    chosen = [c for c in cells if not args.models or c.model in args.models]
+    failed = [] if args.report_only else run_grid(chosen, copying_grid(scale), out, args.jobs)
+    rows = [earlier_row(run_row("table1", c, out), args.results) for c in cells]
     md = f"## Selective copying at length {scale.table1_length} (the Mamba paper's Table 1)\n\n" + table1_markdown(rows)
     write_results("table1", {"runs": rows}, md, args.results)
     return failed
@@ -514,23 +614,42 @@ def do_lengths(args, scale: Scale) -> list[str]:
     return failed
 
 
+def earlier_extrapolation(rows: list[dict[str, Any]], ext: list[dict[str, Any]], results: Path) -> list[dict[str, Any]]:
+    """The evaluations of the rows kept from the results file (:func:`earlier_row`), from the same file."""
+    runs = {r["run"] for r in rows if r.get("earlier")} - {e["run"] for e in ext}
+    path = results / "synthetic_induction.json"
+    if not runs or not path.is_file():
+        return []
+    return [e for e in json.loads(path.read_text()).get("extrapolation", []) if e["run"] in runs]
+
+
 def do_induction(args, scale: Scale) -> list[str]:
     out = args.out / TASK_DIRS["induction"]
     cells = induction_cells(scale)
-    failed = [] if args.report_only else run_grid(cells, cells, out, args.jobs)
+    chosen = [c for c in cells if not args.models or c.model in args.models]
+    failed = [] if args.report_only else run_grid(chosen, cells, out, args.jobs)
     if not args.report_only:
         failed += extrapolate(cells, out, scale)
-    rows = [run_row("induction", c, out) for c in cells]
+    rows = [earlier_row(run_row("induction", c, out), args.results) for c in cells]
     ext = extrapolation_rows(cells, out, scale)
-    md = (f"## Induction heads trained at {scale.train_length}, tested at other lengths (the Mamba paper's Table 11)\n\n"
+    ext += earlier_extrapolation(rows, ext, args.results)
+    at = ", ".join(str(n) for n in scale.train_lengths)
+    seeds = ", ".join(str(s) for s in scale.induction_seeds)
+    md = (f"## Induction heads trained at {at} (seeds {seeds}), tested at other lengths "
+          "(the Mamba paper's Table 11)\n\n"
           + induction_markdown(rows, ext, scale.extrapolation, scale.attention_max))
-    series: dict[str, list] = {}
+    plotted = scale.train_lengths[0]
+    runs = {r["run"]: r for r in rows if r["seq_len"] == plotted}
+    by: dict[str, dict[int, list[float]]] = {}
     for e in ext:
-        if not e["error"]:
-            series.setdefault(e["label"], []).append((e["seq_len"], e["accuracy"]))
+        if e["run"] in runs and not e["error"] and e["accuracy"] is not None:
+            by.setdefault(e["label"], {}).setdefault(e["seq_len"], []).append(e["accuracy"])
+    series = {label: [(n, sum(v) / len(v)) for n, v in sorted(pts.items())] for label, pts in by.items()}
     if series:
+        chance = 1 / (rows[0]["vocab_size"] - 1)
         png = accuracy_plot(series, args.results / "synthetic_induction.png", "test length",
-                            f"induction heads trained at {scale.train_length} (dotted)", mark=scale.train_length)
+                            f"induction heads trained at {plotted} (dotted), mean over seeds {seeds}",
+                            mark=plotted, chance=chance)
         md += f"\n\n![induction heads against the test length]({png.name})"
     write_results("induction", {"runs": rows, "extrapolation": ext}, md, args.results)
     return failed
@@ -558,6 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="stages at once (one thread each)")
     parser.add_argument("--widths", default=None, help="MQAR widths, comma-separated (default 64; --tiny: 16)")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: the whole script in seconds (its test)")
+    parser.add_argument("--models", default=None,
+                        help="table1, induction: train only these models (comma-separated); the table keeps the other "
+                             "rows from the results file where an earlier run finished them with the same settings")
     args = parser.parse_args(argv)
     scale = TINY if args.tiny else CPU
     try:
@@ -566,6 +688,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--widths: comma-separated integers, got {args.widths!r}")
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    args.models = [m.strip() for m in args.models.split(",")] if args.models else []
+    grids = {"table1": scale.table1_models, "induction": scale.induction_models}
+    if args.models and args.command not in (*grids, "all"):
+        parser.error(f"--models: only with table1, induction or all, not {args.command}")
+    for name, models in grids.items():
+        unknown_models = [m for m in args.models if m not in models]
+        if args.command == name and unknown_models:
+            parser.error(f"--models: {', '.join(unknown_models)} not in {name}'s models ({', '.join(models)})")
+    unknown_models = [m for m in args.models if m not in scale.table1_models + scale.induction_models]
+    if args.command == "all" and unknown_models:
+        parser.error(f"--models: {', '.join(unknown_models)} not in table1's or induction's models")
     args.report_only = args.command == "report"
     unknown = [t for t in args.tables if t not in COMMANDS]
     if unknown or (args.tables and args.command != "report"):

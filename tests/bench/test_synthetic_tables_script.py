@@ -42,12 +42,18 @@ def test_the_script_runs_every_table_end_to_end_at_toy_size(tmp_path, capsys):
     assert len(shared) == len(st.TINY.length_models)  # the length-24 runs are table1's, trained once
     induction = json.loads((results / "synthetic_induction.json").read_text())
     ext = induction["extrapolation"]
-    attention = [e for e in ext if e["model"] == "attention-abs"]
-    mamba = [e for e in ext if e["model"] == "mamba-s6"]
-    assert sorted(e["seq_len"] for e in mamba) == st.TINY.extrapolation  # the SSM at every length
-    assert max(e["seq_len"] for e in attention) == st.TINY.attention_max  # attention up to its cap
+    # every model at every training length and seed, each run evaluated at every length (attention to its cap)
+    assert {(r["model"], r["seq_len"], r["seed"]) for r in induction["runs"]} == {
+        (m, n, s) for m in st.TINY.induction_models for n in st.TINY.train_lengths for s in st.TINY.induction_seeds}
+    for r in induction["runs"]:
+        tested = sorted(e["seq_len"] for e in ext if e["run"] == r["run"])
+        cap = st.TINY.attention_max if r["model"] == "attention-abs" else max(st.TINY.extrapolation)
+        assert tested == [n for n in st.TINY.extrapolation if n <= cap], r["run"]
+        assert all(e["trained_at"] == r["seq_len"] and e["seed"] == r["seed"] for e in ext if e["run"] == r["run"])
     assert all(e["error"] is None and e["items"] == st.eval_count(e["seq_len"], st.TINY) for e in ext)
-    assert "not run" in (results / "synthetic_induction.md").read_text()
+    md = (results / "synthetic_induction.md").read_text()
+    assert "not run" in md and "Chance: 6.7% (15 possible answers)" in md
+    assert "| Mamba-S6 | 8 |" in md and "| MHA-Abs | 16 |" in md  # one row per model and training length
     mqar = json.loads((results / "synthetic_mqar.json").read_text())["runs"]
     assert {(r["seq_len"], r["n_pairs"]) for r in mqar} == set(st.TINY.mqar_cells)
     assert all(r["batch_size"] == 4 and r["d_model"] == 16 for r in mqar)
@@ -63,16 +69,19 @@ def test_extrapolation_is_reused_however_the_output_directory_is_named(tmp_path,
     runs are named relatively (``--out runs/...``), and its rows are read back."""
     st = _module()
     out, results = tmp_path / "runs", tmp_path / "results"
-    assert st.main(["induction", "--tiny", "--out", str(out), "--results", str(results)]) == 0
+    part = ["--models", "mamba-s6"]  # half the grid is enough
+    assert st.main(["induction", "--tiny", *part, "--out", str(out), "--results", str(results)]) == 0
     first = json.loads((results / "synthetic_induction.json").read_text())["extrapolation"]
     capsys.readouterr()
     monkeypatch.chdir(tmp_path)
-    assert st.main(["induction", "--tiny", "--out", "runs", "--results", "results"]) == 0
+    assert st.main(["induction", "--tiny", *part, "--out", "runs", "--results", "results"]) == 0
     assert "== extrapolate" not in capsys.readouterr().err
     again = json.loads((results / "synthetic_induction.json").read_text())["extrapolation"]
     assert [(e["model"], e["seq_len"], e["accuracy"]) for e in again] == [(e["model"], e["seq_len"], e["accuracy"])
                                                                           for e in first]
-    assert "| — |" not in (results / "synthetic_induction.md").read_text().split("Test accuracy")[1].split("paper:")[0]
+    table = (results / "synthetic_induction.md").read_text().split("Test accuracy")[1]
+    rows = [line for line in table.splitlines() if line.startswith("| Mamba-S6 |")]
+    assert len(rows) == len(st.TINY.train_lengths) and not any("| — |" in line for line in rows)
 
 
 def test_the_budget_helpers():
@@ -86,7 +95,74 @@ def test_the_budget_helpers():
     assert all(c.experiment().model.max_len == c.info["seq_len"] for c in mqar if c.model == "attention")
     s4 = st.copying_cell("simple-s4", 512, st.CPU).experiment()
     assert st.extrapolation_dir(Path("x"), [64, 128]) == Path("x/extrapolation/L64-128")
+    assert st.extrapolation_dir(Path("x"), [64], 2) == Path("x/extrapolation/L64-part2")
+    induction = st.induction_cells(st.CPU)  # every model x lengths 64, 128 x seeds 0, 1, the shorter length first
+    assert len(induction) == len(st.INDUCTION_MODELS) * 2 * 2 and len(st.INDUCTION_MODELS) == 18
+    assert [c.info["seq_len"] for c in induction] == sorted(c.info["seq_len"] for c in induction)
+    assert [(c.model, c.seed) for c in induction[:2]] == [("mamba-s6", 0), ("mamba-s6", 1)]
+    assert max(st.EXTRAPOLATION_LENGTHS) == 2 ** 16
+    for c in induction:
+        exp = c.experiment()
+        assert exp.task.options["seq_len"] == c.info["seq_len"] and c.label.endswith(f"L={c.info['seq_len']}")
+        if c.model == "hyena":  # the filter spans the longest test length
+            assert exp.model.primitive_options["l_max"] == 2 ** 16
+        if c.model.endswith("-s4"):  # the kernel at the training length
+            assert exp.model.primitive_options["l_max"] == c.info["seq_len"]
+    plan = st.plan_of(induction[:4])  # two experiments (labels), two seeds each
+    assert [s.id.split("/", 2)[2] for s in plan.stages] == [f"scratch/seed{s}" for s in (0, 1, 0, 1)]
     assert s4.model.primitive_options["l_max"] == 512 and s4.task.options["seq_len"] == 512
+
+
+def test_models_reruns_some_rows_and_keeps_the_others_from_an_earlier_run(tmp_path, capsys):
+    st = _module()
+    first, second, results = tmp_path / "first", tmp_path / "second", tmp_path / "results"
+    assert st.main(["table1", "--tiny", "--out", str(first), "--results", str(results)]) == 0
+    earlier = {r["model"]: r for r in json.loads((results / "synthetic_table1.json").read_text())["runs"]}
+    rerun = st.TINY.table1_models[0]
+    # a fresh output folder: only the chosen model trains, the others come from the results file
+    assert st.main(["table1", "--tiny", "--models", rerun, "--out", str(second), "--results", str(results)]) == 0
+    rows = {r["model"]: r for r in json.loads((results / "synthetic_table1.json").read_text())["runs"]}
+    assert not rows[rerun].get("earlier") and rows[rerun]["run"].startswith(str(second))
+    others = [m for m in st.TINY.table1_models if m != rerun]
+    assert all(rows[m]["earlier"] and rows[m]["run"] == earlier[m]["run"] for m in others)
+    assert "Rows marked * were not rerun" in (results / "synthetic_table1.md").read_text()
+    # a row whose settings differ is not taken from the results file
+    stale = json.loads((results / "synthetic_table1.json").read_text())
+    stale["runs"] = [{**r, "overrides": ["other"]} for r in stale["runs"]]
+    (results / "synthetic_table1.json").write_text(json.dumps(stale))
+    assert st.main(["report", "table1", "--tiny", "--out", str(second), "--results", str(results)]) == 0
+    rows = {r["model"]: r for r in json.loads((results / "synthetic_table1.json").read_text())["runs"]}
+    assert rows[others[0]]["test_accuracy"] is None and not rows[others[0]].get("earlier")
+    with pytest.raises(SystemExit):
+        st.main(["table1", "--tiny", "--models", "mamba-s7"])
+    assert "--models: mamba-s7 not in table1's models" in capsys.readouterr().err
+
+
+def test_the_induction_grid_runs_in_parts(tmp_path, capsys):
+    """--models trains only the models named; a later part evaluates only the runs it adds, into a
+    folder of its own, and the table holds both parts."""
+    st = _module()
+    out, results = tmp_path / "runs", tmp_path / "results"
+    assert st.main(["induction", "--tiny", "--models", "mamba-s6", "--out", str(out), "--results", str(results)]) == 0
+    runs = json.loads((results / "synthetic_induction.json").read_text())["runs"]
+    assert {r["model"] for r in runs if r["state"] == "finished"} == {"mamba-s6"}
+    assert all(r["state"] == "pending" or r["model"] == "mamba-s6" for r in runs)
+    first = {p.name for p in (out / "induction-heads" / "extrapolation").iterdir()}
+    capsys.readouterr()
+    assert st.main(["induction", "--tiny", "--models", "attention-abs", "--out", str(out), "--results", str(results)]) == 0
+    err = capsys.readouterr().err
+    assert "== extrapolate" in err and f"{2 * 2} runs" in err and f"{4 * 2} runs" not in err  # the new runs only
+    second = {p.name for p in (out / "induction-heads" / "extrapolation").iterdir()} - first
+    assert "L8-16-part2" in second  # beside the first part's L8-16, which is kept
+    data = json.loads((results / "synthetic_induction.json").read_text())
+    assert all(r["state"] == "finished" for r in data["runs"])
+    assert {e["model"] for e in data["extrapolation"]} == {"mamba-s6", "attention-abs"}
+    with pytest.raises(SystemExit):
+        st.main(["induction", "--tiny", "--models", "h3-s4"])
+    assert "--models: h3-s4 not in induction's models" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        st.main(["mqar", "--tiny", "--models", "mamba-s6"])
+    assert "--models: only with table1, induction or all" in capsys.readouterr().err
 
 
 def test_bad_options_are_refused(capsys):

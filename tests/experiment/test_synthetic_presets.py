@@ -23,7 +23,8 @@ CPU = [n for n in PRESETS if "/cpu/" in n]
 CPU_FIELDS = {
     "selective-copying": {"task.options.seq_len", "task.options.n_val", "train.lr", "train.max_steps",
                           "train.eval_every", "model.primitive_options.l_max"},
-    "induction-heads": {"train.max_steps", "train.eval_every"},
+    "induction-heads": {"task.options.seq_len", "train.batch_size", "train.lr", "train.max_steps", "train.eval_every",
+                        "model.primitive_options.l_max"},
     "mqar": {"task.options.n_val", "train.batch_size", "train.max_steps", "train.eval_every"},
 }
 
@@ -61,9 +62,10 @@ def n_params(model) -> int:
 
 def test_every_model_of_the_three_tasks_has_a_published_preset_and_a_cpu_variant():
     models = {"mamba/selective-copying/": {f"{b}-{p}" for b in ("simple", "mamba") for p in ("s4", "s4d", "dlr", "s6")}
-              | {"attention-abs", "attention-rope"},
-              "mamba/induction-heads/": {"mamba-s6", "attention-abs", "attention-rope", "simple-s6", "mamba-s4d",
-                                         "simple-s4d"},
+              | {"attention-abs", "attention-rope", "h3-s4", "h3-s6", "hyena", "mamba-hyena"},
+              "mamba/induction-heads/": {f"{b}-{p}" for b in ("simple", "mamba") for p in ("s4", "s4d", "dlr", "s6")}
+              | {"attention-abs", "attention-rope", "h3", "hyena", "lru", "mamba2", "mamba3", "gla", "deltanet",
+                 "gated-deltanet"},
               "zoology/mqar/": {"attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"}}
     for group, names in models.items():
         assert {n[len(group):] for n in PUBLISHED if n.startswith(group)} == names, group
@@ -77,8 +79,11 @@ def test_preset_resolves_and_builds(name):
     assert exp.source and exp.description and exp.label
     assert exp.model.direction == "causal" and exp.model.n_layers == 2 and exp.model.dropout == 0.0
     assert n_params(model) > 0
-    if exp.model.primitive == "s4":  # S4's kernel is defined at the task's length
+    if exp.model.primitive == "s4" or (exp.model.primitive == "hyena" and exp.task.name != "induction-heads"):
+        # S4's kernel and Hyena's filters are defined at the task's length
         assert exp.model.primitive_options["l_max"] == exp.task.options["seq_len"]
+    elif exp.model.primitive == "hyena":  # tested beyond its training length: the filter spans the longest test
+        assert exp.model.primitive_options["l_max"] == (2 ** 16 if "/cpu/" in name else 2 ** 20)
     if exp.model.pos_embedding == "learned":
         assert exp.model.max_len == exp.task.options["seq_len"]
 
@@ -116,22 +121,69 @@ def test_selective_copying_settings_of_table1():
     assert (cpu.task.options["seq_len"], t.max_steps, t.lr, t.batch_size) == (256, 500, 1e-3, 64)
 
 
+def test_table1_h3_architecture_rows():
+    """H3 with S4 and S6 and Hyena in the H3 architecture (a pre-norm residual block of the layer, then
+    one of a GELU MLP of width 4d, LayerNorms); H3's "S4" is its own diagonal SSM (S4D-Lin, bilinear,
+    D ~ N(0, 1)); Hyena also as the Mamba block's layer, its filters over the task's length."""
+    for name in ("h3-s4", "h3-s6", "hyena"):
+        m = resolve(f"mamba/selective-copying/{name}").model
+        assert (m.block, m.mlp, m.mlp_ratio, m.resolved_norm, m.resolved_prenorm) == ("residual", "gelu", 4.0, "layer", True)
+    _, model = build("mamba/selective-copying/h3-s4")
+    block = model.backbone.blocks[0]
+    assert type(block).__name__ == "ResidualBlock" and block.mlp[0].out_features == 4 * 64
+    inner = block.mixer.inner
+    assert type(inner).__name__ == "S4D" and (inner.init, inner.discretization) == ("lin", "bilinear")
+    assert (block.mixer.d_state, block.mixer.head_dim, inner.d_model) == (16, 1, 64)
+    assert type(build("mamba/selective-copying/h3-s6")[1].backbone.blocks[0].mixer.inner).__name__ == "S6"
+    mamba_hyena = build("mamba/selective-copying/mamba-hyena")[1].backbone.blocks[0]
+    assert type(mamba_hyena).__name__ == "MambaBlock"
+    for name, length in (("hyena", 4096), ("mamba-hyena", 4096), ("cpu/hyena", 256), ("cpu/mamba-hyena", 256)):
+        exp = resolve(f"mamba/selective-copying/{name}")
+        assert exp.model.primitive_options["l_max"] == exp.task.options["seq_len"] == length
+
+
 def test_induction_heads_widths_and_rates_follow_the_paper():
-    """D = 64 and lr 1e-3 for Mamba (S6 in the Mamba block), D = 128 and 2e-4 for attention; the
-    unpublished models take the width of their block's published model and the rate of their layer's."""
+    """D = 64 and lr 1e-3 for Mamba (S6 in the Mamba block), D = 128 and 2e-4 for attention, H3 and
+    Hyena; the unpublished models take the width of their block's published model and the rate of their
+    layer's. The CPU scale: length 64, batch 32, 1000 steps at 1e-3 for every model."""
     expected = {"mamba-s6": (64, 1e-3, 204800), "attention-abs": (128, 2e-4, 204800),
                 "attention-rope": (128, 2e-4, 409600), "simple-s6": (128, 1e-3, 204800),
-                "mamba-s4d": (64, 2e-4, 81920), "simple-s4d": (128, 2e-4, 81920)}
+                "mamba-s4d": (64, 2e-4, 81920), "simple-s4d": (128, 2e-4, 81920),
+                "mamba-s4": (64, 2e-4, 81920), "simple-s4": (128, 2e-4, 81920),
+                "mamba-dlr": (64, 2e-4, 81920), "simple-dlr": (128, 2e-4, 81920), "lru": (128, 2e-4, 81920),
+                "h3": (128, 2e-4, 81920), "hyena": (128, 2e-4, 81920), "mamba2": (64, 1e-3, 204800),
+                "mamba3": (64, 1e-3, 204800), "gla": (64, 2e-4, 204800), "deltanet": (64, 2e-4, 204800),
+                "gated-deltanet": (64, 2e-4, 204800)}
     for model, (width, lr, steps) in expected.items():
-        for prefix in ("mamba/induction-heads/", "mamba/induction-heads/cpu/"):
-            exp = resolve(prefix + model)
-            t = exp.train_config("train")
-            assert (exp.model.d_model, t.lr, t.batch_size) == (width, lr, 8), model
-            assert t.max_steps == (4000 if "cpu" in prefix else steps), model
-            assert exp.task.options["seq_len"] == 256 and exp.task.options["fresh_train"] is True
+        exp = resolve("mamba/induction-heads/" + model)
+        t = exp.train_config("train")
+        assert (exp.model.d_model, t.lr, t.batch_size, t.max_steps) == (width, lr, 8, steps), model
+        assert exp.task.options["seq_len"] == 256 and exp.task.options["fresh_train"] is True
+        cpu = resolve("mamba/induction-heads/cpu/" + model)
+        t = cpu.train_config("train")
+        assert (cpu.model.d_model, t.lr, t.batch_size, t.max_steps, t.eval_every) == (width, 1e-3, 32, 1000, 200), model
+        assert cpu.task.options["seq_len"] == 64 and cpu.task.options["fresh_train"] is True
     assert resolve("mamba/induction-heads/attention-abs").model.pos_embedding == "sinusoidal"
     rope = resolve("mamba/induction-heads/attention-rope").model
     assert rope.rope and rope.pos_embedding == "none" and rope.n_heads == 8
+
+
+def test_induction_h3_and_hyena_are_layer_only_as_table11_counts():
+    """Table 11's H3 counts 153K parameters at D = 128: two H3 layers without the H3 architecture's MLP
+    (ours 155K at state size 16); Hyena, printed as 69M, is built alike (pre-norm residual block with
+    LayerNorm, no MLP). The new mixers are in the blocks of their recall presets."""
+    for name in ("h3", "hyena"):
+        m = resolve(f"mamba/induction-heads/{name}").model
+        assert (m.block, m.mlp, m.resolved_norm, m.resolved_prenorm) == ("residual", "none", "layer", True)
+    assert abs(n_params(build("mamba/induction-heads/h3")[1]) - 153_000) / 153_000 < 0.02
+    inner = build("mamba/induction-heads/h3")[1].backbone.blocks[0].mixer.inner
+    assert type(inner).__name__ == "S4D" and (inner.init, inner.discretization) == ("lin", "bilinear")
+    for name, mlp in (("mamba2", "none"), ("mamba3", "none"), ("gla", "swiglu"), ("deltanet", "swiglu"),
+                      ("gated-deltanet", "swiglu")):
+        m = resolve(f"mamba/induction-heads/{name}").model
+        assert (m.block, m.mlp) == ("residual", mlp), name
+    lru = resolve("mamba/induction-heads/lru").model
+    assert (lru.block, lru.resolved_prenorm, lru.resolved_norm) == ("simple", True, "layer")
 
 
 def test_attention_is_nearly_attention_only_and_counts_near_table11():
