@@ -213,15 +213,16 @@ def test_the_check_sees_an_import_circle_inside_a_function(tmp_path):
 
 
 # ----------------------------------------------------------------------------- run-directory files
-#: The module that owns the run directory's layout, and the names of its files.
-RUN_DIR_MODULE = "longrange.train.rundir"
+#: The module that owns the run directory's layout (the other modules of ``train/rundir/`` import its
+#: names too), and the names of its files.
+RUN_DIR_MODULE = "longrange.train.rundir.layout"
 
 
 def run_dir_file_names() -> list[str]:
-    from longrange.train import rundir
+    from longrange.train.rundir import layout
 
-    return [rundir.CONFIG_FILE, rundir.SUMMARY_FILE, rundir.METRICS_FILE, rundir.FAILED_FILE, rundir.LOG_FILE,
-            rundir.LOCK_FILE, rundir.LAST_CHECKPOINT, rundir.BEST_WEIGHTS, "best.pt"]
+    return [layout.CONFIG_FILE, layout.SUMMARY_FILE, layout.METRICS_FILE, layout.FAILED_FILE, layout.LOG_FILE,
+            layout.LOCK_FILE, layout.LAST_CHECKPOINT, layout.BEST_WEIGHTS, "best.pt"]
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

@@ -14,8 +14,8 @@ from longrange.errors import ConfigError, DataFormatError, DataMissingError
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
 from longrange.train.memory import MemoryBudgetError
-from longrange.train.rundir import RunDir
-from longrange.train.trained import TrainedRun, UnfinishedRun, input_length_limit, load_model, load_run
+from longrange.train.rundir import RunDir, UnfinishedRunError
+from longrange.train.trained import TrainedRun, input_length_limit, load_model, load_run
 
 
 def tiny(data_dir, **model) -> dict:
@@ -155,18 +155,18 @@ def test_a_length_beyond_a_learned_position_table_is_refused_naming_the_limit(ru
 def test_a_directory_without_a_finished_run_is_refused(runs, tmp_path):
     with pytest.raises(DataMissingError, match="does not exist"):
         load_run(tmp_path / "nowhere")
-    with pytest.raises(UnfinishedRun, match="holds no run"):
+    with pytest.raises(UnfinishedRunError, match="holds no run"):
         load_run(tmp_path)
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     shutil.copy(RunDir(runs / "s4d").config, RunDir(unfinished).config)
-    with pytest.raises(UnfinishedRun, match=r"has not finished \(no summary\).*--resume"):
+    with pytest.raises(UnfinishedRunError, match=r"has not finished \(no summary\).*--resume"):
         load_run(unfinished)
     failed = tmp_path / "failed"
     shutil.copytree(runs / "s4d", failed)
     RunDir(failed).summary.unlink()
     RunDir(failed).record_failure("TrainingDivergedError: loss became nan")
-    with pytest.raises(UnfinishedRun, match="failed.*loss became nan"):
+    with pytest.raises(UnfinishedRunError, match="failed.*loss became nan"):
         load_run(failed)
     # a failure recorded beside a summary is stale (the summary is the commit point): a result
     stale = tmp_path / "stale"

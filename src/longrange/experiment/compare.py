@@ -6,7 +6,7 @@ that is not finished, in dependency order (``experiment/scheduler.py``, on a bac
 ``experiment/backends/``). A stage is:
 
 * **finished** (its ``summary.json`` exists, see ``RunDir.state``): reused, only if it was made with the same settings (its
-  fingerprint, see ``train/rundir.py``); otherwise the comparison stops before training anything,
+  fingerprint, see ``train/rundir/decide.py``); otherwise the comparison stops before training anything,
   naming the differing fields (``overwrite=True`` replaces such stages);
 * **resumable** (started, nobody holding its lock): resumed from its last checkpoint (afresh when it has none);
 * **held** (its lock is held by a live process, e.g. a second ``compare`` on the same output):

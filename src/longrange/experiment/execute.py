@@ -1,6 +1,6 @@
 """Running a stage: in its run directory, from its resolved settings to its ``summary.json``.
 
-    resolve (stage.py) -> open the run directory (train/rundir.py decides: fresh, resume or reuse)
+    resolve (stage.py) -> open the run directory (train/rundir/decide.py: fresh, resume or reuse)
         -> load the data, build the model and objective -> load pretrained weights (finetuning)
         -> the training loop -> summary.json
 

@@ -9,7 +9,7 @@ A stage is one of
 :func:`resolve_stage` checks a stage's settings and returns a :class:`ResolvedStage`, whose
 :meth:`~ResolvedStage.config` is what its run directory's ``config.yaml`` holds (without the
 ``head``, which comes from the data, and the ``record``, written by the run) and whose identity is
-the stage's fingerprint (``train/rundir.py``).
+the stage's fingerprint (``train/rundir/decide.py``).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 
 The trainer (``loop.py``) is one loop over components, each in its own module with a narrow interface:
 
-    rundir.py      the run directory: its files, lock, and the fresh / resume / reuse decision
+    rundir/        the run directory: its files, lock, state, and the fresh / resume / reuse decision
     checkpoint.py  Checkpointer: last.pt (model, optimiser, schedule, RNG, every component's state)
                    and best.safetensors, written atomically
     sampler.py     BatchPlan: the micro-batches of each step, a pure function of the data position
@@ -37,7 +37,7 @@ _EXPORTS = {
     "train": "longrange.train.entry",
     "Trainer": "longrange.train.loop",
     **dict.fromkeys(("build_optimizer", "group_report", "param_groups"), "longrange.train.optim"),
-    **dict.fromkeys(("RunDir", "RunPaths"), "longrange.train.rundir"),
+    "RunDir": "longrange.train.rundir",
     **dict.fromkeys(("LRSchedule", "build_schedule"), "longrange.train.schedules"),
 }
 

@@ -43,14 +43,14 @@ from longrange.train.optim import build_optimizer, group_report
 from longrange.train.precision import Precision
 from longrange.train.preemption import StopOnSignal
 from longrange.train.progress import Progress
-from longrange.train.rundir import Intent, OpenRun, RunDir, RunPaths, check_out_dir, plain
+from longrange.train.rundir import Intent, OpenRun, RunDir, check_out_dir, plain
 from longrange.train.sampler import BatchPlan, check_map_style, derived_seed
 from longrange.train.schedules import build_schedule
 from longrange.train.selection import BestSelector
 from longrange.train.state import STATE_FIELDS, TrainState
 from longrange.train.step import training_step
 
-__all__ = ["Trainer", "RunPaths"]
+__all__ = ["Trainer"]
 
 
 class Trainer:
@@ -72,7 +72,7 @@ class Trainer:
             opened and decided (it keeps the lock and closes it).
         device: default ``cuda:LOCAL_RANK`` if CUDA is available, else the CPU.
         extra_config: saved in ``config.yaml`` beside the train config (e.g. model and task). Its
-            identity (see ``train/rundir.py``) must match the saved one to resume.
+            identity (see ``train/rundir/decide.py``) must match the saved one to resume.
         resume, overwrite: continue the run in ``run_dir`` from its last checkpoint, or replace it.
         tensorboard: False leaves TensorBoard out even when ``cfg.loggers`` names it.
         run_name, run_group: the run's name and group in W&B (``cfg.loggers``); default name: the

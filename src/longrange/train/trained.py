@@ -27,22 +27,18 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from longrange.errors import CheckpointError, ConfigError, DataMissingError
+from longrange.errors import CheckpointError, ConfigError
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import PositionalEmbedding
 from longrange.models.model import SequenceModel, build_model
 from longrange.train.checkpoint import load_weights
 from longrange.train import memory as M
 from longrange.train.memory import Budget, MemoryNeed
-from longrange.train.rundir import RunDir, RunState
+from longrange.train.rundir import RunDir
 
 SPLITS = ("train", "val", "test")
 #: The summary's metrics of each split, where it has them.
 SUMMARY_SPLIT = {"test": "test", "val": "best_val"}
-
-
-class UnfinishedRun(ConfigError):
-    """A directory that holds no finished run was given where a trained run is needed."""
 
 
 def build_from_record(model_cfg: dict, head: dict) -> SequenceModel:
@@ -94,31 +90,6 @@ def input_length_limit(model: nn.Module) -> tuple[int, str] | None:
         if isinstance(limit, int) and not isinstance(limit, bool):
             return limit, f"{type(module).__name__} takes at most {limit} positions"
     return None
-
-
-def check_finished(run: RunDir) -> dict[str, Any]:
-    """The config of the finished run in ``run``; an :class:`UnfinishedRun` naming what the directory holds."""
-    root = run.root
-    if not root.is_dir():
-        raise DataMissingError(f"{root} does not exist: give the directory of a finished run (the --out of "
-                               "train or finetune, or a stage's directory under a comparison's --out)")
-    state = run.state()  # the one reading of a run directory (train/rundir.py)
-    if state.kind is RunState.PENDING or not run.config.is_file():
-        raise UnfinishedRun(f"{root} holds no run (no config): give the directory of a finished run (the --out of "
-                            "train or finetune, or a stage's directory under a comparison's --out)")
-    if state.kind is RunState.FAILED:
-        raise UnfinishedRun(f"{root} holds a run that failed ({(state.failure or {}).get('error') or 'see its failure record'}): "
-                            "it has no result to use; run it again")
-    if state.kind is RunState.HELD:
-        raise UnfinishedRun(f"{root} holds a run that is still running ({state.detail}): its weights are not a result yet")
-    if state.kind is not RunState.FINISHED:
-        damaged = f"; unreadable: {'; '.join(state.damaged)}" if state.damaged else ""
-        raise UnfinishedRun(f"{root} holds a run that has not finished (no summary{damaged}): its weights are not a "
-                            f"result; finish it first (the same command with --resume --out {root})")
-    config = run.read_config(required=True)
-    if "head" not in config or "model" not in config:
-        raise CheckpointError(f"{run.config} does not describe a longrange model (no 'model'/'head')")
-    return config
 
 
 # ------------------------------------------------------------------------------- results
@@ -500,12 +471,14 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
     """A finished run's model (``which``: its best or last weights, in eval mode on ``device``, by
     default the GPU if there is one) with its vocabulary, task and objective.
 
-    A directory that holds no run, or a run that failed or has not finished, is an error that says so.
+    A directory that holds no run, or a run that failed or has not finished, is an error that says
+    so (:meth:`RunDir.require_finished`: a DataMissingError or an UnfinishedRunError).
     """
     from longrange.train.distributed import default_device
 
     run = RunDir(Path(run_dir))
-    config = check_finished(run)
+    summary = run.require_finished("run directory", f"finish it first (the same command with --resume --out {run.root})")
+    config = _model_record(run)
     model = _load_weights_of(run, build_from_record(config["model"], config["head"]), which)
     try:
         dev = torch.device(device) if device is not None else default_device()
@@ -513,4 +486,4 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
         raise ConfigError(f"device {device!r}: {err}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device {device!r}: CUDA is not available here; use --device cpu")
-    return TrainedRun(root=run.root, config=config, summary=run.read_summary() or {}, model=model.to(dev), device=dev)
+    return TrainedRun(root=run.root, config=config, summary=summary, model=model.to(dev), device=dev)
