@@ -705,8 +705,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"tables {unknown or args.tables}: name tables ({', '.join(COMMANDS)}) after `report` only")
     names = args.tables or (list(COMMANDS) if args.command in ("all", "report") else [args.command])
     failed: list[str] = []
-    for name in names:
-        failed += COMMANDS[name](args, scale)
+    try:
+        for name in names:
+            failed += COMMANDS[name](args, scale)
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the running stages have written checkpoints
+        print(f"interrupted ({err or 'Ctrl-C'}): run the same command again to resume", file=sys.stderr)
+        return 130
     if failed:
         print(f"error: {len(failed)} stage(s) did not finish: {', '.join(failed)}; run the command again to resume",
               file=sys.stderr)

@@ -4,7 +4,9 @@ stages announced in order with a steady ETA, accuracy in percent, presets groupe
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import signal
 
 import pytest
 
@@ -227,3 +229,42 @@ def test_presets_are_grouped_labelled_and_short(capsys):
     assert any(re.match(r"  spt/listops/s4 +listops +simple-s4 .* Table 2$", line) for line in rows)
     assert main(["presets", "spt/listops", "--long"]) == 0
     assert "source: Amos, Berant & Gupta" in capsys.readouterr().out
+
+
+class _TerminatedBackend(_TimedBackend):
+    """The fake-clock backend, whose process receives SIGTERM while its first stage runs."""
+
+    stopped = None
+
+    def poll(self, handle):
+        if self.stopped is None:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().poll(handle)
+
+    def stop(self, handles, interrupted):
+        self.stopped = (sorted(handles), interrupted)
+
+
+def test_sigterm_stops_the_walk_as_ctrl_c_does_and_leaves_no_handler_behind(tmp_path, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(S, "time", clock)
+    monkeypatch.setattr(S, "say", lambda message: None)
+    plan = plan_grid([_exp()], seeds=[0], objectives=["masked"])
+    backend = _TerminatedBackend(clock, {"train": 10, "pretrain": 14, "finetune": 8})
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a fresh `longrange compare` process
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            run_plan(plan, tmp_path, backend)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    running, interrupted = backend.stopped
+    assert running and interrupted  # the running stages are stopped as on Ctrl-C (workers checkpoint)
+    # a handler installed by someone else (submitit's, a training loop's) is left in place
+    mine = lambda signum, frame: None  # noqa: E731
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with S.terminate_as_interrupt():
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -16,7 +16,10 @@ and SLURM backends live in ``experiment/backends/``; a new launcher is one backe
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 from enum import Enum
 from pathlib import Path
@@ -81,6 +84,27 @@ def say(message: str) -> None:
 NO_ETA_YET = "overall eta: known when the first stage run here ends"
 
 
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """While the walk runs, SIGTERM to this process (``kill``, a shell's or CI's timeout) stops it as
+    Ctrl-C does (a KeyboardInterrupt: the backend stops its running stages, local workers each
+    finish their step and write a checkpoint) instead of ending the coordinator alone and leaving
+    its workers training. Only where SIGTERM has its default action, in the main thread: a handler
+    someone else installed (submitit's, a training loop's) is left as it is."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"received {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def overall_eta(seconds: float) -> str:
     """``overall eta 3m05s``, or :data:`NO_ETA_YET` before there is a measurement."""
     return f"overall eta {format_seconds(seconds)}" if seconds != float("inf") else NO_ETA_YET
@@ -125,63 +149,64 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
                     backend.cancel(running.pop(dep.id))
                     outcome[dep.id] = Outcome.SKIPPED
 
-    try:
-        while waiting or running:
-            ready: list[Stage] = []
-            ready_ids: set[str] = set()
-            free = backend.slots() if changed else 0
-            for stage in list(waiting.values()) if changed else ():
-                blocked = [a for a in stage.after if a in outcome and outcome[a].blocks]
-                deps_done = all(outcome.get(a) is Outcome.DONE for a in stage.after)
-                ahead = backend.submits_ahead and all(
-                    outcome.get(a) is Outcome.DONE or a in running or a in ready_ids for a in stage.after)
-                if (deps_done or ahead) and stage.id not in state:  # read once, when it may first run
-                    state[stage.id] = RunDir(out_dir / stage.id).state().kind
-                if blocked:
-                    outcome[stage.id] = Outcome.SKIPPED
-                    say(f"stage {next(numbers)} of {n}: skipping {stage.id} (needs {', '.join(blocked)})")
-                elif deps_done and state[stage.id] is RunState.FINISHED:
-                    outcome[stage.id] = _reuse(plan, stage, out_dir, intent, f"stage {next(numbers)} of {n}")
-                elif (deps_done or ahead) and state[stage.id] is RunState.HELD:
-                    outcome[stage.id] = Outcome.HELD
-                    say(f"stage {next(numbers)} of {n}: {stage.id} is running in another process; leaving it")
-                elif (deps_done or ahead) and (free is None or len(ready) < free):
-                    ready.append(stage)
-                    ready_ids.add(stage.id)
-                else:
-                    continue
-                del waiting[stage.id]
-                if stage.id in outcome:
-                    done += outcome[stage.id] is Outcome.DONE
-            changed = False
-            for level in _by_level(plan, ready):
-                for stage in level:
-                    say(f"stage {next(numbers)} of {n}: {stage.id} ({overall_eta(eta())})")
-                handles = backend.submit(level, {a: running[a] for s in level for a in s.after if a in running})
-                began.update({sid: time.time() for sid in handles})
-                running.update(handles)
-                submitted.update(handles)
-                peak = max(peak, len(running))
-            if not backend.wait:
-                break
-            if not running:
-                if waiting:  # pragma: no cover - the plan lists stages after their dependencies
-                    raise RuntimeError(f"stages {[s.id for s in waiting]} wait on stages that never ran")
-                break
-            polled = False
-            for sid, handle in list(running.items()):
-                result = backend.poll(handle)
-                if result is None or sid not in running:
-                    continue
-                del running[sid]
-                took.append(time.time() - began[sid])
-                polled = True
-                settle(sid, result)
-            if running and not polled:
-                time.sleep(backend.poll_interval)
-    except BaseException as err:
-        backend.stop(running, interrupted=isinstance(err, KeyboardInterrupt))
-        raise
+    with terminate_as_interrupt():  # SIGTERM stops the walk as Ctrl-C does
+        try:
+            while waiting or running:
+                ready: list[Stage] = []
+                ready_ids: set[str] = set()
+                free = backend.slots() if changed else 0
+                for stage in list(waiting.values()) if changed else ():
+                    blocked = [a for a in stage.after if a in outcome and outcome[a].blocks]
+                    deps_done = all(outcome.get(a) is Outcome.DONE for a in stage.after)
+                    ahead = backend.submits_ahead and all(
+                        outcome.get(a) is Outcome.DONE or a in running or a in ready_ids for a in stage.after)
+                    if (deps_done or ahead) and stage.id not in state:  # read once, when it may first run
+                        state[stage.id] = RunDir(out_dir / stage.id).state().kind
+                    if blocked:
+                        outcome[stage.id] = Outcome.SKIPPED
+                        say(f"stage {next(numbers)} of {n}: skipping {stage.id} (needs {', '.join(blocked)})")
+                    elif deps_done and state[stage.id] is RunState.FINISHED:
+                        outcome[stage.id] = _reuse(plan, stage, out_dir, intent, f"stage {next(numbers)} of {n}")
+                    elif (deps_done or ahead) and state[stage.id] is RunState.HELD:
+                        outcome[stage.id] = Outcome.HELD
+                        say(f"stage {next(numbers)} of {n}: {stage.id} is running in another process; leaving it")
+                    elif (deps_done or ahead) and (free is None or len(ready) < free):
+                        ready.append(stage)
+                        ready_ids.add(stage.id)
+                    else:
+                        continue
+                    del waiting[stage.id]
+                    if stage.id in outcome:
+                        done += outcome[stage.id] is Outcome.DONE
+                changed = False
+                for level in _by_level(plan, ready):
+                    for stage in level:
+                        say(f"stage {next(numbers)} of {n}: {stage.id} ({overall_eta(eta())})")
+                    handles = backend.submit(level, {a: running[a] for s in level for a in s.after if a in running})
+                    began.update({sid: time.time() for sid in handles})
+                    running.update(handles)
+                    submitted.update(handles)
+                    peak = max(peak, len(running))
+                if not backend.wait:
+                    break
+                if not running:
+                    if waiting:  # pragma: no cover - the plan lists stages after their dependencies
+                        raise RuntimeError(f"stages {[s.id for s in waiting]} wait on stages that never ran")
+                    break
+                polled = False
+                for sid, handle in list(running.items()):
+                    result = backend.poll(handle)
+                    if result is None or sid not in running:
+                        continue
+                    del running[sid]
+                    took.append(time.time() - began[sid])
+                    polled = True
+                    settle(sid, result)
+                if running and not polled:
+                    time.sleep(backend.poll_interval)
+        except BaseException as err:
+            backend.stop(running, interrupted=isinstance(err, KeyboardInterrupt))
+            raise
     backend.end(submitted)
     return {s.id: outcome.get(s.id, Outcome.SUBMITTED if s.id in running else Outcome.SKIPPED) for s in plan.stages}
 
