@@ -2,26 +2,13 @@
 
 ``src/longrange/presets/_fidelity.yaml`` lists, for every preset, each published field: the value
 the source gives, where (file and line, or paper section), and our value where it differs with the
-reason. These tests resolve every preset and compare each listed field, so a preset edited away
-from its source (or a source entry edited without the preset) fails; a preset without an entry
-fails too. ``docs/fidelity.md`` is generated from the same file:
+reason (its format: ``longrange.experiment.fidelity``). These tests resolve every preset and
+compare each listed field, so a preset edited away from its source (or a source entry edited
+without the preset) fails; a preset without an entry fails too. ``docs/fidelity.md`` (the
+differences, by preset family) is generated from the same file, and ``longrange presets
+--fidelity NAME`` prints one preset's every field:
 
     PYTHONPATH=src python tests/experiment/test_fidelity.py --write      # regenerate docs/fidelity.md
-
-File format (see the header of _fidelity.yaml)::
-
-    sources: {ABBREVIATION: what it stands for}
-    shared: {NAME: [entry, ...]}               # entry lists included by several presets
-    presets:
-      NAME:
-        row: the published row (table, task), or null for presets that reproduce no row
-        note: optional text
-        include: [shared NAME, ...]
-        fields: [entry, ...]                   # a field given here replaces an included one
-
-    entry: {field: dotted.path, published: VALUE, as: "how the source writes it",
-            ours: VALUE (only where it differs), at: "SOURCE file:line", why: "reason for ours"}
-           or, for what no config field expresses, {name: text, published: text, ours: text, at, why}
 
 Dotted paths: ``model.X`` (the finetuning/scratch model; ``norm`` and ``prenorm`` resolved to the
 block's defaults where unset, ``primitive_options.X`` to the primitive's), ``pretrain_model.X``
@@ -33,48 +20,34 @@ dicts (``model.primitive_options.l_max``).
 from __future__ import annotations
 
 import dataclasses
-import math
+import re
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 import longrange.data  # noqa: F401  (registers the tasks)
 from longrange.data.tasks import get_spec, task_options
 from longrange.experiment.config import ExperimentConfig, list_presets, resolve
+from longrange.experiment.fidelity import (
+    WRITE_COMMAND,
+    differences_page,
+    differs,
+    entry_cells,
+    entry_key,
+    expand,
+    family_papers,
+    load_fidelity,
+    preset_listing,
+    same,
+)
 from longrange.models.registry import PRIMITIVES
 
-FIDELITY = resources.files("longrange") / "presets" / "_fidelity.yaml"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fidelity.md"
 ENTRY_KEYS = {"field", "name", "published", "as", "ours", "at", "why"}
 PRESET_KEYS = {"row", "note", "include", "fields"}
 _MISSING = object()
-
-
-def load_fidelity() -> dict[str, Any]:
-    data = yaml.safe_load(FIDELITY.read_text())
-    assert set(data) == {"sources", "shared", "presets"}, f"fidelity.yaml top-level keys: {sorted(data)}"
-    return data
-
-
-def entry_key(entry: dict[str, Any]) -> str:
-    return entry.get("field") or entry["name"]
-
-
-def expand(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    """The entries of a preset: its includes in order, then its own fields (replacing same keys)."""
-    spec = data["presets"][name]
-    out: dict[str, dict[str, Any]] = {}
-    for shared in spec.get("include") or []:
-        assert shared in data["shared"], f"{name}: unknown shared list {shared!r}"
-        for entry in data["shared"][shared]:
-            out[entry_key(entry)] = entry
-    for entry in spec.get("fields") or []:
-        out[entry_key(entry)] = entry
-    return list(out.values())
 
 
 # --------------------------------------------------------------------------- field values
@@ -118,18 +91,6 @@ def field_value(exp: ExperimentConfig, path: str) -> Any:
     if head == "compare":
         return _walk(exp.compare, rest, path)
     raise KeyError(f"{path}: unknown section {head!r}")
-
-
-def same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    return a == b
 
 
 # --------------------------------------------------------------------------------- tests
@@ -288,74 +249,124 @@ def test_no_reason_names_a_limitation_the_config_now_expresses():
 
 
 # ------------------------------------------------------------------------------- the doc
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    if value is None:
-        return "null"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
-    return str(value)
+def family_sections(page: str) -> dict[str, str]:
+    """The text of each family's section of the page (``## `family/` ...`` up to the next)."""
+    parts = re.split(r"^## `([^`]+)/`.*$", page, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def expand_names(cell: str) -> list[str]:
+    """The preset names of a page's presets cell: ```a/{b, c}`<br>`d/e``` -> a/b, a/c, d/e."""
+    names = []
+    for group in cell.split("<br>"):
+        group = group.strip().strip("`")
+        folder, brace, rest = group.partition("{")
+        names += [folder + last.strip() for last in rest.rstrip("}").split(",")] if brace else [group]
+    return names
 
 
-def render_markdown(data: dict[str, Any]) -> str:
-    lines = [
-        "# Fidelity of the presets to the published configurations",
-        "",
-        "Generated from `src/longrange/presets/_fidelity.yaml` by",
-        "`PYTHONPATH=src python tests/experiment/test_fidelity.py --write`; do not edit by hand.",
-        "`tests/experiment/test_fidelity.py` resolves every preset and checks each field below, and",
-        "fails for a preset without an entry. For every preset: each published field, where it is",
-        "published, the source's value, ours, and \"same\" or the reason for the difference. Where a",
-        "paper and its code disagree the presets follow the code; both are named.",
-        "",
-        "Sources:",
-        "",
-    ]
-    for key, text in data["sources"].items():
-        lines.append(f"- **{key}**: {text}")
-    group = None
-    for name in sorted(data["presets"]):
-        spec = data["presets"][name]
-        top = name.split("/")[0]
-        if top != group:
-            group = top
-            lines += ["", f"## `{group}/`", ""]
-        lines += [f"### `{name}`", ""]
-        lines.append(f"Reproduces: {spec['row']}." if spec["row"] else "Reproduces no published row.")
-        if spec.get("note"):
-            lines.append("")
-            lines.append(spec["note"].strip())
-        entries = expand(data, name)
-        if entries:
-            lines += ["", "| field | published | where | ours | |", "|---|---|---|---|---|"]
-            for e in entries:
-                field = f"`{e['field']}`" if "field" in e else e["name"]
-                published = _fmt(e["published"]) + (f" ({e['as']})" if e.get("as") else "")
-                differs = "ours" in e and ("name" in e or not same(e["ours"], e["published"]))
-                ours = _fmt(e["ours"]) if "ours" in e else _fmt(e["published"])
-                status = e["why"] if differs else "same"
-                lines.append("| " + " | ".join(_cell(x) for x in (field, published, e["at"], ours, status)) + " |")
-        lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+def difference_rows(section: str) -> dict[str, list[str]]:
+    """The rows of a family's differences table: the row without its presets cell -> the presets."""
+    rows = {}
+    for line in section.partition("### Differences in")[2].splitlines()[1:]:
+        if line.startswith("| ") and not line.startswith("| field |"):
+            head, _, cell = line[:-2].rpartition(" | ")
+            rows[head + " |"] = sorted(expand_names(cell))
+    return rows
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+PAGE = differences_page(DATA)
 
 
 def test_the_doc_is_generated_from_fidelity_yaml():
-    assert DOC.is_file(), "docs/fidelity.md is missing; run: PYTHONPATH=src python tests/experiment/test_fidelity.py --write"
-    assert DOC.read_text() == render_markdown(DATA), (
-        "docs/fidelity.md is out of date; run: PYTHONPATH=src python tests/experiment/test_fidelity.py --write")
+    assert DOC.is_file(), f"docs/fidelity.md is missing; run: {WRITE_COMMAND}"
+    assert DOC.read_text() == PAGE, f"docs/fidelity.md is out of date; run: {WRITE_COMMAND}"
+
+
+def test_the_page_lists_every_difference_of_every_preset_and_nothing_the_same():
+    sections = family_sections(PAGE)
+    assert sorted(sections) == sorted({n.split("/")[0] for n in DATA["presets"]})
+    listed = {family: difference_rows(text) for family, text in sections.items()}
+    expected: dict[str, dict[str, list[str]]] = {}
+    for name in sorted(DATA["presets"]):
+        family = name.split("/")[0]
+        for entry in expand(DATA, name):
+            if differs(entry):
+                expected.setdefault(family, {}).setdefault(_row((*entry_cells(entry), entry["why"])), []).append(name)
+    for family, rows in listed.items():
+        # Every differing entry of every preset, on a row that names the preset; no other row.
+        assert rows == expected.get(family, {}), family
+    n_same = n_diff = 0
+    for name in DATA["presets"]:
+        entries = expand(DATA, name)
+        n_same += sum(not differs(e) for e in entries)
+        n_diff += sum(differs(e) for e in entries)
+    assert n_diff == sum(len(p) for rows in listed.values() for p in rows.values()) > 0
+    # No row says "same": the same fields are counted, one number per preset.
+    assert not re.search(r"\| same \|$", PAGE, re.MULTILINE) and "| preset | reproduces | fields the same |" in PAGE
+    assert f"{n_same:,} the same and {n_diff:,} different" in PAGE
+
+
+def test_the_page_counts_the_same_fields_per_preset_and_keeps_every_note():
+    for name, spec in DATA["presets"].items():
+        entries = expand(DATA, name)
+        n = sum(differs(e) for e in entries)
+        counts = f" | {len(entries) - n:,} | {n:,} |" if entries else " |  |  |"
+        assert _row((f"`{name}`", spec["row"] or "no published row")) + counts[2:] in PAGE, name
+        if spec.get("note"):
+            assert f"- `{name}`: {spec['note'].strip()}" in PAGE, name
+
+
+def test_the_page_groups_by_family_with_its_paper():
+    sections = family_sections(PAGE)
+    assert list(sections) == sorted(sections)
+    assert re.search(r"^## `spt/`: Amos, Berant & Gupta, Never Train from Scratch", PAGE, re.MULTILINE)
+    assert re.search(r"^## `demo/`: the settings of `longrange demo`", PAGE, re.MULTILINE)
+    papers = family_papers(sorted(DATA["presets"]))
+    assert papers["mamba"].startswith("Gu & Dao") and papers["s4"].startswith("Gu, Goel")
+
+
+def test_the_command_lists_every_field_of_a_preset(capsys):
+    from longrange.cli import main
+
+    name = "spt/listops/s4"
+    entries = expand(DATA, name)
+    assert any(differs(e) for e in entries) and any(not differs(e) for e in entries)
+    assert main(["presets", "--fidelity", name]) == 0
+    out = capsys.readouterr().out
+    assert out == preset_listing(name, DATA)
+    for entry in entries:  # the same ones included
+        status = entry["why"] if "ours" in entry else "same"
+        assert _row((*entry_cells(entry), status)) in out, entry_key(entry)
+    n = sum(differs(e) for e in entries)
+    assert f"{len(entries)} published fields: {len(entries) - n} the same, {n} differ" in out
+    assert "- **SPT-paper**: " in out and "- **LRA**" not in out  # the sources it cites
+    # A preset that reproduces no row keeps its note.
+    name = next(n for n, spec in DATA["presets"].items() if spec["row"] is None)
+    assert DATA["presets"][name]["note"].strip() in preset_listing(name, DATA)
+
+
+def test_the_command_names_the_closest_presets_for_an_unknown_one(capsys):
+    from longrange.cli import main
+
+    assert main(["presets", "--fidelity", "spt/listops/s44"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown preset 'spt/listops/s44' (did you mean spt/listops/s4" in err
+    assert "`longrange presets` lists them" in err
+    assert main(["presets", "spt/", "--fidelity", "spt/listops/s4"]) == 1
+    assert "--fidelity" in capsys.readouterr().err
+    from longrange.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'spt/listops/s4' has no entry in presets/_fidelity.yaml"):
+        preset_listing("spt/listops/s4", {**DATA, "presets": {}})
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: PYTHONPATH=src python tests/experiment/test_fidelity.py --write")
-    DOC.write_text(render_markdown(load_fidelity()))
+        sys.exit(f"usage: {WRITE_COMMAND}")
+    DOC.write_text(differences_page(load_fidelity()))
     print(f"wrote {DOC}")

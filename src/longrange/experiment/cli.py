@@ -197,25 +197,12 @@ def parse_train_subsets(text: str | None) -> list[float | int] | None:
     return out
 
 
-#: What a family of presets is when its presets cite no paper.
-PRESET_FAMILIES = {"demo": "the settings of `longrange demo`: demo/recall/* (the default, and the recall study's "
-                          "other models) and the ListOps demo"}
-
-
-def _cited(source: str) -> tuple[str, str]:
-    """(the paper, where in it) of a preset's ``source``: ``Authors, Title (venue)`` and ``Table 2``."""
-    first = source.split(";")[0].strip()
-    end = first.find(")")
-    if end < 0:
-        return first, ""
-    return first[:end + 1], first[end + 1:].strip(" ,")
-
-
 def presets_text(prefix: str = "", full: bool = False) -> str:
     """``longrange presets``: the presets grouped by family (the first part of their names), each group
     headed by the paper its presets come from, one short line per preset (``full``: with its whole
     source, files and lines)."""
     from longrange.experiment.config import experiment_from_dict, list_presets, load_preset
+    from longrange.experiment.fidelity import cited, family_paper
 
     groups: dict[str, list] = {}
     for name in list_presets():
@@ -224,15 +211,14 @@ def presets_text(prefix: str = "", full: bool = False) -> str:
         groups.setdefault(name.split("/")[0], []).append((name, experiment_from_dict(load_preset(name))))
     lines = []
     for family, items in groups.items():
-        papers = [_cited(exp.source)[0] for _, exp in items if exp.source]
-        paper = max(set(papers), key=papers.count) if papers else PRESET_FAMILIES.get(family, "")
+        paper = family_paper(family, [exp.source for _, exp in items])
         lines.append(f"{family}/ ({len(items)} preset{'s' if len(items) != 1 else ''}){': ' + paper if paper else ''}")
         width = max(len(name) for name, _ in items)
         tasks = max(len(exp.task.name) for _, exp in items)
         models = max(len(exp.model.describe()) for _, exp in items)
         for name, exp in items:
-            cited, where = _cited(exp.source)
-            where = where if cited == paper else f"{cited}, {where}".strip(", ")
+            its_paper, where = cited(exp.source)
+            where = where if its_paper == paper else f"{its_paper}, {where}".strip(", ")
             where = where if len(where) <= 32 else where[:31] + "…"
             lines.append(f"  {name:{width}s}  {exp.task.name:{tasks}s}  {exp.model.describe():{models}s}  {where}".rstrip())
             if full and exp.source:
@@ -240,11 +226,19 @@ def presets_text(prefix: str = "", full: bool = False) -> str:
         lines.append("")
     count = sum(len(v) for v in groups.values())
     lines.append(f"{count} presets: name, task, model, and where in the paper (`longrange presets --long`: the "
-                 "sources, files and lines; `longrange params --preset NAME`: its size)")
+                 "sources, files and lines; `longrange presets --fidelity NAME`: every published field against ours; "
+                 "`longrange params --preset NAME`: its size)")
     return "\n".join(lines)
 
 
 def _presets(args: argparse.Namespace) -> int:
+    if args.fidelity:
+        from longrange.experiment.fidelity import preset_listing
+
+        if args.prefix or args.long:
+            raise ConfigError("--fidelity NAME prints one preset's fields: give it without a prefix or --long")
+        print(preset_listing(args.fidelity), end="")
+        return 0
     print(presets_text(args.prefix, args.long))
     return 0
 
@@ -317,6 +311,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("presets", help="list the built-in experiment presets")
     p.add_argument("prefix", nargs="?", default="", help="only presets whose name starts with this")
     p.add_argument("--long", action="store_true", help="also each preset's full source (paper, files and lines)")
+    p.add_argument("--fidelity", metavar="NAME", help="the preset's every published field: the source's value, where "
+                   "it is published, ours, and \"same\" or why ours differs (docs/fidelity.md lists the differences)")
     p.set_defaults(func=_presets)
 
     p = sub.add_parser("demo", help="scratch vs causal SPT for a Transformer and a DLR on a generated associative "
