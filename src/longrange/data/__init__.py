@@ -41,6 +41,7 @@ TASK_MODULES = (
     "longrange.data.bidmc",
     "longrange.data.species",
     "longrange.data.synthetic",
+    "longrange.data.mad",
     # generators, which register themselves for their tasks (``task.generate``)
     "longrange.data.generate.listops",
     "longrange.data.generate.pathfinder",
