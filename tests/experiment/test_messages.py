@@ -222,7 +222,7 @@ def test_presets_are_grouped_labelled_and_short(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out.splitlines()
     heads = [line for line in out if line and not line.startswith(" ")]
-    assert heads[0].startswith("demo/ (13 presets): the settings of `longrange demo`")
+    assert heads[0].startswith("demo/ (16 presets): the settings of `longrange demo`")
     assert "spt/ (" in "".join(heads) and any("Amos, Berant & Gupta, Never Train from Scratch (ICLR 2024)" in h for h in heads)
     rows = [line for line in out if line.startswith("  ")]
     assert all(len(line) <= 160 for line in out) and "github" not in "\n".join(rows).lower()
