@@ -226,7 +226,8 @@ def presets_text(prefix: str = "", full: bool = False) -> str:
         lines.append("")
     count = sum(len(v) for v in groups.values())
     lines.append(f"{count} presets: name, task, model, and where in the paper (`longrange presets --long`: the "
-                 "sources, files and lines; `longrange presets --fidelity NAME`: every published field against ours; "
+                 "sources, files and lines;")
+    lines.append("`longrange presets --fidelity NAME`: every published field against ours; "
                  "`longrange params --preset NAME`: its size)")
     return "\n".join(lines)
 
