@@ -96,13 +96,18 @@ def test_compile_is_a_train_setting_left_out_of_identities_at_its_default():
 
 def test_a_path_with_a_space_is_a_clear_error_before_any_step_on_the_cpu(monkeypatch, tmp_path):
     """Inductor's C++ build passes these paths unquoted ("ld: cannot find ..."): train.compile on the CPU
-    says so up front; the tests that compile CPU code skip with the same reason (fixture inductor_cpu)."""
-    import sys
+    says so up front; the tests that compile CPU code skip with the same reason (fixture inductor_cpu).
+    The paths are set here, so the test does not depend on the folder it runs in."""
+    import longrange.train.compile as compile_module
+    from longrange.train.compile import Compilation, build_paths, cpp_build_blocker
 
-    from longrange.train.compile import Compilation, cpp_build_blocker
-
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(sys, "prefix", "/home/user/My Projects/longrange/.venv")
+    clean = {"PyTorch's package": "/opt/venv/site-packages/torch", "the environment's prefix": "/opt/venv",
+             "Python's headers": "/usr/include/python3", "Python's library directory": "/usr/lib",
+             "Inductor's cache directory": "/tmp/inductor"}
+    monkeypatch.setattr(compile_module, "build_paths", lambda: dict(clean))
+    assert cpp_build_blocker() is None
+    monkeypatch.setattr(compile_module, "build_paths",
+                        lambda: {**clean, "the environment's prefix": "/home/user/My Projects/longrange/.venv"})
     assert "the environment's prefix '/home/user/My Projects/longrange/.venv' holds whitespace" in cpp_build_blocker()
     with pytest.raises(ConfigError, match=r"train.compile on the CPU: the environment's prefix .* holds whitespace.*"
                                           r"set train.compile false"):
@@ -111,9 +116,12 @@ def test_a_path_with_a_space_is_a_clear_error_before_any_step_on_the_cpu(monkeyp
         compile_model(_model(FAST))
     Compilation(False, "cpu")  # eager: nothing is built
     Compilation(True, "cuda")  # Inductor builds Triton kernels there, not C++
-    monkeypatch.setattr(sys, "prefix", "/opt/venv")
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor cache"))
+    monkeypatch.setattr(compile_module, "build_paths",
+                        lambda: {**clean, "Inductor's cache directory": str(tmp_path / "inductor cache")})
     assert "Inductor's cache directory" in cpp_build_blocker()
+    # the real paths: Inductor's cache directory is where TORCHINDUCTOR_CACHE_DIR says
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    assert build_paths()["Inductor's cache directory"] == str(tmp_path / "cache")
 
 
 # --------------------------------------------------------------------------------------------

@@ -132,12 +132,10 @@ def compile_options(device: torch.device | str) -> dict[str, Any]:
     return options
 
 
-def cpp_build_blocker() -> str | None:
-    """Why Inductor cannot build CPU code here, or None: the path with whitespace that it would pass
-    to the compiler or linker, which PyTorch writes into the command line unquoted (``-L/a b/torch/lib``
-    reaches ``ld`` as ``-L/a`` and ``b/torch/lib``: "ld: cannot find ..."). Those paths are PyTorch's
-    own (its headers and libraries), Python's headers and library directory, the environment's prefix
-    and Inductor's cache directory (where the generated code is built)."""
+def build_paths() -> dict[str, str]:
+    """The paths Inductor's C++ build passes to the compiler or linker, by what they are: PyTorch's
+    own package (its headers and libraries), the environment's prefix, Python's headers and library
+    directory, and Inductor's cache directory (where the generated code is built)."""
     import os
     import sys
     import sysconfig
@@ -151,7 +149,14 @@ def cpp_build_blocker() -> str | None:
         paths["Inductor's cache directory"] = cache_dir()
     except Exception:  # pragma: no cover - an older PyTorch keeps it elsewhere
         pass
-    for what, path in paths.items():
+    return paths
+
+
+def cpp_build_blocker() -> str | None:
+    """Why Inductor cannot build CPU code here, or None: the path of :func:`build_paths` with
+    whitespace, which PyTorch writes into the command line unquoted (``-L/a b/torch/lib`` reaches
+    ``ld`` as ``-L/a`` and ``b/torch/lib``: "ld: cannot find ...")."""
+    for what, path in build_paths().items():
         if any(c.isspace() for c in str(path)):
             return (f"{what} {path!r} holds whitespace, which PyTorch Inductor's C++ build passes to the compiler "
                     "and linker unquoted, so compiled CPU code cannot be built")
