@@ -101,14 +101,15 @@ def test_a_path_with_a_space_is_a_clear_error_before_any_step_on_the_cpu(monkeyp
     import longrange.train.compile as compile_module
     from longrange.train.compile import Compilation, build_paths, cpp_build_blocker
 
-    clean = {"PyTorch's package": "/opt/venv/site-packages/torch", "the environment's prefix": "/opt/venv",
-             "Python's headers": "/usr/include/python3", "Python's library directory": "/usr/lib",
-             "Inductor's cache directory": "/tmp/inductor"}
+    root = tmp_path / "clean"
+    clean = {what: str(root / name) for what, name in (
+        ("PyTorch's package", "torch"), ("the environment's prefix", "venv"), ("Python's headers", "include"),
+        ("Python's library directory", "lib"), ("Inductor's cache directory", "inductor"))}
     monkeypatch.setattr(compile_module, "build_paths", lambda: dict(clean))
     assert cpp_build_blocker() is None
-    monkeypatch.setattr(compile_module, "build_paths",
-                        lambda: {**clean, "the environment's prefix": "/home/user/My Projects/longrange/.venv"})
-    assert "the environment's prefix '/home/user/My Projects/longrange/.venv' holds whitespace" in cpp_build_blocker()
+    spaced = str(tmp_path / "My Projects" / ".venv")
+    monkeypatch.setattr(compile_module, "build_paths", lambda: {**clean, "the environment's prefix": spaced})
+    assert f"the environment's prefix {spaced!r} holds whitespace" in cpp_build_blocker()
     with pytest.raises(ConfigError, match=r"train.compile on the CPU: the environment's prefix .* holds whitespace.*"
                                           r"set train.compile false"):
         Compilation(True, "cpu")
