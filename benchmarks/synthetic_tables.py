@@ -141,7 +141,7 @@ TINY = Scale(["simple-s6", "h3-s4", "hyena", "attention-rope"], 24, ["simple-s6"
 
 
 @dataclass
-class Cell:
+class GridCell:
     """One training run of a grid: a preset with overrides, under its own label, from one seed (the
     runs of one label with different seeds are one experiment of the plan)."""
 
@@ -164,18 +164,18 @@ def _label(preset: str) -> str:
     return resolve(preset).label
 
 
-def copying_cell(model: str, length: int, scale: Scale) -> Cell:
+def copying_cell(model: str, length: int, scale: Scale) -> GridCell:
     preset = f"mamba/selective-copying/cpu/{model}"
     over = [f"task.options.seq_len={length}", *scale.copying]
     if model.endswith(("-s4", "hyena")):  # S4's kernel and Hyena's filters are defined at the task's length
         over.append(f"model.primitive_options.l_max={length}")
-    cell = Cell(model, preset, f"{_label(preset)} L={length}", over, {"seq_len": length})
+    cell = GridCell(model, preset, f"{_label(preset)} L={length}", over, {"seq_len": length})
     options = cell.experiment().task.options
     cell.info.update(n_tokens=options["n_tokens"], vocab_size=options["vocab_size"])
     return cell
 
 
-def copying_cells(scale: Scale, which: str) -> list[Cell]:
+def copying_cells(scale: Scale, which: str) -> list[GridCell]:
     """table1: every model at the table's length; lengths: the length models at every length, the
     shortest first (attention at the longest last: the dearest run)."""
     if which == "table1":
@@ -183,7 +183,7 @@ def copying_cells(scale: Scale, which: str) -> list[Cell]:
     return [copying_cell(m, length, scale) for length in scale.lengths for m in scale.length_models]
 
 
-def induction_cells(scale: Scale) -> list[Cell]:
+def induction_cells(scale: Scale) -> list[GridCell]:
     """Every model at every training length and seed: the shorter length first, each model's seeds
     together. S4's kernel is defined at the training length; a layer defined over at most ``l_max``
     positions (Hyena's filter) gets the longest test length, so that it can be evaluated there."""
@@ -197,13 +197,13 @@ def induction_cells(scale: Scale) -> list[Cell]:
             if m in FIXED_SPAN_MODELS:
                 over.append(f"model.primitive_options.l_max={max(scale.extrapolation)}")
             label = f"{_label(preset)} L={length}"
-            vocab = Cell(m, preset, label, over, {}).experiment().task.options["vocab_size"]
-            cells += [Cell(m, preset, label, over, {"seq_len": length, "vocab_size": vocab}, seed)
+            vocab = GridCell(m, preset, label, over, {}).experiment().task.options["vocab_size"]
+            cells += [GridCell(m, preset, label, over, {"seq_len": length, "vocab_size": vocab}, seed)
                       for seed in scale.induction_seeds]
     return cells
 
 
-def mqar_cells(scale: Scale, widths: list[int]) -> list[Cell]:
+def mqar_cells(scale: Scale, widths: list[int]) -> list[GridCell]:
     cells = []
     for width in widths:
         for length, pairs in scale.mqar_cells:
@@ -213,13 +213,13 @@ def mqar_cells(scale: Scale, widths: list[int]) -> list[Cell]:
                         f"train.batch_size={max(1, scale.mqar_tokens // length)}", *scale.mqar, f"model.d_model={width}"]
                 if m == "attention":
                     over.append(f"model.max_len={length}")
-                cells.append(Cell(m, preset, f"{_label(preset)} L={length} d={width}", over,
+                cells.append(GridCell(m, preset, f"{_label(preset)} L={length} d={width}", over,
                                   {"seq_len": length, "n_pairs": pairs, "d_model": width}))
     return cells
 
 
 # ------------------------------------------------------------------------------ running a grid
-def plan_of(cells: list[Cell]):
+def plan_of(cells: list[GridCell]):
     """The grid's plan: each cell's training from scratch at its seed, no self-pretraining."""
     from longrange.experiment.plan import Plan, plan_grid
 
@@ -231,7 +231,7 @@ def plan_of(cells: list[Cell]):
                                    and (plan.experiments[s.experiment].label, s.seed) in wanted])
 
 
-def run_grid(cells: list[Cell], grid: list[Cell], out_dir: Path, jobs: int) -> list[str]:
+def run_grid(cells: list[GridCell], grid: list[GridCell], out_dir: Path, jobs: int) -> list[str]:
     """Train ``cells`` (a part of ``grid``, whose plan is saved) with ``jobs`` local workers of one
     thread each; returns the ids of the stages that did not finish."""
     from longrange.experiment.backends import LocalWorkers
@@ -252,14 +252,14 @@ def run_grid(cells: list[Cell], grid: list[Cell], out_dir: Path, jobs: int) -> l
     return [i for i, o in outcome.items() if o is not Outcome.DONE]
 
 
-def stage_dir(out_dir: Path, cell: Cell) -> Path:
+def stage_dir(out_dir: Path, cell: GridCell) -> Path:
     from longrange.experiment.plan import slug
 
     exp = cell.experiment()
     return out_dir / slug(exp.task.name) / slug(exp.label) / "scratch" / f"seed{cell.seed}"
 
 
-def run_row(table: str, cell: Cell, out_dir: Path) -> dict[str, Any]:
+def run_row(table: str, cell: GridCell, out_dir: Path) -> dict[str, Any]:
     """A cell's settings and, once finished, its result (None fields while it is not)."""
     from longrange.report.collect import read_run
     from longrange.train.rundir import RunDir, RunState
@@ -301,7 +301,7 @@ def evaluated(out_dir: Path) -> set[tuple[str, int]]:
     return done
 
 
-def extrapolation_groups(cells: list[Cell], out_dir: Path, scale: Scale) -> list[tuple[list[int], int, list[str]]]:
+def extrapolation_groups(cells: list[GridCell], out_dir: Path, scale: Scale) -> list[tuple[list[int], int, list[str]]]:
     """(lengths, test sequences, runs) of each ``longrange extrapolate`` command: the finished runs
     (attention up to ``attention_max``) not yet evaluated at a length, at consecutive lengths that
     share the runs and the number of sequences."""
@@ -328,7 +328,7 @@ def extrapolation_dir(out_dir: Path, lengths: list[int], part: int = 1) -> Path:
     return out_dir / "extrapolation" / ("L" + "-".join(str(n) for n in lengths) + ("" if part == 1 else f"-part{part}"))
 
 
-def extrapolate(cells: list[Cell], out_dir: Path, scale: Scale) -> list[str]:
+def extrapolate(cells: list[GridCell], out_dir: Path, scale: Scale) -> list[str]:
     """``longrange extrapolate`` of the finished runs at every length they have not been evaluated at
     (however the output directory was named), one command per group of :func:`extrapolation_groups`,
     each into a folder of its own. Returns the groups whose command failed."""
@@ -350,7 +350,7 @@ def extrapolate(cells: list[Cell], out_dir: Path, scale: Scale) -> list[str]:
     return failed
 
 
-def extrapolation_rows(cells: list[Cell], out_dir: Path, scale: Scale) -> list[dict[str, Any]]:
+def extrapolation_rows(cells: list[GridCell], out_dir: Path, scale: Scale) -> list[dict[str, Any]]:
     """One row per run and length: the test accuracy, the sequences and seconds, or why none."""
     # matched however the output directory was named; each row names its run as the grid's rows do
     by_run = {str(stage_dir(out_dir, c).resolve()): c for c in cells}
@@ -564,7 +564,7 @@ def write_results(name: str, data: dict[str, Any], markdown: str, results: Path)
     print(f"wrote {results / f'synthetic_{name}.json'} and .md", file=sys.stderr)
 
 
-def copying_grid(scale: Scale) -> list[Cell]:
+def copying_grid(scale: Scale) -> list[GridCell]:
     grid = copying_cells(scale, "table1")
     labels = {c.label for c in grid}
     return grid + [c for c in copying_cells(scale, "lengths") if c.label not in labels]

@@ -6,7 +6,8 @@ import pytest
 
 from longrange import smoke
 from longrange.cli import main
-from longrange.data.tasks import _generated, data_identity, load_task
+from longrange.data.generated import generated_configuration as _generated
+from longrange.data.tasks import data_identity, load_task
 from longrange.errors import ConfigError
 from longrange.experiment.config import resolve
 from longrange.experiment.plan import plan_grid

@@ -15,7 +15,7 @@ from longrange.data.tokenize import EOS_ID, Vocabulary
 from longrange.errors import ConfigError
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
-from longrange.report.extrapolation import Cell, RunRow, Sweep, option_sweep, sweep_table, write_sweep
+from longrange.report.extrapolation import RunRow, Sweep, ValueResult, option_sweep, sweep_table, write_sweep
 from longrange.train.trained import load_run
 
 TASK = "toy-length"
@@ -153,6 +153,6 @@ def test_every_metric_of_an_objective_flows_through_unchanged(tmp_path):
 
 
 def test_table_of_a_sweep_with_no_evaluated_cell_still_renders():
-    row = RunRow("r", "r", "t", "accuracy", 16, [Cell(32, error="too long"), Cell(64, error="too long")])
+    row = RunRow("r", "r", "t", "accuracy", 16, [ValueResult(32, error="too long"), ValueResult(64, error="too long")])
     table = sweep_table(Sweep("seq_len", [32, 64], "test", {}, [row]))
     assert table.rows == [["r", "t", "16", "— (1)", "— (1)"]] and table.notes == ["- (1) too long"]

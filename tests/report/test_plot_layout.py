@@ -190,7 +190,7 @@ def test_extrapolation_plot_of_many_lengths_and_runs_never_overlaps(tmp_path, mo
     from longrange.report import extrapolation as E
 
     rows = [E.RunRow(f"runs/{i}", f"{label}, seed {i % 3}", "listops", "accuracy", values[len(values) // 2],
-                     [E.Cell(v, {"accuracy": 0.3 + 0.02 * i + 0.01 * k}) for k, v in enumerate(values)])
+                     [E.ValueResult(v, {"accuracy": 0.3 + 0.02 * i + 0.01 * k}) for k, v in enumerate(values)])
             for i, label in enumerate(LABELS)]
     closed = _closed_figures(monkeypatch)
     E.sweep_plot(E.Sweep("seq_len", values, "test", {}, rows), tmp_path / "extrapolation.png")

@@ -415,7 +415,7 @@ def measured_cpu_peak(exp, stage: str = "train", objective: str | None = None, *
 # The plan
 # ------------------------------------------------------------------------------------------------
 @dataclass
-class Plan:
+class StepPlan:
     """A stage's training step planned for a GPU (every figure predicted, not measured)."""
 
     preset: str
@@ -567,7 +567,7 @@ def planned_steps(exp, stage: str = "train", batch: int | None = None, items: in
 
 def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", objective: str | None = None,
                batch: int | None = None, vocab: int | None = None, seq_len: int | None = None,
-               find_max_batch: bool = True, items: int | None = None) -> Plan:
+               find_max_batch: bool = True, items: int | None = None) -> StepPlan:
     """Plan one training step of ``exp``'s ``stage`` on ``gpu`` at ``batch`` (default its
     ``train.batch_size``): see the module docstring. ``find_max_batch=False`` leaves the largest
     batch unsearched (``max_batch`` None) when the batch fits: one fake step instead of three or more.
@@ -602,7 +602,7 @@ def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", 
 
     kind = resolve_stage(exp, stage, objective=objective).objective
     steps, steps_how = planned_steps(exp, stage, batch, items)
-    return Plan(name or exp.label, stage, kind, gpu, train_cfg.precision, batch, whole.seq_len, whole.inputs,
+    return StepPlan(name or exp.label, stage, kind, gpu, train_cfg.precision, batch, whole.seq_len, whole.inputs,
                 whole.parameters, batch // a, accumulation, fits, whole.peak, accumulated_peak, max_batch, usable,
                 flops, moved, per_step(reference.time, "fwdbwd"), per_step(reference.time, "fwdbwd_compute"),
                 moved / gpu.bandwidth, whole.kernels, steps, steps_how)

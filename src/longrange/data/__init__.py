@@ -15,6 +15,7 @@ from longrange.data.batch import IGNORE_INDEX, PAD_ID, collate, padding_mask
 from longrange.data.tasks import (
     GENERATORS,
     TASKS,
+    DataState,
     SequenceDataset,
     TaskData,
     TaskSpec,
@@ -55,7 +56,7 @@ for _name in TASK_MODULES:
 
 __all__ = [
     "CLS_ID", "EOS_ID", "FIRST_TOKEN_ID", "GENERATORS", "IGNORE_INDEX", "MASK_ID", "PAD_ID", "SPECIALS", "TASKS", "UNK_ID",
-    "SequenceDataset", "TaskData", "TaskSpec", "Vocabulary", "collate", "data_state", "ensure_generated",
+    "DataState", "SequenceDataset", "TaskData", "TaskSpec", "Vocabulary", "collate", "data_state", "ensure_generated",
     "get_spec", "list_tasks", "load_task", "padding_mask", "register_generator", "register_task", "task_options",
     "task_status",
 ]

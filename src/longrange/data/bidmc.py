@@ -91,7 +91,7 @@ def read_bidmc_split(x_path: Path, y_path: Path, skip_bad: bool = False) -> tupl
 
 
 def bidmc_spec(name: str = "bidmc", target: str = "RR", split: str = "reshuffle"):
-    from longrange.data.tasks import TaskSpec
+    from longrange.data.spec import TaskSpec
 
     t = _target(target)
     _split_name(split)
@@ -105,7 +105,7 @@ def bidmc_spec(name: str = "bidmc", target: str = "RR", split: str = "reshuffle"
 
 def load_bidmc(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, target: str = "RR", split: str = "reshuffle"):
     """Load one BIDMC target as TaskData (arrays are small; no cache)."""
-    from longrange.data.tasks import SequenceDataset, TaskData
+    from longrange.data.dataset import SequenceDataset, TaskData
 
     d = find_bidmc_dir(data_dir, target, split)
     parts, skipped = {}, {}
@@ -124,7 +124,7 @@ def expected_paths(data_dir: Path, target: str = "RR", split: str = "reshuffle",
 
 
 def _register() -> None:
-    from longrange.data.tasks import register_task
+    from longrange.data.registry import register_task
 
     register_task("bidmc", lambda **o: bidmc_spec("bidmc", **o),
                   lambda data_dir, spec, seed=0, skip_bad=False, **o: load_bidmc(data_dir, spec, seed, skip_bad, **o),

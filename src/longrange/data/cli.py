@@ -84,12 +84,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from longrange.data import get_spec, task_options, task_status
-    from longrange.data.tasks import default_data_dir, generator
+    from longrange.data.generated import generator
+    from longrange.data.registry import get_spec, task_options
+    from longrange.data.state import data_state
 
     options = parse_task_options(args.task, args.options)
     spec = get_spec(args.task, **options)
-    present, lines = task_status(args.task, args.data_dir, **options)
+    state = data_state(args.task, args.data_dir, **options)
+    present, lines = state.present, state.file_lines()
     resolved = {**task_options(args.task), **options}
     print(f"{spec.name}: {spec.description}")
     print(f"  inputs:      {spec.input_kind}{' (two sequences)' if spec.two_sequences else ''}, length {spec.seq_len}"
@@ -106,7 +108,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if resolved:
         print("  options:     " + ", ".join(f"{k}={v}" for k, v in sorted(resolved.items())))
     print(f"  layout:      {spec.layout}")
-    print(f"  data dir:    {default_data_dir(args.data_dir)}")
+    print(f"  data dir:    {state.data_dir}")
     print(f"  status:      {'present' if present else 'MISSING'}")
     for line in lines:
         print(f"    {line}")

@@ -14,14 +14,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from longrange.data.cache import cached
-from longrange.data.tasks import (
-    BadRecords,
-    SequenceDataset,
-    TaskData,
-    TaskSpec,
-    require_files,
-    unpack_split,
-)
+from longrange.data.dataset import SequenceDataset, TaskData, unpack_split
+from longrange.data.reading import BadRecords, require_files
+from longrange.data.spec import TaskSpec
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError
 
@@ -42,7 +37,7 @@ def prepared_splits(data_dir: Path, name: str, sources: Sequence[Path], options:
                     version: int, splits: Sequence[str]) -> tuple[dict, dict[str, SequenceDataset]]:
     """The cache entry that ``build`` makes from ``sources`` (made once per sources, options and
     ``version``; see :func:`longrange.data.cache.cached`) and its ``splits`` (stored by
-    :func:`~longrange.data.tasks.pack_split`)."""
+    :func:`~longrange.data.packing.pack_split`)."""
     prepared = cached(data_dir, name, sources, options, build, version=version)
     return prepared, {split: unpack_split(prepared, split) for split in splits}
 
@@ -54,7 +49,7 @@ def load_split_files(spec: TaskSpec, data_dir: Path, files: Mapping[str, Path], 
 
     ``read(path, bad)`` reads one file (handing the records it cannot read to ``bad``); ``pack``
     turns the splits' readings into a cache entry: ``tokens`` (the vocabulary) and each split
-    stored by :func:`~longrange.data.tasks.pack_split`. A fixed ``vocab`` (ListOps) must be the
+    stored by :func:`~longrange.data.packing.pack_split`. A fixed ``vocab`` (ListOps) must be the
     entry's; otherwise the entry's tokens are the vocabulary (built from the training split).
     """
     paths = list(files.values())

@@ -202,7 +202,7 @@ LAYOUT = "cifar10/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}"
 
 
 def _spec(name: str):
-    from longrange.data.tasks import TaskSpec
+    from longrange.data.spec import TaskSpec
 
     kind, channels, description = _VARIANTS[name]
     return TaskSpec(
@@ -213,7 +213,7 @@ def _spec(name: str):
 
 def load_cifar_task(name: str, data_dir: Path, seed: int = 0, skip_bad: bool = False):
     """Load one of ``image``, ``image-numeric``, ``scifar`` (see the module docstring) as TaskData."""
-    from longrange.data.tasks import TaskData
+    from longrange.data.dataset import TaskData
 
     spec = _spec(name)
     root = Path(data_dir) / CIFAR_SUBDIR
@@ -248,7 +248,7 @@ def expected_paths(data_dir: Path, **_) -> list[Path]:
 
 
 def _register() -> None:
-    from longrange.data.tasks import register_task
+    from longrange.data.registry import register_task
 
     for task_name in _VARIANTS:
         register_task(

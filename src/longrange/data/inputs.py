@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from longrange.data.tasks import TaskSpec
+from longrange.data.spec import TaskSpec
 from longrange.data.tokenize import FIRST_TOKEN_ID as FIRST_ID, Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 from longrange.registry import Registry

@@ -21,7 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from longrange.data.files import load_split_files, token_spec
-from longrange.data.tasks import BadRecords, TaskData, TaskSpec, pack_split, register_task, task_dir
+from longrange.data.dataset import TaskData
+from longrange.data.locations import task_dir
+from longrange.data.packing import pack_split
+from longrange.data.reading import BadRecords
+from longrange.data.registry import register_task
+from longrange.data.spec import TaskSpec
 from longrange.data.tokenize import Vocabulary
 from longrange.data.tsv import read_tsv
 from longrange.errors import DataFormatError

@@ -47,7 +47,9 @@ from longrange.data.synthetic import (
     _split_options,
     task_vocabulary,
 )
-from longrange.data.tasks import TaskData, TaskSpec, register_task
+from longrange.data.dataset import TaskData
+from longrange.data.registry import register_task
+from longrange.data.spec import TaskSpec
 from longrange.data.tokenize import FIRST_TOKEN_ID
 from longrange.errors import ConfigError
 

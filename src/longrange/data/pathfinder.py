@@ -219,7 +219,7 @@ def _check_options(resolution, input_kind) -> int:
 
 
 def pathfinder_spec(name: str = "pathfinder", resolution=32, difficulty="curv_contour_length_14", input_kind="numeric"):
-    from longrange.data.tasks import TaskSpec
+    from longrange.data.spec import TaskSpec
 
     r = _check_options(resolution, input_kind)
     dirname = difficulty_dirname(difficulty)
@@ -236,7 +236,7 @@ def load_pathfinder(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False,
                     difficulty="curv_contour_length_14", input_kind="numeric"):
     """Load Pathfinder at one resolution and difficulty as TaskData (decoded once into the cache)."""
     from longrange.data.cache import cached
-    from longrange.data.tasks import TaskData
+    from longrange.data.dataset import TaskData
 
     r = _check_options(resolution, input_kind)
     dirname = difficulty_dirname(difficulty)
@@ -275,7 +275,7 @@ def expected_paths(data_dir: Path, resolution=32, difficulty="curv_contour_lengt
 
 
 def _register() -> None:
-    from longrange.data.tasks import register_task
+    from longrange.data.registry import register_task
 
     def make(name: str, fixed_resolution: int | None):
         def spec(**opts):

@@ -285,7 +285,7 @@ def _select_train(species: str, available: list[str], train_chromosomes) -> list
 
 def species_spec(seq_len=1024, species=",".join(SPECIES), samples_per_epoch=8192, eval_samples=1024,
                  train_chromosomes=None, train_max_bases=None, pool="finetune", partial=False):
-    from longrange.data.tasks import TaskSpec
+    from longrange.data.spec import TaskSpec
 
     names = _species_list(species)
     _positive("seq_len", seq_len)
@@ -326,7 +326,7 @@ def load_species(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, se
                  species=",".join(SPECIES), samples_per_epoch=8192, eval_samples=1024, train_chromosomes=None,
                  train_max_bases=None, pool="finetune", partial=False):
     """Load the species task as TaskData (see the module docstring)."""
-    from longrange.data.tasks import TaskData
+    from longrange.data.dataset import TaskData
 
     names = _species_list(species)
     root = Path(data_dir) / "species"
@@ -393,7 +393,7 @@ def expected_paths(data_dir: Path, species=",".join(SPECIES), **_) -> list[Path]
 
 
 def _register() -> None:
-    from longrange.data.tasks import register_task
+    from longrange.data.registry import register_task
 
     register_task("species", species_spec,
                   lambda data_dir, spec, seed=0, skip_bad=False, **o: load_species(data_dir, spec, seed, skip_bad, **o),

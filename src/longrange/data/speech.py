@@ -339,7 +339,7 @@ def _check_classes(classes: object) -> int:
 
 
 def speech_spec(features: str = "raw", classes: int = 35):
-    from longrange.data.tasks import TaskSpec
+    from longrange.data.spec import TaskSpec
 
     _check_features(features)
     classes = _check_classes(classes)
@@ -365,7 +365,7 @@ def speech_sources(root: Path, classes: int) -> list[Path]:
 def load_speech(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, features: str = "raw", classes: int = 35):
     """Load Speech Commands as TaskData (decoded once into the cache; MFCCs cached separately)."""
     from longrange.data.cache import cached
-    from longrange.data.tasks import TaskData
+    from longrange.data.dataset import TaskData
 
     _check_features(features)
     classes = _check_classes(classes)
@@ -411,7 +411,7 @@ def expected_paths(data_dir: Path, classes: int = 35, **_) -> list[Path]:
 
 
 def _register() -> None:
-    from longrange.data.tasks import register_task
+    from longrange.data.registry import register_task
 
     register_task("speech-commands", speech_spec,
                   lambda data_dir, spec, seed=0, skip_bad=False, **o: load_speech(data_dir, spec, seed, skip_bad, **o),

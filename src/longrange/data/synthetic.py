@@ -39,7 +39,9 @@ from longrange.data.generate.sequences import (
     MultiQueryAR,
     SelectiveCopying,
 )
-from longrange.data.tasks import TaskData, TaskSpec, register_task
+from longrange.data.dataset import TaskData
+from longrange.data.registry import register_task
+from longrange.data.spec import TaskSpec
 from longrange.data.tokenize import FIRST_TOKEN_ID, Vocabulary
 
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
@@ -111,7 +113,7 @@ GENERATOR_CLASSES: dict[str, type[Generator]] = {}
 def generator_of(task: str, options: dict[str, Any]) -> Generator:
     """The generator of the generated sequence task ``task`` at ``options`` (the task's defaults
     for those not given; the split options are not the generator's), its options checked."""
-    from longrange.data.tasks import task_options
+    from longrange.data.registry import task_options
 
     generator_opts, _ = _split_options(task, {**task_options(task), **options})
     return GENERATOR_CLASSES[task](**generator_opts)

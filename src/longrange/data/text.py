@@ -28,7 +28,12 @@ import torch
 from torch.utils.data import Subset
 
 from longrange.data.files import prepared_splits, token_spec
-from longrange.data.tasks import BadRecords, TaskData, TaskSpec, pack_split, register_task, require_files, task_dir
+from longrange.data.dataset import TaskData
+from longrange.data.locations import task_dir
+from longrange.data.packing import pack_split
+from longrange.data.reading import BadRecords, require_files
+from longrange.data.registry import register_task
+from longrange.data.spec import TaskSpec
 from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 

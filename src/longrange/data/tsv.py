@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from longrange.data.tasks import BadRecords, read_lines
+from longrange.data.reading import BadRecords, read_lines
 from longrange.errors import DataFormatError
 
 T = TypeVar("T")
@@ -28,7 +28,7 @@ BOM = "\ufeff"
 
 
 def tsv_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """``(line_number, text)`` of a UTF-8 text file as :func:`~longrange.data.tasks.read_lines`,
+    """``(line_number, text)`` of a UTF-8 text file as :func:`~longrange.data.reading.read_lines`,
     without a leading byte-order mark and without the blank lines that end the file."""
     blanks: list[tuple[int, str]] = []
     for number, text in read_lines(path):

@@ -77,8 +77,8 @@ def _short_names(keys: Sequence[str]) -> dict[str, str]:
 
 
 @dataclass
-class Cell:
-    """One cell of a comparison."""
+class SweepCell:
+    """One cell of a comparison's sweep: an experiment at one combination of the swept values."""
 
     name: str                 # what made it: ``demo/s4d (d_model=36)``
     exp: ExperimentConfig     # its experiment, labelled
@@ -92,7 +92,7 @@ def cells(presets: Sequence[str] = (), configs: Sequence[str | Path] = (), setti
     return [cell.exp for cell in named_cells(presets, configs, settings)]
 
 
-def model_groups(found: Sequence[Cell]) -> list[list[int]]:
+def model_groups(found: Sequence[SweepCell]) -> list[list[int]]:
     """The indices of the cells that compare models at the same swept values (one group without a
     sweep): the cells whose sizes should match."""
     groups: dict[tuple[str, ...], list[int]] = {}
@@ -102,8 +102,8 @@ def model_groups(found: Sequence[Cell]) -> list[list[int]]:
 
 
 def named_cells(presets: Sequence[str] = (), configs: Sequence[str | Path] = (), settings: Sequence[str] = ()
-                ) -> list[Cell]:
-    """:func:`cells` as :class:`Cell`\\ s, with the name of what made each and its swept values."""
+                ) -> list[SweepCell]:
+    """:func:`cells` as :class:`SweepCell`\\ s, with the name of what made each and its swept values."""
     if not presets and not configs:
         raise ConfigError("give at least one --preset (repeatable) or --config")
     fixed, swept = sweeps(settings)
@@ -124,5 +124,5 @@ def named_cells(presets: Sequence[str] = (), configs: Sequence[str | Path] = (),
                     exp.label = f"{exp.label} ({', '.join(parts)})"
                 source = " + ".join(str(x) for x in (preset, config) if x is not None)
                 swept_parts = tuple(f"{names[k]}={v}" for (k, _), v in zip(swept, values))
-                out.append(Cell(source + (f" ({', '.join(swept_parts)})" if swept_parts else ""), exp, swept_parts))
+                out.append(SweepCell(source + (f" ({', '.join(swept_parts)})" if swept_parts else ""), exp, swept_parts))
     return out

@@ -33,7 +33,7 @@ from longrange.experiment.taskdata import data_state, prepare_generated, unread_
 from longrange.fileio import check_out_dir
 from longrange.train.rundir import Intent, RunDir, RunMismatchError, other_versions_line
 
-__all__ = ["compare", "default_objectives", "execute_stage", "slug", "stage_statuses", "StageFailed"]
+__all__ = ["compare", "default_objectives", "execute_stage", "run_grid", "slug", "stage_statuses", "StageFailed"]
 
 
 def stage_statuses(out_dir: str | Path, plan: Plan | None = None) -> dict[str, str]:
@@ -122,7 +122,7 @@ def data_lines(experiments: Sequence[ExperimentConfig]) -> tuple[list[str], list
         lines.append(state.describe(task.name))
         if not (state.present or state.generated):
             missing.append(lines[-1])
-        note = unread_files_note(task)  # generated data set while the task's own files are there
+        note = unread_files_note(task, state)  # generated data set while the task's own files are there
         if note is not None:
             lines.append(note)
     return lines, missing
@@ -193,20 +193,32 @@ def compare(
     out_dir = check_out_dir(out_dir, "--out")
     experiments = list(experiments)
     groups = [list(g) for g in model_groups] if model_groups is not None else [list(range(len(experiments)))]
-    data, missing = data_lines(experiments)
+    _, missing = data_lines(experiments)
+    matched = []
     if match_params and not missing:
         experiments, matched = match_widths(experiments, groups)
     plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
                      train_subsets=train_subsets)
-    sizes = [] if missing else size_lines(experiments, groups, size_note)
-    if match_params and not missing:
-        sizes = matched + sizes
+    sizes = [] if missing else matched + size_lines(experiments, groups, size_note)
+    return run_grid(plan, out_dir, executor=executor, overwrite=overwrite, rerun_other_versions=rerun_other_versions,
+                    dry_run=dry_run, notes=sizes)
+
+
+def run_grid(plan: Plan, out_dir: str | Path, *, executor: Backend | None = None, overwrite: bool = False,
+             rerun_other_versions: bool = False, dry_run: bool = False, notes: Sequence[str] = ()
+             ) -> list[dict[str, Any]]:
+    """Run ``plan``'s stages into ``out_dir`` as :func:`compare` does (its data checked and generated
+    first, finished stages reused only with the same settings, the rest run in dependency order on
+    ``executor``); return the final stages' summaries in plan order. ``notes``: lines printed before
+    the run (the model sizes). Studies that build their own plan (``longrange.studies``) run it here."""
+    out_dir = check_out_dir(out_dir, "--out")
+    data, missing = data_lines(plan.experiments)
     if dry_run:
         statuses = stage_statuses(out_dir, plan) if out_dir.is_dir() else None
         print(describe(plan, statuses))
         print("data:\n" + "\n".join(f"  {line}" for line in data))
-        if sizes:
-            print("\n".join(sizes))
+        if notes:
+            print("\n".join(notes))
         raise_for_missing(missing, listed=True)
         return []
     if missing and getattr(executor, "submits_ahead", False):  # a scheduler's nodes may see other files
@@ -214,9 +226,9 @@ def compare(
               file=sys.stderr, flush=True)
     else:
         raise_for_missing(missing)
-    if sizes:
-        print("\n".join(sizes), file=sys.stderr, flush=True)
-    for task in tasks_of(experiments):  # generated data is built once, here, before any stage starts
+    if notes:
+        print("\n".join(notes), file=sys.stderr, flush=True)
+    for task in tasks_of(plan.experiments):  # generated data is built once, here, before any stage starts
         prepare_generated(task)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_reuse(plan, out_dir, overwrite)

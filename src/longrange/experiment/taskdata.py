@@ -3,25 +3,27 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longrange import smoke
 from longrange.experiment.config import TaskConfig
+
+if TYPE_CHECKING:
+    from longrange.data.state import DataState
 
 _DATA: dict[str, Any] = {}
 _IDENTITY: dict[str, dict[str, str]] = {}
 _NOTED: set[str] = set()
 
 
-def unread_files_note(task: TaskConfig) -> str | None:
+def unread_files_note(task: TaskConfig, state: DataState | None = None) -> str | None:
     """A line for a task with ``task.generate`` set whose data directory holds the task's own files:
     the generated data is read, those files are not, and how to read them instead (``task.generate=null``,
-    and ``task.train_subset=null`` where a subset would keep part of them). None otherwise."""
+    and ``task.train_subset=null`` where a subset would keep part of them). None otherwise.
+    ``state``: the task's :func:`data_state`, when the caller has it already."""
     if task.generate is None:
         return None
-    from longrange.data.tasks import present_files
-
-    found = present_files(task.name, task.data_dir, **task.options)
+    found = (state or data_state(task)).own_files
     if not found:
         return None
     how = "task.generate=null"
@@ -40,8 +42,8 @@ def say_unread_files(task: TaskConfig) -> None:
 
 
 def load_data(task: TaskConfig):
-    """The task's data (``longrange.data.tasks.load_task``), loaded once per process."""
-    from longrange.data.tasks import load_task
+    """The task's data (``longrange.data.loading.load_task``), loaded once per process."""
+    from longrange.data.loading import load_task
 
     t = task
     key = json.dumps([t.name, t.options, t.data_dir, t.train_subset, t.skip_bad, t.seed, t.generate, smoke.active()],
@@ -54,28 +56,27 @@ def load_data(task: TaskConfig):
 
 
 def data_identity(task: TaskConfig) -> dict[str, str]:
-    """The identity of a task's data files (see ``longrange.data.tasks.data_identity``), once per process."""
-    from longrange.data.tasks import data_identity as identity
-
+    """The identity of a task's data files (``DataState.identity``, see ``longrange.data.state``), once per process."""
     key = json.dumps([task.name, task.data_dir, task.options, task.generate, smoke.active()], sort_keys=True, default=str)
     if key not in _IDENTITY:
-        _IDENTITY[key] = identity(task.name, task.data_dir, generate=task.generate, **task.options)
+        _IDENTITY[key] = data_state(task).identity()
     return _IDENTITY[key]
 
 
-def data_state(task: TaskConfig):
-    """Where the task's data stands (``longrange.data.tasks.data_state``): present, generated on
-    first use, or missing with its first missing file and how to obtain it."""
-    from longrange.data.tasks import data_state as state
+def data_state(task: TaskConfig) -> DataState:
+    """Where the task's data stands (``longrange.data.state.data_state``): present, generated on
+    first use, or missing with its first missing file and how to obtain it; its listed files, the
+    task's own files that generated data leaves unread, and its identity."""
+    from longrange.data.state import data_state as state
 
     return state(task.name, task.data_dir, generate=task.generate, **task.options)
 
 
 def prepare_generated(task: TaskConfig) -> None:
     """Build the task's generated data now if it has some and it is not there yet (once, in this
-    process, before workers start: see ``longrange.data.tasks.ensure_generated``)."""
+    process, before workers start: see ``longrange.data.generated.ensure_generated``)."""
     if task.generate is not None:
-        from longrange.data.tasks import ensure_generated
+        from longrange.data.generated import ensure_generated
 
         say_unread_files(task)
         ensure_generated(task.name, task.data_dir, task.generate, task.options)

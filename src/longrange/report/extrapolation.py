@@ -25,14 +25,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from longrange.errors import ConfigError, LongrangeError
 from longrange.fileio import atomic_write, check_out_dir, write_json
-from longrange.report.tables import Table, metric_format, render_markdown
+from longrange.report.formats import metric_format
+from longrange.report.render import Table, render_markdown
 
 FILES = {"markdown": "extrapolation.md", "json": "extrapolation.json", "csv": "extrapolation.csv",
          "plot": "extrapolation.png"}
 
 
 @dataclass
-class Cell:
+class ValueResult:
     """One run at one value: its metrics (as the objective reports them), or why there are none."""
 
     value: Any
@@ -50,7 +51,7 @@ class RunRow:
     task: str
     metric: str
     trained_at: Any
-    cells: list[Cell] = field(default_factory=list)
+    cells: list[ValueResult] = field(default_factory=list)
 
 
 @dataclass
@@ -91,7 +92,7 @@ def option_sweep(runs: Sequence[Any], option: str, values: Sequence[Any], split:
         row = RunRow(str(run.root), run.label, run.task_name, "", run.options().get(option))
         for value in values:
             say(f"{run.root}: {split} at {option}={value} ...")
-            cell = Cell(value)
+            cell = ValueResult(value)
             try:
                 ev = run.evaluate(split, {**fixed, option: value}, **evaluate)
             except LongrangeError as err:

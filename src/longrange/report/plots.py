@@ -31,16 +31,15 @@ from longrange.errors import DataMissingError  # noqa: E402
 from longrange.report.collect import Run  # noqa: E402
 from longrange.train.rundir import METRICS_FILE  # noqa: E402
 from longrange.report.kernels import DIRECTION_NAMES, KernelReport  # noqa: E402
-from longrange.report.tables import (  # noqa: E402
-    CONFIDENCE,
+from longrange.report.aggregate import (  # noqa: E402
     REGIME_SUFFIX,
-    Cell,
+    ResultCell,
     regime_sort_key,
-    task_sort_key,
-    metric_format,
     row_name,
-    t_critical,
+    task_sort_key,
 )
+from longrange.report.formats import metric_format  # noqa: E402
+from longrange.report.stats import CONFIDENCE, mean_ci  # noqa: E402
 
 
 def _regime_index(regime: str) -> int:
@@ -192,7 +191,7 @@ def mean_curve(curves: Sequence[Sequence[tuple[int, float]]]) -> tuple[np.ndarra
     for j, k in enumerate(count):
         if k >= 2:
             col = table[~np.isnan(table[:, j]), j]
-            half[j] = t_critical(int(k), CONFIDENCE) * col.std(ddof=1) / math.sqrt(k)
+            half[j] = mean_ci(col, CONFIDENCE).half_width
     return steps, mean, half
 
 
@@ -374,7 +373,7 @@ class BarPanel:
     bars: list[Bar]
 
 
-def bar_panels(cells: Sequence[Cell]) -> list[BarPanel]:
+def bar_panels(cells: Sequence[ResultCell]) -> list[BarPanel]:
     """The data behind :func:`scratch_vs_spt_bars`: per task a panel of bars, grouped by model
     label (a gap between models), each named as its row of the results table."""
     final = [c for c in cells if c.kind == "final"]
@@ -427,7 +426,7 @@ def bars_figure(panels: Sequence[BarPanel]):
     return fig
 
 
-def scratch_vs_spt_bars(cells: Sequence[Cell], path: str | Path) -> Path | None:
+def scratch_vs_spt_bars(cells: Sequence[ResultCell], path: str | Path) -> Path | None:
     """Per task a panel with one horizontal bar per row of the results table (named as there beside
     it, grouped by model, coloured and hatched by regime) with its 95% CI clipped to the metric's range."""
     panels = bar_panels(cells)

@@ -21,13 +21,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from longrange.report.collect import Run
-from longrange.report.tables import (
-    mean_ci,
-    metric_format,
-    regime_sort_key,
-    row_name,
-    task_sort_key,
-)
+from longrange.report.aggregate import regime_sort_key, row_name, task_sort_key
+from longrange.report.formats import metric_format
+from longrange.report.stats import mean_ci
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ metric against the subset's size.
 A comparison run with ``--train-subsets`` (``compare.train_subsets``) records each stage's
 ``train_subset`` (a fraction in (0, 1] or a count) and the training set size it left
 (``train_size``) in its ``summary.json``. Runs of one subset form a :class:`SubsetGroup`,
-aggregated into cells as usual (``tables.aggregate``); without a sweep there is one group and the
+aggregated into cells as usual (``aggregate.aggregate``); without a sweep there is one group and the
 report is as it always was.
 
 With several subsets the report has first one table per task of the metric against the subset
@@ -24,18 +24,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from longrange.report.collect import Run
-from longrange.report.tables import (
-    CONFIDENCE,
-    Cell,
-    Table,
-    aggregate,
-    csv_text,
-    markdown_tables,
-    regime_sort_key,
-    render_markdown,
-    row_name,
-    task_sort_key,
-)
+from longrange.report.aggregate import ResultCell, aggregate, regime_sort_key, row_name, task_sort_key
+from longrange.report.render import Table, csv_text, markdown_tables, render_markdown
+from longrange.report.stats import CONFIDENCE
 
 from longrange.report.plots import METRIC_RANGE
 
@@ -66,7 +57,7 @@ class SubsetGroup:
 
     subset: float | int | None
     runs: list[Run]
-    cells: list[Cell] = field(default_factory=list)
+    cells: list[ResultCell] = field(default_factory=list)
 
     def train_size(self, task: str | None = None) -> int | None:
         """The training set size of the group's final runs (of ``task``), None if not recorded
@@ -168,7 +159,7 @@ def sweep_tables(groups: Sequence[SubsetGroup]) -> str:
 
 
 def sweep_csv_text(groups: Sequence[SubsetGroup]) -> str:
-    """The cells as CSV (``tables.csv_text``); with a sweep, two more leading columns:
+    """The cells as CSV (``render.csv_text``); with a sweep, two more leading columns:
     ``train_subset`` and ``train_size`` (empty when not recorded)."""
     if not is_sweep(groups):
         return csv_text(groups[0].cells if groups else [])
@@ -238,7 +229,7 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
                     and any(c.task == task and c.kind == "final" for c in g.cells)]
         if left_out and warn is not None:
             warn(f"{task}: the training set size of subset(s) {', '.join(left_out)} is not recorded; not plotted")
-        lines: dict[tuple[str, str], list[tuple[float, Cell]]] = {}
+        lines: dict[tuple[str, str], list[tuple[float, ResultCell]]] = {}
         for i, g in enumerate(groups):
             if i not in xs:
                 continue

@@ -32,7 +32,10 @@ from typing import Sequence
 
 from longrange.errors import DataFormatError
 from longrange.report.collect import Run
-from longrange.report.tables import CONFIDENCE, Table, metric_format, regime_sort_key, render_markdown, row_name, task_sort_key
+from longrange.report.aggregate import regime_sort_key, row_name, task_sort_key
+from longrange.report.formats import metric_format
+from longrange.report.render import Table, render_markdown
+from longrange.report.stats import CONFIDENCE
 
 BASELINES = ("scratch", "scratch-matched")
 BASELINE_WORDS = {"scratch": "scratch", "scratch-matched": "scratch with matched compute"}

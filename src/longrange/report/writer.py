@@ -13,14 +13,9 @@ from typing import Any, Callable, Sequence
 from longrange.errors import ConfigError, LongrangeError
 from longrange.report.collect import Run, collect, failed_section
 from longrange.train.rundir import other_versions_line
-from longrange.report.tables import (
-    Table,
-    mixing_warnings,
-    regime_sort_key,
-    render_markdown,
-    row_name,
-    task_sort_key,
-)
+from longrange.report.aggregate import regime_sort_key, row_name, task_sort_key
+from longrange.report.environment import mixing_warnings
+from longrange.report.render import Table, render_markdown
 
 REPORT_FILE = "report.md"
 DEFAULT_KERNEL_LENGTH = 1024

@@ -358,7 +358,7 @@ class TrainedRun:
         Batches are the run's evaluation batches, made smaller where the memory budget requires;
         at the run's own options on the same device the metrics equal its summary's.
         """
-        from longrange.data.tasks import data_identity
+        from longrange.data.state import data_state
         from longrange.train import distributed as D
         from longrange.train.evaluation import Evaluator
         from longrange.train.sampler import make_loader
@@ -394,7 +394,7 @@ class TrainedRun:
             summary = self.summary.get(SUMMARY_SPLIT.get(split, ""))
             recorded = (self.config.get("data") or {}).get("files")
             if recorded is not None:
-                same = data_identity(self.task_name, self._data_dir(data_dir), **opts)["files"] == recorded
+                same = data_state(self.task_name, self._data_dir(data_dir), **opts).identity()["files"] == recorded
         return Evaluation(
             run=str(self.root), task=self.task_name, split=split, options=dict(opts), changed=changed,
             metric=objective.metric, metrics=metrics, items=len(dataset), length=length, batch_size=size,

@@ -371,7 +371,7 @@ def _build(root: Path, quiet: bool = True, **options) -> None:
 
 
 def _register() -> None:
-    from longrange.data.tasks import register_generator
+    from longrange.data.generated import register_generator
 
     register_generator("pathfinder", _build, GENERATE_DEFAULTS, from_task=_from_task)
 
