@@ -66,6 +66,8 @@ def _describe(tp: Any) -> str:
         return "a mapping"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
+    if origin is typing.Literal:
+        return " or ".join(map(repr, typing.get_args(tp)))
     return getattr(tp, "__name__", str(tp))
 
 

@@ -16,7 +16,7 @@ import yaml
 from longrange.errors import ConfigError
 from longrange.experiment.compare import StageFailed, compare, stage_statuses
 from longrange.experiment.config import LauncherConfig, experiment_from_dict
-from longrange.experiment.backends import InProcess, LocalWorkers, SlurmLauncher, make_backend
+from longrange.experiment.backends import InProcess, LocalWorkers, SlurmLauncher, auto_jobs, make_backend, usable_cores
 from longrange.experiment.worker import command as worker_command, environment as worker_env
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -193,7 +193,7 @@ def test_launcher_settings_and_errors(tiny_listops_dir, tmp_path, monkeypatch, c
     assert make_backend(LauncherConfig(threads_per_job=1)).threads == 1
     workers = make_backend(LauncherConfig(jobs=3, threads_per_job=2))
     assert isinstance(workers, LocalWorkers) and workers.threads == 2
-    assert LocalWorkers(2).threads == max(1, (os.cpu_count() or 1) // 2)
+    assert LocalWorkers(2).threads == max(1, usable_cores() // 2)
     assert isinstance(make_backend(LauncherConfig(kind="slurm")), SlurmLauncher)
     with pytest.raises(ConfigError, match="compare.launcher.kind must be one of local, slurm"):
         experiment_from_dict({"compare": {"launcher": {"kind": "pbs"}}})
@@ -216,6 +216,28 @@ def test_launcher_settings_and_errors(tiny_listops_dir, tmp_path, monkeypatch, c
     assert "needs SLURM's sbatch on PATH" in capsys.readouterr().err
     assert main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--jobs", "2", "--no-wait"]) == 1
     assert "--no-wait is for --launcher slurm" in capsys.readouterr().err
+
+
+def test_jobs_auto_is_one_stage_per_gpu_else_per_core_with_one_thread(monkeypatch, capsys):
+    from longrange.cli import main
+    from longrange.experiment.backends import local
+
+    assert auto_jobs(gpus=["0", "1", "2"]) == 3
+    assert auto_jobs(gpus=[]) == usable_cores() >= 1
+    monkeypatch.setattr(local, "usable_cores", lambda: 4)
+    monkeypatch.setattr(local, "visible_gpus", lambda: [])
+    workers = make_backend(LauncherConfig(jobs="auto"))
+    assert isinstance(workers, LocalWorkers) and workers.jobs == 4 and workers.threads == 1
+    monkeypatch.setattr(local, "usable_cores", lambda: 1)
+    assert isinstance(make_backend(LauncherConfig(jobs="auto")), InProcess)  # one core: in this process
+    assert experiment_from_dict({"compare": {"launcher": {"jobs": "auto"}}}).compare.launcher.jobs == "auto"
+    with pytest.raises(ConfigError, match=r"compare.launcher.jobs must be an integer or 'auto', got 'many'"):
+        experiment_from_dict({"compare": {"launcher": {"jobs": "many"}}})
+    with pytest.raises(ConfigError, match="compare.launcher.jobs must be >= 1, got 0"):
+        experiment_from_dict({"compare": {"launcher": {"jobs": 0}}})
+    with pytest.raises(SystemExit):
+        main(["compare", "--preset", "demo/recall/s4d", "--jobs", "some"])
+    assert "--jobs: expected a number of stages at once or 'auto', got 'some'" in capsys.readouterr().err
 
 
 class _FakeJob:

@@ -41,6 +41,14 @@ FAMILIES = {
     "transformer-causal": dict(block="transformer", primitive="attention"),
     "transformer-bi-rope-window": dict(block="transformer", primitive="attention", direction="bidirectional",
                                        rope=True, attn_window=4),
+    # Matrix-state mixers in chunks shorter than the batch (13 positions: a padded last chunk).
+    "residual-mamba2": dict(block="residual", primitive="mamba2", primitive_options={"headdim": 4, "chunk_size": 4}),
+    "residual-mamba3": dict(block="residual", primitive="mamba3", primitive_options={"headdim": 4, "chunk_size": 4}),
+    "residual-gla": dict(block="residual", primitive="gla", primitive_options={"chunk_size": 4}),
+    "residual-gated-deltanet": dict(block="residual", primitive="gated-deltanet", primitive_options={"chunk_size": 4}),
+    "residual-hyena": dict(block="residual", primitive="hyena", primitive_options={"l_max": 13}),
+    "residual-h3": dict(block="residual", primitive="h3"),
+    "residual-lru": dict(block="residual", primitive="lru"),
 }
 #: The family whose Inductor-compiled step runs by default (the others: -m slow).
 FAST = "mamba-s6"

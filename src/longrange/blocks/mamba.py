@@ -4,6 +4,9 @@
     u -> causal depthwise conv (width 4) -> SiLU -> [RoPE] -> SSM   (one branch, or two: see below)
     y = branch output · SiLU(z) -> out_proj (E·d -> d) -> dropout;   out = x + y
 
+With one branch and an SSM that takes the gate (S6: ``fuses_gate``), the gate is applied inside
+the SSM's scan kernel (its ``z``), the same computation in fewer passes over memory.
+
 Directions (thesis section 15.2):
   "causal":        one branch.
   "bidirectional": two branches with independent conv + SSM; the second runs on the flipped
@@ -69,16 +72,18 @@ class ConvSSMBranch(nn.Module):
                     f"rope targets {tuple(rope.targets)} need an S6 primitive; {type(ssm).__name__} only takes a rotated input ('x')"
                 )
 
-    def forward(self, u: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, u: Tensor, mask: Tensor | None, gate: Tensor | None = None) -> Tensor:
+        """``gate``: passed to an SSM that applies the block's SiLU gate itself (``fuses_gate``)."""
         u = apply_mask(u, mask)
         u = causal_conv1d(u.transpose(1, 2), self.conv1d.weight.squeeze(1), self.conv1d.bias, activation="silu")
         u = u.transpose(1, 2)
+        extra = {} if gate is None else {"gate": gate}
         if self.rope is None:
-            return self.ssm(u, mask)
+            return self.ssm(u, mask, **extra)
         rotated = self.rope(u)
         if self.rope_to_ssm:
-            return self.ssm(u, mask, x_rot=rotated)
-        return self.ssm(rotated, mask)
+            return self.ssm(u, mask, x_rot=rotated, **extra)
+        return self.ssm(rotated, mask, **extra)
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> dict[str, Any]:
         w = self.conv1d.weight
@@ -127,6 +132,19 @@ class MambaBlock(SequencePrimitive):
         self.branches = nn.ModuleList(ConvSSMBranch(d_inner, d_conv, make_ssm(d_inner), rope) for _ in range(n_branches))
         self.out_proj = nn.Linear(d_inner, d_model, bias=False)
         self.dropout = FeatureDropout(dropout)
+        self._fuse_gate = True
+
+    @property
+    def fused_gate(self) -> bool:
+        """Whether the SiLU gate is applied inside the SSM (S6's scan kernel): a causal block with one
+        branch whose SSM takes it. Read at every call, so a block made bidirectional afterwards (F1,
+        ``models/morph.py``) gates outside; setting it False keeps the gate outside (tests)."""
+        return (self._fuse_gate and self.direction == "causal" and len(self.branches) == 1
+                and getattr(self.branches[0].ssm, "fuses_gate", False))
+
+    @fused_gate.setter
+    def fused_gate(self, value: bool) -> None:
+        self._fuse_gate = bool(value)
 
     @property
     def mixers(self) -> list[SequencePrimitive]:
@@ -146,8 +164,8 @@ class MambaBlock(SequencePrimitive):
         self._check_input(x)
         h = self.norm(x, mask) if self.prenorm else x
         u, z = self.in_proj(h).chunk(2, dim=-1)
-        y = self.out_proj(self._mix(u, mask) * F.silu(z))
-        out = x + self.dropout(y)
+        gated = self.branches[0](u, mask, gate=z) if self.fused_gate else self._mix(u, mask) * F.silu(z)
+        out = x + self.dropout(self.out_proj(gated))
         return out if self.prenorm else self.norm(out, mask)
 
     def default_state(self, batch_size: int, device=None, dtype=None) -> list[dict[str, Any]]:

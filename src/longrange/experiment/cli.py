@@ -108,6 +108,19 @@ def _compare_status(out: str) -> int:
     return 0
 
 
+def jobs_arg(text: str) -> int | str:
+    """``--jobs``: a number of stages at once (>= 1), or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of stages at once or 'auto', got {text!r}") from None
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (or 'auto'), got {jobs}")
+    return jobs
+
+
 def launcher_settings(experiments: list, args: argparse.Namespace):
     """The ``compare.launcher`` section of the experiments (all alike), updated by the command-line options."""
     import dataclasses
@@ -292,7 +305,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "every stage, pretraining included, runs once per subset (default: the preset's compare.train_subsets)")
     add_data_args(p)
     g = p.add_argument_group("running the grid (override the config's compare.launcher; see docs/cluster.md)")
-    g.add_argument("--jobs", type=int, help="run up to N stages at once as worker processes on this machine (default 1: in this process)")
+    g.add_argument("--jobs", type=jobs_arg, help="run up to N stages at once as worker processes on this machine (default 1: "
+                   "in this process); auto: one per GPU, else one per core with one thread each")
     g.add_argument("--threads-per-job", type=int, help="torch/OMP threads per worker (default: cores // jobs)")
     g.add_argument("--launcher", choices=("local", "slurm"), help="local (this machine) or slurm (jobs through submitit)")
     g.add_argument("--partition", help="slurm: the partition")
@@ -324,7 +338,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "scratch vs masked SPT vs matched compute over 5 seeds")
     p.add_argument("--out", default=None, help="directory of the runs and the report (default runs/demo, "
                    "runs/demo-listops for the ListOps demo)")
-    p.add_argument("--jobs", type=int, default=None, help="stages at once as worker processes (default: 2 on a machine "
-                   "with 2 or more cores, else 1 = in this process)")
+    p.add_argument("--jobs", type=jobs_arg, default=None, help="stages at once as worker processes (default auto: one "
+                   "per core, one thread each; 1 = in this process)")
     p.set_defaults(func=_demo)
 

@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 
@@ -87,8 +87,9 @@ class LauncherConfig:
 
     #: Where the stages run: ``local`` (this machine) or ``slurm`` (a SLURM cluster, through submitit).
     kind: str = "local"
-    #: local: stages at once (worker processes); 1 = in this process, one after another.
-    jobs: int = 1
+    #: local: stages at once (worker processes); 1 = in this process, one after another; ``auto``: one
+    #: per GPU, else one per core with one thread each (the measured best for small models).
+    jobs: int | Literal["auto"] = 1
     #: torch/OMP/MKL threads per stage; 0 = the machine's cores // jobs (local), the job's CPUs (slurm).
     threads_per_job: int = 0
     #: slurm: the partition (None: the cluster's default).
@@ -116,7 +117,7 @@ class LauncherConfig:
         if self.kind not in LAUNCHERS:
             raise ConfigError(f"compare.launcher.kind must be one of {', '.join(LAUNCHERS)}, got {self.kind!r}")
         for name in ("jobs", "time_min"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) != "auto" and getattr(self, name) < 1:
                 raise ConfigError(f"compare.launcher.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("threads_per_job", "gpus_per_job", "cpus_per_job"):
             if getattr(self, name) < 0:

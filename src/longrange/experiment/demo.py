@@ -20,7 +20,6 @@ adds the plots.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -73,18 +72,20 @@ DEMO_SEEDS = DEMOS[DEFAULT_DEMO].seeds
 
 
 def default_jobs() -> int:
-    """Stages at once: 2 workers where there are 2 or more cores (3-8x faster than the in-process run
-    with torch's default threads on the busy 2-core machine of the README's timings), else 1 (in process)."""
-    return 2 if (os.cpu_count() or 1) >= 2 else 1
+    """Stages at once: ``--jobs auto`` (:func:`~longrange.experiment.backends.local.auto_jobs`: one
+    per GPU, else one per core with one thread each; 1 runs them in this process)."""
+    from longrange.experiment.backends.local import auto_jobs
+
+    return auto_jobs()
 
 
-def run_demo(out_dir: str | Path | None = None, seeds: Sequence[int] | None = None, jobs: int | None = None,
+def run_demo(out_dir: str | Path | None = None, seeds: Sequence[int] | None = None, jobs: int | str | None = None,
              overrides: Sequence[str] = (), which: str = DEFAULT_DEMO) -> str:
     """Run a demo into ``out_dir`` and return what it prints: the results table, the verdict and the ranking.
 
     ``which``: a name of :data:`DEMOS`. ``out_dir``: default the demo's own (``runs/demo``,
     ``runs/demo-listops``). ``seeds``: default the demo's. ``jobs``: stages at once as worker
-    processes (``compare --jobs``; None: :func:`default_jobs`, 1: one after another in this
+    processes (``compare --jobs``; None or "auto": :func:`default_jobs`, 1: one after another in this
     process); the results do not depend on it. ``overrides``: ``FIELD=VALUE`` settings applied to
     every preset."""
     from longrange.experiment.backends import LocalWorkers
@@ -97,7 +98,7 @@ def run_demo(out_dir: str | Path | None = None, seeds: Sequence[int] | None = No
     start = time.time()
     print(f"demo {which}: {demo.summary}", file=sys.stderr, flush=True)
     experiments = [resolve(name, overrides=[f"task.data_dir={out / 'data'}", *overrides]) for name in demo.presets]
-    jobs = default_jobs() if jobs is None else jobs
+    jobs = default_jobs() if jobs in (None, "auto") else jobs
     compare(experiments, out, seeds=list(demo.seeds if seeds is None else seeds),
             executor=LocalWorkers(jobs) if jobs > 1 else None, size_note=demo.sizes)
     text = report_and_verdict(out, kernels=demo.kernels)

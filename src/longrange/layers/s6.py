@@ -166,10 +166,21 @@ class S6(SequencePrimitive):
 
     # ---- parallel and recurrent modes ----------------------------------------------------------
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, x_rot: Tensor | None = None) -> Tensor:
-        """x, x_rot: (batch, length, d_model); mask: (batch, length), True at real positions."""
+    #: :meth:`forward` takes ``gate``: the Mamba block's SiLU gate applied inside the scan.
+    fuses_gate = True
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, x_rot: Tensor | None = None,
+                gate: Tensor | None = None) -> Tensor:
+        """x, x_rot: (batch, length, d_model); mask: (batch, length), True at real positions.
+
+        ``gate`` (batch, length, d_model): the output is ``y * silu(gate)``, computed in the scan's
+        kernel (its ``z``) rather than as three more passes over (batch, length, d_model) tensors
+        forward and backward (a causal layer only)."""
         self._check_input(x)
         self._check_rot(x, x_rot, "x_rot")
+        if gate is not None and (self.bidirectional or gate.shape != x.shape):
+            raise ValueError(f"S6: gate must have the input's shape {tuple(x.shape)} in a causal layer, got "
+                             f"{tuple(gate.shape)}" + (" in a bidirectional one" if self.bidirectional else ""))
         if self.bidirectional:
             return self.directions(x, mask, x_rot=x_rot)
         x = apply_mask(x, mask)
@@ -182,6 +193,7 @@ class S6(SequencePrimitive):
             B.transpose(1, 2),
             C.transpose(1, 2),
             D=self.D,
+            z=None if gate is None else gate.transpose(1, 2),
             delta_bias=self.dt_proj.bias,
             delta_softplus=True,
             impl=self.scan_impl,

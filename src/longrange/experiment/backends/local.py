@@ -28,6 +28,30 @@ from longrange.train.rundir import Intent, RunDir, RunMismatchError
 PRELOAD = ["longrange.experiment.worker", "longrange.experiment.execute", "torch._dynamo"]
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on: its affinity (what a container or a SLURM allocation gives
+    it), else ``os.cpu_count()``."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def auto_jobs(gpus: Sequence[str] | None = None) -> int:
+    """``--jobs auto``: one stage per GPU where there are GPUs (``gpus``, default the visible ones),
+    else one stage per usable core, each on one thread. On a 2-core machine one thread per stage
+    and a stage per core trained the synthetic studies' small models fastest of every placement
+    measured (docs/cluster.md, "How many stages at once"): their steps are too small for a second
+    thread to pay, and the stages of a grid are independent."""
+    gpus = list(visible_gpus() if gpus is None else gpus)
+    return len(gpus) if gpus else usable_cores()
+
+
+def resolve_jobs(jobs: int | str) -> int:
+    """A number of stages at once: ``jobs``, with ``auto`` resolved on this machine (:func:`auto_jobs`)."""
+    return auto_jobs() if jobs == "auto" else int(jobs)
+
+
 def visible_gpus() -> list[str]:
     """The GPUs a worker may be given: CUDA_VISIBLE_DEVICES if set, else every CUDA device."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -79,7 +103,7 @@ class _Worker:
 class LocalWorkers:
     """Run up to ``jobs`` stages at once as worker processes on this machine (see the module docstring).
 
-    ``threads_per_job`` 0 = the machine's cores // jobs. ``gpus``: the GPUs to hand out round-robin
+    ``threads_per_job`` 0 = the usable cores // jobs (:func:`usable_cores`). ``gpus``: the GPUs to hand out round-robin
     (one per worker; None: the visible ones; [] for none). ``target``: a module-level function that
     replaces the worker's ``main`` (argv -> exit status; tests use it).
     """
@@ -103,7 +127,7 @@ class LocalWorkers:
 
     @property
     def threads(self) -> int:
-        return self.threads_per_job or max(1, (os.cpu_count() or 1) // self.jobs)
+        return self.threads_per_job or max(1, usable_cores() // self.jobs)
 
     def begin(self, plan: Plan, out_dir: Path, intent: Intent) -> None:
         self.plan, self.out_dir, self.intent = plan, out_dir, intent

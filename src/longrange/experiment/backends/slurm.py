@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from longrange.errors import ConfigError
 from longrange.experiment import worker as W
-from longrange.experiment.backends.local import visible_gpus
+from longrange.experiment.backends.local import resolve_jobs, visible_gpus
 from longrange.experiment.config import LauncherConfig
 from longrange.experiment.plan import Plan, Stage
 from longrange.experiment.scheduler import Outcome, after_exit, say
@@ -118,8 +118,8 @@ class SlurmLauncher:
     def slots(self) -> int | None:
         """SLURM queues every job itself; submitit's local executor starts each at once, so that it
         runs at most ``jobs`` (when more than 1) at a time."""
-        if self.cluster == "local" and self.settings.jobs > 1:
-            return max(0, self.settings.jobs - self._running)
+        if self.cluster == "local" and resolve_jobs(self.settings.jobs) > 1:
+            return max(0, resolve_jobs(self.settings.jobs) - self._running)
         return None
 
     def _extra(self, dependency: str | None) -> dict[str, Any]:

@@ -229,7 +229,9 @@ def _within_chunks(qe: Tensor, q: Tensor, k: Tensor, v: Tensor, G: Tensor, eG: T
     A chunk whose total decay ``-G_T`` stays within :func:`_exp_limit` in every key dimension takes
     the factorisation relative to the chunk start, ``A = lower((Q o exp(G)) (K o exp(-G))^T)``: one
     matmul, with positive exponents that are bounded and cannot overflow. The other chunks (strong
-    decays) take :func:`_within_chunks_exact`, which exponentiates nothing positive.
+    decays) take :func:`_within_chunks_exact`, which exponentiates nothing positive. Compiled
+    (``train.compile``), where the selection of those chunks would break the graph, the exact path is
+    computed for every chunk and kept where needed.
     """
     T = q.shape[1]
     limit = _exp_limit(G.dtype)
@@ -239,6 +241,8 @@ def _within_chunks(qe: Tensor, q: Tensor, k: Tensor, v: Tensor, G: Tensor, eG: T
     if not holds_data(G):  # dry runs (meta or fake tensors): the usual case, every chunk within the limit
         return o
     strong = (-G[:, -1]).amax(-1) > limit
+    if torch.compiler.is_compiling():  # no data-dependent branch in a graph: the exact path where needed
+        return torch.where(strong[:, None, None], _within_chunks_exact(q, k, v, G), o)
     if bool(strong.any()):
         idx = strong.nonzero().squeeze(1)
         o = o.index_put((idx,), _within_chunks_exact(q[idx], k[idx], v[idx], G[idx]))

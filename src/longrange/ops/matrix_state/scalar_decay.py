@@ -332,7 +332,7 @@ class _Chunked(torch.autograd.Function):
             out6[:, c0:c1].copy_((M @ vp).permute(1, 0, 4, 2, 3, 5))
             del M
             vdec = (vp * (csp[..., -1:] - csp).exp_().unsqueeze(-1)).transpose(3, 4)
-            torch.bmm(kp.view(n * b * hk, T, dk).transpose(1, 2), vdec.reshape(n * b * hk, T, r * dv),
+            torch.bmm(kp.reshape(n * b * hk, T, dk).transpose(1, 2), vdec.reshape(n * b * hk, T, r * dv),
                       out=S_all[c0 + 1:c1 + 1].view(n * b * hk, dk, r * dv))
 
         # the carry S_{i+1} = exp(c_T) S_i + W_i, in place over the writes
@@ -399,7 +399,7 @@ class _Chunked(torch.autograd.Function):
             Sp = S_all[c0:c1].view(n, b, hk, dk, r * dv)
             dqp.add_(dyE @ Sp.transpose(-1, -2))
             dq5[:, c0:c1].copy_(dqp.permute(1, 0, 3, 2, 4))
-            torch.bmm(qp.view(n * b * hk, T, dk).transpose(1, 2), dyE.view(n * b * hk, T, r * dv),
+            torch.bmm(qp.reshape(n * b * hk, T, dk).transpose(1, 2), dyE.reshape(n * b * hk, T, r * dv),
                       out=dS[c0:c1].view(n * b * hk, dk, r * dv))
             qS = (qp @ Sp).view(n, b, hk, T, r, dv).mul_(dyE.view(n, b, hk, T, r, dv))
             dcs[c0:c1] = dcsp.add_(qS.sum(-1).transpose(3, 4))

@@ -1,0 +1,288 @@
+"""The small models of the synthetic studies against the machine's bounds: one training step each.
+
+Usage:
+    python benchmarks/small_models.py [--models mamba-s6 simple-s6 ...] [--batch-size 64] [--seq-len 256]
+        [--steps 7] [--rounds 2] [--threads 1] [--compile] [--src OLD_SRC ...] [--json OUT] [--markdown OUT]
+
+Every model is a ``demo/recall/<name>`` preset (the recall study's models: 2 layers, width 64;
+docs/small-scale-spt.md), its task's length (and Hyena's ``l_max``) set to ``--seq-len``, and one
+supervised training step (forward, loss, backward, gradient clipping, AdamW) as a comparison trains
+it (``experiment/dryrun.py::prepare_step``) on a synthetic batch of ``--batch-size`` full-length
+sequences. Per model the table gives:
+
+* **step**: the median CPU time of a step (``time.process_time``, one thread by default: the time
+  the step computed, steady on a shared machine), after two untimed steps;
+* **FLOP bound**: the step's floating-point operations (``torch.utils.flop_counter``, which counts
+  the matrix products and the toolkit's fused kernels by their registered counts, plus the FFTs at
+  5 n log2 n per complex transform) at the best rate of a 1024 x 1024 float32 ``torch.mm`` measured
+  in the same process, and **step / FLOP bound**;
+* **traffic bound**: the bytes the step must move at least (the tensors autograd saves, written
+  in the forward pass and read in the backward pass, plus the parameters, their gradients and
+  AdamW's two moments read and written once) at the best rate of a 64 MiB tensor copy measured in
+  the same process, and **step / traffic bound**.
+
+``--compile`` adds the step compiled (``train.compile``) and its compile time (the first two steps
+less two eager steps): where it pays, the saving per step times a study's steps exceeds it.
+
+``--src [LABEL=]DIR`` (repeatable) measures the same models with another checkout's ``src`` folder (a
+``git worktree`` of an earlier revision) as well: every (model, source) pair runs in its own
+process, in rounds that alternate the sources, so that a loaded machine slows both alike; this is
+how the "before" and "after" columns of docs/performance.md were measured.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The recall study's models (``demo/recall/<name>``), in the order of its tables.
+MODELS = ["simple-s6", "mamba-s6", "s4d", "dlr", "transformer", "mamba2", "mamba3", "gla", "deltanet",
+          "gated-deltanet", "hyena", "h3", "lru"]
+
+
+def _rate_mm(threads: int) -> float:
+    """GFLOP/s of a 1024 x 1024 float32 ``torch.mm`` (the best of 20: the machine's rate, not its load's)."""
+    import torch
+
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    times = []
+    for _ in range(20):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * 1024 ** 3 / min(times) / 1e9
+
+
+def _rate_copy() -> float:
+    """GB/s of a 64 MiB float32 copy (bytes read plus bytes written; the best of 20)."""
+    import torch
+
+    src = torch.randn(16 << 20)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(20):
+        start = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - start)
+    return 2 * src.numel() * 4 / min(times) / 1e9
+
+
+def _fft_flops() -> dict:
+    """FLOP formulas of the FFTs, which ``torch.utils.flop_counter`` does not count (the long
+    convolutions of S4D, DLR and Hyena): 5 n log2 n per complex transform of n points, half that
+    per real one."""
+    import math
+
+    import torch
+
+    aten = torch.ops.aten
+
+    def count(shape, points: int, per: float) -> int:
+        return int(per * math.prod(shape) * math.log2(max(points, 2)))
+
+    def r2c(x_shape, dim, *args, out_shape=None, **kwargs):
+        return count(x_shape, math.prod(x_shape[d] for d in dim), 2.5)
+
+    def c2r(x_shape, dim, *args, out_shape=None, **kwargs):
+        return count(out_shape, math.prod(out_shape[d] for d in dim), 2.5)
+
+    def c2c(x_shape, dim, *args, out_shape=None, **kwargs):
+        return count(x_shape, math.prod(x_shape[d] for d in dim), 5.0)
+
+    return {aten._fft_r2c: r2c, aten._fft_c2r: c2r, aten._fft_c2c: c2c}
+
+
+def _saved_bytes(step) -> int:
+    """Bytes of the distinct tensors autograd saves in one step (forward for backward)."""
+    import torch
+
+    seen: dict[tuple[int, int], int] = {}
+
+    def pack(t):
+        if t.device.type != "meta" and t.numel():
+            seen[(t.untyped_storage().data_ptr(), t.storage_offset())] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return sum(seen.values())
+
+
+def measure(name: str, batch_size: int, seq_len: int, steps: int, threads: int, compile_too: bool) -> dict:
+    """One model's row, measured in this process."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from longrange.experiment.config import resolve
+    from longrange.experiment.dryrun import prepare_step
+
+    torch.set_num_threads(threads)
+    overrides = [f"task.options.seq_len={seq_len}"]
+    if "l_max" in resolve(f"demo/recall/{name}").model.primitive_options:  # Hyena's filters: built for the length
+        overrides.append(f"model.primitive_options.l_max={seq_len}")
+    exp = resolve(f"demo/recall/{name}", overrides=overrides)
+    torch.manual_seed(0)
+    prepared = prepare_step(exp, "train", device="cpu", batch_size=batch_size, seq_len=seq_len)
+    params = sum(p.numel() for p in prepared.model.parameters())
+    for _ in range(2):
+        prepared.step()
+    with FlopCounterMode(display=False, custom_mapping=_fft_flops()) as counter:
+        prepared.step()
+    flops = counter.get_total_flops()
+    saved = _saved_bytes(prepared.step)
+    state = 4 * 2 * params * 4  # parameters, gradients, two moments: read and written once each
+
+    def timed(step) -> list[float]:
+        out = []
+        for _ in range(steps):
+            start = time.process_time()
+            step()
+            out.append(time.process_time() - start)
+        return out
+
+    row = {"model": name, "parameters": params, "flops": flops, "traffic_bytes": 2 * saved + state,
+           "step_s": statistics.median(timed(prepared.step)),
+           "mm_gflops": _rate_mm(threads), "copy_gbs": _rate_copy()}
+    if compile_too:
+        from longrange.train.compile import compile_model
+
+        start = time.perf_counter()
+        compile_model(prepared.model, "cpu")
+        for _ in range(2):
+            prepared.step()
+        row["compile_s"] = time.perf_counter() - start - 2 * row["step_s"]
+        row["compiled_step_s"] = statistics.median(timed(prepared.step))
+    return row
+
+
+def _worker(args: argparse.Namespace) -> None:
+    row = measure(args.worker, args.batch_size, args.seq_len, args.steps, args.threads, args.compile)
+    print("ROW " + json.dumps(row))
+
+
+def _run(name: str, src: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--worker", name, "--batch-size", str(args.batch_size), "--seq-len",
+           str(args.seq_len), "--steps", str(args.steps), "--threads", str(args.threads)]
+    if args.compile:
+        cmd.append("--compile")
+    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": str(args.threads),
+           "NUMBA_NUM_THREADS": str(args.threads)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    for line in done.stdout.splitlines():
+        if line.startswith("ROW "):
+            return json.loads(line[4:])
+    tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"model": name, "error": tail}
+
+
+def summarise(rows: list[dict], mm_gflops: float, copy_gbs: float) -> dict:
+    """Medians over the rounds of one (model, source), with the bounds at the run's best rates."""
+    ok = [r for r in rows if "error" not in r]
+    if not ok:
+        return rows[-1]
+    out = dict(ok[0])
+    for key in ("step_s", "compiled_step_s", "compile_s"):
+        if key in out:
+            out[key] = statistics.median(r[key] for r in ok)
+    out["mm_gflops"], out["copy_gbs"] = mm_gflops, copy_gbs
+    out["flop_bound_s"] = out["flops"] / (mm_gflops * 1e9)
+    out["traffic_bound_s"] = out["traffic_bytes"] / (copy_gbs * 1e9)
+    out["step_over_flop_bound"] = out["step_s"] / out["flop_bound_s"]
+    out["step_over_traffic_bound"] = out["step_s"] / out["traffic_bound_s"]
+    return out
+
+
+def markdown(results: dict[str, dict[str, dict]], args: argparse.Namespace) -> str:
+    sources = list(results)
+    head = (f"Training step, batch {args.batch_size} x length {args.seq_len}, {args.threads} thread(s); "
+            "times in ms; bound ratios are step / bound.\n\n")
+    cols = ["model", "parameters", "GFLOP", "FLOP bound", "traffic bound"]
+    for src in sources:
+        tag = "" if len(sources) == 1 else f" ({src})"
+        cols += [f"step{tag}" if tag else "step", f"/ FLOP bound{tag}", f"/ traffic bound{tag}"]
+        if args.compile:
+            cols += [f"compiled{tag}", f"compile s{tag}"]
+    lines = [head + "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for name in args.models:
+        first = next((results[s][name] for s in sources if "error" not in results[s][name]), None)
+        if first is None:
+            lines.append(f"| {name} | " + results[sources[0]][name]["error"] + " |")
+            continue
+        cells = [name, f"{first['parameters']:,}", f"{first['flops'] / 1e9:.2f}", f"{1e3 * first['flop_bound_s']:.1f}",
+                 f"{1e3 * first['traffic_bound_s']:.1f}"]
+        for src in sources:
+            r = results[src][name]
+            if "error" in r:
+                cells += ["error", "", ""] + (["", ""] if args.compile else [])
+                continue
+            cells += [f"{1e3 * r['step_s']:.1f}", f"{r['step_over_flop_bound']:.1f}x", f"{r['step_over_traffic_bound']:.1f}x"]
+            if args.compile:
+                cells += [f"{1e3 * r['compiled_step_s']:.1f}", f"{r['compile_s']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    rate = next((r for per in results.values() for r in per.values() if "error" not in r), {})
+    lines.append("")
+    lines.append(f"Rates: the best of every process of the run, torch.mm {rate.get('mm_gflops', 0):.1f} GFLOP/s "
+                 f"(1024 x 1024, float32), copy {rate.get('copy_gbs', 0):.1f} GB/s (64 MiB, read + write).")
+    return "\n".join(lines) + "\n"
+
+
+def _source(text: str) -> tuple[str, str]:
+    """``--src [LABEL=]DIR`` -> (label, the folder's absolute path); the label defaults to the folder's parent."""
+    label, _, path = text.rpartition("=")
+    folder = Path(path).resolve()
+    if not (folder / "longrange").is_dir():
+        raise SystemExit(f"--src {text}: {folder} holds no longrange package (give a checkout's src folder)")
+    return label or folder.parent.name, str(folder)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", nargs="+", default=MODELS, help="demo/recall/<name> presets (default: all)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--steps", type=int, default=7, help="timed steps per process")
+    p.add_argument("--rounds", type=int, default=2, help="processes per (model, source), alternating the sources")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--compile", action="store_true", help="also time the compiled step and its compile time")
+    p.add_argument("--src", action="append", default=[], metavar="[LABEL=]DIR",
+                   help="another checkout's src folder to measure too (in the table as LABEL)")
+    p.add_argument("--json", type=Path, help="write the raw results here")
+    p.add_argument("--markdown", type=Path, help="write the table here")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        return _worker(args)
+    sources = dict(_source(s) for s in args.src)
+    sources["this checkout" if sources else "step"] = str(ROOT / "src")
+    labels = list(sources)
+    raw: dict[str, dict[str, list[dict]]] = {label: {m: [] for m in args.models} for label in labels}
+    for round_ in range(args.rounds):
+        for name in args.models:
+            for label in (labels if round_ % 2 == 0 else labels[::-1]):
+                row = _run(name, sources[label], args)
+                raw[label][name].append(row)
+                print(f"round {round_ + 1} {name} [{label}]: " + (row["error"] if "error" in row else
+                      f"{1e3 * row['step_s']:.1f} ms"), flush=True)
+    measured = [r for per in raw.values() for rows in per.values() for r in rows if "error" not in r]
+    mm_gflops = max((r["mm_gflops"] for r in measured), default=float("nan"))
+    copy_gbs = max((r["copy_gbs"] for r in measured), default=float("nan"))
+    results = {src: {m: summarise(rows, mm_gflops, copy_gbs) for m, rows in per.items()} for src, per in raw.items()}
+    text = markdown(results, args)
+    print(text)
+    settings = {k: getattr(args, k) for k in ("batch_size", "seq_len", "steps", "rounds", "threads", "compile")}
+    if args.json:
+        args.json.write_text(json.dumps({"settings": settings, "results": results, "raw": raw}, indent=1))
+    if args.markdown:
+        args.markdown.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
