@@ -1,7 +1,7 @@
 """The layers of the package: no module imports from a layer above its own.
 
     ops < layers < blocks < models;   data (may use ops) is independent of layers, blocks, models;
-    objectives < train < experiment, report < bench < the command line
+    objectives < train < experiment, report < bench, studies < the command line
 
 Imports are read with ``ast`` from every module, including imports inside functions (a lazy
 import is still a dependency). The single modules at the package's root (``errors``,
@@ -41,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "experiment": _BELOW_OBJECTIVES | {"objectives", "train"},
     "report": _BELOW_OBJECTIVES | {"objectives", "train"},
     "bench": _BELOW_OBJECTIVES | {"objectives", "train", "experiment", "report"},
+    "studies": _BELOW_OBJECTIVES | {"objectives", "train", "experiment", "report"},
 }
 TOP_LEVEL = {"longrange.experiment.demo"}
 

@@ -30,6 +30,7 @@ COMMAND_MODULES: list[str] = [
     "longrange.bench.cli",
     "longrange.bench.plan_cli",
     "longrange.report.cli",
+    "longrange.studies.cli",
     "longrange.info",
     "longrange.check",
 ]
@@ -59,6 +60,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("longrange.bench.plan_cli", "plan a preset's training step on a GPU without one: memory, FLOPs, largest "
              "batch, step time"),
     "report": ("longrange.report.cli", "tables (mean ± 95%% CI over seeds) and plots from run directories"),
+    "mad": ("longrange.studies.cli", "MAD's synthetic protocol for a list of models, from scratch and after causal "
+            "self-pretraining: tasks, levels, the lr x weight-decay grid, MAD scores"),
     "info": ("longrange.info", "versions, devices, optional kernels, and which implementation each op runs where"),
     "check": ("longrange.check", "check every implementation available here against its float64 reference, and "
               "step == forward"),
@@ -67,6 +70,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 #: Commands that continue where they stopped when run again (they have no ``--resume``), and how to say so.
 RESUMED_BY_RERUNNING = {
+    "mad": "run the same mad command again to continue (finished runs are reused, an interrupted one resumes "
+           "from its checkpoint where it wrote one)",
     "compare": "run the same compare command again to continue (finished stages are reused, an interrupted one "
                "resumes from its checkpoint where it wrote one)",
     "demo": "run the demo again to continue (finished stages are reused, an interrupted one resumes from its "

@@ -1,0 +1,7 @@
+"""Studies built on the library: protocols that plan many runs on the comparison's scheduler
+(``experiment/compare.py``'s :func:`~longrange.experiment.compare.run_grid`), select and score
+their results, and write their tables.
+
+* :mod:`longrange.studies.mad`: MAD's synthetic protocol (Poli et al. 2024), from scratch and with
+  causal self-pretraining (``longrange mad``).
+"""

@@ -1,0 +1,86 @@
+"""``longrange mad``: MAD's protocol from scratch and with causal self-pretraining (:mod:`longrange.studies.mad`)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+HELP = ("MAD's synthetic protocol for a list of models, from scratch and after causal self-pretraining: tasks, "
+        "levels, the lr x weight-decay grid, MAD scores")
+
+
+def _list(text: str | None, kind=str) -> tuple | None:
+    if text is None:
+        return None
+    try:
+        return tuple(kind(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r} ({err})") from None
+
+
+def settings_from_args(args: argparse.Namespace):
+    from longrange.studies.mad import MadSettings
+
+    from longrange.studies.mad import CPU_MODELS, CPU_PROTOCOL
+
+    given: dict[str, Any] = {"models": CPU_MODELS, **CPU_PROTOCOL} if args.cpu else {}
+    for name, kind in (("models", str), ("tasks", str), ("levels", str), ("lrs", float), ("wds", float),
+                       ("seeds", int), ("regimes", str)):
+        value = _list(getattr(args, name), kind)
+        if value is not None:
+            given[name] = value
+    for name in ("pretrain_lr", "pretrain_wd", "train_targets"):
+        if getattr(args, name) is not None:
+            given[name] = getattr(args, name)
+    if args.settings:
+        given["overrides"] = tuple(given.get("overrides", ())) + tuple(args.settings)
+    return MadSettings(**{"models": (), **given})
+
+
+def _mad(args: argparse.Namespace) -> int:
+    from longrange.experiment.backends import LocalWorkers, resolve_jobs
+    from longrange.studies.mad import build_report, load_settings, run_mad, write_report
+
+    if args.report:
+        settings = load_settings(args.out)
+        paths = write_report(build_report(settings, args.out), args.out)
+        print(paths["markdown"].read_text())
+        return 0
+    settings = settings_from_args(args)
+    jobs = resolve_jobs(args.jobs if args.jobs is not None else "auto" if args.cpu else 1)
+    report = run_mad(settings, args.out, executor=LocalWorkers(jobs) if jobs > 1 else None, dry_run=args.dry_run,
+                     overwrite=args.overwrite)
+    if report is not None:
+        print(report.markdown())
+    return 0
+
+
+def register(sub: Any) -> None:
+    from longrange.experiment.cli import jobs_arg
+
+    p = sub.add_parser("mad", help=HELP, description=HELP + ". Resumable: run the same command again to continue.")
+    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE",
+                   help="settings applied to every run after MAD's (e.g. train.max_steps=500 model.d_model=64)")
+    p.add_argument("--out", required=True, help="the study's directory (its runs, mad.json and the report)")
+    p.add_argument("--models", help="comma-separated: MAD layers (hyena, mamba, mh-attention, ...) or any primitive "
+                   "(gated-deltanet, mamba2, lru, ...), each in MAD's stack X swiglu X swiglu")
+    p.add_argument("--tasks", help="comma-separated MAD tasks (default: all five registered)")
+    p.add_argument("--levels", help="comma-separated level names to run where a task has them (baseline, "
+                   "n_train=800, seq_len=512, ...; default: every level)")
+    p.add_argument("--lrs", help="learning rates of the grid (default MAD's 1e-4,5e-4,1e-3)")
+    p.add_argument("--wds", help="weight decays of the grid (default MAD's 0,0.1)")
+    p.add_argument("--seeds", help="comma-separated seeds (default 0)")
+    p.add_argument("--regimes", help="scratch,causal-spt (default both)")
+    p.add_argument("--pretrain-lr", type=float, help="self-pretraining's learning rate (default MAD's 5e-4)")
+    p.add_argument("--pretrain-wd", type=float, help="self-pretraining's weight decay (default 0)")
+    p.add_argument("--train-targets", choices=("next-token", "answers"),
+                   help="the recall tasks' training targets: every next token (MAD's, default) or the answers alone")
+    p.add_argument("--cpu", action="store_true", help="the CPU protocol: 8 models, 2 levels, 2 grid points, width 64, "
+                   "batch 32, 500 steps (about 5 hours a seed on 2 cores); the options above and FIELD=VALUE settings "
+                   "change it")
+    p.add_argument("--jobs", type=jobs_arg, default=None, help="runs at once as worker processes (default 1; auto, "
+                   "one per core, with --cpu)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and run nothing")
+    p.add_argument("--overwrite", action="store_true", help="run again finished runs made with other settings")
+    p.add_argument("--report", action="store_true", help="write and print the report of the study in --out from its "
+                   "finished runs, running nothing")
+    p.set_defaults(func=_mad)

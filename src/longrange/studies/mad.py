@@ -1,0 +1,680 @@
+"""MAD's protocol (Poli et al. 2024, "Mechanistic Design and Scaling of Hybrid Architectures",
+arXiv 2403.17844; athms/mad-lab ``benchmark.py``, ``mad/analysis.py``) on the toolkit's scheduler,
+from scratch and after causal self-pretraining.
+
+    longrange mad --models hyena,mamba,mh-attention,gated-deltanet --out runs/mad --jobs auto
+    longrange mad --out runs/mad --report          # the tables again from finished runs
+
+**The grid.** For every model, MAD task (``mad-in-context-recall``, ``mad-fuzzy-recall``,
+``mad-noisy-recall``, ``mad-selective-copying``, ``mad-memorization``; MAD's compression is not a
+task here, ``longrange.data.mad.NOT_REGISTERED`` says why) and level of that task (MAD's
+baseline, then each of ``configs/tasks/<task>.yml``'s changes alone: :func:`~longrange.data.mad.mad_levels`),
+MAD's learning rates 1e-4, 5e-4, 1e-3 by weight decays 0, 0.1 (``mad/configs.py:160-161``), each
+seed, in each regime:
+
+* ``scratch``: trained on the task's labels from a fresh initialisation, as MAD trains;
+* ``causal-spt``: pretrained on the task's own training inputs with the next-token objective, once
+  per (model, task, level, seed) at ``pretrain_lr`` and ``pretrain_wd`` (MAD's default 5e-4 and 0),
+  then finetuned at each point of the grid from those weights.
+
+**A model** is a MAD layer (a fragment ``presets/mad/layers/_<name>.yaml``: ``attention``,
+``mh-attention``, ``sliding-attention``, ``mh-sliding-attention``, ``gated-linear-attention``,
+``mh-gated-linear-attention``, ``hyena``, ``mamba``, MAD's settings for each), or any sequence
+primitive of the toolkit (``gated-deltanet``, ``mamba2``, ``lru``, ...) in MAD's stack: every model
+is ``X swiglu X swiglu`` at width 128 on MAD's backbone (``presets/mad/_base.yaml``) with MAD's
+training defaults (``presets/mad/_train.yaml``). A layer whose filters are built for a length
+(Hyena's ``l_max``) is built for each level's length.
+
+**Selection and scores.** For each (model, task, level, regime, seed) the grid point with the best
+validation accuracy (the split MAD does not have: it selects on its test set) is chosen, and only
+its test accuracy is reported; the MAD score of a task is the mean of those over the task's levels
+(``mad/analysis.py``'s ``compute_model_mad_scores``), and a model's overall score the mean over
+tasks. A cell whose grid is incomplete (a run failed or is missing) is reported as missing, never
+chosen among fewer points. Across seeds: means with Student-t intervals; the regimes' paired
+difference per model and task with its Student-t interval, a sign-flip permutation p-value (which
+respects that accuracies are bounded) and how many seeds agree in sign; the ranking of the models
+in each regime with how often each is best over seeds.
+
+**Matching.** MAD compares layers at its fixed width (128) and stack, not at equal parameter count
+or state size; its state-optimal scaling matches state sizes at scale. The report lists each
+model's parameters and recurrent state per sequence (``longrange.models.layer_report``) beside its
+scores, so that a reader compares at equal size explicitly; the Zoology axis (accuracy against state
+size over widths) is the tool for a matched comparison.
+
+**Training targets.** MAD's recall tasks train on every next token of the training sequences
+(``train_targets: next-token``, MAD's ``is_training`` instances), which is itself causal language
+modelling of the inputs: there, causal SPT adds a stage of the same objective before the same
+training. ``train_targets="answers"`` trains on the answers alone, which separates the two.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from longrange.errors import ConfigError
+from longrange.experiment.config import (
+    ExperimentConfig,
+    apply_overrides,
+    deep_merge,
+    experiment_from_dict,
+    load_preset,
+)
+from longrange.experiment.plan import Plan, Stage, slug
+
+#: MAD's tasks that are registered tasks (compression is not: ``longrange.data.mad.NOT_REGISTERED``).
+MAD_TASKS = ("mad-in-context-recall", "mad-fuzzy-recall", "mad-noisy-recall", "mad-selective-copying",
+             "mad-memorization")
+#: MAD's learning rates and weight decays (athms/mad-lab ``mad/configs.py:160-161``).
+MAD_LRS = (1e-4, 5e-4, 1e-3)
+MAD_WDS = (0.0, 0.1)
+#: MAD's final learning rate of the cosine (``eta_min``, ``mad/configs.py:52-62``).
+MAD_MIN_LR = 1e-6
+REGIMES = ("scratch", "causal-spt")
+#: MAD's channel mixers: layers of the stack, not models of the comparison.
+CHANNEL_MIXERS = ("swiglu", "mlp")
+TRAIN_TARGETS = ("next-token", "answers")
+#: The recall tasks, which take ``train_targets``.
+RECALL_TASKS = ("mad-in-context-recall", "mad-fuzzy-recall", "mad-noisy-recall")
+
+
+def mad_layers() -> list[str]:
+    """MAD's sequence layers with fragments here (``presets/mad/layers/_<name>.yaml``)."""
+    from importlib import resources
+
+    root = resources.files("longrange") / "presets" / "mad" / "layers"
+    names = sorted(p.name[1:-5] for p in root.iterdir() if p.name.startswith("_") and p.name.endswith(".yaml"))
+    return [n for n in names if n not in CHANNEL_MIXERS]
+
+
+def model_names() -> list[str]:
+    """Every name ``--models`` takes: MAD's layers, then the toolkit's primitives that are not one."""
+    from longrange.layers.registry import PRIMITIVES
+
+    layers = mad_layers()
+    return layers + sorted(p for p in PRIMITIVES if p not in layers)
+
+
+#: The CPU protocol (``longrange mad --cpu``), fixed before any accuracy was seen. Rule: MAD's five
+#: tasks at two levels, the baseline and the fewest training examples (``n_train=800``, where
+#: self-pretraining should pay most; memorization has its baseline of 256 only); MAD's stack at half
+#: its width (64) and a quarter of its batch (32); two of MAD's six grid points (learning rates 5e-4
+#: and 1e-3, weight decay 0); the same number of steps for pretraining and for every training run,
+#: the largest multiple of 250 for which the suite of :data:`CPU_MODELS` at one seed, both regimes
+#: (360 runs), fits six hours of this project's 2-core machine at the step times that
+#: ``benchmarks/mad_cpu.py --width 64 --batch-size 32`` measured (61.7 s for one step of every run,
+#: times 1.2 for evaluation, over two workers: 500 steps, 5.2 hours); validation every 100 steps.
+CPU_PROTOCOL: dict[str, Any] = {
+    "levels": ("baseline", "n_train=800"),
+    "lrs": (5e-4, 1e-3),
+    "wds": (0.0,),
+    "overrides": ("model.d_model=64", "train.batch_size=32", "pretrain.batch_size=32", "train.max_steps=500",
+                  "pretrain.max_steps=500", "train.eval_every=100", "pretrain.eval_every=100"),
+}
+#: The models the CPU protocol's budget was fixed for: MAD's attention, Hyena, Mamba and gated linear
+#: attention, and Mamba-2, Gated DeltaNet, the LRU and H3 in MAD's stack.
+CPU_MODELS = ("mh-attention", "hyena", "mamba", "mh-gated-linear-attention", "mamba2", "gated-deltanet", "lru", "h3")
+
+
+@dataclass(frozen=True)
+class MadSettings:
+    """What ``longrange mad`` runs (see the module docstring)."""
+
+    models: tuple[str, ...]
+    tasks: tuple[str, ...] = MAD_TASKS
+    #: Level names to run where a task has them (``baseline``, ``n_train=800``, ...); empty: every level.
+    levels: tuple[str, ...] = ()
+    lrs: tuple[float, ...] = MAD_LRS
+    wds: tuple[float, ...] = MAD_WDS
+    seeds: tuple[int, ...] = (0,)
+    regimes: tuple[str, ...] = REGIMES
+    pretrain_lr: float = 5e-4
+    pretrain_wd: float = 0.0
+    #: The recall tasks' training targets (MAD's: every next token).
+    train_targets: str = "next-token"
+    #: ``FIELD=VALUE`` settings applied to every run after MAD's (a CPU protocol's budget).
+    overrides: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        known = model_names()
+        if not self.models:
+            raise ConfigError("--models: name at least one model; known: " + ", ".join(known))
+        for name in self.models:
+            if name not in known:
+                from longrange.typed import did_you_mean
+
+                raise ConfigError(f"--models: unknown model {name!r}{did_you_mean(name, known)}; known: "
+                                  + ", ".join(known))
+        _no_repeats("--models", self.models)
+        for task in self.tasks:
+            if task not in MAD_TASKS:
+                raise ConfigError(f"--tasks: {task!r} is not one of MAD's tasks here ({', '.join(MAD_TASKS)})")
+        _no_repeats("--tasks", self.tasks)
+        if self.levels:
+            from longrange.data.mad import mad_levels
+
+            every = {name for task in self.tasks for name in mad_levels(task)}
+            unknown = [name for name in self.levels if name not in every]
+            if unknown:
+                raise ConfigError(f"--levels: {', '.join(map(repr, unknown))} is no level of "
+                                  f"{', '.join(self.tasks)}; their levels: {', '.join(sorted(every))}")
+            if not any(self.task_levels(task) for task in self.tasks):
+                raise ConfigError("--levels: none of the levels belongs to the tasks chosen")
+        for name, values in (("--lrs", self.lrs), ("--wds", self.wds)):
+            if not values or any(not (isinstance(v, (int, float)) and math.isfinite(v)) for v in values):
+                raise ConfigError(f"{name}: give one or more finite numbers, got {list(values)}")
+            _no_repeats(name, values)
+        if any(v <= 0 for v in self.lrs) or self.pretrain_lr <= 0:
+            raise ConfigError("learning rates must be positive")
+        if any(v < 0 for v in self.wds) or self.pretrain_wd < 0:
+            raise ConfigError("weight decays must be >= 0")
+        if not self.seeds:
+            raise ConfigError("--seeds: give one or more seeds")
+        _no_repeats("--seeds", self.seeds)
+        for regime in self.regimes:
+            if regime not in REGIMES:
+                raise ConfigError(f"--regimes: {regime!r} is not one of {', '.join(REGIMES)}")
+        if not self.regimes:
+            raise ConfigError(f"--regimes: give one or more of {', '.join(REGIMES)}")
+        _no_repeats("--regimes", self.regimes)
+        if self.train_targets not in TRAIN_TARGETS:
+            raise ConfigError(f"--train-targets must be one of {', '.join(TRAIN_TARGETS)}, got {self.train_targets!r}")
+
+    def task_levels(self, task: str) -> dict[str, dict[str, Any]]:
+        """The levels of ``task`` this study runs: name -> the task options that differ from MAD's baseline."""
+        from longrange.data.mad import mad_levels
+
+        levels = mad_levels(task)
+        return {k: v for k, v in levels.items() if not self.levels or k in self.levels}
+
+    def grid(self) -> list[tuple[float, float]]:
+        return list(itertools.product(self.lrs, self.wds))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MadSettings":
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def _no_repeats(name: str, values: Sequence[Any]) -> None:
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ConfigError(f"{name}: {seen[0]!r} is given twice")
+
+
+def model_preset(name: str) -> dict[str, Any]:
+    """The settings of model ``name`` on MAD's backbone with MAD's training defaults, without a task."""
+    stack = deep_merge(load_preset("mad/_train"), load_preset("mad/_base"))
+    if name in mad_layers():
+        return deep_merge(stack, load_preset(f"mad/layers/_{name}"))
+    # A toolkit primitive in MAD's stack X swiglu X swiglu (its channel mixer's width from the fragment).
+    stack = deep_merge(stack, load_preset("mad/layers/_swiglu"))
+    return deep_merge(stack, {
+        "source": "MAD's stack (athms/mad-lab README.md: --layers X swiglu X swiglu) with the toolkit's "
+                  f"{name} at its defaults",
+        "description": f"{name} in MAD's stack {name}, swiglu, {name}, swiglu at width 128",
+        "model": {"layers": [{"primitive": name}, "swiglu", {"primitive": name}, "swiglu"]},
+    })
+
+
+def _lengths_follow(model: dict[str, Any], seq_len: int) -> dict[str, Any]:
+    """``model`` with every ``l_max`` (Hyena's filters) set to ``seq_len``."""
+    out = dict(model)
+    if "l_max" in out.get("primitive_options", {}):
+        out["primitive_options"] = {**out["primitive_options"], "l_max": seq_len}
+    layers = []
+    for entry in out.get("layers") or []:
+        if isinstance(entry, dict) and "l_max" in (entry.get("options") or {}):
+            entry = {**entry, "options": {**entry["options"], "l_max": seq_len}}
+        layers.append(entry)
+    if layers:
+        out["layers"] = layers
+    return out
+
+
+def cell_experiment(settings: MadSettings, model: str, task: str, level: str, lr: float, wd: float) -> ExperimentConfig:
+    """One run's experiment: ``model`` on ``task`` at ``level``, trained at ``lr`` and ``wd``."""
+    from longrange.data.tasks import task_options
+
+    options = {**settings.task_levels(task)[level]}
+    for override in settings.overrides:
+        name = override.split("=", 1)[0].strip()
+        if name.startswith("task.options.") and name.removeprefix("task.options.") in options:
+            raise ConfigError(f"the setting {override!r} changes {name.removeprefix('task.options.')}, which the "
+                              f"level {level!r} of {task} varies; run that level without it, or leave it out")
+    if task in RECALL_TASKS and settings.train_targets != "next-token":
+        options["train_targets"] = settings.train_targets
+    seq_len = int(options.get("seq_len", task_options(task)["seq_len"]))
+    preset = model_preset(model)
+    data = deep_merge(preset, {
+        "label": model,
+        "task": {"name": task, "options": options},
+        "train": _optimiser(lr, wd),
+        "pretrain": _optimiser(settings.pretrain_lr, settings.pretrain_wd),
+        "compare": {"objectives": ["causal"], "compute_matched": False, "seeds": list(settings.seeds)},
+    })
+    data["model"] = _lengths_follow(data["model"], seq_len)
+    data = apply_overrides(data, settings.overrides)
+    return experiment_from_dict(data)
+
+
+def _optimiser(lr: float, wd: float) -> dict[str, Any]:
+    """MAD's AdamW settings at ``lr`` and ``wd``: every parameter decayed alike, the cosine to 1e-6."""
+    return {"lr": lr, "weight_decay": wd, "ssm_weight_decay": wd, "min_lr_ratio": MAD_MIN_LR / lr}
+
+
+def grid_name(lr: float, wd: float) -> str:
+    return f"lr{lr:g}-wd{wd:g}"
+
+
+@dataclass(frozen=True)
+class Point:
+    """Where a final stage sits in the study: its model, task, level, regime, seed and grid point."""
+
+    model: str
+    task: str
+    level: str
+    regime: str
+    seed: int
+    lr: float
+    wd: float
+
+
+def mad_plan(settings: MadSettings) -> tuple[Plan, dict[str, Point]]:
+    """The study's stages (and where each final stage sits). Stage ids:
+    ``TASK/MODEL/LEVEL/lrX-wdY/scratch/seedS``, ``TASK/MODEL/LEVEL/causal-spt/seedS/pretrain`` (one
+    per model, task, level and seed) and ``TASK/MODEL/LEVEL/lrX-wdY/causal-spt/seedS/finetune``."""
+    experiments: list[ExperimentConfig] = []
+    stages: list[Stage] = []
+    points: dict[str, Point] = {}
+    for task in settings.tasks:
+        for level in settings.task_levels(task):
+            for model in settings.models:
+                base = f"{slug(task)}/{slug(model)}/{slug(level)}"
+                index = {}
+                for lr, wd in settings.grid():
+                    index[lr, wd] = len(experiments)
+                    experiments.append(cell_experiment(settings, model, task, level, lr, wd))
+                for seed in settings.seeds:
+                    pre = None
+                    if "causal-spt" in settings.regimes:
+                        pre = Stage(f"{base}/causal-spt/seed{seed}/pretrain", index[settings.grid()[0]], "pretrain",
+                                    seed, "causal-spt", objective="causal")
+                        stages.append(pre)
+                    for lr, wd in settings.grid():
+                        cell = f"{base}/{grid_name(lr, wd)}"
+                        if "scratch" in settings.regimes:
+                            stage = Stage(f"{cell}/scratch/seed{seed}", index[lr, wd], "train", seed, "scratch")
+                            stages.append(stage)
+                            points[stage.id] = Point(model, task, level, "scratch", seed, lr, wd)
+                        if pre is not None:
+                            stage = Stage(f"{cell}/causal-spt/seed{seed}/finetune", index[lr, wd], "finetune", seed,
+                                          "causal-spt", init_from=pre.id, after=[pre.id])
+                            stages.append(stage)
+                            points[stage.id] = Point(model, task, level, "causal-spt", seed, lr, wd)
+    return Plan(experiments, stages), points
+
+
+# ----------------------------------------------------------------------------------------------
+# Selection and scores
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The grid point chosen on validation for one (model, task, level, regime, seed)."""
+
+    model: str
+    task: str
+    level: str
+    regime: str
+    seed: int
+    lr: float | None      # None: the grid is incomplete (nothing chosen)
+    wd: float | None
+    val: float | None
+    test: float | None
+    missing: tuple[str, ...] = ()   # the grid points without a finished result
+
+
+def _value(summary: Mapping[str, Any], split: str) -> float | None:
+    metrics = summary.get("best_val") if split == "val" else summary.get("test")
+    if not metrics:
+        return None
+    value = metrics.get(summary.get("metric", "accuracy"))
+    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+
+def select(points: Mapping[str, Point], summaries: Mapping[str, Mapping[str, Any]]) -> list[Selected]:
+    """The best grid point of every (model, task, level, regime, seed) by validation accuracy (the
+    first in grid order on a tie), with its test accuracy; an incomplete grid (a point without a
+    finished run, or whose validation or test value is missing or not finite) selects nothing."""
+    groups: dict[tuple, list[tuple[str, Point]]] = {}
+    for stage_id, p in points.items():
+        groups.setdefault((p.model, p.task, p.level, p.regime, p.seed), []).append((stage_id, p))
+    out = []
+    for key, members in groups.items():
+        missing = tuple(grid_name(p.lr, p.wd) for i, p in members
+                        if i not in summaries or _value(summaries[i], "val") is None or _value(summaries[i], "test") is None)
+        if missing:
+            out.append(Selected(*key, None, None, None, None, missing))
+            continue
+        sign = 1.0 if summaries[members[0][0]].get("higher_is_better", True) else -1.0
+        best_id, best = max(members, key=lambda m: sign * _value(summaries[m[0]], "val"))  # the first of ties
+        out.append(Selected(*key, best.lr, best.wd, _value(summaries[best_id], "val"), _value(summaries[best_id], "test")))
+    return out
+
+
+@dataclass(frozen=True)
+class TaskScore:
+    """A MAD score: the mean test accuracy over a task's levels (None where a level is missing)."""
+
+    model: str
+    task: str
+    regime: str
+    seed: int
+    score: float | None
+    levels: int
+
+
+def task_scores(selected: Iterable[Selected], levels: Mapping[str, Sequence[str]]) -> list[TaskScore]:
+    """MAD scores per (model, task, regime, seed): the mean over ``levels[task]`` of the selected
+    test accuracies; missing (None) unless every level has one."""
+    by: dict[tuple, dict[str, float | None]] = {}
+    for s in selected:
+        by.setdefault((s.model, s.task, s.regime, s.seed), {})[s.level] = s.test
+    out = []
+    for (model, task, regime, seed), values in by.items():
+        wanted = list(levels[task])
+        have = [values.get(level) for level in wanted]
+        score = None if any(v is None for v in have) else math.fsum(have) / len(have)
+        out.append(TaskScore(model, task, regime, seed, score, len(wanted)))
+    return out
+
+
+def overall_scores(scores: Iterable[TaskScore], tasks: Sequence[str]) -> dict[tuple[str, str, int], float | None]:
+    """(model, regime, seed) -> the mean of its task scores over ``tasks`` (None unless all are there)."""
+    by: dict[tuple[str, str, int], dict[str, float | None]] = {}
+    for s in scores:
+        by.setdefault((s.model, s.regime, s.seed), {})[s.task] = s.score
+    out = {}
+    for key, values in by.items():
+        have = [values.get(t) for t in tasks]
+        out[key] = None if any(v is None for v in have) else math.fsum(have) / len(have)
+    return out
+
+
+def sign_flip_p(differences: Sequence[float]) -> float | None:
+    """Two-sided p-value of the mean of paired ``differences`` under the sign-flip permutation
+    test: every assignment of signs is equally likely under no difference (exact over the 2^n
+    assignments for n <= 16). With five seeds the smallest p it can give is 2/32 = 0.0625."""
+    d = [float(x) for x in differences]
+    n = len(d)
+    if n == 0 or n > 16:
+        return None
+    observed = abs(math.fsum(d))
+    count = 0
+    for signs in itertools.product((1.0, -1.0), repeat=n):
+        if abs(math.fsum(s * x for s, x in zip(signs, d))) >= observed - 1e-12:
+            count += 1
+    return count / 2 ** n
+
+
+@dataclass
+class MadReport:
+    """The study's results: what was selected, the scores, and the text of its tables."""
+
+    settings: MadSettings
+    selected: list[Selected]
+    scores: list[TaskScore]
+    overall: dict[tuple[str, str, int], float | None]
+    sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def markdown(self) -> str:
+        from longrange.report.tables import mean_ci
+        from longrange.report.verdict import paired_stat
+
+        st = self.settings
+        tasks = [t for t in st.tasks]
+        lines = ["# MAD protocol: scores", ""]
+        lines.append(
+            f"Models {', '.join(st.models)}; tasks {', '.join(tasks)}; levels: "
+            + ("every level" if not st.levels else ", ".join(st.levels)) + f"; grid lr {', '.join(f'{v:g}' for v in st.lrs)}"
+            f" x weight decay {', '.join(f'{v:g}' for v in st.wds)}, the best point by validation accuracy, its test "
+            f"accuracy reported; seeds {', '.join(map(str, st.seeds))}; training targets of the recall tasks: "
+            f"{st.train_targets}" + (f"; settings {' '.join(st.overrides)}" if st.overrides else "") + ".")
+        lines.append("")
+
+        def cell(values: list[float | None]) -> str:
+            vals = [v for v in values if v is not None]
+            if not vals:
+                return "missing"
+            stat = mean_ci(vals)
+            text = f"{100 * stat.mean:.1f}"
+            if stat.half_width is not None:
+                text += f" ± {100 * stat.half_width:.1f}"
+            return text + ("" if len(vals) == len(values) else f" ({len(vals)} of {len(values)} seeds)")
+
+        for regime in st.regimes:
+            lines.append(f"## {regime}: MAD score (test accuracy %, mean over levels; mean ± 95% CI over seeds)")
+            lines.append("")
+            lines.append("| model | parameters | state | " + " | ".join(tasks) + " | overall |")
+            lines.append("|---|---:|---:|" + "---:|" * (len(tasks) + 1))
+            for model in st.models:
+                row = [model, f"{self.sizes.get(model, {}).get('total', 0):,}",
+                       f"{self.sizes.get(model, {}).get('state', 0):,}"]
+                for task in tasks:
+                    row.append(cell([self._score(model, task, regime, seed) for seed in st.seeds]))
+                row.append(cell([self.overall.get((model, regime, seed)) for seed in st.seeds]))
+                lines.append("| " + " | ".join(row) + " |")
+            lines.append("")
+            lines += self._ranking(regime)
+        if set(REGIMES) <= set(st.regimes):
+            lines.append("## causal-spt minus scratch (points of test accuracy, paired by seed)")
+            lines.append("")
+            lines.append("| model | task | difference [95% CI] | sign-flip p | seeds agreeing in sign |")
+            lines.append("|---|---|---:|---:|---:|")
+            for model in st.models:
+                for task in tasks + ["overall"]:
+                    diffs = []
+                    for seed in st.seeds:
+                        a = self._score(model, task, "causal-spt", seed) if task != "overall" else self.overall.get((model, "causal-spt", seed))
+                        b = self._score(model, task, "scratch", seed) if task != "overall" else self.overall.get((model, "scratch", seed))
+                        if a is not None and b is not None:
+                            diffs.append(100 * (a - b))
+                    if not diffs:
+                        lines.append(f"| {model} | {task} | missing | | |")
+                        continue
+                    stat = paired_stat(diffs)
+                    ci = f" [{stat.low:+.1f}, {stat.high:+.1f}]" if stat.low is not None else ""
+                    p = sign_flip_p(diffs)
+                    agree = max(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))
+                    lines.append(f"| {model} | {task} | {stat.mean:+.1f}{ci} | "
+                                 f"{'' if p is None else f'{p:.3f}'} | {agree} of {len(diffs)} |")
+            lines.append("")
+        incomplete = [s for s in self.selected if s.lr is None]
+        if incomplete:
+            lines.append(f"Missing: {len(incomplete)} (model, task, level, regime, seed) cells have an incomplete "
+                         "grid and are not scored, e.g. " + "; ".join(
+                             f"{s.model} {s.task} {s.level} {s.regime} seed {s.seed} ({', '.join(s.missing)})"
+                             for s in incomplete[:3]) + ".")
+            lines.append("")
+        return "\n".join(lines)
+
+    def _score(self, model: str, task: str, regime: str, seed: int) -> float | None:
+        for s in self.scores:
+            if (s.model, s.task, s.regime, s.seed) == (model, task, regime, seed):
+                return s.score
+        return None
+
+    def _ranking(self, regime: str) -> list[str]:
+        st = self.settings
+        means = {}
+        wins = {m: 0 for m in st.models}
+        for seed in st.seeds:
+            vals = {m: self.overall.get((m, regime, seed)) for m in st.models}
+            if all(v is not None for v in vals.values()):
+                best = max(vals.values())
+                for m, v in vals.items():
+                    wins[m] += v == best
+        complete = 0
+        for m in st.models:
+            vals = [self.overall.get((m, regime, seed)) for seed in st.seeds]
+            if all(v is not None for v in vals):
+                means[m] = math.fsum(vals) / len(vals)
+                complete += 1
+        if not means:
+            return []
+        order = sorted(means, key=lambda m: -means[m])
+        seeds_ranked = sum(all(self.overall.get((m, regime, s)) is not None for m in st.models) for s in st.seeds)
+        return [f"Ranking ({regime}, overall score): " + " > ".join(
+            f"{m} ({100 * means[m]:.1f}; best in {wins[m]} of {seeds_ranked} seeds)" for m in order), ""]
+
+    def csv(self) -> str:
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(["model", "task", "level", "regime", "seed", "lr", "weight_decay", "val_accuracy",
+                         "test_accuracy", "missing"])
+        for s in self.selected:
+            writer.writerow([s.model, s.task, s.level, s.regime, s.seed, s.lr, s.wd, s.val, s.test, " ".join(s.missing)])
+        return buf.getvalue()
+
+
+def build_report(settings: MadSettings, out_dir: str | Path) -> MadReport:
+    """The report of the study in ``out_dir`` from its finished runs (unfinished ones are missing)."""
+    plan, points = mad_plan(settings)
+    summaries = plan.summaries(out_dir, list(points))
+    selected = select(points, summaries)
+    levels = {task: list(settings.task_levels(task)) for task in settings.tasks}
+    scores = task_scores(selected, levels)
+    overall = overall_scores(scores, [t for t in settings.tasks if levels[t]])
+    sizes = {}
+    for model in settings.models:
+        for stage_id, p in points.items():
+            if p.model == model and stage_id in summaries:
+                sizes[model] = dict(summaries[stage_id].get("params") or {})
+                break
+    return MadReport(settings, selected, scores, overall, sizes)
+
+
+SETTINGS_FILE = "mad.json"
+REPORT_FILES = {"markdown": "mad_report.md", "csv": "mad_selected.csv", "plot": "mad_scores.png"}
+
+
+def write_report(report: MadReport, out_dir: str | Path) -> dict[str, Path]:
+    """``mad_report.md``, ``mad_selected.csv`` and ``mad_scores.png`` in ``out_dir``."""
+    from longrange.fileio import atomic_write
+
+    out = Path(out_dir)
+    paths = {"markdown": atomic_write(out / REPORT_FILES["markdown"], report.markdown().encode()),
+             "csv": atomic_write(out / REPORT_FILES["csv"], report.csv().encode())}
+    plot = scores_plot(report, out / REPORT_FILES["plot"])
+    if plot is not None:
+        paths["plot"] = plot
+    return paths
+
+
+def scores_plot(report: MadReport, path: Path) -> Path | None:
+    """Bars of each model's MAD score per task and overall, one panel per regime (mean over seeds,
+    95% CI); None when nothing is scored."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from longrange.report.plots import regime_colour
+    from longrange.report.tables import mean_ci
+
+    st = report.settings
+    columns = list(st.tasks) + ["overall"]
+    if not any(s.score is not None for s in report.scores):
+        return None
+    fig, axes = plt.subplots(1, len(st.regimes), figsize=(4.8 * len(st.regimes), 3.6), squeeze=False, sharey=True)
+    width = 0.8 / len(st.models)
+    for ax, regime in zip(axes[0], st.regimes):
+        for k, model in enumerate(st.models):
+            means, halves = [], []
+            for column in columns:
+                vals = [report.overall.get((model, regime, seed)) if column == "overall" else
+                        report._score(model, column, regime, seed) for seed in st.seeds]
+                vals = [100 * v for v in vals if v is not None]
+                stat = mean_ci(vals) if vals else None
+                means.append(stat.mean if stat else math.nan)
+                halves.append(stat.half_width or 0.0 if stat else 0.0)
+            xs = [i + (k - (len(st.models) - 1) / 2) * width for i in range(len(columns))]
+            ax.bar(xs, means, width, yerr=halves, label=model, capsize=2)
+        ax.set_xticks(range(len(columns)))
+        ax.set_xticklabels([c.removeprefix("mad-") for c in columns], rotation=30, ha="right", fontsize=8)
+        ax.set_title(regime, color=regime_colour(regime))
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("MAD score (test accuracy %)")
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    from longrange.fileio import atomic_write
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write(path, buf.getvalue())
+
+
+def save_settings(settings: MadSettings, out_dir: str | Path) -> Path:
+    """The study's settings as ``OUT/mad.json`` (``longrange mad --report`` reads them back); a
+    different study already in ``out_dir`` is an error, never mixed into one report."""
+    from longrange.fileio import atomic_write
+
+    path = Path(out_dir) / SETTINGS_FILE
+    if path.is_file():
+        earlier = load_settings(out_dir)
+        if earlier != settings:
+            changed = [k for k in settings.to_dict() if settings.to_dict()[k] != earlier.to_dict()[k]]
+            raise ConfigError(f"{path} holds a MAD study with other settings ({', '.join(changed)} differ); "
+                              "use another --out, or the same settings")
+        return path
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, json.dumps(settings.to_dict(), indent=1).encode())
+
+
+def load_settings(out_dir: str | Path) -> MadSettings:
+    path = Path(out_dir) / SETTINGS_FILE
+    if not path.is_file():
+        raise ConfigError(f"{out_dir} holds no MAD study ({SETTINGS_FILE} is missing); run `longrange mad` into it first")
+    try:
+        return MadSettings.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{path}: not a MAD study's settings ({err})") from err
+
+
+def run_mad(settings: MadSettings, out_dir: str | Path, *, executor=None, dry_run: bool = False,
+            overwrite: bool = False) -> MadReport | None:
+    """Run the study into ``out_dir`` (resumable: finished runs are reused, run again it does only
+    the missing work) and write its report; ``dry_run`` prints the plan and runs nothing."""
+    from longrange.experiment.compare import StageFailed, run_grid
+
+    plan, _ = mad_plan(settings)
+    if not dry_run:
+        save_settings(settings, out_dir)
+    try:
+        run_grid(plan, out_dir, executor=executor, overwrite=overwrite, dry_run=dry_run,
+                 notes=[f"MAD protocol: {len(plan.stages)} runs ({sum(s.stage == 'pretrain' for s in plan.stages)} "
+                        "pretrainings)"])
+    except StageFailed:  # the report marks their cells missing; the error still ends the command
+        write_report(build_report(settings, out_dir), out_dir)
+        raise
+    if dry_run:
+        return None
+    report = build_report(settings, out_dir)
+    write_report(report, out_dir)
+    return report
+
+
+__all__ = ["CPU_MODELS", "CPU_PROTOCOL", "MAD_LRS", "MAD_TASKS", "MAD_WDS", "MadReport", "MadSettings", "Point", "Selected", "TaskScore",
+           "build_report", "cell_experiment", "mad_layers", "mad_plan", "model_names", "model_preset",
+           "overall_scores", "run_mad", "select", "sign_flip_p", "task_scores", "write_report"]
+

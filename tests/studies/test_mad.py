@@ -1,0 +1,171 @@
+"""The MAD protocol (``longrange mad``, ``longrange.studies.mad``): its plan, the best-of-grid
+selection on validation, MAD scores, the sign-flip test, errors, and a tiny study run end to end."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from longrange.errors import ConfigError
+from longrange.studies import mad as M
+
+TINY = ("model.d_model=16", "train.max_steps=2", "pretrain.max_steps=2", "train.batch_size=8", "pretrain.batch_size=8",
+        "task.options.n_train=32", "task.options.n_val=16", "task.options.n_test=16", "train.eval_every=2",
+        "pretrain.eval_every=2")
+
+
+def settings(**kw) -> M.MadSettings:
+    base = dict(models=("hyena", "gated-deltanet"), tasks=("mad-in-context-recall", "mad-memorization"),
+                levels=("baseline", "seq_len=256", "vocab_size=512"), lrs=(5e-4, 1e-3), wds=(0.0, 0.1), seeds=(0, 1))
+    base.update(kw)
+    return M.MadSettings(**base)
+
+
+def test_the_plan_has_one_pretraining_per_cell_and_seed_and_the_grid_in_both_regimes():
+    st = settings()
+    plan, points = M.mad_plan(st)
+    # levels: recall has baseline and seq_len=256; memorization baseline and vocab_size=512
+    cells = 2 * 2 * 2  # tasks x their 2 levels x models
+    assert sum(s.stage == "pretrain" for s in plan.stages) == cells * 2  # x seeds
+    assert sum(s.regime == "scratch" for s in plan.stages) == cells * 2 * 4  # x seeds x grid
+    finetunes = [s for s in plan.stages if s.stage == "finetune"]
+    assert len(finetunes) == cells * 2 * 4 and len(points) == 2 * len(finetunes)
+    for f in finetunes:
+        assert f.init_from == f.after[0] and plan.by_id[f.init_from].stage == "pretrain"
+        assert f.init_from.rsplit("/", 3)[0] == f.id.rsplit("/", 4)[0]  # the same task, model and level
+    one = "mad-in-context-recall/hyena/seq_len-256/lr0.001-wd0.1/causal-spt/seed1/finetune"
+    assert points[one] == M.Point("hyena", "mad-in-context-recall", "seq_len=256", "causal-spt", 1, 1e-3, 0.1)
+    exp = plan.experiments[plan.by_id[one].experiment]
+    assert (exp.train["lr"], exp.train["weight_decay"], exp.train["ssm_weight_decay"]) == (1e-3, 0.1, 0.1)
+    assert exp.train["min_lr_ratio"] == pytest.approx(1e-6 / 1e-3)
+    assert (exp.pretrain["lr"], exp.pretrain["weight_decay"]) == (5e-4, 0.0)
+    assert exp.task.options == {"seq_len": 256}
+    assert {e["options"]["l_max"] for e in exp.model.layers if isinstance(e, dict)} == {256}  # Hyena's filters follow
+    memo = plan.experiments[plan.by_id["mad-memorization/gated-deltanet/vocab_size-512/lr0.0005-wd0/scratch/seed0"]
+                            .experiment]
+    assert memo.task.options == {"vocab_size": 512}
+    assert [e if isinstance(e, str) else e["primitive"] for e in memo.model.layers] == [
+        "gated-deltanet", "swiglu", "gated-deltanet", "swiglu"]
+
+
+def test_answers_as_training_targets_reach_the_recall_tasks_only():
+    st = settings(train_targets="answers", levels=("baseline",))
+    plan, _ = M.mad_plan(st)
+    options = {e.task.name: e.task.options for e in plan.experiments}
+    assert options == {"mad-in-context-recall": {"train_targets": "answers"}, "mad-memorization": {}}
+
+
+def test_every_level_by_default_and_scratch_only():
+    st = M.MadSettings(models=("mamba",), tasks=("mad-memorization",), regimes=("scratch",), lrs=(1e-3,), wds=(0.0,))
+    plan, points = M.mad_plan(st)
+    assert [s.stage for s in plan.stages] == ["train"] * 6  # memorization: baseline + 5 vocabulary sizes
+    assert len(points) == 6
+
+
+def _summary(val: float | None, test: float | None) -> dict:
+    return {"metric": "accuracy", "best_val": None if val is None else {"accuracy": val},
+            "test": None if test is None else {"accuracy": test}}
+
+
+def test_selection_takes_the_best_validation_point_and_reports_its_test():
+    points = {f"{lr}-{wd}": M.Point("m", "t", "baseline", "scratch", 0, lr, wd) for lr in (1, 2) for wd in (0, 1)}
+    summaries = {"1-0": _summary(0.5, 0.9), "1-1": _summary(0.7, 0.1), "2-0": _summary(0.7, 0.3),
+                 "2-1": _summary(0.6, 0.99)}
+    (chosen,) = M.select(points, summaries)
+    assert (chosen.lr, chosen.wd, chosen.val, chosen.test) == (1, 1, 0.7, 0.1)  # the first of the tied 0.7s
+    del summaries["2-1"]
+    (missing,) = M.select(points, summaries)
+    assert missing.lr is None and missing.test is None and missing.missing == ("lr2-wd1",)
+    summaries["2-1"] = _summary(float("nan"), 0.5)  # a diverged run is missing, never a number
+    assert M.select(points, summaries)[0].missing == ("lr2-wd1",)
+    lower = {k: {**_summary(v, 1 - v), "higher_is_better": False} for k, v in
+             {"1-0": 0.5, "1-1": 0.7, "2-0": 0.2, "2-1": 0.6}.items()}  # a loss: the lowest is best
+    assert M.select(points, lower)[0].lr == 2 and M.select(points, lower)[0].wd == 0
+
+
+def test_scores_are_means_over_levels_then_tasks_and_missing_propagates():
+    sel = [M.Selected("m", "a", level, "scratch", 0, 1e-3, 0.0, 0.0, test)
+           for level, test in (("baseline", 0.2), ("x=1", 0.4))]
+    sel += [M.Selected("m", "b", "baseline", "scratch", 0, 1e-3, 0.0, 0.0, 0.9)]
+    scores = M.task_scores(sel, {"a": ["baseline", "x=1"], "b": ["baseline"]})
+    by = {s.task: s.score for s in scores}
+    assert by["a"] == pytest.approx(0.3) and by["b"] == 0.9
+    assert M.overall_scores(scores, ["a", "b"])[("m", "scratch", 0)] == pytest.approx(0.6)
+    sel[1] = M.Selected("m", "a", "x=1", "scratch", 0, None, None, None, None, ("lr0.001-wd0",))
+    scores = M.task_scores(sel, {"a": ["baseline", "x=1"], "b": ["baseline"]})
+    assert {s.task: s.score for s in scores}["a"] is None
+    assert M.overall_scores(scores, ["a", "b"])[("m", "scratch", 0)] is None
+
+
+def test_sign_flip_p_is_exact():
+    assert M.sign_flip_p([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)  # only all-positive and all-negative reach 6
+    assert M.sign_flip_p([1.0, -1.0]) == 1.0
+    assert M.sign_flip_p([5.0, 5.0, 5.0, 5.0, 5.0]) == pytest.approx(2 / 32)  # five seeds: 0.0625 at best
+    assert M.sign_flip_p([]) is None
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"models": ("hyenna",)}, r"unknown model 'hyenna' \(did you mean hyena\?\)"),
+    ({"models": ()}, "name at least one model"),
+    ({"models": ("hyena", "hyena")}, "--models: 'hyena' is given twice"),
+    ({"tasks": ("mad-compression",)}, "not one of MAD's tasks here"),
+    ({"levels": ("n_train=7",)}, r"--levels: 'n_train=7' is no level of"),
+    ({"lrs": ()}, "--lrs: give one or more finite numbers"),
+    ({"wds": (-0.1,)}, "weight decays must be >= 0"),
+    ({"regimes": ("masked-spt",)}, "--regimes: 'masked-spt' is not one of scratch, causal-spt"),
+    ({"train_targets": "all"}, "--train-targets must be one of next-token, answers"),
+])
+def test_bad_settings_are_errors_naming_the_option(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        settings(**kw)
+
+
+def test_a_setting_that_would_change_what_a_level_varies_is_an_error():
+    st = settings(levels=("seq_len=256",), tasks=("mad-in-context-recall",), overrides=("task.options.seq_len=64",))
+    with pytest.raises(ConfigError, match=r"changes seq_len, which the level 'seq_len=256' of mad-in-context-recall"):
+        M.mad_plan(st)
+
+
+def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
+    from longrange.cli import main
+
+    out = tmp_path / "mad"
+    args = ["mad", "--out", str(out), "--models", "gated-deltanet", "--tasks", "mad-memorization", "--levels",
+            "baseline", "--lrs", "1e-3,5e-4", "--wds", "0", *TINY]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "## scratch: MAD score" in text and "## causal-spt minus scratch" in text
+    rows = (out / "mad_selected.csv").read_text().splitlines()
+    assert rows[0].startswith("model,task,level,regime,seed,lr,weight_decay,val_accuracy,test_accuracy")
+    assert len(rows) == 3  # scratch and causal-spt for seed 0
+    for row in rows[1:]:
+        fields = row.split(",")
+        assert fields[5] in ("0.001", "0.0005") and 0 <= float(fields[8]) <= 1
+    assert (out / "mad_scores.png").stat().st_size > 0
+    assert json.loads((out / "mad.json").read_text())["models"] == ["gated-deltanet"]
+    # Run again: everything is reused; --report rebuilds the report from the runs alone.
+    assert main(args) == 0
+    assert "## scratch: MAD score" in capsys.readouterr().out
+    assert main(["mad", "--out", str(out), "--report"]) == 0
+    assert "gated-deltanet" in capsys.readouterr().out
+    # Another study into the same directory is an error, not a mixed report.
+    assert main([*args[:-len(TINY)], "--seeds", "1", *TINY]) == 1
+    assert "holds a MAD study with other settings (seeds differ)" in capsys.readouterr().err
+
+
+def test_the_cpu_protocol_is_its_rule():
+    import argparse
+
+    from longrange.studies.cli import settings_from_args
+
+    args = argparse.Namespace(cpu=True, models=None, tasks=None, levels=None, lrs=None, wds=None, seeds="0,1",
+                              regimes=None, pretrain_lr=None, pretrain_wd=None, train_targets=None,
+                              settings=["train.max_steps=10"])
+    st = settings_from_args(args)
+    assert st.models == M.CPU_MODELS and len(st.models) == 8 and st.seeds == (0, 1)
+    assert (st.levels, st.lrs, st.wds) == (("baseline", "n_train=800"), (5e-4, 1e-3), (0.0,))
+    assert st.overrides[-1] == "train.max_steps=10" and "train.max_steps=500" in st.overrides  # the user's last
+    plan, _ = M.mad_plan(M.MadSettings(**{**st.to_dict(), "seeds": (0,), "overrides": M.CPU_PROTOCOL["overrides"]}))
+    assert len(plan.stages) == 360  # 8 models x 9 cells x (1 pretraining + 2 x 2 runs): the budget's count
+    exp = plan.experiments[0]
+    assert (exp.model.d_model, exp.train["max_steps"], exp.train["batch_size"]) == (64, 500, 32)
