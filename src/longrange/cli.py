@@ -62,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("longrange.report.cli", "tables (mean ± 95%% CI over seeds) and plots from run directories"),
     "mad": ("longrange.studies.cli", "MAD's synthetic protocol for a list of models, from scratch and after causal "
             "self-pretraining: tasks, levels, the lr x weight-decay grid, MAD scores"),
+    "zoology": ("longrange.studies.cli", "MQAR accuracy against each model's state size over widths, from scratch and "
+                "after causal self-pretraining (Zoology's axis at a vocabulary that separates models on a CPU)"),
     "info": ("longrange.info", "versions, devices, optional kernels, and which implementation each op runs where"),
     "check": ("longrange.check", "check every implementation available here against its float64 reference, and "
               "step == forward"),
@@ -70,6 +72,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 #: Commands that continue where they stopped when run again (they have no ``--resume``), and how to say so.
 RESUMED_BY_RERUNNING = {
+    "zoology": "run the same zoology command again to continue (finished runs are reused, an interrupted one "
+               "resumes from its checkpoint where it wrote one)",
     "mad": "run the same mad command again to continue (finished runs are reused, an interrupted one resumes "
            "from its checkpoint where it wrote one)",
     "compare": "run the same compare command again to continue (finished stages are reused, an interrupted one "

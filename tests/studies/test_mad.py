@@ -72,10 +72,10 @@ def test_selection_takes_the_best_validation_point_and_reports_its_test():
     summaries = {"1-0": _summary(0.5, 0.9), "1-1": _summary(0.7, 0.1), "2-0": _summary(0.7, 0.3),
                  "2-1": _summary(0.6, 0.99)}
     (chosen,) = M.select(points, summaries)
-    assert (chosen.lr, chosen.wd, chosen.val, chosen.test) == (1, 1, 0.7, 0.1)  # the first of the tied 0.7s
+    assert (chosen.lr, chosen.wd, chosen.val, chosen.reported) == (1, 1, 0.7, 0.1)  # the first of the tied 0.7s
     del summaries["2-1"]
     (missing,) = M.select(points, summaries)
-    assert missing.lr is None and missing.test is None and missing.missing == ("lr2-wd1",)
+    assert missing.lr is None and missing.reported is None and missing.missing == ("lr2-wd1",)
     summaries["2-1"] = _summary(float("nan"), 0.5)  # a diverged run is missing, never a number
     assert M.select(points, summaries)[0].missing == ("lr2-wd1",)
     lower = {k: {**_summary(v, 1 - v), "higher_is_better": False} for k, v in
@@ -136,11 +136,11 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "## scratch: MAD score" in text and "## causal-spt minus scratch" in text
     rows = (out / "mad_selected.csv").read_text().splitlines()
-    assert rows[0].startswith("model,task,level,regime,seed,lr,weight_decay,val_accuracy,test_accuracy")
+    assert rows[0].startswith("model,task,level,regime,seed,lr,weight_decay,val_accuracy,reported_split,reported_accuracy")
     assert len(rows) == 3  # scratch and causal-spt for seed 0
     for row in rows[1:]:
         fields = row.split(",")
-        assert fields[5] in ("0.001", "0.0005") and 0 <= float(fields[8]) <= 1
+        assert fields[5] in ("0.001", "0.0005") and fields[8] == "test" and 0 <= float(fields[9]) <= 1
     assert (out / "mad_scores.png").stat().st_size > 0
     assert json.loads((out / "mad.json").read_text())["models"] == ["gated-deltanet"]
     # Run again: everything is reused; --report rebuilds the report from the runs alone.
@@ -158,7 +158,7 @@ def test_the_cpu_protocol_is_its_rule():
 
     from longrange.studies.cli import settings_from_args
 
-    args = argparse.Namespace(cpu=True, models=None, tasks=None, levels=None, lrs=None, wds=None, seeds="0,1",
+    args = argparse.Namespace(cpu=True, screen=False, models=None, tasks=None, levels=None, lrs=None, wds=None, seeds="0,1",
                               regimes=None, pretrain_lr=None, pretrain_wd=None, train_targets=None,
                               settings=["train.max_steps=10"])
     st = settings_from_args(args)
@@ -169,3 +169,29 @@ def test_the_cpu_protocol_is_its_rule():
     assert len(plan.stages) == 360  # 8 models x 9 cells x (1 pretraining + 2 x 2 runs): the budget's count
     exp = plan.experiments[0]
     assert (exp.model.d_model, exp.train["max_steps"], exp.train["batch_size"]) == (64, 500, 32)
+
+
+def test_a_screen_reads_no_test_split_and_scores_validation(tmp_path):
+    st = M.MadSettings(models=("gated-deltanet",), tasks=("mad-memorization",), levels=("baseline",), lrs=(1e-3,),
+                       wds=(0.0,), regimes=("scratch",), screen=True, overrides=TINY)
+    plan, _ = M.mad_plan(st)
+    assert plan.experiments[0].train["test_split"] is False
+    report = M.run_mad(st, tmp_path)
+    (summary,) = plan.summaries(tmp_path, [s.id for s in plan.stages]).values()
+    assert summary["test"] is None and summary["best_val"]["accuracy"] is not None  # the test split was not read
+    (chosen,) = report.selected
+    assert chosen.reported == chosen.val == summary["best_val"]["accuracy"]
+    assert "screen: validation accuracy, the test split unread" in report.markdown()
+    assert "validation," in report.csv().splitlines()[1]
+
+
+def test_test_split_false_is_a_setting_of_the_run_s_identity():
+    from longrange.identity import differences
+    from longrange.train.config import TrainConfig
+
+    assert TrainConfig().test_split is True
+    with pytest.raises(ConfigError, match="test_split"):
+        TrainConfig(test_split="no")
+    base = {"train": {"lr": 0.5}}
+    assert differences(base, {"train": {"lr": 0.5, "test_split": True}}) == []  # the default: no identity change
+    assert differences(base, {"train": {"lr": 0.5, "test_split": False}}) == ["train.test_split: True -> False"]

@@ -94,7 +94,8 @@ def train_stage(stage: ResolvedStage, run: OpenRun, *, run_name: str | None = No
         record["lock_taken_over"] = run.took_over
     config = {k: v for k, v in stage.config().items() if k != "train"}
     result = train(built.model, built.objective, data, stage.train, run,
-                   extra_config={**config, "head": built.head, "record": record}, evaluate_test=stage.stage != "pretrain",
+                   extra_config={**config, "head": built.head, "record": record},
+                   evaluate_test=stage.stage != "pretrain" and stage.train.test_split,
                    run_name=run_name, run_group=run_group)
     record = finish_record(record, result, earlier)
     if D.is_main_process():  # the record is not part of the fingerprint: config.yaml is rewritten with it

@@ -3,5 +3,7 @@
 their results, and write their tables.
 
 * :mod:`longrange.studies.mad`: MAD's synthetic protocol (Poli et al. 2024), from scratch and with
-  causal self-pretraining (``longrange mad``).
+  causal self-pretraining (``longrange mad``);
+* :mod:`longrange.studies.zoology`: MQAR accuracy against state size over widths (Zoology's axis),
+  both regimes (``longrange zoology``).
 """

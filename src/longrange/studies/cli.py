@@ -1,4 +1,5 @@
-"""``longrange mad``: MAD's protocol from scratch and with causal self-pretraining (:mod:`longrange.studies.mad`)."""
+"""``longrange mad`` (MAD's protocol, :mod:`longrange.studies.mad`) and ``longrange zoology`` (MQAR accuracy
+against state size, :mod:`longrange.studies.zoology`), each from scratch and with causal self-pretraining."""
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,8 @@ def settings_from_args(args: argparse.Namespace):
     for name in ("pretrain_lr", "pretrain_wd", "train_targets"):
         if getattr(args, name) is not None:
             given[name] = getattr(args, name)
+    if args.screen:
+        given["screen"] = True
     if args.settings:
         given["overrides"] = tuple(given.get("overrides", ())) + tuple(args.settings)
     return MadSettings(**{"models": (), **given})
@@ -54,6 +57,26 @@ def _mad(args: argparse.Namespace) -> int:
     return 0
 
 
+ZOOLOGY_HELP = ("MQAR accuracy against each model's state size over widths, from scratch and after causal "
+                "self-pretraining (Zoology's axis at a vocabulary that separates models on a CPU)")
+
+
+def _zoology(args: argparse.Namespace) -> int:
+    from longrange.data.cli import parse_task_options
+    from longrange.experiment.backends import LocalWorkers, resolve_jobs
+    from longrange.studies.zoology import DEFAULT_WIDTHS, run_zoology
+
+    models = _list(args.models) or ()
+    widths = _list(args.widths, int) if args.widths else DEFAULT_WIDTHS
+    jobs = resolve_jobs(args.jobs)
+    text = run_zoology(models, widths, args.out, seeds=_list(args.seeds, int) or (0,),
+                       task_options=parse_task_options("mqar", args.task_option or []), overrides=args.settings,
+                       executor=LocalWorkers(jobs) if jobs > 1 else None, dry_run=args.dry_run, field=args.field)
+    if text:
+        print(text)
+    return 0
+
+
 def register(sub: Any) -> None:
     from longrange.experiment.cli import jobs_arg
 
@@ -74,6 +97,8 @@ def register(sub: Any) -> None:
     p.add_argument("--pretrain-wd", type=float, help="self-pretraining's weight decay (default 0)")
     p.add_argument("--train-targets", choices=("next-token", "answers"),
                    help="the recall tasks' training targets: every next token (MAD's, default) or the answers alone")
+    p.add_argument("--screen", action="store_true", help="no run reads the test split; the report scores the chosen "
+                   "points' validation accuracies (a screen, before a confirmation on fresh seeds)")
     p.add_argument("--cpu", action="store_true", help="the CPU protocol: 8 models, 2 levels, 2 grid points, width 64, "
                    "batch 32, 500 steps (about 5 hours a seed on 2 cores); the options above and FIELD=VALUE settings "
                    "change it")
@@ -84,3 +109,20 @@ def register(sub: Any) -> None:
     p.add_argument("--report", action="store_true", help="write and print the report of the study in --out from its "
                    "finished runs, running nothing")
     p.set_defaults(func=_mad)
+
+    z = sub.add_parser("zoology", help=ZOOLOGY_HELP, description=ZOOLOGY_HELP + ". Resumable: run the same command "
+                       "again to continue.")
+    z.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="settings applied to every run")
+    z.add_argument("--out", required=True, help="the study's directory (its runs and the report)")
+    z.add_argument("--models", required=True, help="comma-separated: the recall study's models (transformer, mamba-s6, "
+                   "gated-deltanet, lru, ...: demo/recall/<name>) or preset names")
+    z.add_argument("--widths", help="comma-separated model widths (default 16,32,64,128)")
+    z.add_argument("--field", default="d_model", choices=("d_model", "d_state"),
+                   help="the model field the values of --widths set (default d_model; d_state for a layer whose state "
+                   "does not grow with its width, as the LRU's)")
+    z.add_argument("--seeds", help="comma-separated seeds (default 0)")
+    z.add_argument("--task-option", action="append", metavar="NAME=VALUE",
+                   help="an option of the MQAR task (default vocab_size=64, seq_len=40, n_pairs=8, answers_in_input)")
+    z.add_argument("--jobs", type=jobs_arg, default=1, help="runs at once as worker processes (auto: one per core)")
+    z.add_argument("--dry-run", action="store_true", help="print the plan and run nothing")
+    z.set_defaults(func=_zoology)

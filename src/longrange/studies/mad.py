@@ -139,6 +139,9 @@ class MadSettings:
     train_targets: str = "next-token"
     #: ``FIELD=VALUE`` settings applied to every run after MAD's (a CPU protocol's budget).
     overrides: tuple[str, ...] = ()
+    #: A screen: no run reads the test split (``train.test_split: false``); the scores are the chosen
+    #: points' validation accuracies, for choosing what a confirmation on fresh seeds tests.
+    screen: bool = False
 
     def __post_init__(self) -> None:
         known = model_names()
@@ -261,6 +264,8 @@ def cell_experiment(settings: MadSettings, model: str, task: str, level: str, lr
         "compare": {"objectives": ["causal"], "compute_matched": False, "seeds": list(settings.seeds)},
     })
     data["model"] = _lengths_follow(data["model"], seq_len)
+    if settings.screen:
+        data["train"]["test_split"] = False
     data = apply_overrides(data, settings.overrides)
     return experiment_from_dict(data)
 
@@ -339,7 +344,7 @@ class Selected:
     lr: float | None      # None: the grid is incomplete (nothing chosen)
     wd: float | None
     val: float | None
-    test: float | None
+    reported: float | None          # its test accuracy (a screen: its validation accuracy)
     missing: tuple[str, ...] = ()   # the grid points without a finished result
 
 
@@ -351,23 +356,28 @@ def _value(summary: Mapping[str, Any], split: str) -> float | None:
     return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
-def select(points: Mapping[str, Point], summaries: Mapping[str, Mapping[str, Any]]) -> list[Selected]:
+def select(points: Mapping[str, Point], summaries: Mapping[str, Mapping[str, Any]], screen: bool = False
+           ) -> list[Selected]:
     """The best grid point of every (model, task, level, regime, seed) by validation accuracy (the
-    first in grid order on a tie), with its test accuracy; an incomplete grid (a point without a
-    finished run, or whose validation or test value is missing or not finite) selects nothing."""
+    first in grid order on a tie), with its test accuracy (``screen``: its validation accuracy in
+    that place, the test split unread); an incomplete grid (a point without a finished run, or
+    whose validation or test value is missing or not finite) selects nothing."""
+    reported = "val" if screen else "test"
     groups: dict[tuple, list[tuple[str, Point]]] = {}
     for stage_id, p in points.items():
         groups.setdefault((p.model, p.task, p.level, p.regime, p.seed), []).append((stage_id, p))
     out = []
     for key, members in groups.items():
         missing = tuple(grid_name(p.lr, p.wd) for i, p in members
-                        if i not in summaries or _value(summaries[i], "val") is None or _value(summaries[i], "test") is None)
+                        if i not in summaries or _value(summaries[i], "val") is None
+                        or _value(summaries[i], reported) is None)
         if missing:
             out.append(Selected(*key, None, None, None, None, missing))
             continue
         sign = 1.0 if summaries[members[0][0]].get("higher_is_better", True) else -1.0
         best_id, best = max(members, key=lambda m: sign * _value(summaries[m[0]], "val"))  # the first of ties
-        out.append(Selected(*key, best.lr, best.wd, _value(summaries[best_id], "val"), _value(summaries[best_id], "test")))
+        out.append(Selected(*key, best.lr, best.wd, _value(summaries[best_id], "val"),
+                            _value(summaries[best_id], reported)))
     return out
 
 
@@ -388,7 +398,7 @@ def task_scores(selected: Iterable[Selected], levels: Mapping[str, Sequence[str]
     test accuracies; missing (None) unless every level has one."""
     by: dict[tuple, dict[str, float | None]] = {}
     for s in selected:
-        by.setdefault((s.model, s.task, s.regime, s.seed), {})[s.level] = s.test
+        by.setdefault((s.model, s.task, s.regime, s.seed), {})[s.level] = s.reported
     out = []
     for (model, task, regime, seed), values in by.items():
         wanted = list(levels[task])
@@ -442,11 +452,13 @@ class MadReport:
 
         st = self.settings
         tasks = [t for t in st.tasks]
-        lines = ["# MAD protocol: scores", ""]
+        lines = ["# MAD protocol: scores" + (" (screen: validation accuracy, the test split unread)"
+                                             if st.screen else ""), ""]
+        what = "validation" if st.screen else "test"
         lines.append(
             f"Models {', '.join(st.models)}; tasks {', '.join(tasks)}; levels: "
             + ("every level" if not st.levels else ", ".join(st.levels)) + f"; grid lr {', '.join(f'{v:g}' for v in st.lrs)}"
-            f" x weight decay {', '.join(f'{v:g}' for v in st.wds)}, the best point by validation accuracy, its test "
+            f" x weight decay {', '.join(f'{v:g}' for v in st.wds)}, the best point by validation accuracy, its {what} "
             f"accuracy reported; seeds {', '.join(map(str, st.seeds))}; training targets of the recall tasks: "
             f"{st.train_targets}" + (f"; settings {' '.join(st.overrides)}" if st.overrides else "") + ".")
         lines.append("")
@@ -462,7 +474,7 @@ class MadReport:
             return text + ("" if len(vals) == len(values) else f" ({len(vals)} of {len(values)} seeds)")
 
         for regime in st.regimes:
-            lines.append(f"## {regime}: MAD score (test accuracy %, mean over levels; mean ± 95% CI over seeds)")
+            lines.append(f"## {regime}: MAD score ({what} accuracy %, mean over levels; mean ± 95% CI over seeds)")
             lines.append("")
             lines.append("| model | parameters | state | " + " | ".join(tasks) + " | overall |")
             lines.append("|---|---:|---:|" + "---:|" * (len(tasks) + 1))
@@ -476,7 +488,7 @@ class MadReport:
             lines.append("")
             lines += self._ranking(regime)
         if set(REGIMES) <= set(st.regimes):
-            lines.append("## causal-spt minus scratch (points of test accuracy, paired by seed)")
+            lines.append(f"## causal-spt minus scratch (points of {what} accuracy, paired by seed)")
             lines.append("")
             lines.append("| model | task | difference [95% CI] | sign-flip p | seeds agreeing in sign |")
             lines.append("|---|---|---:|---:|---:|")
@@ -540,9 +552,11 @@ class MadReport:
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(["model", "task", "level", "regime", "seed", "lr", "weight_decay", "val_accuracy",
-                         "test_accuracy", "missing"])
+                         "reported_split", "reported_accuracy", "missing"])
+        split = "validation" if self.settings.screen else "test"
         for s in self.selected:
-            writer.writerow([s.model, s.task, s.level, s.regime, s.seed, s.lr, s.wd, s.val, s.test, " ".join(s.missing)])
+            writer.writerow([s.model, s.task, s.level, s.regime, s.seed, s.lr, s.wd, s.val, split, s.reported,
+                             " ".join(s.missing)])
         return buf.getvalue()
 
 
@@ -550,7 +564,7 @@ def build_report(settings: MadSettings, out_dir: str | Path) -> MadReport:
     """The report of the study in ``out_dir`` from its finished runs (unfinished ones are missing)."""
     plan, points = mad_plan(settings)
     summaries = plan.summaries(out_dir, list(points))
-    selected = select(points, summaries)
+    selected = select(points, summaries, settings.screen)
     levels = {task: list(settings.task_levels(task)) for task in settings.tasks}
     scores = task_scores(selected, levels)
     overall = overall_scores(scores, [t for t in settings.tasks if levels[t]])

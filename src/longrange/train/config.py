@@ -153,6 +153,9 @@ class TrainConfig:
     #: Train the model compiled with ``torch.compile`` (Inductor; see ``train/compile.py``): the
     #: same computation to float rounding, faster after the first steps, which compile it.
     compile: bool = False
+    #: Read the test split once training ends (its metrics in the summary's ``test``). False for
+    #: screening runs, whose choices of settings must not see it: their summary's ``test`` is null.
+    test_split: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -201,6 +204,7 @@ class TrainConfig:
         need(self.progress_every > 0, "progress_every", "must be > 0 seconds")
         need(self.num_workers >= 0, "num_workers", "must be >= 0")
         need(isinstance(self.compile, bool), "compile", "must be true or false")
+        need(isinstance(self.test_split, bool), "test_split", "must be true or false")
         if isinstance(self.wandb, Mapping):  # constructed directly with a dict
             self.wandb = typed.from_dict(WandbConfig, self.wandb, "train.wandb")
         need(all(name in LOGGERS for name in self.loggers) and len(set(self.loggers)) == len(self.loggers), "loggers",
