@@ -195,3 +195,10 @@ def test_test_split_false_is_a_setting_of_the_run_s_identity():
     base = {"train": {"lr": 0.5}}
     assert differences(base, {"train": {"lr": 0.5, "test_split": True}}) == []  # the default: no identity change
     assert differences(base, {"train": {"lr": 0.5, "test_split": False}}) == ["train.test_split: True -> False"]
+
+
+def test_a_bad_list_option_is_an_error_naming_it(tmp_path, capsys):
+    from longrange.cli import main
+
+    assert main(["mad", "--out", str(tmp_path), "--models", "mamba", "--lrs", "1e-3,fast"]) == 1
+    assert "--lrs: expected comma-separated numbers, got '1e-3,fast'" in capsys.readouterr().err

@@ -5,28 +5,30 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from longrange.errors import ConfigError
+
 HELP = ("MAD's synthetic protocol for a list of models, from scratch and after causal self-pretraining: tasks, "
         "levels, the lr x weight-decay grid, MAD scores")
 
 
-def _list(text: str | None, kind=str) -> tuple | None:
+def _list(text: str | None, kind=str, option: str = "") -> tuple | None:
+    """A comma-separated option's values, each converted by ``kind``; a bad one is a ConfigError naming the option."""
     if text is None:
         return None
     try:
         return tuple(kind(part.strip()) for part in text.split(",") if part.strip())
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r} ({err})") from None
+    except ValueError:
+        what = {int: "integers", float: "numbers"}.get(kind, "values")
+        raise ConfigError(f"{option}: expected comma-separated {what}, got {text!r}") from None
 
 
 def settings_from_args(args: argparse.Namespace):
-    from longrange.studies.mad import MadSettings
-
-    from longrange.studies.mad import CPU_MODELS, CPU_PROTOCOL
+    from longrange.studies.mad import CPU_MODELS, CPU_PROTOCOL, MadSettings
 
     given: dict[str, Any] = {"models": CPU_MODELS, **CPU_PROTOCOL} if args.cpu else {}
     for name, kind in (("models", str), ("tasks", str), ("levels", str), ("lrs", float), ("wds", float),
                        ("seeds", int), ("regimes", str)):
-        value = _list(getattr(args, name), kind)
+        value = _list(getattr(args, name), kind, f"--{name}")
         if value is not None:
             given[name] = value
     for name in ("pretrain_lr", "pretrain_wd", "train_targets"):
@@ -66,10 +68,10 @@ def _zoology(args: argparse.Namespace) -> int:
     from longrange.experiment.backends import LocalWorkers, resolve_jobs
     from longrange.studies.zoology import DEFAULT_WIDTHS, run_zoology
 
-    models = _list(args.models) or ()
-    widths = _list(args.widths, int) if args.widths else DEFAULT_WIDTHS
+    models = _list(args.models, str, "--models") or ()
+    widths = _list(args.widths, int, "--widths") if args.widths else DEFAULT_WIDTHS
     jobs = resolve_jobs(args.jobs)
-    text = run_zoology(models, widths, args.out, seeds=_list(args.seeds, int) or (0,),
+    text = run_zoology(models, widths, args.out, seeds=_list(args.seeds, int, "--seeds") or (0,),
                        task_options=parse_task_options("mqar", args.task_option or []), overrides=args.settings,
                        executor=LocalWorkers(jobs) if jobs > 1 else None, dry_run=args.dry_run, field=args.field)
     if text:
