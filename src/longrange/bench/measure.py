@@ -38,7 +38,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 
@@ -168,6 +168,43 @@ def ssm_kernel_impl(impl: str, device: str | None) -> Iterator[str]:
     finally:
         for op, value in previous.items():
             ssm_kernels.set_default_impl(op, value)
+
+
+@dataclass
+class Measurement:
+    """What every measurement of ``longrange bench`` shares: the batch, the untimed and timed calls,
+    the device, the seed, the threads and the kernels. :class:`~longrange.bench.models.Workload`
+    (the model table) and :class:`~longrange.bench.scaling.ScalingSettings` (scaling with length)
+    add their own fields and checks."""
+
+    batch_size: int = 1
+    warmup: int = 1
+    batches: int = 3
+    device: str = "auto"
+    seed: int = 0
+    #: torch threads in the measurement process; None: torch's default (see docs/performance.md).
+    threads: int | None = 1
+    #: The selective scan's implementation for S6 (``longrange.ops.scan.IMPLS``; "auto": the device's best).
+    scan_impl: str = "auto"
+    #: The implementation of the SSM-kernel products for S4, S4D and DLR (:data:`SSM_KERNEL_IMPLS`;
+    #: "auto": the device's best).
+    ssm_kernel_impl: str = "auto"
+
+    #: The integer fields that must be positive, in the order they are checked (subclasses add theirs).
+    POSITIVE: ClassVar[tuple[str, ...]] = ("batch_size", "batches")
+
+    def validate(self) -> torch.device:
+        """Check every field (an error names its command-line option); returns the resolved device."""
+        check_scan_impl(self.scan_impl)
+        check_ssm_kernel_impl(self.ssm_kernel_impl)
+        for name in self.POSITIVE:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ConfigError(f"--warmup must be >= 0, got {self.warmup}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be positive, got {self.threads}")
+        return resolve_device(self.device)
 
 
 def synchronize(device: torch.device) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import yaml
@@ -137,8 +137,9 @@ def build_classifier(config: dict[str, Any], channels: int, n_classes: int):
 
 
 @dataclass
-class Workload:
-    """The fixed synthetic batch and how many times it is run."""
+class Workload(measure.Measurement):
+    """The fixed synthetic batch and how many times it is run (with :class:`~longrange.bench.measure.Measurement`'s
+    device, seed, threads and kernels)."""
 
     # Defaults sized for a CPU run of the default model set in minutes (S6's PyTorch scan is the
     # slowest part); ``full()`` is the thesis' size.
@@ -146,31 +147,14 @@ class Workload:
     length: int = 1024
     channels: int = 3
     n_classes: int = 10
-    warmup: int = 1
-    batches: int = 3
-    device: str = "auto"
     precision: str = "float32"
-    seed: int = 0
-    #: torch threads in the measurement process; None: torch's default (see docs/performance.md).
-    threads: int | None = 1
-    #: The selective scan's implementation for S6 (``longrange.ops.scan.IMPLS``; "auto": the device's best).
-    scan_impl: str = "auto"
-    #: The implementation of the SSM-kernel products for S4, S4D and DLR
-    #: (``measure.SSM_KERNEL_IMPLS``; "auto": the device's best).
-    ssm_kernel_impl: str = "auto"
 
-    def validate(self) -> None:
-        measure.check_scan_impl(self.scan_impl)
-        measure.check_ssm_kernel_impl(self.ssm_kernel_impl)
-        for name in ("batch_size", "length", "channels", "n_classes", "batches"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.warmup < 0:
-            raise ConfigError(f"--warmup must be >= 0, got {self.warmup}")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"--threads must be positive, got {self.threads}")
-        device = measure.resolve_device(self.device)
+    POSITIVE: ClassVar[tuple[str, ...]] = ("batch_size", "length", "channels", "n_classes", "batches")
+
+    def validate(self) -> torch.device:
+        device = super().validate()
         measure.resolve_precision(self.precision, device)
+        return device
 
     @classmethod
     def full(cls, **overrides: Any) -> "Workload":

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 
@@ -48,40 +48,25 @@ def default_lengths(start: int = 256, stop: int = 16384) -> list[int]:
 
 
 @dataclass
-class ScalingSettings:
+class ScalingSettings(measure.Measurement):
+    """The unit measured at each length (a primitive, or a block around it) and its sizes, with
+    :class:`~longrange.bench.measure.Measurement`'s batch, calls, device, seed, threads and kernels."""
+
     unit: str = "primitive"
     d_model: int = 128
     d_state: int = 16
     n_heads: int = 4
     block_size: int = 1024
-    batch_size: int = 1
-    warmup: int = 1
-    batches: int = 3
-    device: str = "auto"
-    seed: int = 0
-    #: torch threads in the measurement process; None: torch's default (see docs/performance.md).
-    threads: int | None = 1
-    #: The selective scan's implementation for S6 (``longrange.ops.scan.IMPLS``; "auto": the device's best).
-    scan_impl: str = "auto"
-    #: The implementation of the SSM-kernel products for S4, S4D and DLR
-    #: (``measure.SSM_KERNEL_IMPLS``; "auto": the device's best).
-    ssm_kernel_impl: str = "auto"
 
-    def validate(self) -> None:
-        measure.check_scan_impl(self.scan_impl)
-        measure.check_ssm_kernel_impl(self.ssm_kernel_impl)
+    POSITIVE: ClassVar[tuple[str, ...]] = ("d_model", "d_state", "n_heads", "block_size", "batch_size", "batches")
+
+    def validate(self) -> torch.device:
         if self.unit not in UNITS:
             raise ConfigError(f"--unit {self.unit!r} is unknown; expected one of {', '.join(UNITS)}")
-        for name in ("d_model", "d_state", "n_heads", "block_size", "batch_size", "batches"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.warmup < 0:
-            raise ConfigError(f"--warmup must be >= 0, got {self.warmup}")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"--threads must be positive, got {self.threads}")
+        device = super().validate()
         if self.d_model % self.n_heads:
             raise ConfigError(f"--d-model {self.d_model} must be divisible by --n-heads {self.n_heads} (attention)")
-        measure.resolve_device(self.device)
+        return device
 
 
 def build_unit(primitive: str, s: ScalingSettings) -> torch.nn.Module:
