@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -179,7 +180,9 @@ def _run(name: str, src: str, args: argparse.Namespace) -> dict:
     for line in done.stdout.splitlines():
         if line.startswith("ROW "):
             return json.loads(line[4:])
-    tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+    lines = done.stderr.strip().splitlines() or ["(no output)"]
+    # The exception's own line (``ValueError: ...``), not a hint printed after it.
+    tail = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception|Unsupported):", line)), lines[-1])
     return {"model": name, "error": tail}
 
 
