@@ -215,7 +215,7 @@ def run_zoology(models: Sequence[str], widths: Sequence[int], out_dir: str | Pat
 
     exps = experiments(models, widths, seeds, task_options, overrides, field)
     summaries = compare(exps, out_dir, seeds=list(seeds), executor=executor, dry_run=dry_run,
-                        size_note="the widths differ on purpose: each model is a curve over its state size")
+                        size_note="each model is a curve over its state size at several widths")
     if dry_run:
         return ""
     pts = points(summaries, models, widths, field)
