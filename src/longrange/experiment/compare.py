@@ -193,7 +193,8 @@ def compare(
     out_dir = check_out_dir(out_dir, "--out")
     experiments = list(experiments)
     groups = [list(g) for g in model_groups] if model_groups is not None else [list(range(len(experiments)))]
-    _, missing = data_lines(experiments)
+    data = data_lines(experiments)
+    missing = data[1]
     matched = []
     if match_params and not missing:
         experiments, matched = match_widths(experiments, groups)
@@ -201,18 +202,19 @@ def compare(
                      train_subsets=train_subsets)
     sizes = [] if missing else matched + size_lines(experiments, groups, size_note)
     return run_grid(plan, out_dir, executor=executor, overwrite=overwrite, rerun_other_versions=rerun_other_versions,
-                    dry_run=dry_run, notes=sizes)
+                    dry_run=dry_run, notes=sizes, data=data)
 
 
 def run_grid(plan: Plan, out_dir: str | Path, *, executor: Backend | None = None, overwrite: bool = False,
-             rerun_other_versions: bool = False, dry_run: bool = False, notes: Sequence[str] = ()
-             ) -> list[dict[str, Any]]:
+             rerun_other_versions: bool = False, dry_run: bool = False, notes: Sequence[str] = (),
+             data: tuple[list[str], list[str]] | None = None) -> list[dict[str, Any]]:
     """Run ``plan``'s stages into ``out_dir`` as :func:`compare` does (its data checked and generated
     first, finished stages reused only with the same settings, the rest run in dependency order on
     ``executor``); return the final stages' summaries in plan order. ``notes``: lines printed before
-    the run (the model sizes). Studies that build their own plan (``longrange.studies``) run it here."""
+    the run (the model sizes); ``data``: :func:`data_lines` of the plan's experiments where the caller
+    has them already. Studies that build their own plan (``longrange.studies``) run it here."""
     out_dir = check_out_dir(out_dir, "--out")
-    data, missing = data_lines(plan.experiments)
+    data, missing = data if data is not None else data_lines(plan.experiments)
     if dry_run:
         statuses = stage_statuses(out_dir, plan) if out_dir.is_dir() else None
         print(describe(plan, statuses))

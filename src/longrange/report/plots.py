@@ -159,12 +159,20 @@ def draw_chance(ax, chance: float | None, scale: float = 100.0, vertical: bool =
     return ax.axhline(chance * scale, label="chance", **CHANCE_STYLE)
 
 
-def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.1)
+def save_figure(fig, path: str | Path, dpi: int = 100) -> Path:
+    """Write ``fig`` as a PNG at ``path`` atomically (a reader never sees half a file) and close it."""
+    import io
+
+    from longrange.fileio import atomic_write
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.1)
     plt.close(fig)
-    return path
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(Path(path), buf.getvalue())
+
+
+_save = save_figure  # the name the report's own plots use
 
 
 def mean_curve(curves: Sequence[Sequence[tuple[int, float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

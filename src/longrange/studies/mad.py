@@ -446,6 +446,9 @@ class MadReport:
     overall: dict[tuple[str, str, int], float | None]
     sizes: dict[str, dict[str, int]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._by_key = {(s.model, s.task, s.regime, s.seed): s.score for s in self.scores}
+
     def markdown(self) -> str:
         from longrange.report.tables import mean_ci
         from longrange.report.verdict import paired_stat
@@ -520,10 +523,7 @@ class MadReport:
         return "\n".join(lines)
 
     def _score(self, model: str, task: str, regime: str, seed: int) -> float | None:
-        for s in self.scores:
-            if (s.model, s.task, s.regime, s.seed) == (model, task, regime, seed):
-                return s.score
-        return None
+        return self._by_key.get((model, task, regime, seed))
 
     def _ranking(self, regime: str) -> list[str]:
         st = self.settings
@@ -597,12 +597,9 @@ def write_report(report: MadReport, out_dir: str | Path) -> dict[str, Path]:
 def scores_plot(report: MadReport, path: Path) -> Path | None:
     """Bars of each model's MAD score per task and overall, one panel per regime (mean over seeds,
     95% CI); None when nothing is scored."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from longrange.report.plots import regime_colour
+    from longrange.report.plots import regime_colour, save_figure
     from longrange.report.tables import mean_ci
 
     st = report.settings
@@ -630,12 +627,7 @@ def scores_plot(report: MadReport, path: Path) -> Path | None:
         ax.set_ylabel("MAD score (test accuracy %)")
     axes[0][-1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    from longrange.fileio import atomic_write
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write(path, buf.getvalue())
+    return save_figure(fig, path, dpi=110)
 
 
 def save_settings(settings: MadSettings, out_dir: str | Path) -> Path:

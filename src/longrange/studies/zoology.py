@@ -168,12 +168,9 @@ def csv_text(pts: Sequence[Point]) -> str:
 
 def plot(pts: Sequence[Point], models: Sequence[str], path: Path) -> Path | None:
     """Accuracy against state size (log scale): per model one colour, scratch solid, SPT dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from longrange.fileio import atomic_write
+    from longrange.report.plots import save_figure
     from longrange.report.tables import mean_ci
 
     if not any(p.accuracies for p in pts):
@@ -196,10 +193,7 @@ def plot(pts: Sequence[Point], models: Sequence[str], path: Path) -> Path | None
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write(path, buf.getvalue())
+    return save_figure(fig, path, dpi=110)
 
 
 FILES = {"markdown": "zoology_report.md", "csv": "zoology_points.csv", "plot": "zoology_state.png"}
