@@ -47,6 +47,36 @@ def make_inputs(batch: int, d: int, n: int, length: int, dtype: torch.dtype, dev
     )
 
 
+def copy_bandwidth(device: torch.device, nbytes: int = 2**30, repeats: int = 10) -> float:
+    """The device's memory bandwidth as a device-to-device copy moves it: bytes read plus bytes
+    written per second (the median of ``repeats`` copies of ``nbytes`` after a warm-up)."""
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return 2 * nbytes / times[len(times) // 2]
+
+
+def scan_bytes(inputs: dict[str, torch.Tensor], kind: str) -> int:
+    """The fewest bytes a fused selective scan moves through device memory: the forward reads each
+    input once and writes the output; forward + backward also reads them again with the output's
+    gradient and writes a gradient of each (the state is never stored: it is recomputed)."""
+    size = {k: v.numel() * v.element_size() for k, v in inputs.items()}
+    out = size["u"]
+    read = sum(size.values())
+    if kind == "forward":
+        return read + out
+    return (read + out) + (read + out) + sum(size.values())  # forward; backward reads inputs + dout; writes grads
+
+
 def implementations(args) -> dict[str, Callable]:
     impls: dict[str, Callable] = {"chunked": selective_scan_chunked}
     if triton_available("cuda"):
@@ -89,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--iters", type=int, default=20, help="timed calls per measurement")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls first (Triton compiles on the first)")
+    p.add_argument("--chunked-iters", type=int, help="timed calls of the chunked scan (default --iters; it takes "
+                   "100s of ms a call, so fewer keep a long run short)")
     p.add_argument("--sweep", action="store_true", help="time the Triton kernel settings of SWEEP too")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
@@ -109,22 +141,38 @@ def main(argv: list[str] | None = None) -> int:
     if "mamba_ssm" not in impls:
         print("  mamba_ssm: not importable (or its CUDA extension is missing), skipped")
 
-    rows = {}
+    bandwidth = copy_bandwidth(device)
+    bound = {kind: scan_bytes(inputs, kind) / bandwidth * 1e3 for kind in ("forward", "train")}
+    print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s (bytes read + written); the fewest bytes the scan "
+          f"moves at that rate: forward {bound['forward']:.3f} ms, forward+backward {bound['train']:.3f} ms")
+    rows, failed = {}, {}
     for name, fn in impls.items():
         t0 = time.perf_counter()
-        rows[name] = measure(fn, inputs, grad_out, args, device)
+        try:
+            iters = args.chunked_iters if name == "chunked" and args.chunked_iters else args.iters
+            rows[name] = measure(fn, inputs, grad_out, argparse.Namespace(**{**vars(args), "iters": iters,
+                                                                            "warmup": min(args.warmup, iters)}), device)
+            rows[name]["iters"] = iters
+        except Exception as err:  # e.g. the chunked scan out of memory at 16384: the others still run
+            failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            print(f"  {name}: failed: {failed[name]}")
+            torch.cuda.empty_cache()
+            continue
         rows[name]["seconds_total"] = time.perf_counter() - t0
-    ref = rows["chunked"]
-    print(f"\n{'impl':<12} {'forward ms':>11} {'fwd+bwd ms':>11} {'peak MB':>9} {'vs chunked':>11} "
+        rows[name]["forward_over_bound"] = rows[name]["forward_ms"] / bound["forward"]
+        rows[name]["train_over_bound"] = rows[name]["train_ms"] / bound["train"]
+    ref = rows.get("chunked")
+    print(f"\n{'impl':<12} {'forward ms':>11} {'fwd+bwd ms':>11} {'peak MB':>9} {'/ bound':>8} {'vs chunked':>11} "
           f"{'vs mamba_ssm':>13} {'max|dout|':>10} {'max|dgrad|':>10}")
     for name, r in rows.items():
-        vs_chunked = ref["train_ms"] / r["train_ms"]
+        vs_chunked = f"{ref['train_ms'] / r['train_ms']:.2f}x" if ref else "-"
         vs_mamba = f"{rows['mamba_ssm']['train_ms'] / r['train_ms']:.2f}x" if "mamba_ssm" in rows else "-"
-        d_out = (r["out"] - ref["out"]).abs().max().item()
-        d_grad = max((r["grads"][k] - ref["grads"][k]).abs().max().item() for k in r["grads"])
+        d_out = f"{(r['out'] - ref['out']).abs().max().item():.2e}" if ref else "-"
+        d_grad = f"{max((r['grads'][k] - ref['grads'][k]).abs().max().item() for k in r['grads']):.2e}" if ref else "-"
         print(f"{name:<12} {r['forward_ms']:>11.3f} {r['train_ms']:>11.3f} {r['train_peak_mb']:>9.1f} "
-              f"{vs_chunked:>10.2f}x {vs_mamba:>13} {d_out:>10.2e} {d_grad:>10.2e}")
-    print("(vs X: X's fwd+bwd time / this one's, above 1 is faster; max|d..|: largest difference from chunked)")
+              f"{r['train_over_bound']:>7.1f}x {vs_chunked:>11} {vs_mamba:>13} {d_out:>10} {d_grad:>10}")
+    print("(/ bound: fwd+bwd time over the fewest bytes' time; vs X: X's fwd+bwd time / this one's, above 1 is "
+          "faster; max|d..|: largest difference from chunked)")
 
     sweep = []
     if args.sweep and "triton" in impls:
@@ -147,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         payload = dict(
             settings=vars(args), environment=environment(device),
             rows={k: {m: v for m, v in r.items() if m not in ("out", "grads")} for k, r in rows.items()},
+            failed=failed, copy_bandwidth_bytes_per_s=bandwidth,
+            bound_ms=bound, bound_note="bytes read and written once at the measured copy bandwidth (scan_bytes)",
             sweep=sweep,
         )
         with open(args.json, "w") as f:

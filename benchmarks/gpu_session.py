@@ -12,10 +12,10 @@ as not run. ``OUT/session.json`` and ``OUT/session.md`` list every step (status,
 with their exit codes, result files), the device, the software versions and this command line;
 a later part run into the same ``OUT`` updates the steps it runs and keeps the others.
 
-Steps:
+Steps, in the order they run (the most needed first: a session cut short by its ``--budget``
+has measured what matters most):
 
 - ``info``: ``longrange info`` and the versions of the tools (nvidia-smi, nvcc);
-- ``tests``: the test suite on the device (``python -m pytest -q --device cuda``);
 - ``check``: ``longrange check --device cuda`` (every implementation against its float64 reference);
 - ``kernels``: the Triton kernels (selective scan; Vandermonde and Cauchy products) against float64
   references at lengths 1, 7, 64, 1000, 4096 and 16384, float32 and bfloat16 (the complex products:
@@ -23,17 +23,25 @@ Steps:
   calls give the same bits (outputs and every gradient);
 - ``scan``: ``benchmarks/gpu_scan.py`` at batch 64, d 232, state 16, lengths 1024, 4096 and 16384,
   fp32 and bf16 (forward and forward + backward of the chunked scan, Triton and mamba-ssm where
-  its CUDA extension imports);
+  its CUDA extension imports; the device's copy bandwidth and each time over the bytes the scan
+  must move at that bandwidth);
 - ``ssm_kernels``: ``benchmarks/ssm_kernels.py --device cuda`` (S4 and S4D kernels and layers; the
   Triton kernels in float32, their default, and computing in float64, ``triton-float64``);
+- ``families``: one training step of a model of each family (the induction-heads presets of the
+  Mamba paper's Table 11: Mamba-2, Gated DeltaNet, DeltaNet, GLA, Mamba-3, Hyena, H3, LRU, a
+  Mamba-2 + attention hybrid, Mamba and Simple blocks of S6, S4, S4D, DLR, the rotary
+  Transformer) at batch 16 x 2048 tokens, fp32 and bf16 autocast: time, tokens/s, peak memory and
+  the implementations that ran;
+- ``train``: a few hundred steps of spt/listops presets on generated ListOps of LRA's size, bf16
+  autocast and fp32: steps/s, tokens/s, peak memory and whether the loss falls;
 - ``planner``: ``longrange plan PRESET --gpu NAME --batch B --json FILE`` for a few presets, and the
   peak memory of one measured training step at the same batch (``torch.cuda.max_memory_allocated``
   after a warm-up step) beside the plan's ``peak_bytes``;
-- ``bench``: ``longrange bench --device cuda --full`` (the model table at the thesis' size);
-- ``train``: a few hundred steps of spt/listops presets on generated ListOps of LRA's size, bf16
-  autocast and fp32: steps/s, tokens/s, peak memory and whether the loss falls;
 - ``pathx``: one forward + backward of the spt/path-x S4 and rotary-Transformer models at 16384
-  tokens (time, peak memory).
+  tokens (time, peak memory);
+- ``tests``: the test suite on the device (``python -m pytest -q --device cuda``; ``--pytest-args``
+  narrows it, e.g. to ``tests/ops tests/layers -x``);
+- ``bench``: ``longrange bench --device cuda --full`` (the model table at the thesis' size).
 
 ``--device cpu --tiny`` runs every step at tiny sizes on a CPU (Triton in its interpreter; the
 steps that need CUDA fail and are recorded so), which is how the test suite tries the session
@@ -60,19 +68,31 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).resolve()
 
-#: The order of the steps, which is the order they run in.
-STEPS = ("info", "tests", "check", "kernels", "scan", "ssm_kernels", "planner", "bench", "train", "pathx")
-#: Seconds each step may run (the ``--timeout-scale`` multiplies them).
-TIMEOUTS = {"info": 120, "tests": 900, "check": 300, "kernels": 540, "scan": 540, "ssm_kernels": 420, "planner": 420,
-            "bench": 600, "train": 600, "pathx": 300}
+#: The order of the steps, which is the order they run in: the most needed first, so that a
+#: session cut short by its ``--budget`` has measured what matters most.
+STEPS = ("info", "check", "kernels", "scan", "ssm_kernels", "families", "train", "planner", "pathx", "tests", "bench")
+#: Seconds each step may run (the ``--timeout-scale`` multiplies them): sized so that the steps
+#: before ``tests`` fit a 10-minute call on an H100 with room to spare.
+TIMEOUTS = {"info": 60, "check": 120, "kernels": 150, "scan": 150, "ssm_kernels": 90, "families": 120, "train": 120,
+            "planner": 90, "pathx": 60, "tests": 600, "bench": 300}
 #: A step is not started with fewer seconds than this left of the session's ``--budget``.
 MIN_STEP_SECONDS = 20
 #: Lengths of the kernel accuracy checks (``--tiny``: the first three).
 KERNEL_LENGTHS = (1, 7, 64, 1000, 4096, 16384)
+KERNEL_OPS = ("scan", "vandermonde", "cauchy")
 SCAN_LENGTHS = (1024, 4096, 16384)
 PLAN_PRESETS = ("spt/listops/transformer", "spt/listops/s4", "thesis/scifar/mamba-s6", "thesis/scifar/simple-s4d")
 TRAIN_PRESETS = ("spt/listops/transformer", "spt/listops/s4")
 PATHX_PRESETS = ("spt/path-x/s4", "spt/path-x/transformer-rotary")
+#: One model of each family (the Mamba paper's induction-heads settings, Table 11), the newest
+#: first, and a hybrid stack: (label, preset, overrides). Timed at FAMILY_BATCH x FAMILY_SEQ_LEN.
+FAMILY_PRESETS = tuple((name, f"mamba/induction-heads/{name}", ()) for name in (
+    "mamba2", "gated-deltanet", "deltanet", "gla", "mamba3", "hyena", "h3", "lru")) + (
+    ("hybrid mamba2+attention", "mamba/induction-heads/mamba2", ("model.layers=[mamba2, attention]", "model.n_layers=2")),
+) + tuple(
+    (name, f"mamba/induction-heads/{name}", ()) for name in (
+        "mamba-s6", "simple-s6", "mamba-s4", "simple-s4", "simple-s4d", "simple-dlr", "attention-rope"))
+FAMILY_BATCH, FAMILY_SEQ_LEN, FAMILY_REPEATS = 16, 2048, 3
 #: Overrides that shrink a preset's model and task for ``--tiny``.
 TINY_MODEL = ("model.n_layers=1", "model.d_model=16", "model.d_state=4", "model.n_heads=2", "model.attn_dim=null",
               "model.head_hidden=16")
@@ -109,6 +129,8 @@ def _internal(name: str, args: argparse.Namespace) -> list[str]:
         cmd.append("--tiny")
     if args.gpu:
         cmd += ["--gpu", args.gpu]
+    if getattr(args, "kernel_ops", None):
+        cmd += ["--kernel-ops", args.kernel_ops]
     return cmd
 
 
@@ -124,8 +146,6 @@ def build_steps(args: argparse.Namespace) -> list[Step]:
     add("info", "versions and what runs where", [_internal("info", args)])
     pytest_args = shlex.split(args.pytest_args) if args.pytest_args is not None else (
         ["tests/ops/test_used.py"] if tiny else [])
-    add("tests", f"python -m pytest -q --device {dev}",
-        [[*_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", dev, *pytest_args]])
     add("check", f"longrange check --device {dev}", [_cli("check", "--device", dev, *(["--quick"] if tiny else []))])
     add("kernels", "Triton kernels against float64 references; determinism", [_internal("kernels", args)],
         {"TRITON_INTERPRET": "1"} if dev == "cpu" else {})
@@ -133,21 +153,27 @@ def build_steps(args: argparse.Namespace) -> list[Step]:
     for length in ((64,) if tiny else SCAN_LENGTHS):
         for dtype in ("fp32", "bf16"):
             size = ["--batch", "2", "--d", "8", "--n", "4", "--iters", "2", "--warmup", "1"] if tiny else \
-                ["--batch", "64", "--d", "232", "--n", "16"]
+                ["--batch", "64", "--d", "232", "--n", "16", "--iters", "10", "--warmup", "3", "--chunked-iters", "3"]
             scan.append([*_python(), str(ROOT / "benchmarks" / "gpu_scan.py"), *size, "--length", str(length), "--dtype",
                          dtype, "--json", str(res / f"scan_{length}_{dtype}.json")])
     add("scan", "selective scan timings (benchmarks/gpu_scan.py)", scan)
     ssm = [*_python(), str(ROOT / "benchmarks" / "ssm_kernels.py"), "--device", dev, "--json", str(res / "ssm_kernels.json")]
     if tiny:
         ssm += ["--lengths", "64", "--repeats", "1", "--d-model", "8", "--d-state", "4", "--no-isolate"]
+    else:  # one process: CUDA's peak memory is reset per measurement, and each process costs seconds
+        ssm += ["--lengths", "1024,4096,16384", "--no-isolate"]
     add("ssm_kernels", "S4 and S4D kernel timings (benchmarks/ssm_kernels.py)", [ssm])
+    add("families", "one training step of a model of each family, fp32 and bf16", [_internal("families", args)])
+    add("train", "short training runs on generated ListOps, bf16 and fp32", [_internal("train", args)])
     add("planner", "longrange plan against measured peak memory", [_internal("planner", args)])
+    add("pathx", "one forward + backward at Path-X's 16384 tokens", [_internal("pathx", args)])
+    add("tests", f"python -m pytest -q --device {dev}",
+        [[*_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", dev, *pytest_args]])
     bench = _cli("bench", "--device", dev, "--json", str(res / "bench.json"))
     bench += ["--models", "transformer", "dlr", "--batch-size", "1", "--length", "32", "--batches", "1", "--warmup", "0"] \
         if tiny else ["--full"]
     add("bench", f"longrange bench --device {dev}" + ("" if tiny else " --full"), [bench])
-    add("train", "short training runs on generated ListOps, bf16 and fp32", [_internal("train", args)])
-    add("pathx", "one forward + backward at Path-X's 16384 tokens", [_internal("pathx", args)])
+    assert [s.name for s in steps] == list(STEPS)
     return steps
 
 
@@ -184,9 +210,8 @@ def run_step(step: Step, out: Path) -> dict[str, Any]:
             f.flush()
             t0 = time.perf_counter()
             try:
-                proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, timeout=left)
-                record["returncode"] = proc.returncode
-                if proc.returncode != 0 and status == "ok":
+                record["returncode"] = _run_group(argv, f, env, left)
+                if record["returncode"] != 0 and status == "ok":
                     status = "failed"
             except subprocess.TimeoutExpired:
                 record["timed_out"], status = True, "timeout"
@@ -209,11 +234,40 @@ def run_step(step: Step, out: Path) -> dict[str, Any]:
     return record
 
 
+def _run_group(argv: list[str], log, env: dict[str, str], timeout: float) -> int:
+    """Run ``argv`` in a process group of its own, output to ``log``; at the timeout, stop the whole
+    group (a step's own subprocesses too: a ``longrange info`` left running past its step's
+    timeout went on writing into the log and using the GPU during the next steps) and raise
+    TimeoutExpired."""
+    import signal
+
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        raise
+    finally:
+        if proc.poll() is None:  # interrupted (Ctrl-C): leave nothing behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def _belongs(path: Path, step: str) -> bool:
     """Whether a result file is the step's: files are named after their step (``scan_1024_bf16.json``)."""
     name = path.name
     prefixes = {"scan": ("scan_",), "ssm_kernels": ("ssm_kernels",), "bench": ("bench",), "planner": ("plan",),
-                "kernels": ("kernels",), "train": ("train",), "pathx": ("pathx",), "info": ("info",)}
+                "kernels": ("kernels",), "train": ("train",), "pathx": ("pathx",), "info": ("info",),
+                "families": ("families",)}
     return name.startswith(prefixes.get(step, (step,))) or path.parent.name == step
 
 
@@ -327,11 +381,15 @@ def _now() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _write(args: argparse.Namespace, name: str, payload: Any) -> Path:
+def _write(args: argparse.Namespace, name: str, payload: Any, quiet: bool = False) -> Path:
+    """Write a result file atomically (a step killed mid-write leaves the previous version)."""
     path = Path(args.out) / "results" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1, default=str))
-    print(f"wrote {path}", flush=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    os.replace(tmp, path)
+    if not quiet:
+        print(f"wrote {path}", flush=True)
     return path
 
 
@@ -394,6 +452,7 @@ def step_kernels(args: argparse.Namespace) -> int:
     if device.type == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter (read when a kernel is launched)
     lengths = KERNEL_LENGTHS[:3] if args.tiny else KERNEL_LENGTHS
+    ops = set(args.kernel_ops.split(",")) if args.kernel_ops else set(KERNEL_OPS)
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
     b, d, n = (1, 4, 4) if args.tiny else (2, 16, 16)
     rows, failures = [], 0
@@ -409,7 +468,7 @@ def step_kernels(args: argparse.Namespace) -> int:
 
     for length in lengths:
         ref_scan = selective_scan_ref if length <= 1000 else selective_scan_chunked  # chunked: float64 too, faster
-        for variant, extras in SCAN_VARIANTS.items():
+        for variant, extras in (SCAN_VARIANTS.items() if "scan" in ops else ()):
             inputs = _scan_inputs(b, d, n, length, seed=length)
             inputs = {k: v for k, v in inputs.items() if k in ("u", "delta", "A", "B", "C") or k in extras}
             keep = tuple(k for k in ("A", "D", "delta_bias", "initial_state") if k in inputs)
@@ -441,7 +500,7 @@ def step_kernels(args: argparse.Namespace) -> int:
                        lambda **kw: K.cauchy(**kw, conj_pairs=True, impl="triton"),
                        lambda **kw: K.cauchy_ref(**kw, conj_pairs=True)),
         }
-        for op, (inputs, fn, ref) in products.items():
+        for op, (inputs, fn, ref) in ((op, p) for op, p in products.items() if op in ops):
             row = {"op": op, "impl": "triton", "dtype": "float32", "length": length, "variant": "",
                    "shape": f"H={H} M={M}", "tol": TOLERANCE[torch.float32], "reference": f"{op}_ref"}
             try:
@@ -520,6 +579,8 @@ def _tiny_overrides(preset: str) -> list[str]:
     exp = resolve(preset)
     fields = set(exp.model.to_dict())
     out = [o for o in TINY_MODEL if o.split("=")[0].split(".")[1] in fields]
+    if exp.model.primitive in ("mamba2", "mamba3"):  # heads that divide the tiny width
+        out.append("model.primitive_options.headdim=8")
     if exp.model.primitive_options.get("l_max"):
         out.append("model.primitive_options.l_max=64")
     if exp.model.max_len:
@@ -529,25 +590,33 @@ def _tiny_overrides(preset: str) -> list[str]:
     return out
 
 
-def _measured_step(preset: str, overrides: list[str], batch: int, device, seq_len: int | None = None) -> dict[str, Any]:
-    """Peak memory and time of one training step (after one warm-up step) at ``batch``."""
+def _measured_step(preset: str, overrides: list[str], batch: int, device, seq_len: int | None = None,
+                   repeats: int = 1) -> dict[str, Any]:
+    """Peak memory and time of one training step (after one warm-up step) at ``batch``: the median
+    of ``repeats`` timed steps on CUDA; the implementations the step ran (``kernels``)."""
     import torch
 
     from longrange.experiment.config import resolve
     from longrange.experiment.dryrun import prepare_step
+    from longrange.ops import used
 
     exp = resolve(preset, overrides=overrides)
     prepared = prepare_step(exp, "train", device=device, batch_size=batch, seq_len=seq_len, vocab=256 if _needs_vocab(exp) else None,
                             generator=torch.Generator(device=device).manual_seed(0) if device.type == "cuda" else None)
+    used.reset()
     loss = prepared.step()  # warm-up: optimizer state, kernels compiled
     _sync(device)
-    out: dict[str, Any] = {"batch": prepared.batch_size, "seq_len": prepared.seq_len, "loss_finite": bool(torch.isfinite(loss))}
+    out: dict[str, Any] = {"batch": prepared.batch_size, "seq_len": prepared.seq_len, "loss_finite": bool(torch.isfinite(loss)),
+                           "params": sum(p.numel() for p in prepared.model.parameters()), "kernels": used.kernels()}
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-        t0 = time.perf_counter()
-        loss = prepared.step()
-        _sync(device)
-        out.update(seconds=time.perf_counter() - t0, peak_bytes=torch.cuda.max_memory_allocated(device),
+        times = []
+        for _ in range(max(repeats, 1)):
+            t0 = time.perf_counter()
+            loss = prepared.step()
+            _sync(device)
+            times.append(time.perf_counter() - t0)
+        out.update(seconds=statistics.median(times), times=times, peak_bytes=torch.cuda.max_memory_allocated(device),
                    method="torch.cuda.max_memory_allocated")
     else:
         from longrange.bench.measure import PeakMemory
@@ -688,6 +757,44 @@ def step_train(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def step_families(args: argparse.Namespace) -> int:
+    """One training step of a model of each family (FAMILY_PRESETS) in fp32 and under bf16 autocast:
+    time (median of FAMILY_REPEATS after a warm-up), tokens/s, peak memory, the implementations
+    that ran. The results file is rewritten after each measurement (a step cut short keeps them)."""
+    import torch
+
+    device = _device(args)
+    batch, seq_len = (2, 32) if args.tiny else (FAMILY_BATCH, FAMILY_SEQ_LEN)
+    rows, failures = [], 0
+    for label, preset, extra in FAMILY_PRESETS:
+        for precision in ("fp32", "bf16"):
+            if args.tiny:  # a stack takes its layers' options in its list, not in model.primitive_options
+                tiny = [o for o in _tiny_overrides(preset) if not (extra and o.startswith("model.primitive_options."))]
+                extra = [o.replace("[mamba2,", "[{primitive: mamba2, options: {headdim: 8}},") for o in extra]
+            overrides = [*(tiny if args.tiny else []), *extra, f"train.precision={precision}"]
+            row: dict[str, Any] = {"family": label, "preset": preset, "precision": precision, "overrides": overrides}
+            try:
+                row.update(_measured_step(preset, overrides, batch, device, seq_len=seq_len,
+                                          repeats=1 if args.tiny else FAMILY_REPEATS))
+                row["tokens_per_s"] = row["batch"] * row["seq_len"] / row["seconds"]
+                failures += not row["loss_finite"]
+            except Exception as err:  # recorded; the other families go on
+                row["error"] = f"{type(err).__name__}: {err}"
+                row["traceback"] = traceback.format_exc(limit=8)
+                failures += 1
+            finally:
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            rows.append(row)
+            print(f"{label:26s} {precision}: " + (f"{row['seconds'] * 1e3:9.1f} ms  {row['tokens_per_s']:12.0f} tok/s  "
+                  f"peak {row['peak_bytes'] / 2**30:6.2f} GiB  {row['kernels']}" if "error" not in row else row["error"]),
+                  flush=True)
+            _write(args, "families.json", {"device": str(device), "batch": batch, "seq_len": seq_len, "rows": rows},
+                   quiet=True)
+    print(f"{failures} family step(s) failed or gave a non-finite loss")
+    return 1 if failures else 0
+
+
 def step_pathx(args: argparse.Namespace) -> int:
     """One forward + backward of the Path-X S4 and rotary-Transformer models at 16384 tokens."""
     device = _device(args)
@@ -707,7 +814,8 @@ def step_pathx(args: argparse.Namespace) -> int:
 
 
 INTERNAL: dict[str, Callable[[argparse.Namespace], int]] = {
-    "info": step_info, "kernels": step_kernels, "planner": step_planner, "train": step_train, "pathx": step_pathx,
+    "info": step_info, "kernels": step_kernels, "families": step_families, "planner": step_planner, "train": step_train,
+    "pathx": step_pathx,
 }
 
 
@@ -722,6 +830,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every step's timeout")
     p.add_argument("--budget", type=float, help="seconds for the whole run: no step runs past them, and steps "
                    "that would start with less than 20 s left are recorded as not run (e.g. 560 under a 10-minute limit)")
+    p.add_argument("--kernel-ops", help=f"the kernels step's ops, comma-separated (default all: {','.join(KERNEL_OPS)})")
     p.add_argument("--train-steps", type=int, default=300, help="steps of each training run (default 300)")
     p.add_argument("--pathx-batch", type=int, default=1, help="batch of the Path-X forward + backward (default 1)")
     p.add_argument("--step", choices=sorted(INTERNAL), help=argparse.SUPPRESS)  # run one internal step here

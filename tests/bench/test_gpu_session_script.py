@@ -31,7 +31,7 @@ def session():
 
 def _args(out, **kw):
     base = dict(out=str(out), device="cpu", tiny=True, only=None, gpu=None, pytest_args=None, timeout_scale=1.0,
-                budget=None, train_steps=300, pathx_batch=1, step=None)
+                budget=None, train_steps=300, pathx_batch=1, step=None, kernel_ops=None)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -95,7 +95,11 @@ def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path):
     assert "--full" in gpu["bench"].commands[0] and "TRITON_INTERPRET" not in gpu["kernels"].env
     tiny = {s.name: s for s in session.build_steps(_args(tmp_path))}
     assert tiny["kernels"].env == {"TRITON_INTERPRET": "1"} and "--tiny" in tiny["train"].commands[0]
-    assert session.build_steps(_args(tmp_path, timeout_scale=0.5))[1].timeout == session.TIMEOUTS["tests"] / 2
+    halved = {s.name: s for s in session.build_steps(_args(tmp_path, timeout_scale=0.5))}
+    assert halved["tests"].timeout == session.TIMEOUTS["tests"] / 2
+    # The most needed first: the checks, then the timings, the training steps, the test suite last but one.
+    order = list(session.STEPS)
+    assert order[:3] == ["info", "check", "kernels"] and order.index("families") < order.index("tests")
 
 
 @pytest.mark.slow
@@ -110,7 +114,7 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
         assert step["status"] == "ok" or step["reason"], name
     if not torch.cuda.is_available():  # the GPU scan benchmark refuses a machine without CUDA, saying so
         assert by["scan"]["status"] == "failed" and "no CUDA device" in by["scan"]["reason"]
-    for name in ("info", "tests", "check", "kernels", "ssm_kernels", "planner", "bench", "train", "pathx"):
+    for name in ("info", "tests", "check", "kernels", "ssm_kernels", "families", "planner", "bench", "train", "pathx"):
         assert by[name]["status"] == "ok", (name, by[name].get("reason"))
     results = {Path(r).name for s in summary["steps"] for r in s["results"]}
     assert {"info.json", "kernels.json", "ssm_kernels.json", "planner.json", "bench.json", "train.json",
@@ -125,3 +129,36 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
                                                                       for q in ("bf16", "fp32")}
     assert all(r["steps"] == 4 and r["tokens_per_s"] > 0 for r in train["rows"])
     assert "| planner | ok |" in (out / "session.md").read_text()
+    families = json.loads((out / "results" / "families.json").read_text())
+    assert {(r["family"], r["precision"]) for r in families["rows"]} == {(f, q) for f, _, _ in session.FAMILY_PRESETS
+                                                                         for q in ("fp32", "bf16")}
+    assert all(r["loss_finite"] and r["tokens_per_s"] > 0 and r["kernels"] is not None for r in families["rows"])
+
+
+def test_the_scans_byte_bound_counts_each_input_once_each_way(tmp_path):
+    """gpu_scan.py's bound: the forward reads every input once and writes the output; forward +
+    backward adds a read of every input and the output's gradient and a write of every gradient."""
+    spec = importlib.util.spec_from_file_location("gpu_scan", SCRIPT.parent / "gpu_scan.py")
+    gpu_scan = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_scan)
+    b, d, n, length = 2, 3, 4, 5
+    inputs = gpu_scan.make_inputs(b, d, n, length, torch.bfloat16, torch.device("cpu"))
+    big = 3 * b * d * length * 2 + 2 * b * n * length * 2  # u, delta, z; B, C in bf16
+    small = (d * n + 2 * d) * 4                            # A, D, delta_bias in float32
+    assert gpu_scan.scan_bytes(inputs, "forward") == big + small + b * d * length * 2
+    assert gpu_scan.scan_bytes(inputs, "train") == 2 * (big + small + b * d * length * 2) + big + small
+
+
+def test_a_step_out_of_time_stops_its_subprocesses_too(session, tmp_path):
+    """The timeout stops the step's whole process group: a subprocess the step started (as the info
+    step starts ``longrange info``) does not run on into the next steps."""
+    marker = tmp_path / "late"
+    child = f"import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).write_text('still running')"
+    parent = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)"
+    step = session.Step("spawns", "starts a subprocess and outlives its timeout", [_py(parent)], timeout=1.5)
+    record = session.run_step(step, tmp_path)
+    assert record["status"] == "timeout"
+    import time
+
+    time.sleep(4)
+    assert not marker.exists()

@@ -122,3 +122,28 @@ def test_kernels_compile_for_a_cuda_gpu(dtype, conj, compile_for_cuda):
         for J in (1, 4):  # the Cauchy kernels' tiles depend on the number of vectors
             constants = dict(CONJ=conj, ACC=acc, **ssm_triton._cauchy_constants(J, 32, cfg)[name])
             assert compile_for_cuda(jit, constants, pointer, cfg["num_warps"], ssm_triton.CAUCHY_OPTIONS), (name, J)
+
+
+@pytest.mark.parametrize("module", ["longrange.ops.ssm_kernels._triton_kernels", "longrange.ops.scan._triton_kernels"])
+def test_the_compiled_kernels_keep_their_constexpr_parameters(module):
+    """The kernels built for the GPU (JITFunction) declare as compile-time constants exactly the
+    parameters annotated ``tl.constexpr``, helpers included. The interpreter does not check this,
+    and a kernel rebuilt without its annotations took its compute dtype as a run-time argument,
+    which the compiler refuses ("failed to specialize argument of type: dtype", seen on an H100
+    with Triton 3.6)."""
+    import importlib
+    import inspect
+
+    from triton.runtime.jit import JITFunction
+
+    mod = importlib.import_module(module)
+    built = mod.kernels(False)
+    kernels = list(built.values()) if isinstance(built, dict) else list(built)
+    helpers = [v for k in kernels for v in k.fn.__globals__.values() if isinstance(v, JITFunction)]
+    assert kernels
+    for k in kernels + helpers:
+        declared = [name for name, p in inspect.signature(k.fn).parameters.items() if "constexpr" in str(p.annotation)]
+        compiled = [p.name for p in k.params if p.is_constexpr]
+        assert compiled == declared, k.fn.__name__
+        if k in kernels:
+            assert "ACC" in compiled, k.fn.__name__

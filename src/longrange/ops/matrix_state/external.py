@@ -6,8 +6,9 @@
 - mamba-ssm (``.[cuda]``): ``mamba_chunk_scan_combined`` for SSD, whose state is (batch, heads,
   headdim, d_state), the transpose of ours.
 
-A kernel counts as usable on a device only after it imported and ran once there on a small input
-(Triton compiles on first use, so a package that imports can still fail on a given GPU); the result
+A kernel counts as usable on a device only after it imported and ran once there on a small input,
+forward and backward, in float32 and in bfloat16 (Triton compiles on first use, so a package that
+imports can still fail on a given GPU, or in one dtype, or in its backward only); the result
 is kept per op and device, and :func:`reason` says why one is not usable (``longrange info``).
 ``longrange check --device cuda`` compares every usable kernel with the float64 reference.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from torch import Tensor
 
 from longrange import _optional
 
@@ -28,6 +30,11 @@ SOURCES: dict[str, tuple[str, str, str]] = {
 }
 
 _probed: dict[tuple[str, str], tuple[Callable | None, str | None]] = {}
+#: The dtypes a kernel must run in, forward and backward, to count as usable: training runs in
+#: float32 or under bf16 autocast, and a kernel can fail in one only (flash-linear-attention's
+#: gated delta rule refuses its backward on Hopper GPUs with Triton 3.4 to 3.7.0; a forward-only
+#: probe in float32 had let it through on an H100).
+PROBE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _wrap(op: str, fn: Callable) -> Callable:
@@ -45,13 +52,38 @@ def _wrap(op: str, fn: Callable) -> Callable:
 
     def run(*args: Any) -> Any:
         *tensors, scale, initial_state, output_final_state = args
-        o, final = fn(*tensors, scale=scale, initial_state=initial_state, output_final_state=output_final_state)
+        o, final = fn(*fla_dtypes(op, tensors), scale=scale, initial_state=initial_state,
+                      output_final_state=output_final_state)
         return (o, final) if output_final_state else o
 
     return run
 
 
-def _probe_inputs(op: str, device: torch.device) -> tuple:
+def fla_dtypes(op: str, tensors: list[Tensor]) -> list[Tensor]:
+    """The inputs in the dtypes flash-linear-attention's kernels take: q, k, v and the delta rules'
+    beta in one dtype (the lowest precision among q, k and v: under bf16 autocast the normalised
+    keys come out in float32 and the values in bf16, and its kernels' products refuse mixed
+    operands, "Both operands must be same dtype", seen on an H100), the log-decays in float32."""
+    q, k, v, *rest = tensors
+    low = min((t.dtype for t in (q, k, v)), key=lambda dt: torch.finfo(dt).bits)
+    out = [q.to(low), k.to(low), v.to(low)]
+    if op == "delta_rule":            # beta
+        return out + [rest[0].to(low)]
+    if op == "gla":                   # gk
+        return out + [rest[0].float()]
+    return out + [rest[0].float(), rest[1].to(low)]  # gated: g, beta
+
+
+def _probe_inputs(op: str, device: torch.device, dtype: torch.dtype = torch.float32) -> tuple:
+    """A small input of ``op`` (batch 1, length 16) at ``dtype`` (SSD's A stays float32, as Mamba-2
+    keeps it), every tensor a leaf that requires grad."""
+    inputs = _probe_values(op, device)
+    return tuple(t if not isinstance(t, Tensor) else
+                 t.to(torch.float32 if op == "ssd" and i == 2 else dtype).requires_grad_()
+                 for i, t in enumerate(inputs))
+
+
+def _probe_values(op: str, device: torch.device) -> tuple:
     b, l, h, d = 1, 16, 1, 16
     r = lambda *s: torch.randn(*s, device=device)  # noqa: E731
     if op == "ssd":
@@ -77,12 +109,18 @@ def _probe(op: str, device: torch.device) -> tuple[Callable | None, str | None]:
     except Exception as err:  # an ImportError, or a broken extension
         return None, f"{module}.{name} does not import ({type(err).__name__}: {err})"
     wrapped = _wrap(op, fn)
-    try:
-        out = wrapped(*_probe_inputs(op, device))
-        if not bool(torch.isfinite(out).all()):
-            return None, f"{module}.{name} gave non-finite outputs on a small input"
-    except Exception as err:  # Triton compilation errors, unsupported GPUs
-        return None, f"{module}.{name} failed on a small input ({type(err).__name__}: {str(err)[:200]})"
+    for dtype in PROBE_DTYPES:
+        try:
+            inputs = _probe_inputs(op, device, dtype)
+            out = wrapped(*inputs)
+            out.float().square().sum().backward()
+            grads = [t.grad for t in inputs if isinstance(t, Tensor) and t.requires_grad]
+            if not bool(torch.isfinite(out).all()) or not all(g is not None and bool(torch.isfinite(g).all())
+                                                               for g in grads):
+                return None, f"{module}.{name} gave non-finite outputs or gradients on a small {dtype} input"
+        except Exception as err:  # Triton compilation errors, unsupported GPUs, refused Triton versions
+            return None, (f"{module}.{name} failed on a small {str(dtype).replace('torch.', '')} input, forward and "
+                          f"backward ({type(err).__name__}: {str(err)[:200]})")
     return wrapped, None
 
 

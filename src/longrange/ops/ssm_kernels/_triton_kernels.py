@@ -442,7 +442,15 @@ _KERNELS: dict = {}
 
 
 def _rebind(fn, scope: dict):
-    return types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    """``fn`` with the globals ``scope``: the same code, defaults and annotations. The annotations
+    matter: Triton's compiler reads ``tl.constexpr`` from them (without them every block size and
+    the compute dtype would be run-time arguments, which the compiler refuses for a dtype and
+    which the interpreter, not checking, accepts)."""
+    out = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__annotations__ = dict(fn.__annotations__)
+    out.__kwdefaults__, out.__qualname__, out.__module__, out.__doc__ = (
+        fn.__kwdefaults__, fn.__qualname__, fn.__module__, fn.__doc__)
+    return out
 
 
 def _bind(fn, wrap):
