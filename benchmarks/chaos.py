@@ -28,6 +28,7 @@ uninterrupted grid (any field of the summary but its wall time): the last four m
 coordinator's own CPU time and peak memory (its ``getrusage``, without its workers) for the
 uninterrupted grid, per stage.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,14 @@ def experiment(data_dir: Path, seeds: int) -> dict:
     return {
         "label": "chaos",
         "task": {"name": "listops", "options": {"seq_len": 32}, "data_dir": str(data_dir)},
-        "model": {"block": "simple", "primitive": "s4d", "n_layers": 1, "d_model": 8, "d_state": 4,
-                  "direction": "bidirectional"},
+        "model": {
+            "block": "simple",
+            "primitive": "s4d",
+            "n_layers": 1,
+            "d_model": 8,
+            "d_state": 4,
+            "direction": "bidirectional",
+        },
         "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 2},
         "compare": {"objectives": ["masked"], "seeds": list(range(seeds)), "compute_matched": False},
     }
@@ -73,8 +80,11 @@ def coordinator(out: str, config: str, launcher: str, jobs: int, usage: str) -> 
     if launcher == "local":
         backend = LocalWorkers(jobs, threads_per_job=1, gpus=[])
     else:
-        backend = SlurmLauncher(LauncherConfig(kind="slurm", jobs=jobs, gpus_per_job=0, threads_per_job=1, time_min=60),
-                                cluster="local", poll_every=0.2)
+        backend = SlurmLauncher(
+            LauncherConfig(kind="slurm", jobs=jobs, gpus_per_job=0, threads_per_job=1, time_min=60),
+            cluster="local",
+            poll_every=0.2,
+        )
     start = time.time()
     rc = 0
     try:
@@ -83,8 +93,11 @@ def coordinator(out: str, config: str, launcher: str, jobs: int, usage: str) -> 
         print(f"chaos: compare ended with: {str(err)[:300]}", file=sys.stderr, flush=True)
         rc = 1
     own = resource.getrusage(resource.RUSAGE_SELF)
-    Path(usage).write_text(json.dumps({"cpu_s": own.ru_utime + own.ru_stime, "max_rss_mb": own.ru_maxrss / 1024,
-                                       "wall_s": time.time() - start}))
+    Path(usage).write_text(
+        json.dumps(
+            {"cpu_s": own.ru_utime + own.ru_stime, "max_rss_mb": own.ru_maxrss / 1024, "wall_s": time.time() - start}
+        )
+    )
     return rc
 
 
@@ -158,8 +171,17 @@ class Killer(threading.Thread):
 
 
 # --------------------------------------------------------------------------- one grid
-def run_grid(out: Path, config: Path, launcher: str, jobs: int, rng: random.Random | None, kill_runs: int,
-             every: float, share: float, max_runs: int = 30) -> dict:
+def run_grid(
+    out: Path,
+    config: Path,
+    launcher: str,
+    jobs: int,
+    rng: random.Random | None,
+    kill_runs: int,
+    every: float,
+    share: float,
+    max_runs: int = 30,
+) -> dict:
     """Run ``compare`` until it exits 0 (killing while the first ``kill_runs`` runs last, if ``rng``)."""
     out.mkdir(parents=True, exist_ok=True)
     kills = {"workers": 0, "coordinator": 0}
@@ -191,8 +213,10 @@ def run_grid(out: Path, config: Path, launcher: str, jobs: int, rng: random.Rand
 
 
 def results(out: Path) -> dict[str, dict]:
-    return {str(p.parent.relative_to(out)): {k: v for k, v in json.loads(p.read_text()).items() if k not in VOLATILE}
-            for p in out.rglob("summary.json")}
+    return {
+        str(p.parent.relative_to(out)): {k: v for k, v in json.loads(p.read_text()).items() if k not in VOLATILE}
+        for p in out.rglob("summary.json")
+    }
 
 
 def audit(out: Path, reference: dict[str, dict]) -> dict:
@@ -223,8 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", type=int, default=201, help="stages in the grid (rounded up to a multiple of 3)")
     p.add_argument("--schedules", type=int, default=3, help="kill schedules (random seeds 0..N-1)")
     p.add_argument("--launcher", choices=("local", "slurm-local"), default="local")
-    p.add_argument("--reference-launcher", choices=("local", "slurm-local"), default=None,
-                   help="the launcher of the uninterrupted grid (default: --launcher; a grid's results do not depend on it)")
+    p.add_argument(
+        "--reference-launcher",
+        choices=("local", "slurm-local"),
+        default=None,
+        help="the launcher of the uninterrupted grid (default: --launcher; a grid's results do not depend on it)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="stages at once")
     p.add_argument("--every", type=float, default=3.0, help="mean seconds between kills")
     p.add_argument("--kill-runs", type=int, default=3, help="runs of compare during which kills happen")
@@ -241,8 +269,18 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.dir)
     data = root / "data"
     if not (data / "listops").is_dir():
-        generate(data / "listops", n_train=64, n_val=16, n_test=16, min_length=8, max_length=24, max_depth=3,
-                 max_args=3, seed=0, quiet=True)
+        generate(
+            data / "listops",
+            n_train=64,
+            n_val=16,
+            n_test=16,
+            min_length=8,
+            max_length=24,
+            max_depth=3,
+            max_args=3,
+            seed=0,
+            quiet=True,
+        )
     seeds = -(-args.stages // 3)
     config = root / "experiment.yaml"
     config.write_text(yaml.safe_dump(experiment(data.resolve(), seeds)))
@@ -253,22 +291,49 @@ def main(argv: list[str] | None = None) -> int:
     ref = run_grid(ref_dir, config, ref_launcher, args.jobs, None, 0, args.every, args.coordinator_share)
     reference = results(ref_dir)
     usage = ref["usage"]
-    row = {"launcher": args.launcher, "reference_launcher": ref_launcher, "stages": 3 * seeds, "jobs": args.jobs, "uninterrupted_wall_s": round(time.time() - t0, 1),
-           "coordinator_cpu_s": round(usage["cpu_s"], 2), "coordinator_cpu_ms_per_stage": round(1000 * usage["cpu_s"] / (3 * seeds), 1),
-           "coordinator_max_rss_mb": round(usage["max_rss_mb"], 1), "schedules": []}
-    print(f"uninterrupted ({ref_launcher}): {row['stages']} stages in {row['uninterrupted_wall_s']} s; coordinator {row['coordinator_cpu_s']} s CPU "
-          f"({row['coordinator_cpu_ms_per_stage']} ms per stage), peak {row['coordinator_max_rss_mb']} MB", flush=True)
+    row = {
+        "launcher": args.launcher,
+        "reference_launcher": ref_launcher,
+        "stages": 3 * seeds,
+        "jobs": args.jobs,
+        "uninterrupted_wall_s": round(time.time() - t0, 1),
+        "coordinator_cpu_s": round(usage["cpu_s"], 2),
+        "coordinator_cpu_ms_per_stage": round(1000 * usage["cpu_s"] / (3 * seeds), 1),
+        "coordinator_max_rss_mb": round(usage["max_rss_mb"], 1),
+        "schedules": [],
+    }
+    print(
+        f"uninterrupted ({ref_launcher}): {row['stages']} stages in {row['uninterrupted_wall_s']} s; coordinator {row['coordinator_cpu_s']} s CPU "
+        f"({row['coordinator_cpu_ms_per_stage']} ms per stage), peak {row['coordinator_max_rss_mb']} MB",
+        flush=True,
+    )
     for seed in range(args.schedules):
         out = root / f"chaos-{tag}-{seed}"
         t0 = time.time()
-        ran = run_grid(out, config, args.launcher, args.jobs, random.Random(seed), args.kill_runs, args.every,
-                       args.coordinator_share)
+        ran = run_grid(
+            out,
+            config,
+            args.launcher,
+            args.jobs,
+            random.Random(seed),
+            args.kill_runs,
+            args.every,
+            args.coordinator_share,
+        )
         found = audit(out, reference)
-        line = {"schedule": seed, "kills_workers": ran["kills"]["workers"], "kills_coordinator": ran["kills"]["coordinator"],
-                "killed_after_summary": found["killed_after_summary"], "reruns": ran["reruns"],
-                "lost": len(found["lost"]), "extra": len(found["extra"]), "duplicated": len(found["duplicated"]),
-                "differing": len(found["differing"]), "wall_s": round(time.time() - t0, 1),
-                "which": {k: found[k] for k in ("lost", "extra", "duplicated", "differing") if found[k]}}
+        line = {
+            "schedule": seed,
+            "kills_workers": ran["kills"]["workers"],
+            "kills_coordinator": ran["kills"]["coordinator"],
+            "killed_after_summary": found["killed_after_summary"],
+            "reruns": ran["reruns"],
+            "lost": len(found["lost"]),
+            "extra": len(found["extra"]),
+            "duplicated": len(found["duplicated"]),
+            "differing": len(found["differing"]),
+            "wall_s": round(time.time() - t0, 1),
+            "which": {k: found[k] for k in ("lost", "extra", "duplicated", "differing") if found[k]},
+        }
         row["schedules"].append(line)
         print(json.dumps(line), flush=True)
     if args.json:

@@ -26,6 +26,7 @@ checkout, which holds the package ``mambapy``), all three alternating in one pro
 the backbone is also timed compiled without the oneDNN matrix products (``train/compile.py``), and
 its larger products are timed alone with ``torch.mm`` and with oneDNN.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -70,9 +72,15 @@ def _alternate(steps: dict[str, Callable[[], Any]], rounds: int) -> dict[str, di
     for _ in range(rounds):
         for name, step in steps.items():
             times[name].append(_timed(step))
-    return {name: {"cpu_s": statistics.median(t[0] for t in ts), "wall_s": statistics.median(t[1] for t in ts),
-                   "cpu_min_s": min(t[0] for t in ts), "first_call_s": first[name]}
-            for name, ts in times.items()}
+    return {
+        name: {
+            "cpu_s": statistics.median(t[0] for t in ts),
+            "wall_s": statistics.median(t[1] for t in ts),
+            "cpu_min_s": min(t[0] for t in ts),
+            "first_call_s": first[name],
+        }
+        for name, ts in times.items()
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,7 +88,9 @@ def _alternate(steps: dict[str, Callable[[], Any]], rounds: int) -> dict[str, di
 # --------------------------------------------------------------------------------------------
 
 
-def measure_preset(preset: str, batch_size: int | None, vocab: int, rounds: int, stage: str = "train") -> dict[str, Any]:
+def measure_preset(
+    preset: str, batch_size: int | None, vocab: int, rounds: int, stage: str = "train"
+) -> dict[str, Any]:
     """One preset's eager and compiled training steps, alternating in this process."""
     from longrange.experiment.config import resolve
     from longrange.experiment.dryrun import prepare_step
@@ -89,9 +99,8 @@ def measure_preset(preset: str, batch_size: int | None, vocab: int, rounds: int,
     from longrange.train.step import training_step
 
     exp = resolve(preset)
-    from longrange.data.tasks import get_spec
-
     import longrange.data  # noqa: F401  (registers the tasks)
+    from longrange.data.tasks import get_spec
 
     spec = get_spec(exp.task.name, **exp.task.options)
     needs_vocab = spec.input_kind == "tokens" and fixed_vocabulary(exp.task.name, exp.task.options) is None
@@ -100,18 +109,29 @@ def measure_preset(preset: str, batch_size: int | None, vocab: int, rounds: int,
         from longrange.objectives.factory import natural_objective
 
         kind = (exp.compare.objectives or [natural_objective(exp.model.direction)])[0]
-    prepared = prepare_step(exp, stage, kind, device="cpu", batch_size=batch_size, vocab=vocab if needs_vocab else None,
-                            generator=torch.Generator().manual_seed(0))
+    prepared = prepare_step(
+        exp,
+        stage,
+        kind,
+        device="cpu",
+        batch_size=batch_size,
+        vocab=vocab if needs_vocab else None,
+        generator=torch.Generator().manual_seed(0),
+    )
     model, objective = prepared.model, prepared.objective
     Compilation(True, "cpu").apply(model)  # as the trainer compiles: the model, in place
     compiled_call = model._compiled_call_impl
     # Pretraining: also the objective compiled with the model (which the trainer does not do).
-    with_objective = torch.compile(lambda m, b: objective(m, b), options=compile_options("cpu")) if stage == "pretrain" else None
+    with_objective = (
+        torch.compile(lambda m, b: objective(m, b), options=compile_options("cpu")) if stage == "pretrain" else None
+    )
 
     def step(compiled: bool, objective_compiled: bool = False) -> None:
         model._compiled_call_impl = compiled_call if compiled else None
         call = with_objective if objective_compiled else objective
-        training_step(model, call, prepared.batches, prepared.optimizer, prepared.precision, prepared.stage.train.grad_clip)
+        training_step(
+            model, call, prepared.batches, prepared.optimizer, prepared.precision, prepared.stage.train.grad_clip
+        )
 
     steps = {"eager": lambda: step(False), "compiled": lambda: step(True)}
     if with_objective is not None:
@@ -120,17 +140,26 @@ def measure_preset(preset: str, batch_size: int | None, vocab: int, rounds: int,
     restore(model)
     extra = {}
     if WITH_OBJECTIVE in rows:
-        extra = {"with_objective": rows[WITH_OBJECTIVE],
-                 "objective_gain_cpu": rows["compiled"]["cpu_s"] / rows[WITH_OBJECTIVE]["cpu_s"]}
+        extra = {
+            "with_objective": rows[WITH_OBJECTIVE],
+            "objective_gain_cpu": rows["compiled"]["cpu_s"] / rows[WITH_OBJECTIVE]["cpu_s"],
+        }
     return {
-        "preset": preset, "stage": stage, "model": f"{exp.model.block}-{exp.model.primitive}", "task": exp.task.name,
-        "batch": prepared.batch_size, "length": prepared.seq_len, "objective": prepared.stage.objective,
+        "preset": preset,
+        "stage": stage,
+        "model": f"{exp.model.block}-{exp.model.primitive}",
+        "task": exp.task.name,
+        "batch": prepared.batch_size,
+        "length": prepared.seq_len,
+        "objective": prepared.stage.objective,
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab": vocab if needs_vocab else None,
-        "eager": rows["eager"], "compiled": rows["compiled"],
+        "eager": rows["eager"],
+        "compiled": rows["compiled"],
         "speedup_cpu": rows["eager"]["cpu_s"] / rows["compiled"]["cpu_s"],
         "speedup_wall": rows["eager"]["wall_s"] / rows["compiled"]["wall_s"],
-        "compile_s": rows["compiled"]["first_call_s"], **extra,
+        "compile_s": rows["compiled"]["first_call_s"],
+        **extra,
     }
 
 
@@ -140,8 +169,22 @@ def run_presets(args: argparse.Namespace) -> dict[str, Any]:
     for preset in args.presets:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "row.json"
-            cmd = [sys.executable, __file__, "--one", preset, "--steps", str(args.steps), "--threads",
-                   str(args.threads), "--vocab", str(args.vocab), "--stage", args.stage, "--json", str(out)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                preset,
+                "--steps",
+                str(args.steps),
+                "--threads",
+                str(args.threads),
+                "--vocab",
+                str(args.vocab),
+                "--stage",
+                args.stage,
+                "--json",
+                str(out),
+            ]
             if args.batch_size:
                 cmd += ["--batch-size", str(args.batch_size)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -152,23 +195,34 @@ def run_presets(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             row = json.loads(out.read_text())
         rows.append(row)
-        print(f"{preset:32s} eager {row['eager']['cpu_s']:8.3f} s  compiled {row['compiled']['cpu_s']:8.3f} s  "
-              f"{row['speedup_cpu']:5.2f}x (wall {row['speedup_wall']:.2f}x)  compile {row['compile_s']:.0f} s"
-              + (f"  (objective compiled too: {row['with_objective']['cpu_s']:.3f} s)" if "with_objective" in row else ""), flush=True)
+        print(
+            f"{preset:32s} eager {row['eager']['cpu_s']:8.3f} s  compiled {row['compiled']['cpu_s']:8.3f} s  "
+            f"{row['speedup_cpu']:5.2f}x (wall {row['speedup_wall']:.2f}x)  compile {row['compile_s']:.0f} s"
+            + (
+                f"  (objective compiled too: {row['with_objective']['cpu_s']:.3f} s)" if "with_objective" in row else ""
+            ),
+            flush=True,
+        )
     return {"rows": rows}
 
 
 def preset_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| preset | model | stage | batch x length | eager s/step | compiled s/step | speed-up (CPU time) | speed-up (wall) | first compiled step s | objective compiled too: gain |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| preset | model | stage | batch x length | eager s/step | compiled s/step | speed-up (CPU time) | speed-up (wall) | first compiled step s | objective compiled too: gain |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['preset']} | failed: {r['error'].splitlines()[-1] if r['error'] else ''} | | | | | | | | |")
+            lines.append(
+                f"| {r['preset']} | failed: {r['error'].splitlines()[-1] if r['error'] else ''} | | | | | | | | |"
+            )
             continue
         gain = f"{r['objective_gain_cpu']:.2f}x" if "objective_gain_cpu" in r else "-"
-        lines.append(f"| {r['preset']} | {r['model']} | {r['stage']} ({r['objective']}) | {r['batch']} x {r['length']} | "
-                     f"{r['eager']['cpu_s']:.3f} | {r['compiled']['cpu_s']:.3f} | **{r['speedup_cpu']:.2f}x** | "
-                     f"{r['speedup_wall']:.2f}x | {r['compile_s']:.0f} | {gain} |")
+        lines.append(
+            f"| {r['preset']} | {r['model']} | {r['stage']} ({r['objective']}) | {r['batch']} x {r['length']} | "
+            f"{r['eager']['cpu_s']:.3f} | {r['compiled']['cpu_s']:.3f} | **{r['speedup_cpu']:.2f}x** | "
+            f"{r['speedup_wall']:.2f}x | {r['compile_s']:.0f} | {gain} |"
+        )
     return "\n".join(lines)
 
 
@@ -200,7 +254,10 @@ def measure_mamba_py(args: argparse.Namespace) -> dict[str, Any]:
     ours = Backbone(ModelConfig(block="mamba", primitive="s6", n_layers=layers, d_model=width))
     theirs = Mamba(MambaConfig(d_model=width, n_layers=layers))
     x = torch.randn(batch, length, width)
-    optimizers = {"ours": torch.optim.AdamW(ours.parameters(), 1e-4), "theirs": torch.optim.AdamW(theirs.parameters(), 1e-4)}
+    optimizers = {
+        "ours": torch.optim.AdamW(ours.parameters(), 1e-4),
+        "theirs": torch.optim.AdamW(theirs.parameters(), 1e-4),
+    }
     # The same model compiled without the oneDNN products (PyTorch's own, MKL on CPUs): what they add.
     mkl = copy.deepcopy(ours)
     optimizers["mkl"] = torch.optim.AdamW(mkl.parameters(), 1e-4)
@@ -220,19 +277,23 @@ def measure_mamba_py(args: argparse.Namespace) -> dict[str, Any]:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    rows = _alternate({name: (lambda name=name: step(name)) for name in ("eager", "compiled", NO_ONEDNN, "mamba.py")},
-                      args.steps)
+    rows = _alternate(
+        {name: (lambda name=name: step(name)) for name in ("eager", "compiled", NO_ONEDNN, "mamba.py")}, args.steps
+    )
     ratio = rows["mamba.py"]["cpu_s"] / rows["compiled"]["cpu_s"]
     result = {
         "settings": {"batch": batch, "length": length, "width": width, "layers": layers, "dtype": "float32"},
-        "parameters": {"longrange": sum(p.numel() for p in ours.parameters()),
-                       "mamba.py": sum(p.numel() for p in theirs.parameters())},
+        "parameters": {
+            "longrange": sum(p.numel() for p in ours.parameters()),
+            "mamba.py": sum(p.numel() for p in theirs.parameters()),
+        },
         "rows": rows,
         "ratio_compiled": ratio,
         "ratio_compiled_wall": rows["mamba.py"]["wall_s"] / rows["compiled"]["wall_s"],
         "ratio_compiled_fastest": rows["mamba.py"]["cpu_min_s"] / rows["compiled"]["cpu_min_s"],
         "ratio_eager": rows["mamba.py"]["cpu_s"] / rows["eager"]["cpu_s"],
-        "goal": GOAL, "goal_met": ratio >= GOAL,
+        "goal": GOAL,
+        "goal_met": ratio >= GOAL,
         "mamba_py_commit": _git_commit(args.mamba_py),
     }
     result["matrix_products"] = gemm_rates(width, batch * length)
@@ -249,8 +310,11 @@ def gemm_rates(width: int, rows: int, repeats: int = 10) -> list[dict[str, Any]]
 
     out = []
     inner = 2 * width
-    for m, k, n, what in ((rows, width, 2 * inner, "in_proj"), (rows, inner, width, "out_proj"),
-                          (2 * inner, rows, width, "in_proj weight gradient (transposed operand)")):
+    for m, k, n, what in (
+        (rows, width, 2 * inner, "in_proj"),
+        (rows, inner, width, "out_proj"),
+        (2 * inner, rows, width, "in_proj weight gradient (transposed operand)"),
+    ):
         a = torch.randn(k, m).t() if "gradient" in what else torch.randn(m, k)
         b = torch.randn(k, n)
         row = {"product": what, "m": m, "k": k, "n": n}
@@ -281,30 +345,50 @@ def _profile(step: Callable[[], Any], rounds: int = 3, top: int = 15) -> list[di
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events)
     events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
-    return [{"name": e.key, "calls_per_step": e.count / rounds, "self_s_per_step": e.self_cpu_time_total / 1e6 / rounds,
-             "share": e.self_cpu_time_total / total} for e in events[:top]]
+    return [
+        {
+            "name": e.key,
+            "calls_per_step": e.count / rounds,
+            "self_s_per_step": e.self_cpu_time_total / 1e6 / rounds,
+            "share": e.self_cpu_time_total / total,
+        }
+        for e in events[:top]
+    ]
 
 
 def mamba_py_report(result: dict[str, Any]) -> str:
     s, rows = result["settings"], result["rows"]
-    lines = [f"Mamba backbone training step: {s['layers']} Mamba-S6 blocks, width {s['width']}, batch {s['batch']} x "
-             f"length {s['length']}, {s['dtype']}; CPU seconds per step (medians; wall in brackets)",
-             "", "| | s/step | wall s/step | mamba.py / this |", "|---|---:|---:|---:|"]
+    lines = [
+        f"Mamba backbone training step: {s['layers']} Mamba-S6 blocks, width {s['width']}, batch {s['batch']} x "
+        f"length {s['length']}, {s['dtype']}; CPU seconds per step (medians; wall in brackets)",
+        "",
+        "| | s/step | wall s/step | mamba.py / this |",
+        "|---|---:|---:|---:|",
+    ]
     for name in ("mamba.py", "eager", NO_ONEDNN, "compiled"):
         r = rows[name]
-        lines.append(f"| {'longrange ' + name if name != 'mamba.py' else name} | {r['cpu_s']:.3f} | {r['wall_s']:.3f} | "
-                     f"{rows['mamba.py']['cpu_s'] / r['cpu_s']:.1f}x |")
+        lines.append(
+            f"| {'longrange ' + name if name != 'mamba.py' else name} | {r['cpu_s']:.3f} | {r['wall_s']:.3f} | "
+            f"{rows['mamba.py']['cpu_s'] / r['cpu_s']:.1f}x |"
+        )
     lines.append("")
-    lines.append(f"compiled: {result['ratio_compiled']:.1f}x faster than mamba.py (CPU time; wall {result['ratio_compiled_wall']:.1f}x, "
-                 f"fastest steps {result['ratio_compiled_fastest']:.1f}x); eager {result['ratio_eager']:.1f}x; "
-                 f"goal {result['goal']:.0f}x: {'met' if result['goal_met'] else 'NOT met'}")
+    lines.append(
+        f"compiled: {result['ratio_compiled']:.1f}x faster than mamba.py (CPU time; wall {result['ratio_compiled_wall']:.1f}x, "
+        f"fastest steps {result['ratio_compiled_fastest']:.1f}x); eager {result['ratio_eager']:.1f}x; "
+        f"goal {result['goal']:.0f}x: {'met' if result['goal_met'] else 'NOT met'}"
+    )
     lines += ["", "matrix products, one thread, GFLOP/s (fastest of 10 calls):"]
-    lines += [f"  {g['product']} ({g['m']} x {g['k']} @ {g['k']} x {g['n']}): torch.mm {g['torch.mm_gflops']:.0f}"
-              + (f", oneDNN {g['oneDNN_gflops']:.0f}" if "oneDNN_gflops" in g else "") for g in result["matrix_products"]]
+    lines += [
+        f"  {g['product']} ({g['m']} x {g['k']} @ {g['k']} x {g['n']}): torch.mm {g['torch.mm_gflops']:.0f}"
+        + (f", oneDNN {g['oneDNN_gflops']:.0f}" if "oneDNN_gflops" in g else "")
+        for g in result["matrix_products"]
+    ]
     for name, profile in result.get("profile", {}).items():
         lines += ["", f"{name} step, operators by own time (profiler, wall time under the machine's load):", ""]
-        lines += [f"  {p['share'] * 100:5.1f}%  {p['self_s_per_step'] * 1000:8.1f} ms/step  {p['calls_per_step']:6.1f} calls  {p['name'][:70]}"
-                  for p in profile]
+        lines += [
+            f"  {p['share'] * 100:5.1f}%  {p['self_s_per_step'] * 1000:8.1f} ms/step  {p['calls_per_step']:6.1f} calls  {p['name'][:70]}"
+            for p in profile
+        ]
     return "\n".join(lines)
 
 
@@ -315,8 +399,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--presets", nargs="+", help="presets to measure (default: demo/* and thesis/*)")
     p.add_argument("--batch-size", type=int, help="batch of every preset's step (default: each preset's own)")
-    p.add_argument("--stage", default="train", choices=("train", "pretrain"),
-                   help="the presets' supervised step (default) or their pretraining step (the natural objective)")
+    p.add_argument(
+        "--stage",
+        default="train",
+        choices=("train", "pretrain"),
+        help="the presets' supervised step (default) or their pretraining step (the natural objective)",
+    )
     p.add_argument("--vocab", type=int, default=256, help="vocabulary of token tasks whose vocabulary comes from data")
     p.add_argument("--steps", type=int, default=5, help="timed rounds (default 5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -344,8 +432,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(preset_table(result["rows"]))
     if not args.one:
         settings = {k: v for k, v in vars(args).items() if k != "one"}
-        result = {"settings": settings, **result, "environment": {**environment(torch.device("cpu")),
-                                                                  "threads": torch.get_num_threads()}}
+        result = {
+            "settings": settings,
+            **result,
+            "environment": {**environment(torch.device("cpu")), "threads": torch.get_num_threads()},
+        }
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return result

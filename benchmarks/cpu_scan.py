@@ -11,6 +11,7 @@ figures are medians (and minima) over ``--repeats`` calls after one untimed call
 compiles the numba kernels, or loads them from numba's cache). The ratio of the medians is the
 speed-up; the ratio of the minima, the least disturbed calls, is printed too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,10 +21,9 @@ import time
 
 import torch
 
+import longrange.ops.scan.numba as numba_scan
 from longrange.ops.scan import selective_scan_chunked
 from longrange.ops.scan.numba import numba_available, selective_scan_numba
-
-import longrange.ops.scan.numba as numba_scan
 
 
 def _numba_states_inner(**kwargs):
@@ -46,9 +46,14 @@ def make_inputs(batch: int, d: int, n: int, length: int, dtype: torch.dtype, see
         return torch.randn(*shape, generator=g).to(dtype)
 
     return dict(
-        u=r(batch, d, length), delta=r(batch, d, length),
+        u=r(batch, d, length),
+        delta=r(batch, d, length),
         A=-torch.arange(1, n + 1, dtype=dtype).expand(d, n).contiguous(),
-        B=r(batch, n, length), C=r(batch, n, length), D=r(d), z=r(batch, d, length), delta_bias=r(d),
+        B=r(batch, n, length),
+        C=r(batch, n, length),
+        D=r(d),
+        z=r(batch, d, length),
+        delta_bias=r(d),
     )
 
 
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     inputs = make_inputs(args.batch, args.d, args.n, args.length, getattr(torch, args.dtype))
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in IMPLS}
-    for name, fn in IMPLS.items():  # untimed: compilation or cache loading, allocator warm-up
+    for fn in IMPLS.values():  # untimed: compilation or cache loading, allocator warm-up
         time_once(fn, inputs)
     for _ in range(args.repeats):
         for name, fn in IMPLS.items():
@@ -96,19 +101,31 @@ def main(argv: list[str] | None = None) -> dict:
 
     from longrange.bench.measure import environment
 
-    env = {**environment(torch.device("cpu")), "numba": numba.__version__, "numba_threading_layer": numba.threading_layer()}
+    env = {
+        **environment(torch.device("cpu")),
+        "numba": numba.__version__,
+        "numba_threading_layer": numba.threading_layer(),
+    }
     print(
         f"selective scan, batch {args.batch}, d {args.d}, n {args.n}, length {args.length}, {args.dtype}, "
         f"{torch.get_num_threads()} threads ({env['cpu']}); medians of {args.repeats} alternating calls"
     )
     print(f"{'impl':12s}  {'forward s':>10s}  {'fwd+bwd s':>10s}  {'fwd+bwd min s':>13s}")
     for name, row in rows.items():
-        print(f"{name:12s}  {row['forward_s']:10.4f}  {row['forward_backward_s']:10.4f}  {row['forward_backward_min_s']:13.4f}")
+        print(
+            f"{name:12s}  {row['forward_s']:10.4f}  {row['forward_backward_s']:10.4f}  {row['forward_backward_min_s']:13.4f}"
+        )
     print(f"numba is {ratio:.2f}x faster than chunked (forward + backward; {ratio_min:.2f}x on the fastest calls)")
     over_states = rows["numba-states"]["forward_backward_s"] / rows["numba"]["forward_backward_s"]
     print(f"numba's channels-last kernels are {over_states:.2f}x faster than its state-vectorised ones")
-    result = {"settings": vars(args), "rows": rows, "speedup": ratio, "speedup_min": ratio_min,
-              "speedup_over_states_inner": over_states, "environment": env}
+    result = {
+        "settings": vars(args),
+        "rows": rows,
+        "speedup": ratio,
+        "speedup_min": ratio_min,
+        "speedup_over_states_inner": over_states,
+        "environment": env,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

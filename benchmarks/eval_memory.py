@@ -12,6 +12,7 @@ the peak resident memory (``VmHWM``, reset before the pass) of a fresh process o
 shorter length for attention, whose time grows with its square). The figures are in bytes and do
 not depend on the machine's load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,6 +56,7 @@ with torch.no_grad():
 print(json.dumps({"rss_growth": status("VmHWM") - before}))
 """
 
+
 def measure(name: str, settings: dict, check_length: int) -> dict:
     import torch
 
@@ -63,16 +65,34 @@ def measure(name: str, settings: dict, check_length: int) -> dict:
     from longrange.train.memory import forward_peak, measure_need
 
     torch.manual_seed(0)
-    model = build_model(ModelConfig(n_layers=2, direction="causal", **settings), input_kind="tokens", head="classify",
-                        n_out=16, vocab_size=21).eval()
+    model = build_model(
+        ModelConfig(n_layers=2, direction="causal", **settings),
+        input_kind="tokens",
+        head="classify",
+        n_out=16,
+        vocab_size=21,
+    ).eval()
     need = measure_need(model, HEAD, 1 << 20)
     counted = forward_peak(model, HEAD, check_length)
-    child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(settings), str(check_length)],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(settings), str(check_length)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rss = json.loads(child.stdout.strip().splitlines()[-1])["rss_growth"]
-    return {"model": name, "settings": settings, "bytes_per_position": need.b, "bytes_per_position_squared": need.c,
-            "constant": need.a, "probes": need.measured, "check_length": check_length,
-            "predicted_at_check": need.counted(check_length), "counted_at_check": counted, "rss_growth_at_check": rss}
+    return {
+        "model": name,
+        "settings": settings,
+        "bytes_per_position": need.b,
+        "bytes_per_position_squared": need.c,
+        "constant": need.a,
+        "probes": need.measured,
+        "check_length": check_length,
+        "predicted_at_check": need.counted(check_length),
+        "counted_at_check": counted,
+        "rss_growth_at_check": rss,
+    }
 
 
 def longest(row: dict, memory: float) -> int:
@@ -89,15 +109,19 @@ def longest(row: dict, memory: float) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--memory", default="24GiB", help="the memory to fill (default 24GiB)")
-    parser.add_argument("--check-length", type=int, default=1 << 17, help="length of the RSS check (attention: 1/8 of it)")
+    parser.add_argument(
+        "--check-length", type=int, default=1 << 17, help="length of the RSS check (attention: 1/8 of it)"
+    )
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     from longrange.train.memory import format_bytes, parse_bytes
 
     memory = parse_bytes(args.memory)
     rows = []
-    print(f"| model | counted bytes / position | longest sequence within {args.memory} (batch 1, margin included) | "
-          "at the check length: predicted / counted / peak RSS growth (RSS / counted) |")
+    print(
+        f"| model | counted bytes / position | longest sequence within {args.memory} (batch 1, margin included) | "
+        "at the check length: predicted / counted / peak RSS growth (RSS / counted) |"
+    )
     print("|---|---:|---:|---|")
     for name, settings in MODELS.items():
         length = args.check_length // 8 if settings["primitive"] == "attention" else args.check_length
@@ -105,10 +129,13 @@ def main() -> None:
         row["longest"] = longest(row, memory)
         rows.append(row)
         square = f" + {row['bytes_per_position_squared']:.3g} L²" if row["bytes_per_position_squared"] else ""
-        print(f"| {name} | {row['bytes_per_position']:.0f}{square} | {row['longest']:,} (2^{row['longest'].bit_length() - 1}) | "
-              f"{format_bytes(row['predicted_at_check'])} / {format_bytes(row['counted_at_check'])} / "
-              f"{format_bytes(row['rss_growth_at_check'])} ({row['rss_growth_at_check'] / row['counted_at_check']:.2f}) "
-              f"at {length:,} |", flush=True)
+        print(
+            f"| {name} | {row['bytes_per_position']:.0f}{square} | {row['longest']:,} (2^{row['longest'].bit_length() - 1}) | "
+            f"{format_bytes(row['predicted_at_check'])} / {format_bytes(row['counted_at_check'])} / "
+            f"{format_bytes(row['rss_growth_at_check'])} ({row['rss_growth_at_check'] / row['counted_at_check']:.2f}) "
+            f"at {length:,} |",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"memory": memory, "rows": rows}, f, indent=1)

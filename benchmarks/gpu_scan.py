@@ -13,13 +13,14 @@ benchmark dtype, A, D and delta_bias in float32, softplus on. Each implementatio
 gradients are also compared with the chunked scan's (largest absolute difference), so that a run
 on new hardware doubles as a check. Without CUDA the script exits with a message (status 2).
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -106,12 +107,19 @@ def measure(fn: Callable, inputs: dict, grad_out: torch.Tensor, args, device) ->
         v.grad = None
     out = fn(**leaves, delta_softplus=True)
     out.backward(grad_out)
-    return dict(forward_ms=f["mean"] * 1e3, train_ms=fb["mean"] * 1e3, train_peak_mb=peak / 2**20,
-                out=out.detach().float(), grads={k: v.grad.float() for k, v in leaves.items()})
+    return dict(
+        forward_ms=f["mean"] * 1e3,
+        train_ms=fb["mean"] * 1e3,
+        train_peak_mb=peak / 2**20,
+        out=out.detach().float(),
+        grads={k: v.grad.float() for k, v in leaves.items()},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--d", type=int, default=232)
     p.add_argument("--n", type=int, default=16)
@@ -119,23 +127,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--iters", type=int, default=20, help="timed calls per measurement")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls first (Triton compiles on the first)")
-    p.add_argument("--chunked-iters", type=int, help="timed calls of the chunked scan (default --iters; it takes "
-                   "100s of ms a call, so fewer keep a long run short)")
+    p.add_argument(
+        "--chunked-iters",
+        type=int,
+        help="timed calls of the chunked scan (default --iters; it takes "
+        "100s of ms a call, so fewer keep a long run short)",
+    )
     p.add_argument("--sweep", action="store_true", help="time the Triton kernel settings of SWEEP too")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
 
     if not torch.cuda.is_available():
-        print("gpu_scan.py: no CUDA device; this benchmark times GPU kernels and needs one "
-              "(the CPU figures are in `longrange bench --scaling`).", file=sys.stderr)
+        print(
+            "gpu_scan.py: no CUDA device; this benchmark times GPU kernels and needs one "
+            "(the CPU figures are in `longrange bench --scaling`).",
+            file=sys.stderr,
+        )
         return 2
     device = torch.device("cuda")
     dtype = DTYPES[args.dtype]
     inputs = make_inputs(args.batch, args.d, args.n, args.length, dtype, device)
     grad_out = torch.randn(args.batch, args.d, args.length, device=device).to(dtype)
     impls = implementations(args)
-    print(f"selective scan, batch {args.batch}, d {args.d}, n {args.n}, length {args.length}, {args.dtype}; "
-          f"{torch.cuda.get_device_name(device)}; mean of {args.iters} calls after {args.warmup}")
+    print(
+        f"selective scan, batch {args.batch}, d {args.d}, n {args.n}, length {args.length}, {args.dtype}; "
+        f"{torch.cuda.get_device_name(device)}; mean of {args.iters} calls after {args.warmup}"
+    )
     if "triton" not in impls:
         print("  triton: not importable, skipped")
     if "mamba_ssm" not in impls:
@@ -143,15 +160,22 @@ def main(argv: list[str] | None = None) -> int:
 
     bandwidth = copy_bandwidth(device)
     bound = {kind: scan_bytes(inputs, kind) / bandwidth * 1e3 for kind in ("forward", "train")}
-    print(f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s (bytes read + written); the fewest bytes the scan "
-          f"moves at that rate: forward {bound['forward']:.3f} ms, forward+backward {bound['train']:.3f} ms")
+    print(
+        f"device-to-device copy: {bandwidth / 1e12:.2f} TB/s (bytes read + written); the fewest bytes the scan "
+        f"moves at that rate: forward {bound['forward']:.3f} ms, forward+backward {bound['train']:.3f} ms"
+    )
     rows, failed = {}, {}
     for name, fn in impls.items():
         t0 = time.perf_counter()
         try:
             iters = args.chunked_iters if name == "chunked" and args.chunked_iters else args.iters
-            rows[name] = measure(fn, inputs, grad_out, argparse.Namespace(**{**vars(args), "iters": iters,
-                                                                            "warmup": min(args.warmup, iters)}), device)
+            rows[name] = measure(
+                fn,
+                inputs,
+                grad_out,
+                argparse.Namespace(**{**vars(args), "iters": iters, "warmup": min(args.warmup, iters)}),
+                device,
+            )
             rows[name]["iters"] = iters
         except Exception as err:  # e.g. the chunked scan out of memory at 16384: the others still run
             failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
@@ -162,17 +186,23 @@ def main(argv: list[str] | None = None) -> int:
         rows[name]["forward_over_bound"] = rows[name]["forward_ms"] / bound["forward"]
         rows[name]["train_over_bound"] = rows[name]["train_ms"] / bound["train"]
     ref = rows.get("chunked")
-    print(f"\n{'impl':<12} {'forward ms':>11} {'fwd+bwd ms':>11} {'peak MB':>9} {'/ bound':>8} {'vs chunked':>11} "
-          f"{'vs mamba_ssm':>13} {'max|dout|':>10} {'max|dgrad|':>10}")
+    print(
+        f"\n{'impl':<12} {'forward ms':>11} {'fwd+bwd ms':>11} {'peak MB':>9} {'/ bound':>8} {'vs chunked':>11} "
+        f"{'vs mamba_ssm':>13} {'max|dout|':>10} {'max|dgrad|':>10}"
+    )
     for name, r in rows.items():
         vs_chunked = f"{ref['train_ms'] / r['train_ms']:.2f}x" if ref else "-"
         vs_mamba = f"{rows['mamba_ssm']['train_ms'] / r['train_ms']:.2f}x" if "mamba_ssm" in rows else "-"
         d_out = f"{(r['out'] - ref['out']).abs().max().item():.2e}" if ref else "-"
         d_grad = f"{max((r['grads'][k] - ref['grads'][k]).abs().max().item() for k in r['grads']):.2e}" if ref else "-"
-        print(f"{name:<12} {r['forward_ms']:>11.3f} {r['train_ms']:>11.3f} {r['train_peak_mb']:>9.1f} "
-              f"{r['train_over_bound']:>7.1f}x {vs_chunked:>11} {vs_mamba:>13} {d_out:>10} {d_grad:>10}")
-    print("(/ bound: fwd+bwd time over the fewest bytes' time; vs X: X's fwd+bwd time / this one's, above 1 is "
-          "faster; max|d..|: largest difference from chunked)")
+        print(
+            f"{name:<12} {r['forward_ms']:>11.3f} {r['train_ms']:>11.3f} {r['train_peak_mb']:>9.1f} "
+            f"{r['train_over_bound']:>7.1f}x {vs_chunked:>11} {vs_mamba:>13} {d_out:>10} {d_grad:>10}"
+        )
+    print(
+        "(/ bound: fwd+bwd time over the fewest bytes' time; vs X: X's fwd+bwd time / this one's, above 1 is "
+        "faster; max|d..|: largest difference from chunked)"
+    )
 
     sweep = []
     if args.sweep and "triton" in impls:
@@ -185,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # e.g. out of registers or shared memory for a large tile
                 print(f"{bd:>7} {chunk:>6} {warps:>6}  failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
                 continue
-            sweep.append(dict(block_d=bd, chunk=chunk, num_warps=warps, forward_ms=r["forward_ms"], train_ms=r["train_ms"]))
+            sweep.append(
+                dict(block_d=bd, chunk=chunk, num_warps=warps, forward_ms=r["forward_ms"], train_ms=r["train_ms"])
+            )
             print(f"{bd:>7} {chunk:>6} {warps:>6} {r['forward_ms']:>11.3f} {r['train_ms']:>11.3f}")
         best = min(sweep, key=lambda s: s["train_ms"], default=None)
         if best:
@@ -193,10 +225,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.json:
         payload = dict(
-            settings=vars(args), environment=environment(device),
+            settings=vars(args),
+            environment=environment(device),
             rows={k: {m: v for m, v in r.items() if m not in ("out", "grads")} for k, r in rows.items()},
-            failed=failed, copy_bandwidth_bytes_per_s=bandwidth,
-            bound_ms=bound, bound_note="bytes read and written once at the measured copy bandwidth (scan_bytes)",
+            failed=failed,
+            copy_bandwidth_bytes_per_s=bandwidth,
+            bound_ms=bound,
+            bound_note="bytes read and written once at the measured copy bandwidth (scan_bytes)",
             sweep=sweep,
         )
         with open(args.json, "w") as f:

@@ -48,6 +48,7 @@ steps that need CUDA fail and are recorded so), which is how the test suite trie
 before a GPU runs it (``tests/bench/test_gpu_session_script.py``). The internal steps are this
 script's functions, run as ``python benchmarks/gpu_session.py --step NAME ...``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,9 +62,10 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).resolve()
@@ -73,8 +75,19 @@ SCRIPT = Path(__file__).resolve()
 STEPS = ("info", "check", "kernels", "scan", "ssm_kernels", "families", "train", "planner", "pathx", "tests", "bench")
 #: Seconds each step may run (the ``--timeout-scale`` multiplies them): sized so that the steps
 #: before ``tests`` fit a 10-minute call on an H100 with room to spare.
-TIMEOUTS = {"info": 60, "check": 120, "kernels": 150, "scan": 150, "ssm_kernels": 90, "families": 120, "train": 120,
-            "planner": 90, "pathx": 60, "tests": 600, "bench": 300}
+TIMEOUTS = {
+    "info": 60,
+    "check": 120,
+    "kernels": 150,
+    "scan": 150,
+    "ssm_kernels": 90,
+    "families": 120,
+    "train": 120,
+    "planner": 90,
+    "pathx": 60,
+    "tests": 600,
+    "bench": 300,
+}
 #: A step is not started with fewer seconds than this left of the session's ``--budget``.
 MIN_STEP_SECONDS = 20
 #: Lengths of the kernel accuracy checks (``--tiny``: the first three).
@@ -86,16 +99,33 @@ TRAIN_PRESETS = ("spt/listops/transformer", "spt/listops/s4")
 PATHX_PRESETS = ("spt/path-x/s4", "spt/path-x/transformer-rotary")
 #: One model of each family (the Mamba paper's induction-heads settings, Table 11), the newest
 #: first, and a hybrid stack: (label, preset, overrides). Timed at FAMILY_BATCH x FAMILY_SEQ_LEN.
-FAMILY_PRESETS = tuple((name, f"mamba/induction-heads/{name}", ()) for name in (
-    "mamba2", "gated-deltanet", "deltanet", "gla", "mamba3", "hyena", "h3", "lru")) + (
-    ("hybrid mamba2+attention", "mamba/induction-heads/mamba2", ("model.layers=[mamba2, attention]", "model.n_layers=2")),
-) + tuple(
-    (name, f"mamba/induction-heads/{name}", ()) for name in (
-        "mamba-s6", "simple-s6", "mamba-s4", "simple-s4", "simple-s4d", "simple-dlr", "attention-rope"))
+FAMILY_PRESETS = (
+    tuple(
+        (name, f"mamba/induction-heads/{name}", ())
+        for name in ("mamba2", "gated-deltanet", "deltanet", "gla", "mamba3", "hyena", "h3", "lru")
+    )
+    + (
+        (
+            "hybrid mamba2+attention",
+            "mamba/induction-heads/mamba2",
+            ("model.layers=[mamba2, attention]", "model.n_layers=2"),
+        ),
+    )
+    + tuple(
+        (name, f"mamba/induction-heads/{name}", ())
+        for name in ("mamba-s6", "simple-s6", "mamba-s4", "simple-s4", "simple-s4d", "simple-dlr", "attention-rope")
+    )
+)
 FAMILY_BATCH, FAMILY_SEQ_LEN, FAMILY_REPEATS = 16, 2048, 3
 #: Overrides that shrink a preset's model and task for ``--tiny``.
-TINY_MODEL = ("model.n_layers=1", "model.d_model=16", "model.d_state=4", "model.n_heads=2", "model.attn_dim=null",
-              "model.head_hidden=16")
+TINY_MODEL = (
+    "model.n_layers=1",
+    "model.d_model=16",
+    "model.d_state=4",
+    "model.n_heads=2",
+    "model.attn_dim=null",
+    "model.head_hidden=16",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -144,20 +174,59 @@ def build_steps(args: argparse.Namespace) -> list[Step]:
         steps.append(Step(name, description, commands, TIMEOUTS[name] * scale, env or {}))
 
     add("info", "versions and what runs where", [_internal("info", args)])
-    pytest_args = shlex.split(args.pytest_args) if args.pytest_args is not None else (
-        ["tests/ops/test_used.py"] if tiny else [])
+    pytest_args = (
+        shlex.split(args.pytest_args) if args.pytest_args is not None else (["tests/ops/test_used.py"] if tiny else [])
+    )
     add("check", f"longrange check --device {dev}", [_cli("check", "--device", dev, *(["--quick"] if tiny else []))])
-    add("kernels", "Triton kernels against float64 references; determinism", [_internal("kernels", args)],
-        {"TRITON_INTERPRET": "1"} if dev == "cpu" else {})
+    add(
+        "kernels",
+        "Triton kernels against float64 references; determinism",
+        [_internal("kernels", args)],
+        {"TRITON_INTERPRET": "1"} if dev == "cpu" else {},
+    )
     scan = []
-    for length in ((64,) if tiny else SCAN_LENGTHS):
+    for length in (64,) if tiny else SCAN_LENGTHS:
         for dtype in ("fp32", "bf16"):
-            size = ["--batch", "2", "--d", "8", "--n", "4", "--iters", "2", "--warmup", "1"] if tiny else \
-                ["--batch", "64", "--d", "232", "--n", "16", "--iters", "10", "--warmup", "3", "--chunked-iters", "3"]
-            scan.append([*_python(), str(ROOT / "benchmarks" / "gpu_scan.py"), *size, "--length", str(length), "--dtype",
-                         dtype, "--json", str(res / f"scan_{length}_{dtype}.json")])
+            size = (
+                ["--batch", "2", "--d", "8", "--n", "4", "--iters", "2", "--warmup", "1"]
+                if tiny
+                else [
+                    "--batch",
+                    "64",
+                    "--d",
+                    "232",
+                    "--n",
+                    "16",
+                    "--iters",
+                    "10",
+                    "--warmup",
+                    "3",
+                    "--chunked-iters",
+                    "3",
+                ]
+            )
+            scan.append(
+                [
+                    *_python(),
+                    str(ROOT / "benchmarks" / "gpu_scan.py"),
+                    *size,
+                    "--length",
+                    str(length),
+                    "--dtype",
+                    dtype,
+                    "--json",
+                    str(res / f"scan_{length}_{dtype}.json"),
+                ]
+            )
     add("scan", "selective scan timings (benchmarks/gpu_scan.py)", scan)
-    ssm = [*_python(), str(ROOT / "benchmarks" / "ssm_kernels.py"), "--device", dev, "--json", str(res / "ssm_kernels.json")]
+    ssm = [
+        *_python(),
+        str(ROOT / "benchmarks" / "ssm_kernels.py"),
+        "--device",
+        dev,
+        "--json",
+        str(res / "ssm_kernels.json"),
+    ]
     if tiny:
         ssm += ["--lengths", "64", "--repeats", "1", "--d-model", "8", "--d-state", "4", "--no-isolate"]
     else:  # one process: CUDA's peak memory is reset per measurement, and each process costs seconds
@@ -167,11 +236,17 @@ def build_steps(args: argparse.Namespace) -> list[Step]:
     add("train", "short training runs on generated ListOps, bf16 and fp32", [_internal("train", args)])
     add("planner", "longrange plan against measured peak memory", [_internal("planner", args)])
     add("pathx", "one forward + backward at Path-X's 16384 tokens", [_internal("pathx", args)])
-    add("tests", f"python -m pytest -q --device {dev}",
-        [[*_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", dev, *pytest_args]])
+    add(
+        "tests",
+        f"python -m pytest -q --device {dev}",
+        [[*_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", dev, *pytest_args]],
+    )
     bench = _cli("bench", "--device", dev, "--json", str(res / "bench.json"))
-    bench += ["--models", "transformer", "dlr", "--batch-size", "1", "--length", "32", "--batches", "1", "--warmup", "0"] \
-        if tiny else ["--full"]
+    bench += (
+        ["--models", "transformer", "dlr", "--batch-size", "1", "--length", "32", "--batches", "1", "--warmup", "0"]
+        if tiny
+        else ["--full"]
+    )
     add("bench", f"longrange bench --device {dev}" + ("" if tiny else " --full"), [bench])
     assert [s.name for s in steps] == list(STEPS)
     return steps
@@ -222,15 +297,27 @@ def run_step(step: Step, out: Path) -> dict[str, Any]:
             record["seconds"] = round(time.perf_counter() - t0, 3)
             f.write(f"(exit {record['returncode']}, {record['seconds']:.1f} s)\n\n")
             f.flush()
-    results = sorted(str(p.relative_to(out)) for p in (out / "results").glob("**/*")
-                     if p.is_file() and results_before.get(p) != p.stat().st_mtime and _belongs(p, step.name))
-    record = {"name": step.name, "description": step.description, "status": status,
-              "seconds": round(time.perf_counter() - start, 3), "timeout_s": step.timeout, "log": str(log.relative_to(out)),
-              "commands": commands, "results": results}
+    results = sorted(
+        str(p.relative_to(out))
+        for p in (out / "results").glob("**/*")
+        if p.is_file() and results_before.get(p) != p.stat().st_mtime and _belongs(p, step.name)
+    )
+    record = {
+        "name": step.name,
+        "description": step.description,
+        "status": status,
+        "seconds": round(time.perf_counter() - start, 3),
+        "timeout_s": step.timeout,
+        "log": str(log.relative_to(out)),
+        "commands": commands,
+        "results": results,
+    }
     if status != "ok":
         failed = [c for c in commands if c["timed_out"] or c["returncode"] != 0]
-        record["reason"] = (f"{len(failed)} of {len(commands)} command(s) "
-                            f"{'ran out of time' if status == 'timeout' else 'failed'}; end of the log:\n{_tail(log)}")
+        record["reason"] = (
+            f"{len(failed)} of {len(commands)} command(s) "
+            f"{'ran out of time' if status == 'timeout' else 'failed'}; end of the log:\n{_tail(log)}"
+        )
     return record
 
 
@@ -265,9 +352,17 @@ def _run_group(argv: list[str], log, env: dict[str, str], timeout: float) -> int
 def _belongs(path: Path, step: str) -> bool:
     """Whether a result file is the step's: files are named after their step (``scan_1024_bf16.json``)."""
     name = path.name
-    prefixes = {"scan": ("scan_",), "ssm_kernels": ("ssm_kernels",), "bench": ("bench",), "planner": ("plan",),
-                "kernels": ("kernels",), "train": ("train",), "pathx": ("pathx",), "info": ("info",),
-                "families": ("families",)}
+    prefixes = {
+        "scan": ("scan_",),
+        "ssm_kernels": ("ssm_kernels",),
+        "bench": ("bench",),
+        "planner": ("plan",),
+        "kernels": ("kernels",),
+        "train": ("train",),
+        "pathx": ("pathx",),
+        "info": ("info",),
+        "families": ("families",),
+    }
     return name.startswith(prefixes.get(step, (step,))) or path.parent.name == step
 
 
@@ -276,9 +371,14 @@ def environment(device: str) -> dict[str, Any]:
     import torch
 
     env: dict[str, Any] = {
-        "command": shlex.join([sys.executable, *sys.argv]), "cwd": os.getcwd(), "python": platform.python_version(),
-        "platform": platform.platform(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-        "cuda_available": torch.cuda.is_available(), "cpu_count": os.cpu_count(),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "cwd": os.getcwd(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "cpu_count": os.cpu_count(),
     }
     for name in ("triton", "numba", "mamba_ssm", "causal_conv1d", "pykeops", "transformers"):
         try:
@@ -289,10 +389,16 @@ def environment(device: str) -> dict[str, Any]:
             env[name] = None
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        env.update(gpu=props.name, gpu_memory_bytes=props.total_memory, capability=f"{props.major}.{props.minor}",
-                   cudnn=torch.backends.cudnn.version())
-    for tool, args in (("nvidia-smi", ["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]),
-                       ("nvcc", ["--version"])):
+        env.update(
+            gpu=props.name,
+            gpu_memory_bytes=props.total_memory,
+            capability=f"{props.major}.{props.minor}",
+            cudnn=torch.backends.cudnn.version(),
+        )
+    for tool, args in (
+        ("nvidia-smi", ["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]),
+        ("nvcc", ["--version"]),
+    ):
         try:
             proc = subprocess.run([tool, *args], capture_output=True, text=True, timeout=30)
             env[tool] = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else None
@@ -304,15 +410,23 @@ def environment(device: str) -> dict[str, Any]:
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     env = summary["environment"]
-    lines = [f"# GPU session ({summary['finished']})", "",
-             f"Command: `{env['command']}`", "",
-             f"Device: {env.get('gpu') or env['device']}; torch {env['torch']} (CUDA {env.get('torch_cuda')}), "
-             f"triton {env.get('triton')}, numba {env.get('numba')}, mamba-ssm {env.get('mamba_ssm')}, "
-             f"Python {env['python']}; nvcc: {env.get('nvcc')}; nvidia-smi: {env.get('nvidia-smi')}", "",
-             "| step | status | seconds | result files | log |", "|---|---|---:|---|---|"]
+    lines = [
+        f"# GPU session ({summary['finished']})",
+        "",
+        f"Command: `{env['command']}`",
+        "",
+        f"Device: {env.get('gpu') or env['device']}; torch {env['torch']} (CUDA {env.get('torch_cuda')}), "
+        f"triton {env.get('triton')}, numba {env.get('numba')}, mamba-ssm {env.get('mamba_ssm')}, "
+        f"Python {env['python']}; nvcc: {env.get('nvcc')}; nvidia-smi: {env.get('nvidia-smi')}",
+        "",
+        "| step | status | seconds | result files | log |",
+        "|---|---|---:|---|---|",
+    ]
     for s in summary["steps"]:
-        lines.append(f"| {s['name']} | {s['status']} | {s.get('seconds', 0):.1f} | {', '.join(s.get('results', [])) or '-'} | "
-                     f"{s.get('log', '-')} |")
+        lines.append(
+            f"| {s['name']} | {s['status']} | {s.get('seconds', 0):.1f} | {', '.join(s.get('results', [])) or '-'} | "
+            f"{s.get('log', '-')} |"
+        )
     failed = [s for s in summary["steps"] if s["status"] not in ("ok",)]
     if failed:
         lines += ["", "## Steps that did not succeed", ""]
@@ -331,17 +445,32 @@ def run_session(args: argparse.Namespace, steps: list[Step] | None = None) -> di
     only = set(args.only.split(",")) if args.only else None
     unknown = sorted((only or set()) - {s.name for s in steps})
     if unknown:
-        raise SystemExit(f"--only: unknown step(s) {', '.join(unknown)}; the steps are {', '.join(s.name for s in steps)}")
+        raise SystemExit(
+            f"--only: unknown step(s) {', '.join(unknown)}; the steps are {', '.join(s.name for s in steps)}"
+        )
     path = out / "session.json"
     earlier = {s["name"]: s for s in json.loads(path.read_text())["steps"]} if path.exists() else {}
-    summary = {"started": _now(), "finished": None, "environment": environment(args.device),
-               "settings": {"device": args.device, "tiny": args.tiny, "only": args.only,
-                            "timeout_scale": args.timeout_scale, "budget": args.budget}, "steps": []}
+    summary = {
+        "started": _now(),
+        "finished": None,
+        "environment": environment(args.device),
+        "settings": {
+            "device": args.device,
+            "tiny": args.tiny,
+            "only": args.only,
+            "timeout_scale": args.timeout_scale,
+            "budget": args.budget,
+        },
+        "steps": [],
+    }
     records: dict[str, dict[str, Any]] = {}
     for step in steps:  # what the summary says before each step has run
         records[step.name] = earlier.get(step.name) or {
-            "name": step.name, "description": step.description, "status": "not run",
-            "reason": "not selected (--only)" if only is not None and step.name not in only else "not reached"}
+            "name": step.name,
+            "description": step.description,
+            "status": "not run",
+            "reason": "not selected (--only)" if only is not None and step.name not in only else "not reached",
+        }
     deadline = time.perf_counter() + args.budget if args.budget else None
     for step in steps:
         if only is not None and step.name not in only:
@@ -351,8 +480,12 @@ def run_session(args: argparse.Namespace, steps: list[Step] | None = None) -> di
         if deadline is not None:
             left = deadline - time.perf_counter()
             if left < MIN_STEP_SECONDS:
-                records[step.name] = {"name": step.name, "description": step.description, "status": "not run",
-                                      "reason": f"the session's --budget of {args.budget:.0f} s was spent"}
+                records[step.name] = {
+                    "name": step.name,
+                    "description": step.description,
+                    "status": "not run",
+                    "reason": f"the session's --budget of {args.budget:.0f} s was spent",
+                }
                 _write_summary(out, summary, records)
                 continue
             step = Step(step.name, step.description, step.commands, min(step.timeout, left), step.env)
@@ -419,16 +552,30 @@ def step_info(args: argparse.Namespace) -> int:
 def _scan_inputs(b: int, d: int, n: int, l: int, seed: int):
     from longrange.ops.checking import random_inputs
 
-    t = random_inputs(seed, u=(b, d, l), delta=(b, d, l), A=(d, n), B=(b, n, l), C=(b, n, l), D=(d,), z=(b, d, l),
-                      delta_bias=(d,), initial_state=(b, d, n))
+    t = random_inputs(
+        seed,
+        u=(b, d, l),
+        delta=(b, d, l),
+        A=(d, n),
+        B=(b, n, l),
+        C=(b, n, l),
+        D=(d,),
+        z=(b, d, l),
+        delta_bias=(d,),
+        initial_state=(b, d, n),
+    )
     t["A"] = -(t["A"].abs() + 0.2)
     t["delta"] = 0.5 * t["delta"] - 1.0  # softplus(delta + bias) of order 0.1-0.5, as in a model
     return t
 
 
 #: The scan's variants: which of the optional inputs it gets.
-SCAN_VARIANTS = {"plain": (), "initial_state": ("initial_state",), "z_D": ("z", "D"),
-                 "all": ("initial_state", "z", "D", "delta_bias")}
+SCAN_VARIANTS = {
+    "plain": (),
+    "initial_state": ("initial_state",),
+    "z_D": ("z", "D"),
+    "all": ("initial_state", "z", "D", "delta_bias"),
+}
 
 
 def _bitwise_same(fn: Callable[[], tuple], names: list[str]) -> dict[str, bool]:
@@ -462,25 +609,39 @@ def step_kernels(args: argparse.Namespace) -> int:
         row["passed"] = row.get("error") is not None and row["error"] <= row["tol"]
         failures += not row["passed"]
         rows.append(row)
-        print(f"{row['op']:12s} {row['dtype']:9s} L={row['length']:<6d} {row.get('variant', ''):14s} "
-              f"error {row.get('error', float('nan')):.2e} (tol {row['tol']:.0e}) {'ok' if row['passed'] else 'FAIL'}"
-              + (f"  {row['exception']}" if "exception" in row else ""), flush=True)
+        print(
+            f"{row['op']:12s} {row['dtype']:9s} L={row['length']:<6d} {row.get('variant', ''):14s} "
+            f"error {row.get('error', float('nan')):.2e} (tol {row['tol']:.0e}) {'ok' if row['passed'] else 'FAIL'}"
+            + (f"  {row['exception']}" if "exception" in row else ""),
+            flush=True,
+        )
 
     for length in lengths:
         ref_scan = selective_scan_ref if length <= 1000 else selective_scan_chunked  # chunked: float64 too, faster
-        for variant, extras in (SCAN_VARIANTS.items() if "scan" in ops else ()):
+        for variant, extras in SCAN_VARIANTS.items() if "scan" in ops else ():
             inputs = _scan_inputs(b, d, n, length, seed=length)
             inputs = {k: v for k, v in inputs.items() if k in ("u", "delta", "A", "B", "C") or k in extras}
             keep = tuple(k for k in ("A", "D", "delta_bias", "initial_state") if k in inputs)
             for dname, dtype in dtypes.items():
-                row = {"op": "scan", "impl": "triton", "dtype": dname, "length": length, "variant": variant,
-                       "shape": f"b={b} d={d} n={n}", "tol": TOLERANCE[dtype],
-                       "reference": "selective_scan_ref" if ref_scan is selective_scan_ref else "selective_scan_chunked"}
+                row = {
+                    "op": "scan",
+                    "impl": "triton",
+                    "dtype": dname,
+                    "length": length,
+                    "variant": variant,
+                    "shape": f"b={b} d={d} n={n}",
+                    "tol": TOLERANCE[dtype],
+                    "reference": "selective_scan_ref" if ref_scan is selective_scan_ref else "selective_scan_chunked",
+                }
                 try:
                     row["error"] = compare(
                         lambda **kw: selective_scan_triton(**kw, delta_softplus=True, return_last_state=True),
                         lambda **kw: ref_scan(**kw, delta_softplus=True, return_last_state=True),
-                        inputs, dtype, str(device), keep_float32=keep)
+                        inputs,
+                        dtype,
+                        str(device),
+                        keep_float32=keep,
+                    )
                 except Exception as err:  # recorded, the other cases go on
                     row["exception"] = f"{type(err).__name__}: {err}"
                 record(row)
@@ -491,32 +652,59 @@ def step_kernels(args: argparse.Namespace) -> int:
         t = random_inputs(length, re=(H, M), im=(H, M), wre=(H, M), wim=(H, M), vre=(H, M), vim=(H, M))
         log_dA = torch.complex(-0.5 - t["re"].abs(), t["im"] * 3.0) * 0.01
         W = torch.complex(t["wre"], t["wim"])
-        z = torch.exp(torch.complex(torch.zeros(length, dtype=torch.float64),
-                                    2 * torch.pi * torch.arange(length, dtype=torch.float64) / max(length, 1))).expand(H, length)
+        z = torch.exp(
+            torch.complex(
+                torch.zeros(length, dtype=torch.float64),
+                2 * torch.pi * torch.arange(length, dtype=torch.float64) / max(length, 1),
+            )
+        ).expand(H, length)
         products = {
-            "vandermonde": ({"log_dA": log_dA, "W": W}, lambda **kw: K.vandermonde_kernel(**kw, L=length, impl="triton"),
-                            lambda **kw: K.vandermonde_kernel_ref(**kw, L=length)),
-            "cauchy": ({"v": torch.complex(t["vre"], t["vim"]), "z": z.contiguous(), "w": log_dA * 100},
-                       lambda **kw: K.cauchy(**kw, conj_pairs=True, impl="triton"),
-                       lambda **kw: K.cauchy_ref(**kw, conj_pairs=True)),
+            "vandermonde": (
+                {"log_dA": log_dA, "W": W},
+                lambda **kw: K.vandermonde_kernel(**kw, L=length, impl="triton"),
+                lambda **kw: K.vandermonde_kernel_ref(**kw, L=length),
+            ),
+            "cauchy": (
+                {"v": torch.complex(t["vre"], t["vim"]), "z": z.contiguous(), "w": log_dA * 100},
+                lambda **kw: K.cauchy(**kw, conj_pairs=True, impl="triton"),
+                lambda **kw: K.cauchy_ref(**kw, conj_pairs=True),
+            ),
         }
         for op, (inputs, fn, ref) in ((op, p) for op, p in products.items() if op in ops):
-            row = {"op": op, "impl": "triton", "dtype": "float32", "length": length, "variant": "",
-                   "shape": f"H={H} M={M}", "tol": TOLERANCE[torch.float32], "reference": f"{op}_ref"}
+            row = {
+                "op": op,
+                "impl": "triton",
+                "dtype": "float32",
+                "length": length,
+                "variant": "",
+                "shape": f"H={H} M={M}",
+                "tol": TOLERANCE[torch.float32],
+                "reference": f"{op}_ref",
+            }
             try:
                 row["error"] = compare(fn, ref, inputs, torch.float32, str(device))
                 row["bitwise_repeatable"] = _repeat_product(fn, inputs, device)
             except Exception as err:
                 row["exception"] = f"{type(err).__name__}: {err}"
             record(row)
-            rows.append({"op": op, "dtype": "bfloat16", "length": length, "status": "not applicable",
-                         "reason": "complex products compute in float32 (complex64)"})
+            rows.append(
+                {
+                    "op": op,
+                    "dtype": "bfloat16",
+                    "length": length,
+                    "status": "not applicable",
+                    "reason": "complex products compute in float32 (complex64)",
+                }
+            )
     _write(args, "kernels.json", {"device": str(device), "rows": rows, "failures": failures})
     for row in rows:
         differ = sorted(k for k, same in (row.get("bitwise_repeatable") or {}).items() if not same)
         if "bitwise_repeatable" in row:
-            print(f"repeat {row['op']:12s} {row['dtype']:9s} L={row['length']:<6d}: "
-                  + (f"bits differ in {', '.join(differ)}" if differ else "bitwise equal"), flush=True)
+            print(
+                f"repeat {row['op']:12s} {row['dtype']:9s} L={row['length']:<6d}: "
+                + (f"bits differ in {', '.join(differ)}" if differ else "bitwise equal"),
+                flush=True,
+            )
     print(f"{failures} case(s) above their tolerance")
     return 1 if failures else 0
 
@@ -590,8 +778,9 @@ def _tiny_overrides(preset: str) -> list[str]:
     return out
 
 
-def _measured_step(preset: str, overrides: list[str], batch: int, device, seq_len: int | None = None,
-                   repeats: int = 1) -> dict[str, Any]:
+def _measured_step(
+    preset: str, overrides: list[str], batch: int, device, seq_len: int | None = None, repeats: int = 1
+) -> dict[str, Any]:
     """Peak memory and time of one training step (after one warm-up step) at ``batch``: the median
     of ``repeats`` timed steps on CUDA; the implementations the step ran (``kernels``)."""
     import torch
@@ -601,13 +790,25 @@ def _measured_step(preset: str, overrides: list[str], batch: int, device, seq_le
     from longrange.ops import used
 
     exp = resolve(preset, overrides=overrides)
-    prepared = prepare_step(exp, "train", device=device, batch_size=batch, seq_len=seq_len, vocab=256 if _needs_vocab(exp) else None,
-                            generator=torch.Generator(device=device).manual_seed(0) if device.type == "cuda" else None)
+    prepared = prepare_step(
+        exp,
+        "train",
+        device=device,
+        batch_size=batch,
+        seq_len=seq_len,
+        vocab=256 if _needs_vocab(exp) else None,
+        generator=torch.Generator(device=device).manual_seed(0) if device.type == "cuda" else None,
+    )
     used.reset()
     loss = prepared.step()  # warm-up: optimizer state, kernels compiled
     _sync(device)
-    out: dict[str, Any] = {"batch": prepared.batch_size, "seq_len": prepared.seq_len, "loss_finite": bool(torch.isfinite(loss)),
-                           "params": sum(p.numel() for p in prepared.model.parameters()), "kernels": used.kernels()}
+    out: dict[str, Any] = {
+        "batch": prepared.batch_size,
+        "seq_len": prepared.seq_len,
+        "loss_finite": bool(torch.isfinite(loss)),
+        "params": sum(p.numel() for p in prepared.model.parameters()),
+        "kernels": used.kernels(),
+    }
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         times = []
@@ -616,24 +817,35 @@ def _measured_step(preset: str, overrides: list[str], batch: int, device, seq_le
             loss = prepared.step()
             _sync(device)
             times.append(time.perf_counter() - t0)
-        out.update(seconds=statistics.median(times), times=times, peak_bytes=torch.cuda.max_memory_allocated(device),
-                   method="torch.cuda.max_memory_allocated")
+        out.update(
+            seconds=statistics.median(times),
+            times=times,
+            peak_bytes=torch.cuda.max_memory_allocated(device),
+            method="torch.cuda.max_memory_allocated",
+        )
     else:
         from longrange.bench.measure import PeakMemory
 
         with PeakMemory(device) as mem:
             t0 = time.perf_counter()
             loss = prepared.step()
-        out.update(seconds=time.perf_counter() - t0, peak_bytes=int(mem.peak_mb * 2**20) + _live_bytes(prepared),
-                   method=f"resident set increase ({mem.method}) plus parameters and optimizer state: a CPU "
-                          "stand-in, not comparable with the plan")
+        out.update(
+            seconds=time.perf_counter() - t0,
+            peak_bytes=int(mem.peak_mb * 2**20) + _live_bytes(prepared),
+            method=f"resident set increase ({mem.method}) plus parameters and optimizer state: a CPU "
+            "stand-in, not comparable with the plan",
+        )
     out["loss_finite"] = out["loss_finite"] and bool(torch.isfinite(loss))
     return out
 
 
 def _live_bytes(prepared) -> int:
-    state = sum(t.numel() * t.element_size() for s in prepared.optimizer.state.values() for t in s.values()
-                if hasattr(t, "numel"))
+    state = sum(
+        t.numel() * t.element_size()
+        for s in prepared.optimizer.state.values()
+        for t in s.values()
+        if hasattr(t, "numel")
+    )
     return state + sum(p.numel() * p.element_size() for p in prepared.model.parameters())
 
 
@@ -659,21 +871,43 @@ def step_planner(args: argparse.Namespace) -> int:
         row: dict[str, Any] = {"preset": preset, "gpu": gpu, "overrides": overrides}
         plan_file = Path(args.out) / "results" / f"plan_{preset.replace('/', '_')}.json"
         vocab = ["--vocab", "256"] if _needs_vocab(resolve(preset)) else []
-        cmd = _cli("plan", preset, "--gpu", gpu, "--json", str(plan_file), *(["--batch", str(batch)] if batch else []),
-                   *vocab, *overrides)
+        cmd = _cli(
+            "plan",
+            preset,
+            "--gpu",
+            gpu,
+            "--json",
+            str(plan_file),
+            *(["--batch", str(batch)] if batch else []),
+            *vocab,
+            *overrides,
+        )
         print(f"$ {shlex.join(cmd)}", flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_child_env())
         print(proc.stdout + proc.stderr, flush=True)
         row["plan_command"] = shlex.join(cmd)
         row["plan_exit"] = proc.returncode
         if not plan_file.exists():
-            row["plan_error"] = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}, no plan written"])[-1]
+            row["plan_error"] = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}, no plan written"])[
+                -1
+            ]
             failures += 1
             rows.append(row)
             continue
         plan = json.loads(plan_file.read_text())
-        row["plan"] = {k: plan.get(k) for k in ("batch", "params", "peak_bytes", "flops_per_step", "bytes_per_step",
-                                                  "max_batch", "accumulation", "step_time_lower_bound_s")}
+        row["plan"] = {
+            k: plan.get(k)
+            for k in (
+                "batch",
+                "params",
+                "peak_bytes",
+                "flops_per_step",
+                "bytes_per_step",
+                "max_batch",
+                "accumulation",
+                "step_time_lower_bound_s",
+            )
+        }
         try:
             measured = _measured_step(preset, overrides, int(plan["batch"]), device)
             row["measured"] = measured
@@ -724,11 +958,22 @@ def step_train(args: argparse.Namespace) -> int:
     rows, failures = [], 0
     for preset in TRAIN_PRESETS:
         for precision in ("bf16", "fp32"):
-            overrides = [f"task.generate={generate}", f"task.data_dir={data_dir}", f"train.precision={precision}",
-                         "train.progress=false", "train.loggers=[]", *sizes,
-                         *(_tiny_overrides(preset) if args.tiny else [])]
+            overrides = [
+                f"task.generate={generate}",
+                f"task.data_dir={data_dir}",
+                f"train.precision={precision}",
+                "train.progress=false",
+                "train.loggers=[]",
+                *sizes,
+                *(_tiny_overrides(preset) if args.tiny else []),
+            ]
             run_dir = Path(args.out) / "results" / "train" / f"{preset.replace('/', '_')}_{precision}"
-            row: dict[str, Any] = {"preset": preset, "precision": precision, "overrides": overrides, "run_dir": str(run_dir)}
+            row: dict[str, Any] = {
+                "preset": preset,
+                "precision": precision,
+                "overrides": overrides,
+                "run_dir": str(run_dir),
+            }
             try:
                 exp = resolve(preset, overrides=overrides)
                 data = load_data(exp.task)
@@ -774,8 +1019,11 @@ def step_families(args: argparse.Namespace) -> int:
             overrides = [*(tiny if args.tiny else []), *extra, f"train.precision={precision}"]
             row: dict[str, Any] = {"family": label, "preset": preset, "precision": precision, "overrides": overrides}
             try:
-                row.update(_measured_step(preset, overrides, batch, device, seq_len=seq_len,
-                                          repeats=1 if args.tiny else FAMILY_REPEATS))
+                row.update(
+                    _measured_step(
+                        preset, overrides, batch, device, seq_len=seq_len, repeats=1 if args.tiny else FAMILY_REPEATS
+                    )
+                )
                 row["tokens_per_s"] = row["batch"] * row["seq_len"] / row["seconds"]
                 failures += not row["loss_finite"]
             except Exception as err:  # recorded; the other families go on
@@ -786,11 +1034,22 @@ def step_families(args: argparse.Namespace) -> int:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(row)
-            print(f"{label:26s} {precision}: " + (f"{row['seconds'] * 1e3:9.1f} ms  {row['tokens_per_s']:12.0f} tok/s  "
-                  f"peak {row['peak_bytes'] / 2**30:6.2f} GiB  {row['kernels']}" if "error" not in row else row["error"]),
-                  flush=True)
-            _write(args, "families.json", {"device": str(device), "batch": batch, "seq_len": seq_len, "rows": rows},
-                   quiet=True)
+            print(
+                f"{label:26s} {precision}: "
+                + (
+                    f"{row['seconds'] * 1e3:9.1f} ms  {row['tokens_per_s']:12.0f} tok/s  "
+                    f"peak {row['peak_bytes'] / 2**30:6.2f} GiB  {row['kernels']}"
+                    if "error" not in row
+                    else row["error"]
+                ),
+                flush=True,
+            )
+            _write(
+                args,
+                "families.json",
+                {"device": str(device), "batch": batch, "seq_len": seq_len, "rows": rows},
+                quiet=True,
+            )
     print(f"{failures} family step(s) failed or gave a non-finite loss")
     return 1 if failures else 0
 
@@ -814,23 +1073,37 @@ def step_pathx(args: argparse.Namespace) -> int:
 
 
 INTERNAL: dict[str, Callable[[argparse.Namespace], int]] = {
-    "info": step_info, "kernels": step_kernels, "families": step_families, "planner": step_planner, "train": step_train,
+    "info": step_info,
+    "kernels": step_kernels,
+    "families": step_families,
+    "planner": step_planner,
+    "train": step_train,
     "pathx": step_pathx,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--out", required=True, help="the session's folder (logs, results, session.json / .md)")
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda (default) or cpu (with --tiny: the dry run)")
+    p.add_argument(
+        "--device", default="cuda", choices=("cuda", "cpu"), help="cuda (default) or cpu (with --tiny: the dry run)"
+    )
     p.add_argument("--tiny", action="store_true", help="tiny sizes everywhere (the test suite's run on a CPU)")
     p.add_argument("--only", help=f"comma-separated steps to run (default all: {','.join(STEPS)})")
     p.add_argument("--gpu", help="the planner's GPU name (default: from the device's name)")
     p.add_argument("--pytest-args", help="arguments of the test step (default: the whole suite; --tiny: one file)")
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every step's timeout")
-    p.add_argument("--budget", type=float, help="seconds for the whole run: no step runs past them, and steps "
-                   "that would start with less than 20 s left are recorded as not run (e.g. 560 under a 10-minute limit)")
-    p.add_argument("--kernel-ops", help=f"the kernels step's ops, comma-separated (default all: {','.join(KERNEL_OPS)})")
+    p.add_argument(
+        "--budget",
+        type=float,
+        help="seconds for the whole run: no step runs past them, and steps "
+        "that would start with less than 20 s left are recorded as not run (e.g. 560 under a 10-minute limit)",
+    )
+    p.add_argument(
+        "--kernel-ops", help=f"the kernels step's ops, comma-separated (default all: {','.join(KERNEL_OPS)})"
+    )
     p.add_argument("--train-steps", type=int, default=300, help="steps of each training run (default 300)")
     p.add_argument("--pathx-batch", type=int, default=1, help="batch of the Path-X forward + backward (default 1)")
     p.add_argument("--step", choices=sorted(INTERNAL), help=argparse.SUPPRESS)  # run one internal step here
@@ -840,8 +1113,11 @@ def main(argv: list[str] | None = None) -> int:
         return INTERNAL[args.step](args)
     summary = run_session(args)
     bad = [s["name"] for s in summary["steps"] if s["status"] not in ("ok", "not run")]
-    print(f"session: {len(summary['steps']) - len(bad)} step(s) ok or not selected, {len(bad)} not ok"
-          + (f" ({', '.join(bad)})" if bad else "") + f"; summary in {Path(args.out) / 'session.md'}")
+    print(
+        f"session: {len(summary['steps']) - len(bad)} step(s) ok or not selected, {len(bad)} not ok"
+        + (f" ({', '.join(bad)})" if bad else "")
+        + f"; summary in {Path(args.out) / 'session.md'}"
+    )
     return 1 if bad else 0
 
 

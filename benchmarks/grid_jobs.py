@@ -9,6 +9,7 @@ this process (with torch's default threads, and with one thread) and with ``--jo
 each into a fresh directory, and prints both wall times and the load average around each run (the
 timings mean little on a machine busy with other work).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,9 @@ def main() -> None:
     p.add_argument("--dir", default=None, help="working directory (default: a temporary one, removed)")
     args = p.parse_args()
 
+    from longrange.experiment.backends import InProcess, LocalWorkers
     from longrange.experiment.compare import compare
     from longrange.experiment.config import resolve
-    from longrange.experiment.backends import InProcess, LocalWorkers
     from longrange.experiment.demo import DEMOS
 
     demo = DEMOS[args.demo]
@@ -42,9 +43,11 @@ def main() -> None:
         overrides += [f"train.max_steps={args.max_steps}", f"pretrain.max_steps={args.max_steps}"]
     experiments = [resolve(name, overrides=overrides) for name in demo.presets]
     rows = []
-    runs = [("sequential (in process, torch's default threads)", None),
-            ("sequential (in process, --threads-per-job 1)", InProcess(1)),
-            (f"--jobs {args.jobs} (cores // jobs threads each)", LocalWorkers(args.jobs))]
+    runs = [
+        ("sequential (in process, torch's default threads)", None),
+        ("sequential (in process, --threads-per-job 1)", InProcess(1)),
+        (f"--jobs {args.jobs} (cores // jobs threads each)", LocalWorkers(args.jobs)),
+    ]
     for k, (name, executor) in enumerate(runs):
         out = root / f"run{k}"
         shutil.rmtree(out, ignore_errors=True)
@@ -52,8 +55,10 @@ def main() -> None:
         start = time.time()
         compare(experiments, out, seeds=list(demo.seeds), executor=executor)
         rows.append((name, time.time() - start, load, os.getloadavg()[0]))
-    print(f"\n{os.cpu_count()} cores; grid: {', '.join(demo.presets)}, epochs {args.epochs or 'as the demo'}"
-          + (f", {args.max_steps} steps per stage" if args.max_steps else ""))
+    print(
+        f"\n{os.cpu_count()} cores; grid: {', '.join(demo.presets)}, epochs {args.epochs or 'as the demo'}"
+        + (f", {args.max_steps} steps per stage" if args.max_steps else "")
+    )
     print("| run | wall time | load average before / after |\n|---|---:|---|")
     for name, seconds, before, after in rows:
         print(f"| {name} | {seconds / 60:.1f} min | {before:.1f} / {after:.1f} |")

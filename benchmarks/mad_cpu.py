@@ -10,6 +10,7 @@ Per model (``longrange.studies.mad.model_preset``: ``X swiglu X swiglu`` at widt
 after one untimed step; each model in a fresh process. The rule that turns these into the CPU
 protocol's budget is in ``longrange.studies.mad.CPU_PROTOCOL`` and docs/synthetic-tasks.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,18 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_MODELS = ["mh-attention", "hyena", "mamba", "mh-gated-linear-attention", "mamba2", "gated-deltanet", "deltanet",
-                  "lru", "h3", "s4d"]
+DEFAULT_MODELS = [
+    "mh-attention",
+    "hyena",
+    "mamba",
+    "mh-gated-linear-attention",
+    "mamba2",
+    "gated-deltanet",
+    "deltanet",
+    "lru",
+    "h3",
+    "s4d",
+]
 
 
 def measure(model: str, steps: int, overrides: tuple[str, ...], batch_size: int) -> dict:
@@ -61,11 +72,27 @@ def main() -> None:
         return
     rows = []
     for model in args.models:
-        done = subprocess.run([sys.executable, __file__, "--worker", model, "--steps", str(args.steps), "--width",
-                               str(args.width), "--batch-size", str(args.batch_size)],
-                              capture_output=True, text=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                model,
+                "--steps",
+                str(args.steps),
+                "--width",
+                str(args.width),
+                "--batch-size",
+                str(args.batch_size),
+            ],
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+        )
         line = next((x for x in done.stdout.splitlines() if x.startswith("ROW ")), None)
-        row = json.loads(line[4:]) if line else {"model": model, "error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+        row = (
+            json.loads(line[4:]) if line else {"model": model, "error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:

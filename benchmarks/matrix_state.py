@@ -19,6 +19,7 @@ Usage: python benchmarks/matrix_state.py lengths|naive|minimal|all [--threads 2]
 Timings are means over ``--batches`` calls after one untimed call, in a fresh process per point;
 ratios are taken between points of one run. Nothing here is asserted by the tests.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,9 +47,18 @@ def run_lengths(args: argparse.Namespace) -> list[dict]:
     for name in args.layers:
         for length in args.lengths:
             print(f"{name} L={length}", file=sys.stderr, flush=True)
-            row = _point("longrange.bench.mixers:measure_layer",
-                         {"name": name, "length": length, "batch": args.batch, "d": args.d, "batches": args.batches,
-                          "threads": args.threads}, args.timeout)
+            row = _point(
+                "longrange.bench.mixers:measure_layer",
+                {
+                    "name": name,
+                    "length": length,
+                    "batch": args.batch,
+                    "d": args.d,
+                    "batches": args.batches,
+                    "threads": args.threads,
+                },
+                args.timeout,
+            )
             if row is None:
                 rows.append({"layer": name, "length": length, "status": "failed"})
                 break
@@ -61,13 +71,18 @@ def run_lengths(args: argparse.Namespace) -> list[dict]:
 
 
 def lengths_table(rows: list[dict]) -> str:
-    lines = ["| layer | params | length | forward (s) | fwd+bwd (s) | peak fwd+bwd (MB) |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| layer | params | length | forward (s) | fwd+bwd (s) | peak fwd+bwd (MB) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         if r["status"] == "failed":
             lines.append(f"| {r['layer']} | | {r['length']:,} | failed | | |")
             continue
-        lines.append(f"| {r['layer']} | {r['params']:,} | {r['length']:,} | {r['forward_s']:.3f} | {r['fwdbwd_s']:.3f} | "
-                     f"{r['fwdbwd_peak_mb']:.0f} |")
+        lines.append(
+            f"| {r['layer']} | {r['params']:,} | {r['length']:,} | {r['forward_s']:.3f} | {r['fwdbwd_s']:.3f} | "
+            f"{r['fwdbwd_peak_mb']:.0f} |"
+        )
     attention = {r["length"]: r["fwdbwd_s"] for r in rows if r["layer"] == "attention" and r["status"] != "failed"}
     lines += ["", "| layer | faster than attention (fwd+bwd) from length |", "|---|---|"]
     for name in dict.fromkeys(r["layer"] for r in rows if r["layer"] != "attention"):
@@ -92,9 +107,18 @@ def run_naive(args: argparse.Namespace) -> list[dict]:
     for op in OPS:
         for impl in ("chunk", "naive"):
             print(f"{op} {impl} L={args.naive_length}", file=sys.stderr, flush=True)
-            row = _point("longrange.bench.mixers:measure_op",
-                         {"op": op, "impl": impl, "length": args.naive_length, "batch": args.naive_batch,
-                          "batches": 1 if impl == "naive" else args.batches, "threads": args.threads}, args.timeout)
+            row = _point(
+                "longrange.bench.mixers:measure_op",
+                {
+                    "op": op,
+                    "impl": impl,
+                    "length": args.naive_length,
+                    "batch": args.naive_batch,
+                    "batches": 1 if impl == "naive" else args.batches,
+                    "threads": args.threads,
+                },
+                args.timeout,
+            )
             rows.append(row or {"op": op, "impl": impl, "length": args.naive_length, "status": "failed"})
     return rows
 
@@ -104,9 +128,18 @@ def run_minimal(args: argparse.Namespace) -> list[dict]:
     for length in (1024, 4096):
         for impl in ("chunk", "minimal"):
             print(f"ssd {impl} L={length}", file=sys.stderr, flush=True)
-            row = _point("longrange.bench.mixers:measure_op",
-                         {"op": "ssd", "impl": impl, "length": length, "batch": args.batch, "batches": args.batches,
-                          "threads": args.threads}, args.timeout)
+            row = _point(
+                "longrange.bench.mixers:measure_op",
+                {
+                    "op": "ssd",
+                    "impl": impl,
+                    "length": length,
+                    "batch": args.batch,
+                    "batches": args.batches,
+                    "threads": args.threads,
+                },
+                args.timeout,
+            )
             rows.append(row or {"op": "ssd", "impl": impl, "length": length, "status": "failed"})
     return rows
 
@@ -121,8 +154,10 @@ def ratio_table(rows: list[dict], slow: str, title: str) -> str:
         if "fwdbwd_s" not in r or other is None or "fwdbwd_s" not in other:
             lines.append(f"| {op} | {length:,} | failed | | |")
             continue
-        lines.append(f"| {op} | {length:,} | {r['fwdbwd_s']:.3f} | {other['fwdbwd_s']:.3f} | "
-                     f"{other['fwdbwd_s'] / r['fwdbwd_s']:.1f}x |")
+        lines.append(
+            f"| {op} | {length:,} | {r['fwdbwd_s']:.3f} | {other['fwdbwd_s']:.3f} | "
+            f"{other['fwdbwd_s'] / r['fwdbwd_s']:.1f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -145,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.layers if n not in LAYERS]
     if unknown:
         p.error(f"unknown layers {unknown}; known: {', '.join(LAYERS)}")
-    result: dict = {"settings": {k: v for k, v in vars(args).items() if k != "json"}, "environment": measure.environment()}
+    result: dict = {
+        "settings": {k: v for k, v in vars(args).items() if k != "json"},
+        "environment": measure.environment(),
+    }
     if args.part in ("lengths", "all"):
         result["lengths"] = run_lengths(args)
         print(lengths_table(result["lengths"]), flush=True)

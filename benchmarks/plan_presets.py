@@ -16,6 +16,7 @@ Token tasks whose vocabulary comes from their data (text, retrieval) take the si
 character vocabularies (116 and 100; the embedding is a negligible part of the memory); the
 Pythia presets are built from Pythia-70M's published configuration (no download).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,23 +32,40 @@ OUT = ROOT / "results" / "plan_presets"
 GROUPS = ("spt", "s4", "thesis")
 VOCAB = {"text": 116, "retrieval": 100}
 #: Pythia-70M's published configuration (EleutherAI/pythia-70m-deduped, config.json).
-PYTHIA_70M = dict(vocab_size=50304, hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
-                  max_position_embeddings=2048, rotary_pct=0.25, rotary_emb_base=10000, use_parallel_residual=True,
-                  layer_norm_eps=1e-5, hidden_act="gelu", tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+PYTHIA_70M = dict(
+    vocab_size=50304,
+    hidden_size=512,
+    num_hidden_layers=6,
+    num_attention_heads=8,
+    intermediate_size=2048,
+    max_position_embeddings=2048,
+    rotary_pct=0.25,
+    rotary_emb_base=10000,
+    use_parallel_residual=True,
+    layer_norm_eps=1e-5,
+    hidden_act="gelu",
+    tie_word_embeddings=False,
+    bos_token_id=0,
+    eos_token_id=0,
+)
 #: The plans beside the papers: (preset, stage, GPU).
 PAPERS = [("s4/path-x/s4", "train", "a100-40gb"), ("s4/path-x/s4", "train", "rtx-4090")] + [
     (f"{group}/scifar/{model}", "train", "a100-80gb")
-    for group, models in (("thesis", ("mamba-s6", "mamba-s4d", "mamba-s4", "simple-s4d", "simple-s4")),
-                          ("thesis-bi", ("mamba-s6-bi", "mamba-s4d-bi", "mamba-s6-placebo")),
-                          ("thesis-rope", ("mamba-s6-rope-bc", "mamba-s4d-rope", "mamba-s4d-rope-trainable")))
-    for model in models]
+    for group, models in (
+        ("thesis", ("mamba-s6", "mamba-s4d", "mamba-s4", "simple-s4d", "simple-s4")),
+        ("thesis-bi", ("mamba-s6-bi", "mamba-s4d-bi", "mamba-s6-placebo")),
+        ("thesis-rope", ("mamba-s6-rope-bc", "mamba-s4d-rope", "mamba-s4d-rope-trainable")),
+    )
+    for model in models
+]
 
 
 def pythia_config(directory: Path) -> Path:
     path = directory / "pythia-70m-config"
     path.mkdir(exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"],
-                                                  **PYTHIA_70M}))
+    (path / "config.json").write_text(
+        json.dumps({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], **PYTHIA_70M})
+    )
     return path
 
 
@@ -70,8 +88,9 @@ def plan_one(name: str, stage: str, gpu_key: str, pythia: Path) -> dict:
     if exp.model.block == "hf":
         exp = resolve(name, overrides=[f"model.hf.model={pythia}", "model.hf.pretrained=false"])
     start = time.time()
-    plan = plan_stage(exp, find_gpu(gpu_key), name=name, stage=stage, vocab=VOCAB.get(exp.task.name),
-                      find_max_batch=False)
+    plan = plan_stage(
+        exp, find_gpu(gpu_key), name=name, stage=stage, vocab=VOCAB.get(exp.task.name), find_max_batch=False
+    )
     out = plan.to_dict()
     out["seconds"] = round(time.time() - start, 1)
     if exp.model.block == "hf":
@@ -107,14 +126,19 @@ def seconds(s: float) -> str:
 def table(plans: list[dict], gpu: str) -> str:
     rows = [p for p in plans if p["gpu"] == gpu and p["preset"].split("/")[0] in GROUPS]
     rows.sort(key=lambda p: (GROUPS.index(p["preset"].split("/")[0]), p["preset"], p["stage"] != "train"))
-    lines = ["| preset | stage | batch x length | params | peak memory (GiB) | fits on 80 GB | accumulation on H100 | "
-             "step time ≥ on H100 |", "|---|---|---|---:|---:|---|---:|---:|"]
+    lines = [
+        "| preset | stage | batch x length | params | peak memory (GiB) | fits on 80 GB | accumulation on H100 | "
+        "step time ≥ on H100 |",
+        "|---|---|---|---:|---:|---|---:|---:|",
+    ]
     for p in rows:
         stage = "train" if p["stage"] == "train" else f"pretrain ({p['objective']})"
         accumulation = "none fits" if p["accumulation"] is None else str(p["accumulation"])
-        lines.append(f"| {p['preset']} | {stage} | {p['batch']} x {p['seq_len']} | {p['params']:,} | "
-                     f"{gib(p['peak_bytes']['total'])} | {'yes' if p['fits'] else '**no**'} | {accumulation} | "
-                     f"{seconds(p['step_time_lower_bound_s'])} |")
+        lines.append(
+            f"| {p['preset']} | {stage} | {p['batch']} x {p['seq_len']} | {p['params']:,} | "
+            f"{gib(p['peak_bytes']['total'])} | {'yes' if p['fits'] else '**no**'} | {accumulation} | "
+            f"{seconds(p['step_time_lower_bound_s'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -122,12 +146,16 @@ def papers_table(plans: list[dict]) -> str:
     wanted = {(n, s, g) for n, s, g in PAPERS}
     rows = [p for p in plans if key(p) in wanted]
     rows.sort(key=lambda p: PAPERS.index(key(p)))
-    lines = ["| preset | GPU | batch x length | params | peak memory (GiB) | fits | accumulation | step time ≥ |",
-             "|---|---|---|---:|---:|---|---:|---:|"]
+    lines = [
+        "| preset | GPU | batch x length | params | peak memory (GiB) | fits | accumulation | step time ≥ |",
+        "|---|---|---|---:|---:|---|---:|---:|",
+    ]
     for p in rows:
-        lines.append(f"| {p['preset']} | {p['gpu_spec']['name']} | {p['batch']} x {p['seq_len']} | {p['params']:,} | "
-                     f"{gib(p['peak_bytes']['total'])} | {'yes' if p['fits'] else 'no'} | {p['accumulation']} | "
-                     f"{seconds(p['step_time_lower_bound_s'])} |")
+        lines.append(
+            f"| {p['preset']} | {p['gpu_spec']['name']} | {p['batch']} x {p['seq_len']} | {p['params']:,} | "
+            f"{gib(p['peak_bytes']['total'])} | {'yes' if p['fits'] else 'no'} | {p['accumulation']} | "
+            f"{seconds(p['step_time_lower_bound_s'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -135,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", default="h100-sxm", help="the GPU of the main table (default h100-sxm)")
     parser.add_argument("--only", default=None, help="only the presets whose name contains this")
-    parser.add_argument("--out", default=str(OUT), help="results path without suffix (default benchmarks/results/plan_presets)")
+    parser.add_argument(
+        "--out", default=str(OUT), help="results path without suffix (default benchmarks/results/plan_presets)"
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -155,11 +185,16 @@ def main(argv: list[str] | None = None) -> int:
             results["plans"].append(plan)
             results["date"] = datetime.date.today().isoformat()
             out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-            print(f"[{i}/{len(todo)}] {name} {stage} on {gpu}: {gib(plan['peak_bytes']['total'])} GiB, "
-                  f"fits {plan['fits']}, accumulation {plan['accumulation']} ({plan['seconds']} s)", flush=True)
-    text = (f"Predicted, not measured: `python benchmarks/plan_presets.py` (longrange {results['longrange']}, "
-            f"torch {results['torch']}, {results.get('date', '')}).\n\n## Every preset on the {args.gpu}\n\n"
-            f"{table(results['plans'], args.gpu)}\n\n## Beside the papers\n\n{papers_table(results['plans'])}\n")
+            print(
+                f"[{i}/{len(todo)}] {name} {stage} on {gpu}: {gib(plan['peak_bytes']['total'])} GiB, "
+                f"fits {plan['fits']}, accumulation {plan['accumulation']} ({plan['seconds']} s)",
+                flush=True,
+            )
+    text = (
+        f"Predicted, not measured: `python benchmarks/plan_presets.py` (longrange {results['longrange']}, "
+        f"torch {results['torch']}, {results.get('date', '')}).\n\n## Every preset on the {args.gpu}\n\n"
+        f"{table(results['plans'], args.gpu)}\n\n## Beside the papers\n\n{papers_table(results['plans'])}\n"
+    )
     out.with_suffix(".md").write_text(text)
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
     return 0

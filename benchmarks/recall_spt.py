@@ -32,6 +32,7 @@ The rules of the study are built in:
 Runs go to ``runs/recall/<setting>`` (``--out``); every grid resumes after an interruption (run the
 same command again). ``--json`` writes the raw per-run results.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,55 +61,121 @@ SPLITS = {"n_train": 20000, "n_val": 1000, "n_test": 2000}
 TASKS: dict[str, dict[str, Any]] = {
     # single-query associative recall (32 value classes, chance 3.1%), 4 other keys recalled with their
     # values before the query: recall events in the inputs
-    "ar-recall4": {"name": "associative-recall", "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8,
-                                                             "n_recalls": 4, **SPLITS}},
+    "ar-recall4": {
+        "name": "associative-recall",
+        "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8, "n_recalls": 4, **SPLITS},
+    },
     # smaller: 4 pairs (16 value classes, chance 6.25%), 3 other keys recalled, length 24
-    "ar-small-recall3": {"name": "associative-recall", "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 4,
-                                                                   "n_recalls": 3, **SPLITS}},
+    "ar-small-recall3": {
+        "name": "associative-recall",
+        "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 4, "n_recalls": 3, **SPLITS},
+    },
     # the same with 6 and 8 pairs (chance still 6.25%): where recall appears against the number of pairs
-    "ar-small-recall3-pairs6": {"name": "associative-recall", "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 6,
-                                                                          "n_recalls": 3, **SPLITS}},
-    "ar-small-recall3-pairs8": {"name": "associative-recall", "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 8,
-                                                                          "n_recalls": 3, **SPLITS}},
+    "ar-small-recall3-pairs6": {
+        "name": "associative-recall",
+        "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 6, "n_recalls": 3, **SPLITS},
+    },
+    "ar-small-recall3-pairs8": {
+        "name": "associative-recall",
+        "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 8, "n_recalls": 3, **SPLITS},
+    },
     # the same without recall events in the inputs (Zoology's single-query layout): the control
-    "ar-plain": {"name": "associative-recall", "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8,
-                                                           "n_recalls": 0, **SPLITS}},
+    "ar-plain": {
+        "name": "associative-recall",
+        "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8, "n_recalls": 0, **SPLITS},
+    },
     # MQAR, 8 queries answered per sequence (per-position objective), values after their queries
-    "mqar-text": {"name": "mqar", "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8,
-                                              "answers_in_input": True, **SPLITS}},
+    "mqar-text": {
+        "name": "mqar",
+        "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8, "answers_in_input": True, **SPLITS},
+    },
     # MQAR at ar-small-recall3's size (4 pairs, 16 values, length 24), 4 queries answered per sequence
     # (per-position objective), each value also after its query in the input: recall events
-    "mqar-small-text": {"name": "mqar", "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 4,
-                                                    "answers_in_input": True, **SPLITS}},
+    "mqar-small-text": {
+        "name": "mqar",
+        "options": {"vocab_size": 32, "seq_len": 24, "n_pairs": 4, "answers_in_input": True, **SPLITS},
+    },
 }
 
 
-def _experiment(model: str, task: str, *, lr: float, steps: int, pre_steps: int, pretrain_data: str,
-                seeds: list[int], width: int = 64, objectives: tuple[str, ...] = ("causal", "masked"),
-                labels: tuple[int, ...] = tuple(LABEL_COUNTS), matched: bool = True) -> dict[str, Any]:
+def _experiment(
+    model: str,
+    task: str,
+    *,
+    lr: float,
+    steps: int,
+    pre_steps: int,
+    pretrain_data: str,
+    seeds: list[int],
+    width: int = 64,
+    objectives: tuple[str, ...] = ("causal", "masked"),
+    labels: tuple[int, ...] = tuple(LABEL_COUNTS),
+    matched: bool = True,
+) -> dict[str, Any]:
     label = model if width == 64 else f"{model} (width {width})"
     return {
         "label": label,
         "task": {**TASKS[task]},
-        "model": {**MODELS[model], "n_layers": 2, "d_model": width, "direction": "causal", "pooling": "last",
-                  "dropout": 0.0},
-        "train": {"lr": lr, "weight_decay": 0.01, "batch_size": 32, "max_steps": steps, "warmup": 0.1,
-                  "schedule": "cosine", "grad_clip": 1.0, "eval_every": 100, "log_every": 50, "progress": False},
+        "model": {
+            **MODELS[model],
+            "n_layers": 2,
+            "d_model": width,
+            "direction": "causal",
+            "pooling": "last",
+            "dropout": 0.0,
+        },
+        "train": {
+            "lr": lr,
+            "weight_decay": 0.01,
+            "batch_size": 32,
+            "max_steps": steps,
+            "warmup": 0.1,
+            "schedule": "cosine",
+            "grad_clip": 1.0,
+            "eval_every": 100,
+            "log_every": 50,
+            "progress": False,
+        },
         "pretrain": {"max_steps": pre_steps, "eval_every": 250},
-        "compare": {"objectives": list(objectives), "compute_matched": matched, "seeds": seeds,
-                    "train_subsets": list(labels), "pretrain_data": pretrain_data},
+        "compare": {
+            "objectives": list(objectives),
+            "compute_matched": matched,
+            "seeds": seeds,
+            "train_subsets": list(labels),
+            "pretrain_data": pretrain_data,
+        },
     }
 
 
-def setting(task: str, *, lr: float = 1e-3, steps: int = 1000, pre_steps: int = 2000, pretrain_data: str = "all",
-            models: tuple[str, ...] = tuple(MODELS), widths: dict[str, int] | None = None,
-            objectives: tuple[str, ...] = ("causal", "masked"), labels: tuple[int, ...] = tuple(LABEL_COUNTS),
-            matched: bool = True, note: str = "") -> dict[str, Any]:
+def setting(
+    task: str,
+    *,
+    lr: float = 1e-3,
+    steps: int = 1000,
+    pre_steps: int = 2000,
+    pretrain_data: str = "all",
+    models: tuple[str, ...] = tuple(MODELS),
+    widths: dict[str, int] | None = None,
+    objectives: tuple[str, ...] = ("causal", "masked"),
+    labels: tuple[int, ...] = tuple(LABEL_COUNTS),
+    matched: bool = True,
+    note: str = "",
+) -> dict[str, Any]:
     """One comparison of the study. ``widths``: a model's width where it is not 64 (parameter-matched rows);
     ``matched``: whether scratch with matched compute runs."""
-    return {"task": task, "lr": lr, "steps": steps, "pre_steps": pre_steps, "pretrain_data": pretrain_data,
-            "models": list(models), "widths": dict(widths or {}), "objectives": list(objectives),
-            "labels": list(labels), "matched": matched, "note": note}
+    return {
+        "task": task,
+        "lr": lr,
+        "steps": steps,
+        "pre_steps": pre_steps,
+        "pretrain_data": pretrain_data,
+        "models": list(models),
+        "widths": dict(widths or {}),
+        "objectives": list(objectives),
+        "labels": list(labels),
+        "matched": matched,
+        "note": note,
+    }
 
 
 #: The restriction of the settings that test the screened claim under one change (see SETTINGS).
@@ -121,20 +188,35 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # nor Mamba-S6 recalling after 8000 steps at this learning rate
     "ar-recall4": setting("ar-recall4", note="recall events in the inputs; stopped (see the study)"),
     # the learning rate and pretraining budget chosen on the pilots' validation recall accuracy
-    "ar-small-recall3": setting("ar-small-recall3", lr=3e-3, pre_steps=4000,
-                                note="recall events in the inputs; lr and pretraining steps from the pilots"),
+    "ar-small-recall3": setting(
+        "ar-small-recall3",
+        lr=3e-3,
+        pre_steps=4000,
+        note="recall events in the inputs; lr and pretraining steps from the pilots",
+    ),
     # The claims of ar-small-recall3's screen (seeds 0-2, validation), to confirm on seeds 5-9 (test, read
     # once): causal SPT above scratch for the Transformer and Mamba-S6 at 250 and 1,000 labelled sequences.
     # ar-small-recall3 itself, field by field, restricted to those models and label counts (the 4,000-label
     # rows and S4D/DLR were left out of the confirmation for its cost: two CPU cores).
-    "ar-small-recall3-confirm": setting("ar-small-recall3", lr=3e-3, pre_steps=4000, models=("Transformer", "Mamba-S6"),
-                                        labels=(250, 1000),
-                                        note="ar-small-recall3 restricted to its screened claims (confirmation)"),
+    "ar-small-recall3-confirm": setting(
+        "ar-small-recall3",
+        lr=3e-3,
+        pre_steps=4000,
+        models=("Transformer", "Mamba-S6"),
+        labels=(250, 1000),
+        note="ar-small-recall3 restricted to its screened claims (confirmation)",
+    ),
     # Added after ar-small-recall3's screen had finished: its DLR rows at 1,000 labelled sequences, where DLR
     # trained from scratch was the best of the four (97.0%) and causal SPT put the Transformer and Mamba-S6
     # above it (100.0, 99.9 against 91.1): the ranking changes. To confirm on seeds 5-9 (test, read once).
-    "ar-small-recall3-confirm-dlr": setting("ar-small-recall3", lr=3e-3, pre_steps=4000, models=("DLR",), labels=(1000,),
-                                            note="ar-small-recall3 restricted to DLR at 1,000 labels (confirmation)"),
+    "ar-small-recall3-confirm-dlr": setting(
+        "ar-small-recall3",
+        lr=3e-3,
+        pre_steps=4000,
+        models=("DLR",),
+        labels=(1000,),
+        note="ar-small-recall3 restricted to DLR at 1,000 labels (confirmation)",
+    ),
     # The settings below were added after the first seed-0 results of ar-small-recall3 and planned before
     # any of them ran; their learning rate and budgets are ar-small-recall3's (chosen on its pilots), not
     # chosen again. Each changes one thing of ar-small-recall3 and asks whether the screened claim (causal
@@ -144,24 +226,53 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # S4D and DLR at the Transformer's parameter count (103,504 at width 64): the widths whose counts are closest
     # (longrange.experiment.params.match_field): S4D 132 (103,636), DLR 139 (103,977); Mamba-S6 at width 64 has
     # 68,880, within 2x of the Transformer's.
-    "ar-small-recall3-pmatch": setting("ar-small-recall3", lr=3e-3, pre_steps=4000, models=("S4D", "DLR"),
-                                       widths={"S4D": 132, "DLR": 139}, **_CLAIM,
-                                       note="S4D and DLR parameter-matched to the Transformer"),
+    "ar-small-recall3-pmatch": setting(
+        "ar-small-recall3",
+        lr=3e-3,
+        pre_steps=4000,
+        models=("S4D", "DLR"),
+        widths={"S4D": 132, "DLR": 139},
+        **_CLAIM,
+        note="S4D and DLR parameter-matched to the Transformer",
+    ),
     # The same task with a quarter of the pretraining budget: does the gain need pretraining to have flattened?
-    "ar-small-recall3-pre1000": setting("ar-small-recall3", lr=3e-3, pre_steps=1000, models=("Transformer", "Mamba-S6"),
-                                        **_CLAIM, note="a second pretraining budget (1,000 steps instead of 4,000)"),
+    "ar-small-recall3-pre1000": setting(
+        "ar-small-recall3",
+        lr=3e-3,
+        pre_steps=1000,
+        models=("Transformer", "Mamba-S6"),
+        **_CLAIM,
+        note="a second pretraining budget (1,000 steps instead of 4,000)",
+    ),
     # MQAR with the per-position objective (4 answers per sequence), same size as ar-small-recall3.
-    "mqar-small-text": setting("mqar-small-text", lr=3e-3, pre_steps=4000, **_CLAIM,
-                               note="per-position objective; recall events in the inputs"),
+    "mqar-small-text": setting(
+        "mqar-small-text", lr=3e-3, pre_steps=4000, **_CLAIM, note="per-position objective; recall events in the inputs"
+    ),
     # The SPT paper's own setting: pretraining on the labelled subset alone.
-    "ar-small-recall3-subset": setting("ar-small-recall3", lr=3e-3, pre_steps=4000, pretrain_data="subset",
-                                       **_CLAIM, note="pretraining on the labelled subset alone (SPT paper)"),
+    "ar-small-recall3-subset": setting(
+        "ar-small-recall3",
+        lr=3e-3,
+        pre_steps=4000,
+        pretrain_data="subset",
+        **_CLAIM,
+        note="pretraining on the labelled subset alone (SPT paper)",
+    ),
     # Where recall appears against the number of key-value pairs (4 in ar-small-recall3, then 6 and 8 in
     # the same length, vocabulary and recalls), at 1,000 labelled sequences, where the ranking changes.
-    "ar-small-recall3-pairs6": setting("ar-small-recall3-pairs6", lr=3e-3, pre_steps=4000, **{**_CLAIM, "labels": (1000,)},
-                                       note="6 key-value pairs instead of 4"),
-    "ar-small-recall3-pairs8": setting("ar-small-recall3-pairs8", lr=3e-3, pre_steps=4000, **{**_CLAIM, "labels": (1000,)},
-                                       note="8 key-value pairs instead of 4"),
+    "ar-small-recall3-pairs6": setting(
+        "ar-small-recall3-pairs6",
+        lr=3e-3,
+        pre_steps=4000,
+        **{**_CLAIM, "labels": (1000,)},
+        note="6 key-value pairs instead of 4",
+    ),
+    "ar-small-recall3-pairs8": setting(
+        "ar-small-recall3-pairs8",
+        lr=3e-3,
+        pre_steps=4000,
+        **{**_CLAIM, "labels": (1000,)},
+        note="8 key-value pairs instead of 4",
+    ),
 }
 
 #: The study, part by part in the order run: (kind, settings, seeds, raw results file under
@@ -171,8 +282,19 @@ PARTS: list[tuple[str, list[str], list[int], str]] = [
     ("screen", ["ar-small-recall3"], SCREEN_SEEDS, "recall_spt_screen.json"),
     ("confirm", ["ar-small-recall3-confirm"], CONFIRM_SEEDS, "recall_spt_confirm.json"),
     ("confirm", ["ar-small-recall3-confirm-dlr"], CONFIRM_SEEDS, "recall_spt_confirm_dlr.json"),
-    ("screen", ["ar-small-recall3-pre1000", "ar-small-recall3-pmatch", "mqar-small-text", "ar-small-recall3-subset",
-                "ar-small-recall3-pairs6", "ar-small-recall3-pairs8"], SCREEN_SEEDS, "recall_spt_changes.json"),
+    (
+        "screen",
+        [
+            "ar-small-recall3-pre1000",
+            "ar-small-recall3-pmatch",
+            "mqar-small-text",
+            "ar-small-recall3-subset",
+            "ar-small-recall3-pairs6",
+            "ar-small-recall3-pairs8",
+        ],
+        SCREEN_SEEDS,
+        "recall_spt_changes.json",
+    ),
     # the screen extended to seeds 3-4 on the confirmed claims (pooled with the screen's 0-2: `table --seeds`)
     ("screen", ["ar-small-recall3-confirm", "ar-small-recall3-confirm-dlr"], [3, 4], "recall_spt_extend.json"),
     # MQAR's screened claims (causal SPT above scratch for every model) on the fresh seeds: the whole setting
@@ -193,11 +315,24 @@ def experiments(name: str, seeds: list[int]) -> list:
     from longrange.experiment.config import experiment_from_dict
 
     s = SETTINGS[name]
-    return [experiment_from_dict(_experiment(m, s["task"], lr=s["lr"], steps=s["steps"], pre_steps=s["pre_steps"],
-                                             pretrain_data=s["pretrain_data"], seeds=seeds,
-                                             width=s["widths"].get(m, 64), objectives=tuple(s["objectives"]),
-                                             labels=tuple(s["labels"]), matched=s["matched"]))
-            for m in s["models"]]
+    return [
+        experiment_from_dict(
+            _experiment(
+                m,
+                s["task"],
+                lr=s["lr"],
+                steps=s["steps"],
+                pre_steps=s["pre_steps"],
+                pretrain_data=s["pretrain_data"],
+                seeds=seeds,
+                width=s["widths"].get(m, 64),
+                objectives=tuple(s["objectives"]),
+                labels=tuple(s["labels"]),
+                matched=s["matched"],
+            )
+        )
+        for m in s["models"]
+    ]
 
 
 def run(names: list[str], out: Path, jobs: int, seeds: list[int]) -> None:
@@ -223,10 +358,23 @@ def results(out: Path, names: list[str]) -> list[dict[str, Any]]:
         if not (out / name).is_dir():
             continue
         for r in collect_runs([out / name], warn=lambda m: print(f"warning: {m}", file=sys.stderr)):
-            rows.append({"setting": name, "model": r.label, "regime": r.regime, "stage": r.stage,
-                         "labels": r.train_subset, "seed": r.seed, "params": r.params_total, "steps": r.steps,
-                         "seconds": round(r.seconds, 1), "val": r.best_val, "test": r.test, "metric": r.metric,
-                         "run": str(r.path.relative_to(out))})
+            rows.append(
+                {
+                    "setting": name,
+                    "model": r.label,
+                    "regime": r.regime,
+                    "stage": r.stage,
+                    "labels": r.train_subset,
+                    "seed": r.seed,
+                    "params": r.params_total,
+                    "steps": r.steps,
+                    "seconds": round(r.seconds, 1),
+                    "val": r.best_val,
+                    "test": r.test,
+                    "metric": r.metric,
+                    "run": str(r.path.relative_to(out)),
+                }
+            )
     return rows
 
 
@@ -248,11 +396,15 @@ def paired_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None
         if v is not None:
             by.setdefault((r["setting"], r["model"], r["labels"], r["regime"]), {})[r["seed"]] = v
             params[r["setting"], r["model"]] = r["params"]
-    lines = [f"| setting | model (params) | labels | scratch | matched | causal SPT | masked SPT | causal − scratch | "
-             f"masked − scratch | causal − matched | masked − matched | n |",
-             "|---|---|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
-    groups = sorted({k[:3] for k in by}, key=lambda k: (k[0], list(MODELS).index(k[1].split(" ")[0])
-                                                         if k[1].split(" ")[0] in MODELS else 9, k[2] or 0))
+    lines = [
+        "| setting | model (params) | labels | scratch | matched | causal SPT | masked SPT | causal − scratch | "
+        "masked − scratch | causal − matched | masked − matched | n |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---|---|---:|",
+    ]
+    groups = sorted(
+        {k[:3] for k in by},
+        key=lambda k: (k[0], list(MODELS).index(k[1].split(" ")[0]) if k[1].split(" ")[0] in MODELS else 9, k[2] or 0),
+    )
     for setting_, model, labels in groups:
         cell = lambda regime: by.get((setting_, model, labels, regime), {})  # noqa: E731
         mean = lambda d: f"{sum(d.values()) / len(d):.1f}" if d else "–"  # noqa: E731
@@ -266,11 +418,13 @@ def paired_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None
             return f"{st.mean:+.1f} [{st.low:+.1f}, {st.high:+.1f}]"
 
         n = len(cell("scratch"))
-        lines.append(f"| {setting_} | {model} ({params[setting_, model] / 1000:.0f}k) | {labels} | {mean(cell('scratch'))} | "
-                     f"{mean(cell('scratch-matched'))} | {mean(cell('causal-spt-all') or cell('causal-spt'))} | "
-                     f"{mean(cell('masked-spt-all') or cell('masked-spt'))} | "
-                     f"{diff(_spt(cell, 'causal'), 'scratch')} | {diff(_spt(cell, 'masked'), 'scratch')} | "
-                     f"{diff(_spt(cell, 'causal'), 'scratch-matched')} | {diff(_spt(cell, 'masked'), 'scratch-matched')} | {n} |")
+        lines.append(
+            f"| {setting_} | {model} ({params[setting_, model] / 1000:.0f}k) | {labels} | {mean(cell('scratch'))} | "
+            f"{mean(cell('scratch-matched'))} | {mean(cell('causal-spt-all') or cell('causal-spt'))} | "
+            f"{mean(cell('masked-spt-all') or cell('masked-spt'))} | "
+            f"{diff(_spt(cell, 'causal'), 'scratch')} | {diff(_spt(cell, 'masked'), 'scratch')} | "
+            f"{diff(_spt(cell, 'causal'), 'scratch-matched')} | {diff(_spt(cell, 'masked'), 'scratch-matched')} | {n} |"
+        )
     return "\n".join(lines)
 
 
@@ -285,13 +439,18 @@ def ranking_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | Non
         if r["stage"] == "pretrain" or (seeds is not None and r["seed"] not in seeds) or v.get(r["metric"]) is None:
             continue
         means.setdefault((_same_runs(r["setting"]), r["labels"], r["regime"]), {}).setdefault(r["model"], []).append(
-            100 * v[r["metric"]])
+            100 * v[r["metric"]]
+        )
     lines = ["| setting | labels | regime | order by mean (best first) | vs scratch |", "|---|---:|---|---|---|"]
     regimes = ["scratch", "scratch-matched", "causal-spt-all", "causal-spt", "masked-spt-all", "masked-spt"]
-    for setting_, labels, regime in sorted(means, key=lambda k: (k[0], k[1] or 0, regimes.index(k[2]) if k[2] in regimes else 9)):
+    for setting_, labels, regime in sorted(
+        means, key=lambda k: (k[0], k[1] or 0, regimes.index(k[2]) if k[2] in regimes else 9)
+    ):
+
         def order(regime_: str) -> list[tuple[str, float]]:
             got = means.get((setting_, labels, regime_), {})
             return sorted(((m, round(sum(v) / len(v), 1)) for m, v in got.items()), key=lambda mv: -mv[1])
+
         now = order(regime)
         # the order changes when a pair of models is strictly reversed from scratch's (means equal to 0.1
         # point are ties, written "=")
@@ -310,7 +469,9 @@ def _same_runs(name: str) -> str:
     if name not in SETTINGS:
         return name
     key = {k: v for k, v in SETTINGS[name].items() if k not in ("models", "labels", "note")}
-    return next(n for n, s in SETTINGS.items() if {k: v for k, v in s.items() if k not in ("models", "labels", "note")} == key)
+    return next(
+        n for n, s in SETTINGS.items() if {k: v for k, v in s.items() if k not in ("models", "labels", "note")} == key
+    )
 
 
 def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -353,7 +514,9 @@ def pretraining_curves(out: Path, names: list[str], last: int = 3) -> str:
             run = RunDir(summary.parent)
             vals = [r for r in read_metrics(run.metrics) if r["split"] == "val"]
             tail = ", ".join(f"{r['metrics']['loss']:.3f}@{r['step']}" for r in vals[-last:])
-            lines.append(f"| {name} | {summary.parent.relative_to(out / name)} | {vals[-1]['step'] if vals else 0} | {tail} |")
+            lines.append(
+                f"| {name} | {summary.parent.relative_to(out / name)} | {vals[-1]['step'] if vals else 0} | {tail} |"
+            )
     return "\n".join(lines)
 
 
@@ -373,8 +536,11 @@ def probe_points(out: Path, names: list[str]) -> dict[tuple[str, str], dict[int,
     for name in names:
         for summary in sorted((out / name).rglob("pretrain/summary.json")):
             meta = json.loads(summary.read_text())
-            curve = {r["step"]: 100 * r["metrics"]["recall_accuracy"] for r in read_metrics(summary.parent / "metrics.jsonl")
-                     if r["split"] == "val" and "recall_accuracy" in r["metrics"]}
+            curve = {
+                r["step"]: 100 * r["metrics"]["recall_accuracy"]
+                for r in read_metrics(summary.parent / "metrics.jsonl")
+                if r["split"] == "val" and "recall_accuracy" in r["metrics"]
+            }
             if curve:
                 found.setdefault((meta["label"], meta["regime"]), {})[meta["seed"]] = curve
     return found
@@ -395,15 +561,22 @@ def plots(out: Path, names: list[str], directory: Path, split: str = "val") -> l
     probes = probe_points(out, names)
     if probes:
         regimes = sorted({r for _, r in probes})
-        fig, axes = plt.subplots(1, len(regimes), figsize=(5 * len(regimes), 3.6), sharey=True, squeeze=False,
-                                 layout="constrained")
+        fig, axes = plt.subplots(
+            1, len(regimes), figsize=(5 * len(regimes), 3.6), sharey=True, squeeze=False, layout="constrained"
+        )
         for ax, regime in zip(axes.flat, regimes):
             for k, model in enumerate(m for m in MODELS if (m, regime) in probes):
                 colour = f"C{k}"
-                for i, (seed, curve) in enumerate(sorted(probes[model, regime].items())):
+                for i, (_seed, curve) in enumerate(sorted(probes[model, regime].items())):
                     steps = sorted(curve)
-                    ax.plot(steps, [curve[t] for t in steps], color=colour, alpha=0.8, linewidth=1.2,
-                            label=model if i == 0 else None)
+                    ax.plot(
+                        steps,
+                        [curve[t] for t in steps],
+                        color=colour,
+                        alpha=0.8,
+                        linewidth=1.2,
+                        label=model if i == 0 else None,
+                    )
             ax.axhline(100 / 16, color="grey", linestyle=":", linewidth=1, label="chance (1/16)")
             ax.set_title(f"{regime.split('-')[0]} pretraining")
             ax.set_xlabel("pretraining step")
@@ -416,13 +589,17 @@ def plots(out: Path, names: list[str], directory: Path, split: str = "val") -> l
     rows = [r for r in results(out, names) if r["stage"] != "pretrain" and r["labels"]]
     models = [m for m in MODELS if any(r["model"] == m for r in rows)]
     if rows and models:
-        fig, axes = plt.subplots(1, len(models), figsize=(3.4 * len(models) + 1.6, 3.4), sharey=True, squeeze=False,
-                                 layout="constrained")
+        fig, axes = plt.subplots(
+            1, len(models), figsize=(3.4 * len(models) + 1.6, 3.4), sharey=True, squeeze=False, layout="constrained"
+        )
         handles = {}
         for ax, model in zip(axes.flat, models):
             for regime in ("scratch", "scratch-matched", "causal-spt-all", "masked-spt-all"):
-                pts = [(r["labels"], 100 * (r[split] or {}).get(r["metric"], float("nan")))
-                       for r in rows if r["model"] == model and r["regime"] == regime]
+                pts = [
+                    (r["labels"], 100 * (r[split] or {}).get(r["metric"], float("nan")))
+                    for r in rows
+                    if r["model"] == model and r["regime"] == regime
+                ]
                 if not pts:
                     continue
                 sizes = sorted({n for n, _ in pts})
@@ -437,8 +614,12 @@ def plots(out: Path, names: list[str], directory: Path, split: str = "val") -> l
             ax.set_xlabel("labelled sequences")
             ax.grid(alpha=0.3)
         axes.flat[0].set_ylabel(f"{'validation' if split == 'val' else 'test'} accuracy (%)")
-        fig.legend(handles.values(), [k.replace("-all", " (all inputs)") for k in handles], loc="outside right center",
-                   frameon=False)
+        fig.legend(
+            handles.values(),
+            [k.replace("-all", " (all inputs)") for k in handles],
+            loc="outside right center",
+            frameon=False,
+        )
         written.append(directory / "recall_labels.png")
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
@@ -449,16 +630,22 @@ def plots(out: Path, names: list[str], directory: Path, split: str = "val") -> l
 PAIRS_SETTINGS = ["ar-small-recall3", "ar-small-recall3-pairs6", "ar-small-recall3-pairs8"]
 
 
-def pairs_points(rows: list[dict[str, Any]], labels: int = 1000, seeds: list[int] = SCREEN_SEEDS,
-                 split: str = "val") -> dict[tuple[str, str], dict[int, dict[int, float]]]:
+def pairs_points(
+    rows: list[dict[str, Any]], labels: int = 1000, seeds: list[int] = SCREEN_SEEDS, split: str = "val"
+) -> dict[tuple[str, str], dict[int, dict[int, float]]]:
     """Per (model, regime): number of pairs -> {seed: accuracy (%)} at ``labels`` labelled sequences, from
     the rows (:func:`results`) of :data:`PAIRS_SETTINGS` (scratch and causal SPT on all inputs)."""
     found: dict[tuple[str, str], dict[int, dict[int, float]]] = {}
     for r in rows:
         v = (r[split] or {}).get(r["metric"])
-        if (r["setting"] not in PAIRS_SETTINGS or r["stage"] == "pretrain" or r["labels"] != labels
-                or r["seed"] not in seeds or v is None
-                or r["regime"] not in ("scratch", "causal-spt-all")):
+        if (
+            r["setting"] not in PAIRS_SETTINGS
+            or r["stage"] == "pretrain"
+            or r["labels"] != labels
+            or r["seed"] not in seeds
+            or v is None
+            or r["regime"] not in ("scratch", "causal-spt-all")
+        ):
             continue
         pairs = TASKS[SETTINGS[r["setting"]]["task"]]["options"]["n_pairs"]
         found.setdefault((r["model"], r["regime"]), {}).setdefault(pairs, {})[r["seed"]] = 100 * v
@@ -468,7 +655,10 @@ def pairs_points(rows: list[dict[str, Any]], labels: int = 1000, seeds: list[int
 def pairs_markdown(points: dict[tuple[str, str], dict[int, dict[int, float]]]) -> str:
     """Mean accuracy (and the seeds' range) per model and regime against the number of pairs."""
     counts = sorted({n for per in points.values() for n in per})
-    lines = ["| model | regime | " + " | ".join(f"{n} pairs" for n in counts) + " |", "|---|---|" + "---:|" * len(counts)]
+    lines = [
+        "| model | regime | " + " | ".join(f"{n} pairs" for n in counts) + " |",
+        "|---|---|" + "---:|" * len(counts),
+    ]
     for model in MODELS:
         for regime in ("scratch", "causal-spt-all"):
             per = points.get((model, regime))
@@ -477,8 +667,12 @@ def pairs_markdown(points: dict[tuple[str, str], dict[int, dict[int, float]]]) -
             cells = []
             for n in counts:
                 got = list(per.get(n, {}).values())
-                cells.append("–" if not got else f"{sum(got) / len(got):.1f} ({min(got):.0f}–{max(got):.0f}, {len(got)})")
-            lines.append(f"| {model} | {'causal SPT' if regime != 'scratch' else 'scratch'} | " + " | ".join(cells) + " |")
+                cells.append(
+                    "–" if not got else f"{sum(got) / len(got):.1f} ({min(got):.0f}–{max(got):.0f}, {len(got)})"
+                )
+            lines.append(
+                f"| {model} | {'causal SPT' if regime != 'scratch' else 'scratch'} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(lines)
 
 
@@ -493,8 +687,9 @@ def pairs_plot(points: dict[tuple[str, str], dict[int, dict[int, float]]], path:
     models = [m for m in MODELS if any(k[0] == m for k in points)]
     if not models:
         return None
-    fig, axes = plt.subplots(1, len(models), figsize=(3.0 * len(models) + 1.6, 3.2), sharey=True, squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(3.0 * len(models) + 1.6, 3.2), sharey=True, squeeze=False, layout="constrained"
+    )
     handles = {}
     for ax, model in zip(axes.flat, models):
         for regime in ("scratch", "causal-spt-all"):
@@ -503,8 +698,13 @@ def pairs_plot(points: dict[tuple[str, str], dict[int, dict[int, float]]], path:
                 continue
             xs = sorted(per)
             (line,) = ax.plot(xs, [sum(per[x].values()) / len(per[x]) for x in xs], **_style(regime))
-            ax.scatter([x for x in xs for _ in per[x]], [v for x in xs for v in per[x].values()],
-                       color=line.get_color(), s=10, alpha=0.6)
+            ax.scatter(
+                [x for x in xs for _ in per[x]],
+                [v for x in xs for v in per[x].values()],
+                color=line.get_color(),
+                s=10,
+                alpha=0.6,
+            )
             handles.setdefault(regime, line)
         ax.axhline(100 / 16, color="grey", linestyle=":", linewidth=1)
         ax.set_xticks(sorted({x for per in points.values() for x in per}))
@@ -512,8 +712,12 @@ def pairs_plot(points: dict[tuple[str, str], dict[int, dict[int, float]]], path:
         ax.set_xlabel("key-value pairs")
         ax.grid(alpha=0.3)
     axes.flat[0].set_ylabel("validation accuracy (%)")
-    fig.legend(handles.values(), ["scratch" if k == "scratch" else "causal SPT (all inputs)" for k in handles],
-               loc="outside right center", frameon=False)
+    fig.legend(
+        handles.values(),
+        ["scratch" if k == "scratch" else "causal SPT (all inputs)" for k in handles],
+        loc="outside right center",
+        frameon=False,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -521,17 +725,23 @@ def pairs_plot(points: dict[tuple[str, str], dict[int, dict[int, float]]], path:
 
 
 def settings_markdown(names: list[str]) -> str:
-    lines = ["| setting | task | models | regimes | labelled sequences | pretraining reads | steps: pretrain / finetune, scratch | lr | note |",
-             "|---|---|---|---|---|---|---|---:|---|"]
+    lines = [
+        "| setting | task | models | regimes | labelled sequences | pretraining reads | steps: pretrain / finetune, scratch | lr | note |",
+        "|---|---|---|---|---|---|---|---:|---|",
+    ]
     for name in names:
         s = SETTINGS[name]
         t = TASKS[s["task"]]
-        opts = ", ".join(f"{k} {v}" for k, v in t["options"].items() if not k.startswith("n_") or k in ("n_pairs", "n_recalls"))
+        opts = ", ".join(
+            f"{k} {v}" for k, v in t["options"].items() if not k.startswith("n_") or k in ("n_pairs", "n_recalls")
+        )
         reads = "all 20,000 training inputs" if s["pretrain_data"] == "all" else "the labelled subset (SPT paper)"
         models = ", ".join(f"{m} (width {s['widths'][m]})" if m in s["widths"] else m for m in s["models"])
         regimes = ", ".join(["scratch"] + ["matched compute"] * s["matched"] + [f"{o} SPT" for o in s["objectives"]])
-        lines.append(f"| {name} | {t['name']} ({opts}) | {models} | {regimes} | {', '.join(map(str, s['labels']))} | "
-                     f"{reads} | {s['pre_steps']} / {s['steps']} | {s['lr']:g} | {s['note']} |")
+        lines.append(
+            f"| {name} | {t['name']} ({opts}) | {models} | {regimes} | {', '.join(map(str, s['labels']))} | "
+            f"{reads} | {s['pre_steps']} / {s['steps']} | {s['lr']:g} | {s['note']} |"
+        )
     return "\n".join(lines)
 
 
@@ -571,8 +781,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (screen: default 0,1,2)")
     parser.add_argument("--json", type=Path, default=None, help="write the raw per-run results here")
     parser.add_argument("--plots", type=Path, default=Path("docs/img"), help="where `plots` writes its figures")
-    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results",
-                        help="where `all` writes each part's raw results")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results",
+        help="where `all` writes each part's raw results",
+    )
     args = parser.parse_args(argv)
     unknown = [s for s in args.settings if s not in SETTINGS]
     if unknown:

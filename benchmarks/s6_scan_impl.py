@@ -9,6 +9,7 @@ and prints per model the median seconds per batch, the speed-up of the last impl
 the first (median and range over the rounds) and the peak memory. The raw rows are written to
 ``DIR/<impl>_<round>.json`` (default ``benchmarks/results/s6_scan_impl``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,22 @@ def run_rounds(impls: list[str], rounds: int, models: list[str], out: Path, extr
     for r in range(1, rounds + 1):
         for impl in impls:
             print(f"round {r}/{rounds}: --scan-impl {impl}", file=sys.stderr, flush=True)
-            cmd = [sys.executable, "-m", "longrange", "bench", "--models", *models, "--reference", models[0],
-                   "--scan-impl", impl, "--quiet", "--json", str(out / f"{impl}_{r}.json"), *extra]
+            cmd = [
+                sys.executable,
+                "-m",
+                "longrange",
+                "bench",
+                "--models",
+                *models,
+                "--reference",
+                models[0],
+                "--scan-impl",
+                impl,
+                "--quiet",
+                "--json",
+                str(out / f"{impl}_{r}.json"),
+                *extra,
+            ]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -63,7 +78,7 @@ def summarize(impls: list[str], out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)

@@ -11,6 +11,7 @@ final collection reads real files; then the same ``compare`` again, which reuses
 rerun after a preemption). Reported: wall and CPU seconds of this process, per stage, and its peak
 resident memory. benchmarks/chaos.py measures the same coordinator with real stages and kills.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,11 +50,23 @@ class InstantBackend:
         run = RunDir(self.out_dir / stage.id)
         run.root.mkdir(parents=True, exist_ok=True)
         config = run.write_config(resolved.config())
-        run.write_summary({"task": resolved.exp.task.name, "label": resolved.exp.label, "regime": resolved.regime,
-                           "stage": stage.stage, "seed": stage.seed, "metric": "accuracy", "higher_is_better": True,
-                           "best_val": {"accuracy": 0.5}, "test": {"accuracy": 0.5}, "steps": 4,
-                           "params": {"total": 100, "in_primitives": 10}, "seconds": 0.0,
-                           "fingerprint": config["fingerprint"]})
+        run.write_summary(
+            {
+                "task": resolved.exp.task.name,
+                "label": resolved.exp.label,
+                "regime": resolved.regime,
+                "stage": stage.stage,
+                "seed": stage.seed,
+                "metric": "accuracy",
+                "higher_is_better": True,
+                "best_val": {"accuracy": 0.5},
+                "test": {"accuracy": 0.5},
+                "steps": 4,
+                "params": {"total": 100, "in_primitives": 10},
+                "seconds": 0.0,
+                "fingerprint": config["fingerprint"],
+            }
+        )
         return Outcome.DONE
 
     def cancel(self, handle):
@@ -92,8 +105,13 @@ def measure(stages: int, root: Path) -> dict:
             summaries = compare([exp], out, executor=InstantBackend())
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         n = len(json.loads((out / "plan.json").read_text())["stages"])
-        rows[name] = {"stages": n, "final": len(summaries), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-                      "cpu_ms_per_stage": round(1000 * cpu / n, 2)}
+        rows[name] = {
+            "stages": n,
+            "final": len(summaries),
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "cpu_ms_per_stage": round(1000 * cpu / n, 2),
+        }
     rows["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return rows
 
@@ -108,8 +126,18 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="scheduler-scale-"))
     # compare checks that the task's data is there (the stages here read none of it)
-    generate(root / "data" / "listops", n_train=16, n_val=4, n_test=4, min_length=8, max_length=24, max_depth=3,
-             max_args=3, seed=0, quiet=True)
+    generate(
+        root / "data" / "listops",
+        n_train=16,
+        n_val=4,
+        n_test=4,
+        min_length=8,
+        max_length=24,
+        max_depth=3,
+        max_args=3,
+        seed=0,
+        quiet=True,
+    )
     results = {}
     try:
         for n in (int(s) for s in args.stages.split(",")):

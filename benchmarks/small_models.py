@@ -29,6 +29,7 @@ less two eager steps): where it pays, the saving per step times a study's steps 
 process, in rounds that alternate the sources, so that a loaded machine slows both alike; this is
 how the "before" and "after" columns of docs/performance.md were measured.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The recall study's models (``demo/recall/<name>``), in the order of its tables.
-MODELS = ["simple-s6", "mamba-s6", "s4d", "dlr", "transformer", "mamba2", "mamba3", "gla", "deltanet",
-          "gated-deltanet", "hyena", "h3", "lru"]
+MODELS = [
+    "simple-s6",
+    "mamba-s6",
+    "s4d",
+    "dlr",
+    "transformer",
+    "mamba2",
+    "mamba3",
+    "gla",
+    "deltanet",
+    "gated-deltanet",
+    "hyena",
+    "h3",
+    "lru",
+]
 
 
 def _rate_mm(threads: int) -> float:
@@ -58,7 +72,7 @@ def _rate_mm(threads: int) -> float:
         start = time.perf_counter()
         a @ b
         times.append(time.perf_counter() - start)
-    return 2 * 1024 ** 3 / min(times) / 1e9
+    return 2 * 1024**3 / min(times) / 1e9
 
 
 def _rate_copy() -> float:
@@ -149,9 +163,15 @@ def measure(name: str, batch_size: int, seq_len: int, steps: int, threads: int, 
             out.append(time.process_time() - start)
         return out
 
-    row = {"model": name, "parameters": params, "flops": flops, "traffic_bytes": 2 * saved + state,
-           "step_s": statistics.median(timed(prepared.step)),
-           "mm_gflops": _rate_mm(threads), "copy_gbs": _rate_copy()}
+    row = {
+        "model": name,
+        "parameters": params,
+        "flops": flops,
+        "traffic_bytes": 2 * saved + state,
+        "step_s": statistics.median(timed(prepared.step)),
+        "mm_gflops": _rate_mm(threads),
+        "copy_gbs": _rate_copy(),
+    }
     if compile_too:
         from longrange.train.compile import compile_model
 
@@ -170,19 +190,37 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _run(name: str, src: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--worker", name, "--batch-size", str(args.batch_size), "--seq-len",
-           str(args.seq_len), "--steps", str(args.steps), "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        name,
+        "--batch-size",
+        str(args.batch_size),
+        "--seq-len",
+        str(args.seq_len),
+        "--steps",
+        str(args.steps),
+        "--threads",
+        str(args.threads),
+    ]
     if args.compile:
         cmd.append("--compile")
-    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": str(args.threads),
-           "NUMBA_NUM_THREADS": str(args.threads)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": src,
+        "OMP_NUM_THREADS": str(args.threads),
+        "NUMBA_NUM_THREADS": str(args.threads),
+    }
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
         if line.startswith("ROW "):
             return json.loads(line[4:])
     lines = done.stderr.strip().splitlines() or ["(no output)"]
     # The exception's own line (``ValueError: ...``), not a hint printed after it.
-    tail = next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception|Unsupported):", line)), lines[-1])
+    tail = next(
+        (line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception|Unsupported):", line)), lines[-1]
+    )
     return {"model": name, "error": tail}
 
 
@@ -205,8 +243,10 @@ def summarise(rows: list[dict], mm_gflops: float, copy_gbs: float) -> dict:
 
 def markdown(results: dict[str, dict[str, dict]], args: argparse.Namespace) -> str:
     sources = list(results)
-    head = (f"Training step, batch {args.batch_size} x length {args.seq_len}, {args.threads} thread(s); "
-            "times in ms; bound ratios are step / bound.\n\n")
+    head = (
+        f"Training step, batch {args.batch_size} x length {args.seq_len}, {args.threads} thread(s); "
+        "times in ms; bound ratios are step / bound.\n\n"
+    )
     cols = ["model", "parameters", "GFLOP", "FLOP bound", "traffic bound"]
     for src in sources:
         tag = "" if len(sources) == 1 else f" ({src})"
@@ -219,21 +259,32 @@ def markdown(results: dict[str, dict[str, dict]], args: argparse.Namespace) -> s
         if first is None:
             lines.append(f"| {name} | " + results[sources[0]][name]["error"] + " |")
             continue
-        cells = [name, f"{first['parameters']:,}", f"{first['flops'] / 1e9:.2f}", f"{1e3 * first['flop_bound_s']:.1f}",
-                 f"{1e3 * first['traffic_bound_s']:.1f}"]
+        cells = [
+            name,
+            f"{first['parameters']:,}",
+            f"{first['flops'] / 1e9:.2f}",
+            f"{1e3 * first['flop_bound_s']:.1f}",
+            f"{1e3 * first['traffic_bound_s']:.1f}",
+        ]
         for src in sources:
             r = results[src][name]
             if "error" in r:
                 cells += ["error", "", ""] + (["", ""] if args.compile else [])
                 continue
-            cells += [f"{1e3 * r['step_s']:.1f}", f"{r['step_over_flop_bound']:.1f}x", f"{r['step_over_traffic_bound']:.1f}x"]
+            cells += [
+                f"{1e3 * r['step_s']:.1f}",
+                f"{r['step_over_flop_bound']:.1f}x",
+                f"{r['step_over_traffic_bound']:.1f}x",
+            ]
             if args.compile:
                 cells += [f"{1e3 * r['compiled_step_s']:.1f}", f"{r['compile_s']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     rate = next((r for per in results.values() for r in per.values() if "error" not in r), {})
     lines.append("")
-    lines.append(f"Rates: the best of every process of the run, torch.mm {rate.get('mm_gflops', 0):.1f} GFLOP/s "
-                 f"(1024 x 1024, float32), copy {rate.get('copy_gbs', 0):.1f} GB/s (64 MiB, read + write).")
+    lines.append(
+        f"Rates: the best of every process of the run, torch.mm {rate.get('mm_gflops', 0):.1f} GFLOP/s "
+        f"(1024 x 1024, float32), copy {rate.get('copy_gbs', 0):.1f} GB/s (64 MiB, read + write)."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -255,8 +306,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=2, help="processes per (model, source), alternating the sources")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also time the compiled step and its compile time")
-    p.add_argument("--src", action="append", default=[], metavar="[LABEL=]DIR",
-                   help="another checkout's src folder to measure too (in the table as LABEL)")
+    p.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        metavar="[LABEL=]DIR",
+        help="another checkout's src folder to measure too (in the table as LABEL)",
+    )
     p.add_argument("--json", type=Path, help="write the raw results here")
     p.add_argument("--markdown", type=Path, help="write the table here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -269,11 +325,14 @@ def main(argv: list[str] | None = None) -> None:
     raw: dict[str, dict[str, list[dict]]] = {label: {m: [] for m in args.models} for label in labels}
     for round_ in range(args.rounds):
         for name in args.models:
-            for label in (labels if round_ % 2 == 0 else labels[::-1]):
+            for label in labels if round_ % 2 == 0 else labels[::-1]:
                 row = _run(name, sources[label], args)
                 raw[label][name].append(row)
-                print(f"round {round_ + 1} {name} [{label}]: " + (row["error"] if "error" in row else
-                      f"{1e3 * row['step_s']:.1f} ms"), flush=True)
+                print(
+                    f"round {round_ + 1} {name} [{label}]: "
+                    + (row["error"] if "error" in row else f"{1e3 * row['step_s']:.1f} ms"),
+                    flush=True,
+                )
     measured = [r for per in raw.values() for rows in per.values() for r in rows if "error" not in r]
     mm_gflops = max((r["mm_gflops"] for r in measured), default=float("nan"))
     copy_gbs = max((r["copy_gbs"] for r in measured), default=float("nan"))

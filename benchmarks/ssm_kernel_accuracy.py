@@ -39,6 +39,7 @@ an S4 layer's (4 vectors, 256 channels, 32 conjugate pairs, 2049 points) and S4D
 (256 channels, 32 modes, length 4096); prints the ratios of the fastest and of the median calls,
 new over old.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -74,7 +75,9 @@ def cauchy_inputs(N: int, L: int, batch: int = 4, seed: int = 2357) -> tuple[Ten
     return v, z, w
 
 
-def vandermonde_inputs(N: int, L: int, batch: int = 4, seed: int = 2357, growth_length: int | None = None) -> tuple[Tensor, Tensor]:
+def vandermonde_inputs(
+    N: int, L: int, batch: int = 4, seed: int = 2357, growth_length: int | None = None
+) -> tuple[Tensor, Tensor]:
     """(v, x): weights and modes (batch, N/2); the real part of x scaled by ``growth_length / L``."""
     torch.random.manual_seed(seed)
     v = torch.randn(batch, N // 2, dtype=C64)
@@ -111,8 +114,9 @@ def vandermonde_direct(v: Tensor, x: Tensor, l: Tensor, powers: torch.dtype | No
     return (v[..., None] * p).sum(-2).real
 
 
-def by_pieces(op: str, inputs: tuple[Tensor, ...], dout: Tensor, complex_dtype: torch.dtype,
-              powers: torch.dtype | None = None) -> tuple[Tensor, list[Tensor]]:
+def by_pieces(
+    op: str, inputs: tuple[Tensor, ...], dout: Tensor, complex_dtype: torch.dtype, powers: torch.dtype | None = None
+) -> tuple[Tensor, list[Tensor]]:
     """The direct sum of ``op`` in ``complex_dtype`` over pieces of the points (positions), and the
     gradients of ``<out, dout>`` with respect to v and w (x), added over the pieces in float64.
     ``powers``: the Vandermonde product's powers exp(x l) computed in that dtype, then rounded."""
@@ -122,11 +126,19 @@ def by_pieces(op: str, inputs: tuple[Tensor, ...], dout: Tensor, complex_dtype: 
     if op == "cauchy":
         z = inputs[1].to(complex_dtype).detach().requires_grad_()
         leaves.append(z)
-        pieces = [(slice(i, i + PIECE), lambda s: cauchy_direct(leaves[0], z[s], leaves[1])) for i in range(0, z.shape[0], PIECE)]
+        pieces = [
+            (slice(i, i + PIECE), lambda s: cauchy_direct(leaves[0], z[s], leaves[1]))
+            for i in range(0, z.shape[0], PIECE)
+        ]
     else:
         L = dout.shape[-1]
-        pieces = [(slice(i, i + PIECE), lambda s: vandermonde_direct(leaves[0], leaves[1], torch.arange(L, dtype=real)[s], powers))
-                  for i in range(0, L, PIECE)]
+        pieces = [
+            (
+                slice(i, i + PIECE),
+                lambda s: vandermonde_direct(leaves[0], leaves[1], torch.arange(L, dtype=real)[s], powers),
+            )
+            for i in range(0, L, PIECE)
+        ]
     for s, fn in pieces:
         out = fn(s)
         g = dout[..., s].to(out.dtype)
@@ -175,7 +187,12 @@ def case_inputs(case: str, N: int | None, L: int | None) -> tuple[str, tuple[Ten
     if case == "vandermonde-long":
         N, L = N or 256, L or 2**18
         v, x = vandermonde_inputs(N, L, growth_length=4096)
-        return "vandermonde", (v, None, x), output_gradient((v.shape[0], L), False), f"N={N} L={L}, Re x scaled by 4096/L"
+        return (
+            "vandermonde",
+            (v, None, x),
+            output_gradient((v.shape[0], L), False),
+            f"N={N} L={L}, Re x scaled by 4096/L",
+        )
     raise SystemExit(f"unknown case {case!r}")
 
 
@@ -251,7 +268,9 @@ def load_kernels_at(rev: str):
     return module
 
 
-def kernel_calls(module, v: Tensor, z: Tensor, w: Tensor, a: Tensor, W: Tensor, L: int) -> dict[str, Callable[[], None]]:
+def kernel_calls(
+    module, v: Tensor, z: Tensor, w: Tensor, a: Tensor, W: Tensor, L: int
+) -> dict[str, Callable[[], None]]:
     """Forward and backward of both products through ``module``'s kernels, with the arguments the
     wrappers of :mod:`longrange.ops.ssm_kernels.numba` give them (canonical layouts, float32)."""
     from longrange.ops.ssm_kernels import numba as ssm_numba
@@ -281,10 +300,12 @@ def kernel_calls(module, v: Tensor, z: Tensor, w: Tensor, a: Tensor, W: Tensor, 
     return {
         "cauchy forward": lambda: module.cauchy_forward(*cauchy_args, True, block, *out),
         "cauchy backward": lambda: module.cauchy_backward(*cauchy_args, *g, True, block, *gv, *gw, *gz),
-        "vandermonde forward": lambda: module.vandermonde_forward(*d, *D, *w_parts, ssm_numba.VANDERMONDE_BLOCK,
-                                                                  ssm_numba.VANDERMONDE_ROWS_PER_TASK, k_out),
-        "vandermonde backward": lambda: module.vandermonde_backward(*d, *D, *w_parts, k_g, ssm_numba.VANDERMONDE_BLOCK,
-                                                                    ssm_numba.VANDERMONDE_ROWS_PER_TASK, *gW, *ga),
+        "vandermonde forward": lambda: module.vandermonde_forward(
+            *d, *D, *w_parts, ssm_numba.VANDERMONDE_BLOCK, ssm_numba.VANDERMONDE_ROWS_PER_TASK, k_out
+        ),
+        "vandermonde backward": lambda: module.vandermonde_backward(
+            *d, *D, *w_parts, k_g, ssm_numba.VANDERMONDE_BLOCK, ssm_numba.VANDERMONDE_ROWS_PER_TASK, *gW, *ga
+        ),
     }
 
 
@@ -296,39 +317,57 @@ def speed(rev: str, repeats: int) -> list[dict]:
     torch.manual_seed(0)
     v, z, w = cauchy_inputs(128, 2**18)
     s4_test = (v[None], z.expand(4, -1), w)
-    layer = (cplx(4, 256, 32), torch.complex(0.2 * torch.rand(256, 2049), 4 * torch.randn(256, 2049)),
-             torch.complex(-0.5 - torch.rand(256, 32), 3 * torch.randn(256, 32)))
-    modes = torch.complex(-0.05 - 0.1 * torch.rand(256, 32), torch.pi * torch.arange(32.0) * 0.01 + 0.01 * torch.randn(256, 32))
+    layer = (
+        cplx(4, 256, 32),
+        torch.complex(0.2 * torch.rand(256, 2049), 4 * torch.randn(256, 2049)),
+        torch.complex(-0.5 - torch.rand(256, 32), 3 * torch.randn(256, 32)),
+    )
+    modes = torch.complex(
+        -0.05 - 0.1 * torch.rand(256, 32), torch.pi * torch.arange(32.0) * 0.01 + 0.01 * torch.randn(256, 32)
+    )
     rows = []
     for label, (cv, cz, cw) in (("S4 test N=128 L=2^18", s4_test), ("S4 layer", layer)):
-        calls = {"old": kernel_calls(old, cv, cz, cw, modes.to(C64), cplx(1, 256, 32), 4096),
-                 "new": kernel_calls(new, cv, cz, cw, modes.to(C64), cplx(1, 256, 32), 4096)}
+        calls = {
+            "old": kernel_calls(old, cv, cz, cw, modes.to(C64), cplx(1, 256, 32), 4096),
+            "new": kernel_calls(new, cv, cz, cw, modes.to(C64), cplx(1, 256, 32), 4096),
+        }
         names = [n for n in calls["new"] if n.startswith("cauchy") or label == "S4 layer"]
         for name in names:
             times = {"old": [], "new": []}
             for version in ("old", "new"):  # compile or load, untimed
                 calls[version][name]()
             for r in range(repeats):
-                for version in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                for version in ("old", "new") if r % 2 == 0 else ("new", "old"):
                     start = time.process_time()
                     calls[version][name]()
                     times[version].append(time.process_time() - start)
-            row = {"shape": label if name.startswith("cauchy") else "S4D layer H=256 M=32 L=4096", "kernel": name,
-                   "old_min_s": min(times["old"]), "new_min_s": min(times["new"]),
-                   "old_median_s": statistics.median(times["old"]), "new_median_s": statistics.median(times["new"])}
+            row = {
+                "shape": label if name.startswith("cauchy") else "S4D layer H=256 M=32 L=4096",
+                "kernel": name,
+                "old_min_s": min(times["old"]),
+                "new_min_s": min(times["new"]),
+                "old_median_s": statistics.median(times["old"]),
+                "new_median_s": statistics.median(times["new"]),
+            }
             row["ratio_min"] = row["new_min_s"] / row["old_min_s"]
             row["ratio_median"] = row["new_median_s"] / row["old_median_s"]
             rows.append(row)
-            print(f"{row['shape']:32s} {name:22s} old {row['old_min_s']:.4f} s  new {row['new_min_s']:.4f} s  "
-                  f"new/old {row['ratio_min']:.2f} (medians {row['ratio_median']:.2f})", flush=True)
+            print(
+                f"{row['shape']:32s} {name:22s} old {row['old_min_s']:.4f} s  new {row['new_min_s']:.4f} s  "
+                f"new/old {row['ratio_min']:.2f} (medians {row['ratio_median']:.2f})",
+                flush=True,
+            )
     return rows
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", default="cauchy,vandermonde,vandermonde-long", help="comma-separated cases")
-    p.add_argument("--impls", default="numba,triton,triton-float64",
-                   help="comma-separated implementations (triton: in the interpreter; triton-float64: its float64 mode)")
+    p.add_argument(
+        "--impls",
+        default="numba,triton,triton-float64",
+        help="comma-separated implementations (triton: in the interpreter; triton-float64: its float64 mode)",
+    )
     p.add_argument("--triton-tiles", default="gpu", choices=("gpu", "interpret"), help="tile sizes Triton runs with")
     p.add_argument("--N", type=int, default=None, help="state size (default per case)")
     p.add_argument("--L", type=int, default=None, help="length / points of the long cases (default 2^18)")

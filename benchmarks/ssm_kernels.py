@@ -36,6 +36,7 @@ implementation (``longrange.bench.measure.PeakMemory``: on CPU the peak resident
 the call minus the resident size before it). The largest difference of each implementation's
 forward output from ``chunked``'s, relative to the largest entry, is printed as a check.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -89,7 +91,9 @@ def runner(case: str, module: torch.nn.Module, x: torch.Tensor | None, length: i
     return lambda: module(x)
 
 
-def time_call(fn: Callable[[], torch.Tensor], module: torch.nn.Module, device: torch.device, backward: bool) -> tuple[float, torch.Tensor]:
+def time_call(
+    fn: Callable[[], torch.Tensor], module: torch.nn.Module, device: torch.device, backward: bool
+) -> tuple[float, torch.Tensor]:
     """Seconds of one forward (no autograd) or forward + backward call, and the forward's output."""
     module.zero_grad(set_to_none=True)
     synchronize(device)
@@ -110,7 +114,11 @@ TRITON_FLOAT64 = "triton-float64"
 
 def impls_for(case: str, device: torch.device, wanted: list[str] | None) -> list[str]:
     op = OP[case]
-    impls = [i for i in ssm_kernels.available_impls(op, device) if i != "ref" and not (i == "triton" and device.type == "cpu")]
+    impls = [
+        i
+        for i in ssm_kernels.available_impls(op, device)
+        if i != "ref" and not (i == "triton" and device.type == "cpu")
+    ]
     if "triton" in impls:
         impls.append(TRITON_FLOAT64)
     if wanted is not None:
@@ -139,7 +147,9 @@ def implementation(op: str, impl: str) -> Iterator[None]:
             ssm_triton.DEFAULT_CONFIG[mode]["float64"] = value
 
 
-def measure_case(case: str, length: int, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> list[dict[str, Any]]:
+def measure_case(
+    case: str, length: int, args: argparse.Namespace, device: torch.device, dtype: torch.dtype
+) -> list[dict[str, Any]]:
     module, x, batch = build(case, length, args.d_model, args.d_state, dtype, device)
     fn = runner(case, module, x, length)
     op = OP[case]
@@ -150,7 +160,7 @@ def measure_case(case: str, length: int, args: argparse.Namespace, device: torch
         with implementation(op, impl):
             _, outputs[impl] = time_call(fn, module, device, backward=True)
     for r in range(args.repeats):
-        for impl in (impls if r % 2 == 0 else impls[::-1]):
+        for impl in impls if r % 2 == 0 else impls[::-1]:
             with implementation(op, impl):
                 t_f, _ = time_call(fn, module, device, backward=False)
                 t_fb, _ = time_call(fn, module, device, backward=True)
@@ -162,15 +172,23 @@ def measure_case(case: str, length: int, args: argparse.Namespace, device: torch
         with implementation(op, impl), PeakMemory(device) as mem:
             time_call(fn, module, device, backward=True)
         row: dict[str, Any] = {
-            "case": case, "length": length, "batch": batch, "impl": impl, "op": op,
-            "forward_min_s": min(times[impl]["forward"]), "forward_median_s": statistics.median(times[impl]["forward"]),
+            "case": case,
+            "length": length,
+            "batch": batch,
+            "impl": impl,
+            "op": op,
+            "forward_min_s": min(times[impl]["forward"]),
+            "forward_median_s": statistics.median(times[impl]["forward"]),
             "forward_backward_min_s": min(times[impl]["forward_backward"]),
             "forward_backward_median_s": statistics.median(times[impl]["forward_backward"]),
-            "peak_mb": mem.peak_mb, "memory_method": mem.method,
+            "peak_mb": mem.peak_mb,
+            "memory_method": mem.method,
         }
         if base is not None:
             scale = base.abs().max().item()
-            row["max_rel_diff_vs_chunked"] = (outputs[impl].float() - base.float()).abs().max().item() / max(scale, 1e-30)
+            row["max_rel_diff_vs_chunked"] = (outputs[impl].float() - base.float()).abs().max().item() / max(
+                scale, 1e-30
+            )
         rows.append(row)
     by_impl = {r["impl"]: r for r in rows}
     if BASELINE in by_impl:
@@ -183,19 +201,42 @@ def measure_case(case: str, length: int, args: argparse.Namespace, device: torch
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
-    header = ["case", "length", "batch", "impl", "fwd s", "fwd med", "fwd+bwd s", "fwd+bwd med", "peak MB",
-              "speed-up fwd", "speed-up fwd+bwd", "(medians)", "diff"]
+    header = [
+        "case",
+        "length",
+        "batch",
+        "impl",
+        "fwd s",
+        "fwd med",
+        "fwd+bwd s",
+        "fwd+bwd med",
+        "peak MB",
+        "speed-up fwd",
+        "speed-up fwd+bwd",
+        "(medians)",
+        "diff",
+    ]
     lines = []
     for r in rows:
-        lines.append([
-            r["case"], str(r["length"]), "-" if r["batch"] is None else str(r["batch"]), r["impl"],
-            f"{r['forward_min_s']:.4f}", f"{r['forward_median_s']:.4f}",
-            f"{r['forward_backward_min_s']:.4f}", f"{r['forward_backward_median_s']:.4f}", f"{r['peak_mb']:.0f}",
-            f"{r['speedup_forward']:.2f}x" if "speedup_forward" in r else "-",
-            f"{r['speedup_forward_backward']:.2f}x" if "speedup_forward_backward" in r else "-",
-            f"{r['speedup_forward_median']:.2f}x / {r['speedup_forward_backward_median']:.2f}x" if "speedup_forward" in r else "-",
-            f"{r['max_rel_diff_vs_chunked']:.1e}" if "max_rel_diff_vs_chunked" in r else "-",
-        ])
+        lines.append(
+            [
+                r["case"],
+                str(r["length"]),
+                "-" if r["batch"] is None else str(r["batch"]),
+                r["impl"],
+                f"{r['forward_min_s']:.4f}",
+                f"{r['forward_median_s']:.4f}",
+                f"{r['forward_backward_min_s']:.4f}",
+                f"{r['forward_backward_median_s']:.4f}",
+                f"{r['peak_mb']:.0f}",
+                f"{r['speedup_forward']:.2f}x" if "speedup_forward" in r else "-",
+                f"{r['speedup_forward_backward']:.2f}x" if "speedup_forward_backward" in r else "-",
+                f"{r['speedup_forward_median']:.2f}x / {r['speedup_forward_backward_median']:.2f}x"
+                if "speedup_forward" in r
+                else "-",
+                f"{r['max_rel_diff_vs_chunked']:.1e}" if "max_rel_diff_vs_chunked" in r else "-",
+            ]
+        )
     widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(header)]
     fmt = lambda cells: "  ".join(c.rjust(w) if i > 3 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(c) for c in lines)])
@@ -211,15 +252,23 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         impls = list(dict.fromkeys(r["impl"] for r in mine))
         others = [i for i in impls if i != BASELINE]
         head = ["length", "batch"] + [f"{i} fwd+bwd s" for i in impls]
-        head += [f"{i} speed-up fwd+bwd" for i in others] + [f"{i} speed-up fwd" for i in others] + ["peak MB " + " → ".join(impls)]
+        head += (
+            [f"{i} speed-up fwd+bwd" for i in others]
+            + [f"{i} speed-up fwd" for i in others]
+            + ["peak MB " + " → ".join(impls)]
+        )
         lines = [f"**{case}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for length in dict.fromkeys(r["length"] for r in mine):
             at = {r["impl"]: r for r in mine if r["length"] == length}
             cells = [str(length), "-" if at[impls[0]]["batch"] is None else str(at[impls[0]]["batch"])]
             cells += [f"{at[i]['forward_backward_min_s']:.4f}" for i in impls]
             for key in ("forward_backward", "forward"):
-                cells += [f"{at[i][f'speedup_{key}']:.1f}x ({at[i][f'speedup_{key}_median']:.1f}x)" if f"speedup_{key}" in at[i] else "-"
-                          for i in others]
+                cells += [
+                    f"{at[i][f'speedup_{key}']:.1f}x ({at[i][f'speedup_{key}_median']:.1f}x)"
+                    if f"speedup_{key}" in at[i]
+                    else "-"
+                    for i in others
+                ]
             cells.append(" → ".join(f"{at[i]['peak_mb']:.0f}" for i in impls))
             lines.append("| " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
@@ -239,18 +288,43 @@ def _isolated(case: str, length: int, argv: list[str] | None) -> list[dict[str, 
             keep.append(arg)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.json"
-        cmd = [sys.executable, __file__, *keep, "--cases", case, "--lengths", str(length), "--no-isolate", "--json", str(out)]
+        cmd = [
+            sys.executable,
+            __file__,
+            *keep,
+            "--cases",
+            case,
+            "--lengths",
+            str(length),
+            "--no-isolate",
+            "--json",
+            str(out),
+        ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         return json.loads(out.read_text())["rows"]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096, 8192, 16384], help="comma-separated (default 1024,...,16384)")
-    p.add_argument("--cases", type=_names, default=list(CASES), help=f"comma-separated subset of {','.join(CASES)} (default all)")
-    p.add_argument("--impls", type=_names, default=None, help="comma-separated implementations (default: all that run here but ref; with triton also triton-float64)")
+    p.add_argument(
+        "--lengths",
+        type=_ints,
+        default=[1024, 2048, 4096, 8192, 16384],
+        help="comma-separated (default 1024,...,16384)",
+    )
+    p.add_argument(
+        "--cases", type=_names, default=list(CASES), help=f"comma-separated subset of {','.join(CASES)} (default all)"
+    )
+    p.add_argument(
+        "--impls",
+        type=_names,
+        default=None,
+        help="comma-separated implementations (default: all that run here but ref; with triton also triton-float64)",
+    )
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
-    p.add_argument("--threads", type=int, default=1, help="torch (and numba) threads (default 1: steadier on a shared machine)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch (and numba) threads (default 1: steadier on a shared machine)"
+    )
     p.add_argument("--d-model", type=int, default=256, help="channels H (default 256)")
     p.add_argument("--d-state", type=int, default=64, help="state size N (default 64)")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"))
@@ -284,7 +358,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for case in args.cases:
         for length in args.lengths:
-            case_rows = measure_case(case, length, args, device, dtype) if args.no_isolate else _isolated(case, length, argv)
+            case_rows = (
+                measure_case(case, length, args, device, dtype) if args.no_isolate else _isolated(case, length, argv)
+            )
             rows += case_rows
             print(format_rows(case_rows).split("\n", 2)[-1], flush=True)
     print()

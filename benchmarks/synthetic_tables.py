@@ -32,6 +32,7 @@ seed 0 except the induction grid's, which has seeds 0 and 1. Each command then w
 raw per-run results and the tables to ``benchmarks/results/synthetic_*`` (``--results``) and prints
 the tables. ``--tiny`` runs the same code at toy sizes (seconds; the test of this script).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,26 +51,57 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TASK_DIRS = {"copying": "selective-copying", "induction": "induction-heads", "mqar": "mqar"}
 
 # ------------------------------------------------------------------------------------ the grids
-TABLE1_MODELS = ["simple-s4", "simple-s4d", "simple-dlr", "simple-s6", "h3-s4", "hyena", "h3-s6", "mamba-s4",
-                 "mamba-s4d", "mamba-dlr", "mamba-hyena", "mamba-s6", "attention-abs", "attention-rope"]
+TABLE1_MODELS = [
+    "simple-s4",
+    "simple-s4d",
+    "simple-dlr",
+    "simple-s6",
+    "h3-s4",
+    "hyena",
+    "h3-s6",
+    "mamba-s4",
+    "mamba-s4d",
+    "mamba-dlr",
+    "mamba-hyena",
+    "mamba-s6",
+    "attention-abs",
+    "attention-rope",
+]
 TABLE1_LENGTH = 256
 LENGTH_MODELS = ["simple-s6", "simple-s4d", "simple-dlr", "attention-rope"]
 LENGTHS = [64, 128, 256, 512, 1024]
 #: Every model the toolkit has, each in the block its presets give it (mamba/induction-heads/cpu/*).
-INDUCTION_MODELS = ["mamba-s6", "simple-s6", "mamba-s4d", "simple-s4d", "mamba-s4", "simple-s4", "mamba-dlr",
-                    "simple-dlr", "lru", "h3", "hyena", "mamba2", "mamba3", "gla", "deltanet", "gated-deltanet",
-                    "attention-abs", "attention-rope"]
+INDUCTION_MODELS = [
+    "mamba-s6",
+    "simple-s6",
+    "mamba-s4d",
+    "simple-s4d",
+    "mamba-s4",
+    "simple-s4",
+    "mamba-dlr",
+    "simple-dlr",
+    "lru",
+    "h3",
+    "hyena",
+    "mamba2",
+    "mamba3",
+    "gla",
+    "deltanet",
+    "gated-deltanet",
+    "attention-abs",
+    "attention-rope",
+]
 #: The training lengths (the paper's is 256, where no model learns at this budget: docs/synthetic-tasks.md).
 TRAIN_LENGTHS = [64, 128]
 INDUCTION_SEEDS = [0, 1]
-EXTRAPOLATION_LENGTHS = [2 ** k for k in range(6, 17)]
+EXTRAPOLATION_LENGTHS = [2**k for k in range(6, 17)]
 #: Attention is evaluated up to 2^14, as in the paper: its time grows with the square of the length
 #: (hours per sequence of 2^20 on one core), although its memory would reach 2^21 here.
-ATTENTION_MAX_LENGTH = 2 ** 14
+ATTENTION_MAX_LENGTH = 2**14
 #: Models whose layer is defined over at most ``l_max`` positions: set to the longest test length.
 FIXED_SPAN_MODELS = ("hyena",)
 #: Sequences evaluated at length L: 2^18 tokens, between 16 and 256 sequences.
-EVAL_TOKENS, EVAL_MIN, EVAL_MAX = 2 ** 18, 16, 256
+EVAL_TOKENS, EVAL_MIN, EVAL_MAX = 2**18, 16, 256
 MEMORY_BUDGET = "12GiB"
 MQAR_MODELS = ["attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"]
 MQAR_CELLS = [(64, 4), (128, 8), (256, 16), (512, 64)]
@@ -77,8 +109,16 @@ MQAR_TOKENS = 4096  # tokens per step (batch = MQAR_TOKENS // length)
 
 # The published figures (percent). Mamba paper Table 1 (architecture, layer); Table 11 (2^6 ... 2^20);
 # Zoology Figure 2 at widths 64 and 128, read off the figure (assets/figure2.png) to about 0.03.
-TABLE1_PAPER = {"simple-s4": 18.3, "simple-s6": 97.0, "h3-s4": 57.0, "hyena": 30.1, "h3-s6": 99.7, "mamba-s4": 56.4,
-                "mamba-hyena": 28.4, "mamba-s6": 99.8}
+TABLE1_PAPER = {
+    "simple-s4": 18.3,
+    "simple-s6": 97.0,
+    "h3-s4": 57.0,
+    "hyena": 30.1,
+    "h3-s6": 99.7,
+    "mamba-s4": 56.4,
+    "mamba-hyena": 28.4,
+    "mamba-s6": 99.8,
+}
 #: Table 1's architecture (block) and layer columns where the preset's block or primitive is named otherwise:
 #: the residual block with a GELU MLP is the H3 architecture, and H3's "S4" is the H3 layer's diagonal SSM.
 TABLE1_BLOCKS = {"simple": "Simple (no gate)", "mamba": "Mamba", "transformer": "Transformer", "residual": "H3"}
@@ -87,17 +127,57 @@ TABLE11_PAPER = {  # as printed: ✓ perfect accuracy, ✗ out of memory
     "MHA-Abs (137K)": ["✓", "99.6", "100.0", "58.6", "26.6", "18.8", "9.8", "10.9", "7.8"] + ["✗"] * 6,
     "MHA-RoPE (137K)": ["✓", "✓", "100.0", "83.6", "31.3", "18.4", "8.6", "9.0", "5.5"] + ["✗"] * 6,
     "MHA-xPos (137K)": ["✓", "✓", "100.0", "99.6", "67.6", "25.4", "7.0", "9.0", "7.8"] + ["✗"] * 6,
-    "H3 (153K)": ["✓", "✓", "100.0", "80.9", "39.5", "23.8", "14.8", "8.2", "5.9", "6.6", "8.2", "4.7", "8.2", "6.3",
-                  "7.4"],
-    "Hyena (69M)": ["97.7", "✓", "100.0", "✓", "44.1", "12.5", "6.6", "5.1", "7.0", "5.9", "6.6", "6.6", "5.9", "6.3",
-                    "9.8"],
+    "H3 (153K)": [
+        "✓",
+        "✓",
+        "100.0",
+        "80.9",
+        "39.5",
+        "23.8",
+        "14.8",
+        "8.2",
+        "5.9",
+        "6.6",
+        "8.2",
+        "4.7",
+        "8.2",
+        "6.3",
+        "7.4",
+    ],
+    "Hyena (69M)": [
+        "97.7",
+        "✓",
+        "100.0",
+        "✓",
+        "44.1",
+        "12.5",
+        "6.6",
+        "5.1",
+        "7.0",
+        "5.9",
+        "6.6",
+        "6.6",
+        "5.9",
+        "6.3",
+        "9.8",
+    ],
     "Mamba (74K)": ["✓", "✓", "100.0"] + ["✓"] * 12,
 }
 FIGURE2_PAPER = {  # width -> model -> accuracy at (64, 4), (128, 8), (256, 16), (512, 64)
-    64: {"Attention": [1.0, 1.0, 1.0, 1.0], "Hyena": [0.51, 0.17, 0.04, 0.01], "RWKV": [0.76, 0.17, 0.04, 0.01],
-         "H3": [0.92, 0.25, 0.06, 0.01], "BaseConv": [0.70, 0.37, 0.13, 0.01]},
-    128: {"Attention": [1.0, 1.0, 1.0, 1.0], "Hyena": [0.75, 0.64, 0.13, 0.02], "RWKV": [0.93, 0.50, 0.05, 0.02],
-          "H3": [0.99, 0.73, 0.64, 0.02], "BaseConv": [0.93, 0.62, 0.35, 0.02]},
+    64: {
+        "Attention": [1.0, 1.0, 1.0, 1.0],
+        "Hyena": [0.51, 0.17, 0.04, 0.01],
+        "RWKV": [0.76, 0.17, 0.04, 0.01],
+        "H3": [0.92, 0.25, 0.06, 0.01],
+        "BaseConv": [0.70, 0.37, 0.13, 0.01],
+    },
+    128: {
+        "Attention": [1.0, 1.0, 1.0, 1.0],
+        "Hyena": [0.75, 0.64, 0.13, 0.02],
+        "RWKV": [0.93, 0.50, 0.05, 0.02],
+        "H3": [0.99, 0.73, 0.64, 0.02],
+        "BaseConv": [0.93, 0.62, 0.35, 0.02],
+    },
 }
 
 
@@ -128,16 +208,55 @@ class Scale:
     mqar: list[str] = field(default_factory=list)
 
 
-CPU = Scale(TABLE1_MODELS, TABLE1_LENGTH, LENGTH_MODELS, LENGTHS, INDUCTION_MODELS, TRAIN_LENGTHS, INDUCTION_SEEDS,
-            EXTRAPOLATION_LENGTHS, ATTENTION_MAX_LENGTH, EVAL_TOKENS, EVAL_MIN, EVAL_MAX, MQAR_MODELS, MQAR_CELLS,
-            MQAR_TOKENS, [64])
-_TOY = ["train.max_steps=2", "train.eval_every=0", "train.batch_size=4", "train.log_every=1", "model.d_model=16",
-        "task.options.n_train=8", "task.options.n_val=4", "task.options.n_test=4"]  # d_model: --widths for mqar
-TINY = Scale(["simple-s6", "h3-s4", "hyena", "attention-rope"], 24, ["simple-s6", "attention-rope"], [16, 24],
-             ["mamba-s6", "attention-abs"], [8, 16], [0, 1], [8, 16, 32, 64], 32, 64, 2, 4,
-             ["attention", "mamba-s6"], [(16, 2), (32, 4)], 64, [16],
-             copying=_TOY + ["task.options.n_tokens=4"], induction=_TOY,
-             mqar=_TOY + ["task.options.vocab_size=64"])
+CPU = Scale(
+    TABLE1_MODELS,
+    TABLE1_LENGTH,
+    LENGTH_MODELS,
+    LENGTHS,
+    INDUCTION_MODELS,
+    TRAIN_LENGTHS,
+    INDUCTION_SEEDS,
+    EXTRAPOLATION_LENGTHS,
+    ATTENTION_MAX_LENGTH,
+    EVAL_TOKENS,
+    EVAL_MIN,
+    EVAL_MAX,
+    MQAR_MODELS,
+    MQAR_CELLS,
+    MQAR_TOKENS,
+    [64],
+)
+_TOY = [
+    "train.max_steps=2",
+    "train.eval_every=0",
+    "train.batch_size=4",
+    "train.log_every=1",
+    "model.d_model=16",
+    "task.options.n_train=8",
+    "task.options.n_val=4",
+    "task.options.n_test=4",
+]  # d_model: --widths for mqar
+TINY = Scale(
+    ["simple-s6", "h3-s4", "hyena", "attention-rope"],
+    24,
+    ["simple-s6", "attention-rope"],
+    [16, 24],
+    ["mamba-s6", "attention-abs"],
+    [8, 16],
+    [0, 1],
+    [8, 16, 32, 64],
+    32,
+    64,
+    2,
+    4,
+    ["attention", "mamba-s6"],
+    [(16, 2), (32, 4)],
+    64,
+    [16],
+    copying=_TOY + ["task.options.n_tokens=4"],
+    induction=_TOY,
+    mqar=_TOY + ["task.options.vocab_size=64"],
+)
 
 
 @dataclass
@@ -198,8 +317,10 @@ def induction_cells(scale: Scale) -> list[GridCell]:
                 over.append(f"model.primitive_options.l_max={max(scale.extrapolation)}")
             label = f"{_label(preset)} L={length}"
             vocab = GridCell(m, preset, label, over, {}).experiment().task.options["vocab_size"]
-            cells += [GridCell(m, preset, label, over, {"seq_len": length, "vocab_size": vocab}, seed)
-                      for seed in scale.induction_seeds]
+            cells += [
+                GridCell(m, preset, label, over, {"seq_len": length, "vocab_size": vocab}, seed)
+                for seed in scale.induction_seeds
+            ]
     return cells
 
 
@@ -209,12 +330,24 @@ def mqar_cells(scale: Scale, widths: list[int]) -> list[GridCell]:
         for length, pairs in scale.mqar_cells:
             for m in scale.mqar_models:
                 preset = f"zoology/mqar/cpu/{m}"
-                over = [f"task.options.seq_len={length}", f"task.options.n_pairs={pairs}",
-                        f"train.batch_size={max(1, scale.mqar_tokens // length)}", *scale.mqar, f"model.d_model={width}"]
+                over = [
+                    f"task.options.seq_len={length}",
+                    f"task.options.n_pairs={pairs}",
+                    f"train.batch_size={max(1, scale.mqar_tokens // length)}",
+                    *scale.mqar,
+                    f"model.d_model={width}",
+                ]
                 if m == "attention":
                     over.append(f"model.max_len={length}")
-                cells.append(GridCell(m, preset, f"{_label(preset)} L={length} d={width}", over,
-                                  {"seq_len": length, "n_pairs": pairs, "d_model": width}))
+                cells.append(
+                    GridCell(
+                        m,
+                        preset,
+                        f"{_label(preset)} L={length} d={width}",
+                        over,
+                        {"seq_len": length, "n_pairs": pairs, "d_model": width},
+                    )
+                )
     return cells
 
 
@@ -224,11 +357,14 @@ def plan_of(cells: list[GridCell]):
     from longrange.experiment.plan import Plan, plan_grid
 
     experiments = list({c.label: c for c in cells}.values())  # one experiment per label, in grid order
-    plan = plan_grid([c.experiment() for c in experiments], seeds=sorted({c.seed for c in cells}),
-                     compute_matched=False)
+    plan = plan_grid(
+        [c.experiment() for c in experiments], seeds=sorted({c.seed for c in cells}), compute_matched=False
+    )
     wanted = {(c.label, c.seed) for c in cells}
-    return Plan(plan.experiments, [s for s in plan.stages if s.regime == "scratch"
-                                   and (plan.experiments[s.experiment].label, s.seed) in wanted])
+    return Plan(
+        plan.experiments,
+        [s for s in plan.stages if s.regime == "scratch" and (plan.experiments[s.experiment].label, s.seed) in wanted],
+    )
 
 
 def run_grid(cells: list[GridCell], grid: list[GridCell], out_dir: Path, jobs: int) -> list[str]:
@@ -267,18 +403,40 @@ def run_row(table: str, cell: GridCell, out_dir: Path) -> dict[str, Any]:
     exp = cell.experiment()
     train = exp.train_config("train")
     path = stage_dir(out_dir, cell)
-    row = {"table": table, "model": cell.model, "label": _label(cell.preset), "preset": cell.preset,
-           "overrides": cell.overrides, "seed": cell.seed, **cell.info, "block": exp.model.block,
-           "primitive": exp.model.primitive,
-           "d_model": exp.model.d_model, "lr": train.lr, "batch_size": train.batch_size, "max_steps": train.max_steps,
-           "run": str(path), "state": RunDir(path).state().kind.value, "params": None, "steps": None, "seconds": None,
-           "val_accuracy": None, "test_accuracy": None, "test_sequence_accuracy": None}
+    row = {
+        "table": table,
+        "model": cell.model,
+        "label": _label(cell.preset),
+        "preset": cell.preset,
+        "overrides": cell.overrides,
+        "seed": cell.seed,
+        **cell.info,
+        "block": exp.model.block,
+        "primitive": exp.model.primitive,
+        "d_model": exp.model.d_model,
+        "lr": train.lr,
+        "batch_size": train.batch_size,
+        "max_steps": train.max_steps,
+        "run": str(path),
+        "state": RunDir(path).state().kind.value,
+        "params": None,
+        "steps": None,
+        "seconds": None,
+        "val_accuracy": None,
+        "test_accuracy": None,
+        "test_sequence_accuracy": None,
+    }
     if RunDir(path).state().kind is RunState.FINISHED:
         r = read_run(path)
         test = r.test or {}
-        row.update(params=r.params_total, steps=r.steps, seconds=round(r.seconds, 1),
-                   val_accuracy=r.best_val.get("accuracy"), test_accuracy=test.get("accuracy"),
-                   test_sequence_accuracy=test.get("sequence_accuracy"))
+        row.update(
+            params=r.params_total,
+            steps=r.steps,
+            seconds=round(r.seconds, 1),
+            val_accuracy=r.best_val.get("accuracy"),
+            test_accuracy=test.get("accuracy"),
+            test_sequence_accuracy=test.get("sequence_accuracy"),
+        )
     return row
 
 
@@ -308,10 +466,13 @@ def extrapolation_groups(cells: list[GridCell], out_dir: Path, scale: Scale) -> 
     groups: list[tuple[list[int], int, list[str]]] = []
     done = evaluated(out_dir)
     for length in scale.extrapolation:
-        runs = [str(stage_dir(out_dir, c)) for c in cells
-                if (stage_dir(out_dir, c) / "summary.json").is_file()
-                and not (is_attention(c.model) and length > scale.attention_max)
-                and (str(stage_dir(out_dir, c).resolve()), length) not in done]
+        runs = [
+            str(stage_dir(out_dir, c))
+            for c in cells
+            if (stage_dir(out_dir, c) / "summary.json").is_file()
+            and not (is_attention(c.model) and length > scale.attention_max)
+            and (str(stage_dir(out_dir, c).resolve()), length) not in done
+        ]
         n = eval_count(length, scale)
         if not runs:
             continue
@@ -339,8 +500,24 @@ def extrapolate(cells: list[GridCell], out_dir: Path, scale: Scale) -> list[str]
             part += 1
         dest = extrapolation_dir(out_dir, lengths, part)
         values = ",".join(str(v) for v in lengths)
-        cmd = [sys.executable, "-m", "longrange", "extrapolate", *runs, "--option", "seq_len", "--values", values,
-               "--task-option", f"n_test={n}", "--memory-budget", MEMORY_BUDGET, "--out", str(dest), "--no-plot"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "longrange",
+            "extrapolate",
+            *runs,
+            "--option",
+            "seq_len",
+            "--values",
+            values,
+            "--task-option",
+            f"n_test={n}",
+            "--memory-budget",
+            MEMORY_BUDGET,
+            "--out",
+            str(dest),
+            "--no-plot",
+        ]
         print(f"== extrapolate at {values} ({n} sequences each): {len(runs)} runs", file=sys.stderr, flush=True)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)  # its progress on stderr, live
@@ -369,10 +546,21 @@ def extrapolation_rows(cells: list[GridCell], out_dir: Path, scale: Scale) -> li
                     continue
                 seen.add((key, c["value"]))
                 ev = c.get("evaluation") or {}
-                rows.append({"model": cell.model, "label": _label(cell.preset), "run": named[key], "seed": cell.seed,
-                             "trained_at": run["trained_at"], "seq_len": c["value"],
-                             "accuracy": (c.get("metrics") or {}).get("accuracy"), "items": ev.get("items"),
-                             "batch_size": ev.get("batch_size"), "seconds": ev.get("seconds"), "error": c.get("error")})
+                rows.append(
+                    {
+                        "model": cell.model,
+                        "label": _label(cell.preset),
+                        "run": named[key],
+                        "seed": cell.seed,
+                        "trained_at": run["trained_at"],
+                        "seq_len": c["value"],
+                        "accuracy": (c.get("metrics") or {}).get("accuracy"),
+                        "items": ev.get("items"),
+                        "batch_size": ev.get("batch_size"),
+                        "seconds": ev.get("seconds"),
+                        "error": c.get("error"),
+                    }
+                )
     rows.sort(key=lambda r: (list(named.values()).index(r["run"]), r["seq_len"]))
     return rows
 
@@ -387,22 +575,32 @@ def minutes(s: float | None) -> str:
 
 
 def table1_markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | block | layer | params | Table 1 | ours: test accuracy | val accuracy | steps | train min |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| model | block | layer | params | Table 1 | ours: test accuracy | val accuracy | steps | train min |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         block = TABLE1_BLOCKS[r["block"]]
         paper = TABLE1_PAPER.get(r["model"])
-        layer = TABLE1_LAYERS.get(r["model"]) or (r["primitive"].upper() if r["primitive"] != "attention" else r["label"])
-        lines.append(f"| {r['label']}{' *' if r.get('earlier') else ''} | {block} | {layer} | {r['params'] or '—'} | {'—' if paper is None else paper} | "
-                     f"{pct(r['test_accuracy'])} | {pct(r['val_accuracy'])} | {r['steps'] or '—'} | {minutes(r['seconds'])} |")
+        layer = TABLE1_LAYERS.get(r["model"]) or (
+            r["primitive"].upper() if r["primitive"] != "attention" else r["label"]
+        )
+        lines.append(
+            f"| {r['label']}{' *' if r.get('earlier') else ''} | {block} | {layer} | {r['params'] or '—'} | {'—' if paper is None else paper} | "
+            f"{pct(r['test_accuracy'])} | {pct(r['val_accuracy'])} | {r['steps'] or '—'} | {minutes(r['seconds'])} |"
+        )
     lines.append("")
     if any(r.get("earlier") for r in rows):
-        lines.append("Rows marked * were not rerun by the command that wrote this table: they are the results of an "
-                     "earlier run of the same presets and settings, kept from the results file.")
+        lines.append(
+            "Rows marked * were not rerun by the command that wrote this table: they are the results of an "
+            "earlier run of the same presets and settings, kept from the results file."
+        )
         lines.append("")
     if rows:
-        lines.append(f"Chance: {100 / (rows[0]['vocab_size'] - 2):.1f}% (the data tokens are uniform over "
-                     f"{rows[0]['vocab_size'] - 2}).")
+        lines.append(
+            f"Chance: {100 / (rows[0]['vocab_size'] - 2):.1f}% (the data tokens are uniform over "
+            f"{rows[0]['vocab_size'] - 2})."
+        )
     return "\n".join(lines)
 
 
@@ -417,8 +615,11 @@ def lengths_markdown(rows: list[dict[str, Any]], lengths: list[int]) -> str:
         cells = []
         for n in lengths:
             r = cell.get((m, n))
-            cells.append("—" if r is None or r["test_accuracy"] is None
-                         else f"{pct(r['test_accuracy'])} ({minutes(r['seconds'])})")
+            cells.append(
+                "—"
+                if r is None or r["test_accuracy"] is None
+                else f"{pct(r['test_accuracy'])} ({minutes(r['seconds'])})"
+            )
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -440,36 +641,49 @@ def induction_groups(train_rows: list[dict[str, Any]]) -> dict[tuple[str, int], 
     return groups
 
 
-def induction_markdown(train_rows: list[dict[str, Any]], ext_rows: list[dict[str, Any]], lengths: list[int],
-                       attention_max: int) -> str:
+def induction_markdown(
+    train_rows: list[dict[str, Any]], ext_rows: list[dict[str, Any]], lengths: list[int], attention_max: int
+) -> str:
     """Training (per model and training length) and test accuracy against the test length: the mean
     over seeds and, in parentheses, each seed's; the paper's Table 11 (trained at 256) below."""
     groups = induction_groups(train_rows)
     seeds = sorted({r["seed"] for r in train_rows})
     seed_names = ", ".join(str(s) for s in seeds)
-    lines = [f"| model | trained at | params | lr | batch | steps | val accuracy: mean (seeds {seed_names}) | "
-             "train min per run | evaluation min (all lengths and seeds) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"| model | trained at | params | lr | batch | steps | val accuracy: mean (seeds {seed_names}) | "
+        "train min per run | evaluation min (all lengths and seeds) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for (label, at), runs in groups.items():
         r = runs[0]
         spent = [e["seconds"] for e in ext_rows if e["run"] in {x["run"] for x in runs} and e["seconds"] is not None]
         secs = [x["seconds"] for x in runs if x["seconds"] is not None]
         star = " *" if any(x.get("earlier") for x in runs) else ""
-        lines.append(f"| {label}{star} | {at} | {r['params'] or '—'} | {r['lr']:g} | {r['batch_size']} | "
-                     f"{r['steps'] or '—'} | {seeds_text([x['val_accuracy'] for x in runs])} | "
-                     f"{minutes(sum(secs) / len(secs)) if secs else '—'} | "
-                     f"{minutes(sum(spent)) if spent else '—'} |")
+        lines.append(
+            f"| {label}{star} | {at} | {r['params'] or '—'} | {r['lr']:g} | {r['batch_size']} | "
+            f"{r['steps'] or '—'} | {seeds_text([x['val_accuracy'] for x in runs])} | "
+            f"{minutes(sum(secs) / len(secs)) if secs else '—'} | "
+            f"{minutes(sum(spent)) if spent else '—'} |"
+        )
     if any(r.get("earlier") for r in train_rows):
-        lines += ["", "Rows marked * were not rerun by the command that wrote this table: they are the results of "
-                      "an earlier run of the same presets and settings, kept from the results file."]
+        lines += [
+            "",
+            "Rows marked * were not rerun by the command that wrote this table: they are the results of "
+            "an earlier run of the same presets and settings, kept from the results file.",
+        ]
     cell = {(r["run"], r["seq_len"]): r for r in ext_rows}
     notes: dict[str, int] = {}
     head = "| model | trained at | " + " | ".join(f"2^{int(math.log2(n))}" for n in lengths) + " |"
     answers = train_rows[0]["vocab_size"] - 1 if train_rows else 0  # the data tokens: the trigger is never the answer
     chance = f" Chance: {100 / answers:.1f}% ({answers} possible answers)." if train_rows else ""
-    lines += ["", f"Test accuracy (%) against the test length: the mean over seeds {seed_names}, each seed's in "
-                  f"parentheses; * the training length; (n) see the notes.{chance}", "",
-              head, "|---|---:|" + "---:|" * len(lengths)]
+    lines += [
+        "",
+        f"Test accuracy (%) against the test length: the mean over seeds {seed_names}, each seed's in "
+        f"parentheses; * the training length; (n) see the notes.{chance}",
+        "",
+        head,
+        "|---|---:|" + "---:|" * len(lengths),
+    ]
     for (label, at), runs in groups.items():
         cells = []
         for n in lengths:
@@ -482,32 +696,45 @@ def induction_markdown(train_rows: list[dict[str, Any]], ext_rows: list[dict[str
             else:
                 cells.append(seeds_text([None if e is None else e["accuracy"] for e in evs], star=n == at))
         lines.append(f"| {label} | {at} | " + " | ".join(cells) + " |")
-    published = [2 ** k for k in range(6, 21)]
+    published = [2**k for k in range(6, 21)]
     if set(lengths) <= set(published):
         for name, values in TABLE11_PAPER.items():
             shown = [str(values[published.index(n)]) for n in lengths]
             lines.append(f"| paper: {name} | 256 | " + " | ".join(shown) + " |")
     counts = {n: next((e["items"] for e in ext_rows if e["seq_len"] == n and e["items"]), None) for n in lengths}
-    lines += ["", "Sequences evaluated per length: " + ", ".join(f"2^{int(math.log2(n))}: {c}" for n, c in counts.items()
-                                                              if c) + "."]
+    lines += [
+        "",
+        "Sequences evaluated per length: "
+        + ", ".join(f"2^{int(math.log2(n))}: {c}" for n, c in counts.items() if c)
+        + ".",
+    ]
     if set(lengths) <= set(published):
-        lines.append("The paper's rows (Table 11) are trained at 256, ours at the length of their row; ✓ is the "
-                     "paper's mark for perfect accuracy, ✗ out of memory.")
+        lines.append(
+            "The paper's rows (Table 11) are trained at 256, ours at the length of their row; ✓ is the "
+            "paper's mark for perfect accuracy, ✗ out of memory."
+        )
     lines += [f"({k}) {reason}" for reason, k in notes.items()]
     return "\n".join(lines)
 
 
 def mqar_markdown(rows: list[dict[str, Any]], cells: list[tuple[int, int]]) -> str:
     head = "| model | width | " + " | ".join(f"({n}, {p})" for n, p in cells) + " |"
-    lines = ["Test accuracy (%) at (length, key-value pairs); training minutes in parentheses.", "", head,
-             "|---|---:|" + "---:|" * len(cells)]
+    lines = [
+        "Test accuracy (%) at (length, key-value pairs); training minutes in parentheses.",
+        "",
+        head,
+        "|---|---:|" + "---:|" * len(cells),
+    ]
     by = {(r["label"], r["d_model"], r["seq_len"]): r for r in rows}
     for label, width in dict.fromkeys((r["label"], r["d_model"]) for r in rows):
         out = []
         for n, _ in cells:
             r = by.get((label, width, n))
-            out.append("—" if r is None or r["test_accuracy"] is None
-                       else f"{pct(r['test_accuracy'])} ({minutes(r['seconds'])})")
+            out.append(
+                "—"
+                if r is None or r["test_accuracy"] is None
+                else f"{pct(r['test_accuracy'])} ({minutes(r['seconds'])})"
+            )
         lines.append(f"| {label} | {width} | " + " | ".join(out) + " |")
     if [c for c in cells] == MQAR_CELLS:
         for width, models in FIGURE2_PAPER.items():
@@ -516,8 +743,14 @@ def mqar_markdown(rows: list[dict[str, Any]], cells: list[tuple[int, int]]) -> s
     return "\n".join(lines)
 
 
-def accuracy_plot(series: dict[str, list[tuple[int, float | None]]], path: Path, xlabel: str, title: str,
-                  mark: int | None = None, chance: float | None = None) -> Path:
+def accuracy_plot(
+    series: dict[str, list[tuple[int, float | None]]],
+    path: Path,
+    xlabel: str,
+    title: str,
+    mark: int | None = None,
+    chance: float | None = None,
+) -> Path:
     """Accuracy (%) against a length on a log2 axis, one line per model; ``mark``: a dotted vertical
     line there; ``chance`` (a fraction): a dashed horizontal line at chance accuracy."""
     import matplotlib
@@ -532,8 +765,13 @@ def accuracy_plot(series: dict[str, list[tuple[int, float | None]]], path: Path,
     for i, (name, pts) in enumerate(series.items()):
         pts = [(x, 100 * y) for x, y in pts if y is not None]
         if pts:
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker=MARKERS[i % len(MARKERS)],
-                    linestyle=LINESTYLES[i % len(LINESTYLES)], label=name)
+            ax.plot(
+                [x for x, _ in pts],
+                [y for _, y in pts],
+                marker=MARKERS[i % len(MARKERS)],
+                linestyle=LINESTYLES[i % len(LINESTYLES)],
+                label=name,
+            )
     if mark is not None:
         ax.axvline(mark, color="grey", linestyle=":", linewidth=1)
     if chance is not None:
@@ -601,14 +839,19 @@ def do_lengths(args, scale: Scale) -> list[str]:
     failed = [] if args.report_only else run_grid(cells, copying_grid(scale), out, args.jobs)
     rows = [run_row("lengths", c, out) for c in cells]
     tokens = rows[0]["n_tokens"] if rows else "?"
-    md = (f"## Selective copying against length ({tokens} data tokens, the same budget)\n\n"
-          + lengths_markdown(rows, scale.lengths))
+    md = f"## Selective copying against length ({tokens} data tokens, the same budget)\n\n" + lengths_markdown(
+        rows, scale.lengths
+    )
     series: dict[str, list] = {}
     for r in rows:
         series.setdefault(r["label"], []).append((r["seq_len"], r["test_accuracy"]))
     if any(y is not None for pts in series.values() for _, y in pts):
-        png = accuracy_plot(series, args.results / "synthetic_lengths.png", "sequence length (16 data tokens)",
-                            "selective copying at a fixed budget")
+        png = accuracy_plot(
+            series,
+            args.results / "synthetic_lengths.png",
+            "sequence length (16 data tokens)",
+            "selective copying at a fixed budget",
+        )
         md += f"\n\n![selective copying against length]({png.name})"
     write_results("lengths", {"runs": rows}, md, args.results)
     return failed
@@ -635,9 +878,10 @@ def do_induction(args, scale: Scale) -> list[str]:
     ext += earlier_extrapolation(rows, ext, args.results)
     at = ", ".join(str(n) for n in scale.train_lengths)
     seeds = ", ".join(str(s) for s in scale.induction_seeds)
-    md = (f"## Induction heads trained at {at} (seeds {seeds}), tested at other lengths "
-          "(the Mamba paper's Table 11)\n\n"
-          + induction_markdown(rows, ext, scale.extrapolation, scale.attention_max))
+    md = (
+        f"## Induction heads trained at {at} (seeds {seeds}), tested at other lengths "
+        "(the Mamba paper's Table 11)\n\n" + induction_markdown(rows, ext, scale.extrapolation, scale.attention_max)
+    )
     plotted = scale.train_lengths[0]
     runs = {r["run"]: r for r in rows if r["seq_len"] == plotted}
     by: dict[str, dict[int, list[float]]] = {}
@@ -647,9 +891,14 @@ def do_induction(args, scale: Scale) -> list[str]:
     series = {label: [(n, sum(v) / len(v)) for n, v in sorted(pts.items())] for label, pts in by.items()}
     if series:
         chance = 1 / (rows[0]["vocab_size"] - 1)
-        png = accuracy_plot(series, args.results / "synthetic_induction.png", "test length",
-                            f"induction heads trained at {plotted} (dotted), mean over seeds {seeds}",
-                            mark=plotted, chance=chance)
+        png = accuracy_plot(
+            series,
+            args.results / "synthetic_induction.png",
+            "test length",
+            f"induction heads trained at {plotted} (dotted), mean over seeds {seeds}",
+            mark=plotted,
+            chance=chance,
+        )
         md += f"\n\n![induction heads against the test length]({png.name})"
     write_results("induction", {"runs": rows, "extrapolation": ext}, md, args.results)
     return failed
@@ -677,9 +926,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="stages at once (one thread each)")
     parser.add_argument("--widths", default=None, help="MQAR widths, comma-separated (default 64; --tiny: 16)")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: the whole script in seconds (its test)")
-    parser.add_argument("--models", default=None,
-                        help="table1, induction: train only these models (comma-separated); the table keeps the other "
-                             "rows from the results file where an earlier run finished them with the same settings")
+    parser.add_argument(
+        "--models",
+        default=None,
+        help="table1, induction: train only these models (comma-separated); the table keeps the other "
+        "rows from the results file where an earlier run finished them with the same settings",
+    )
     args = parser.parse_args(argv)
     scale = TINY if args.tiny else CPU
     try:
@@ -712,8 +964,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted ({err or 'Ctrl-C'}): run the same command again to resume", file=sys.stderr)
         return 130
     if failed:
-        print(f"error: {len(failed)} stage(s) did not finish: {', '.join(failed)}; run the command again to resume",
-              file=sys.stderr)
+        print(
+            f"error: {len(failed)} stage(s) did not finish: {', '.join(failed)}; run the command again to resume",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/to_markdown.py benchmarks/results/bench.json
 """
+
 from __future__ import annotations
 
 import json

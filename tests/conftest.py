@@ -6,6 +6,7 @@ means every available device, so a machine with a GPU runs the CPU and the CUDA 
 machine without one the CPU tests only; ``cpu`` leaves the GPU alone; ``cuda`` runs on the GPU only
 (and skips, saying why, where there is none).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -101,11 +102,11 @@ class OfflineWandb:
             if left < 7:  # the rest of a block is padding
                 pos += left
                 continue
-            _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+            _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
             if kind == 0 and length == 0:
                 pos += left
                 continue
-            pending += data[pos + 7:pos + 7 + length]
+            pending += data[pos + 7 : pos + 7 + length]
             pos += 7 + length
             if kind in (1, 4):  # a whole record, or the last chunk of one
                 record = pb.Record()
@@ -184,12 +185,14 @@ def compile_for_cuda(tmp_path, monkeypatch):
 
     def compile_(jit, constants: dict, pointer_dtype, num_warps: int, options: dict | None = None):
         signature = {
-            name: "constexpr" if name in constants
-            else (f"*{pointer_dtype(name)}" if name.endswith("_ptr") else "i32")
+            name: "constexpr" if name in constants else (f"*{pointer_dtype(name)}" if name.endswith("_ptr") else "i32")
             for name in jit.arg_names
         }
-        kernel = triton.compile(ASTSource(jit, signature, constexprs=constants),
-                                target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **(options or {})})
+        kernel = triton.compile(
+            ASTSource(jit, signature, constexprs=constants),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": num_warps, **(options or {})},
+        )
         return kernel.asm["cubin"]
 
     return compile_

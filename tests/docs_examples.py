@@ -22,6 +22,7 @@
 
 Run as ``python tests/docs_examples.py serve SOCKET``, this file is that server.
 """
+
 from __future__ import annotations
 
 import json
@@ -99,19 +100,23 @@ def parse_directive(body: str, where: str, line: int) -> Directive:
     reason = ""
     match = _REASON.search(rest)
     if match and kind in ("skip", "slow", "setup", "fails"):
-        reason, rest = match.group("reason").strip(), rest[:match.start()].strip()
+        reason, rest = match.group("reason").strip(), rest[: match.start()].strip()
     if kind in ("skip", "slow"):
         if not reason:
-            raise DocsError(f"{where}: a docs-test {kind} needs its reason in parentheses, e.g. "
-                            f"<!-- docs-test: {kind} (needs a GPU) -->")
+            raise DocsError(
+                f"{where}: a docs-test {kind} needs its reason in parentheses, e.g. "
+                f"<!-- docs-test: {kind} (needs a GPU) -->"
+            )
         texts = tuple(shlex.split(rest)) if rest else ()
         if kind == "slow" and texts:
             raise DocsError(f"{where}: docs-test slow applies to the whole block, not to commands")
         return Directive(kind, line, reason=reason, texts=texts)
     if kind == "fails":
         if not reason or rest:
-            raise DocsError(f"{where}: docs-test fails takes only its reason in parentheses, e.g. "
-                            "<!-- docs-test: fails (the budget is too small) -->")
+            raise DocsError(
+                f"{where}: docs-test fails takes only its reason in parentheses, e.g. "
+                "<!-- docs-test: fails (the budget is too small) -->"
+            )
         return Directive(kind, line, reason=reason)
     if kind == "env":
         pairs = []
@@ -286,31 +291,40 @@ def collect(path: Path, root: Path = ROOT) -> list[Block]:
         indent, mark, lang = len(fence.group("indent")), fence.group("fence"), fence.group("lang").lower()
         where = f"{rel}:{i + 1}"
         body, j = [], i + 1
-        while j < len(lines) and not (lines[j].strip().startswith(mark[0] * len(mark))
-                                      and lines[j].strip().strip(mark[0]) == ""):
+        while j < len(lines) and not (
+            lines[j].strip().startswith(mark[0] * len(mark)) and lines[j].strip().strip(mark[0]) == ""
+        ):
             text = lines[j]
             body.append(text[indent:] if text[:indent].strip() == "" else text.lstrip())
             j += 1
         if j == len(lines):
             raise DocsError(f"{where}: the code block is never closed")
         if not lang:
-            raise DocsError(f"{where}: a code block without a language; write ```text for output or a "
-                            f"figure, or the language of what it shows ({', '.join(LANGUAGES)})")
+            raise DocsError(
+                f"{where}: a code block without a language; write ```text for output or a "
+                f"figure, or the language of what it shows ({', '.join(LANGUAGES)})"
+            )
         if lang not in LANGUAGES:
-            raise DocsError(f"{where}: code blocks in {lang!r} are not known to tests/test_docs_examples.py; "
-                            f"known: {', '.join(LANGUAGES)}")
+            raise DocsError(
+                f"{where}: code blocks in {lang!r} are not known to tests/test_docs_examples.py; "
+                f"known: {', '.join(LANGUAGES)}"
+            )
         if pending and lang in OUTPUT:
             raise DocsError(f"{where}: a docs-test directive above a ```{lang} block, which never runs")
         if any(d.kind == "fails" for d in pending) and lang not in SHELL:
-            raise DocsError(f"{where}: docs-test fails is for shell blocks (their commands' exit status), "
-                            f"not for a ```{lang} block")
+            raise DocsError(
+                f"{where}: docs-test fails is for shell blocks (their commands' exit status), not for a ```{lang} block"
+            )
         block = Block(rel, i + 1, lang, "\n".join(body) + ("\n" if body else ""), tuple(pending))
         for d in block.directives:
             if d.kind == "skip" and d.texts and lang not in SHELL:
-                raise DocsError(f"{rel}:{d.line}: skip \"TEXT\" names commands of a shell block, not of a ```{lang} block")
-            if d.kind == "skip" and d.texts and not any(
-                    any(t in c.text for t in d.texts) for c in block.commands()):
-                raise DocsError(f"{rel}:{d.line}: skip {' '.join(map(repr, d.texts))} matches no command of the block below")
+                raise DocsError(
+                    f'{rel}:{d.line}: skip "TEXT" names commands of a shell block, not of a ```{lang} block'
+                )
+            if d.kind == "skip" and d.texts and not any(any(t in c.text for t in d.texts) for c in block.commands()):
+                raise DocsError(
+                    f"{rel}:{d.line}: skip {' '.join(map(repr, d.texts))} matches no command of the block below"
+                )
         if lang == "console" and not block.commands():
             raise DocsError(f"{where}: a console block without a `$ ` command; write ```text for output alone")
         blocks.append(block)
@@ -340,15 +354,31 @@ def write_standin_data(root: Path) -> Path:
 
     from longrange.data.generate.listops import generate
 
-    generate(root / "listops", n_train=200, n_val=64, n_test=64, min_length=64, max_length=256, max_depth=6,
-             max_args=5, seed=0, quiet=True)
+    generate(
+        root / "listops",
+        n_train=200,
+        n_val=64,
+        n_test=64,
+        min_length=64,
+        max_length=256,
+        max_depth=6,
+        max_args=5,
+        seed=0,
+        quiet=True,
+    )
     cifar = root / "cifar10" / "cifar-10-batches-py"
     cifar.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for name, n in [(f"data_batch_{i}", 1010) for i in range(1, 6)] + [("test_batch", 64)]:
         with open(cifar / name, "wb") as f:
-            pickle.dump({b"data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
-                         b"labels": rng.integers(0, 10, size=n).tolist(), b"batch_label": name.encode()}, f)
+            pickle.dump(
+                {
+                    b"data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
+                    b"labels": rng.integers(0, 10, size=n).tolist(),
+                    b"batch_label": name.encode(),
+                },
+                f,
+            )
     with open(cifar / "batches.meta", "wb") as f:
         pickle.dump({b"label_names": [b"class%d" % i for i in range(10)]}, f)
     words = "a film of great and terrible moments with actors who act and a plot that goes nowhere".split()
@@ -417,8 +447,10 @@ class Page:
             if d.kind == "setup" and d.command not in self.setups:
                 result = self._shell(d.command + "\n", block.line, DEFAULT_TIMEOUT * 2, {}, keep_state=False)
                 if result.status:
-                    raise BlockFailed(f"{block.id}: its setup command `{d.command}` failed with status "
-                                      f"{result.status}:\n{tail(result.output)}")
+                    raise BlockFailed(
+                        f"{block.id}: its setup command `{d.command}` failed with status "
+                        f"{result.status}:\n{tail(result.output)}"
+                    )
                 self.setups.add(d.command)
         if block.lang in SHELL:
             result = self._shell(shell_script(block, skipped), block.line + 1, block.timeout, block.env)
@@ -427,8 +459,10 @@ class Page:
                 for shown in block.shown_outputs():
                     if normalise_output(shown) not in printed:
                         result.status = 1
-                        result.output += (f"\ndocs-test: {block.id} shows an output that the command did not "
-                                          f"print (numbers aside):\n{shown}")
+                        result.output += (
+                            f"\ndocs-test: {block.id} shows an output that the command did not "
+                            f"print (numbers aside):\n{shown}"
+                        )
             return result
         if block.lang in PYTHON:
             return self._run_python(block)
@@ -437,15 +471,15 @@ class Page:
         raise AssertionError(f"{block.id}: a ```{block.lang} block does not run")
 
     # -- shell --------------------------------------------------------------------------------------
-    def _shell(self, script: str, first_line: int, timeout: int, extra: dict[str, str],
-               keep_state: bool = True) -> Outcome:
+    def _shell(
+        self, script: str, first_line: int, timeout: int, extra: dict[str, str], keep_state: bool = True
+    ) -> Outcome:
         state = self.workdir / ".docs-test"
         state.mkdir(exist_ok=True)
         failed, env_file, cwd_file = state / "failed", state / "env", state / "cwd"
         for f in (failed, env_file, cwd_file):
             f.unlink(missing_ok=True)
-        header = (f"set -eo pipefail; {FAILS_FUNCTION}\n"
-                  f"trap 'echo \"$LINENO $?\" > {shlex.quote(str(failed))}' ERR\n")
+        header = f"set -eo pipefail; {FAILS_FUNCTION}\ntrap 'echo \"$LINENO $?\" > {shlex.quote(str(failed))}' ERR\n"
         footer = f"\nenv -0 > {shlex.quote(str(env_file))}\npwd > {shlex.quote(str(cwd_file))}\n"
         script_file = state / "block.sh"
         script_file.write_text(header + script + footer)
@@ -536,8 +570,10 @@ def shell_script(block: Block, skipped: set[int] = frozenset()) -> str:
 
 #: A shell function that runs its arguments as a command and fails when the command succeeds: the
 #: commands of a block whose directive says it ``fails`` run through it.
-FAILS_FUNCTION = ('docs_test_fails() { if "$@"; then echo "docs-test: the command succeeded, but the page '
-                  'shows it failing: $*" >&2; return 1; fi; }')
+FAILS_FUNCTION = (
+    'docs_test_fails() { if "$@"; then echo "docs-test: the command succeeded, but the page '
+    'shows it failing: $*" >&2; return 1; fi; }'
+)
 
 
 def normalise_output(text: str) -> str:
@@ -554,8 +590,15 @@ def tail(text: str, n: int = 60) -> str:
 def run_process(argv: list[str], cwd: Path, env: dict[str, str], timeout: int) -> Outcome:
     """Run ``argv`` in its own process group with stdout and stderr together; on timeout the group
     is killed and the outcome says so."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         return Outcome(proc.returncode, out.decode(errors="replace"))
@@ -616,8 +659,9 @@ class Server:
         real = shutil.which("longrange", path=env.get("PATH"))
         if real is None:
             return False
-        self.proc = subprocess.Popen([sys.executable, __file__, "serve", self.socket], env=env,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "serve", self.socket], env=env, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.time() + timeout
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None or time.time() > deadline:
@@ -627,8 +671,9 @@ class Server:
         self.bin.mkdir(exist_ok=True)
         for name, mode, target in (("longrange", "longrange", real), (PYTHON_SHIM, "python", sys.executable)):
             shim = self.bin / name
-            shim.write_text(SHIM.format(python_sh=shlex.quote(sys.executable), socket=self.socket, real=target,
-                                        mode=mode))
+            shim.write_text(
+                SHIM.format(python_sh=shlex.quote(sys.executable), socket=self.socket, real=target, mode=mode)
+            )
             shim.chmod(0o755)
         return True
 
@@ -727,15 +772,21 @@ def _child(request: dict, fds: list[int], conn: socket.socket, listener: socket.
 
 #: What the server imports before it forks: torch and every command module, and the libraries the
 #: commands import when they train and report (TensorBoard's writer, matplotlib).
-PRELOAD = ("longrange.cli", "longrange.experiment.compare", "longrange.experiment.execute", "longrange.report.writer",
-           "longrange.train.trained", "matplotlib.pyplot", "torch.utils.tensorboard")
+PRELOAD = (
+    "longrange.cli",
+    "longrange.experiment.compare",
+    "longrange.experiment.execute",
+    "longrange.report.writer",
+    "longrange.train.trained",
+    "matplotlib.pyplot",
+    "torch.utils.tensorboard",
+)
 
 
 def serve(path: str) -> None:
     """Import longrange, then fork for every request on the Unix socket ``path`` until the parent goes."""
-    import select
-
     import importlib
+    import select
 
     for name in PRELOAD:  # once here, instead of in every command
         try:

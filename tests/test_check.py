@@ -1,5 +1,6 @@
 """``longrange check``: passes on the CPU, reports a wrong or crashing kernel as FAIL with the
 setting that avoids it, leaves the environment as it was, and refuses bad arguments."""
+
 from __future__ import annotations
 
 import math
@@ -10,10 +11,9 @@ import torch
 
 from longrange import check
 from longrange.cli import COMMAND_MODULES, main
-from longrange.ops import check_cases
-from longrange.ops.checking import Case, compare, random_inputs
 from longrange.info import format_info, info_table
-from longrange.ops import scan
+from longrange.ops import check_cases, scan
+from longrange.ops.checking import Case, compare, random_inputs
 from longrange.ops.scan import dispatch
 from longrange.ops.scan import numba as scan_numba
 from longrange.ops.scan import triton as scan_triton
@@ -53,8 +53,16 @@ def test_check_passes_on_the_cpu_and_prints_the_table(capsys):
             assert ("selective_scan", impl, "bfloat16") in rows
     if scan_triton.unavailable_reason() is None:
         assert rows[("selective_scan", "triton (interpreter)", "float32")] == "pass"
-    for op in ("causal_conv1d", "fft_conv", "masked_attention", "cauchy", "vandermonde_kernel", "diag_ssm_kernel",
-               "dplr_ssm_kernel", "complex_diag_scan"):
+    for op in (
+        "causal_conv1d",
+        "fft_conv",
+        "masked_attention",
+        "cauchy",
+        "vandermonde_kernel",
+        "diag_ssm_kernel",
+        "dplr_ssm_kernel",
+        "complex_diag_scan",
+    ):
         assert any(key[0] == op for key in rows), op
     for impl in ("chunk", "loop"):  # the reference aside; complex, so float32 only
         assert rows[("complex_diag_scan", impl, "float32")] == "pass"
@@ -70,6 +78,7 @@ def _wrong(real):
     def wrong(*args, **kwargs):
         out = real(*args, **kwargs)
         return (out[0] * 1.01, out[1]) if isinstance(out, tuple) else out * 1.01
+
     return wrong
 
 
@@ -112,8 +121,17 @@ def test_a_dispatcher_that_runs_another_implementation_is_a_failure(monkeypatch,
 def test_a_new_family_is_one_function(monkeypatch):
     def family(device, dtype):
         inputs = random_inputs(0, x=(3, 4))
-        return [Case("double", "torch", device, dtype, "3x4", lambda: compare(lambda x: 2 * x, lambda x: x + x, inputs, dtype, device),
-                     1e-6)]
+        return [
+            Case(
+                "double",
+                "torch",
+                device,
+                dtype,
+                "3x4",
+                lambda: compare(lambda x: 2 * x, lambda x: x + x, inputs, dtype, device),
+                1e-6,
+            )
+        ]
 
     monkeypatch.setattr(check, "FAMILIES", [family])
     rows = check.run_cases(check.cases(["cpu"], [torch.float32, torch.bfloat16]))
@@ -124,8 +142,11 @@ def test_the_interpreter_setting_does_not_leak(monkeypatch, scan_only):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     seen = []
     real = scan_triton.selective_scan_triton
-    monkeypatch.setattr(scan_triton, "selective_scan_triton",
-                        lambda *a, **k: seen.append(os.environ.get("TRITON_INTERPRET")) or real(*a, **k))
+    monkeypatch.setattr(
+        scan_triton,
+        "selective_scan_triton",
+        lambda *a, **k: seen.append(os.environ.get("TRITON_INTERPRET")) or real(*a, **k),
+    )
     rows = check.run_cases(check.cases(["cpu"], [torch.float32], quick=True))
     assert all(r.passed for r in rows)
     if scan_triton.unavailable_reason() is None:

@@ -1,5 +1,6 @@
 """The command line: overrides anywhere, --data-dir/--skip-bad on every command that loads data,
 'did you mean' for presets and fields, --out that is a file, all through ``longrange.cli.main``."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,11 +16,14 @@ def _one_error_line(capsys, command: str) -> str:
     return err
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "--preset", "p", "train.lr=3e-4", "--out", "o", "model.d_model=64", "--seed", "2"],
-    ["train", "model.d_model=64", "--preset", "p", "train.lr=3e-4", "--out", "o", "--seed", "2"],
-    ["train", "--preset", "p", "--out", "o", "--seed", "2", "model.d_model=64", "train.lr=3e-4"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--preset", "p", "train.lr=3e-4", "--out", "o", "model.d_model=64", "--seed", "2"],
+        ["train", "model.d_model=64", "--preset", "p", "train.lr=3e-4", "--out", "o", "--seed", "2"],
+        ["train", "--preset", "p", "--out", "o", "--seed", "2", "model.d_model=64", "train.lr=3e-4"],
+    ],
+)
 def test_overrides_anywhere_on_the_command_line(argv):
     args = build_parser().parse_args(argv)
     assert sorted(args.settings) == ["model.d_model=64", "train.lr=3e-4"]
@@ -56,7 +60,10 @@ def test_data_dir_given_twice_is_an_error(tmp_path, capsys):
     args = build_parser().parse_args(["train", "--out", "o", "--data-dir", "a", "task.data_dir=b"])
     with pytest.raises(ConfigError, match="--data-dir and task.data_dir"):
         data_settings(args, args.settings)
-    assert main(["train", "--preset", "spt/listops/s4", "--out", str(tmp_path / "r"), "--skip-bad", "task.skip_bad=false"]) == 1
+    assert (
+        main(["train", "--preset", "spt/listops/s4", "--out", str(tmp_path / "r"), "--skip-bad", "task.skip_bad=false"])
+        == 1
+    )
     assert "--skip-bad and task.skip_bad" in _one_error_line(capsys, "train")
 
 
@@ -69,13 +76,16 @@ def test_misspelled_preset_and_field_suggest(tmp_path, capsys):
     assert "model.d_modle (did you mean d_model?)" in _one_error_line(capsys, "train")
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "--preset", "spt/listops/s4", "--out", "{file}"],
-    ["compare", "--preset", "spt/listops/s4", "--out", "{file}"],
-    ["report", "{runs}", "--out", "{file}"],
-    ["report", "{runs}", "--out", "{file}/sub"],
-    ["data", "generate", "listops", "--out", "{file}", "--n-train", "4", "--n-val", "2", "--n-test", "2"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--preset", "spt/listops/s4", "--out", "{file}"],
+        ["compare", "--preset", "spt/listops/s4", "--out", "{file}"],
+        ["report", "{runs}", "--out", "{file}"],
+        ["report", "{runs}", "--out", "{file}/sub"],
+        ["data", "generate", "listops", "--out", "{file}", "--n-train", "4", "--n-val", "2", "--n-test", "2"],
+    ],
+)
 def test_out_that_is_a_file_is_one_line_config_error(tmp_path, capsys, argv):
     file = tmp_path / "a-file"
     file.write_text("keep me")
@@ -111,12 +121,14 @@ def test_help_imports_no_command_module_and_a_command_only_its_own():
     import subprocess
     import sys
 
-    code = ("import sys, contextlib, io\n"
-            "from longrange.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try: main(sys.argv[1:])\n"
-            "    except SystemExit: pass\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('torch', 'longrange.experiment', 'longrange.bench'))))")
+    code = (
+        "import sys, contextlib, io\n"
+        "from longrange.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: main(sys.argv[1:])\n"
+        "    except SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('torch', 'longrange.experiment', 'longrange.bench'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     out = subprocess.run([sys.executable, "-c", code, "presets"], capture_output=True, text=True, check=True).stdout

@@ -7,6 +7,7 @@ float32 with TF32 turned off, so the tolerances are float32 ones, relative to th
 compared tensor. ``LONGRANGE_TEST_CUDA_DRY_RUN=1`` runs the module on the CPU instead, to check the
 tests themselves on a machine without a GPU.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,11 +23,10 @@ from longrange.models.backbone import make_block, make_primitive
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 from longrange.objectives.supervised import Classification
-from longrange.ops import conv
-from longrange.ops.scan import dispatch as scan
+from longrange.ops import conv, ssm_kernels
 from longrange.ops.fftconv import fft_conv, fft_conv_ref
+from longrange.ops.scan import dispatch as scan
 from longrange.ops.scan.numba import numba_available
-from longrange.ops import ssm_kernels
 from longrange.ops.ssm_kernels import (
     cauchy,
     cauchy_ref,
@@ -111,8 +111,17 @@ def _scan_inputs(layout: str, b=2, d=8, n=4, l=37, groups=2, seed=0):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
     shape = {"time_invariant": (d, n), "shared": (b, n, l), "grouped": (b, groups, n, l)}[layout]
-    return [r(b, d, l), r(b, d, l), -(torch.rand(d, n, generator=g, dtype=torch.float64) + 0.1),
-            r(*shape), r(*shape), r(d), r(b, d, l), r(d), r(b, d, n)]
+    return [
+        r(b, d, l),
+        r(b, d, l),
+        -(torch.rand(d, n, generator=g, dtype=torch.float64) + 0.1),
+        r(*shape),
+        r(*shape),
+        r(d),
+        r(b, d, l),
+        r(d),
+        r(b, d, n),
+    ]
 
 
 @pytest.mark.parametrize("layout", ["time_invariant", "shared", "grouped"])
@@ -124,9 +133,20 @@ def test_selective_scan_every_impl(dev, layout, with_state):
             continue  # mamba_ssm's kernel takes no initial state
 
         def run(u, delta, A, B, C, D, z, bias, h0, impl=impl):
-            y, last = scan.selective_scan(u, delta, A, B, C, D, z, bias, delta_softplus=True, return_last_state=True,
-                                          initial_state=h0 if with_state else None,
-                                          impl=impl if u.dtype != torch.float64 else "ref")
+            y, last = scan.selective_scan(
+                u,
+                delta,
+                A,
+                B,
+                C,
+                D,
+                z,
+                bias,
+                delta_softplus=True,
+                return_last_state=True,
+                initial_state=h0 if with_state else None,
+                impl=impl if u.dtype != torch.float64 else "ref",
+            )
             # mamba_ssm's backward takes no gradient of the last state
             return y if impl == "cuda" else torch.cat([y.flatten(), last.flatten().to(y.dtype)])
 
@@ -136,69 +156,137 @@ def test_selective_scan_every_impl(dev, layout, with_state):
 def test_selective_scan_auto_picks_a_gpu_implementation(dev):
     if dev.type != "cuda":
         pytest.skip("dispatch on CUDA only")
-    expected = "cuda" if _optional.selective_scan_cuda_fn is not None else (
-        "triton" if scan._triton_scan()[0] is not None else "chunked")
+    expected = (
+        "cuda"
+        if _optional.selective_scan_cuda_fn is not None
+        else ("triton" if scan._triton_scan()[0] is not None else "chunked")
+    )
     assert scan.auto_impl(dev) == expected
 
 
 @pytest.mark.parametrize("activation", [None, "silu"])
 def test_causal_conv1d_every_impl(dev, activation):
     g = torch.Generator().manual_seed(1)
-    inputs = [torch.randn(2, 8, 33, generator=g, dtype=torch.float64), torch.randn(8, 4, generator=g, dtype=torch.float64),
-              torch.randn(8, generator=g, dtype=torch.float64)]
+    inputs = [
+        torch.randn(2, 8, 33, generator=g, dtype=torch.float64),
+        torch.randn(8, 4, generator=g, dtype=torch.float64),
+        torch.randn(8, generator=g, dtype=torch.float64),
+    ]
     impls = ["auto", "torch", "ref"] + (["cuda"] if conv.auto_impl(dev) == "cuda" else [])
     for impl in impls:
-        compare_op(lambda x, w, b, impl=impl: conv.causal_conv1d(x, w, b, activation, impl=impl if x.dtype != torch.float64 else "ref"),
-                   lambda x, w, b: conv.causal_conv1d_ref(x, w, b, activation), inputs, dev, what=f"causal_conv1d {impl}")
+        compare_op(
+            lambda x, w, b, impl=impl: conv.causal_conv1d(
+                x, w, b, activation, impl=impl if x.dtype != torch.float64 else "ref"
+            ),
+            lambda x, w, b: conv.causal_conv1d_ref(x, w, b, activation),
+            inputs,
+            dev,
+            what=f"causal_conv1d {impl}",
+        )
 
 
 @pytest.mark.parametrize("two_sided", [False, True])
 def test_fft_conv(dev, two_sided):
     g = torch.Generator().manual_seed(2)
-    k = torch.randn(2, 6, 50, generator=g, dtype=torch.float64) if two_sided else torch.randn(6, 50, generator=g, dtype=torch.float64)
-    inputs = [torch.randn(2, 6, 50, generator=g, dtype=torch.float64), k, torch.randn(6, generator=g, dtype=torch.float64)]
+    k = (
+        torch.randn(2, 6, 50, generator=g, dtype=torch.float64)
+        if two_sided
+        else torch.randn(6, 50, generator=g, dtype=torch.float64)
+    )
+    inputs = [
+        torch.randn(2, 6, 50, generator=g, dtype=torch.float64),
+        k,
+        torch.randn(6, generator=g, dtype=torch.float64),
+    ]
     compare_op(fft_conv, fft_conv_ref, inputs, dev, what="fft_conv")
 
 
 def test_cauchy_and_ssm_kernels(dev):
     g = torch.Generator().manual_seed(3)
-    c = lambda *s: torch.complex(torch.randn(*s, generator=g, dtype=torch.float64), torch.randn(*s, generator=g, dtype=torch.float64))  # noqa: E731
+
+    def c(*s):
+        return torch.complex(
+            torch.randn(*s, generator=g, dtype=torch.float64), torch.randn(*s, generator=g, dtype=torch.float64)
+        )
+
     compare_op(cauchy, cauchy_ref, [c(3, 8), c(3, 40) + 4, c(3, 8)], dev, what="cauchy")
     H, N, L = 3, 4, 20
     dt = torch.rand(H, generator=g, dtype=torch.float64) * 0.3 + 0.05
-    A = torch.complex(-torch.rand(H, N, generator=g, dtype=torch.float64) - 0.1, torch.randn(H, N, generator=g, dtype=torch.float64))
+    A = torch.complex(
+        -torch.rand(H, N, generator=g, dtype=torch.float64) - 0.1, torch.randn(H, N, generator=g, dtype=torch.float64)
+    )
     for method in ("zoh", "bilinear"):
-        compare_op(lambda dt, A, B, C: diag_ssm_kernel(dt, A, B, C, L, method),
-                   lambda dt, A, B, C: diag_ssm_kernel_ref(dt, A, B, C, L, method), [dt, A, c(H, N), c(H, N)], dev,
-                   what=f"diag_ssm_kernel {method}")
-    Lam = torch.complex(-torch.rand(H, N, generator=g, dtype=torch.float64) - 0.1, torch.randn(H, N, generator=g, dtype=torch.float64) * 3)
+        compare_op(
+            lambda dt, A, B, C: diag_ssm_kernel(dt, A, B, C, L, method),
+            lambda dt, A, B, C: diag_ssm_kernel_ref(dt, A, B, C, L, method),
+            [dt, A, c(H, N), c(H, N)],
+            dev,
+            what=f"diag_ssm_kernel {method}",
+        )
+    Lam = torch.complex(
+        -torch.rand(H, N, generator=g, dtype=torch.float64) - 0.1,
+        torch.randn(H, N, generator=g, dtype=torch.float64) * 3,
+    )
     P, Q = c(1, H, N) * 0.4, c(1, H, N) * 0.4
-    compare_op(lambda *a: dplr_ssm_kernel(*a, L), lambda *a: dplr_ssm_kernel_ref(*a, L), [dt, Lam, P, Q, c(H, N), c(H, N)], dev,
-               rel=1e-3, grad_rel=1e-2, what="dplr_ssm_kernel")
+    compare_op(
+        lambda *a: dplr_ssm_kernel(*a, L),
+        lambda *a: dplr_ssm_kernel_ref(*a, L),
+        [dt, Lam, P, Q, c(H, N), c(H, N)],
+        dev,
+        rel=1e-3,
+        grad_rel=1e-2,
+        what="dplr_ssm_kernel",
+    )
 
 
 def test_ssm_kernel_products_every_impl(dev):
     """Each implementation of the Vandermonde and Cauchy products that can run on the device (the
     Triton kernels, pykeops, chunked PyTorch, the reference) against the float64 references."""
     g = torch.Generator().manual_seed(4)
-    c = lambda *s: torch.complex(torch.randn(*s, generator=g, dtype=torch.float64), torch.randn(*s, generator=g, dtype=torch.float64))  # noqa: E731
+
+    def c(*s):
+        return torch.complex(
+            torch.randn(*s, generator=g, dtype=torch.float64), torch.randn(*s, generator=g, dtype=torch.float64)
+        )
+
     H, M, L = 6, 10, 300
     dt = torch.rand(H, 1, generator=g, dtype=torch.float64) * 0.09 + 0.01
-    log_dA = dt * torch.complex(-0.5 - torch.rand(H, M, generator=g, dtype=torch.float64),
-                                torch.pi * torch.arange(M, dtype=torch.float64))
+    log_dA = dt * torch.complex(
+        -0.5 - torch.rand(H, M, generator=g, dtype=torch.float64), torch.pi * torch.arange(M, dtype=torch.float64)
+    )
     W = c(2, H, M)
-    v, z, w = c(4, H, 7), torch.complex(0.2 * torch.rand(H, 33, generator=g, dtype=torch.float64),
-                                        4 * torch.randn(H, 33, generator=g, dtype=torch.float64)), c(H, 7) - 1.5
+    v, z, w = (
+        c(4, H, 7),
+        torch.complex(
+            0.2 * torch.rand(H, 33, generator=g, dtype=torch.float64),
+            4 * torch.randn(H, 33, generator=g, dtype=torch.float64),
+        ),
+        c(H, 7) - 1.5,
+    )
     impls = ssm_kernels.available_impls("vandermonde", dev)
     if dev.type == "cuda":
         assert ssm_kernels.auto_impl("vandermonde", dev) == ("triton" if "triton" in impls else "chunked")
     for impl in impls:
-        compare_op(lambda a, W, impl=impl: ssm_kernels.vandermonde_kernel(a, W, L, impl=impl if a.dtype != torch.complex128 else "ref"),
-                   lambda a, W: ssm_kernels.vandermonde_kernel_ref(a, W, L), [log_dA, W], dev, what=f"vandermonde {impl}")
+        compare_op(
+            lambda a, W, impl=impl: ssm_kernels.vandermonde_kernel(
+                a, W, L, impl=impl if a.dtype != torch.complex128 else "ref"
+            ),
+            lambda a, W: ssm_kernels.vandermonde_kernel_ref(a, W, L),
+            [log_dA, W],
+            dev,
+            what=f"vandermonde {impl}",
+        )
     for impl in ssm_kernels.available_impls("cauchy", dev):
         for conj_pairs in (False, True):
-            compare_op(lambda v, z, w, impl=impl: cauchy(v, z, w, conj_pairs=conj_pairs, impl=impl if v.dtype != torch.complex128 else "ref"),
-                       lambda v, z, w: cauchy_ref(v, z, w, conj_pairs), [v, z, w], dev, what=f"cauchy {impl} conj_pairs={conj_pairs}")
+            compare_op(
+                lambda v, z, w, impl=impl: cauchy(
+                    v, z, w, conj_pairs=conj_pairs, impl=impl if v.dtype != torch.complex128 else "ref"
+                ),
+                lambda v, z, w: cauchy_ref(v, z, w, conj_pairs),
+                [v, z, w],
+                dev,
+                what=f"cauchy {impl} conj_pairs={conj_pairs}",
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,7 +439,9 @@ def _tiny_task(n: int, seed: int) -> list[dict]:
     return items
 
 
-@pytest.mark.parametrize("name,precision", [(n, "fp32") for n in FAMILIES] + [("mamba-s6", "bf16"), ("simple-s4d", "bf16")])
+@pytest.mark.parametrize(
+    "name,precision", [(n, "fp32") for n in FAMILIES] + [("mamba-s6", "bf16"), ("simple-s4d", "bf16")]
+)
 def test_short_training_run(dev, tmp_path, name, precision):
     model = _classifier(FAMILIES[name], n_out=2)
     data = {"train": _tiny_task(48, 0), "val": _tiny_task(16, 1), "test": _tiny_task(16, 2)}

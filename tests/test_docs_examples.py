@@ -38,6 +38,7 @@ longrange (``docs_examples.Server``), which saves the seconds of importing torch
 Each block is a test named by its file and line; running a block alone (``-k 'README.md:10'``)
 first runs the blocks of its file before it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,9 +47,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import docs_examples as D
+import pytest
 
 
 def _read_all() -> tuple[list[D.Block], dict[str, str]]:
@@ -79,9 +79,14 @@ def _params() -> list:
         if block.skip_reason:
             continue
         for command, reason in block.skipped_commands():
-            params.append(pytest.param(block, command, id=f"{block.path}:{command.line}",
-                                       marks=pytest.mark.skip(reason=f"{block.path}:{command.line} "
-                                                                     f"`{command.text}`: {reason}")))
+            params.append(
+                pytest.param(
+                    block,
+                    command,
+                    id=f"{block.path}:{command.line}",
+                    marks=pytest.mark.skip(reason=f"{block.path}:{command.line} `{command.text}`: {reason}"),
+                )
+            )
     return params
 
 
@@ -118,8 +123,13 @@ class Pages:
 
     def page(self, path: str) -> D.Page:
         if path not in self.pages:
-            page = D.Page(path, self.root / "pages" / path.replace("/", "_").replace(".md", ""), dict(self.env),
-                          python=self.python, server_bin=self.server_bin)
+            page = D.Page(
+                path,
+                self.root / "pages" / path.replace("/", "_").replace(".md", ""),
+                dict(self.env),
+                python=self.python,
+                server_bin=self.server_bin,
+            )
             page.prepare(self.data)
             self.pages[path] = page
         return self.pages[path]
@@ -153,8 +163,13 @@ def test_docs_example(block, command, pages):
     for earlier in BLOCKS:  # what this block builds on: the blocks of its file before it
         if earlier is block:
             break
-        if (earlier.path == block.path and earlier.runs and earlier.id not in page.done
-                and not earlier.skip_reason and not earlier.slow_reason):
+        if (
+            earlier.path == block.path
+            and earlier.runs
+            and earlier.id not in page.done
+            and not earlier.skip_reason
+            and not earlier.slow_reason
+        ):
             outcome = _run(page, earlier)
             if outcome.status:
                 pytest.fail(_failure(earlier, outcome, f"(an earlier block of {block.path}) "))
@@ -167,17 +182,17 @@ def test_docs_example(block, command, pages):
 # The collector itself
 # ---------------------------------------------------------------------------------------------------
 def test_the_commands_of_a_shell_block():
-    text = ("# a comment\n"
-            "longrange train --preset p \\\n"
-            "    --out runs/x   # trailing comment\n"
-            "\n"
-            "RUN=runs/x\n")
+    text = "# a comment\nlongrange train --preset p \\\n    --out runs/x   # trailing comment\n\nRUN=runs/x\n"
     commands = D.shell_commands(text, first_line=10)
     assert [(c.line, c.text, c.lines) for c in commands] == [
-        (11, "longrange train --preset p --out runs/x   # trailing comment", (1, 2)), (14, "RUN=runs/x", (4,))]
+        (11, "longrange train --preset p --out runs/x   # trailing comment", (1, 2)),
+        (14, "RUN=runs/x", (4,)),
+    ]
     console = "$ longrange evaluate runs/tiny \\\n    --memory-budget 10KiB\nerror: too small\n$ echo done\n"
     assert [(c.line, c.text) for c in D.shell_commands(console, 1, console=True)] == [
-        (1, "longrange evaluate runs/tiny --memory-budget 10KiB"), (4, "echo done")]
+        (1, "longrange evaluate runs/tiny --memory-budget 10KiB"),
+        (4, "echo done"),
+    ]
 
 
 PAGE = """# A page
@@ -215,38 +230,66 @@ def test_a_page_is_read_into_blocks_with_their_directives(tmp_path):
     (tmp_path / "page.md").write_text(PAGE)
     blocks = D.collect(tmp_path / "page.md", root=tmp_path)
     assert [(b.id, b.lang, b.runs) for b in blocks] == [
-        ("page.md:4", "bash", True), ("page.md:9", "text", False), ("page.md:15", "yaml", True),
-        ("page.md:24", "python", True)]
+        ("page.md:4", "bash", True),
+        ("page.md:9", "text", False),
+        ("page.md:15", "yaml", True),
+        ("page.md:24", "python", True),
+    ]
     bash, _, yaml_block, python = blocks
     assert bash.skip_reason is None and [(c.text, r) for c, r in bash.skipped_commands()] == [
-        ("pip install -e .", "reinstalls the package")]
+        ("pip install -e .", "reinstalls the package")
+    ]
     assert yaml_block.text == "# configs/wide.yaml\nmodel: {d_model: 128}\n"  # the list's indentation removed
     assert yaml_block.file_name == "configs/wide.yaml" and python.file_name is None
     assert python.slow_reason == "an hour" and python.env == {"A": "1", "B": "two"} and python.timeout == 7
-    assert bash.timeout == D.DEFAULT_TIMEOUT and dataclasses.replace(python, directives=python.directives[:1]).timeout == D.SLOW_TIMEOUT
+    assert (
+        bash.timeout == D.DEFAULT_TIMEOUT
+        and dataclasses.replace(python, directives=python.directives[:1]).timeout == D.SLOW_TIMEOUT
+    )
     script = D.shell_script(bash, {c.lines[0] for c, _ in bash.skipped_commands()})
     assert script.splitlines() == [":  # skipped", "longrange demo"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("```\nlongrange demo\n```\n", r"page.md:1: a code block without a language; write ```text"),
-    ("```ini\n[a]\n```\n", r"page.md:1: code blocks in 'ini' are not known"),
-    ("<!-- docs-test: skip (why) -->\nsome text\n```bash\nls\n```\n", r"page.md:1: a docs-test directive must be right above"),
-    ("text\n<!-- docs-test: skip (why) -->\n", r"page.md:2: a docs-test directive must be right above"),
-    ("<!-- docs-test: skip -->\n```bash\nls\n```\n", r"page.md:1: a docs-test skip needs its reason in parentheses"),
-    ("<!-- docs-test: slow -->\n```bash\nls\n```\n", r"page.md:1: a docs-test slow needs its reason"),
-    ("<!-- docs-test: skip \"pip\" (why) -->\n```bash\nls\n```\n", r"page.md:1: skip 'pip' matches no command"),
-    ("<!-- docs-test: skip (why) -->\n```text\nout\n```\n", r"page.md:2: a docs-test directive above a ```text block"),
-    ("<!-- docs-test: sometimes (why) -->\n```bash\nls\n```\n", r"page.md:1: unknown docs-test directive 'sometimes'"),
-    ("<!-- docs-test: timeout soon -->\n```bash\nls\n```\n", r"page.md:1: docs-test timeout takes a number"),
-    ("<!-- docs-test: env A -->\n```bash\nls\n```\n", r"page.md:1: docs-test env takes NAME=VALUE"),
-    ("<!-- docs-test: setup longrange demo -->\n```bash\nls\n```\n", r"page.md:1: docs-test setup takes one command"),
-    ("text <!-- docs-test: skip (why) -->, `<!-- docs-test: quoted -->`\n", r"page.md:1: a docs-test comment must stand alone"),
-    ("```console\nonly output\n```\n", r"page.md:1: a console block without a `\$ ` command"),
-    ("```bash\nls\n", r"page.md:1: the code block is never closed"),
-    ("<!-- docs-test: fails -->\n```bash\nls\n```\n", r"page.md:1: docs-test fails takes only its reason"),
-    ("<!-- docs-test: fails (why) -->\n```python\n1\n```\n", r"page.md:2: docs-test fails is for shell blocks"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("```\nlongrange demo\n```\n", r"page.md:1: a code block without a language; write ```text"),
+        ("```ini\n[a]\n```\n", r"page.md:1: code blocks in 'ini' are not known"),
+        (
+            "<!-- docs-test: skip (why) -->\nsome text\n```bash\nls\n```\n",
+            r"page.md:1: a docs-test directive must be right above",
+        ),
+        ("text\n<!-- docs-test: skip (why) -->\n", r"page.md:2: a docs-test directive must be right above"),
+        (
+            "<!-- docs-test: skip -->\n```bash\nls\n```\n",
+            r"page.md:1: a docs-test skip needs its reason in parentheses",
+        ),
+        ("<!-- docs-test: slow -->\n```bash\nls\n```\n", r"page.md:1: a docs-test slow needs its reason"),
+        ('<!-- docs-test: skip "pip" (why) -->\n```bash\nls\n```\n', r"page.md:1: skip 'pip' matches no command"),
+        (
+            "<!-- docs-test: skip (why) -->\n```text\nout\n```\n",
+            r"page.md:2: a docs-test directive above a ```text block",
+        ),
+        (
+            "<!-- docs-test: sometimes (why) -->\n```bash\nls\n```\n",
+            r"page.md:1: unknown docs-test directive 'sometimes'",
+        ),
+        ("<!-- docs-test: timeout soon -->\n```bash\nls\n```\n", r"page.md:1: docs-test timeout takes a number"),
+        ("<!-- docs-test: env A -->\n```bash\nls\n```\n", r"page.md:1: docs-test env takes NAME=VALUE"),
+        (
+            "<!-- docs-test: setup longrange demo -->\n```bash\nls\n```\n",
+            r"page.md:1: docs-test setup takes one command",
+        ),
+        (
+            "text <!-- docs-test: skip (why) -->, `<!-- docs-test: quoted -->`\n",
+            r"page.md:1: a docs-test comment must stand alone",
+        ),
+        ("```console\nonly output\n```\n", r"page.md:1: a console block without a `\$ ` command"),
+        ("```bash\nls\n", r"page.md:1: the code block is never closed"),
+        ("<!-- docs-test: fails -->\n```bash\nls\n```\n", r"page.md:1: docs-test fails takes only its reason"),
+        ("<!-- docs-test: fails (why) -->\n```python\n1\n```\n", r"page.md:2: docs-test fails is for shell blocks"),
+    ],
+)
 def test_a_page_that_cannot_be_read_is_an_error_naming_the_line(tmp_path, text, message):
     (tmp_path / "page.md").write_text(text)
     with pytest.raises(D.DocsError, match=message):
@@ -263,8 +306,11 @@ def _page(tmp_path, text, pages=None):
 
 
 def test_shell_blocks_share_variables_and_directory_and_a_failure_names_its_line(tmp_path):
-    blocks, page = _page(tmp_path, "```bash\nexport A=1\nmkdir sub && cd sub\n```\n\n"
-                                   "```bash\ntest \"$A\" = 1\ntest \"$(basename \"$PWD\")\" = sub\nfalse\necho after\n```\n")
+    blocks, page = _page(
+        tmp_path,
+        "```bash\nexport A=1\nmkdir sub && cd sub\n```\n\n"
+        '```bash\ntest "$A" = 1\ntest "$(basename "$PWD")" = sub\nfalse\necho after\n```\n',
+    )
     first = page.run(blocks[0])
     assert first.status == 0 and page.cwd == tmp_path / "work" / "sub" and page.env["A"] == "1"
     second = page.run(blocks[1])
@@ -274,19 +320,28 @@ def test_shell_blocks_share_variables_and_directory_and_a_failure_names_its_line
 def test_a_block_that_shows_an_error_must_fail_as_shown(tmp_path):
     """``fails``: each command must exit non-zero, and a console block's output must be what it printed
     (its line breaks and numbers aside)."""
-    error = "import sys; print('error: needs about 23.5 KiB per sequence of length 32, more than the budget'); sys.exit(1)"
-    blocks, page = _page(tmp_path, (
-        "<!-- docs-test: fails (a budget too small) -->\n```console\n"
-        f"$ python -c \"{error}\"\nerror: needs about 7.1 KiB per sequence of\nlength 128, more than the budget\n```\n\n"
-        "<!-- docs-test: fails (a budget too small) -->\n```console\n"
-        f"$ python -c \"{error}\"\nerror: needs about 7.1 KiB per token\n```\n\n"
-        "<!-- docs-test: fails (a missing file) -->\n```bash\nls no-such-file\ntrue\necho after\n```\n"))
+    error = (
+        "import sys; print('error: needs about 23.5 KiB per sequence of length 32, more than the budget'); sys.exit(1)"
+    )
+    blocks, page = _page(
+        tmp_path,
+        (
+            "<!-- docs-test: fails (a budget too small) -->\n```console\n"
+            f'$ python -c "{error}"\nerror: needs about 7.1 KiB per sequence of\nlength 128, more than the budget\n```\n\n'
+            "<!-- docs-test: fails (a budget too small) -->\n```console\n"
+            f'$ python -c "{error}"\nerror: needs about 7.1 KiB per token\n```\n\n'
+            "<!-- docs-test: fails (a missing file) -->\n```bash\nls no-such-file\ntrue\necho after\n```\n"
+        ),
+    )
     assert blocks[0].shown_outputs() == ["error: needs about 7.1 KiB per sequence of\nlength 128, more than the budget"]
     assert page.run(blocks[0]).status == 0  # failed, and said what the page shows
     other = page.run(blocks[1])
     assert other.status == 1 and "shows an output that the command did not print" in other.output
     succeeded = page.run(blocks[2])  # `true` succeeds: the block fails there
-    assert (succeeded.status, succeeded.line) == (1, 17) and "succeeded, but the page shows it failing: true" in succeeded.output
+    assert (succeeded.status, succeeded.line) == (
+        1,
+        17,
+    ) and "succeeded, but the page shows it failing: true" in succeeded.output
     assert "after" not in succeeded.output
 
 
@@ -297,13 +352,19 @@ def test_a_block_past_its_timeout_is_stopped(tmp_path):
 
 
 def test_python_and_yaml_blocks(tmp_path, pages):
-    blocks, page = _page(tmp_path, "```python\n# tool.py\nimport sys\nprint('ran', sys.argv[0])\n```\n\n"
-                                   "```yaml\n# my.yaml\ntrain: {lr: 0.01}\n```\n\n"
-                                   "```yaml\ntrain: {lr: -1}\n```\n\n"
-                                   "```yaml\nnot: [an, experiment]\n```\n", pages)
+    blocks, page = _page(
+        tmp_path,
+        "```python\n# tool.py\nimport sys\nprint('ran', sys.argv[0])\n```\n\n"
+        "```yaml\n# my.yaml\ntrain: {lr: 0.01}\n```\n\n"
+        "```yaml\ntrain: {lr: -1}\n```\n\n"
+        "```yaml\nnot: [an, experiment]\n```\n",
+        pages,
+    )
     ran = page.run(blocks[0])
     assert ran.status == 0 and "ran tool.py" in ran.output and (page.workdir / "tool.py").is_file()
-    assert page.run(blocks[1]).status == 0 and (page.workdir / "my.yaml").read_text() == "# my.yaml\ntrain: {lr: 0.01}\n"
+    assert (
+        page.run(blocks[1]).status == 0 and (page.workdir / "my.yaml").read_text() == "# my.yaml\ntrain: {lr: 0.01}\n"
+    )
     bad = page.run(blocks[2])
     assert bad.status == 1 and "train.lr must be a positive number" in bad.output
     assert page.run(blocks[3]).status == 0

@@ -4,6 +4,7 @@
 The code is taken from the page's code blocks (each starts with a comment naming its file), so
 the page cannot drift from what works.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,7 +37,9 @@ def page_commands() -> list[list[str]]:
     """The ``longrange ...`` commands of the page's bash block that sets LONGRANGE_PLUGINS."""
     for block in re.findall(r"```bash\n(.*?)```", PAGE.read_text(), re.S):
         if "LONGRANGE_PLUGINS" in block:
-            return [shlex.split(line, comments=True)[1:] for line in block.splitlines() if line.startswith("longrange ")]
+            return [
+                shlex.split(line, comments=True)[1:] for line in block.splitlines() if line.startswith("longrange ")
+            ]
     raise AssertionError("docs/extending.md has no bash block setting LONGRANGE_PLUGINS")
 
 
@@ -48,8 +51,13 @@ def plugin_dir(tmp_path, monkeypatch):
     from longrange.layers import PRIMITIVES
 
     files = page_files()
-    assert set(files) >= {"mymodels/moving_average.py", "mymodels/recent_sum.py", "train_moving_average.py", "my_experiment.yaml",
-                          "my_hybrid.yaml"}
+    assert set(files) >= {
+        "mymodels/moving_average.py",
+        "mymodels/recent_sum.py",
+        "train_moving_average.py",
+        "my_experiment.yaml",
+        "my_hybrid.yaml",
+    }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -93,18 +101,32 @@ def test_the_primitive_steps_as_it_runs_and_its_options_are_checked(plugin_dir):
     mask = torch.arange(9) < torch.tensor([[9], [5]])
     torch.testing.assert_close(layer(x, mask)[1, :5], layer(x[1:, :5])[0])
 
-    with pytest.raises(ConfigError, match=r"unknown option 'widht' for primitive 'moving-average' \(did you mean 'width'\?\); valid options: width"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown option 'widht' for primitive 'moving-average' \(did you mean 'width'\?\); valid options: width",
+    ):
         make_primitive("moving-average", 6, widht=3)
     with pytest.raises(ConfigError, match="moving-average: width must be a positive integer"):
         make_primitive("moving-average", 6, width=0)
     with pytest.raises(ConfigError, match="primitive 'moving-average' has no bidirectional mode"):
-        build_model(ModelConfig(block="simple", primitive="moving-average", direction="bidirectional"),
-                    input_kind="numeric", head="classify", n_out=2)
+        build_model(
+            ModelConfig(block="simple", primitive="moving-average", direction="bidirectional"),
+            input_kind="numeric",
+            head="classify",
+            n_out=2,
+        )
     with pytest.raises(ConfigError, match=r"unknown primitive 'moving-averag' \(did you mean 'moving-average'\?\)"):
         make_primitive("moving-averag", 6)
     # in a Mamba block, the block supplies the reverse direction and RoPE
-    cfg = ModelConfig(block="mamba", primitive="moving-average", direction="bidirectional", rope=True,
-                      n_layers=1, d_model=8, primitive_options={"width": 2})
+    cfg = ModelConfig(
+        block="mamba",
+        primitive="moving-average",
+        direction="bidirectional",
+        rope=True,
+        n_layers=1,
+        d_model=8,
+        primitive_options={"width": 2},
+    )
     model = build_model(cfg, input_kind="numeric", head="classify", n_out=2)
     assert [type(m).__name__ for m in model.backbone.mixers()] == ["MovingAverage", "MovingAverage"]
     assert model(torch.randn(2, 5, 1)).shape == (2, 2)

@@ -1,4 +1,5 @@
 """``longrange info``: the table and the command."""
+
 from __future__ import annotations
 
 import json
@@ -17,19 +18,31 @@ def test_info_table_names_versions_devices_and_dispatch():
     assert table["versions"]["torch"] == torch.__version__
     for name in ("longrange", "numba", "triton", "CUDA (torch build)"):
         assert name in table["versions"]
-    assert set(table["optional"]) >= {"mamba_ssm", "causal_conv1d", "pykeops", "scan_triton", "scan_numba", "conv_numba",
-                                      "ssm_kernels_numba", "ssm_kernels_triton"}
+    assert set(table["optional"]) >= {
+        "mamba_ssm",
+        "causal_conv1d",
+        "pykeops",
+        "scan_triton",
+        "scan_numba",
+        "conv_numba",
+        "ssm_kernels_numba",
+        "ssm_kernels_triton",
+    }
     for st in table["optional"].values():
         assert isinstance(st["usable"], bool) and (st["usable"] or st["reason"])
     names = [d["device"] for d in table["devices"]]
     assert names[0] == "cpu" and (len(names) > 1) == torch.cuda.is_available()
     assert set(table["dispatch"]) == set(names)
-    for device, ops in table["dispatch"].items():
+    for ops in table["dispatch"].values():
         assert set(ops) == {*DISPATCHERS, "fft_conv"}  # every registered op: at least these
         assert set(ops) >= {"selective_scan", "causal_conv1d", "vandermonde", "cauchy", "complex_diag_scan", "fft_conv"}
     cpu = table["dispatch"]["cpu"]
     assert cpu["selective_scan"] == scan.auto_impl("cpu")
-    assert cpu["causal_conv1d"].split(" ")[0] == conv.auto_impl("cpu") == ("numba" if conv_numba.numba_available() else "torch")
+    assert (
+        cpu["causal_conv1d"].split(" ")[0]
+        == conv.auto_impl("cpu")
+        == ("numba" if conv_numba.numba_available() else "torch")
+    )
     assert cpu["cauchy"] == ssm_kernels.auto_impl("cauchy", "cpu") == ssm_kernels.cauchy_impl("cpu")
     assert cpu["vandermonde"] == ssm_kernels.auto_impl("vandermonde", "cpu")
     assert cpu["complex_diag_scan"] == "loop (steps within chunks)" and complex_scan.auto_impl("cpu") == "loop"
@@ -51,7 +64,10 @@ def test_dispatch_on_cuda_follows_the_ops_own_choice():
     assert ops["selective_scan"].split(" ")[0] == scan.auto_impl("cuda")
     assert ops["causal_conv1d"].split(" ")[0] == conv.auto_impl("cuda")
     assert ops["cauchy"] == ssm_kernels.auto_impl("cauchy", "cuda")
-    assert ops["complex_diag_scan"] == "chunk (matrix products within chunks)" and complex_scan.auto_impl("cuda") == "chunk"
+    assert (
+        ops["complex_diag_scan"] == "chunk (matrix products within chunks)"
+        and complex_scan.auto_impl("cuda") == "chunk"
+    )
 
 
 def test_info_command(capsys):

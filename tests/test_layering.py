@@ -9,6 +9,7 @@ import is still a dependency). The single modules at the package's root (``error
 modules (those of ``longrange.cli.COMMAND_MODULES``, any ``cli.py``, ``*_cli.py``, ``__main__.py``)
 and the demo sit at the top, whatever package holds them: they wire everything together.
 """
+
 from __future__ import annotations
 
 import ast
@@ -67,7 +68,12 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "longrange"]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "longrange":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] == "longrange"
+        ):
             if node.module == "longrange":
                 out += [(node.lineno, f"longrange.{a.name}") for a in node.names if a.name != "__version__"]
             else:
@@ -222,8 +228,17 @@ RUN_DIR_MODULE = "longrange.train.rundir.layout"
 def run_dir_file_names() -> list[str]:
     from longrange.train.rundir import layout
 
-    return [layout.CONFIG_FILE, layout.SUMMARY_FILE, layout.METRICS_FILE, layout.FAILED_FILE, layout.LOG_FILE,
-            layout.LOCK_FILE, layout.LAST_CHECKPOINT, layout.BEST_WEIGHTS, "best.pt"]
+    return [
+        layout.CONFIG_FILE,
+        layout.SUMMARY_FILE,
+        layout.METRICS_FILE,
+        layout.FAILED_FILE,
+        layout.LOG_FILE,
+        layout.LOCK_FILE,
+        layout.LAST_CHECKPOINT,
+        layout.BEST_WEIGHTS,
+        "best.pt",
+    ]
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -261,7 +276,11 @@ def test_run_directory_file_names_are_spelled_only_by_the_run_directory_module()
 def test_the_check_sees_a_file_name_spelled_elsewhere(tmp_path):
     pkg = tmp_path / "longrange"
     (pkg / "report").mkdir(parents=True)
-    (pkg / "report" / "x.py").write_text('"""Reads summary.json (a docstring may name it)."""\n'
-                                         'def f(d):\n    return d / "summary.json", f"{d}/.lock", "my.lock"\n')
+    (pkg / "report" / "x.py").write_text(
+        '"""Reads summary.json (a docstring may name it)."""\n'
+        'def f(d):\n    return d / "summary.json", f"{d}/.lock", "my.lock"\n'
+    )
     assert file_name_literals(pkg, run_dir_file_names()) == [
-        "longrange/report/x.py:3: summary.json", "longrange/report/x.py:3: .lock"]
+        "longrange/report/x.py:3: summary.json",
+        "longrange/report/x.py:3: .lock",
+    ]

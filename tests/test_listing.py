@@ -1,5 +1,6 @@
 """``longrange list``: what is registered, with options and defaults; plugins found through
 entry points; "did you mean" on unknown names."""
+
 from __future__ import annotations
 
 import io
@@ -48,7 +49,9 @@ def test_unknown_names_suggest_the_closest():
         listing("primitives", "glaa")
     with pytest.raises(ValueError, match=r"did you mean 'gla'"):
         listing("ops", "glx")
-    with pytest.raises(ValueError, match=r"no dispatcher for the op 'complex_scan'; did you mean 'complex_diag_scan'\?"):
+    with pytest.raises(
+        ValueError, match=r"no dispatcher for the op 'complex_scan'; did you mean 'complex_diag_scan'\?"
+    ):
         listing("ops", "complex_scan")
     with pytest.raises(ConfigError, match=r"model.primitive = 's4dd' .* \(did you mean 's4d' or 's4'\?\)"):
         ModelConfig(primitive="s4dd")
@@ -65,14 +68,19 @@ def test_the_command_prints_it():
         assert cli_main(["list", "ops", "complex_diag_scan"]) == 0
     lines = out.getvalue().splitlines()
     assert lines[1].startswith("  complex_diag_scan: chunk, loop, ref (auto on ")
-    assert "      chunk: runs on cpu" in lines[2] and "      ref: runs on cpu" in lines[4] and "(loop over time)" in lines[4]
+    assert (
+        "      chunk: runs on cpu" in lines[2]
+        and "      ref: runs on cpu" in lines[4]
+        and "(loop over time)" in lines[4]
+    )
 
 
 def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path, monkeypatch):
     """A package that declares a ``longrange-plugins`` entry point is imported at the first lookup,
     without LONGRANGE_PLUGINS: installed once, found by every command."""
     (tmp_path / "lr_entry_plugin").mkdir()
-    (tmp_path / "lr_entry_plugin" / "__init__.py").write_text(textwrap.dedent('''
+    (tmp_path / "lr_entry_plugin" / "__init__.py").write_text(
+        textwrap.dedent('''
         from longrange.layers import SequencePrimitive, register_primitive
 
         @register_primitive("entry-point-identity")
@@ -84,7 +92,8 @@ def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path, monkeypa
 
             def forward(self, x, mask=None):
                 return x * self.gain
-    '''))
+    ''')
+    )
     dist = tmp_path / "lr_entry_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lr-entry-plugin\nVersion: 0.1\n")

@@ -13,6 +13,7 @@ model needs) by the entry point alone. The compare is the README's study command
 budget its words allow: one seed, one label count, a tiny width and a few steps (overrides in a
 ``--config`` file, as the study's ``tiny.yaml``).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,9 @@ def entry_point_of_the_page() -> tuple[str, str, str]:
 
 
 def longrange(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "longrange", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "longrange", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, f"longrange {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -88,9 +90,24 @@ def test_a_plugin_compared_and_then_predicting_on_new_inputs(tmp_path):
     # 2. one comparison: the plugin against S4D and the Transformer, matched in parameters
     (tmp_path / "my_model.yaml").write_text(MY_MODEL)
     (tmp_path / "tiny.yaml").write_text(TINY)
-    done = longrange(["compare", "--preset", "demo/recall/transformer", "--preset", "demo/recall/s4d",
-                      "--preset", "my_model.yaml", "--config", "tiny.yaml", "--match-params", "--out", "runs/study"],
-                     tmp_path, env)
+    done = longrange(
+        [
+            "compare",
+            "--preset",
+            "demo/recall/transformer",
+            "--preset",
+            "demo/recall/s4d",
+            "--preset",
+            "my_model.yaml",
+            "--config",
+            "tiny.yaml",
+            "--match-params",
+            "--out",
+            "runs/study",
+        ],
+        tmp_path,
+        env,
+    )
     for row in ("Moving average", "Moving average + causal SPT (all inputs)", "S4D", "Transformer"):
         assert f"| {row} |" in done.stdout
     assert "matched to Transformer: Moving average: model.d_model 16 -> " in done.stdout + done.stderr
@@ -103,8 +120,20 @@ def test_a_plugin_compared_and_then_predicting_on_new_inputs(tmp_path):
     documented = json.loads(page_block(INFERENCE, '{"id": "r1"'))
     other = {"id": "r2", "tokens": [5, 16, 9, 27, 11, 19, 13, 22] + [0] * 15 + [9], "answers": [27]}
     (tmp_path / "new.jsonl").write_text(json.dumps(documented) + "\n" + json.dumps(other) + "\n")
-    done = longrange(["predict", str(run.relative_to(tmp_path)), "--input", "new.jsonl", "--output", "predictions.tsv", "--device", "cpu"],
-                     tmp_path, env)
+    done = longrange(
+        [
+            "predict",
+            str(run.relative_to(tmp_path)),
+            "--input",
+            "new.jsonl",
+            "--output",
+            "predictions.tsv",
+            "--device",
+            "cpu",
+        ],
+        tmp_path,
+        env,
+    )
     lines = (tmp_path / "predictions.tsv").read_text().splitlines()
     assert lines[0] == "id\tprediction\ttarget"
     rows = [line.split("\t") for line in lines[1:]]

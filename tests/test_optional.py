@@ -1,6 +1,7 @@
 """Optional kernels are reported only when their compiled part imports; otherwise the next-best
 implementation runs. Fake packages (modules in sys.modules, files on sys.path) stand in for
 mamba-ssm, causal-conv1d and pykeops."""
+
 from __future__ import annotations
 
 import importlib
@@ -16,8 +17,14 @@ from longrange.ops.conv import numba as conv_numba
 from longrange.ops.scan import dispatch as scan_mod
 
 FAKE_NAMES = (
-    "mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.selective_scan_interface", "selective_scan_cuda",
-    "causal_conv1d", "causal_conv1d_cuda", "pykeops", "pykeops.torch",
+    "mamba_ssm",
+    "mamba_ssm.ops",
+    "mamba_ssm.ops.selective_scan_interface",
+    "selective_scan_cuda",
+    "causal_conv1d",
+    "causal_conv1d_cuda",
+    "pykeops",
+    "pykeops.torch",
 )
 
 
@@ -83,7 +90,9 @@ def test_mamba_wrapper_without_extension_is_not_used(fake_packages):
     assert scan_mod.auto_impl("cuda") == _next_best_on_cuda()
     assert scan_mod.auto_impl("cpu") in ("numba", "chunked")
     u = torch.randn(1, 2, 3)
-    with pytest.raises(RuntimeError, match="impl='cuda' needs mamba_ssm with its compiled extension selective_scan_cuda"):
+    with pytest.raises(
+        RuntimeError, match="impl='cuda' needs mamba_ssm with its compiled extension selective_scan_cuda"
+    ):
         scan_mod.selective_scan(u, u, -torch.ones(2, 1), torch.randn(1, 1, 3), torch.randn(1, 1, 3), impl="cuda")
 
 

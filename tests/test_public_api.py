@@ -1,5 +1,6 @@
 """The public namespaces: every package's ``__all__`` resolves, and every ``longrange`` name that
 README.md and docs/*.md use exists (code blocks and inline mentions), so docs and exports cannot drift."""
+
 from __future__ import annotations
 
 import ast
@@ -78,10 +79,18 @@ def test_every_longrange_name_in_the_docs_exists(doc):
 
 
 def test_the_scan_finds_names_and_misses():
-    text = "Use `longrange.data.load_task(name)`.\n```python\nfrom longrange.models import (\n    ModelConfig,\n)\n```\n" \
-           "and from longrange.ops import fft_conv, nothing_here"
-    assert names_used_in(text) == {"longrange.data.load_task", "longrange.models.ModelConfig", "longrange.ops.fft_conv",
-                                   "longrange.ops.nothing_here", "longrange.models", "longrange.ops"}
+    text = (
+        "Use `longrange.data.load_task(name)`.\n```python\nfrom longrange.models import (\n    ModelConfig,\n)\n```\n"
+        "and from longrange.ops import fft_conv, nothing_here"
+    )
+    assert names_used_in(text) == {
+        "longrange.data.load_task",
+        "longrange.models.ModelConfig",
+        "longrange.ops.fft_conv",
+        "longrange.ops.nothing_here",
+        "longrange.models",
+        "longrange.ops",
+    }
     with pytest.raises(AttributeError):
         resolve("longrange.ops.nothing_here")
     assert resolve("longrange.data.load_task").__name__ == "load_task"

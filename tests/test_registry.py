@@ -1,4 +1,5 @@
 """The registries of the extension points: lookups, option checks before construction, plugins."""
+
 from __future__ import annotations
 
 import inspect
@@ -32,21 +33,54 @@ def make_registry() -> Registry:
 
 
 def test_builtin_names():
-    assert primitive_names() == list(PRIMITIVES) == ["attention", "deltanet", "dlr", "gated-deltanet", "gla", "h3",
-                                                     "hyena", "lru", "mamba2", "mamba3", "s4", "s4d", "s6"]
+    assert (
+        primitive_names()
+        == list(PRIMITIVES)
+        == [
+            "attention",
+            "deltanet",
+            "dlr",
+            "gated-deltanet",
+            "gla",
+            "h3",
+            "hyena",
+            "lru",
+            "mamba2",
+            "mamba3",
+            "s4",
+            "s4d",
+            "s6",
+        ]
+    )
     assert block_names() == list(BLOCKS) == ["hf", "mamba", "residual", "simple", "transformer"]
     assert head_names() == ["classify", "regress", "retrieval", "tokens"]
     assert OBJECTIVES.names() == ["causal", "classification", "masked", "positions", "regression"]
-    assert {"listops", "text", "retrieval", "image", "pathfinder", "bidmc-hr", "species", "selective-copying",
-            "induction-heads", "mqar", "associative-recall"} <= set(TASKS)
+    assert {
+        "listops",
+        "text",
+        "retrieval",
+        "image",
+        "pathfinder",
+        "bidmc-hr",
+        "species",
+        "selective-copying",
+        "induction-heads",
+        "mqar",
+        "associative-recall",
+    } <= set(TASKS)
     assert "s4d" in PRIMITIVES and "s5" not in PRIMITIVES
 
 
 def test_unknown_names_suggest_the_closest_and_list_the_known():
     reg = make_registry()
-    with pytest.raises(ConfigError, match=r"unknown widget 'widgte' \(did you mean 'widget'\?\); known widgets: widget"):
+    with pytest.raises(
+        ConfigError, match=r"unknown widget 'widgte' \(did you mean 'widget'\?\); known widgets: widget"
+    ):
         reg.get("widgte")
-    with pytest.raises(ConfigError, match=r"unknown primitive 's4dd' \(did you mean 's4d'.*known primitives: attention, deltanet, dlr, gated-deltanet, gla, h3, hyena, lru, mamba2, mamba3, s4, s4d, s6"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown primitive 's4dd' \(did you mean 's4d'.*known primitives: attention, deltanet, dlr, gated-deltanet, gla, h3, hyena, lru, mamba2, mamba3, s4, s4d, s6",
+    ):
         make_primitive("s4dd", 8)
     with pytest.raises(ConfigError, match=r"unknown block 'mambo' \(did you mean 'mamba'\?\)"):
         BLOCKS.get("mambo")
@@ -61,7 +95,10 @@ def test_build_checks_options_against_the_signature_before_construction():
     w = reg.build("widget", 3, colour="red")
     assert (w.size, w.colour, w.shine) == (3, "red", 0.5)
     assert reg.options("widget", 1) == {"colour": inspect.Parameter.empty, "shine": 0.5, "depth": 1}
-    with pytest.raises(ConfigError, match=r"unknown option 'shin' for widget 'widget' \(did you mean 'shine'\?\); valid options: colour, depth, shine"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown option 'shin' for widget 'widget' \(did you mean 'shine'\?\); valid options: colour, depth, shine",
+    ):
         reg.build("widget", 3, colour="red", shin=1.0)
     with pytest.raises(ConfigError, match=r"widget 'widget' needs the option\(s\) colour"):
         reg.build("widget", 3)
@@ -101,17 +138,32 @@ def test_registering_twice():
 
 def test_model_settings_are_not_options():
     cfg = dict(block="simple", n_layers=1, d_model=8, d_state=4)
-    with pytest.raises(ConfigError, match=r"model.primitive_options: 'd_state' of primitive 's4d' is set by model.d_state"):
-        build_model(ModelConfig(primitive="s4d", primitive_options={"d_state": 8}, **cfg), input_kind="numeric", head="classify", n_out=2)
+    with pytest.raises(
+        ConfigError, match=r"model.primitive_options: 'd_state' of primitive 's4d' is set by model.d_state"
+    ):
+        build_model(
+            ModelConfig(primitive="s4d", primitive_options={"d_state": 8}, **cfg),
+            input_kind="numeric",
+            head="classify",
+            n_out=2,
+        )
     with pytest.raises(ConfigError, match=r"'block_size' of primitive 'attention' is set by model.attn_block_size"):
-        build_model(ModelConfig(primitive="attention", n_heads=2, primitive_options={"block_size": 2}, **cfg),
-                    input_kind="numeric", head="classify", n_out=2)
+        build_model(
+            ModelConfig(primitive="attention", n_heads=2, primitive_options={"block_size": 2}, **cfg),
+            input_kind="numeric",
+            head="classify",
+            n_out=2,
+        )
     # the renamed S6 option is unknown, with its successor listed
     with pytest.raises(ConfigError, match=r"unknown option 'use_fast_path' for primitive 's6'.*scan_impl"):
         make_primitive("s6", 8, d_state=4, use_fast_path=False)
     # Mamba's dt_rank is a default that an option may override
-    model = build_model(ModelConfig(block="mamba", primitive="s6", n_layers=1, d_model=8, d_state=4, primitive_options={"dt_rank": 3}),
-                        input_kind="numeric", head="classify", n_out=2)
+    model = build_model(
+        ModelConfig(block="mamba", primitive="s6", n_layers=1, d_model=8, d_state=4, primitive_options={"dt_rank": 3}),
+        input_kind="numeric",
+        head="classify",
+        n_out=2,
+    )
     assert model.backbone.mixers()[0].dt_rank == 3
 
 
@@ -163,7 +215,9 @@ def test_plugins_named_in_the_environment_are_imported_at_the_first_lookup(tmp_p
         x = torch.randn(2, 3, 4)
         assert torch.equal(layer(x), x)
         monkeypatch.setenv(PLUGINS_ENV, "my_longrange_plugin,no_such_longrange_plugin")
-        with pytest.raises(ConfigError, match=f"{PLUGINS_ENV} names the module 'no_such_longrange_plugin', which cannot be found"):
+        with pytest.raises(
+            ConfigError, match=f"{PLUGINS_ENV} names the module 'no_such_longrange_plugin', which cannot be found"
+        ):
             PRIMITIVES.names()
     finally:
         PRIMITIVES.unregister("plugin-identity")

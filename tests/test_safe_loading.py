@@ -1,4 +1,5 @@
 """No source file deserialises with a loader that could run code (docs/reliability.md's audit)."""
+
 from __future__ import annotations
 
 import re
@@ -39,11 +40,21 @@ def _flagged(line: str) -> list[str]:
 
 
 def test_the_audit_flags_each_unsafe_loader_and_passes_the_safe_ones():
-    unsafe = ["data = pickle.load(f)", "torch.load(p, weights_only=False)", "np.load(p, allow_pickle=True)",
-              "yaml.load(f.read())", "yaml.load(f, Loader=yaml.Loader)", "yaml.unsafe_load(text)",
-              "yaml.full_load(text)"]
-    safe = ["yaml.load(self.config.read_text(), Loader=YAML_LOADER)", "yaml.safe_load(text)",
-            "torch.load(p, map_location='cpu', weights_only=True)", "np.load(p, allow_pickle=False)",
-            "x = 1  # pickle.load(f) in a comment"]
+    unsafe = [
+        "data = pickle.load(f)",
+        "torch.load(p, weights_only=False)",
+        "np.load(p, allow_pickle=True)",
+        "yaml.load(f.read())",
+        "yaml.load(f, Loader=yaml.Loader)",
+        "yaml.unsafe_load(text)",
+        "yaml.full_load(text)",
+    ]
+    safe = [
+        "yaml.load(self.config.read_text(), Loader=YAML_LOADER)",
+        "yaml.safe_load(text)",
+        "torch.load(p, map_location='cpu', weights_only=True)",
+        "np.load(p, allow_pickle=False)",
+        "x = 1  # pickle.load(f) in a comment",
+    ]
     assert all(_flagged(line) for line in unsafe), [line for line in unsafe if not _flagged(line)]
     assert not any(_flagged(line) for line in safe), [line for line in safe if _flagged(line)]

@@ -1,5 +1,6 @@
 """LONGRANGE_SMOKE=1 (``longrange.smoke``): the same commands with less work, and a smoke run never
 passes for a real one."""
+
 from __future__ import annotations
 
 import pytest
@@ -45,13 +46,30 @@ def test_off_nothing_changes(monkeypatch):
 
 def test_the_caps(on, capsys):
     assert smoke.train_changes({"max_steps": 0, "batch_size": 512, "grad_accum": 4, "eval_batch_size": 0}) == {
-        "max_steps": smoke.MAX_STEPS, "batch_size": smoke.MAX_BATCH, "grad_accum": 1, "eval_batch_size": smoke.MAX_EVAL}
-    assert smoke.train_changes({"max_steps": 1, "batch_size": 4, "grad_accum": 2,  # already small
-                                "eval_batch_size": smoke.MAX_EVAL}) == {}
-    assert smoke.seeds([3, 4, 5]) == [3][:smoke.MAX_SEEDS]
+        "max_steps": smoke.MAX_STEPS,
+        "batch_size": smoke.MAX_BATCH,
+        "grad_accum": 1,
+        "eval_batch_size": smoke.MAX_EVAL,
+    }
+    assert (
+        smoke.train_changes(
+            {
+                "max_steps": 1,
+                "batch_size": 4,
+                "grad_accum": 2,  # already small
+                "eval_batch_size": smoke.MAX_EVAL,
+            }
+        )
+        == {}
+    )
+    assert smoke.seeds([3, 4, 5]) == [3][: smoke.MAX_SEEDS]
     assert smoke.eval_size(5000) == smoke.MAX_EVAL and smoke.eval_size(10) == 10
     assert smoke.generated_sizes({"n_train": 96000, "n_val": 10, "n_samples": 1000, "min_length": 500}) == {
-        "n_train": smoke.MAX_GENERATED_TRAIN, "n_val": 10, "n_samples": smoke.MAX_GENERATED_IMAGES, "min_length": 500}
+        "n_train": smoke.MAX_GENERATED_TRAIN,
+        "n_val": 10,
+        "n_samples": smoke.MAX_GENERATED_IMAGES,
+        "min_length": 500,
+    }
     assert smoke.ENV in capsys.readouterr().err  # said on standard error
 
 
@@ -59,7 +77,11 @@ def test_a_stage_trains_a_few_small_steps_and_the_matched_stage_keeps_its_length
     exp = resolve("demo/dlr", overrides=["train.grad_accum=2"])
     train = resolve_stage(exp, "train").train
     assert (train.max_steps, train.batch_size, train.grad_accum, train.eval_batch_size) == (
-        smoke.MAX_STEPS, smoke.MAX_BATCH, 1, smoke.MAX_EVAL)
+        smoke.MAX_STEPS,
+        smoke.MAX_BATCH,
+        1,
+        smoke.MAX_EVAL,
+    )
     pre = resolve_stage(exp, "pretrain", objective="masked").train
     assert (pre.max_steps, pre.batch_size) == (smoke.MAX_STEPS, smoke.MAX_BATCH)
     matched = resolve_stage(exp, "train", max_steps=2 * smoke.MAX_STEPS).train
@@ -76,16 +98,25 @@ def test_a_smoke_stage_has_another_fingerprint(monkeypatch, tmp_path):
     assert shrunk["data"]["generated"] != real["data"]["generated"]  # smaller generated data, its own directory
     # even at the settings smoke mode would give, the shortened evaluation splits tell the runs apart
     monkeypatch.delenv(smoke.ENV, raising=False)
-    small = resolve_stage(resolve("demo/dlr", overrides=[f"task.data_dir={tmp_path}", f"train.max_steps={smoke.MAX_STEPS}",
-                                                         f"train.batch_size={smoke.MAX_BATCH}",
-                                                         f"train.eval_batch_size={smoke.MAX_EVAL}"]), "train").config()
+    small = resolve_stage(
+        resolve(
+            "demo/dlr",
+            overrides=[
+                f"task.data_dir={tmp_path}",
+                f"train.max_steps={smoke.MAX_STEPS}",
+                f"train.batch_size={smoke.MAX_BATCH}",
+                f"train.eval_batch_size={smoke.MAX_EVAL}",
+            ],
+        ),
+        "train",
+    ).config()
     assert small["train"] == shrunk["train"] and small["data"] != shrunk["data"]
 
 
 def test_a_comparison_runs_the_first_seeds(on):
     plan = plan_grid([resolve("demo/dlr")], seeds=[4, 5, 6])
-    assert sorted({s.seed for s in plan.stages}) == [4, 5, 6][:smoke.MAX_SEEDS]
-    assert sorted({s.seed for s in plan_grid([resolve("demo/dlr")]).stages}) == [0, 1, 2, 3, 4][:smoke.MAX_SEEDS]
+    assert sorted({s.seed for s in plan.stages}) == [4, 5, 6][: smoke.MAX_SEEDS]
+    assert sorted({s.seed for s in plan_grid([resolve("demo/dlr")]).stages}) == [0, 1, 2, 3, 4][: smoke.MAX_SEEDS]
 
 
 def test_evaluation_splits_are_cut_and_generated_data_is_small(on, tmp_path):
@@ -93,8 +124,11 @@ def test_evaluation_splits_are_cut_and_generated_data_is_small(on, tmp_path):
     assert (len(data.train), len(data.val), len(data.test)) == (500, smoke.MAX_EVAL, 20)
     assert data_identity("mqar", seq_len=32)["smoke"] == smoke.IDENTITY
     _, _, options = _generated("listops", "short", {})
-    assert (options["n_train"], options["n_val"], options["n_test"]) == (smoke.MAX_GENERATED_TRAIN, smoke.MAX_EVAL,
-                                                                         smoke.MAX_EVAL)
+    assert (options["n_train"], options["n_val"], options["n_test"]) == (
+        smoke.MAX_GENERATED_TRAIN,
+        smoke.MAX_EVAL,
+        smoke.MAX_EVAL,
+    )
 
 
 def test_the_first_examples_are_kept(on, monkeypatch):
@@ -107,8 +141,23 @@ def test_the_first_examples_are_kept(on, monkeypatch):
 
 
 def test_data_generate_writes_fewer_examples(on, tmp_path, capsys):
-    assert main(["data", "generate", "listops", "--out", str(tmp_path / "lo"), "--min-length", "32", "--max-length", "128",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "generate",
+                "listops",
+                "--out",
+                str(tmp_path / "lo"),
+                "--min-length",
+                "32",
+                "--max-length",
+                "128",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     lines = (tmp_path / "lo" / "basic_test.tsv").read_text().splitlines()
     assert len(lines) == 1 + smoke.MAX_EVAL  # the header and the examples
     assert f"listops: {smoke.MAX_GENERATED_TRAIN + 2 * smoke.MAX_EVAL} samples" in capsys.readouterr().out

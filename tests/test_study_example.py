@@ -1,6 +1,7 @@
 """docs/study.md: the study of one's own (two presets and a plugin primitive at matched parameter
 counts over 3 seeds), its plugin, its one command (planned here; run whole as a slow test), and its
 committed report."""
+
 from __future__ import annotations
 
 import re
@@ -63,12 +64,14 @@ def test_the_plugin_convolves_as_its_reference(plugin):
 
 def test_the_study_command_plans_three_matched_models(plugin, tmp_path, capsys):
     out = plugin.index("--out")
-    args = plugin[:out + 1] + [str(tmp_path / "study")] + plugin[out + 2:]
+    args = plugin[: out + 1] + [str(tmp_path / "study")] + plugin[out + 2 :]
     assert main(args + ["--dry-run", "--data-dir", str(tmp_path / "data")]) == 0
     text = capsys.readouterr().out
     assert text.startswith("36 stages in 3 dependency levels")  # 3 models x 3 seeds x 4 stages
     assert "listops/LongConv/masked-spt/seed2/finetune" in text
-    matched = re.findall(r"matched to Transformer: (\S+): model.d_model 64 -> \d+: [\d,]+ parameters \(([-+][\d.]+)%", text)
+    matched = re.findall(
+        r"matched to Transformer: (\S+): model.d_model 64 -> \d+: [\d,]+ parameters \(([-+][\d.]+)%", text
+    )
     assert [m[0] for m in matched] == ["S4D", "LongConv"] and all(abs(float(m[1])) < 1.0 for m in matched)
     assert "warning" not in text
 
@@ -96,7 +99,7 @@ def test_the_committed_report_has_its_plots():
 @pytest.mark.slow
 def test_the_study_runs_as_documented(plugin, tmp_path, capsys):
     out = plugin.index("--out")
-    args = plugin[:out + 1] + [str(tmp_path / "study")] + plugin[out + 2:]
+    args = plugin[: out + 1] + [str(tmp_path / "study")] + plugin[out + 2 :]
     assert main(args + ["--data-dir", str(tmp_path / "data")]) == 0
     assert "Holm-adjusted over the 6 comparisons above" in capsys.readouterr().out
     assert (tmp_path / "study" / "report.md").is_file()

@@ -1,4 +1,5 @@
 """The typed configuration layer: values converted by their declared types, one-line errors naming the field."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,31 +35,49 @@ class Sample:
 
 
 def test_conversions_follow_the_annotations():
-    s = typed.from_dict(Sample, {"n": "16", "x": "1e-1", "flag": "False", "maybe": 3.0, "either": 2.5,
-                                 "items": [1.0, "2"], "pair": [0, "1"], "tags": ["a"], "options": {"a": "3"},
-                                 "inner": {"k": "4"}}, "s")
+    s = typed.from_dict(
+        Sample,
+        {
+            "n": "16",
+            "x": "1e-1",
+            "flag": "False",
+            "maybe": 3.0,
+            "either": 2.5,
+            "items": [1.0, "2"],
+            "pair": [0, "1"],
+            "tags": ["a"],
+            "options": {"a": "3"},
+            "inner": {"k": "4"},
+        },
+        "s",
+    )
     assert s.n == 16 and s.x == 0.1 and s.flag is False and s.maybe == 3 and s.either == 2.5
     assert s.items == [1, 2] and s.pair == (0.0, 1.0) and s.tags == ("a",) and s.options == {"a": 3}
     assert s.inner == Inner(4)
-    assert typed.from_dict(Sample, {"either": 3}).either == 3 and isinstance(typed.from_dict(Sample, {"either": 3}).either, int)
+    assert typed.from_dict(Sample, {"either": 3}).either == 3 and isinstance(
+        typed.from_dict(Sample, {"either": 3}).either, int
+    )
     assert typed.from_dict(Sample, {"maybe": None}).maybe is None
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"n": 2.5}, r"s\.n must be an integer, got 2\.5"),
-    ({"n": True}, r"s\.n must be an integer"),
-    ({"x": "fast"}, r"s\.x must be a number, got 'fast'"),
-    ({"flag": "maybe"}, r"s\.flag must be true or false, got 'maybe'"),
-    ({"flag": 1}, r"s\.flag must be true or false"),
-    ({"name": 3}, r"s\.name must be a string, got 3"),
-    ({"items": 3}, r"s\.items must be a list, got 3"),
-    ({"items": [1, "x"]}, r"s\.items\[1\] must be an integer"),
-    ({"pair": [1, 2, 3]}, r"s\.pair must be a list of 2 values"),
-    ({"options": [1]}, r"s\.options must be a mapping"),
-    ({"inner": {"k": "x"}}, r"s\.inner\.k must be an integer"),
-    ({"inner": {"kk": 1}}, r"unknown field\(s\) s\.inner\.kk \(did you mean k\?\)"),
-    ({"nn": 1}, r"unknown field\(s\) s\.nn \(did you mean n\?\)"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"n": 2.5}, r"s\.n must be an integer, got 2\.5"),
+        ({"n": True}, r"s\.n must be an integer"),
+        ({"x": "fast"}, r"s\.x must be a number, got 'fast'"),
+        ({"flag": "maybe"}, r"s\.flag must be true or false, got 'maybe'"),
+        ({"flag": 1}, r"s\.flag must be true or false"),
+        ({"name": 3}, r"s\.name must be a string, got 3"),
+        ({"items": 3}, r"s\.items must be a list, got 3"),
+        ({"items": [1, "x"]}, r"s\.items\[1\] must be an integer"),
+        ({"pair": [1, 2, 3]}, r"s\.pair must be a list of 2 values"),
+        ({"options": [1]}, r"s\.options must be a mapping"),
+        ({"inner": {"k": "x"}}, r"s\.inner\.k must be an integer"),
+        ({"inner": {"kk": 1}}, r"unknown field\(s\) s\.inner\.kk \(did you mean k\?\)"),
+        ({"nn": 1}, r"unknown field\(s\) s\.nn \(did you mean n\?\)"),
+    ],
+)
 def test_wrong_types_are_one_line_errors_naming_the_field(data, message):
     with pytest.raises(ConfigError, match=message) as err:
         typed.from_dict(Sample, data, "s")
@@ -78,8 +97,14 @@ def test_model_values_from_yaml_are_converted_or_refused():
 
 def test_every_experiment_section_is_typed_before_data_loads():
     base = {"task": {"name": "listops", "data_dir": "/nonexistent"}}
-    exp = experiment_from_dict({**base, "task": {**base["task"], "train_subset": "0.5", "skip_bad": "true"},
-                                "compare": {"seeds": ["1", 2.0]}, "objective": {"span": "2"}})
+    exp = experiment_from_dict(
+        {
+            **base,
+            "task": {**base["task"], "train_subset": "0.5", "skip_bad": "true"},
+            "compare": {"seeds": ["1", 2.0]},
+            "objective": {"span": "2"},
+        }
+    )
     assert exp.task.train_subset == 0.5 and exp.task.skip_bad is True
     assert exp.compare.seeds == [1, 2] and exp.objective.span == 2
     cases = [

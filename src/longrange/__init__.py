@@ -1,7 +1,7 @@
 """longrange: long-sequence models, self-pretraining and fair comparison on long-range benchmarks.
 
-    from longrange import load_run
-    run = load_run("runs/listops")        # a finished run's model, vocabulary and evaluation
+from longrange import load_run
+run = load_run("runs/listops")        # a finished run's model, vocabulary and evaluation
 """
 
 __version__ = "0.1.0"

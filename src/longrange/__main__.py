@@ -1,4 +1,5 @@
 """``python -m longrange`` (used with ``torchrun -m longrange ...`` for data parallelism)."""
+
 import sys
 
 from longrange.cli import main

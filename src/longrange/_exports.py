@@ -3,10 +3,12 @@
 For packages whose submodules are costly to import all at once (optional GPU packages, or the
 whole stack below them), so that ``import longrange.<package>.<module>`` stays cheap.
 """
+
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

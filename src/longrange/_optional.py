@@ -12,6 +12,7 @@ only used for CUDA tensors.
 :func:`status` says, per package, what was found and why a kernel is not used (for
 ``longrange info``).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -87,7 +88,9 @@ def _keops() -> tuple[ModuleType | None, dict[str, Any]]:
 selective_scan_cuda_fn, _mamba_info = _kernel(
     "mamba_ssm", "selective_scan_cuda", "mamba_ssm.ops.selective_scan_interface", "selective_scan_fn"
 )
-causal_conv1d_cuda_fn, _causal_conv_info = _kernel("causal_conv1d", "causal_conv1d_cuda", "causal_conv1d", "causal_conv1d_fn")
+causal_conv1d_cuda_fn, _causal_conv_info = _kernel(
+    "causal_conv1d", "causal_conv1d_cuda", "causal_conv1d", "causal_conv1d_fn"
+)
 pykeops, _keops_info = _keops()
 
 _STATUS = {

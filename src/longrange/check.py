@@ -21,6 +21,7 @@ On CUDA, float32 runs without TF32 (PyTorch's ``allow_tf32`` settings are turned
 check and restored), so that the float32 tolerance applies; TF32 is a precision choice, not a
 kernel's error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -74,8 +75,12 @@ def unchecked(devices: Sequence[str]) -> list[tuple[str, str, str]]:
     out = []
     for device in devices:
         covered = {case.record for case in cases([device], list(DTYPES.values())) if case.record is not None}
-        out += [(op, impl, device) for op, d in DISPATCHERS.items() for impl in d.available_impls(device)
-                if impl != d.reference and (op, impl) not in covered]
+        out += [
+            (op, impl, device)
+            for op, d in DISPATCHERS.items()
+            for impl in d.available_impls(device)
+            if impl != d.reference and (op, impl) not in covered
+        ]
     return out
 
 
@@ -109,6 +114,7 @@ def no_tf32() -> Iterator[None]:
 @contextmanager
 def environment(values: dict[str, str | None]) -> Iterator[None]:
     """Set (or, for None, unset) environment variables inside the block; restored afterwards."""
+
     def apply(settings: dict[str, str | None]) -> None:
         for k, v in settings.items():
             if v is None:
@@ -126,7 +132,9 @@ def environment(values: dict[str, str | None]) -> Iterator[None]:
 
 def _new_calls(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, set[str]]:
     """The implementations each op ran between two readings of :func:`longrange.ops.used.calls`."""
-    return {op: {impl for impl, n in impls.items() if n > before.get(op, {}).get(impl, 0)} for op, impls in after.items()}
+    return {
+        op: {impl for impl, n in impls.items() if n > before.get(op, {}).get(impl, 0)} for op, impls in after.items()
+    }
 
 
 def run_case(case: Case) -> tuple[float, str | None]:
@@ -170,8 +178,18 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def format_table(rows: Sequence[Row]) -> str:
     """The table: op, implementation, device, dtype, max relative error, tolerance, result."""
     header = ["op", "implementation", "device", "dtype", "max rel. error", "tolerance", "result"]
-    body = [[r.op, r.label, r.device, _dtype_name(r.dtype), "-" if math.isinf(r.error) else f"{r.error:.1e}",
-             f"{r.tol:.0e}", "pass" if r.passed else "FAIL"] for r in rows]
+    body = [
+        [
+            r.op,
+            r.label,
+            r.device,
+            _dtype_name(r.dtype),
+            "-" if math.isinf(r.error) else f"{r.error:.1e}",
+            f"{r.tol:.0e}",
+            "pass" if r.passed else "FAIL",
+        ]
+        for r in rows
+    ]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(b) for b in body)])
@@ -201,7 +219,9 @@ def _devices(choice: str) -> list[str]:
         return ["cpu"]
     if choice == "cuda" and not torch.cuda.is_available():
         build = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        raise ValueError(f"--device cuda: CUDA is not available here (torch {torch.__version__}, {build}); use --device cpu")
+        raise ValueError(
+            f"--device cuda: CUDA is not available here (torch {torch.__version__}, {build}); use --device cpu"
+        )
     if choice == "cuda":
         return ["cuda"]
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -220,8 +240,12 @@ def check(devices: Sequence[str], dtypes: Sequence[torch.dtype], quick: bool = F
     n_failed = sum(not r.passed for r in rows)
     print(file=out)
     if missing:
-        print("not checked (no check case in longrange.ops.check_cases): "
-              + ", ".join(f"{op} {impl} on {device}" for op, impl, device in missing) + "\n", file=out)
+        print(
+            "not checked (no check case in longrange.ops.check_cases): "
+            + ", ".join(f"{op} {impl} on {device}" for op, impl, device in missing)
+            + "\n",
+            file=out,
+        )
     if failures:
         print("\n".join(failures), file=out)
         print(f"\n{n_failed} of {len(rows)} checks FAILED ({seconds:.0f} s)", file=out)
@@ -239,8 +263,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "references at a few small shapes, and every primitive layer's step mode with its forward. Prints a table; "
         "exits with 1 if anything fails, saying which setting avoids the failing implementation.",
     )
-    p.add_argument("--device", choices=("cpu", "cuda", "all"), default="all",
-                   help="the devices to check (default all: the CPU and CUDA when available)")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "all"),
+        default="all",
+        help="the devices to check (default all: the CPU and CUDA when available)",
+    )
     p.add_argument("--dtype", choices=(*DTYPES, "all"), default="all", help="the dtypes to check (default all)")
     p.add_argument("--quick", action="store_true", help="one shape per op and implementation instead of several")
     p.set_defaults(func=run)

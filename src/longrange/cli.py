@@ -12,6 +12,7 @@ Start-up: :data:`COMMANDS` names each command, its module and its one-line help,
 module of that command (the others are listed by name). A test checks the table against what the
 modules register.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,49 +38,76 @@ COMMAND_MODULES: list[str] = [
 
 #: command -> (its module, its help line), in the order of ``longrange --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "list": ("longrange.listing", "everything registered (primitives, blocks, heads, objectives, tasks, ops), with "
-             "options and defaults"),
-    "params": ("longrange.experiment.params_cli", "parameter counts, in total and inside the sequence primitives "
-               "(default: the thesis' Table 3 models); --match finds the width that matches another model's count"),
+    "list": (
+        "longrange.listing",
+        "everything registered (primitives, blocks, heads, objectives, tasks, ops), with options and defaults",
+    ),
+    "params": (
+        "longrange.experiment.params_cli",
+        "parameter counts, in total and inside the sequence primitives "
+        "(default: the thesis' Table 3 models); --match finds the width that matches another model's count",
+    ),
     "data": ("longrange.data.cli", "list, check, prepare and generate data sets"),
     "train": ("longrange.experiment.cli", "train a model on a task from scratch (supervised)"),
     "pretrain": ("longrange.experiment.cli", "self-pretrain on the task's own training inputs (causal or masked)"),
     "finetune": ("longrange.experiment.cli", "finetune a pretrained run on the task's labels"),
-    "compare": ("longrange.experiment.cli", "scratch vs self-pretraining for one or more models over seeds, with a "
-                "report"),
+    "compare": (
+        "longrange.experiment.cli",
+        "scratch vs self-pretraining for one or more models over seeds, with a report",
+    ),
     "presets": ("longrange.experiment.cli", "list the built-in experiment presets"),
-    "demo": ("longrange.experiment.cli", "scratch vs causal SPT for a Transformer and a DLR on a generated associative "
-             "recall with 250 and 1,000 labels over 3 seeds, with the computed verdict and ranking; no data needed "
-             "(about 6 min on 2 CPU cores; `demo listops`: the ListOps demo, about 5 min)"),
+    "demo": (
+        "longrange.experiment.cli",
+        "scratch vs causal SPT for a Transformer and a DLR on a generated associative "
+        "recall with 250 and 1,000 labels over 3 seeds, with the computed verdict and ranking; no data needed "
+        "(about 6 min on 2 CPU cores; `demo listops`: the ListOps demo, about 5 min)",
+    ),
     "predict": ("longrange.inference_cli", "a finished run's predictions for new inputs in the task's file format"),
-    "evaluate": ("longrange.inference_cli", "a finished run's metrics on a split, at its own task options or at others"),
-    "extrapolate": ("longrange.inference_cli", "finished runs evaluated at several values of a task option (length "
-                    "extrapolation): a table and a plot"),
-    "bench": ("longrange.bench.cli", "measure training/inference speed and memory, scaling with length, generation "
-              "speed"),
-    "plan": ("longrange.bench.plan_cli", "plan a preset's training step on a GPU without one: memory, FLOPs, largest "
-             "batch, step time"),
+    "evaluate": (
+        "longrange.inference_cli",
+        "a finished run's metrics on a split, at its own task options or at others",
+    ),
+    "extrapolate": (
+        "longrange.inference_cli",
+        "finished runs evaluated at several values of a task option (length extrapolation): a table and a plot",
+    ),
+    "bench": (
+        "longrange.bench.cli",
+        "measure training/inference speed and memory, scaling with length, generation speed",
+    ),
+    "plan": (
+        "longrange.bench.plan_cli",
+        "plan a preset's training step on a GPU without one: memory, FLOPs, largest batch, step time",
+    ),
     "report": ("longrange.report.cli", "tables (mean ± 95%% CI over seeds) and plots from run directories"),
-    "mad": ("longrange.studies.cli", "MAD's synthetic protocol for a list of models, from scratch and after causal "
-            "self-pretraining: tasks, levels, the lr x weight-decay grid, MAD scores"),
-    "zoology": ("longrange.studies.cli", "MQAR accuracy against each model's state size over widths, from scratch and "
-                "after causal self-pretraining (Zoology's axis at a vocabulary that separates models on a CPU)"),
+    "mad": (
+        "longrange.studies.cli",
+        "MAD's synthetic protocol for a list of models, from scratch and after causal "
+        "self-pretraining: tasks, levels, the lr x weight-decay grid, MAD scores",
+    ),
+    "zoology": (
+        "longrange.studies.cli",
+        "MQAR accuracy against each model's state size over widths, from scratch and "
+        "after causal self-pretraining (Zoology's axis at a vocabulary that separates models on a CPU)",
+    ),
     "info": ("longrange.info", "versions, devices, optional kernels, and which implementation each op runs where"),
-    "check": ("longrange.check", "check every implementation available here against its float64 reference, and "
-              "step == forward"),
+    "check": (
+        "longrange.check",
+        "check every implementation available here against its float64 reference, and step == forward",
+    ),
 }
 
 
 #: Commands that continue where they stopped when run again (they have no ``--resume``), and how to say so.
 RESUMED_BY_RERUNNING = {
     "zoology": "run the same zoology command again to continue (finished runs are reused, an interrupted one "
-               "resumes from its checkpoint where it wrote one)",
+    "resumes from its checkpoint where it wrote one)",
     "mad": "run the same mad command again to continue (finished runs are reused, an interrupted one resumes "
-           "from its checkpoint where it wrote one)",
+    "from its checkpoint where it wrote one)",
     "compare": "run the same compare command again to continue (finished stages are reused, an interrupted one "
-               "resumes from its checkpoint where it wrote one)",
+    "resumes from its checkpoint where it wrote one)",
     "demo": "run the demo again to continue (finished stages are reused, an interrupted one resumes from its "
-            "checkpoint where it wrote one)",
+    "checkpoint where it wrote one)",
 }
 
 
@@ -118,7 +146,7 @@ def build_parser(command: str | None = "all") -> argparse.ArgumentParser:
     wanted = COMMAND_MODULES if command == "all" else [COMMANDS[command][0]] if command in COMMANDS else []
     for module in wanted:
         importlib.import_module(module).register(sub)
-    for name, (module, help_line) in COMMANDS.items():
+    for name, (_module, help_line) in COMMANDS.items():
         if name not in sub.choices:
             sub.add_parser(name, help=help_line)
     # The order of --help: the table's.
@@ -142,8 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     if command is not None and command not in COMMANDS:
         from longrange.typed import did_you_mean
 
-        print(f"longrange: error: unknown command {command!r}{did_you_mean(command, COMMANDS, quote=True)}; "
-              f"commands: {', '.join(COMMANDS)} (`longrange --help` says what each does)", file=sys.stderr)
+        print(
+            f"longrange: error: unknown command {command!r}{did_you_mean(command, COMMANDS, quote=True)}; "
+            f"commands: {', '.join(COMMANDS)} (`longrange --help` says what each does)",
+            file=sys.stderr,
+        )
         return 2
     parser = build_parser(command)
     args = parser.parse_args(argv)
@@ -155,15 +186,20 @@ def main(argv: list[str] | None = None) -> int:
     except Preempted as err:  # stopped on request, with a checkpoint: a status job scripts requeue on
         if args.command in RESUMED_BY_RERUNNING:
             what = "interrupted" if err.interrupted else "stopped"
-            print(f"longrange {args.command}: {what} at step {err.step} of {err.total} of a stage, its checkpoint "
-                  f"written; {RESUMED_BY_RERUNNING[args.command]}", file=sys.stderr)
+            print(
+                f"longrange {args.command}: {what} at step {err.step} of {err.total} of a stage, its checkpoint "
+                f"written; {RESUMED_BY_RERUNNING[args.command]}",
+                file=sys.stderr,
+            )
         else:
             print(f"longrange {args.command}: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:  # Ctrl-C outside training, or twice: what was running has said what it kept
-        how = RESUMED_BY_RERUNNING.get(args.command) or ("`--resume` continues from the last checkpoint, if one "
-                                                         "was written" if args.command in ("train", "pretrain",
-                                                                                           "finetune") else "")
+        how = RESUMED_BY_RERUNNING.get(args.command) or (
+            "`--resume` continues from the last checkpoint, if one was written"
+            if args.command in ("train", "pretrain", "finetune")
+            else ""
+        )
         print(f"longrange {args.command}: interrupted" + (f"; {how}" if how else ""), file=sys.stderr)
         return 130
     except LongrangeError as err:  # user errors: one clear line, no traceback

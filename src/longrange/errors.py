@@ -1,4 +1,5 @@
 """User-facing errors. The command line prints these as one line, without a traceback."""
+
 from __future__ import annotations
 
 
@@ -37,7 +38,7 @@ class DiskWriteError(LongrangeError, OSError):
         super().__init__(message)
         self.path, self.errno = path, errno
 
-    def adding(self, note: str) -> "DiskWriteError":
+    def adding(self, note: str) -> DiskWriteError:
         """The same error with ``note`` added to its message (e.g. the last good checkpoint)."""
         return DiskWriteError(f"{self}; {note}", self.path, self.errno)
 

@@ -8,6 +8,7 @@ node that loses power or the kernel's OOM killer does) when it reaches one of th
 costs one dictionary lookup. :data:`POINTS` lists every point, in the order a stage reaches them;
 docs/reliability.md says what a kill at each one leaves and how a rerun finishes it.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,15 +19,15 @@ ENV = "LONGRANGE_KILL_AT"
 
 #: Every point, in the order a comparison's stage reaches them (worker, then coordinator).
 POINTS = (
-    "after-lock",             # the run directory is locked, nothing written yet
-    "after-clear-summary",    # a fresh start removed the old summary (the commit point) first
-    "after-checkpoint",       # the final last.pt (and best weights) are written
-    "after-test-metrics",     # the test metrics line is appended to metrics.jsonl
-    "after-record",           # config.yaml is rewritten with the run's record
-    "after-summary",          # summary.json is written: the run is finished
-    "after-unlock",           # the lock is released; the worker is about to exit
-    "coordinator-after-exit",        # the coordinator saw the worker end, before it reads the state
-    "coordinator-after-failure",     # the coordinator recorded a failure in failed.json
+    "after-lock",  # the run directory is locked, nothing written yet
+    "after-clear-summary",  # a fresh start removed the old summary (the commit point) first
+    "after-checkpoint",  # the final last.pt (and best weights) are written
+    "after-test-metrics",  # the test metrics line is appended to metrics.jsonl
+    "after-record",  # config.yaml is rewritten with the run's record
+    "after-summary",  # summary.json is written: the run is finished
+    "after-unlock",  # the lock is released; the worker is about to exit
+    "coordinator-after-exit",  # the coordinator saw the worker end, before it reads the state
+    "coordinator-after-failure",  # the coordinator recorded a failure in failed.json
 )
 
 

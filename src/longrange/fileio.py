@@ -13,6 +13,7 @@ altered byte is an error naming the file, never a smaller file read as whole.
 A full disk, a read-only file system or a missing permission is a :class:`DiskWriteError` in one
 line naming the file and the reason, with nothing half-written left behind.
 """
+
 from __future__ import annotations
 
 import errno

@@ -14,11 +14,13 @@ The *fingerprint* is a short hash of the identity. Two configurations are the sa
 when :func:`differences` is empty; it names every differing field (a field left out at its default
 is shown with its default value).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 #: Settings that change how a run is shown or where it logs, not what it computes.
 VOLATILE = {
@@ -95,5 +97,8 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
             return repr(side[key])
         return repr(known[key]) if key in known else "'<unset>'"
 
-    return [f"{key}: {shown(a, key)} -> {shown(b, key)}" for key in sorted(set(a) | set(b))
-            if a.get(key, "<unset>") != b.get(key, "<unset>")]
+    return [
+        f"{key}: {shown(a, key)} -> {shown(b, key)}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key, "<unset>") != b.get(key, "<unset>")
+    ]

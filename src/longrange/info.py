@@ -11,6 +11,7 @@ the implementation that ``impl="auto"`` runs there, as decided by the op's own d
 lists every implementation that can run on each device; FFT convolutions have one implementation.
 It ends by pointing to ``longrange check``, which verifies those implementations on the machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,10 +61,14 @@ def devices() -> list[dict[str, Any]]:
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
-            rows.append({
-                "device": f"cuda:{i}", "name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
-                "capability": f"{props.major}.{props.minor}",
-            })
+            rows.append(
+                {
+                    "device": f"cuda:{i}",
+                    "name": props.name,
+                    "memory_gib": round(props.total_memory / 2**30, 1),
+                    "capability": f"{props.major}.{props.minor}",
+                }
+            )
     return rows
 
 
@@ -100,17 +105,20 @@ def implementations(device: str) -> dict[str, dict[str, Any]]:
     from longrange.ops.dispatch import DISPATCHERS
 
     return {
-        op: {"auto": d.auto_impl(device), "available": list(d.available_impls(device)),
-             "deterministic_backward": list(d.deterministic_impls(device))}
+        op: {
+            "auto": d.auto_impl(device),
+            "available": list(d.available_impls(device)),
+            "deterministic_backward": list(d.deterministic_impls(device)),
+        }
         for op, d in DISPATCHERS.items()
     }
 
 
 def info_table() -> dict[str, Any]:
     """Everything ``longrange info`` prints: versions, optional packages, devices, dispatch."""
-    from longrange import _optional
     import longrange.ops.scan.numba as numba_scan
     import longrange.ops.scan.triton as triton_scan
+    from longrange import _optional
     from longrange.ops.conv import numba as conv_numba
     from longrange.ops.ssm_kernels import numba as ssm_numba
     from longrange.ops.ssm_kernels import triton as ssm_triton
@@ -118,23 +126,34 @@ def info_table() -> dict[str, Any]:
     optional = _optional.status()
     triton_error = triton_scan.unavailable_reason()
     optional["scan_triton"] = {
-        "installed": _optional.version("triton") is not None, "version": _optional.version("triton"), "extension": "longrange.ops.scan.triton (triton)",
-        "extension_imports": triton_error is None, "usable": triton_error is None,
+        "installed": _optional.version("triton") is not None,
+        "version": _optional.version("triton"),
+        "extension": "longrange.ops.scan.triton (triton)",
+        "extension_imports": triton_error is None,
+        "usable": triton_error is None,
         **({"reason": triton_error} if triton_error else {}),
     }
-    for name, module, label in (("scan_numba", numba_scan, "longrange.ops.scan.numba"),
-                                ("conv_numba", conv_numba, "longrange.ops.conv.numba"),
-                                ("ssm_kernels_numba", ssm_numba, "longrange.ops.ssm_kernels.numba")):
+    for name, module, label in (
+        ("scan_numba", numba_scan, "longrange.ops.scan.numba"),
+        ("conv_numba", conv_numba, "longrange.ops.conv.numba"),
+        ("ssm_kernels_numba", ssm_numba, "longrange.ops.ssm_kernels.numba"),
+    ):
         ok = module.numba_available()
         optional[name] = {
-            "installed": _optional.version("numba") is not None, "version": _optional.version("numba"),
-            "extension": f"{label} (numba)", "extension_imports": ok, "usable": ok,
+            "installed": _optional.version("numba") is not None,
+            "version": _optional.version("numba"),
+            "extension": f"{label} (numba)",
+            "extension_imports": ok,
+            "usable": ok,
             **({} if ok else {"reason": module.unavailable_reason()}),
         }
     ssm_triton_ok = ssm_triton._kernel_module() is not None
     optional["ssm_kernels_triton"] = {
-        "installed": _optional.version("triton") is not None, "version": _optional.version("triton"),
-        "extension": "longrange.ops.ssm_kernels.triton (triton)", "extension_imports": ssm_triton_ok, "usable": ssm_triton_ok,
+        "installed": _optional.version("triton") is not None,
+        "version": _optional.version("triton"),
+        "extension": "longrange.ops.ssm_kernels.triton (triton)",
+        "extension_imports": ssm_triton_ok,
+        "usable": ssm_triton_ok,
         **({} if ssm_triton_ok else {"reason": ssm_triton.unavailable_reason("cuda")}),
     }
     devs = devices()
@@ -165,13 +184,20 @@ def format_info(table: dict[str, Any]) -> str:
     parts.append(_table(["package", "version", "compiled part", "usable"], rows))
     parts += ["", "devices"]
     for d in table["devices"]:
-        extra = f"{d['threads']} threads" if d["device"] == "cpu" else f"{d['memory_gib']} GiB, compute capability {d['capability']}"
+        extra = (
+            f"{d['threads']} threads"
+            if d["device"] == "cpu"
+            else f"{d['memory_gib']} GiB, compute capability {d['capability']}"
+        )
         parts.append(f"  {d['device']:8s} {d['name']} ({extra})")
     parts += ["", 'implementation run by impl="auto"']
     devs = list(table["dispatch"])
     ops = list(next(iter(table["dispatch"].values())))
     parts.append(_table(["op", *devs], [[op, *(table["dispatch"][d][op] for d in devs)] for op in ops]))
-    parts += ["", "implementations that can run here (impl=...; auto's choice first; * marks a non-deterministic backward)"]
+    parts += [
+        "",
+        "implementations that can run here (impl=...; auto's choice first; * marks a non-deterministic backward)",
+    ]
     rows = []
     for op in next(iter(table["implementations"].values())):
         cells = []

@@ -8,6 +8,7 @@
 Plugins (``LONGRANGE_PLUGINS``, or packages that declare a ``longrange-plugins`` entry point) are
 imported first, so their names are listed beside the built-in ones.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,13 @@ def _registries() -> dict[str, tuple[Any, int]]:
     from longrange.models.registry import BLOCKS, HEADS, PRIMITIVES
     from longrange.objectives.base import OBJECTIVES
 
-    return {"primitives": (PRIMITIVES, 1), "blocks": (BLOCKS, 1), "heads": (HEADS, 2), "objectives": (OBJECTIVES, 0),
-            "tasks": (TASKS, 0)}
+    return {
+        "primitives": (PRIMITIVES, 1),
+        "blocks": (BLOCKS, 1),
+        "heads": (HEADS, 2),
+        "objectives": (OBJECTIVES, 0),
+        "tasks": (TASKS, 0),
+    }
 
 
 KINDS = ("primitives", "blocks", "heads", "objectives", "tasks", "ops")
@@ -86,8 +92,9 @@ def _ops_text(detailed: bool, only: str | None = None) -> list[str]:
                 where = [dev for dev in devices if d.runs(impl, dev)]
                 why = "" if where else f" - {d.unavailable_reason(impl, devices[0])}"
                 note = d.specs[impl].note
-                lines.append(f"      {impl}: runs on {', '.join(where) or 'nothing here'}{why}"
-                             + (f" ({note})" if note else ""))
+                lines.append(
+                    f"      {impl}: runs on {', '.join(where) or 'nothing here'}{why}" + (f" ({note})" if note else "")
+                )
     return lines
 
 
@@ -101,7 +108,9 @@ def listing(kind: str | None = None, name: str | None = None) -> str:
         if kind in singular:
             kind = singular[kind]
         else:
-            raise ConfigError(f"unknown kind {kind!r}{did_you_mean(kind, KINDS, quote=True)}; kinds: {', '.join(KINDS)}")
+            raise ConfigError(
+                f"unknown kind {kind!r}{did_you_mean(kind, KINDS, quote=True)}; kinds: {', '.join(KINDS)}"
+            )
     if kind == "ops":
         if name is not None:
             from longrange.ops.dispatch import dispatcher
@@ -123,12 +132,16 @@ def listing(kind: str | None = None, name: str | None = None) -> str:
         if k == "blocks" and name is None:
             from longrange.models.config import CHANNEL_MIXERS
 
-            out.append(f"  (in model.layers, channel mixers as layers of their own: "
-                       f"{', '.join(f'{n} ({mlp} MLP)' for n, mlp in CHANNEL_MIXERS.items())})")
+            out.append(
+                f"  (in model.layers, channel mixers as layers of their own: "
+                f"{', '.join(f'{n} ({mlp} MLP)' for n, mlp in CHANNEL_MIXERS.items())})"
+            )
     if kind is None:
         out += ["ops:", *_ops_text(False)]
         out.append("")
-        out.append("`longrange list KIND` adds each entry's options and defaults; `longrange list KIND NAME` one entry.")
+        out.append(
+            "`longrange list KIND` adds each entry's options and defaults; `longrange list KIND NAME` one entry."
+        )
     return "\n".join(out)
 
 
@@ -138,11 +151,12 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="everything registered (primitives, blocks, heads, objectives, tasks, ops), "
-                       "with options and defaults",
-                       description="Lists the registered names of each kind, plugins included; with a KIND, each "
-                                   "entry's options and their defaults; with a NAME, that entry alone.")
+    p = sub.add_parser(
+        "list",
+        help="everything registered (primitives, blocks, heads, objectives, tasks, ops), with options and defaults",
+        description="Lists the registered names of each kind, plugins included; with a KIND, each "
+        "entry's options and their defaults; with a NAME, that entry alone.",
+    )
     p.add_argument("kind", nargs="?", help=f"one of {', '.join(KINDS)} (singular also accepted)")
     p.add_argument("name", nargs="?", help="one entry of that kind")
     p.set_defaults(func=_list)
-

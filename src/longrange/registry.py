@@ -27,13 +27,15 @@ first lookup in any registry, the command line (and every worker process it star
 * and the modules named in the environment variable :data:`PLUGINS_ENV`,
   ``LONGRANGE_PLUGINS=mypkg.layers,mypkg.tasks`` (for code that is not installed).
 """
+
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import inspect
 import os
-from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from longrange.errors import ConfigError
 from longrange.typed import did_you_mean
@@ -45,9 +47,11 @@ PLUGINS_ENV = "LONGRANGE_PLUGINS"
 #: The entry-point group whose modules are imported at the first registry lookup.
 ENTRY_POINT_GROUP = "longrange-plugins"
 #: What an unknown name's error adds: how a name of one's own is registered.
-PLUGIN_HINT = (f"a name of your own is registered by importing its module: an installed package's "
-               f"'{ENTRY_POINT_GROUP}' entry point, or {PLUGINS_ENV}=mypkg.module on the command line "
-               "(see docs/extending.md)")
+PLUGIN_HINT = (
+    f"a name of your own is registered by importing its module: an installed package's "
+    f"'{ENTRY_POINT_GROUP}' entry point, or {PLUGINS_ENV}=mypkg.module on the command line "
+    "(see docs/extending.md)"
+)
 
 _plugins_loaded: set[str] = set()
 _entry_points_loaded = False
@@ -69,8 +73,10 @@ def load_entry_points() -> list[str]:
         try:
             ep.load()
         except Exception as err:
-            raise ConfigError(f"the {ENTRY_POINT_GROUP} entry point {ep.name!r} of {dist} ({ep.value}) failed to "
-                              f"import: {type(err).__name__}: {err}") from err
+            raise ConfigError(
+                f"the {ENTRY_POINT_GROUP} entry point {ep.name!r} of {dist} ({ep.value}) failed to "
+                f"import: {type(err).__name__}: {err}"
+            ) from err
         loaded.append(ep.name)
     return loaded
 
@@ -100,8 +106,10 @@ def load_plugins() -> list[str]:
 
 def unknown_option(key: str, what: str, valid: Sequence[str]) -> ConfigError:
     """The error for an option that ``what`` (e.g. "task listops") does not take."""
-    return ConfigError(f"unknown option {key!r} for {what}{did_you_mean(key, valid, quote=True)}; "
-                       f"valid options: {', '.join(sorted(valid)) or '(none)'}")
+    return ConfigError(
+        f"unknown option {key!r} for {what}{did_you_mean(key, valid, quote=True)}; "
+        f"valid options: {', '.join(sorted(valid)) or '(none)'}"
+    )
 
 
 def _describe(obj: object) -> str:
@@ -228,8 +236,15 @@ class Registry(Generic[T]):
         kwargs = self.check(name, len(args), dict(options or {}), offered or {}, where=where)
         return entry(*args, **kwargs)
 
-    def check(self, name: str, n_args: int, options: Mapping[str, Any], offered: Mapping[str, Any] | None = None,
-              *, where: str = "") -> dict[str, Any]:
+    def check(
+        self,
+        name: str,
+        n_args: int,
+        options: Mapping[str, Any],
+        offered: Mapping[str, Any] | None = None,
+        *,
+        where: str = "",
+    ) -> dict[str, Any]:
         """The keyword arguments :meth:`build_from` would pass (see there), or the ConfigError it would raise."""
         what = f"{self.kind} {name!r}"
         prefix = f"{where}: " if where else ""

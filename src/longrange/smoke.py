@@ -20,11 +20,13 @@ identity says ``smoke``, and generated data built in smoke mode has its own dire
 are part of the configuration's hash). Unset, empty or ``0``: off; ``1``: on; any other value is
 an error naming the variable.
 """
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from longrange.errors import ConfigError
 
@@ -55,8 +57,10 @@ def active() -> bool:
         return False
     if value == "1":
         return True
-    raise ConfigError(f"environment variable {ENV} must be 1 (smoke mode: every command shrunk to seconds) "
-                      f"or 0 / unset, got {value!r}")
+    raise ConfigError(
+        f"environment variable {ENV} must be 1 (smoke mode: every command shrunk to seconds) "
+        f"or 0 / unset, got {value!r}"
+    )
 
 
 def notice() -> None:
@@ -64,9 +68,13 @@ def notice() -> None:
     global _noticed
     if not _noticed:
         _noticed = True
-        print(f"{ENV}=1: smoke mode, every training stage capped at {MAX_STEPS} steps of at most {MAX_BATCH} "
-              f"examples, {MAX_SEEDS} seed(s) per comparison, {MAX_EVAL} validation and test examples, small "
-              "generated data; the numbers mean nothing", file=sys.stderr, flush=True)
+        print(
+            f"{ENV}=1: smoke mode, every training stage capped at {MAX_STEPS} steps of at most {MAX_BATCH} "
+            f"examples, {MAX_SEEDS} seed(s) per comparison, {MAX_EVAL} validation and test examples, small "
+            "generated data; the numbers mean nothing",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def train_changes(train: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,8 +116,12 @@ def eval_size(n: int) -> int:
 
 
 #: Caps of the generators' size options, by option name.
-GENERATED_SIZES = {"n_train": MAX_GENERATED_TRAIN, "n_val": MAX_EVAL, "n_test": MAX_EVAL,
-                   "n_samples": MAX_GENERATED_IMAGES}
+GENERATED_SIZES = {
+    "n_train": MAX_GENERATED_TRAIN,
+    "n_val": MAX_EVAL,
+    "n_test": MAX_EVAL,
+    "n_samples": MAX_GENERATED_IMAGES,
+}
 
 
 def generated_sizes(options: Mapping[str, Any]) -> dict[str, Any]:

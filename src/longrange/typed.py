@@ -16,6 +16,7 @@ true; ``str`` accepts strings only; ``X | None`` accepts ``None``; ``list[X]``/`
 lists and tuples (converted element by element); ``dict[str, X]`` accepts mappings; a nested
 dataclass accepts a mapping (converted recursively); ``Any`` accepts anything.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,7 +24,8 @@ import difflib
 import functools
 import types
 import typing
-from typing import Any, Mapping, TypeVar, Union
+from collections.abc import Mapping
+from typing import Any, TypeVar, Union
 
 from longrange.errors import ConfigError
 
@@ -32,7 +34,7 @@ T = TypeVar("T")
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     """The resolved annotations of a dataclass (resolved once per class: they never change)."""
     return typing.get_type_hints(cls)
@@ -179,4 +181,3 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     prefix = f"{where}." if where else ""
     kwargs = {name: convert(value, hints[name], f"{prefix}{name}") for name, value in data.items()}
     return cls(**kwargs)
-

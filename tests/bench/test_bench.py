@@ -3,6 +3,7 @@
 No timing is asserted: only that figures exist, are positive and finite, and that the bookkeeping
 (relative columns, budget stops, error messages, files written) is right.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,14 @@ from longrange.bench.cli import format_table, register
 from longrange.errors import ConfigError
 
 TINY = dict(batch_size=2, length=16, channels=3, warmup=1, batches=1, device="cpu")
-FIGURES = ("train_s_per_batch", "train_seq_per_s", "train_tok_per_s", "infer_s_per_batch", "infer_seq_per_s", "infer_tok_per_s")
+FIGURES = (
+    "train_s_per_batch",
+    "train_seq_per_s",
+    "train_tok_per_s",
+    "infer_s_per_batch",
+    "infer_seq_per_s",
+    "infer_tok_per_s",
+)
 
 
 @pytest.fixture
@@ -27,7 +35,9 @@ def tiny_configs(tmp_path):
     paths = {}
     for name, cfg in {
         "tiny-s4d": {"block": "mamba", "primitive": "s4d", "n_layers": 1, "d_model": 8, "d_state": 4},
-        "tiny-attn": {"model": {"block": "transformer", "primitive": "attention", "n_layers": 1, "d_model": 8, "n_heads": 2}},
+        "tiny-attn": {
+            "model": {"block": "transformer", "primitive": "attention", "n_layers": 1, "d_model": 8, "n_heads": 2}
+        },
     }.items():
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(cfg))
@@ -204,11 +214,15 @@ def test_fit_exponent_recovers_power_laws():
 
 
 def test_scaling_runs_and_a_time_budget_stops_it():
-    settings = scaling.ScalingSettings(d_model=8, d_state=4, n_heads=2, block_size=16, warmup=0, batches=1, device="cpu")
+    settings = scaling.ScalingSettings(
+        d_model=8, d_state=4, n_heads=2, block_size=16, warmup=0, batches=1, device="cpu"
+    )
     rows, exponents = scaling.run_scaling(
         ["s4d", "attention-blocked"], [16, 32, 64], settings, time_budget_s=60.0, memory_budget_mb=1e6, isolate=False
     )
-    assert [(r["primitive"], r["length"]) for r in rows] == [(p, n) for p in ("s4d", "attention-blocked") for n in (16, 32, 64)]
+    assert [(r["primitive"], r["length"]) for r in rows] == [
+        (p, n) for p in ("s4d", "attention-blocked") for n in (16, 32, 64)
+    ]
     assert all(r["status"] == "ok" and _finite_positive(r["time_s"]) for r in rows)
     assert set(exponents) == {"s4d", "attention-blocked"} and all(math.isfinite(e) for e in exponents.values())
     # A budget no step can meet: the first length is measured and reported over budget, the rest not run.
@@ -258,7 +272,9 @@ def test_block_unit_builds_a_one_block_backbone():
 
 # Generation ----------------------------------------------------------------------------------
 
-GEN = dict(positions=(4, 12), window=4, naive_positions=(4, 12), naive_repeats=1, n_layers=1, vocab_size=11, device="cpu")
+GEN = dict(
+    positions=(4, 12), window=4, naive_positions=(4, 12), naive_repeats=1, n_layers=1, vocab_size=11, device="cpu"
+)
 
 
 def test_generation_rows_and_state_sizes(tiny_configs):
@@ -290,7 +306,11 @@ def test_generation_windows_and_errors(tmp_path):
 def test_state_bytes_walks_nested_states():
     from longrange.layers.attention import KVCache
 
-    state = {"a": torch.zeros(2, 3), "b": [torch.zeros(4, dtype=torch.float64), KVCache(torch.zeros(1), torch.zeros(1), 3)], "pos": 5}
+    state = {
+        "a": torch.zeros(2, 3),
+        "b": [torch.zeros(4, dtype=torch.float64), KVCache(torch.zeros(1), torch.zeros(1), 3)],
+        "pos": 5,
+    }
     assert generation.state_bytes(state) == 2 * 3 * 4 + 4 * 8 + 4 + 4
 
 
@@ -306,8 +326,26 @@ def _cli(argv: list[str]) -> int:
 
 def test_cli_table_writes_json_and_png(tiny_configs, tmp_path, capsys):
     out_json, out_png = tmp_path / "rows.json", tmp_path / "bars.png"
-    argv = ["--models", f"{tiny_configs['tiny-s4d']},{tiny_configs['tiny-attn']}", "--reference", tiny_configs["tiny-attn"]]
-    argv += ["--batch-size", "2", "--length", "16", "--batches", "1", "--warmup", "0", "--device", "cpu", "--no-isolate", "--quiet"]
+    argv = [
+        "--models",
+        f"{tiny_configs['tiny-s4d']},{tiny_configs['tiny-attn']}",
+        "--reference",
+        tiny_configs["tiny-attn"],
+    ]
+    argv += [
+        "--batch-size",
+        "2",
+        "--length",
+        "16",
+        "--batches",
+        "1",
+        "--warmup",
+        "0",
+        "--device",
+        "cpu",
+        "--no-isolate",
+        "--quiet",
+    ]
     assert _cli([*argv, "--json", str(out_json), "--plot", str(out_png)]) == 0
     printed = capsys.readouterr().out
     assert "tiny-s4d" in printed and "tiny-attn" in printed and "train speed %" in printed

@@ -1,4 +1,5 @@
 """``benchmarks/cpu_scan.py`` runs end to end on a tiny problem and writes its JSON (no timings asserted)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,8 +22,24 @@ def test_cpu_scan_script_runs(tmp_path, capsys):
     out = tmp_path / "scan.json"
     threads = torch.get_num_threads()
     try:
-        result = module.main(["--batch", "1", "--d", "4", "--n", "2", "--length", "16", "--repeats", "2",
-                              "--threads", "1", "--json", str(out)])
+        result = module.main(
+            [
+                "--batch",
+                "1",
+                "--d",
+                "4",
+                "--n",
+                "2",
+                "--length",
+                "16",
+                "--repeats",
+                "2",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     assert set(result["rows"]) == {"chunked", "numba-states", "numba"} and result["speedup"] > 0

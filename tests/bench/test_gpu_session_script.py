@@ -5,6 +5,7 @@ left out are recorded as not run; a later part updates its own steps in the same
 session at tiny sizes on the CPU (``--device cpu --tiny``) runs every step, each ending ok or
 recorded as failed with its reason (``-m slow``: it takes minutes on a loaded 2-core machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,20 @@ def session():
 
 
 def _args(out, **kw):
-    base = dict(out=str(out), device="cpu", tiny=True, only=None, gpu=None, pytest_args=None, timeout_scale=1.0,
-                budget=None, train_steps=300, pathx_batch=1, step=None, kernel_ops=None)
+    base = dict(
+        out=str(out),
+        device="cpu",
+        tiny=True,
+        only=None,
+        gpu=None,
+        pytest_args=None,
+        timeout_scale=1.0,
+        budget=None,
+        train_steps=300,
+        pathx_batch=1,
+        step=None,
+        kernel_ops=None,
+    )
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -43,12 +56,24 @@ def test_a_failing_or_slow_step_is_recorded_and_the_others_run(session, tmp_path
     monkeypatch.setattr(session, "MIN_STEP_SECONDS", 1)
     steps = [
         session.Step("first", "prints", [_py("print('first ran')")], timeout=60),
-        session.Step("boom", "fails", [_py("print('about to fail'); raise SystemExit(3)"), _py("print('second command ran')")],
-                     timeout=60),
-        session.Step("slow", "sleeps past its timeout", [_py("import time; print('sleeping', flush=True); time.sleep(60)")],
-                     timeout=2),
-        session.Step("last", "writes a result", [_py(f"open({str(tmp_path / 'results' / 'last.json')!r}, 'w').write('{{}}')")],
-                     timeout=60),
+        session.Step(
+            "boom",
+            "fails",
+            [_py("print('about to fail'); raise SystemExit(3)"), _py("print('second command ran')")],
+            timeout=60,
+        ),
+        session.Step(
+            "slow",
+            "sleeps past its timeout",
+            [_py("import time; print('sleeping', flush=True); time.sleep(60)")],
+            timeout=2,
+        ),
+        session.Step(
+            "last",
+            "writes a result",
+            [_py(f"open({str(tmp_path / 'results' / 'last.json')!r}, 'w').write('{{}}')")],
+            timeout=60,
+        ),
     ]
     summary = session.run_session(_args(tmp_path), steps)
     by = {s["name"]: s for s in summary["steps"]}
@@ -67,7 +92,9 @@ def test_a_failing_or_slow_step_is_recorded_and_the_others_run(session, tmp_path
     assert "| boom | failed |" in md and "| slow | timeout |" in md and "### boom: failed" in md
 
     # A later part: the steps it runs are replaced, the others kept as they were.
-    again = session.run_session(_args(tmp_path, only="first"), [steps[0], session.Step("boom", "now fine", [_py("")], 60)])
+    again = session.run_session(
+        _args(tmp_path, only="first"), [steps[0], session.Step("boom", "now fine", [_py("")], 60)]
+    )
     by = {s["name"]: s for s in again["steps"]}
     assert by["first"]["status"] == "ok" and by["boom"]["status"] == "failed"  # boom not selected: its record stays
     fresh = session.run_session(_args(tmp_path / "other", only="first"), steps[:2])
@@ -89,8 +116,14 @@ def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path):
     assert list(gpu) == list(session.STEPS)
     assert gpu["tests"].commands[0][-2:] == ["--device", "cuda"]
     assert gpu["check"].commands[0][-3:] == ["check", "--device", "cuda"]
-    assert [c[c.index("--length") + 1] + c[c.index("--dtype") + 1] for c in gpu["scan"].commands] == \
-        ["1024fp32", "1024bf16", "4096fp32", "4096bf16", "16384fp32", "16384bf16"]
+    assert [c[c.index("--length") + 1] + c[c.index("--dtype") + 1] for c in gpu["scan"].commands] == [
+        "1024fp32",
+        "1024bf16",
+        "4096fp32",
+        "4096bf16",
+        "16384fp32",
+        "16384bf16",
+    ]
     assert all(c[c.index("--batch") + 1] == "64" and c[c.index("--d") + 1] == "232" for c in gpu["scan"].commands)
     assert "--full" in gpu["bench"].commands[0] and "TRITON_INTERPRET" not in gpu["kernels"].env
     tiny = {s.name: s for s in session.build_steps(_args(tmp_path))}
@@ -117,21 +150,30 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
     for name in ("info", "tests", "check", "kernels", "ssm_kernels", "families", "planner", "bench", "train", "pathx"):
         assert by[name]["status"] == "ok", (name, by[name].get("reason"))
     results = {Path(r).name for s in summary["steps"] for r in s["results"]}
-    assert {"info.json", "kernels.json", "ssm_kernels.json", "planner.json", "bench.json", "train.json",
-            "pathx.json"} <= results
+    assert {
+        "info.json",
+        "kernels.json",
+        "ssm_kernels.json",
+        "planner.json",
+        "bench.json",
+        "train.json",
+        "pathx.json",
+    } <= results
     kernels = json.loads((out / "results" / "kernels.json").read_text())
     assert kernels["failures"] == 0 and {r["length"] for r in kernels["rows"]} == {1, 7, 64}
     assert any("bitwise_repeatable" in r for r in kernels["rows"])
     planner = json.loads((out / "results" / "planner.json").read_text())
     assert all("measured" in r and r["plan"]["peak_bytes"]["total"] > 0 for r in planner["rows"])
     train = json.loads((out / "results" / "train.json").read_text())
-    assert {(r["preset"], r["precision"]) for r in train["rows"]} == {(p, q) for p in session.TRAIN_PRESETS
-                                                                      for q in ("bf16", "fp32")}
+    assert {(r["preset"], r["precision"]) for r in train["rows"]} == {
+        (p, q) for p in session.TRAIN_PRESETS for q in ("bf16", "fp32")
+    }
     assert all(r["steps"] == 4 and r["tokens_per_s"] > 0 for r in train["rows"])
     assert "| planner | ok |" in (out / "session.md").read_text()
     families = json.loads((out / "results" / "families.json").read_text())
-    assert {(r["family"], r["precision"]) for r in families["rows"]} == {(f, q) for f, _, _ in session.FAMILY_PRESETS
-                                                                         for q in ("fp32", "bf16")}
+    assert {(r["family"], r["precision"]) for r in families["rows"]} == {
+        (f, q) for f, _, _ in session.FAMILY_PRESETS for q in ("fp32", "bf16")
+    }
     assert all(r["loss_finite"] and r["tokens_per_s"] > 0 and r["kernels"] is not None for r in families["rows"])
 
 
@@ -144,7 +186,7 @@ def test_the_scans_byte_bound_counts_each_input_once_each_way(tmp_path):
     b, d, n, length = 2, 3, 4, 5
     inputs = gpu_scan.make_inputs(b, d, n, length, torch.bfloat16, torch.device("cpu"))
     big = 3 * b * d * length * 2 + 2 * b * n * length * 2  # u, delta, z; B, C in bf16
-    small = (d * n + 2 * d) * 4                            # A, D, delta_bias in float32
+    small = (d * n + 2 * d) * 4  # A, D, delta_bias in float32
     assert gpu_scan.scan_bytes(inputs, "forward") == big + small + b * d * length * 2
     assert gpu_scan.scan_bytes(inputs, "train") == 2 * (big + small + b * d * length * 2) + big + small
 

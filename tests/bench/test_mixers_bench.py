@@ -1,9 +1,9 @@
 """The matrix-state benchmark's pieces: its SSD baseline computes SSD, its layers build, its
 measurements run (tiny sizes; no timing is asserted)."""
+
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,8 +27,9 @@ def test_every_layer_builds_and_is_measured(name):
 @pytest.mark.parametrize("op", mixers.OPS)
 def test_every_op_is_measured_by_its_forms(op):
     for impl in ("chunk", "naive") + (("minimal",) if op == "ssd" else ()):
-        row = mixers.measure_op(op, impl, length=16, batch=1, heads=2, dk=8, dv=8, chunk_size=8, warmup=0, batches=1,
-                                threads=1)
+        row = mixers.measure_op(
+            op, impl, length=16, batch=1, heads=2, dk=8, dv=8, chunk_size=8, warmup=0, batches=1, threads=1
+        )
         assert row["fwdbwd_s"] > 0
 
 
@@ -48,7 +49,17 @@ def test_the_script_prints_its_tables(capsys, monkeypatch):
 def _fake(target: str, kwargs: dict) -> dict:
     if target.endswith("measure_layer"):
         slow = kwargs["name"] == "attention" and kwargs["length"] > 64
-        return {"layer": kwargs["name"], "length": kwargs["length"], "params": 10, "forward_s": 1.0,
-                "fwdbwd_s": 3.0 if slow else 2.0, "fwdbwd_peak_mb": 1.0}
-    return {"op": kwargs["op"], "impl": kwargs["impl"], "length": kwargs["length"],
-            "fwdbwd_s": {"chunk": 1.0, "naive": 30.0, "minimal": 2.0}[kwargs["impl"]]}
+        return {
+            "layer": kwargs["name"],
+            "length": kwargs["length"],
+            "params": 10,
+            "forward_s": 1.0,
+            "fwdbwd_s": 3.0 if slow else 2.0,
+            "fwdbwd_peak_mb": 1.0,
+        }
+    return {
+        "op": kwargs["op"],
+        "impl": kwargs["impl"],
+        "length": kwargs["length"],
+        "fwdbwd_s": {"chunk": 1.0, "naive": 30.0, "minimal": 2.0}[kwargs["impl"]],
+    }

@@ -11,6 +11,7 @@ measure here, and against analytic counts.
 
 No GPU figure is asserted: none can be measured here.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from longrange.bench import plan as P
-from longrange.bench.gpus import GPUS, GPU, find_gpu
+from longrange.bench.gpus import GPU, GPUS, find_gpu
 from longrange.bench.plan import flop_counter, measure_step, plan_stage
 from longrange.cli import main as cli_main
 from longrange.errors import ConfigError
@@ -47,7 +48,9 @@ def test_gpus_are_found_by_key_name_or_spelling_and_an_unknown_one_lists_them():
     assert find_gpu("4090") is GPUS["rtx-4090"] and find_gpu("A100 80") is GPUS["a100-80gb"]
     assert find_gpu("NVIDIA H100 80GB HBM3") is GPUS["h100-sxm"]  # as torch.cuda.get_device_name() says
     assert find_gpu("NVIDIA A100-SXM4-40GB") is GPUS["a100-40gb"] and find_gpu("NVIDIA L4") is GPUS["l4"]
-    with pytest.raises(ConfigError, match=r"unknown GPU 'v100'; known GPUs: h100-sxm \(NVIDIA H100 SXM 80GB\), .*rtx-3090"):
+    with pytest.raises(
+        ConfigError, match=r"unknown GPU 'v100'; known GPUs: h100-sxm \(NVIDIA H100 SXM 80GB\), .*rtx-3090"
+    ):
         find_gpu("v100")
 
 
@@ -55,9 +58,16 @@ def test_gpus_are_found_by_key_name_or_spelling_and_an_unknown_one_lists_them():
 # Memory: predicted (fake tensors) against measured (real CPU tensors, the profiler's events)
 # ------------------------------------------------------------------------------------------------
 #: The demo models and the thesis' five architectures (one task each, token and numeric inputs).
-MODELS = {"demo/s4d": None, "demo/transformer": None, "demo/dlr": None, "thesis/scifar/mamba-s6": None,
-          "thesis/image/mamba-s4d": None, "thesis/pathfinder/mamba-s4": None, "thesis/text/simple-s4": 116,
-          "thesis/scifar/simple-s4d": None}
+MODELS = {
+    "demo/s4d": None,
+    "demo/transformer": None,
+    "demo/dlr": None,
+    "thesis/scifar/mamba-s6": None,
+    "thesis/image/mamba-s4d": None,
+    "thesis/pathfinder/mamba-s4": None,
+    "thesis/text/simple-s4": 116,
+    "thesis/scifar/simple-s4d": None,
+}
 #: (layers, batch, length): small, so that the steps are fast (a fake step costs per operation, so
 #: per layer); the models keep their widths, state sizes and blocks.
 SIZES = [(1, 1, 32), (1, 3, 64), (1, 2, 256)]
@@ -70,8 +80,9 @@ def test_predicted_peak_is_within_15_percent_of_the_measured_peak(name):
         if resolve(name).model.primitive == "s4":
             overrides.append(f"model.primitive_options.l_max={length}")
         exp = resolve(name, overrides=overrides)
-        predicted = measure_step(exp, micro_batch=batch, seq_len=length, target="cpu", vocab=MODELS[name],
-                                 count=False).peak
+        predicted = measure_step(
+            exp, micro_batch=batch, seq_len=length, target="cpu", vocab=MODELS[name], count=False
+        ).peak
         measured = P.measured_cpu_peak(exp, micro_batch=batch, seq_len=length, vocab=MODELS[name])
         assert abs(predicted["total"] / measured - 1) < 0.15, (name, layers, batch, length, predicted, measured)
         assert predicted["total"] == sum(predicted[k] for k in ("params", "grads", "optimizer", "activations"))
@@ -79,7 +90,9 @@ def test_predicted_peak_is_within_15_percent_of_the_measured_peak(name):
         params = list(model.parameters())
         size = sum(4 * p.numel() for p in params)  # float32
         assert predicted["params"] == size + sum(4 * b.numel() for b in model.buffers())
-        assert predicted["optimizer"] >= 2 * size  # AdamW's two moments (and its temporaries if the peak is in its step)
+        assert (
+            predicted["optimizer"] >= 2 * size
+        )  # AdamW's two moments (and its temporaries if the peak is in its step)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -110,7 +123,11 @@ def test_selective_scan_flops_follow_its_recurrence():
     for impl in ("numba", "triton"):
         with fake_mode():
             u, z = torch.randn(b, d, length, requires_grad=True), torch.randn(b, d, length, requires_grad=True)
-            delta, A, D = torch.rand(b, d, length), -torch.rand(d, n, requires_grad=True), torch.ones(d, requires_grad=True)
+            delta, A, D = (
+                torch.rand(b, d, length),
+                -torch.rand(d, n, requires_grad=True),
+                torch.ones(d, requires_grad=True),
+            )
             B, C = torch.randn(b, n, length), torch.randn(b, n, length)
             with flop_counter() as counter:
                 selective_scan(u, delta, A, B, C, D, z, impl=impl).sum().backward()
@@ -131,8 +148,14 @@ def test_s4_kernel_flops_are_its_cauchy_sums_and_inverse_fft():
     H, N, L = 6, 16, 64
     J, K, M = 4, L // 2 + 1, N // 2
     forward = H * K * M * 18 + 8 * J * H * K * M + H * 2.5 * L * math.log2(L)
-    backward = (2 * H * K * M * 32 + 16 * J * H * K * M + 8 * J * H * M + 8 * J * H * K * M + 8 * J * H * K
-                + H * 2.5 * L * math.log2(L))
+    backward = (
+        2 * H * K * M * 32
+        + 16 * J * H * K * M
+        + 8 * J * H * M
+        + 8 * J * H * K * M
+        + 8 * J * H * K
+        + H * 2.5 * L * math.log2(L)
+    )
     with fake_mode(), ssm_kernels.default_impl(ssm_kernels.OPS, "triton"):
         layer = S4(H, N, l_max=L)
         with flop_counter() as counter:
@@ -144,15 +167,17 @@ def test_traffic_counts_operands_once_and_views_not_at_all():
     with fake_mode():
         a, b = torch.randn(8, 16), torch.randn(16, 4)
         with P.Traffic() as traffic:
-            out = a @ b              # reads 8*16 + 16*4, writes 8*4 floats
-            out.t().reshape(-1)      # a view then a copy: the copy reads and writes 32 floats
+            out = a @ b  # reads 8*16 + 16*4, writes 8*4 floats
+            out.t().reshape(-1)  # a view then a copy: the copy reads and writes 32 floats
             a.expand(3, 8, 16).sum(0)  # a broadcast operand counts once
     assert traffic.totals("fwdbwd") == (2 * 8 * 16 * 4, 4 * (8 * 16 + 16 * 4 + 8 * 4) + 4 * 64 + 4 * (8 * 16 + 8 * 16))
     # the roofline per operation: the product at the float32 rate or its bytes, the others their bytes
     gpu = GPUS["h100-sxm"]
     matmul = max(2 * 8 * 16 * 4 / gpu.fp32, 4 * (8 * 16 + 16 * 4 + 8 * 4) / gpu.bandwidth)
     bound, compute = traffic.time_bound(gpu, "fwdbwd")
-    assert bound == pytest.approx(matmul + (4 * 64 + 4 * 256) / gpu.bandwidth) and compute == pytest.approx(1024 / gpu.fp32)
+    assert bound == pytest.approx(matmul + (4 * 64 + 4 * 256) / gpu.bandwidth) and compute == pytest.approx(
+        1024 / gpu.fp32
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -166,7 +191,7 @@ def test_the_largest_batch_fits_and_the_next_does_not_and_accumulation_divides_t
     monkeypatch.setattr(P, "RESERVED_BYTES", 0)
     monkeypatch.setattr(P, "FRAGMENTATION", 0.0)
     exp = resolve("demo/s4d")
-    plan = plan_stage(exp, tiny_gpu(10), name="demo/s4d")    # batch 32 needs about 25 MiB
+    plan = plan_stage(exp, tiny_gpu(10), name="demo/s4d")  # batch 32 needs about 25 MiB
     usable = P.usable_bytes(plan.gpu)
     assert not plan.fits and plan.peak_bytes["total"] > usable
     peak = lambda m, n=1: measure_step(exp, micro_batch=m, micro_batches=n, count=False).peak["total"]  # noqa: E731
@@ -189,8 +214,9 @@ def test_nothing_fits_on_a_gpu_too_small_for_one_sequence(monkeypatch):
 
 def test_bf16_autocast_halves_the_matrix_products_activations_and_runs_them_on_tensor_cores():
     fp32 = measure_step(resolve("demo/transformer"), micro_batch=8, gpu=GPUS["h100-sxm"])
-    bf16 = measure_step(resolve("demo/transformer", overrides=["train.precision=bf16"]), micro_batch=8,
-                        gpu=GPUS["h100-sxm"])
+    bf16 = measure_step(
+        resolve("demo/transformer", overrides=["train.precision=bf16"]), micro_batch=8, gpu=GPUS["h100-sxm"]
+    )
     assert bf16.peak["activations"] < fp32.peak["activations"]
     assert bf16.peak["params"] == fp32.peak["params"] and bf16.flops["fwdbwd"] == fp32.flops["fwdbwd"]
     assert bf16.time["fwdbwd_compute"] < fp32.time["fwdbwd_compute"]
@@ -212,8 +238,18 @@ def test_plan_command_writes_the_json_the_gpu_session_reads(tmp_path, capsys):
     out = tmp_path / "plan.json"
     assert cli_main(["plan", "demo/transformer", "--gpu", "l4", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    for key in ("preset", "gpu", "batch", "params", "peak_bytes", "flops_per_step", "bytes_per_step", "max_batch",
-                "accumulation", "step_time_lower_bound_s"):
+    for key in (
+        "preset",
+        "gpu",
+        "batch",
+        "params",
+        "peak_bytes",
+        "flops_per_step",
+        "bytes_per_step",
+        "max_batch",
+        "accumulation",
+        "step_time_lower_bound_s",
+    ):
         assert key in data, key
     assert (data["preset"], data["gpu"], data["batch"], data["accumulation"]) == ("demo/transformer", "l4", 32, 1)
     assert set(data["peak_bytes"]) == {"total", "params", "grads", "optimizer", "activations"}
@@ -221,8 +257,10 @@ def test_plan_command_writes_the_json_the_gpu_session_reads(tmp_path, capsys):
     assert data["peak_bytes"]["total"] <= data["usable_bytes"] == P.usable_bytes(GPUS["l4"])
     text = capsys.readouterr().out
     assert "predicted, not measured" in text and "NVIDIA L4 24GB" in text
-    assert "GPU rates        300 GB/s; FP32 30.3 TFLOP/s, TF32 tensor 60 TFLOP/s, BF16 tensor 121 TFLOP/s " \
-           "(source: NVIDIA L4 Tensor Core GPU Datasheet" in text  # the figures the bound uses, with their source
+    assert (
+        "GPU rates        300 GB/s; FP32 30.3 TFLOP/s, TF32 tensor 60 TFLOP/s, BF16 tensor 121 TFLOP/s "
+        "(source: NVIDIA L4 Tensor Core GPU Datasheet" in text
+    )  # the figures the bound uses, with their source
 
 
 def test_the_plan_says_the_runs_total_time_from_its_steps(capsys):

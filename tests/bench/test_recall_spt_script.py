@@ -1,5 +1,6 @@
 """benchmarks/recall_spt.py: every setting is a valid comparison, and the paired table computes
 what it says (known differences on planted results)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -59,8 +60,12 @@ def test_each_claim_setting_changes_one_thing_of_the_screened_setting(harness):
     """-pmatch, -pre1000, -subset and mqar-small-text test the screened claim (causal SPT against scratch
     at 250 and 1,000 labels) under one change each, and nothing else differs."""
     screened = harness.SETTINGS["ar-small-recall3"]
-    changes = {"ar-small-recall3-pmatch": {"models", "widths"}, "ar-small-recall3-pre1000": {"models", "pre_steps"},
-               "ar-small-recall3-subset": {"pretrain_data"}, "mqar-small-text": {"task"}}
+    changes = {
+        "ar-small-recall3-pmatch": {"models", "widths"},
+        "ar-small-recall3-pre1000": {"models", "pre_steps"},
+        "ar-small-recall3-subset": {"pretrain_data"},
+        "mqar-small-text": {"task"},
+    }
     for name, changed in changes.items():
         s = harness.SETTINGS[name]
         assert (s["objectives"], s["labels"], s["matched"]) == (["causal"], [250, 1000], False), name
@@ -79,17 +84,31 @@ def test_confirmation_seeds_are_kept_out_of_the_screen(harness, capsys):
 
 
 def _row(model, regime, seed, acc, labels=250, stage="final"):
-    return {"setting": "s", "model": model, "regime": regime, "stage": stage, "labels": labels, "seed": seed,
-            "run": f"{model}/{regime}/{labels}/seed{seed}/{stage}",
-            "params": 1000, "val": {"accuracy": acc}, "test": {"accuracy": acc / 2}, "metric": "accuracy"}
+    return {
+        "setting": "s",
+        "model": model,
+        "regime": regime,
+        "stage": stage,
+        "labels": labels,
+        "seed": seed,
+        "run": f"{model}/{regime}/{labels}/seed{seed}/{stage}",
+        "params": 1000,
+        "val": {"accuracy": acc},
+        "test": {"accuracy": acc / 2},
+        "metric": "accuracy",
+    }
 
 
 def test_paired_table_on_planted_results(harness):
     rows = []
     for seed, (scratch, spt) in enumerate([(0.10, 0.90), (0.20, 0.90), (0.30, 0.90)]):
-        rows += [_row("Transformer", "scratch", seed, scratch), _row("Transformer", "scratch-matched", seed, scratch),
-                 _row("Transformer", "causal-spt-all", seed, spt), _row("Transformer", "masked-spt-all", seed, scratch),
-                 _row("Transformer", "causal-spt-all", seed, 0.5, stage="pretrain")]
+        rows += [
+            _row("Transformer", "scratch", seed, scratch),
+            _row("Transformer", "scratch-matched", seed, scratch),
+            _row("Transformer", "causal-spt-all", seed, spt),
+            _row("Transformer", "masked-spt-all", seed, scratch),
+            _row("Transformer", "causal-spt-all", seed, 0.5, stage="pretrain"),
+        ]
     table = harness.paired_table(rows, "val").splitlines()
     assert len(table) == 3
     cells = [c.strip() for c in table[2].strip("|").split("|")]
@@ -107,23 +126,50 @@ def test_the_probe_reads_recall_accuracy_of_every_pretraining_run(harness, tmp_p
     """probe_points: per model and objective, each seed's validation recall accuracy (%) by step; plots draws it."""
     import json
 
-    for model, regime, seed, accs in (("Transformer", "causal-spt-all", 0, [0.1, 1.0]),
-                                      ("Transformer", "causal-spt-all", 1, [0.2, 0.9]),
-                                      ("Mamba-S6", "masked-spt-all", 0, [0.05, 0.3])):
+    for model, regime, seed, accs in (
+        ("Transformer", "causal-spt-all", 0, [0.1, 1.0]),
+        ("Transformer", "causal-spt-all", 1, [0.2, 0.9]),
+        ("Mamba-S6", "masked-spt-all", 0, [0.05, 0.3]),
+    ):
         d = tmp_path / "s" / "associative-recall" / model / regime / f"seed{seed}" / "pretrain"
         d.mkdir(parents=True)
         (d / "config.yaml").write_text("task: {name: associative-recall}\n")
-        (d / "summary.json").write_text(json.dumps({
-            "task": "associative-recall", "label": model, "regime": regime, "stage": "pretrain", "seed": seed,
-            "metric": "loss", "higher_is_better": False, "best_val": {"loss": 1.0}, "test": None, "steps": 500,
-            "params": {"total": 10, "in_primitives": 5}, "seconds": 1.0}))
-        lines = [{"step": 250 * (i + 1), "epoch": 1.0, "split": split, "lr": 0.001, "elapsed": 1.0,
-                  "metrics": {"loss": 1.0, "recall_accuracy": a}}
-                 for i, a in enumerate(accs) for split in ("train", "val")]
+        (d / "summary.json").write_text(
+            json.dumps(
+                {
+                    "task": "associative-recall",
+                    "label": model,
+                    "regime": regime,
+                    "stage": "pretrain",
+                    "seed": seed,
+                    "metric": "loss",
+                    "higher_is_better": False,
+                    "best_val": {"loss": 1.0},
+                    "test": None,
+                    "steps": 500,
+                    "params": {"total": 10, "in_primitives": 5},
+                    "seconds": 1.0,
+                }
+            )
+        )
+        lines = [
+            {
+                "step": 250 * (i + 1),
+                "epoch": 1.0,
+                "split": split,
+                "lr": 0.001,
+                "elapsed": 1.0,
+                "metrics": {"loss": 1.0, "recall_accuracy": a},
+            }
+            for i, a in enumerate(accs)
+            for split in ("train", "val")
+        ]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     found = harness.probe_points(tmp_path, ["s"])
-    assert found == {("Transformer", "causal-spt-all"): {0: {250: 10.0, 500: 100.0}, 1: {250: 20.0, 500: 90.0}},
-                     ("Mamba-S6", "masked-spt-all"): {0: {250: 5.0, 500: 30.0}}}
+    assert found == {
+        ("Transformer", "causal-spt-all"): {0: {250: 10.0, 500: 100.0}, 1: {250: 20.0, 500: 90.0}},
+        ("Mamba-S6", "masked-spt-all"): {0: {250: 5.0, 500: 30.0}},
+    }
     written = harness.plots(tmp_path, ["s"], tmp_path / "img")
     assert [p.name for p in written] == ["recall_pretraining.png"] and written[0].stat().st_size > 0
 
@@ -131,22 +177,35 @@ def test_the_probe_reads_recall_accuracy_of_every_pretraining_run(harness, tmp_p
 def test_ranking_table_orders_models_and_says_when_the_order_changes(harness):
     rows = []
     for seed in (0, 1):
-        rows += [_row("A", "scratch", seed, 0.9), _row("B", "scratch", seed, 0.5), _row("C", "scratch", seed, 0.1),
-                 _row("A", "causal-spt-all", seed, 0.6), _row("B", "causal-spt-all", seed, 1.0),
-                 _row("C", "causal-spt-all", seed, 0.2),
-                 _row("A", "scratch-matched", seed, 1.0), _row("B", "scratch-matched", seed, 1.0),
-                 _row("C", "scratch-matched", seed, 0.3)]
+        rows += [
+            _row("A", "scratch", seed, 0.9),
+            _row("B", "scratch", seed, 0.5),
+            _row("C", "scratch", seed, 0.1),
+            _row("A", "causal-spt-all", seed, 0.6),
+            _row("B", "causal-spt-all", seed, 1.0),
+            _row("C", "causal-spt-all", seed, 0.2),
+            _row("A", "scratch-matched", seed, 1.0),
+            _row("B", "scratch-matched", seed, 1.0),
+            _row("C", "scratch-matched", seed, 0.3),
+        ]
     lines = harness.ranking_table(rows, "val").splitlines()[2:]
-    assert lines == ["| s | 250 | scratch | A 90.0 > B 50.0 > C 10.0 | – |",
-                     "| s | 250 | scratch-matched | A 100.0 = B 100.0 > C 30.0 | same |",  # a tie is no change
-                     "| s | 250 | causal-spt-all | B 100.0 > A 60.0 > C 20.0 | **changes** |"]
+    assert lines == [
+        "| s | 250 | scratch | A 90.0 > B 50.0 > C 10.0 | – |",
+        "| s | 250 | scratch-matched | A 100.0 = B 100.0 > C 30.0 | same |",  # a tie is no change
+        "| s | 250 | causal-spt-all | B 100.0 > A 60.0 > C 20.0 | **changes** |",
+    ]
     assert "A 45.0 > B 25.0" in harness.ranking_table(rows, "test")  # the test split: halves in _row
 
 
 def test_the_confirmations_are_ranked_together_as_the_setting_they_restrict(harness):
-    rows = [dict(_row(m, "scratch", seed, acc), setting=setting)
-            for seed in (5, 6) for m, acc, setting in (("Transformer", 0.6, "ar-small-recall3-confirm"),
-                                                       ("DLR", 0.9, "ar-small-recall3-confirm-dlr"))]
+    rows = [
+        dict(_row(m, "scratch", seed, acc), setting=setting)
+        for seed in (5, 6)
+        for m, acc, setting in (
+            ("Transformer", 0.6, "ar-small-recall3-confirm"),
+            ("DLR", 0.9, "ar-small-recall3-confirm-dlr"),
+        )
+    ]
     (line,) = harness.ranking_table(rows, "val").splitlines()[2:]
     assert line == "| ar-small-recall3 | 250 | scratch | DLR 90.0 > Transformer 60.0 | – |"
 
@@ -154,11 +213,18 @@ def test_the_confirmations_are_ranked_together_as_the_setting_they_restrict(harn
 def test_the_screen_extended_pools_the_confirmations_seeds_3_and_4(harness):
     """Seeds 0-2 of the screen and seeds 3-4 of a confirmation setting are one table of five seeds;
     the same run found under two settings is an error, not a doubled seed."""
-    rows = [dict(_row("Transformer", regime, seed, acc + 0.01 * seed), setting=setting)
-            for regime, acc in (("scratch", 0.5), ("causal-spt-all", 0.9))
-            for seed, setting in ((0, "ar-small-recall3"), (1, "ar-small-recall3"), (2, "ar-small-recall3"),
-                                  (3, "ar-small-recall3-confirm"), (4, "ar-small-recall3-confirm"),
-                                  (5, "ar-small-recall3-confirm"))]
+    rows = [
+        dict(_row("Transformer", regime, seed, acc + 0.01 * seed), setting=setting)
+        for regime, acc in (("scratch", 0.5), ("causal-spt-all", 0.9))
+        for seed, setting in (
+            (0, "ar-small-recall3"),
+            (1, "ar-small-recall3"),
+            (2, "ar-small-recall3"),
+            (3, "ar-small-recall3-confirm"),
+            (4, "ar-small-recall3-confirm"),
+            (5, "ar-small-recall3-confirm"),
+        )
+    ]
     table = harness.paired_table(harness.pooled(rows), "val", seeds=[0, 1, 2, 3, 4])
     (line,) = table.splitlines()[2:]
     assert line.startswith("| ar-small-recall3 | Transformer") and line.endswith("| 5 |")
@@ -172,14 +238,21 @@ def test_accuracy_against_the_number_of_pairs(harness, monkeypatch, tmp_path):
     rows = []
     for setting, acc in (("ar-small-recall3", 0.9), ("ar-small-recall3-pairs6", 0.6), ("ar-small-recall3-pairs8", 0.3)):
         for seed in (0, 1, 2, 5):  # seed 5 is a confirmation seed: left out
-            rows += [dict(_row("DLR", "scratch", seed, acc + 0.01 * seed, labels=1000), setting=setting),
-                     dict(_row("DLR", "causal-spt-all", seed, 1.0, labels=1000), setting=setting),
-                     dict(_row("DLR", "causal-spt-all", seed, 0.1, labels=250), setting=setting),  # other label count
-                     dict(_row("DLR", "scratch-matched", seed, 0.0, labels=1000), setting=setting)]
-    other = [dict(_row("DLR", "scratch", 0, 0.0, labels=1000), setting="ar-small-recall3-pre1000")]  # not a pairs setting
+            rows += [
+                dict(_row("DLR", "scratch", seed, acc + 0.01 * seed, labels=1000), setting=setting),
+                dict(_row("DLR", "causal-spt-all", seed, 1.0, labels=1000), setting=setting),
+                dict(_row("DLR", "causal-spt-all", seed, 0.1, labels=250), setting=setting),  # other label count
+                dict(_row("DLR", "scratch-matched", seed, 0.0, labels=1000), setting=setting),
+            ]
+    other = [
+        dict(_row("DLR", "scratch", 0, 0.0, labels=1000), setting="ar-small-recall3-pre1000")
+    ]  # not a pairs setting
     points = harness.pairs_points(rows + other)
-    assert points["DLR", "scratch"] == {4: {0: 90.0, 1: 91.0, 2: 92.0}, 6: {0: 60.0, 1: 61.0, 2: 62.0},
-                                        8: {0: 30.0, 1: 31.0, 2: 32.0}}
+    assert points["DLR", "scratch"] == {
+        4: {0: 90.0, 1: 91.0, 2: 92.0},
+        6: {0: 60.0, 1: 61.0, 2: 62.0},
+        8: {0: 30.0, 1: 31.0, 2: 32.0},
+    }
     assert set(points) == {("DLR", "scratch"), ("DLR", "causal-spt-all")}
     table = harness.pairs_markdown(points).splitlines()
     assert table[0] == "| model | regime | 4 pairs | 6 pairs | 8 pairs |"
@@ -192,9 +265,13 @@ def test_accuracy_against_the_number_of_pairs(harness, monkeypatch, tmp_path):
 
 def test_all_runs_every_part_in_order_and_writes_each_parts_results(harness, monkeypatch, tmp_path, capsys):
     calls = []
-    rows = [dict(_row(name, regime, seed, 0.5 + 0.1 * (regime != "scratch")), setting=name)
-            for _, names, seeds, _ in harness.PARTS for name in names for seed in (*seeds, 11)
-            for regime in ("scratch", "causal-spt-all")]
+    rows = [
+        dict(_row(name, regime, seed, 0.5 + 0.1 * (regime != "scratch")), setting=name)
+        for _, names, seeds, _ in harness.PARTS
+        for name in names
+        for seed in (*seeds, 11)
+        for regime in ("scratch", "causal-spt-all")
+    ]
     monkeypatch.setattr(harness, "run", lambda names, out, jobs, seeds: calls.append((names, seeds)))
     monkeypatch.setattr(harness, "results", lambda out, names: [r for r in rows if r["setting"] in names])
     monkeypatch.setattr(harness, "plots", lambda out, names, directory: [])

@@ -1,5 +1,6 @@
 """``longrange bench --scan-impl``: the S6 models run the chosen selective-scan implementation,
 and each row records the one that ran."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,9 @@ def test_rows_record_the_scan_that_ran(tiny_s6, monkeypatch):
     seen = []
     real = scan_mod.selective_scan_chunked
     monkeypatch.setattr(scan_mod, "selective_scan_chunked", lambda *a, **k: seen.append(1) or real(*a, **k))
-    rows = bench_models.run_bench([tiny_s6], bench_models.Workload(**TINY, scan_impl="chunked"), reference=tiny_s6, isolate=False)
+    rows = bench_models.run_bench(
+        [tiny_s6], bench_models.Workload(**TINY, scan_impl="chunked"), reference=tiny_s6, isolate=False
+    )
     assert rows[0]["scan_impl"] == "chunked" and seen
     assert scan_mod._default_impl == "auto"  # restored after the measurement
     rows = bench_models.run_bench([tiny_s6], bench_models.Workload(**TINY), reference=tiny_s6, isolate=False)

@@ -1,5 +1,6 @@
 """``longrange bench --ssm-kernel-impl``: S4, S4D and DLR run the chosen implementation of the
 Vandermonde and Cauchy products, and each row records the one that ran."""
+
 from __future__ import annotations
 
 import json
@@ -18,14 +19,26 @@ TINY = dict(batch_size=2, length=16, channels=3, warmup=0, batches=1, device="cp
 @pytest.fixture
 def tiny_s4(tmp_path):
     path = tmp_path / "tiny-s4.json"
-    path.write_text(json.dumps({"block": "simple", "primitive": "s4", "n_layers": 1, "d_model": 8, "d_state": 4,
-                                "primitive_options": {"l_max": 16}}))
+    path.write_text(
+        json.dumps(
+            {
+                "block": "simple",
+                "primitive": "s4",
+                "n_layers": 1,
+                "d_model": 8,
+                "d_state": 4,
+                "primitive_options": {"l_max": 16},
+            }
+        )
+    )
     return str(path)
 
 
 def test_model_rows_record_the_products_that_ran(tiny_s4):
     used.reset()
-    rows = bench_models.run_bench([tiny_s4], bench_models.Workload(**TINY, ssm_kernel_impl="chunked"), reference=tiny_s4, isolate=False)
+    rows = bench_models.run_bench(
+        [tiny_s4], bench_models.Workload(**TINY, ssm_kernel_impl="chunked"), reference=tiny_s4, isolate=False
+    )
     assert rows[0]["ssm_kernel_impl"] == "chunked" and used.calls()["cauchy"].keys() == {"chunked"}
     assert ssm_kernels.dispatch._defaults == {"vandermonde": "auto", "cauchy": "auto"}  # restored afterwards
     rows = bench_models.run_bench([tiny_s4], bench_models.Workload(**TINY), reference=tiny_s4, isolate=False)
@@ -51,4 +64,7 @@ def test_unknown_ssm_kernel_impl_is_named(capsys):
         bench_models.Workload(**TINY, ssm_kernel_impl="fast").validate()
     with pytest.raises(ConfigError, match="--ssm-kernel-impl"):
         scaling.ScalingSettings(ssm_kernel_impl="fast").validate()
-    assert main(["bench", "--scaling", "--primitives", "s4d", "--lengths", "16", "--ssm-kernel-impl", "fast", "--quiet"]) != 0
+    assert (
+        main(["bench", "--scaling", "--primitives", "s4d", "--lengths", "16", "--ssm-kernel-impl", "fast", "--quiet"])
+        != 0
+    )

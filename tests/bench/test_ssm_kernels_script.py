@@ -1,5 +1,6 @@
 """``benchmarks/ssm_kernels.py`` runs end to end on tiny problems, in this process and in fresh
 ones, writes its JSON and prints its Markdown tables (no timings asserted)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -29,14 +30,35 @@ def test_ssm_kernels_script_runs(tmp_path, capsys, isolate):
     cases = "s4d-kernel,s4-layer" if isolate else ",".join(module.CASES)
     threads = torch.get_num_threads()
     try:
-        result = module.main(["--lengths", "16", "--cases", cases, "--d-model", "4", "--d-state", "4", "--repeats", "2",
-                              "--threads", "1", "--json", str(out)] + ([] if isolate else ["--no-isolate"]))
+        result = module.main(
+            [
+                "--lengths",
+                "16",
+                "--cases",
+                cases,
+                "--d-model",
+                "4",
+                "--d-state",
+                "4",
+                "--repeats",
+                "2",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+            + ([] if isolate else ["--no-isolate"])
+        )
     finally:
         torch.set_num_threads(threads)
     rows = result["rows"]
     assert {(r["case"], r["impl"]) for r in rows} == {(c, i) for c in cases.split(",") for i in ("chunked", "numba")}
     for r in rows:
-        assert r["forward_backward_min_s"] > 0 and r["speedup_forward_backward"] > 0 and r["max_rel_diff_vs_chunked"] < 1e-4
+        assert (
+            r["forward_backward_min_s"] > 0
+            and r["speedup_forward_backward"] > 0
+            and r["max_rel_diff_vs_chunked"] < 1e-4
+        )
     assert json.loads(out.read_text())["settings"]["lengths"] == [16]
     capsys.readouterr()
     module.main(["--markdown", str(out)])

@@ -2,6 +2,7 @@
 the experiment layer's plan and local workers, induction heads are evaluated at other lengths through
 ``longrange extrapolate``, and the raw results (JSON), the Markdown tables and the plots are written;
 a second command reads the same results back without training (no accuracies or timings asserted)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -34,7 +35,9 @@ def test_the_script_runs_every_table_end_to_end_at_toy_size(tmp_path, capsys):
         runs = json.loads((results / f"synthetic_{name}.json").read_text())["runs"]
         assert runs and all(r["state"] == "finished" and 0.0 <= r["test_accuracy"] <= 1.0 for r in runs), name
         assert all(r["steps"] == 2 and r["seconds"] is not None for r in runs)
-    assert (results / "synthetic_lengths.png").stat().st_size > 0 and (results / "synthetic_induction.png").stat().st_size > 0
+    assert (results / "synthetic_lengths.png").stat().st_size > 0 and (
+        results / "synthetic_induction.png"
+    ).stat().st_size > 0
     lengths = json.loads((results / "synthetic_lengths.json").read_text())["runs"]
     assert sorted({r["seq_len"] for r in lengths}) == st.TINY.lengths
     table1 = json.loads((results / "synthetic_table1.json").read_text())["runs"]
@@ -44,7 +47,8 @@ def test_the_script_runs_every_table_end_to_end_at_toy_size(tmp_path, capsys):
     ext = induction["extrapolation"]
     # every model at every training length and seed, each run evaluated at every length (attention to its cap)
     assert {(r["model"], r["seq_len"], r["seed"]) for r in induction["runs"]} == {
-        (m, n, s) for m in st.TINY.induction_models for n in st.TINY.train_lengths for s in st.TINY.induction_seeds}
+        (m, n, s) for m in st.TINY.induction_models for n in st.TINY.train_lengths for s in st.TINY.induction_seeds
+    }
     for r in induction["runs"]:
         tested = sorted(e["seq_len"] for e in ext if e["run"] == r["run"])
         cap = st.TINY.attention_max if r["model"] == "attention-abs" else max(st.TINY.extrapolation)
@@ -77,8 +81,9 @@ def test_extrapolation_is_reused_however_the_output_directory_is_named(tmp_path,
     assert st.main(["induction", "--tiny", *part, "--out", "runs", "--results", "results"]) == 0
     assert "== extrapolate" not in capsys.readouterr().err
     again = json.loads((results / "synthetic_induction.json").read_text())["extrapolation"]
-    assert [(e["model"], e["seq_len"], e["accuracy"]) for e in again] == [(e["model"], e["seq_len"], e["accuracy"])
-                                                                          for e in first]
+    assert [(e["model"], e["seq_len"], e["accuracy"]) for e in again] == [
+        (e["model"], e["seq_len"], e["accuracy"]) for e in first
+    ]
     table = (results / "synthetic_induction.md").read_text().split("Test accuracy")[1]
     rows = [line for line in table.splitlines() if line.startswith("| Mamba-S6 |")]
     assert len(rows) == len(st.TINY.train_lengths) and not any("| — |" in line for line in rows)
@@ -86,7 +91,7 @@ def test_extrapolation_is_reused_however_the_output_directory_is_named(tmp_path,
 
 def test_the_budget_helpers():
     st = _module()
-    assert [st.eval_count(n, st.CPU) for n in (64, 1024, 2048, 2 ** 14, 2 ** 20)] == [256, 256, 128, 16, 16]
+    assert [st.eval_count(n, st.CPU) for n in (64, 1024, 2048, 2**14, 2**20)] == [256, 256, 128, 16, 16]
     cells = st.copying_cells(st.CPU, "lengths")
     assert cells[-1].model == "attention-rope" and cells[-1].info["seq_len"] == 1024  # the dearest run last
     assert [c.info["seq_len"] for c in cells] == sorted(c.info["seq_len"] for c in cells)
@@ -100,12 +105,12 @@ def test_the_budget_helpers():
     assert len(induction) == len(st.INDUCTION_MODELS) * 2 * 2 and len(st.INDUCTION_MODELS) == 18
     assert [c.info["seq_len"] for c in induction] == sorted(c.info["seq_len"] for c in induction)
     assert [(c.model, c.seed) for c in induction[:2]] == [("mamba-s6", 0), ("mamba-s6", 1)]
-    assert max(st.EXTRAPOLATION_LENGTHS) == 2 ** 16
+    assert max(st.EXTRAPOLATION_LENGTHS) == 2**16
     for c in induction:
         exp = c.experiment()
         assert exp.task.options["seq_len"] == c.info["seq_len"] and c.label.endswith(f"L={c.info['seq_len']}")
         if c.model == "hyena":  # the filter spans the longest test length
-            assert exp.model.primitive_options["l_max"] == 2 ** 16
+            assert exp.model.primitive_options["l_max"] == 2**16
         if c.model.endswith("-s4"):  # the kernel at the training length
             assert exp.model.primitive_options["l_max"] == c.info["seq_len"]
     plan = st.plan_of(induction[:4])  # two experiments (labels), two seeds each
@@ -149,7 +154,9 @@ def test_the_induction_grid_runs_in_parts(tmp_path, capsys):
     assert all(r["state"] == "pending" or r["model"] == "mamba-s6" for r in runs)
     first = {p.name for p in (out / "induction-heads" / "extrapolation").iterdir()}
     capsys.readouterr()
-    assert st.main(["induction", "--tiny", "--models", "attention-abs", "--out", str(out), "--results", str(results)]) == 0
+    assert (
+        st.main(["induction", "--tiny", "--models", "attention-abs", "--out", str(out), "--results", str(results)]) == 0
+    )
     err = capsys.readouterr().err
     assert "== extrapolate" in err and f"{2 * 2} runs" in err and f"{4 * 2} runs" not in err  # the new runs only
     second = {p.name for p in (out / "induction-heads" / "extrapolation").iterdir()} - first

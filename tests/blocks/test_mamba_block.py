@@ -1,5 +1,6 @@
 """The Mamba block's SiLU gate applied inside S6's scan (``fused_gate``) against the block's own
 product ``y * silu(z)``: the same values and gradients, with and without padding and RoPE."""
+
 from __future__ import annotations
 
 import copy
@@ -16,7 +17,9 @@ pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 def _pair(rope: RopeOptions | None = None, impl: str | None = None) -> tuple[MambaBlock, MambaBlock]:
     torch.manual_seed(0)
-    fused = MambaBlock(6, make_ssm=lambda width: S6(width, d_state=3, rope_targets=("B", "x"), scan_impl=impl), rope=rope)
+    fused = MambaBlock(
+        6, make_ssm=lambda width: S6(width, d_state=3, rope_targets=("B", "x"), scan_impl=impl), rope=rope
+    )
     plain = copy.deepcopy(fused)
     plain.fused_gate = False
     return fused, plain

@@ -1,4 +1,5 @@
 """TransformerBlock: composition formula, step == forward, padding, causality, errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,6 +25,7 @@ def make_block(**kwargs) -> TransformerBlock:
 
 def reference_block(block: TransformerBlock, x, mask=None, prenorm=True):
     """The block written out with functional layer norms and linear maps."""
+
     def ln(norm, t):
         return F.layer_norm(t, (t.shape[-1],), norm.weight, norm.bias, norm.eps)
 

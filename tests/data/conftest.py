@@ -1,4 +1,5 @@
 """Fixture writers: tiny data sets in the exact published layouts."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,9 @@ from pathlib import Path
 import pytest
 
 
-def write_listops(folder: Path, splits: dict[str, list[str]] | None = None, header: str = "Source\tTarget",
-                  newline: str = "\r\n") -> Path:
+def write_listops(
+    folder: Path, splits: dict[str, list[str]] | None = None, header: str = "Source\tTarget", newline: str = "\r\n"
+) -> Path:
     """Write ``basic_{train,val,test}.tsv``; each split is a list of raw lines after the header."""
     default = ["( ( ( [MAX 4 ) 5 ) ] )\t5", "( ( ( [SM 4 ) 7 ) ] )\t1", "3\t3"]
     splits = splits or {}

@@ -1,4 +1,5 @@
 """BIDMC regression tasks from small .npy fixtures in the S4 layout."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -62,7 +62,9 @@ def test_directory_sources_are_fingerprinted_per_file(tmp_path):
 
 
 def test_option_order_does_not_matter(tmp_path, source):
-    assert cache_path(tmp_path, "t", [source], {"a": 1, "b": 2}) == cache_path(tmp_path, "t", [source], {"b": 2, "a": 1})
+    assert cache_path(tmp_path, "t", [source], {"a": 1, "b": 2}) == cache_path(
+        tmp_path, "t", [source], {"b": 2, "a": 1}
+    )
     assert cache_path(tmp_path, "t", [source], {}, version=1) != cache_path(tmp_path, "t", [source], {}, version=2)
 
 

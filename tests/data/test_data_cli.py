@@ -1,12 +1,11 @@
 import importlib.util
 
 import pytest
+from conftest import write_listops
 
 import longrange.cli
 from longrange.data.cli import parse_task_options
 from longrange.errors import ConfigError
-
-from conftest import write_listops
 
 
 @pytest.fixture
@@ -53,7 +52,10 @@ def test_errors_print_one_line(main, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert err.startswith("longrange data: error: unknown task 'nope'") and "\n" not in err
     assert main(["data", "info", "listops", "-o", "seqlen=3"]) == 1
-    assert "unknown option 'seqlen' for task listops (did you mean 'seq_len'?); valid options: seq_len, truncate" in capsys.readouterr().err
+    assert (
+        "unknown option 'seqlen' for task listops (did you mean 'seq_len'?); valid options: seq_len, truncate"
+        in capsys.readouterr().err
+    )
     assert main(["data", "prepare", "listops", "--data-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "basic_train.tsv but it does not exist" in err and len(err.strip().splitlines()) == 1
@@ -61,8 +63,26 @@ def test_errors_print_one_line(main, capsys, tmp_path):
 
 def test_generate_then_prepare_listops(main, capsys, tmp_path):
     out_dir = tmp_path / "data" / "listops"
-    args = ["data", "generate", "listops", "--out", str(out_dir), "--n-train", "60", "--n-val", "10",
-            "--n-test", "10", "--min-length", "10", "--max-length", "60", "--seed", "5", "--quiet"]
+    args = [
+        "data",
+        "generate",
+        "listops",
+        "--out",
+        str(out_dir),
+        "--n-train",
+        "60",
+        "--n-val",
+        "10",
+        "--n-test",
+        "10",
+        "--min-length",
+        "10",
+        "--max-length",
+        "60",
+        "--seed",
+        "5",
+        "--quiet",
+    ]
     assert main(args) == 0
     assert "listops: 80 samples" in capsys.readouterr().out
     assert main(["data", "prepare", "listops", "--data-dir", str(tmp_path / "data")]) == 0
@@ -74,16 +94,38 @@ def test_generate_then_prepare_listops(main, capsys, tmp_path):
 
 
 def test_generate_listops_bad_options_are_one_line_errors(main, capsys, tmp_path):
-    assert main(["data", "generate", "listops", "--out", str(tmp_path), "--min-length", "10",
-                 "--max-length", "11"]) == 1
+    assert (
+        main(["data", "generate", "listops", "--out", str(tmp_path), "--min-length", "10", "--max-length", "11"]) == 1
+    )
     assert "min_length + 1 < max_length" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(importlib.util.find_spec("longrange.data.generate.pathfinder") is None,
-                    reason="the pathfinder generator is not part of this installation")
+@pytest.mark.skipif(
+    importlib.util.find_spec("longrange.data.generate.pathfinder") is None,
+    reason="the pathfinder generator is not part of this installation",
+)
 def test_generate_pathfinder_is_wired(main, capsys, tmp_path):
-    assert main(["data", "generate", "pathfinder", "--out", str(tmp_path), "--resolution", "16",
-                 "--n-samples", "2", "--contour-length", "4", "--seed", "1", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "generate",
+                "pathfinder",
+                "--out",
+                str(tmp_path),
+                "--resolution",
+                "16",
+                "--n-samples",
+                "2",
+                "--contour-length",
+                "4",
+                "--seed",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "pathfinder: written to" in capsys.readouterr().out
     assert len(list(tmp_path.rglob("*.png"))) == 2
 
@@ -95,7 +137,10 @@ def test_bare_data_command_prints_help(main, capsys):
 
 def test_parse_task_options_types():
     assert parse_task_options("text", ["seq_len=1024", "val_from_train=0.1", "source=hf"]) == {
-        "seq_len": 1024, "val_from_train": 0.1, "source": "hf"}
+        "seq_len": 1024,
+        "val_from_train": 0.1,
+        "source": "hf",
+    }
     assert parse_task_options("listops", ["truncate=yes"]) == {"truncate": True}
     with pytest.raises(ConfigError, match="expected an integer, got 'many'"):
         parse_task_options("text", ["seq_len=many"])

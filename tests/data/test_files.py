@@ -1,6 +1,7 @@
 """The loader shared by the file-based token tasks (``data/files.py``): one file per split read once
 into a cache entry, bad records counted, a fixed vocabulary checked against the entry, and the
 common spec check."""
+
 from __future__ import annotations
 
 import pytest
@@ -45,6 +46,7 @@ def _pack(vocab):
         for split, (seqs, labels) in readings.items():
             pack_split(out, split, seqs, labels, len(vocab))
         return out
+
     return pack
 
 
@@ -57,8 +59,15 @@ def test_splits_are_read_once_into_a_cache_entry_and_bad_records_counted(tmp_pat
         reads.append(path.name)
         return _read(path, bad)
 
-    kwargs = dict(obtain="write them", options={"skip_bad": True}, version=1, skip_bad=True, read=read,
-                  pack=_pack(vocab), vocab=vocab)
+    kwargs = dict(
+        obtain="write them",
+        options={"skip_bad": True},
+        version=1,
+        skip_bad=True,
+        read=read,
+        pack=_pack(vocab),
+        vocab=vocab,
+    )
     data = load_split_files(_spec(), tmp_path, files, **kwargs)
     assert (len(data.train), len(data.val), len(data.test)) == (2, 2, 2)
     assert data.train[0]["inputs"].tolist() == [5, 6] and int(data.train[1]["target"]) == 0
@@ -80,8 +89,17 @@ def test_a_fixed_vocabulary_must_be_the_cache_entry_s(tmp_path):
 
 def test_missing_files_and_a_bad_length_are_named(tmp_path):
     with pytest.raises(DataMissingError, match=r"train.txt but it does not exist; write them"):
-        load_split_files(_spec(), tmp_path, {s: tmp_path / f"{s}.txt" for s in ("train", "val", "test")},
-                         obtain="write them", options={}, version=1, skip_bad=False, read=_read, pack=dict)
+        load_split_files(
+            _spec(),
+            tmp_path,
+            {s: tmp_path / f"{s}.txt" for s in ("train", "val", "test")},
+            obtain="write them",
+            options={},
+            version=1,
+            skip_bad=False,
+            read=_read,
+            pack=dict,
+        )
     with pytest.raises(ConfigError, match="words option seq_len must be >= 2, got 1"):
         token_spec("words", 1, n_classes=2, mask_ratio=0.1, description="", layout="", obtain="")
     spec = token_spec("pairs", 4, n_classes=2, mask_ratio=0.1, description="", layout="", obtain="", two_sequences=True)

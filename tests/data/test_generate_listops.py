@@ -106,12 +106,14 @@ def test_length_window_counts_and_no_duplicates(small_set):
 
 def test_deterministic_for_a_seed(small_set, tmp_path):
     out, paths = small_set
-    again = gen.generate(tmp_path / "a", n_train=300, n_val=40, n_test=40, min_length=20, max_length=90, seed=3,
-                         quiet=True)
+    again = gen.generate(
+        tmp_path / "a", n_train=300, n_val=40, n_test=40, min_length=20, max_length=90, seed=3, quiet=True
+    )
     for split in paths:
         assert again[split].read_bytes() == paths[split].read_bytes()
-    other = gen.generate(tmp_path / "b", n_train=300, n_val=40, n_test=40, min_length=20, max_length=90, seed=4,
-                         quiet=True)
+    other = gen.generate(
+        tmp_path / "b", n_train=300, n_val=40, n_test=40, min_length=20, max_length=90, seed=4, quiet=True
+    )
     assert other["train"].read_bytes() != paths["train"].read_bytes()
 
 
@@ -148,12 +150,15 @@ def test_max_depth_and_max_args_are_respected():
         assert length == len(tokenize_source(gen.to_source(tree)))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(n_train=0), "listops generator option n_train must be an integer >= 1, got 0"),
-    (dict(min_length=50, max_length=51), "max_length must be an integer >= 52 .*min_length \\+ 1 < max_length"),
-    (dict(max_depth=2, max_args=2, min_length=10, max_length=100), "at most 4 tokens"),
-    (dict(max_args=1), "max_args must be an integer >= 2"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(n_train=0), "listops generator option n_train must be an integer >= 1, got 0"),
+        (dict(min_length=50, max_length=51), "max_length must be an integer >= 52 .*min_length \\+ 1 < max_length"),
+        (dict(max_depth=2, max_args=2, min_length=10, max_length=100), "at most 4 tokens"),
+        (dict(max_args=1), "max_args must be an integer >= 2"),
+    ],
+)
 def test_bad_generator_options(tmp_path, kwargs, message):
     with pytest.raises(ConfigError, match=message):
         gen.generate(tmp_path, **{"n_train": 5, "n_val": 1, "n_test": 1, **kwargs})

@@ -1,4 +1,5 @@
 """The Pathfinder generator: determinism, balance, layout readable by the loader, label geometry."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,8 +45,9 @@ def test_balanced_labels():
 
 
 def test_generated_layout_loads_with_the_task(tmp_path):
-    root = generate(tmp_path / "pathfinder", resolution=32, n_samples=10, contour_length=6, seed=0,
-                    samples_per_dir=5, quiet=True)
+    root = generate(
+        tmp_path / "pathfinder", resolution=32, n_samples=10, contour_length=6, seed=0, samples_per_dir=5, quiet=True
+    )
     assert root.name == "curv_baseline"
     rows = [line.split() for f in sorted((root / "metadata").iterdir()) for line in f.read_text().splitlines()]
     assert all(len(r) == 11 and r[0].startswith("imgs/") for r in rows)

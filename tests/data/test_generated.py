@@ -1,5 +1,6 @@
 """Generated data built on first use (``task.generate``): one directory per configuration, built once,
 reused, never mixed; its identity known before it exists; errors for what cannot be generated."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,13 @@ def gentoy():
         (root / "gentoy" / "values.txt").write_text(" ".join(str(start + i) for i in range(n)))
 
     register_task("gentoy", _spec, _loader, {"size": 4}, expected=_expected)
-    register_generator("gentoy", build, {"n": 3, "start": 0, "size": 4}, {"big": {"n": 6}},
-                       from_task=lambda options: {"size": options["size"]})
+    register_generator(
+        "gentoy",
+        build,
+        {"n": 3, "start": 0, "size": 4},
+        {"big": {"n": 6}},
+        from_task=lambda options: {"size": options["size"]},
+    )
     yield builds
     tasks.TASKS.unregister("gentoy")
     tasks.GENERATORS.unregister("gentoy")
@@ -124,7 +130,9 @@ def test_what_cannot_be_generated_is_a_clear_error(gentoy, tmp_path):
         load_task("gentoy", tmp_path, generate={"m": 2})
     with pytest.raises(ConfigError, match=r"task.generate.size=7 contradicts the task's options, which need size=4"):
         load_task("gentoy", tmp_path, generate={"size": 7})
-    with pytest.raises(ConfigError, match=r"the data of task text cannot be generated \(tasks with a generator: .*listops"):
+    with pytest.raises(
+        ConfigError, match=r"the data of task text cannot be generated \(tasks with a generator: .*listops"
+    ):
         load_task("text", tmp_path, generate="default")
     # downloadable data keeps its clear error naming the file
     with pytest.raises(DataMissingError, match=r"listops/basic_train.tsv"):
@@ -145,10 +153,12 @@ def test_the_short_listops_is_a_named_configuration(tmp_path):
     """The demo's short ListOps: ListOps' generator configuration ``short`` (here with tiny counts)."""
     from longrange.data.generate.listops import CONFIGURATIONS
 
-    assert CONFIGURATIONS["short"] == dict(n_train=8000, n_val=500, n_test=1000, min_length=32, max_length=128,
-                                           max_depth=4, max_args=5)
-    data = load_task("listops", tmp_path, generate={"config": "short", "n_train": 30, "n_val": 5, "n_test": 5},
-                     seq_len=128)
+    assert CONFIGURATIONS["short"] == dict(
+        n_train=8000, n_val=500, n_test=1000, min_length=32, max_length=128, max_depth=4, max_args=5
+    )
+    data = load_task(
+        "listops", tmp_path, generate={"config": "short", "n_train": 30, "n_val": 5, "n_test": 5}, seq_len=128
+    )
     assert (len(data.train), len(data.val), len(data.test)) == (30, 5, 5)
     assert max(len(x["inputs"]) for x in data.train) <= 128
     root = generated_root("listops", tmp_path, {"config": "short", "n_train": 30, "n_val": 5, "n_test": 5})
@@ -156,8 +166,9 @@ def test_the_short_listops_is_a_named_configuration(tmp_path):
 
 
 def test_pathfinder_generation_follows_the_task_options(tmp_path):
-    data = load_task("pathfinder", tmp_path, generate={"n_samples": 12, "samples_per_dir": 6}, resolution=16,
-                     difficulty=6)
+    data = load_task(
+        "pathfinder", tmp_path, generate={"n_samples": 12, "samples_per_dir": 6}, resolution=16, difficulty=6
+    )
     assert sum(len(s) for s in (data.train, data.val, data.test)) == 12
     assert data.train[0]["inputs"].shape[0] == 16 * 16
     with pytest.raises(ConfigError, match=r"task.generate.resolution=32 contradicts"):

@@ -1,4 +1,5 @@
 """CIFAR-10 tasks (image, image-numeric, scifar) from tiny pickle fixtures in the published layout."""
+
 from __future__ import annotations
 
 import pickle
@@ -66,7 +67,7 @@ def test_grayscale_matches_lra_formula_on_known_pixels():
 
 def test_planes_to_pixels_raster_order():
     data = np.zeros((1, 3072), dtype=np.uint8)
-    data[0, 0] = 1          # R of pixel (0, 0)
+    data[0, 0] = 1  # R of pixel (0, 0)
     data[0, 1024 + 33] = 2  # G of pixel (1, 1) -> raster index 33
     data[0, 2048 + 1023] = 3  # B of the last pixel
     pix = planes_to_pixels(data)
@@ -101,7 +102,10 @@ def test_image_tokens_end_to_end(tmp_path, small_val):
     all_train = np.concatenate([batches[f"data_batch_{i}"][0] for i in range(1, 6)])
     seen = {tuple(data.train[i]["inputs"].tolist()) for i in range(len(data.train))}
     seen |= {tuple(data.val[i]["inputs"].tolist()) for i in range(len(data.val))}
-    ref = {tuple((rgb_to_gray_lra(planes_to_pixels(all_train[i:i + 1]))[0].astype(np.int64) + 5).tolist()) for i in range(20)}
+    ref = {
+        tuple((rgb_to_gray_lra(planes_to_pixels(all_train[i : i + 1]))[0].astype(np.int64) + 5).tolist())
+        for i in range(20)
+    }
     assert seen == ref
 
 

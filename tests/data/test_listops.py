@@ -2,13 +2,12 @@ import os
 
 import pytest
 import torch
+from conftest import write_listops
 
 from longrange.data import listops, load_task, task_status
 from longrange.data.listops import LISTOPS_TOKENS, tokenize_source
 from longrange.data.tokenize import SPECIALS
 from longrange.errors import DataFormatError, DataMissingError
-
-from conftest import write_listops
 
 
 def test_tokenizer_drops_parentheses_and_keeps_closing_bracket():
@@ -44,7 +43,11 @@ BAD_CASES = {
     "label range": (["3\t3", "( ( [MIN 1 ) ] )\t10"], 3, "Target must be an integer 0-9, found '10'"),
     "label float": (["( ( [MIN 1 ) ] )\t1.0"], 2, "found '1.0'"),
     "label missing": (["( ( [MIN 1 ) ] )\t"], 2, "found ''"),
-    "token": (["3\t3", "3\t3", "( ( [FIRST 1 ) ] )\t1"], 4, "token '\\[FIRST' \\(position 0\\) is not in the vocabulary"),
+    "token": (
+        ["3\t3", "3\t3", "( ( [FIRST 1 ) ] )\t1"],
+        4,
+        "token '\\[FIRST' \\(position 0\\) is not in the vocabulary",
+    ),
     "empty source": (["( )\t1"], 2, "empty Source"),
 }
 

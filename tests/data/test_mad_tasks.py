@@ -1,6 +1,7 @@
 """MAD's synthetic tasks (athms/mad-lab mad/data/instances.py): layouts as mad-lab describes them,
 reference solvers at 100% on every split, determinism, option errors, levels, readers, and a tiny
 model trained a few steps on each."""
+
 from __future__ import annotations
 
 import hashlib
@@ -44,9 +45,13 @@ SMALL = {
     "mad-selective-copying": dict(vocab_size=8, seq_len=24, n_tokens=4),
     "mad-memorization": dict(vocab_size=33, seq_len=16),
 }
-CLASSES = {"mad-in-context-recall": InContextRecall, "mad-noisy-recall": NoisyInContextRecall,
-           "mad-fuzzy-recall": FuzzyInContextRecall, "mad-selective-copying": SelectiveCopying,
-           "mad-memorization": Memorization}
+CLASSES = {
+    "mad-in-context-recall": InContextRecall,
+    "mad-noisy-recall": NoisyInContextRecall,
+    "mad-fuzzy-recall": FuzzyInContextRecall,
+    "mad-selective-copying": SelectiveCopying,
+    "mad-memorization": Memorization,
+}
 
 
 def draws(gen, n=150, training=False, seed=0):
@@ -62,11 +67,11 @@ def test_the_five_tasks_are_registered_with_mads_baseline():
     assert set(MAD_TASKS) <= set(list_tasks()) and "mad-compression" not in list_tasks()
     assert set(MAD_TASKS) | set(NOT_REGISTERED) == set(MAD_LEVELS)
     want = {  # (input length, classes, causal, chance): mad-lab's lengths, 1 / the answers possible
-        "mad-in-context-recall": (127, 21, True, 1 / 8),   # 8 keys 0..7, 8 values 8..15
-        "mad-fuzzy-recall": (128, 21, True, 1 / 8),        # 15 symbols: keys 0..6, values 7..14, pad 15
-        "mad-noisy-recall": (127, 37, True, 1 / 8),        # 32 - 16 noise: keys 0..7, values 8..15
+        "mad-in-context-recall": (127, 21, True, 1 / 8),  # 8 keys 0..7, 8 values 8..15
+        "mad-fuzzy-recall": (128, 21, True, 1 / 8),  # 15 symbols: keys 0..6, values 7..14, pad 15
+        "mad-noisy-recall": (127, 37, True, 1 / 8),  # 32 - 16 noise: keys 0..7, values 8..15
         "mad-selective-copying": (256, 21, False, 1 / 14),  # data 0..13, blank 14, copy 15
-        "mad-memorization": (32, 261, False, 1 / 127),     # 127 keys onto values 127..254, insert 255
+        "mad-memorization": (32, 261, False, 1 / 127),  # 127 keys onto values 127..254, insert 255
     }
     for task, (length, classes, causal, chance) in want.items():
         spec = get_spec(task)
@@ -81,8 +86,13 @@ def test_the_five_tasks_are_registered_with_mads_baseline():
 
 def test_levels_are_mads_one_change_at_a_time():
     assert {task: len(levels) for task, levels in MAD_LEVELS.items()} == {
-        "mad-in-context-recall": 11, "mad-fuzzy-recall": 11, "mad-noisy-recall": 14, "mad-selective-copying": 13,
-        "mad-memorization": 6, "mad-compression": 11}
+        "mad-in-context-recall": 11,
+        "mad-fuzzy-recall": 11,
+        "mad-noisy-recall": 14,
+        "mad-selective-copying": 13,
+        "mad-memorization": 6,
+        "mad-compression": 11,
+    }
     noisy = mad_levels("mad-noisy-recall")
     assert list(noisy)[:5] == ["baseline", "vocab_size=48", "vocab_size=80", "vocab_size=144", "seq_len=256"]
     assert noisy["frac_noise=0.8"] == {"frac_noise": 0.8} and noisy["n_train=800"] == {"n_train": 800}
@@ -143,8 +153,9 @@ def test_noisy_recall_layout():
         assert not (ex.targets[::2][:-1][noisy] != IGNORE_INDEX).any()  # nothing asked at noise
         noise_pairs, pairs = noise_pairs + noisy.sum(), pairs + len(noisy)
     assert abs(noise_pairs / pairs - 0.4) < 0.03
-    assert (NoisyInContextRecall().options() == dict(vocab_size=32, seq_len=128, multi_query=True, noise_vocab_size=16,
-                                                      frac_noise=0.2, train_targets="next-token"))
+    assert NoisyInContextRecall().options() == dict(
+        vocab_size=32, seq_len=128, multi_query=True, noise_vocab_size=16, frac_noise=0.2, train_targets="next-token"
+    )
 
 
 def test_fuzzy_recall_layout():
@@ -218,8 +229,9 @@ def test_compression_generator_layout():
 RECALL = [task for task in sorted(SMALL) if "train_targets" in CLASSES[task].defaults()]
 
 
-@pytest.mark.parametrize("task, train_targets", [(task, "answers") for task in sorted(SMALL)]
-                         + [(task, "next-token") for task in RECALL])
+@pytest.mark.parametrize(
+    "task, train_targets", [(task, "answers") for task in sorted(SMALL)] + [(task, "next-token") for task in RECALL]
+)
 def test_reference_solver_scores_100_percent_on_every_split(task, train_targets):
     """The recall tasks train on every next token (mad-lab's) or on the answers alone; the others
     have one kind of target."""
@@ -256,8 +268,9 @@ def test_the_memorization_solver_needs_the_map_of_the_data_seed():
 
 # ----------------------------------------------------------------------------------- determinism
 def _digest(ds) -> str:
-    return hashlib.sha256(b"".join(ds[i]["inputs"].numpy().tobytes() + ds[i]["target"].numpy().tobytes()
-                                   for i in range(len(ds)))).hexdigest()
+    return hashlib.sha256(
+        b"".join(ds[i]["inputs"].numpy().tobytes() + ds[i]["target"].numpy().tobytes() for i in range(len(ds)))
+    ).hexdigest()
 
 
 @pytest.mark.parametrize("task", sorted(SMALL))
@@ -283,30 +296,58 @@ def test_fresh_training_data_when_asked():
 
 
 # --------------------------------------------------------------------------------------- options
-@pytest.mark.parametrize("task, options, message", [
-    ("mad-in-context-recall", dict(seq_len=25), r"mad-in-context-recall option seq_len must be even"),
-    ("mad-in-context-recall", dict(seq_len=2), r"seq_len must be an integer >= 4 \(an even length"),
-    ("mad-in-context-recall", dict(vocab_size=1), r"vocab_size must be an integer >= 2 \(at least one key and one value"),
-    ("mad-in-context-recall", dict(multi_query=False, vocab_size=2),
-     r"vocab_size must be an integer >= 3 .*and the copy prefix\), got 2"),
-    ("mad-in-context-recall", dict(frac_noise=0.2), r"frac_noise=0.2 needs noise tokens: set noise_vocab_size >= 1"),
-    ("mad-in-context-recall", dict(train_targets="all"),
-     r"train_targets must be one of 'next-token', 'answers', got 'all'"),
-    ("mad-noisy-recall", dict(frac_noise=1.0), r"mad-noisy-recall option frac_noise must be a number in \[0, 1\), got 1.0"),
-    ("mad-noisy-recall", dict(vocab_size=17),
-     r"vocab_size must be an integer >= 18 \(at least one key and one value besides 16 noise tokens\), got 17"),
-    ("mad-noisy-recall", dict(noise_vocab_size=-1), r"noise_vocab_size must be an integer >= 0, got -1"),
-    ("mad-fuzzy-recall", dict(k_motif_size=0), r"mad-fuzzy-recall option k_motif_size must be an integer >= 1"),
-    ("mad-fuzzy-recall", dict(vocab_size=6), r"vocab_size must be an integer >= 7 \(3 distinct key tokens"),
-    ("mad-fuzzy-recall", dict(seq_len=12), r"seq_len must be an integer >= 13 \(a probe pair of up to 6 tokens"),
-    ("mad-fuzzy-recall", dict(multi_query="no"), r"multi_query must be true or false"),
-    ("mad-selective-copying", dict(n_tokens=16, seq_len=33), r"seq_len must be an integer >= 34 \(16 data tokens"),
-    ("mad-selective-copying", dict(vocab_size=2), r"vocab_size must be an integer >= 3 \(the blank, the copy token"),
-    ("mad-memorization", dict(seq_len=31), r"mad-memorization option seq_len must be even"),
-    ("mad-memorization", dict(vocab_size=2), r"vocab_size must be an integer >= 3 \(the insert token"),
-    ("mad-memorization", dict(n_train=0), r"mad-memorization option n_train must be an integer >= 1"),
-    ("mad-selective-copying", dict(seq_len=256.0), r"seq_len must be an integer >= 34 .*, got 256.0"),
-])
+@pytest.mark.parametrize(
+    "task, options, message",
+    [
+        ("mad-in-context-recall", dict(seq_len=25), r"mad-in-context-recall option seq_len must be even"),
+        ("mad-in-context-recall", dict(seq_len=2), r"seq_len must be an integer >= 4 \(an even length"),
+        (
+            "mad-in-context-recall",
+            dict(vocab_size=1),
+            r"vocab_size must be an integer >= 2 \(at least one key and one value",
+        ),
+        (
+            "mad-in-context-recall",
+            dict(multi_query=False, vocab_size=2),
+            r"vocab_size must be an integer >= 3 .*and the copy prefix\), got 2",
+        ),
+        (
+            "mad-in-context-recall",
+            dict(frac_noise=0.2),
+            r"frac_noise=0.2 needs noise tokens: set noise_vocab_size >= 1",
+        ),
+        (
+            "mad-in-context-recall",
+            dict(train_targets="all"),
+            r"train_targets must be one of 'next-token', 'answers', got 'all'",
+        ),
+        (
+            "mad-noisy-recall",
+            dict(frac_noise=1.0),
+            r"mad-noisy-recall option frac_noise must be a number in \[0, 1\), got 1.0",
+        ),
+        (
+            "mad-noisy-recall",
+            dict(vocab_size=17),
+            r"vocab_size must be an integer >= 18 \(at least one key and one value besides 16 noise tokens\), got 17",
+        ),
+        ("mad-noisy-recall", dict(noise_vocab_size=-1), r"noise_vocab_size must be an integer >= 0, got -1"),
+        ("mad-fuzzy-recall", dict(k_motif_size=0), r"mad-fuzzy-recall option k_motif_size must be an integer >= 1"),
+        ("mad-fuzzy-recall", dict(vocab_size=6), r"vocab_size must be an integer >= 7 \(3 distinct key tokens"),
+        ("mad-fuzzy-recall", dict(seq_len=12), r"seq_len must be an integer >= 13 \(a probe pair of up to 6 tokens"),
+        ("mad-fuzzy-recall", dict(multi_query="no"), r"multi_query must be true or false"),
+        ("mad-selective-copying", dict(n_tokens=16, seq_len=33), r"seq_len must be an integer >= 34 \(16 data tokens"),
+        (
+            "mad-selective-copying",
+            dict(vocab_size=2),
+            r"vocab_size must be an integer >= 3 \(the blank, the copy token",
+        ),
+        ("mad-memorization", dict(seq_len=31), r"mad-memorization option seq_len must be even"),
+        ("mad-memorization", dict(vocab_size=2), r"vocab_size must be an integer >= 3 \(the insert token"),
+        ("mad-memorization", dict(n_train=0), r"mad-memorization option n_train must be an integer >= 1"),
+        ("mad-selective-copying", dict(seq_len=256.0), r"seq_len must be an integer >= 34 .*, got 256.0"),
+    ],
+)
 def test_option_errors_name_the_option_and_its_range(task, options, message):
     with pytest.raises(ConfigError, match=message):
         get_spec(task, **options)
@@ -327,9 +368,12 @@ def test_predict_reads_json_lines_and_scores_the_held_out_positions(task, tmp_pa
     gen = generator_of(task, options)
     drawn = draws(gen, 4, seed=0)
     path = tmp_path / "new.jsonl"
-    path.write_text("".join(json.dumps({"id": i, "tokens": ex.inputs.tolist(),
-                                        "answers": ex.targets[asked(ex)].tolist()}) + "\n"
-                            for i, ex in enumerate(drawn)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": i, "tokens": ex.inputs.tolist(), "answers": ex.targets[asked(ex)].tolist()}) + "\n"
+            for i, ex in enumerate(drawn)
+        )
+    )
     records = read_inputs(task, path, task_vocabulary(gen.vocab_size), get_spec(task, **options), **options)
     for ex, record in zip(drawn, records):
         assert record.positions == asked(ex).tolist()
@@ -337,15 +381,18 @@ def test_predict_reads_json_lines_and_scores_the_held_out_positions(task, tmp_pa
         assert (record.item["target"][record.positions] - FIRST_TOKEN_ID).tolist() == ex.targets[asked(ex)].tolist()
 
 
-@pytest.mark.parametrize("task, tokens, error", [
-    ("mad-in-context-recall", [0, 6, 1, 7, 2, 8], r"no key is shown twice"),
-    ("mad-in-context-recall", [0, 6, 7, 7, 0], r"position 2: 7 is not a key"),
-    ("mad-selective-copying", [0, 6, 1, 6], r"0 copy tokens \(7\)"),
-    ("mad-selective-copying", [0, 6, 1, 7, 6], r"2 data tokens before the copy token but 1 positions after it"),
-    ("mad-memorization", [3, 4, 5, 6], r"no insert token \(32\)"),
-    ("mad-memorization", [3, 32, 20, 32], r"position 3: the insert token does not follow a key \(0..15\)"),
-    ("mad-fuzzy-recall", [10, 0, 1, 5, 2, 6], r"no key is shown twice"),
-])
+@pytest.mark.parametrize(
+    "task, tokens, error",
+    [
+        ("mad-in-context-recall", [0, 6, 1, 7, 2, 8], r"no key is shown twice"),
+        ("mad-in-context-recall", [0, 6, 7, 7, 0], r"position 2: 7 is not a key"),
+        ("mad-selective-copying", [0, 6, 1, 6], r"0 copy tokens \(7\)"),
+        ("mad-selective-copying", [0, 6, 1, 7, 6], r"2 data tokens before the copy token but 1 positions after it"),
+        ("mad-memorization", [3, 4, 5, 6], r"no insert token \(32\)"),
+        ("mad-memorization", [3, 32, 20, 32], r"position 3: the insert token does not follow a key \(0..15\)"),
+        ("mad-fuzzy-recall", [10, 0, 1, 5, 2, 6], r"no key is shown twice"),
+    ],
+)
 def test_bad_new_inputs_name_the_line_and_what_is_wrong(task, tokens, error, tmp_path):
     options = {**SMALL[task], **SPLITS}
     gen = generator_of(task, options)
@@ -361,10 +408,20 @@ def test_a_tiny_model_trains_on_each_task(tmp_path):
     from longrange.experiment.execute import run_stage
 
     for task, options in SMALL.items():
-        exp = {"label": task, "task": {"name": task, "options": {**options, "n_train": 16, "n_val": 8, "n_test": 8}},
-               "model": dict(block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction="causal"),
-               "train": {"batch_size": 8, "eval_batch_size": 8, "max_steps": 3, "lr": 0.003, "progress": False,
-                         "log_every": 3, "eval_every": 3}}
+        exp = {
+            "label": task,
+            "task": {"name": task, "options": {**options, "n_train": 16, "n_val": 8, "n_test": 8}},
+            "model": dict(block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction="causal"),
+            "train": {
+                "batch_size": 8,
+                "eval_batch_size": 8,
+                "max_steps": 3,
+                "lr": 0.003,
+                "progress": False,
+                "log_every": 3,
+                "eval_every": 3,
+            },
+        }
         summary = run_stage(experiment_from_dict(exp), "train", tmp_path / task)
         assert summary["steps"] == 3 and summary["metric"] == "accuracy"
         assert 0.0 <= summary["test"]["accuracy"] <= 1.0 and "sequence_accuracy" in summary["test"]

@@ -1,4 +1,5 @@
 """The pathfinder loader on hand-written fixtures in the LRA layout (PNGs + text metadata)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,10 +1,9 @@
 import pytest
 import torch
+from conftest import write_aan
 
 from longrange.data import load_task, retrieval, task_status
 from longrange.errors import DataFormatError, DataMissingError
-
-from conftest import write_aan
 
 GOOD = {
     "train": ["1.0\ta1\ta2\tabc\tabd", "0.0\ta3\ta4\tbb\tcc", "1\ta5\ta6\tab\tba"],
@@ -44,7 +43,11 @@ BAD = {
     "label": ("2.0\tx\ty\ta\tb", 2, "label must be 0 or 1, found '2.0'"),
     "label text": ("yes\tx\ty\ta\tb", 2, "label must be 0 or 1, found 'yes'"),
     "empty text": ("1\tx\ty\t\tb", 2, "empty text1"),
-    "header": ("label\tid1\tid2\ttext1\ttext2", 1, "label must be 0 or 1, found .label. \\(these files have no header line"),
+    "header": (
+        "label\tid1\tid2\ttext1\ttext2",
+        1,
+        "label must be 0 or 1, found .label. \\(these files have no header line",
+    ),
 }
 
 

@@ -1,5 +1,6 @@
 """The restricted unpickler of data files: published structures load, anything that could run code
 is refused before it runs."""
+
 from __future__ import annotations
 
 import os
@@ -27,15 +28,42 @@ def py2_cifar_batch(data: np.ndarray, labels: list[int]) -> bytes:
     """A CIFAR-10 batch as Python 2's cPickle wrote the published files (protocol 2): str keys,
     a numpy array by ``numpy.core.multiarray._reconstruct`` and ``ndarray.__setstate__``."""
     assert data.dtype == np.uint8 and data.ndim == 2
-    dtype = (b"cnumpy\ndtype\n" + _s(b"u1") + b"K\x00K\x01\x87R"
-             + b"(K\x03" + _s(b"|") + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb")
-    array = (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85" + _s(b"b") + b"\x87R"
-             + b"(K\x01K" + bytes([data.shape[0]]) + b"M" + struct.pack("<H", data.shape[1]) + b"\x86"
-             + dtype + b"\x89" + _binstring(data.tobytes()) + b"tb")
+    dtype = (
+        b"cnumpy\ndtype\n"
+        + _s(b"u1")
+        + b"K\x00K\x01\x87R"
+        + b"(K\x03"
+        + _s(b"|")
+        + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+    )
+    array = (
+        b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85"
+        + _s(b"b")
+        + b"\x87R"
+        + b"(K\x01K"
+        + bytes([data.shape[0]])
+        + b"M"
+        + struct.pack("<H", data.shape[1])
+        + b"\x86"
+        + dtype
+        + b"\x89"
+        + _binstring(data.tobytes())
+        + b"tb"
+    )
     label_list = b"](" + b"".join(b"K" + bytes([v]) for v in labels) + b"e"
-    body = (b"}(" + _s(b"batch_label") + _s(b"training batch 1 of 5") + _s(b"labels") + label_list
-            + _s(b"data") + array + _s(b"filenames") + b"](" + b"".join(_s(b"img%d.png" % i) for i in range(len(labels)))
-            + b"eu.")
+    body = (
+        b"}("
+        + _s(b"batch_label")
+        + _s(b"training batch 1 of 5")
+        + _s(b"labels")
+        + label_list
+        + _s(b"data")
+        + array
+        + _s(b"filenames")
+        + b"]("
+        + b"".join(_s(b"img%d.png" % i) for i in range(len(labels)))
+        + b"eu."
+    )
     return b"\x80\x02" + body
 
 
@@ -65,8 +93,13 @@ def test_python2_cifar_batch_loads(tmp_path):
 
 @pytest.mark.parametrize("protocol", [2, 4, 5])
 def test_python3_numpy_pickles_load(tmp_path, protocol):
-    obj = {b"data": np.arange(12, dtype=np.uint8).reshape(3, 4), b"labels": [1, 2, 3], "name": "x",
-           b"scalar": np.float32(1.5), b"t": (1, 2.0, None, True)}
+    obj = {
+        b"data": np.arange(12, dtype=np.uint8).reshape(3, 4),
+        b"labels": [1, 2, 3],
+        "name": "x",
+        b"scalar": np.float32(1.5),
+        b"t": (1, 2.0, None, True),
+    }
     back = loads_data_pickle(pickle.dumps(obj, protocol=protocol))
     assert np.array_equal(back[b"data"], obj[b"data"]) and back[b"labels"] == [1, 2, 3]
     assert back["name"] == "x" and back[b"scalar"] == np.float32(1.5) and back[b"t"] == (1, 2.0, None, True)
@@ -85,8 +118,10 @@ def test_planted_command_is_refused_and_never_runs(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("global_name", [b"builtins\neval\n", b"subprocess\nPopen\n", b"numpy\nload\n",
-                                         b"numpy.core.multiarray\nfromstring\n"])
+@pytest.mark.parametrize(
+    "global_name",
+    [b"builtins\neval\n", b"subprocess\nPopen\n", b"numpy\nload\n", b"numpy.core.multiarray\nfromstring\n"],
+)
 def test_any_other_global_is_refused(tmp_path, global_name):
     payload = b"\x80\x02c" + global_name + b"X\x01\x00\x00\x001\x85R."
     with pytest.raises(DataFormatError, match=global_name.split(b"\n")[1].decode()):

@@ -1,4 +1,5 @@
 """DNA species task: FASTA indexing and seeking, windows, splits, data-scarcity pools, errors, cache."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,7 +16,7 @@ WIDTH = 7
 
 
 def write_fasta(path, seq: str, width=WIDTH, name="chr", newline="\n", gz=False):
-    lines = [f">{name} test"] + [seq[i:i + width] for i in range(0, len(seq), width)]
+    lines = [f">{name} test"] + [seq[i : i + width] for i in range(0, len(seq), width)]
     data = (newline.join(lines) + newline).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     if gz:
@@ -61,15 +62,18 @@ def test_iupac_and_soft_mask_canonicalised(tmp_path):
     assert read_window(path, index_fasta(path), 0, 16) == b"ACGTNNNNNNNNNNNN"
 
 
-@pytest.mark.parametrize("text, line, message", [
-    ("ACGT\nACGT\n", 1, "malformed FASTA header"),
-    (">\nACGT\n", 1, "malformed FASTA header"),
-    (">a\nACGT\nACGT\n>b\nACGT\n", 4, "a second sequence header"),
-    (">a\nACGTA\nACG\nACGTA\n", 4, "non-uniform line width: line 3"),
-    (">a\nACGT\nACGTA\n", 3, "non-uniform line width: 5 bases, expected 4"),
-    (">a\nACGT\nAC-T\n", 3, "invalid character '-'"),
-    (">a\nACGT\n\nACGT\n", 4, "sequence continues after the blank line 3"),
-])
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        ("ACGT\nACGT\n", 1, "malformed FASTA header"),
+        (">\nACGT\n", 1, "malformed FASTA header"),
+        (">a\nACGT\nACGT\n>b\nACGT\n", 4, "a second sequence header"),
+        (">a\nACGTA\nACG\nACGTA\n", 4, "non-uniform line width: line 3"),
+        (">a\nACGT\nACGTA\n", 3, "non-uniform line width: 5 bases, expected 4"),
+        (">a\nACGT\nAC-T\n", 3, "invalid character '-'"),
+        (">a\nACGT\n\nACGT\n", 4, "sequence continues after the blank line 3"),
+    ],
+)
 def test_malformed_fasta_names_file_and_line(tmp_path, text, line, message):
     path = tmp_path / "bad.fa"
     path.write_text(text)
@@ -85,8 +89,16 @@ def test_trailing_blank_lines_are_fine(tmp_path):
 
 def test_end_to_end_windows_and_splits(tmp_path):
     seqs = make_species(tmp_path)
-    data = load_task("species", tmp_path, species="human,mouse", seq_len=16, samples_per_epoch=40,
-                     eval_samples=12, partial=True, seed=3)
+    data = load_task(
+        "species",
+        tmp_path,
+        species="human,mouse",
+        seq_len=16,
+        samples_per_epoch=40,
+        eval_samples=12,
+        partial=True,
+        seed=3,
+    )
     assert data.spec.n_classes == 2 and data.spec.input_kind == "tokens" and data.vocab_size == 10
     assert (len(data.train), len(data.val), len(data.test)) == (40, 12, 12)
     # HyenaDNA split: chr1 validation, chr5 test, chr2/chr4 training
@@ -125,8 +137,9 @@ def test_windows_deterministic_and_epochs(tmp_path):
 
 def test_padding_past_the_chromosome_end(tmp_path):
     seqs = make_species(tmp_path, length=10)
-    data = load_task("species", tmp_path, species="human,mouse", seq_len=32, samples_per_epoch=20,
-                     eval_samples=4, partial=True)
+    data = load_task(
+        "species", tmp_path, species="human,mouse", seq_len=32, samples_per_epoch=20, eval_samples=4, partial=True
+    )
     items = [data.train[i] for i in range(20)]
     assert all(len(it["inputs"]) < 32 for it in items)  # chromosomes of 16..22 bases
     for i in range(20):

@@ -1,4 +1,5 @@
 """Speech Commands: WAV reading, splits from the lists, normalisation, MFCC against a naive reference."""
+
 from __future__ import annotations
 
 import math
@@ -58,7 +59,9 @@ def make_sc10(tmp_path, per_word=12, seed=0):
         n = per_word if word in SC10_WORDS else 3
         short = 2 if word in SC10_WORDS and SC10_WORDS.index(word) % 2 == 0 else 0
         for j in range(n):
-            write_wav(root / word / f"spk{j:02d}_nohash_0.wav", rng.integers(-3000, 3000, size=16000 - 700 * (j < short)))
+            write_wav(
+                root / word / f"spk{j:02d}_nohash_0.wav", rng.integers(-3000, 3000, size=16000 - 700 * (j < short))
+            )
     (root / "validation_list.txt").write_text("")
     (root / "testing_list.txt").write_text("")
     return root
@@ -74,8 +77,10 @@ def test_sc10_label_set_and_counts(tmp_path):
     data = load_task("speech-commands", tmp_path, classes=10)
     kept = {w: 12 - (2 if i % 2 == 0 else 0) for i, w in enumerate(SC10_WORDS)}  # 10 or 12 clips per word
     assert data.info["short_dropped"] == {w: 12 - k for w, k in kept.items()}
-    splits = {name: [int(d[i]["target"]) for i in range(len(d))] for name, d in
-              (("train", data.train), ("val", data.val), ("test", data.test))}
+    splits = {
+        name: [int(d[i]["target"]) for i in range(len(d))]
+        for name, d in (("train", data.train), ("val", data.val), ("test", data.test))
+    }
     assert sorted(set(splits["train"])) == list(range(10))
     for c, word in enumerate(SC10_WORDS):
         n = kept[word]
@@ -87,8 +92,12 @@ def test_sc10_label_set_and_counts(tmp_path):
     # Which clip is which class: the label of a training item is its word's index in SC10_WORDS.
     yes = read_wav(tmp_path / "speech_commands" / "yes" / "spk05_nohash_0.wav")
     x = (torch.from_numpy(yes.astype(np.float64)) / 32768.0 - data.info["mean"][0]) / (data.info["std"][0] + 1e-5)
-    found = [s for s in ("train", "val", "test") for i in range(len(getattr(data, s)))
-             if torch.allclose(getattr(data, s)[i]["inputs"][:, 0].double(), x, atol=1e-5)]
+    found = [
+        s
+        for s in ("train", "val", "test")
+        for i in range(len(getattr(data, s)))
+        if torch.allclose(getattr(data, s)[i]["inputs"][:, 0].double(), x, atol=1e-5)
+    ]
     assert len(found) == 1
     # The split is the loader's seeded draw (another seed, another split of the same sizes).
     other = load_task("speech-commands", tmp_path, classes=10, seed=1)
@@ -122,11 +131,14 @@ def test_read_wav_and_fit_length(tmp_path):
     assert fit_length(np.arange(10, dtype=np.int16), 8).tolist() == list(range(8))
 
 
-@pytest.mark.parametrize("kwargs, what", [
-    (dict(channels=2), "2 channel"),
-    (dict(width=1), "8-bit"),
-    (dict(rate=8000), "8000 Hz"),
-])
+@pytest.mark.parametrize(
+    "kwargs, what",
+    [
+        (dict(channels=2), "2 channel"),
+        (dict(width=1), "8-bit"),
+        (dict(rate=8000), "8000 Hz"),
+    ],
+)
 def test_unsupported_wav_formats_name_the_file(tmp_path, kwargs, what):
     write_wav(tmp_path / "bad.wav", [0] * 8, **kwargs)
     with pytest.raises(DataFormatError, match=rf"bad\.wav: unsupported WAV format.*{what}"):
@@ -185,7 +197,9 @@ def test_list_errors_and_missing_data(tmp_path):
     root = make_speech(tmp_path)
     with open(root / "testing_list.txt", "a") as f:
         f.write("dog/nobody_nohash_9.wav\n")
-    with pytest.raises(DataFormatError, match=r"testing_list\.txt, line 18: listed file .*nobody_nohash_9\.wav does not exist"):
+    with pytest.raises(
+        DataFormatError, match=r"testing_list\.txt, line 18: listed file .*nobody_nohash_9\.wav does not exist"
+    ):
         load_task("speech-commands", tmp_path)
     (root / "testing_list.txt").write_text("notaword/x.wav\n")
     with pytest.raises(DataFormatError, match=r"testing_list\.txt, line 1: entry 'notaword/x.wav'"):
@@ -211,13 +225,13 @@ def test_decoded_once_then_cached(tmp_path, monkeypatch):
 def _naive_mfcc(x: np.ndarray, n_fft=200, hop=100, n_mels=64, n_mfcc=20, sr=16000) -> np.ndarray:
     """Frame-by-frame reference: reflect-pad, periodic Hann, explicit DFT sums, mel, log, DCT-II."""
     pad = n_fft // 2
-    xp = np.concatenate([x[1:pad + 1][::-1], x, x[-pad - 1:-1][::-1]])
+    xp = np.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
     n = np.arange(n_fft)
     win = 0.5 - 0.5 * np.cos(2 * math.pi * n / n_fft)
     k = np.arange(n_fft // 2 + 1)
     basis = np.exp(-2j * math.pi * np.outer(n, k) / n_fft)
     frames = 1 + len(x) // hop
-    power = np.stack([np.abs((xp[t * hop:t * hop + n_fft] * win) @ basis) ** 2 for t in range(frames)])
+    power = np.stack([np.abs((xp[t * hop : t * hop + n_fft] * win) @ basis) ** 2 for t in range(frames)])
     # triangular filters from their definition
     mel_pts = np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2), n_mels + 2)
     hz = 700.0 * (10 ** (mel_pts / 2595.0) - 1)

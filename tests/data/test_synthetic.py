@@ -1,4 +1,5 @@
 """The generated sequence tasks: layouts, reference solvers, determinism, options and registration."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,13 +29,20 @@ SMALL = {
     "mqar": dict(vocab_size=64, seq_len=48, n_pairs=6, n_train=64, n_val=32, n_test=32),
     "associative-recall": dict(vocab_size=40, seq_len=20, n_pairs=5, n_train=64, n_val=32, n_test=32),
 }
-GENERATORS = {"selective-copying": SelectiveCopying, "induction-heads": InductionHeads, "mqar": MultiQueryAR,
-              "associative-recall": AssociativeRecall}
+GENERATORS = {
+    "selective-copying": SelectiveCopying,
+    "induction-heads": InductionHeads,
+    "mqar": MultiQueryAR,
+    "associative-recall": AssociativeRecall,
+}
 
 
 def generator(task: str, **options):
-    opts = {k: v for k, v in {**SMALL[task], **options}.items() if not k.startswith("n_") or k == "n_tokens"
-            or k == "n_pairs"}
+    opts = {
+        k: v
+        for k, v in {**SMALL[task], **options}.items()
+        if not k.startswith("n_") or k == "n_tokens" or k == "n_pairs"
+    }
     return GENERATORS[task](**opts)
 
 
@@ -182,8 +190,9 @@ def _digest(task: str, splits=("train", "val", "test"), seed: int = 0, workers: 
 
 def _split_digest(data, split: str) -> str:
     ds = getattr(data, split)
-    return hashlib.sha256(b"".join(ds[i]["inputs"].numpy().tobytes() + ds[i]["target"].numpy().tobytes()
-                                   for i in range(len(ds)))).hexdigest()
+    return hashlib.sha256(
+        b"".join(ds[i]["inputs"].numpy().tobytes() + ds[i]["target"].numpy().tobytes() for i in range(len(ds)))
+    ).hexdigest()
 
 
 @pytest.mark.parametrize("task", sorted(SMALL))
@@ -200,11 +209,11 @@ def test_same_seed_same_data_whatever_was_read_before(task):
 def test_same_data_in_data_loader_workers_and_in_another_process():
     here = _digest("mqar")
     assert _digest("mqar", workers=2) == here
-    code = ("import sys; sys.path.insert(0, 'tests/data'); from test_synthetic import _digest; "
-            "print(_digest('mqar'))")
+    code = "import sys; sys.path.insert(0, 'tests/data'); from test_synthetic import _digest; print(_digest('mqar'))"
     env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONHASHSEED": "123"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=SRC.parent, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SRC.parent, env=env
+    )
     assert out.stdout.strip() == here
 
 
@@ -231,22 +240,37 @@ def test_other_options_other_data_and_nothing_written(tmp_path):
 
 
 # --------------------------------------------------------------------------------------- options
-@pytest.mark.parametrize("task, options, message", [
-    ("selective-copying", dict(n_tokens=21, seq_len=40), r"selective-copying option n_tokens must be an integer in \[1, 20\]"),
-    ("selective-copying", dict(vocab_size=2), r"vocab_size must be an integer >= 3 \(noise, marker and at least one"),
-    ("selective-copying", dict(seq_len=1), r"seq_len must be an integer >= 2, got 1"),
-    ("induction-heads", dict(seq_len=2), r"induction-heads option seq_len must be an integer >= 3 .*, got 2"),
-    ("induction-heads", dict(vocab_size=1), r"vocab_size must be an integer >= 2"),
-    ("mqar", dict(seq_len=20, n_pairs=6), r"mqar option seq_len must be an integer >= 24 .*, got 20"),
-    ("mqar", dict(vocab_size=12, n_pairs=6), r"mqar option vocab_size must be an integer >= 14 .*, got 12"),
-    ("mqar", dict(n_pairs=0), r"mqar option n_pairs must be an integer >= 1, got 0"),
-    ("mqar", dict(power_a=0.0), r"mqar option power_a must be a finite number > 0 .*, got 0.0"),
-    ("mqar", dict(random_filler="yes"), r"mqar option random_filler must be true or false"),
-    ("associative-recall", dict(seq_len=10, n_pairs=5), r"associative-recall option seq_len must be an integer >= 11"),
-    ("associative-recall", dict(n_train=0), r"associative-recall option n_train must be an integer >= 1 .*got 0"),
-    ("induction-heads", dict(fresh_train=1), r"induction-heads option fresh_train must be true or false"),
-    ("mqar", dict(seq_len=64.0), r"mqar option seq_len must be an integer >= 24 .*, got 64.0"),
-])
+@pytest.mark.parametrize(
+    "task, options, message",
+    [
+        (
+            "selective-copying",
+            dict(n_tokens=21, seq_len=40),
+            r"selective-copying option n_tokens must be an integer in \[1, 20\]",
+        ),
+        (
+            "selective-copying",
+            dict(vocab_size=2),
+            r"vocab_size must be an integer >= 3 \(noise, marker and at least one",
+        ),
+        ("selective-copying", dict(seq_len=1), r"seq_len must be an integer >= 2, got 1"),
+        ("induction-heads", dict(seq_len=2), r"induction-heads option seq_len must be an integer >= 3 .*, got 2"),
+        ("induction-heads", dict(vocab_size=1), r"vocab_size must be an integer >= 2"),
+        ("mqar", dict(seq_len=20, n_pairs=6), r"mqar option seq_len must be an integer >= 24 .*, got 20"),
+        ("mqar", dict(vocab_size=12, n_pairs=6), r"mqar option vocab_size must be an integer >= 14 .*, got 12"),
+        ("mqar", dict(n_pairs=0), r"mqar option n_pairs must be an integer >= 1, got 0"),
+        ("mqar", dict(power_a=0.0), r"mqar option power_a must be a finite number > 0 .*, got 0.0"),
+        ("mqar", dict(random_filler="yes"), r"mqar option random_filler must be true or false"),
+        (
+            "associative-recall",
+            dict(seq_len=10, n_pairs=5),
+            r"associative-recall option seq_len must be an integer >= 11",
+        ),
+        ("associative-recall", dict(n_train=0), r"associative-recall option n_train must be an integer >= 1 .*got 0"),
+        ("induction-heads", dict(fresh_train=1), r"induction-heads option fresh_train must be true or false"),
+        ("mqar", dict(seq_len=64.0), r"mqar option seq_len must be an integer >= 24 .*, got 64.0"),
+    ],
+)
 def test_option_errors_name_the_option_and_its_range(task, options, message):
     merged = {**SMALL[task], **options}
     with pytest.raises(ConfigError, match=message):
@@ -277,14 +301,17 @@ def test_registered_with_their_defaults_and_identity():
 
 
 # ------------------------------------------------------------------------- the generators' shape
-@pytest.mark.parametrize("cls, bad, message", [
-    (SelectiveCopying, dict(n_tokens=0), "selective-copying option n_tokens"),
-    (InductionHeads, dict(seq_len=2), "induction-heads option seq_len"),
-    (MultiQueryAR, dict(power_a=-1.0), "mqar option power_a"),
-    (AssociativeRecall, dict(n_pairs=-2), "associative-recall option n_pairs"),
-    ("listops", dict(max_args=1), r"listops generator option max_args must be an integer >= 2, got 1"),
-    ("pathfinder", dict(resolution=4), r"pathfinder generator option resolution must be an integer >= 8 \(pixels"),
-])
+@pytest.mark.parametrize(
+    "cls, bad, message",
+    [
+        (SelectiveCopying, dict(n_tokens=0), "selective-copying option n_tokens"),
+        (InductionHeads, dict(seq_len=2), "induction-heads option seq_len"),
+        (MultiQueryAR, dict(power_a=-1.0), "mqar option power_a"),
+        (AssociativeRecall, dict(n_pairs=-2), "associative-recall option n_pairs"),
+        ("listops", dict(max_args=1), r"listops generator option max_args must be an integer >= 2, got 1"),
+        ("pathfinder", dict(resolution=4), r"pathfinder generator option resolution must be an integer >= 8 \(pixels"),
+    ],
+)
 def test_every_generator_has_one_shape(cls, bad, message):
     import random
 
@@ -335,14 +362,20 @@ def test_associative_recall_with_recalled_pairs_in_the_input():
             assert (at - 16) % 2 == 0 and ex.inputs[at + 1] == pairs[k]
         assert ex.label == gen.solve(ex.inputs) == pairs[int(ex.inputs[-1])] - 32
     # without recalls the draws are those of the plain layout (the same random stream)
-    plain, none = AssociativeRecall(vocab_size=64, seq_len=40, n_pairs=8), AssociativeRecall(vocab_size=64, seq_len=40, n_pairs=8, n_recalls=0)
+    plain, none = (
+        AssociativeRecall(vocab_size=64, seq_len=40, n_pairs=8),
+        AssociativeRecall(vocab_size=64, seq_len=40, n_pairs=8, n_recalls=0),
+    )
     assert (plain.draw(np.random.default_rng(1)).inputs == none.draw(np.random.default_rng(1)).inputs).all()
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(n_pairs=4, n_recalls=4), r"n_recalls must be an integer in \[0, 3\] \(recalled keys are other keys"),
-    (dict(n_pairs=4, seq_len=12, n_recalls=2), r"seq_len must be an integer >= 13 \(4 key-value pairs, 2 recalled"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(n_pairs=4, n_recalls=4), r"n_recalls must be an integer in \[0, 3\] \(recalled keys are other keys"),
+        (dict(n_pairs=4, seq_len=12, n_recalls=2), r"seq_len must be an integer >= 13 \(4 key-value pairs, 2 recalled"),
+    ],
+)
 def test_associative_recall_recall_option_errors(options, message):
     with pytest.raises(ConfigError, match=message):
         AssociativeRecall(vocab_size=64, **options).check()

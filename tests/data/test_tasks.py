@@ -2,7 +2,6 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-import longrange.data  # registers every task
 from longrange.data import tasks
 from longrange.data.tasks import (
     SequenceDataset,
@@ -52,7 +51,10 @@ def test_registry_lists_and_builds_specs(toy):
 def test_unknown_task_and_option_are_config_errors(toy):
     with pytest.raises(ConfigError, match=r"unknown task 'nope'.*toy"):
         get_spec("nope")
-    with pytest.raises(ConfigError, match=r"unknown option 'seqlen' for task toy \(did you mean 'seq_len'\?\); valid options: flavour, seq_len"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown option 'seqlen' for task toy \(did you mean 'seq_len'\?\); valid options: flavour, seq_len",
+    ):
         load_task("toy", "x", seqlen=3)
 
 

@@ -2,11 +2,10 @@ import importlib.util
 
 import pytest
 import torch
+from conftest import write_imdb
 
 from longrange.data import load_task, task_status, text
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
-
-from conftest import write_imdb
 
 DOCS = {
     "train": {"pos": ["great film", "loved it", "fine fine"], "neg": ["bad film", "awful!"]},
@@ -77,7 +76,9 @@ def test_bad_reviews_name_the_file(imdb):
 
 
 def test_missing_data_names_the_path_and_source(data_dir):
-    with pytest.raises(DataMissingError, match=r"text/aclImdb/train/neg but it does not exist; download .*aclImdb_v1.tar.gz"):
+    with pytest.raises(
+        DataMissingError, match=r"text/aclImdb/train/neg but it does not exist; download .*aclImdb_v1.tar.gz"
+    ):
         load_task("text", data_dir)
     present, lines = task_status("text", data_dir)
     assert not present and len(lines) == 4

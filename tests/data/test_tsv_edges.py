@@ -1,17 +1,20 @@
 """ListOps and Retrieval TSV files: a byte-order mark and trailing blank lines are tolerated (they
 cannot change a record); a blank line between records is named."""
+
 from __future__ import annotations
 
 import pytest
+from conftest import write_aan, write_listops
 
 from longrange.data import load_task
 from longrange.errors import DataFormatError
 
-from conftest import write_aan, write_listops
-
 LISTOPS = ["( ( ( [MAX 4 ) 5 ) ] )\t5", "( ( ( [SM 4 ) 7 ) ] )\t1", "3\t3"]
-AAN = {"train": ["1.0\ta1\ta2\tabc\tabd", "0.0\ta3\ta4\tbb\tcc"], "eval": ["0\te1\te2\tzz\tab"],
-       "test": ["1.0\tt1\tt2\tcab\tb"]}
+AAN = {
+    "train": ["1.0\ta1\ta2\tabc\tabd", "0.0\ta3\ta4\tbb\tcc"],
+    "eval": ["0\te1\te2\tzz\tab"],
+    "test": ["1.0\tt1\tt2\tcab\tb"],
+}
 
 
 def _items(data):
@@ -21,8 +24,12 @@ def _items(data):
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 def test_listops_bom_and_trailing_blank_lines_are_tolerated(tmp_path, newline):
     reference = _items(load_task("listops", write_listops(tmp_path / "ref" / "listops", newline=newline)))
-    folder = write_listops(tmp_path / "bom" / "listops", header="\ufeffSource\tTarget",
-                           splits={s: LISTOPS + ["", "  "] for s in ("train", "val", "test")}, newline=newline)
+    folder = write_listops(
+        tmp_path / "bom" / "listops",
+        header="\ufeffSource\tTarget",
+        splits={s: LISTOPS + ["", "  "] for s in ("train", "val", "test")},
+        newline=newline,
+    )
     data = load_task("listops", folder)
     assert _items(data) == reference and data.skipped == {}
 

@@ -1,5 +1,6 @@
 """The comparison and the stage commands never reuse or resume a run made with other settings, never
 rewrite a finished run, and keep going past a failed stage while reporting it."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ from longrange.cli import main
 from longrange.errors import ConfigError
 from longrange.experiment.compare import StageFailed, compare, stage_statuses
 from longrange.experiment.config import experiment_from_dict
-from longrange.experiment.plan import Plan, plan_grid
 from longrange.experiment.execute import run_stage
+from longrange.experiment.plan import Plan, plan_grid
 from longrange.train.rundir import RunMismatchError
 
 
@@ -34,7 +35,9 @@ def test_plan_lists_stages_with_dependencies():
     assert matched.matched_to == [["listops/b/masked-spt/seed0/pretrain", "listops/b/masked-spt/seed0/finetune"]]
     assert [len(level) for level in plan.levels()] == [8, 4, 4]
     assert {s.id for s in plan.dependents("listops/a/masked-spt/seed0/pretrain")} == {
-        "listops/a/masked-spt/seed0/finetune", "listops/a/scratch-matched/seed0"}
+        "listops/a/masked-spt/seed0/finetune",
+        "listops/a/scratch-matched/seed0",
+    }
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))).to_dict() == plan.to_dict()
     with pytest.raises(ConfigError, match="share the run directory"):
         plan_grid([exps[0], exps[0]], seeds=[0])
@@ -45,7 +48,9 @@ def test_compare_refuses_stale_reuse_and_overwrite_reruns(tiny_listops_dir, tmp_
     first = compare([exp], tmp_path, seeds=[0], objectives=["masked"])
     assert [s["regime"] for s in first] == ["scratch", "masked-spt", "scratch-matched"]
     changed = experiment_from_dict(tiny(tiny_listops_dir, lr=0.01))
-    with pytest.raises(RunMismatchError, match=r"4 finished stage\(s\) .* other settings: .*train.lr: 0.003 -> 0.01.*--overwrite"):
+    with pytest.raises(
+        RunMismatchError, match=r"4 finished stage\(s\) .* other settings: .*train.lr: 0.003 -> 0.01.*--overwrite"
+    ):
         compare([changed], tmp_path, seeds=[0], objectives=["masked"])
     again = compare([changed], tmp_path, seeds=[0], objectives=["masked"], overwrite=True)
     assert all(a["fingerprint"] != b["fingerprint"] for a, b in zip(first, again))
@@ -68,7 +73,10 @@ def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_d
 
     monkeypatch.setattr(C, "train_stage", failing)
     exp = experiment_from_dict(tiny(tiny_listops_dir))
-    with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/tiny/masked-spt/seed0/pretrain .*failed.json.*2 stage\(s\) after them"):
+    with pytest.raises(
+        StageFailed,
+        match=r"1 stage\(s\) failed: listops/tiny/masked-spt/seed0/pretrain .*failed.json.*2 stage\(s\) after them",
+    ):
         compare([exp], tmp_path, seeds=[0], objectives=["masked"])
     statuses = stage_statuses(tmp_path)
     assert statuses["listops/tiny/scratch/seed0"] == "finished"
@@ -113,5 +121,7 @@ def test_resume_refuses_other_settings_and_never_rewrites_a_finished_run(tiny_li
     assert main(["train", "--config", str(config), "--out", run, "--resume", "--overwrite"]) == 1
     assert "--resume and --overwrite contradict" in capsys.readouterr().err
     json.loads(summary)  # valid JSON
-    with pytest.raises(ConfigError, match=r"already holds a finished run \(its result: .*summary.json\); pass --overwrite"):
+    with pytest.raises(
+        ConfigError, match=r"already holds a finished run \(its result: .*summary.json\); pass --overwrite"
+    ):
         run_stage(experiment_from_dict(tiny(tiny_listops_dir)), "train", run, seed=3)

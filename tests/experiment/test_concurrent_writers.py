@@ -1,5 +1,6 @@
 """Two `longrange train` processes into the same --out never both run: the second stops at once,
 naming the holder's PID and host, and the first run's files are whole (no duplicated lines)."""
+
 from __future__ import annotations
 
 import json
@@ -27,15 +28,38 @@ def _env() -> dict:
 def test_second_train_into_the_same_out_stops_at_once(tmp_path):
     from longrange.data.generate.listops import generate
 
-    generate(tmp_path / "data" / "listops", n_train=64, n_val=16, n_test=16, min_length=8, max_length=24,
-             max_depth=3, max_args=3, seed=0, quiet=True)
+    generate(
+        tmp_path / "data" / "listops",
+        n_train=64,
+        n_val=16,
+        n_test=16,
+        min_length=8,
+        max_length=24,
+        max_depth=3,
+        max_args=3,
+        seed=0,
+        quiet=True,
+    )
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({
-        "label": "tiny",
-        "task": {"name": "listops", "options": {"seq_len": 32}, "data_dir": str(tmp_path / "data")},
-        "model": dict(block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction="bidirectional"),
-        "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 1, "num_workers": 0},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "label": "tiny",
+                "task": {"name": "listops", "options": {"seq_len": 32}, "data_dir": str(tmp_path / "data")},
+                "model": dict(
+                    block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction="bidirectional"
+                ),
+                "train": {
+                    "batch_size": 16,
+                    "epochs": 1,
+                    "lr": 0.003,
+                    "progress": False,
+                    "log_every": 1,
+                    "num_workers": 0,
+                },
+            }
+        )
+    )
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "longrange", "train", "--config", str(config), "--out", str(run)]
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())

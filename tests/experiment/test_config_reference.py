@@ -1,6 +1,7 @@
 """docs/config-reference.md is generated from the typed configs (``experiment/config_reference.py``):
 the committed page is the generator's output, every field of every config section is on it with its
 documentation, and registering a name (a primitive) does not change it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,12 @@ from longrange.experiment import config_reference as R
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "config-reference.md"
 #: The modules that define the configuration's sections (every dataclass named ...Config in them is one).
-CONFIG_MODULES = ("longrange.experiment.config", "longrange.models.config", "longrange.train.config",
-                  "longrange.objectives.factory")
+CONFIG_MODULES = (
+    "longrange.experiment.config",
+    "longrange.models.config",
+    "longrange.train.config",
+    "longrange.objectives.factory",
+)
 
 
 def test_the_committed_page_is_the_generators_output():
@@ -24,15 +29,19 @@ def test_the_committed_page_is_the_generators_output():
     committed = PAGE.read_text() if PAGE.is_file() else ""
     assert committed == expected, (
         f"{PAGE.relative_to(ROOT)} is not what the typed configs generate (a field, its default or its `#:` comment "
-        f"changed): regenerate it with `{R.COMMAND}`")
+        f"changed): regenerate it with `{R.COMMAND}`"
+    )
 
 
 def _config_classes() -> set[type]:
     found = set()
     for name in CONFIG_MODULES:
         module = importlib.import_module(name)
-        found |= {cls for _, cls in inspect.getmembers(module, inspect.isclass)
-                  if dataclasses.is_dataclass(cls) and cls.__module__ == name and cls.__name__.endswith("Config")}
+        found |= {
+            cls
+            for _, cls in inspect.getmembers(module, inspect.isclass)
+            if dataclasses.is_dataclass(cls) and cls.__module__ == name and cls.__name__.endswith("Config")
+        }
     return found
 
 
@@ -110,9 +119,19 @@ def test_field_docs_are_the_hash_colon_comments_right_above_each_field():
     assert R.field_comments(Example) == {"a": "One line.", "b": "", "c": "Two lines.", "d": ""}
 
 
-@pytest.mark.parametrize("value, text", [(None, "null"), (True, "true"), (1e-8, "1e-08"), ("", "''"),
-                                         ("mamba", "mamba"), ((0.9, 0.999), "[0.9, 0.999]"), ({}, "{}"),
-                                         ({"config": "short"}, "{config: short}")])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (None, "null"),
+        (True, "true"),
+        (1e-8, "1e-08"),
+        ("", "''"),
+        ("mamba", "mamba"),
+        ((0.9, 0.999), "[0.9, 0.999]"),
+        ({}, "{}"),
+        ({"config": "short"}, "{config: short}"),
+    ],
+)
 def test_defaults_are_written_as_yaml(value, text):
     assert R._value(value) == text
 

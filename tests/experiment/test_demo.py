@@ -1,5 +1,6 @@
 """The built-in demos: their presets are their studies' settings, their wiring on tiny data (fast), and
 end to end (minutes on 2 CPU cores: marked slow, run with -m slow)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -61,8 +62,9 @@ def test_listops_demo_presets_are_the_study_setting():
     (name,) = d.presets
     exp = resolve(name)
     generate = exp.task.generate  # the generated data: the study's, option by option
-    options = generator("listops").options(generate["config"], {k: v for k, v in generate.items() if k != "config"},
-                                           "listops")
+    options = generator("listops").options(
+        generate["config"], {k: v for k, v in generate.items() if k != "config"}, "listops"
+    )
     assert {"kind": "listops", **options} == {**data, "seed": 0}
     # the screen's seeds and more (the study confirmed the setting with all of them on validation)
     assert set(study.SEEDS) <= set(d.seeds) and len(d.seeds) >= 3
@@ -79,9 +81,18 @@ def test_listops_demo_presets_are_the_study_setting():
     assert exp.compare.objectives == want["compare"]["objectives"] and exp.compare.compute_matched
 
 
-TINY_RECALL = ["task.options.n_train=64", "task.options.n_val=16", "task.options.n_test=16", "compare.train_subsets=[16]",
-               "train.max_steps=3", "pretrain.max_steps=3", "train.batch_size=8", "model.d_model=8",
-               "train.eval_every=0", "pretrain.eval_every=0"]
+TINY_RECALL = [
+    "task.options.n_train=64",
+    "task.options.n_val=16",
+    "task.options.n_test=16",
+    "compare.train_subsets=[16]",
+    "train.max_steps=3",
+    "pretrain.max_steps=3",
+    "train.batch_size=8",
+    "model.d_model=8",
+    "train.eval_every=0",
+    "pretrain.eval_every=0",
+]
 
 
 def test_recall_demo_prints_the_table_verdict_and_ranking(tmp_path, capsys):
@@ -102,7 +113,7 @@ def test_recall_demo_prints_the_table_verdict_and_ranking(tmp_path, capsys):
     assert sorted(c.label for c in found) == sorted(labels) and {c.baseline for c in found} == {"scratch"}
     for c in found:
         assert f"{c.title}: {c.sentence()}" in text and c.stat.n == 2
-    ranking = text[text.index("Ranking of the models by mean"):].splitlines()
+    ranking = text[text.index("Ranking of the models by mean") :].splitlines()
     assert ranking[1].startswith("  scratch: ") and ranking[2].startswith("  causal-spt-all: ")
     assert set(ranking[1].split(": ")[1].split(" (")[0].split(" > ")) == set(labels)
     report = (tmp_path / "report.md").read_text()
@@ -115,10 +126,24 @@ def test_recall_demo_prints_the_table_verdict_and_ranking(tmp_path, capsys):
 def test_listops_demo_prints_the_table_and_the_computed_verdict(tmp_path):
     """On a tiny generated ListOps: the table has every regime, the verdict is the one computed from the
     paired seeds, and the report has the plots and the kernel decay analysis."""
-    tiny = "{config: short, n_train: 80, n_val: 16, n_test: 16, min_length: 8, max_length: 32, max_depth: 3, max_args: 3}"
-    text = demo.run_demo(tmp_path, seeds=[0, 1], jobs=1, which="listops",
-                         overrides=[f"task.generate={tiny}", "train.epochs=1", "pretrain.epochs=1", "train.batch_size=4",
-                                    "task.options.seq_len=32", "model.d_model=8", "model.d_state=4"])
+    tiny = (
+        "{config: short, n_train: 80, n_val: 16, n_test: 16, min_length: 8, max_length: 32, max_depth: 3, max_args: 3}"
+    )
+    text = demo.run_demo(
+        tmp_path,
+        seeds=[0, 1],
+        jobs=1,
+        which="listops",
+        overrides=[
+            f"task.generate={tiny}",
+            "train.epochs=1",
+            "pretrain.epochs=1",
+            "train.batch_size=4",
+            "task.options.seq_len=32",
+            "model.d_model=8",
+            "model.d_state=4",
+        ],
+    )
     label = resolve(demo.DEMOS["listops"].presets[0]).label
     for row in (label, f"{label} (scratch, matched compute)", f"{label} + masked SPT"):
         assert f"| {row} |" in text
@@ -163,8 +188,13 @@ def test_demo_runs_the_comparison_and_writes_the_report(tmp_path, capsys):
     assert (tmp_path / "report.md").is_file()
 
 
-NEW_MIXERS = ["demo/recall/mamba2", "demo/recall/mamba3", "demo/recall/gla", "demo/recall/deltanet",
-              "demo/recall/gated-deltanet"]
+NEW_MIXERS = [
+    "demo/recall/mamba2",
+    "demo/recall/mamba3",
+    "demo/recall/gla",
+    "demo/recall/deltanet",
+    "demo/recall/gated-deltanet",
+]
 
 
 def test_the_matrix_state_mixers_train_end_to_end_in_compare_from_their_presets(tmp_path, capsys):

@@ -8,10 +8,12 @@ operations (forward, backward, AdamW): the whole takes about 30 s of CPU time he
 at length 16384 and 65536 (Path-X) are the slowest (0.3-0.6 s each): an S4 layer's kernel
 computation and bidirectional FFT convolution are many small operations.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
+from test_presets import PYTHIA_70M, pythia_dir, vocab_for  # noqa: F401  (pythia_dir is a fixture)
 
 import longrange.data  # noqa: F401  (registers the tasks)
 from longrange.data.tasks import get_spec
@@ -21,11 +23,13 @@ from longrange.experiment.dryrun import META, DryRunError, dry_run, dry_stages, 
 from longrange.objectives.supervised import PositionClassification
 from longrange.ops import used
 
-from test_presets import PYTHIA_70M, pythia_dir, vocab_for  # noqa: F401  (pythia_dir is a fixture)
-
 #: The kernel a GPU runs for each SSM primitive; on meta the dispatcher traces it (its fake implementation).
-GPU_KERNELS = {"s6": {"selective_scan": "triton"}, "s4": {"cauchy": "triton"}, "s4d": {"vandermonde": "triton"},
-               "dlr": {"vandermonde": "triton"}}
+GPU_KERNELS = {
+    "s6": {"selective_scan": "triton"},
+    "s4": {"cauchy": "triton"},
+    "s4d": {"vandermonde": "triton"},
+    "dlr": {"vandermonde": "triton"},
+}
 
 
 def experiment(name: str, pythia=None):
@@ -42,7 +46,7 @@ def token_vocab(exp) -> int | None:
 
 
 @pytest.mark.parametrize("name", list_presets())
-def test_every_preset_takes_a_training_step_on_meta(name, pythia_dir):
+def test_every_preset_takes_a_training_step_on_meta(name, pythia_dir):  # noqa: F811 (the fixture)
     exp = experiment(name, pythia_dir)
     spec = get_spec(exp.task.name, **exp.task.options)
     stages = dry_stages(exp)
@@ -63,8 +67,9 @@ def test_every_preset_takes_a_training_step_on_meta(name, pythia_dir):
 def test_pretraining_stages_follow_the_preset():
     exp = resolve("spt/path-x/s4")
     assert dry_stages(exp) == [("train", "supervised"), ("pretrain", "masked")]
-    assert dry_stages(resolve("demo/s4d", overrides=["compare.objectives=[causal,masked]", "model.direction=causal"])) == [
-        ("train", "supervised"), ("pretrain", "causal"), ("pretrain", "masked")]
+    assert dry_stages(
+        resolve("demo/s4d", overrides=["compare.objectives=[causal,masked]", "model.direction=causal"])
+    ) == [("train", "supervised"), ("pretrain", "causal"), ("pretrain", "masked")]
     thesis = resolve("thesis/scifar/mamba-s6")
     assert not thesis.pretrain and dry_stages(thesis) == [("train", "supervised")]
     assert prepare_step(exp, "pretrain", device=META).stage.objective == "masked"  # the default: the compared one
@@ -72,8 +77,16 @@ def test_pretraining_stages_follow_the_preset():
 
 @pytest.mark.parametrize("task", ["mqar", "selective-copying", "induction-heads"])
 def test_per_position_tasks_take_their_objective_on_meta(task):
-    exp = resolve("demo/s4d", overrides=[f"task.name={task}", "task.generate=null", "model.direction=causal",
-                                         "task.options={n_train: 32, n_val: 8, n_test: 8}", "train.batch_size=8"])
+    exp = resolve(
+        "demo/s4d",
+        overrides=[
+            f"task.name={task}",
+            "task.generate=null",
+            "model.direction=causal",
+            "task.options={n_train: 32, n_val: 8, n_test: 8}",
+            "train.batch_size=8",
+        ],
+    )
     for stage, objective in (("train", None), ("pretrain", "causal"), ("pretrain", "masked")):
         run = dry_run(exp, stage, objective, name=task)
         assert run.objective == (objective or "supervised")
@@ -117,8 +130,11 @@ def test_a_tensor_made_without_its_device_fails_the_dry_run_naming_the_preset(mo
     # On the CPU the bug is invisible: every tensor is on the CPU anyway.
     cpu = prepare_step(resolve("demo/s4d"), device="cpu", batch_size=2, seq_len=16)
     assert torch.isfinite(cpu.step())
-    with pytest.raises(DryRunError, match=r"dry run of demo/s4d \(train, objective supervised\) at batch 32 .* x "
-                                          r"length 128 on meta failed: .*(device|meta).*") as caught:
+    with pytest.raises(
+        DryRunError,
+        match=r"dry run of demo/s4d \(train, objective supervised\) at batch 32 .* x "
+        r"length 128 on meta failed: .*(device|meta).*",
+    ) as caught:
         dry_run(resolve("demo/s4d"), name="demo/s4d")
     assert "cpu" in str(caught.value.__cause__)
 
@@ -198,7 +214,7 @@ def test_value_checks_are_skipped_only_without_data():
     assert _is_left_aligned(torch.ones(2, 3, dtype=torch.bool, device=META))  # every mask from lengths is
 
 
-def test_a_hugging_face_model_built_on_meta_describes_itself(pythia_dir):
+def test_a_hugging_face_model_built_on_meta_describes_itself(pythia_dir):  # noqa: F811 (the fixture)
     """``rebuild_info`` read the token map back from its buffers, which a model built on the meta
     device does not hold: it keeps the map it was given."""
     from longrange.models import build_model

@@ -1,6 +1,7 @@
 """The comparison's executors (local workers, SLURM through submitit's local executor) run the same
 stages as the in-process run, with the same results; a killed worker's stage resumes; two comparisons
 on one output directory never run a stage twice."""
+
 from __future__ import annotations
 
 import json
@@ -14,10 +15,11 @@ import pytest
 import yaml
 
 from longrange.errors import ConfigError
+from longrange.experiment.backends import InProcess, LocalWorkers, SlurmLauncher, auto_jobs, make_backend, usable_cores
 from longrange.experiment.compare import StageFailed, compare, stage_statuses
 from longrange.experiment.config import LauncherConfig, experiment_from_dict
-from longrange.experiment.backends import InProcess, LocalWorkers, SlurmLauncher, auto_jobs, make_backend, usable_cores
-from longrange.experiment.worker import command as worker_command, environment as worker_env
+from longrange.experiment.worker import command as worker_command
+from longrange.experiment.worker import environment as worker_env
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 #: Fields of a summary that depend on when and where it ran, not on what it computed.
@@ -43,8 +45,10 @@ def comparable(summaries):
 
 
 def all_summaries(out: Path) -> dict[str, dict]:
-    return {str(p.parent.relative_to(out)): {k: v for k, v in json.loads(p.read_text()).items() if k not in VOLATILE}
-            for p in out.rglob("summary.json")}
+    return {
+        str(p.parent.relative_to(out)): {k: v for k, v in json.loads(p.read_text()).items() if k not in VOLATILE}
+        for p in out.rglob("summary.json")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -86,26 +90,37 @@ def test_submitit_local_executor_runs_stages_through_the_slurm_path(tiny_listops
     ref_out, _ = reference
     good = {**tiny(tiny_listops_dir, "a"), "compare": {"objectives": ["masked"], "seeds": [0]}}
     bad = {**good, "label": "bad", "pretrain": {"batch_size": 1000}}
-    launcher = SlurmLauncher(LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1),
-                             cluster="local", poll_every=0.2)
-    with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/bad/masked-spt/seed0/pretrain .*2 stage\(s\) after them"):
+    launcher = SlurmLauncher(
+        LauncherConfig(kind="slurm", gpus_per_job=0, time_min=10, threads_per_job=1), cluster="local", poll_every=0.2
+    )
+    with pytest.raises(
+        StageFailed, match=r"1 stage\(s\) failed: listops/bad/masked-spt/seed0/pretrain .*2 stage\(s\) after them"
+    ):
         compare([experiment_from_dict(good), experiment_from_dict(bad)], tmp_path, executor=launcher)
     err = capsys.readouterr().err
     assert len(re.findall(r"submitted listops/\S+: job \d+", err)) == 6  # not the two after the failed pretrain
     ref = all_summaries(ref_out)
     got = all_summaries(tmp_path)
-    assert sorted(got) == ["listops/a/masked-spt/seed0/finetune", "listops/a/masked-spt/seed0/pretrain",
-                           "listops/a/scratch-matched/seed0", "listops/a/scratch/seed0", "listops/bad/scratch/seed0"]
+    assert sorted(got) == [
+        "listops/a/masked-spt/seed0/finetune",
+        "listops/a/masked-spt/seed0/pretrain",
+        "listops/a/scratch-matched/seed0",
+        "listops/a/scratch/seed0",
+        "listops/bad/scratch/seed0",
+    ]
     for sid, summary in got.items():  # the label is part of a stage's settings (its fingerprint)
         same = ("label", "fingerprint") if "/bad/" in sid else ()
-        assert {k: v for k, v in summary.items() if k not in same} == \
-            {k: v for k, v in ref[sid.replace("/bad/", "/a/")].items() if k not in same}, sid
+        assert {k: v for k, v in summary.items() if k not in same} == {
+            k: v for k, v in ref[sid.replace("/bad/", "/a/")].items() if k not in same
+        }, sid
     # The local executor ignores dependencies: this process submits a level once the previous
     # one ended, so the finetune started after its pretrain had finished.
     pre = tmp_path / "listops/a/masked-spt/seed0/pretrain/summary.json"
     assert pre.stat().st_mtime <= (tmp_path / "listops/a/masked-spt/seed0/finetune/stage.log").stat().st_mtime
     failure = json.loads((tmp_path / "listops/bad/masked-spt/seed0/pretrain/failed.json").read_text())
-    assert "batch_size 1000 is larger than the training set" in failure["error"] and failure["log"].endswith("stage.log")
+    assert "batch_size 1000 is larger than the training set" in failure["error"] and failure["log"].endswith(
+        "stage.log"
+    )
     assert stage_statuses(tmp_path)["listops/bad/masked-spt/seed0/finetune"] == "pending"
     assert list((tmp_path / "slurm").iterdir())  # submitit's scripts and logs
 
@@ -128,9 +143,13 @@ def killing_worker(argv: list[str]) -> int:
     return main(argv)
 
 
-def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run(tiny_listops_dir, reference, tmp_path, capsys):
+def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run(
+    tiny_listops_dir, reference, tmp_path, capsys
+):
     ref_out, _ = reference
-    exp = experiment_from_dict({**tiny(tiny_listops_dir, "a", checkpoint_every=1), "compare": {"objectives": ["masked"], "seeds": [0]}})
+    exp = experiment_from_dict(
+        {**tiny(tiny_listops_dir, "a", checkpoint_every=1), "compare": {"objectives": ["masked"], "seeds": [0]}}
+    )
 
     with pytest.raises(StageFailed, match=r"1 stage\(s\) failed: listops/a/masked-spt/seed0/pretrain"):
         compare([exp], tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[], target=killing_worker))
@@ -142,14 +161,23 @@ def test_a_killed_worker_resumes_from_its_checkpoint_and_only_missing_stages_run
     compare([exp], tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[]))
     err = capsys.readouterr().err
     started = re.findall(r"started (\S+) \(worker", err)
-    assert sorted(started) == sorted(["listops/a/masked-spt/seed0/pretrain", "listops/a/masked-spt/seed0/finetune",
-                                      "listops/a/scratch-matched/seed0"])  # not the finished scratch run
+    assert sorted(started) == sorted(
+        [
+            "listops/a/masked-spt/seed0/pretrain",
+            "listops/a/masked-spt/seed0/finetune",
+            "listops/a/scratch-matched/seed0",
+        ]
+    )  # not the finished scratch run
     assert f"resuming {pretrain}" in (pretrain / "stage.log").read_text()
     ref = all_summaries(ref_out)
     for sid, summary in all_summaries(tmp_path).items():
         assert summary == ref[sid], sid  # the resumed stage ends exactly as an uninterrupted one
     lines = (pretrain / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == len(set(lines)) == len((ref_out / "listops/a/masked-spt/seed0/pretrain/metrics.jsonl").read_text().splitlines())
+    assert (
+        len(lines)
+        == len(set(lines))
+        == len((ref_out / "listops/a/masked-spt/seed0/pretrain/metrics.jsonl").read_text().splitlines())
+    )
 
 
 def test_two_compares_on_one_output_never_run_a_stage_twice(tiny_listops_dir, tmp_path, capfd):
@@ -161,8 +189,13 @@ def test_two_compares_on_one_output_never_run_a_stage_twice(tiny_listops_dir, tm
     config.write_text(yaml.safe_dump(exp))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "longrange.cli", "compare", "--config", str(config), "--out", str(out)]
-    other = subprocess.Popen(cmd + ["--jobs", "2", "--threads-per-job", "1"], env=worker_env(1),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    other = subprocess.Popen(
+        cmd + ["--jobs", "2", "--threads-per-job", "1"],
+        env=worker_env(1),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not list(out.rglob("stage.log")) and time.time() < deadline:  # the other one has started a stage
         time.sleep(0.05)
@@ -203,7 +236,15 @@ def test_launcher_settings_and_errors(tiny_listops_dir, tmp_path, monkeypatch, c
         SlurmLauncher(LauncherConfig(kind="slurm", wait=False), cluster="local")
     cmd = worker_command(tmp_path, "t/x/scratch/seed0", overwrite=True, threads=3, gpus=4)
     assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4"]
-    assert cmd[5:] == ["-m", "longrange.experiment.worker", str(tmp_path), "t/x/scratch/seed0", "--overwrite", "--threads", "3"]
+    assert cmd[5:] == [
+        "-m",
+        "longrange.experiment.worker",
+        str(tmp_path),
+        "t/x/scratch/seed0",
+        "--overwrite",
+        "--threads",
+        "3",
+    ]
     assert worker_command(tmp_path, "s")[1:3] == ["-m", "longrange.experiment.worker"]
     env = worker_env(3, gpu="1")
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3" and env["CUDA_VISIBLE_DEVICES"] == "1"
@@ -212,7 +253,10 @@ def test_launcher_settings_and_errors(tiny_listops_dir, tmp_path, monkeypatch, c
     monkeypatch.setenv("PATH", str(tmp_path))
     config = tmp_path / "exp.yaml"
     config.write_text(yaml.safe_dump(tiny(tiny_listops_dir, "a")))  # with its data: missing data is said first
-    assert main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--launcher", "slurm", "--seeds", "0"]) == 1
+    assert (
+        main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--launcher", "slurm", "--seeds", "0"])
+        == 1
+    )
     assert "needs SLURM's sbatch on PATH" in capsys.readouterr().err
     assert main(["compare", "--config", str(config), "--out", str(tmp_path / "o"), "--jobs", "2", "--no-wait"]) == 1
     assert "--no-wait is for --launcher slurm" in capsys.readouterr().err
@@ -288,8 +332,12 @@ def test_slurm_jobs_carry_their_dependencies(tmp_path, monkeypatch, capsys, arra
     ids = {sid: job for sid, _, job in fake.submitted}
     pre, fine = "listops/a/masked-spt/seed0/pretrain", "listops/a/masked-spt/seed0/finetune"
     if not array:
-        assert deps == {"listops/a/scratch/seed0": None, pre: None, fine: f"afterok:{ids[pre]}",
-                        "listops/a/scratch-matched/seed0": f"afterok:{ids[pre]}:{ids[fine]}"}
+        assert deps == {
+            "listops/a/scratch/seed0": None,
+            pre: None,
+            fine: f"afterok:{ids[pre]}",
+            "listops/a/scratch-matched/seed0": f"afterok:{ids[pre]}:{ids[fine]}",
+        }
         assert fake.params["slurm_additional_parameters"]["kill-on-invalid-dep"] == "yes"
     else:  # levels: [scratch, pretrain], [finetune], [matched]
         assert deps[pre] is None and deps[fine] == f"afterany:{ids[pre].split('_')[0]}"
@@ -301,22 +349,46 @@ def test_slurm_jobs_carry_their_dependencies(tmp_path, monkeypatch, capsys, arra
 
     assert main(["compare", "--status", str(tmp_path / "out")]) == 0
     shown = capsys.readouterr().out
-    assert "4 pending" in shown and f"SLURM jobs ({tmp_path / 'out' / 'jobs.json'}): listops/a/scratch/seed0 {ids['listops/a/scratch/seed0']}" in shown
+    assert (
+        "4 pending" in shown
+        and f"SLURM jobs ({tmp_path / 'out' / 'jobs.json'}): listops/a/scratch/seed0 {ids['listops/a/scratch/seed0']}"
+        in shown
+    )
 
 
 def test_sbatch_script_has_the_launcher_settings(tmp_path, monkeypatch):
     import shutil
 
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
-    settings = LauncherConfig(kind="slurm", partition="gpu", time_min=90, gpus_per_job=2, cpus_per_job=16, mem_gb=64,
-                              account="proj", qos="high", extra={"constraint": "a100"})
+    settings = LauncherConfig(
+        kind="slurm",
+        partition="gpu",
+        time_min=90,
+        gpus_per_job=2,
+        cpus_per_job=16,
+        mem_gb=64,
+        account="proj",
+        qos="high",
+        extra={"constraint": "a100"},
+    )
     launcher = SlurmLauncher(settings)
     ex = launcher._executor(tmp_path)
     ex.update_parameters(slurm_additional_parameters=launcher._extra("afterok:12:13"))
     text = ex._executor._make_submission_file_text("python -m x", "uid")
-    for line in ("--partition=gpu", "--time=90", "--gpus-per-node=2", "--cpus-per-task=16", "--mem=64GB", "--account=proj",
-                 "--qos=high", "--constraint=a100", "--dependency=afterok:12:13", "--kill-on-invalid-dep=yes",
-                 "--ntasks-per-node=1", "--signal=USR2@120"):
+    for line in (
+        "--partition=gpu",
+        "--time=90",
+        "--gpus-per-node=2",
+        "--cpus-per-task=16",
+        "--mem=64GB",
+        "--account=proj",
+        "--qos=high",
+        "--constraint=a100",
+        "--dependency=afterok:12:13",
+        "--kill-on-invalid-dep=yes",
+        "--ntasks-per-node=1",
+        "--signal=USR2@120",
+    ):
         assert f"#SBATCH {line}\n" in text, line
 
 

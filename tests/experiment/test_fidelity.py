@@ -17,6 +17,7 @@ block's defaults where unset, ``primitive_options.X`` to the primitive's), ``pre
 (``objective.mask_ratio`` falls back to the task's default), ``compare.X``; deeper keys index into
 dicts (``model.primitive_options.l_max``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -108,8 +109,10 @@ def test_every_preset_has_an_entry_and_every_entry_a_preset():
 
 def test_entries_are_well_formed():
     sources = set(DATA["sources"])
-    for where, entries in [*((f"shared {k}", v) for k, v in DATA["shared"].items()),
-                           *((f"preset {k}", v.get("fields") or []) for k, v in DATA["presets"].items())]:
+    for where, entries in [
+        *((f"shared {k}", v) for k, v in DATA["shared"].items()),
+        *((f"preset {k}", v.get("fields") or []) for k, v in DATA["presets"].items()),
+    ]:
         for entry in entries:
             assert set(entry) <= ENTRY_KEYS, f"{where}: unknown keys {set(entry) - ENTRY_KEYS} in {entry}"
             assert ("field" in entry) != ("name" in entry), f"{where}: give field or name: {entry}"
@@ -176,8 +179,17 @@ EXPRESSIBLE = [
     ("model.primitive_options.n_ssm", None, ("does not tie", "our s4 has one per channel", "one a, b per channel")),
     ("model.primitive_options.n_ssm_A", None, ("one a per channel",)),
     ("model.primitive_options.dt_transform", "softplus", ("stores log delta", "ours through exp")),
-    ("train.schedule", "rsqrt", ("no rsqrt", "approximated by a cosine", "the peak of that schedule",
-                                 "the value that schedule reaches", "a linear warmup over all")),
+    (
+        "train.schedule",
+        "rsqrt",
+        (
+            "no rsqrt",
+            "approximated by a cosine",
+            "the peak of that schedule",
+            "the value that schedule reaches",
+            "a linear warmup over all",
+        ),
+    ),
     ("train.cycles", "periodic", ("not periodic", "ours decays once")),
     ("train.cosine_steps", None, ("our cosine spans the run", "ours at 0", "ours ends at 0")),
     ("task.options.classes", 10, ("35 classes only",)),
@@ -218,8 +230,11 @@ def stale_limitations(data: dict[str, Any], descriptions: dict[str, str]) -> lis
     """Reasons and descriptions that name a limitation the config now expresses (see EXPRESSIBLE)."""
     found = []
     texts = [(f"shared {k}: {entry_key(e)}", e.get("why", "")) for k, v in data["shared"].items() for e in v]
-    texts += [(f"preset {k}: {entry_key(e)}", e.get("why", ""))
-              for k, v in data["presets"].items() for e in v.get("fields") or []]
+    texts += [
+        (f"preset {k}: {entry_key(e)}", e.get("why", ""))
+        for k, v in data["presets"].items()
+        for e in v.get("fields") or []
+    ]
     texts += [(f"description of {k}", text) for k, text in descriptions.items()]
     for where, text in texts:
         low = text.lower()
@@ -241,7 +256,10 @@ def test_no_reason_names_a_limitation_the_config_now_expresses():
     stale = stale_limitations(DATA, descriptions)
     assert not stale, "stale reasons:\n" + "\n".join(stale)
     # The check does fail on such a reason.
-    planted = {"shared": {"x": [{"field": "train.schedule", "why": "no rsqrt schedule: a cosine instead"}]}, "presets": {}}
+    planted = {
+        "shared": {"x": [{"field": "train.schedule", "why": "no rsqrt schedule: a cosine instead"}]},
+        "presets": {},
+    }
     assert stale_limitations(planted, {"p": "Deviation: our S4 does not tie A and B."}) == [
         "shared x: train.schedule says 'no rsqrt', which train.schedule now expresses",
         "description of p says 'does not tie', which model.primitive_options.n_ssm now expresses",

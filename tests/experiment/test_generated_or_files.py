@@ -2,6 +2,7 @@
 the files are not read, and a note says so, naming ``task.generate=null`` (and ``task.train_subset=null``
 where the preset keeps a subset); with both set to null the files are read, and a subset too small
 for a batch is named as the cause."""
+
 from __future__ import annotations
 
 import importlib
@@ -22,8 +23,18 @@ def _files(root, n_train):
     """A data directory with the task's own ListOps files (n_train training sequences)."""
     from longrange.data.generate.listops import generate
 
-    generate(root / "listops", n_train=n_train, n_val=8, n_test=8, min_length=8, max_length=24, max_depth=3,
-             max_args=3, seed=0, quiet=True)
+    generate(
+        root / "listops",
+        n_train=n_train,
+        n_val=8,
+        n_test=8,
+        min_length=8,
+        max_length=24,
+        max_depth=3,
+        max_args=3,
+        seed=0,
+        quiet=True,
+    )
     return root
 
 
@@ -38,8 +49,10 @@ def test_the_note_names_the_files_and_both_settings(own_files):
     note = taskdata.unread_files_note(exp.task)
     assert note.startswith("note: listops: task.generate is set ({'config': 'short'}), so the generated data is read")
     assert f"the task's own files in {own_files / 'listops'} are not" in note
-    assert note.endswith("to train on those files, add task.generate=null and task.train_subset=null (it is 0.1: part "
-                         "of the training set)")
+    assert note.endswith(
+        "to train on those files, add task.generate=null and task.train_subset=null (it is 0.1: part "
+        "of the training set)"
+    )
     whole = resolve("demo/s4d", overrides=[f"task.data_dir={own_files}", "task.train_subset=null"])
     assert taskdata.unread_files_note(whole.task).endswith("add task.generate=null")
 
@@ -74,17 +87,36 @@ def test_loading_generated_data_beside_the_files_says_which_is_read(tmp_path, ca
 
 def test_the_files_with_the_presets_subset_name_the_subset_as_the_cause(own_files, tmp_path, capsys):
     """A 20-row file with the demo's 10%: 2 examples for a batch of 32."""
-    assert main(["train", "--preset", "demo/s4d", "--data-dir", str(own_files), "--out", str(tmp_path / "run"),
-                 "task.generate=null", "train.progress=false"]) == 1
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "demo/s4d",
+                "--data-dir",
+                str(own_files),
+                "--out",
+                str(tmp_path / "run"),
+                "task.generate=null",
+                "train.progress=false",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
-    assert ("train.batch_size 32 is larger than the training set (2 items): task.train_subset kept 2 of its 20 items; "
-            "raise task.train_subset (null keeps them all) or lower train.batch_size") in err
+    assert (
+        "train.batch_size 32 is larger than the training set (2 items): task.train_subset kept 2 of its 20 items; "
+        "raise task.train_subset (null keeps them all) or lower train.batch_size"
+    ) in err
     assert "task.generate is set" not in err
     # without the subset: all 20, and the message is about the batch alone
     from longrange.data.batch import collate
     from longrange.train.sampler import BatchPlan
 
     exp = resolve("demo/s4d", overrides=[f"task.data_dir={own_files}", "task.generate=null", "task.train_subset=null"])
-    with pytest.raises(ConfigError, match=r"larger than the training set \(20 items\): no complete batch; lower "
-                                          r"train.batch_size$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"larger than the training set \(20 items\): no complete batch; lower "
+        r"train.batch_size$",
+    ):
         BatchPlan(taskdata.load_data(exp.task).train, collate, batch_size=32)

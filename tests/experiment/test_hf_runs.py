@@ -1,5 +1,6 @@
 """A Hugging Face causal LM (block hf) through the stages: training, causal pretraining then
 finetuning, save/load through the run directory (also without the snapshot)."""
+
 from __future__ import annotations
 
 import shutil
@@ -22,14 +23,20 @@ from hf_tiny import write_tiny_lm  # noqa: E402
 
 
 def experiment(data_dir, lm_dir, pretrained=True):
-    return experiment_from_dict({
-        "label": "tiny-neox",
-        "task": {"name": "listops", "options": {"seq_len": 48}, "data_dir": str(data_dir)},
-        "model": {"block": "hf", "hf": {"model": str(lm_dir), "pretrained": pretrained}, "pooling": "last",
-                  "head_layers": 2},
-        "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 1},
-        "pretrain": {"epochs": 1},
-    })
+    return experiment_from_dict(
+        {
+            "label": "tiny-neox",
+            "task": {"name": "listops", "options": {"seq_len": 48}, "data_dir": str(data_dir)},
+            "model": {
+                "block": "hf",
+                "hf": {"model": str(lm_dir), "pretrained": pretrained},
+                "pooling": "last",
+                "head_layers": 2,
+            },
+            "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 1},
+            "pretrain": {"epochs": 1},
+        }
+    )
 
 
 def test_pretrain_causal_then_finetune_and_load_without_the_snapshot(tiny_listops_dir, tmp_path):
@@ -39,14 +46,24 @@ def test_pretrain_causal_then_finetune_and_load_without_the_snapshot(tiny_listop
     pre = run_stage(exp, "pretrain", tmp_path / "pre", objective="causal")
     assert pre["steps"] == 4 and pre["params"]["total"] > 0  # 64 training sequences (tiny_listops_dir), batch 16
     record = yaml.safe_load((tmp_path / "pre" / "config.yaml").read_text())
-    assert record["head"]["vocab"][:3] == ["0", "1", "2"] and record["head"]["hf_resolved"]["config"]["hidden_size"] == 32
+    assert (
+        record["head"]["vocab"][:3] == ["0", "1", "2"] and record["head"]["hf_resolved"]["config"]["hidden_size"] == 32
+    )
     fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
     assert fine["regime"] == "causal-spt" and 0 <= fine["test"]["accuracy"] <= 1
     transfer = yaml.safe_load((tmp_path / "fine" / "config.yaml").read_text())["record"]["transfer"]
-    assert transfer["newly_initialised"] == ["head.mlp.0.bias", "head.mlp.0.weight", "head.mlp.2.bias", "head.mlp.2.weight"]
+    assert transfer["newly_initialised"] == [
+        "head.mlp.0.bias",
+        "head.mlp.0.weight",
+        "head.mlp.2.bias",
+        "head.mlp.2.weight",
+    ]
     from longrange.train.checkpoint import load_weights
 
-    assert any(k.startswith("backbone.lm.layers.") for k in load_weights(tmp_path / "fine" / "checkpoints" / "best.safetensors"))
+    assert any(
+        k.startswith("backbone.lm.layers.")
+        for k in load_weights(tmp_path / "fine" / "checkpoints" / "best.safetensors")
+    )
     # The run reloads without the snapshot, with its own weights.
     shutil.rmtree(lm_dir)
     model = load_model(tmp_path / "fine")

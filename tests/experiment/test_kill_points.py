@@ -1,6 +1,7 @@
 """A worker or the coordinator killed (SIGKILL) at each named point between two consecutive writes of
 a stage's end (``longrange/faults.py``): one rerun of the same comparison finishes the grid, and its
 results are those of an uninterrupted grid, bitwise."""
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,8 @@ def results(out: Path) -> dict[str, dict]:
     for p in out.rglob("summary.json"):
         parts = p.parent.relative_to(out).parts
         got.setdefault("/".join(parts[2:]), []).append(
-            {k: v for k, v in json.loads(p.read_text()).items() if k not in VOLATILE})
+            {k: v for k, v in json.loads(p.read_text()).items() if k not in VOLATILE}
+        )
     return got
 
 
@@ -80,15 +82,18 @@ def reference(tiny_listops_dir, tmp_path_factory):
     return {k: v[0] for k, v in results(out).items()}
 
 
-def test_a_worker_killed_at_any_point_of_a_stage_end_leaves_a_grid_one_rerun_finishes(tiny_listops_dir, reference,
-                                                                                      tmp_path, capsys):
+def test_a_worker_killed_at_any_point_of_a_stage_end_leaves_a_grid_one_rerun_finishes(
+    tiny_listops_dir, reference, tmp_path, capsys
+):
     """One experiment per point, whose pretraining worker dies there (the finetuning stage after it
     is where a disagreement between two readings of one directory showed)."""
     labels = {point: f"k{i}" for i, point in enumerate(WORKER_POINTS)}
     exps = [experiment_from_dict(spec(str(tiny_listops_dir), label)) for label in labels.values()]
     # (pretraining evaluates no test set: its worker never passes after-test-metrics, finetuning's does)
-    stages = {point: f"listops/{label}/masked-spt/seed0/{'finetune' if point == 'after-test-metrics' else 'pretrain'}"
-              for point, label in labels.items()}
+    stages = {
+        point: f"listops/{label}/masked-spt/seed0/{'finetune' if point == 'after-test-metrics' else 'pretrain'}"
+        for point, label in labels.items()
+    }
     plant(tmp_path, {stage: point for point, stage in stages.items()})
     try:
         compare(exps, tmp_path, executor=LocalWorkers(2, threads_per_job=1, gpus=[], target=dying_worker))
@@ -101,7 +106,10 @@ def test_a_worker_killed_at_any_point_of_a_stage_end_leaves_a_grid_one_rerun_fin
     statuses = stage_statuses(tmp_path)
     for point in ("after-summary", "after-unlock"):
         stage = stages[point]
-        assert f"{stage}: the worker was killed by SIGKILL (out of memory?) after its run had finished; recorded as finished" in err
+        assert (
+            f"{stage}: the worker was killed by SIGKILL (out of memory?) after its run had finished; recorded as finished"
+            in err
+        )
         assert statuses[stage] == "finished" and statuses[stage.replace("pretrain", "finetune")] == "finished"
     for point in ("after-lock", "after-checkpoint", "after-test-metrics", "after-record"):
         assert statuses[stages[point]] == "failed", point
@@ -134,10 +142,12 @@ def _coordinator(out: Path, data_dir: str, kill_at: str, worker_points: dict[str
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("kill_at, worker_dies_at", [("coordinator-after-exit", None),
-                                                     ("coordinator-after-failure", "after-record")])
+@pytest.mark.parametrize(
+    "kill_at, worker_dies_at", [("coordinator-after-exit", None), ("coordinator-after-failure", "after-record")]
+)
 def test_the_coordinator_killed_as_it_settles_a_stage_leaves_a_grid_one_rerun_finishes(
-        tiny_listops_dir, reference, tmp_path, kill_at, worker_dies_at):
+    tiny_listops_dir, reference, tmp_path, kill_at, worker_dies_at
+):
     out = tmp_path / "out"
     first = "listops/c/masked-spt/seed0/pretrain"
     proc = _coordinator(out, str(tiny_listops_dir), kill_at, {first: worker_dies_at} if worker_dies_at else {})
@@ -146,9 +156,15 @@ def test_the_coordinator_killed_as_it_settles_a_stage_leaves_a_grid_one_rerun_fi
     if worker_dies_at is None:  # the first stage's worker finished; its coordinator died as it looked
         assert statuses["listops/c/scratch/seed0"] == "finished" and "held" not in statuses.values()
     else:
-        assert statuses[first] == "failed" and "killed by SIGKILL" in json.loads((out / first / "failed.json").read_text())["error"]
-    compare([experiment_from_dict(spec(str(tiny_listops_dir), "c"))], out,
-            executor=LocalWorkers(1, threads_per_job=1, gpus=[]))
+        assert (
+            statuses[first] == "failed"
+            and "killed by SIGKILL" in json.loads((out / first / "failed.json").read_text())["error"]
+        )
+    compare(
+        [experiment_from_dict(spec(str(tiny_listops_dir), "c"))],
+        out,
+        executor=LocalWorkers(1, threads_per_job=1, gpus=[]),
+    )
     assert set(stage_statuses(out).values()) == {"finished"}
     got = results(out)
     assert {k: v[0] for k, v in got.items()} == reference

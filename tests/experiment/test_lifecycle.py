@@ -1,4 +1,5 @@
 """Runs that survive clusters: unfinished inputs, full disks, preemption, dead hosts' locks."""
+
 from __future__ import annotations
 
 import json
@@ -6,9 +7,9 @@ import os
 import time
 
 import yaml
+from tiny_experiment import tiny
 
 from longrange.cli import main
-from tiny_experiment import tiny
 
 
 def _config(tmp_path, data_dir, **train):
@@ -90,8 +91,9 @@ def _error_line(capsys) -> str:
     return lines[0]
 
 
-def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_leaves_the_last_good_one(tiny_listops_dir, tmp_path,
-                                                                                           monkeypatch, capsys):
+def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_leaves_the_last_good_one(
+    tiny_listops_dir, tmp_path, monkeypatch, capsys
+):
     from longrange.train import load_checkpoint
 
     run = tmp_path / "run"
@@ -99,7 +101,10 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_leaves_the_last_
     assert main(["train", "--config", _config(tmp_path, tiny_listops_dir, checkpoint_every=1), "--out", str(run)]) == 1
     line = _error_line(capsys)
     assert f"cannot write {run / 'checkpoints' / 'last.pt'}: no space left on device" in line
-    assert f"training stopped at step 3 of 4; the last good checkpoint is {run / 'checkpoints' / 'last.pt'} (step 2)" in line
+    assert (
+        f"training stopped at step 3 of 4; the last good checkpoint is {run / 'checkpoints' / 'last.pt'} (step 2)"
+        in line
+    )
     assert load_checkpoint(run / "checkpoints" / "last.pt")["trainer"]["step"] == 2
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.pt"]  # no temporary left
     assert not (run / ".lock").exists() and not (run / "summary.json").exists()
@@ -110,7 +115,10 @@ def test_a_full_disk_while_writing_metrics_leaves_no_half_line(tiny_listops_dir,
     _failing_writes(monkeypatch, "metrics.jsonl", after=1)
     assert main(["train", "--config", _config(tmp_path, tiny_listops_dir), "--out", str(run)]) == 1
     line = _error_line(capsys)
-    assert f"cannot write {run / 'metrics.jsonl'}: no space left on device" in line and "no checkpoint was written yet" in line
+    assert (
+        f"cannot write {run / 'metrics.jsonl'}: no space left on device" in line
+        and "no checkpoint was written yet" in line
+    )
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["split"] == "train"  # the failed line is not there, not even half
     assert not (run / ".lock").exists()
@@ -131,9 +139,8 @@ def test_a_full_disk_while_writing_the_summary_says_how_to_write_it(tiny_listops
 
 
 def test_a_data_cache_that_cannot_be_written_is_a_warning_not_a_failure(tmp_path, monkeypatch, capsys):
-    from longrange.data.cache import cached
-
     import longrange.fileio as fileio
+    from longrange.data.cache import cached
 
     real = fileio._write_bytes
 
@@ -156,8 +163,9 @@ def test_a_data_cache_that_cannot_be_written_is_a_warning_not_a_failure(tmp_path
     assert not [p for p in (tmp_path / ".cache").iterdir()]  # nothing half-written
 
 
-def test_train_on_sigterm_exits_75_with_the_preemption_line_and_continue_resumes(tiny_listops_dir, tmp_path,
-                                                                                  monkeypatch, capsys):
+def test_train_on_sigterm_exits_75_with_the_preemption_line_and_continue_resumes(
+    tiny_listops_dir, tmp_path, monkeypatch, capsys
+):
     import signal
 
     from longrange.train.loop import Trainer

@@ -3,6 +3,7 @@ configurations (athms/mad-lab ``configs/layers/*.yml``) as ``_``-prefixed fragme
 Each layer fragment, given a task, builds MAD's stack ``X swiglu X swiglu`` at width 128, and its
 layers have the parameter counts that MAD's modules have (counted from mad-lab's code: each layer
 plus the RMSNorm before it), except Hyena, whose inner width the toolkit does not widen."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,9 +21,17 @@ TASK = {"task": {"name": "selective-copying", "options": {"seq_len": 128, "vocab
 #: MAD's parameter counts per layer at width 128, from mad-lab's modules.
 SWIGLU = 2 * D * 352 + 352 * D  # w1, w2, w3 without biases; hidden 16 * ceil(int(2 * 4 * 128 / 3) / 16) = 352
 ATTENTION = D * 3 * D + 3 * D + D * D + D  # flash-attn MHA: Wqkv and out_proj with biases
-MAMBA = (D * 4 * D + 2 * D * 4 + 2 * D  # in_proj (no bias), conv (with bias)
-         + 2 * D * (8 + 2 * 4) + 8 * 2 * D + 2 * D  # x_proj, dt_proj (dt_rank 8, d_state 4)
-         + 2 * D * 4 + 2 * D + 2 * D * D)  # A_log, D, out_proj (no bias)
+MAMBA = (
+    D * 4 * D
+    + 2 * D * 4
+    + 2 * D  # in_proj (no bias), conv (with bias)
+    + 2 * D * (8 + 2 * 4)
+    + 8 * 2 * D
+    + 2 * D  # x_proj, dt_proj (dt_rank 8, d_state 4)
+    + 2 * D * 4
+    + 2 * D
+    + 2 * D * D
+)  # A_log, D, out_proj (no bias)
 
 
 def gla(heads: int) -> int:
@@ -31,19 +40,36 @@ def gla(heads: int) -> int:
 
 def mad_hyena(l_max: int) -> int:
     inner, filt = 4 * D, 4
-    return ((D * 3 * D + 3 * D) + (3 * inner * 3 + 3 * inner)  # in_proj 128 -> 384 (tiled 4x), short filters
-            + l_max * 3 + (3 * filt + filt) + 2 * (filt * filt + filt) + filt * inner + filt  # z, filter MLP, sin freq
-            + inner + (inner * D + D))  # long-conv bias, out_proj 512 -> 128
+    return (
+        (D * 3 * D + 3 * D)
+        + (3 * inner * 3 + 3 * inner)  # in_proj 128 -> 384 (tiled 4x), short filters
+        + l_max * 3
+        + (3 * filt + filt)
+        + 2 * (filt * filt + filt)
+        + filt * inner
+        + filt  # z, filter MLP, sin freq
+        + inner
+        + (inner * D + D)
+    )  # long-conv bias, out_proj 512 -> 128
 
 
 EXPECTED = {
-    "attention": ("attention", ATTENTION), "mh-attention": ("attention", ATTENTION),
-    "sliding-attention": ("attention", ATTENTION), "mh-sliding-attention": ("attention", ATTENTION),
-    "gated-linear-attention": ("gla", gla(1)), "mh-gated-linear-attention": ("gla", gla(8)),
+    "attention": ("attention", ATTENTION),
+    "mh-attention": ("attention", ATTENTION),
+    "sliding-attention": ("attention", ATTENTION),
+    "mh-sliding-attention": ("attention", ATTENTION),
+    "gated-linear-attention": ("gla", gla(1)),
+    "mh-gated-linear-attention": ("gla", gla(8)),
     "mamba": ("mamba-s6", MAMBA),
 }
-HEADS = {"attention": 1, "mh-attention": 16, "sliding-attention": 1, "mh-sliding-attention": 16,
-         "gated-linear-attention": 1, "mh-gated-linear-attention": 8}
+HEADS = {
+    "attention": 1,
+    "mh-attention": 16,
+    "sliding-attention": 1,
+    "mh-sliding-attention": 16,
+    "gated-linear-attention": 1,
+    "mh-gated-linear-attention": 8,
+}
 
 
 def stack(fragment: str):
@@ -57,10 +83,20 @@ def test_the_fragments_are_not_presets():
     assert not [n for n in list_presets() if n.startswith("mad/")]
     base = load_preset("mad/_base")["model"]
     assert (base["block"], base["mlp"], base["d_model"], base["norm"], base["pos_embedding"]) == (
-        "residual", "none", 128, "rms", "none")
+        "residual",
+        "none",
+        128,
+        "rms",
+        "none",
+    )
     train = load_preset("mad/_train")["train"]
     assert (train["lr"], train["weight_decay"], train["epochs"], train["batch_size"], train["schedule"]) == (
-        5e-4, 0.0, 200, 128, "cosine")
+        5e-4,
+        0.0,
+        200,
+        128,
+        "cosine",
+    )
     assert train["min_lr_ratio"] * train["lr"] == pytest.approx(1e-6)
 
 
@@ -80,7 +116,12 @@ def test_a_layer_fragment_builds_mads_stack_with_mads_counts(fragment):
 def test_hyena_has_mads_options_but_not_its_inner_width():
     exp, rows = stack("hyena")
     options = exp.model.layers[0]["options"]
-    assert (options["order"], options["short_filter_order"], options["filter_order"], options["l_max"]) == (2, 3, 4, 128)
+    assert (options["order"], options["short_filter_order"], options["filter_order"], options["l_max"]) == (
+        2,
+        3,
+        4,
+        128,
+    )
     assert options["pos_emb_lr_scale"] == options["filter_lr_scale"] == 1.0
     assert [r["name"] for r in rows] == ["hyena", "swiglu", "hyena", "swiglu"]
     ours = rows[0]["params"] - NORM

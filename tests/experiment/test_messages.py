@@ -1,6 +1,7 @@
 """What a researcher reads: mismatches named as the experiment sets them, Ctrl-C without a traceback,
 how each command resumes, finished runs called finished, plugins named in unknown-name errors,
 stages announced in order with a steady ETA, accuracy in percent, presets grouped and short."""
+
 from __future__ import annotations
 
 import importlib
@@ -24,9 +25,15 @@ compare_module = importlib.import_module("longrange.experiment.compare")
 
 
 def _exp(**sections):
-    return experiment_from_dict({"label": "m", "task": {"name": "listops", "options": {"seq_len": 32}},
-                                 "model": {"block": "simple", "primitive": "s4d", "d_model": 8},
-                                 "train": {"epochs": 20}, **sections})
+    return experiment_from_dict(
+        {
+            "label": "m",
+            "task": {"name": "listops", "options": {"seq_len": 32}},
+            "model": {"block": "simple", "primitive": "s4d", "d_model": 8},
+            "train": {"epochs": 20},
+            **sections,
+        }
+    )
 
 
 def test_a_mismatch_is_named_as_the_experiment_sets_it(tmp_path):
@@ -45,7 +52,10 @@ def test_a_mismatch_is_named_as_the_experiment_sets_it(tmp_path):
     inherited = resolve_stage(_exp(train={"epochs": 30}), "pretrain", objective="masked")
     assert inherited.name_fields("x: train.epochs: 20 -> 30") == "x: train.epochs: 20 -> 30"
     scratch = resolve_stage(_exp(pretrain={"epochs": 30}), "train")
-    assert scratch.name_fields("train.epochs: 20 -> 30; model.d_model: 8 -> 9") == "train.epochs: 20 -> 30; model.d_model: 8 -> 9"
+    assert (
+        scratch.name_fields("train.epochs: 20 -> 30; model.d_model: 8 -> 9")
+        == "train.epochs: 20 -> 30; model.d_model: 8 -> 9"
+    )
 
 
 def test_compare_names_a_stale_pretraining_stage_by_its_section(tmp_path):
@@ -69,8 +79,10 @@ def test_ctrl_c_ends_compare_with_its_message_and_no_traceback(tmp_path, monkeyp
     assert main(["compare", "--preset", "demo/s4d", "--out", str(tmp_path / "out")]) == 130
     err = capsys.readouterr().err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert err.strip() == ("longrange compare: interrupted; run the same compare command again to continue (finished "
-                           "stages are reused, an interrupted one resumes from its checkpoint where it wrote one)")
+    assert err.strip() == (
+        "longrange compare: interrupted; run the same compare command again to continue (finished "
+        "stages are reused, an interrupted one resumes from its checkpoint where it wrote one)"
+    )
     assert "--resume" not in err  # compare has no --resume
 
 
@@ -87,7 +99,10 @@ def test_a_stopped_compare_stage_says_compare_resumes_it(tmp_path, monkeypatch, 
     monkeypatch.setattr(execute, "execute_stage", stopped)
     assert worker.main([str(tmp_path), plan.stages[0].id]) == worker.INTERRUPTED
     err = capsys.readouterr().err
-    assert "stopped at step 12 of 300, its checkpoint written; it resumes when the same `longrange compare` runs again" in err
+    assert (
+        "stopped at step 12 of 300, its checkpoint written; it resumes when the same `longrange compare` runs again"
+        in err
+    )
     assert "--resume" not in err
     # a preempted compare in process: the same advice, not --resume
     monkeypatch.setattr(compare_module, "compare", stopped)
@@ -104,22 +119,32 @@ def test_a_stopped_compare_stage_says_compare_resumes_it(tmp_path, monkeypatch, 
     monkeypatch.setattr(compare_module, "compare", interrupted)
     assert main(["compare", "--preset", "demo/s4d", "--out", str(tmp_path / "out")]) == 130
     err = capsys.readouterr().err
-    assert err.startswith("longrange compare: interrupted at step 12 of 300 of a stage, its checkpoint written; run the "
-                          "same compare command again") and "Traceback" not in err
+    assert (
+        err.startswith(
+            "longrange compare: interrupted at step 12 of 300 of a stage, its checkpoint written; run the "
+            "same compare command again"
+        )
+        and "Traceback" not in err
+    )
 
 
 def test_a_new_run_on_a_finished_run_says_it_is_finished(tmp_path):
     run = RunDir(tmp_path / "run")
     run.write_config({"x": 1})
     run.write_summary({"steps": 3})
-    with pytest.raises(ConfigError, match=r"already holds a finished run \(its result: .*summary.json\); pass "
-                                          r"--overwrite to train it again, or choose a new --out") as err:
+    with pytest.raises(
+        ConfigError,
+        match=r"already holds a finished run \(its result: .*summary.json\); pass "
+        r"--overwrite to train it again, or choose a new --out",
+    ) as err:
         run.decide({"x": 1}, Intent("new"))
     assert "--resume" not in str(err.value)
     unfinished = RunDir(tmp_path / "unfinished")
     unfinished.write_config({"x": 1})
     unfinished.metrics.write_text("{}\n")
-    with pytest.raises(ConfigError, match=r"already holds an unfinished run \(metrics.jsonl\); pass --resume to continue"):
+    with pytest.raises(
+        ConfigError, match=r"already holds an unfinished run \(metrics.jsonl\); pass --resume to continue"
+    ):
         unfinished.decide({"x": 1}, Intent("new"))
 
 
@@ -128,9 +153,15 @@ def test_unknown_names_say_how_to_register_ones_own():
     from longrange.models import HEADS
     from longrange.models.config import ModelConfig
 
-    for make in (lambda: ModelConfig(primitive="myconv"), lambda: ModelConfig(block="myblock"),
-                 lambda: PRIMITIVES.get("myconv"), lambda: HEADS.get("myhead")):
-        with pytest.raises(ConfigError, match=r"LONGRANGE_PLUGINS=mypkg.module on the command line \(see docs/extending.md\)"):
+    for make in (
+        lambda: ModelConfig(primitive="myconv"),
+        lambda: ModelConfig(block="myblock"),
+        lambda: PRIMITIVES.get("myconv"),
+        lambda: HEADS.get("myhead"),
+    ):
+        with pytest.raises(
+            ConfigError, match=r"LONGRANGE_PLUGINS=mypkg.module on the command line \(see docs/extending.md\)"
+        ):
             make()
 
 
@@ -160,8 +191,9 @@ class _TimedBackend:
         return 2 - len(self.ends)
 
     def submit(self, stages, after):
-        self.ends.update({s.id: self.clock.t + self.durations[s.stage] * (2 if s.regime == "scratch-matched" else 1)
-                          for s in stages})
+        self.ends.update(
+            {s.id: self.clock.t + self.durations[s.stage] * (2 if s.regime == "scratch-matched" else 1) for s in stages}
+        )
         return {s.id: s.id for s in stages}
 
     def poll(self, handle):
@@ -223,7 +255,9 @@ def test_presets_are_grouped_labelled_and_short(capsys):
     out = capsys.readouterr().out.splitlines()
     heads = [line for line in out if line and not line.startswith(" ")]
     assert heads[0].startswith("demo/ (16 presets): the settings of `longrange demo`")
-    assert "spt/ (" in "".join(heads) and any("Amos, Berant & Gupta, Never Train from Scratch (ICLR 2024)" in h for h in heads)
+    assert "spt/ (" in "".join(heads) and any(
+        "Amos, Berant & Gupta, Never Train from Scratch (ICLR 2024)" in h for h in heads
+    )
     rows = [line for line in out if line.startswith("  ")]
     assert all(len(line) <= 160 for line in out) and "github" not in "\n".join(rows).lower()
     assert any(re.match(r"  spt/listops/s4 +listops +simple-s4 .* Table 2$", line) for line in rows)

@@ -1,4 +1,5 @@
 """``longrange params``: the thesis' Table 3 parameter counts (a command module of the experiment layer)."""
+
 from __future__ import annotations
 
 from longrange.cli import COMMAND_MODULES, main
@@ -27,8 +28,10 @@ def _total(preset: str, *overrides: str) -> int:
 
 
 def _rows(out: str) -> dict[str, list[str]]:
-    return {cells[1].strip(): [c.strip() for c in cells[2:-1]]
-            for cells in (line.split("|") for line in out.splitlines()[2:])}
+    return {
+        cells[1].strip(): [c.strip() for c in cells[2:-1]]
+        for cells in (line.split("|") for line in out.splitlines()[2:])
+    }
 
 
 def test_params_takes_presets_configs_and_overrides_like_compare(tmp_path, capsys):
@@ -38,20 +41,43 @@ def test_params_takes_presets_configs_and_overrides_like_compare(tmp_path, capsy
     wide.write_text("label: wide\nmodel: {d_model: 96}\n")
     own = tmp_path / "own.yaml"
     own.write_text("base: demo/dlr\nlabel: mine\nmodel: {n_layers: 3}\n")
-    assert main(["params", "--preset", "demo/s4d", "--preset", str(own), "--config", str(wide), "model.d_state=8,16"]) == 0
+    assert (
+        main(["params", "--preset", "demo/s4d", "--preset", str(own), "--config", str(wide), "model.d_state=8,16"]) == 0
+    )
     rows = _rows(capsys.readouterr().out)
-    assert list(rows) == [f"demo/s4d + {wide} (d_state=8)", f"demo/s4d + {wide} (d_state=16)",
-                          f"{own} + {wide} (d_state=8)", f"{own} + {wide} (d_state=16)"]
+    assert list(rows) == [
+        f"demo/s4d + {wide} (d_state=8)",
+        f"demo/s4d + {wide} (d_state=16)",
+        f"{own} + {wide} (d_state=8)",
+        f"{own} + {wide} (d_state=16)",
+    ]
     assert rows[f"{own} + {wide} (d_state=16)"][-1] == "simple-dlr bidirectional L=3 d=96 N=16"
-    assert rows[f"demo/s4d + {wide} (d_state=8)"][0] == f"{_total('demo/s4d', 'model.d_model=96', 'model.d_state=8') / 1000:.1f}k"
+    assert (
+        rows[f"demo/s4d + {wide} (d_state=8)"][0]
+        == f"{_total('demo/s4d', 'model.d_model=96', 'model.d_state=8') / 1000:.1f}k"
+    )
     assert main(["params", "model.d_model=3"]) == 1
     assert "give the models to count with --preset" in capsys.readouterr().err
 
 
 def test_match_finds_the_width_closest_to_another_presets_count(capsys):
     target = _total("demo/transformer")
-    assert main(["params", "--match", "demo/transformer", "--vary", "model.d_model", "--preset", "demo/s4d",
-                 "--preset", "demo/dlr"]) == 0
+    assert (
+        main(
+            [
+                "params",
+                "--match",
+                "demo/transformer",
+                "--vary",
+                "model.d_model",
+                "--preset",
+                "demo/s4d",
+                "--preset",
+                "demo/dlr",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.splitlines()[0] == f"target: demo/transformer, {target:,} parameters"
     rows = _rows("\n".join(out.splitlines()[1:]))
@@ -88,7 +114,9 @@ def test_a_setting_of_the_other_input_kind_is_an_error():
     from longrange.models import ModelConfig, build_model
 
     cfg = ModelConfig(block="simple", primitive="s4d", d_model=8)
-    with pytest.raises(ConfigError, match=r"d_input=20 is the channel count of numeric inputs; token inputs .* vocab_size"):
+    with pytest.raises(
+        ConfigError, match=r"d_input=20 is the channel count of numeric inputs; token inputs .* vocab_size"
+    ):
         build_model(cfg, input_kind="tokens", d_input=20, head="classify", n_out=10)
     with pytest.raises(ConfigError, match=r"token inputs \(input_kind='tokens'\) need vocab_size, .* got None"):
         build_model(cfg, input_kind="tokens", head="classify", n_out=10)

@@ -9,11 +9,11 @@ build, without allocating or initialising tensors, which keeps the whole file fa
 per Table 3 model checks that the meta count is the real count. Presets of Hugging Face LMs (block
 hf) are built from a local configuration with Pythia-70M's published sizes (nothing is downloaded).
 """
+
 from __future__ import annotations
 
 import io
 import json
-import math
 from contextlib import redirect_stdout
 
 import pytest
@@ -24,10 +24,10 @@ from longrange.cli import main as cli_main
 from longrange.data.tasks import get_spec, list_tasks
 from longrange.errors import ConfigError, DataMissingError
 from longrange.experiment.config import ExperimentConfig, list_presets, load_preset, resolve
-from longrange.experiment.stage import pretraining_model_config
-from longrange.objectives.factory import supervised_head
 from longrange.experiment.params_cli import preset_row
+from longrange.experiment.stage import pretraining_model_config
 from longrange.models.model import build_model, parameter_report
+from longrange.objectives.factory import supervised_head
 from longrange.train.optim import param_groups
 
 GROUPS = ("spt", "thesis", "thesis-bi", "thesis-rope", "thesis-species", "s4")
@@ -45,9 +45,22 @@ def vocab_for(task: str) -> int:
 
 
 #: Pythia-70M's published configuration (EleutherAI/pythia-70m-deduped, config.json).
-PYTHIA_70M = dict(vocab_size=50304, hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
-                  max_position_embeddings=2048, rotary_pct=0.25, rotary_emb_base=10000, use_parallel_residual=True,
-                  layer_norm_eps=1e-5, hidden_act="gelu", tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+PYTHIA_70M = dict(
+    vocab_size=50304,
+    hidden_size=512,
+    num_hidden_layers=6,
+    num_attention_heads=8,
+    intermediate_size=2048,
+    max_position_embeddings=2048,
+    rotary_pct=0.25,
+    rotary_emb_base=10000,
+    use_parallel_residual=True,
+    layer_norm_eps=1e-5,
+    hidden_act="gelu",
+    tie_word_embeddings=False,
+    bos_token_id=0,
+    eos_token_id=0,
+)
 #: Its total with the LM head (its name's "70M"); the LM head (embed_out) is 50304 x 512.
 PYTHIA_70M_TOTAL = 70_426_624
 
@@ -58,8 +71,9 @@ def pythia_dir(tmp_path_factory):
     randomly initialised models from it; no weights, no download)."""
     root = tmp_path_factory.mktemp("hf") / "pythia-70m-config"
     root.mkdir()
-    (root / "config.json").write_text(json.dumps({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"],
-                                                  **PYTHIA_70M}))
+    (root / "config.json").write_text(
+        json.dumps({"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], **PYTHIA_70M})
+    )
     return root
 
 
@@ -76,8 +90,13 @@ def local_model(exp: ExperimentConfig, pythia: object = None):
 def build(exp: ExperimentConfig, *, meta: bool = True, vocab: int | None = None, model_cfg=None, pythia=None):
     spec = get_spec(exp.task.name, **exp.task.options)
     head, n_out = supervised_head(spec)
-    kwargs = dict(input_kind=spec.input_kind, head=head, n_out=n_out, d_input=spec.d_input,
-                  vocab_size=(vocab or vocab_for(exp.task.name)) if spec.input_kind == "tokens" else None)
+    kwargs = dict(
+        input_kind=spec.input_kind,
+        head=head,
+        n_out=n_out,
+        d_input=spec.d_input,
+        vocab_size=(vocab or vocab_for(exp.task.name)) if spec.input_kind == "tokens" else None,
+    )
     cfg = model_cfg or local_model(exp, pythia)
     if meta:
         with torch.device("meta"):
@@ -136,7 +155,10 @@ def test_presets_command_lists_every_preset():
 def test_models_are_described_by_the_fields_that_build_them():
     pythia = resolve("spt/text/pythia").model
     assert pythia.describe() == "hf: EleutherAI/pythia-70m-deduped, pretrained"
-    assert pythia.replace(hf={**pythia.hf, "pretrained": False}).describe() == "hf: EleutherAI/pythia-70m-deduped, random init"
+    assert (
+        pythia.replace(hf={**pythia.hf, "pretrained": False}).describe()
+        == "hf: EleutherAI/pythia-70m-deduped, random init"
+    )
     assert resolve("thesis/scifar/mamba-s6").model.describe() == "mamba-s6 causal L=6 d=116 N=16"
 
 
@@ -175,16 +197,29 @@ def test_spt_table1_transformers_causal_and_masked():
 def test_spt_table2_rotary_transformers_use_the_code_s_schedule():
     """The SPT code schedules with transformers.get_constant_schedule_with_warmup: lr is the AdamW
     lr itself (0.05 for ListOps, Text and Retrieval), linear warmup then constant."""
-    for task, lr, warm, pre_warm in [("listops", 0.05, 2000, 2000), ("text", 0.05, 2000, 5000),
-                                     ("retrieval", 0.05, 5000, 2000), ("image", 0.001, 2000, 2500)]:
+    for task, lr, warm, pre_warm in [
+        ("listops", 0.05, 2000, 2000),
+        ("text", 0.05, 2000, 5000),
+        ("retrieval", 0.05, 5000, 2000),
+        ("image", 0.001, 2000, 2500),
+    ]:
         exp = resolve(f"spt/{task}/transformer-rotary")
         fine, pre = exp.train_config("finetune"), exp.train_config("pretrain")
-        assert (fine.lr, fine.warmup, fine.schedule, pre.warmup, pre.schedule) == (lr, warm, "constant", pre_warm, "constant")
+        assert (fine.lr, fine.warmup, fine.schedule, pre.warmup, pre.schedule) == (
+            lr,
+            warm,
+            "constant",
+            pre_warm,
+            "constant",
+        )
     image = resolve("spt/image/transformer-rotary")
     assert image.train_config("train").batch_size == 50 and image.train_config("train").epochs == 200
     assert image.model.head_layers == 2 and image.model.head_activation == "relu"
-    for name, window in [("spt/path-x/transformer-rotary", 4096), ("spt/path-x-256/transformer-rotary", 8192),
-                         ("spt/speech-commands/transformer", 4000)]:
+    for name, window in [
+        ("spt/path-x/transformer-rotary", 4096),
+        ("spt/path-x-256/transformer-rotary", 8192),
+        ("spt/speech-commands/transformer", 4000),
+    ]:
         m = resolve(name).model
         assert (m.attn_window, m.attn_block_size, m.pooling) == (window, None, "max")
     assert resolve("spt/path-x/transformer-rotary").train_config("train").epochs == 200
@@ -195,6 +230,7 @@ def test_spt_table2_rotary_transformers_use_the_code_s_schedule():
 def test_spt_s4_per_parameter_learning_rates(pythia_dir):
     """SPT's S4 (and the updated S4 recipe): A, B at the SSM lr without weight decay; C and D
     ordinary; Delta at the main lr (lr.dt null) or the SSM lr (a scalar layer lr)."""
+
     def lr_and_decay(name):
         exp = resolve(name)
         model = build(exp, model_cfg=exp.model.replace(n_layers=1))
@@ -260,8 +296,13 @@ def test_spt_masking_ratios():
 
 
 def test_thesis_table2_recipe():
-    expected = {"text": (0.001, 0.1, 35), "scifar": (0.003, 0.15, 100), "image": (0.003, 0.15, 100),
-                "pathfinder": (0.0001, 0.05, 50), "pathfinder-tokens": (0.0001, 0.05, 50)}
+    expected = {
+        "text": (0.001, 0.1, 35),
+        "scifar": (0.003, 0.15, 100),
+        "image": (0.003, 0.15, 100),
+        "pathfinder": (0.0001, 0.05, 50),
+        "pathfinder-tokens": (0.0001, 0.05, 50),
+    }
     for task, (lr, dropout, epochs) in expected.items():
         for model in ("mamba-s6", "mamba-s4d", "mamba-s4", "simple-s4d", "simple-s4"):
             exp = resolve(f"thesis/{task}/{model}")
@@ -287,7 +328,13 @@ def test_species_recipe():
 
 # ----------------------------------------------------------------------- thesis parameter counts
 TABLE3 = {"mamba-s6": 587_000, "mamba-s4d": 564_000, "mamba-s4": 587_000, "simple-s4d": 551_000, "simple-s4": 616_000}
-TABLE3_IN_SSM = {"mamba-s6": 95_000, "mamba-s4d": 72_000, "mamba-s4": 95_000, "simple-s4d": 200_000, "simple-s4": 266_000}
+TABLE3_IN_SSM = {
+    "mamba-s6": 95_000,
+    "mamba-s4d": 72_000,
+    "mamba-s4": 95_000,
+    "simple-s4d": 200_000,
+    "simple-s4": 266_000,
+}
 
 
 @pytest.mark.parametrize("model", sorted(TABLE3))
@@ -303,8 +350,16 @@ def test_meta_count_equals_real_count():
     assert parameter_report(build(exp, meta=False))["total"] == parameter_report(build(exp))["total"]
 
 
-TABLE6 = {"mamba-s4d": 575_000, "mamba-s4d-bi": 576_000, "mamba-s4d-placebo": 576_000, "mamba-s4d-sm": 816_000,
-          "mamba-s6": 598_000, "mamba-s6-bi": 597_000, "mamba-s6-placebo": 597_000, "mamba-s6-sm": 1_200_000}
+TABLE6 = {
+    "mamba-s4d": 575_000,
+    "mamba-s4d-bi": 576_000,
+    "mamba-s4d-placebo": 576_000,
+    "mamba-s4d-sm": 816_000,
+    "mamba-s6": 598_000,
+    "mamba-s6-bi": 597_000,
+    "mamba-s6-placebo": 597_000,
+    "mamba-s6-sm": 1_200_000,
+}
 
 
 @pytest.mark.parametrize("model", sorted(TABLE6))
@@ -424,7 +479,9 @@ def test_table11_counts_are_the_v1_code_s(name):
         assert parameter_report(model)["total"] == 2_381_194
     # The later S4 block (GLU output, per-channel A) has H^2 + H + (H - 1) N more per layer.
     glu = exp.model.replace(output_glu=True, primitive_options={**m.primitive_options, "n_ssm_A": None})
-    assert sum(p.numel() for p in build(exp, model_cfg=glu).backbone.parameters()) - backbone == layers * (H * H + H + (H - 1) * N)
+    assert sum(p.numel() for p in build(exp, model_cfg=glu).backbone.parameters()) - backbone == layers * (
+        H * H + H + (H - 1) * N
+    )
 
 
 def s4_tied_layer(H, N, n_ssm, channels, rank=1):
@@ -453,18 +510,37 @@ TIED = {
 def test_tied_s4_counts_are_the_code_s(name):
     H, N, S, layers, bi = TIED[name]
     exp = resolve(name)
-    assert (exp.model.d_model, exp.model.d_state, exp.model.primitive_options["n_ssm"], exp.model.bidirectional) == (H, N, S, bi)
+    assert (exp.model.d_model, exp.model.d_state, exp.model.primitive_options["n_ssm"], exp.model.bidirectional) == (
+        H,
+        N,
+        S,
+        bi,
+    )
     model = build(exp)
     norms = layers * 2 * H + (2 * H if exp.model.resolved_prenorm else 0)
-    assert sum(p.numel() for p in model.backbone.parameters()) == layers * s4_tied_layer(H, N, S, 2 if bi else 1) + norms
+    assert (
+        sum(p.numel() for p in model.backbone.parameters()) == layers * s4_tied_layer(H, N, S, 2 if bi else 1) + norms
+    )
 
 
 def test_params_command_counts_presets_without_data(tmp_path, monkeypatch, pythia_dir):
     monkeypatch.setenv("LONGRANGE_DATA", str(tmp_path))  # no data at all
     out = io.StringIO()
     with redirect_stdout(out):
-        assert cli_main(["params", "--preset", "spt/image/transformer", "--preset", "spt/pathfinder/transformer",
-                         "--preset", "thesis/scifar/mamba-s4d"]) == 0
+        assert (
+            cli_main(
+                [
+                    "params",
+                    "--preset",
+                    "spt/image/transformer",
+                    "--preset",
+                    "spt/pathfinder/transformer",
+                    "--preset",
+                    "thesis/scifar/mamba-s4d",
+                ]
+            )
+            == 0
+        )
     table = out.getvalue()
     assert table.splitlines()[0] == "| model | total | in primitives | % in primitives | state | architecture |"
     assert "| spt/image/transformer | 249.1k |" in table and "| spt/pathfinder/transformer | 26.7k |" in table

@@ -1,5 +1,6 @@
 """What a run records beside its result (data dir, skipped records, versions, fingerprint), set from
 the command line's --data-dir/--skip-bad, and compare's "stage k of n" progress lines."""
+
 from __future__ import annotations
 
 import json
@@ -13,20 +14,36 @@ def _listops_with_a_bad_line(root):
     from longrange.data.generate.listops import generate
 
     folder = root / "listops"
-    generate(folder, n_train=48, n_val=16, n_test=16, min_length=8, max_length=24, max_depth=3, max_args=3,
-             seed=0, quiet=True)
+    generate(
+        folder,
+        n_train=48,
+        n_val=16,
+        n_test=16,
+        min_length=8,
+        max_length=24,
+        max_depth=3,
+        max_args=3,
+        seed=0,
+        quiet=True,
+    )
     with open(folder / "basic_train.tsv", "a") as f:
         f.write("( [MAX 4 ]\tnot-a-label\n")
     return folder
 
 
 def _config(path, **train):
-    path.write_text(yaml.safe_dump({
-        "label": "tiny",
-        "task": {"name": "listops", "options": {"seq_len": 32}},
-        "model": dict(block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction="bidirectional"),
-        "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 2, **train},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "label": "tiny",
+                "task": {"name": "listops", "options": {"seq_len": 32}},
+                "model": dict(
+                    block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction="bidirectional"
+                ),
+                "train": {"batch_size": 16, "epochs": 1, "lr": 0.003, "progress": False, "log_every": 2, **train},
+            }
+        )
+    )
     return path
 
 
@@ -37,8 +54,22 @@ def test_train_records_data_dir_skipped_records_and_versions(tmp_path, capsys):
     # without --skip-bad the bad line stops the run, naming file and line
     assert main(["train", "--config", str(config), "--out", str(run), "--data-dir", str(tmp_path / "data")]) == 1
     assert "basic_train.tsv, line 50" in capsys.readouterr().err
-    assert main(["train", "--config", str(config), "--data-dir", str(tmp_path / "data"), "--out", str(run),
-                 "--skip-bad", "--overwrite"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(config),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--out",
+                str(run),
+                "--skip-bad",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["skip_bad"] is True
     assert summary["skipped"] == {str(folder / "basic_train.tsv"): 1}
@@ -52,12 +83,35 @@ def test_train_records_data_dir_skipped_records_and_versions(tmp_path, capsys):
 def test_compare_prints_stage_k_of_n_with_an_eta(tmp_path, capsys):
     from longrange.data.generate.listops import generate
 
-    generate(tmp_path / "data" / "listops", n_train=48, n_val=16, n_test=16, min_length=8, max_length=24,
-             max_depth=3, max_args=3, seed=0, quiet=True)
+    generate(
+        tmp_path / "data" / "listops",
+        n_train=48,
+        n_val=16,
+        n_test=16,
+        min_length=8,
+        max_length=24,
+        max_depth=3,
+        max_args=3,
+        seed=0,
+        quiet=True,
+    )
     config = _config(tmp_path / "exp.yaml", max_steps=2)
     out = tmp_path / "out"
-    argv = ["compare", "--config", str(config), "--out", str(out), "--seeds", "0", "--objectives", "masked",
-            "--no-compute-matched", "--data-dir", str(tmp_path / "data"), "pretrain.max_steps=2"]
+    argv = [
+        "compare",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--seeds",
+        "0",
+        "--objectives",
+        "masked",
+        "--no-compute-matched",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "pretrain.max_steps=2",
+    ]
     assert main(argv) == 0
     err = capsys.readouterr().err
     for k in (1, 2, 3):
@@ -76,19 +130,58 @@ def test_compare_records_device_precision_and_kernels_and_logs_one_wandb_group(t
     wandb = request.getfixturevalue("wandb_offline") if tracked else None
     from longrange.data.generate.listops import generate
 
-    generate(tmp_path / "data" / "listops", n_train=48, n_val=16, n_test=16, min_length=8, max_length=24,
-             max_depth=3, max_args=3, seed=0, quiet=True)
+    generate(
+        tmp_path / "data" / "listops",
+        n_train=48,
+        n_val=16,
+        n_test=16,
+        min_length=8,
+        max_length=24,
+        max_depth=3,
+        max_args=3,
+        seed=0,
+        quiet=True,
+    )
     config = tmp_path / "exp.yaml"
-    config.write_text(yaml.safe_dump({
-        "label": "tiny-s6",
-        "task": {"name": "listops", "options": {"seq_len": 32}},
-        "model": dict(block="mamba", primitive="s6", n_layers=1, d_model=8, d_state=4, direction="bidirectional"),
-        "train": {"batch_size": 16, "max_steps": 2, "lr": 0.003, "progress": False, "log_every": 1,
-                  "loggers": ["wandb"] if tracked else []},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "label": "tiny-s6",
+                "task": {"name": "listops", "options": {"seq_len": 32}},
+                "model": dict(
+                    block="mamba", primitive="s6", n_layers=1, d_model=8, d_state=4, direction="bidirectional"
+                ),
+                "train": {
+                    "batch_size": 16,
+                    "max_steps": 2,
+                    "lr": 0.003,
+                    "progress": False,
+                    "log_every": 1,
+                    "loggers": ["wandb"] if tracked else [],
+                },
+            }
+        )
+    )
     out = tmp_path / "grid"
-    assert main(["compare", "--config", str(config), "--out", str(out), "--seeds", "0", "--objectives", "masked",
-                 "--no-compute-matched", "--data-dir", str(tmp_path / "data")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--config",
+                str(config),
+                "--out",
+                str(out),
+                "--seeds",
+                "0",
+                "--objectives",
+                "masked",
+                "--no-compute-matched",
+                "--data-dir",
+                str(tmp_path / "data"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     stages = sorted(p.parent for p in out.rglob("summary.json"))
     assert len(stages) == 3
@@ -100,7 +193,8 @@ def test_compare_records_device_precision_and_kernels_and_logs_one_wandb_group(t
         assert summary["deterministic"] is False and "numba" in summary["versions"]
         record = yaml.safe_load((stage / "config.yaml").read_text())["record"]  # rewritten at the end
         assert {k: record[k] for k in ("device", "precision", "kernels")} == {
-            k: summary[k] for k in ("device", "precision", "kernels")}
+            k: summary[k] for k in ("device", "precision", "kernels")
+        }
     if tracked:  # one W&B run per stage, named by its stage id, the grid in one group
         runs = wandb.runs()
         assert sorted(r["name"] for r in runs) == sorted(str(s.relative_to(out)) for s in stages)
@@ -117,10 +211,19 @@ def _wandb_available() -> bool:
 def test_a_resumed_stage_merges_the_kernels_of_the_record_its_earlier_segment_saved():
     from longrange.experiment.record import finish_record
 
-    result = {"device": {"type": "cpu"}, "precision": {"autocast": None}, "deterministic": True,
-              "kernels": {"selective_scan": "numba"}, "step": 3}
+    result = {
+        "device": {"type": "cpu"},
+        "precision": {"autocast": None},
+        "deterministic": True,
+        "kernels": {"selective_scan": "numba"},
+        "step": 3,
+    }
     earlier = {"kernels": {"selective_scan": "chunked", "causal_conv1d": "torch"}}
     assert finish_record({"host": "h"}, result, earlier) == {
-        "host": "h", "device": {"type": "cpu"}, "precision": {"autocast": None}, "deterministic": True,
-        "kernels": {"causal_conv1d": "torch", "selective_scan": "chunked+numba"}}
+        "host": "h",
+        "device": {"type": "cpu"},
+        "precision": {"autocast": None},
+        "deterministic": True,
+        "kernels": {"causal_conv1d": "torch", "selective_scan": "chunked+numba"},
+    }
     assert finish_record({}, result, None)["kernels"] == {"selective_scan": "numba"}

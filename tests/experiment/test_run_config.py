@@ -1,5 +1,6 @@
 """A run's own configuration given back as ``--config``: read as the experiment it ran (its run
 fields left out), so that the same command and seed make a run of the same settings."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,9 +12,18 @@ from longrange.experiment.config import RUN_FIELDS, experiment_of_run, is_run_co
 from longrange.experiment.stage import resolve_stage
 from longrange.train.rundir import RunDir
 
-TINY = ["task.generate={config: short, n_train: 40, n_val: 8, n_test: 8, min_length: 8, max_length: 32, "
-        "max_depth: 3, max_args: 3}", "task.options.seq_len=32", "task.train_subset=null", "train.batch_size=16",
-        "train.epochs=1", "model.n_layers=1", "model.d_model=8", "model.d_state=4", "train.progress=false"]
+TINY = [
+    "task.generate={config: short, n_train: 40, n_val: 8, n_test: 8, min_length: 8, max_length: 32, "
+    "max_depth: 3, max_args: 3}",
+    "task.options.seq_len=32",
+    "task.train_subset=null",
+    "train.batch_size=16",
+    "train.epochs=1",
+    "model.n_layers=1",
+    "model.d_model=8",
+    "model.d_state=4",
+    "train.progress=false",
+]
 
 
 def test_a_finished_runs_config_reruns_it_with_the_same_settings(tmp_path, monkeypatch, capsys):
@@ -25,8 +35,10 @@ def test_a_finished_runs_config_reruns_it_with_the_same_settings(tmp_path, monke
     # was: "unknown field(s) data, fingerprint, head, init, record, regime, seed, stage"
     assert main(["train", "--config", "first/config.yaml", "--out", "again", "--seed", "1"]) == 0
     err = capsys.readouterr().err
-    assert ("first/config.yaml: a run's configuration (train stage, seed 1), read as the experiment it ran: its run "
-            "fields (regime, stage, seed, data, init, head, record, fingerprint) are left out") in err
+    assert (
+        "first/config.yaml: a run's configuration (train stage, seed 1), read as the experiment it ran: its run "
+        "fields (regime, stage, seed, data, init, head, record, fingerprint) are left out"
+    ) in err
     again = RunDir(tmp_path / "again").read_config()
     assert again["fingerprint"] == saved["fingerprint"] and again["train"] == saved["train"]
     # the same settings: given its own directory, the command finds the run finished
@@ -40,8 +52,16 @@ def test_a_finished_runs_config_reruns_it_with_the_same_settings(tmp_path, monke
 def test_a_pretraining_runs_config_keeps_the_stages_own_settings(tmp_path, capsys):
     """A pretraining stage's config holds the settings the stage ran with (``pretrain``, ``pretrain_model``
     applied); read back, the same pretraining command resolves to the same fingerprint."""
-    exp = resolve("demo/s4d", overrides=[*TINY, f"task.data_dir={tmp_path / 'data'}", "pretrain.epochs=3",
-                                         "pretrain.lr=0.01", "pretrain_model={dropout: 0.2}"])
+    exp = resolve(
+        "demo/s4d",
+        overrides=[
+            *TINY,
+            f"task.data_dir={tmp_path / 'data'}",
+            "pretrain.epochs=3",
+            "pretrain.lr=0.01",
+            "pretrain_model={dropout: 0.2}",
+        ],
+    )
     stage = resolve_stage(exp, "pretrain", seed=2, objective="masked")
     run = RunDir(tmp_path / "pre")
     written = run.write_config(stage.config())
@@ -58,6 +78,7 @@ def test_a_run_config_with_a_field_of_neither_kind_is_still_an_error(tmp_path):
     path.write_text(yaml.safe_dump({"stage": "train", "fingerprint": "x", "label": "m", "modle": {"d_model": 8}}))
     with pytest.raises(ConfigError, match=r"unknown field\(s\) modle"):
         resolve(config=path)
-    out = experiment_of_run({"stage": "train", "seed": 0, "fingerprint": "x", "objective": {"kind": "supervised",
-                                                                                          "reverse": False}})
+    out = experiment_of_run(
+        {"stage": "train", "seed": 0, "fingerprint": "x", "objective": {"kind": "supervised", "reverse": False}}
+    )
     assert out == {"objective": {}, "train": {}}

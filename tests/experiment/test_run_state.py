@@ -2,6 +2,7 @@
 can leave is exactly one of finished / resumable / failed / held (or pending, when nothing was
 written), and a rerun with a comparison's intent moves each to finished, with the result of an
 uninterrupted run."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_experiment import tiny
 
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
 from longrange.train.rundir import RunDir, RunLock, RunState
-from tiny_experiment import tiny
 
 #: Fields of a summary that depend on when it ran, not on what it computed.
 VOLATILE = ("seconds",)
@@ -37,8 +38,10 @@ def finished(tiny_listops_dir, tmp_path_factory):
 
 def metrics(run: Path) -> list[dict]:
     """The run's metrics lines without their wall times."""
-    return [{k: v for k, v in json.loads(line).items() if k != "elapsed"}
-            for line in RunDir(run).metrics.read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if k != "elapsed"}
+        for line in RunDir(run).metrics.read_text().splitlines()
+    ]
 
 
 def _cut(path: Path, keep: float = 0.5) -> None:
@@ -55,7 +58,7 @@ def _failure(run: RunDir, at: float) -> None:
 
 def _dead_pid() -> int:
     """A PID that no live process has."""
-    pid = 2 ** 22 - 7
+    pid = 2**22 - 7
     while True:
         try:
             os.kill(pid, 0)
@@ -67,8 +70,9 @@ def _dead_pid() -> int:
 
 
 def _dead_lock(run: RunDir) -> None:
-    run.lock_path.write_text(json.dumps({"pid": _dead_pid(), "host": socket.gethostname(), "started": 0.0,
-                                         "stale_after": 300.0}))
+    run.lock_path.write_text(
+        json.dumps({"pid": _dead_pid(), "host": socket.gethostname(), "started": 0.0, "stale_after": 300.0})
+    )
 
 
 # Each case: how to plant it (from a finished run's files), the state it must read as, whether a
@@ -82,32 +86,62 @@ def _summary_plus_failure_after(r: RunDir) -> None:
 
 
 CASES = {
-    "nothing": (lambda r: [f.unlink() if f.is_file() else shutil.rmtree(f) for f in list(r.root.iterdir())],
-                RunState.PENDING, True, "fresh"),
-    "config only": (lambda r: [r.summary.unlink(), r.metrics.unlink(), shutil.rmtree(r.checkpoints)],
-                    RunState.RESUMABLE, True, "fresh"),
+    "nothing": (
+        lambda r: [f.unlink() if f.is_file() else shutil.rmtree(f) for f in list(r.root.iterdir())],
+        RunState.PENDING,
+        True,
+        "fresh",
+    ),
+    "config only": (
+        lambda r: [r.summary.unlink(), r.metrics.unlink(), shutil.rmtree(r.checkpoints)],
+        RunState.RESUMABLE,
+        True,
+        "fresh",
+    ),
     "checkpoints, no summary": (lambda r: r.summary.unlink(), RunState.RESUMABLE, False, "resume"),
     "summary and checkpoints": (lambda r: None, RunState.FINISHED, False, "reuse"),
     "summary, no checkpoint": (lambda r: r.last.unlink(), RunState.FINISHED, False, "reuse"),
     "summary, failed.json written before it": (_summary_plus_failure_before, RunState.FINISHED, False, "reuse"),
     "summary, failed.json written after it": (_summary_plus_failure_after, RunState.FINISHED, False, "reuse"),
     "summary and a live lock": (None, RunState.FINISHED, False, "reuse"),  # planted in the test (the lock is ours)
-    "failed.json and checkpoints": (lambda r: [r.summary.unlink(), _failure(r, time.time())], RunState.FAILED, False,
-                                    "resume"),
-    "failed.json, no checkpoint": (lambda r: [r.summary.unlink(), shutil.rmtree(r.checkpoints), _failure(r, time.time())],
-                                   RunState.FAILED, True, "fresh"),
+    "failed.json and checkpoints": (
+        lambda r: [r.summary.unlink(), _failure(r, time.time())],
+        RunState.FAILED,
+        False,
+        "resume",
+    ),
+    "failed.json, no checkpoint": (
+        lambda r: [r.summary.unlink(), shutil.rmtree(r.checkpoints), _failure(r, time.time())],
+        RunState.FAILED,
+        True,
+        "fresh",
+    ),
     "half-written summary": (lambda r: _cut(r.summary), RunState.RESUMABLE, False, "resume"),
     "half-written config": (lambda r: _cut(r.config), RunState.RESUMABLE, True, "fresh"),
     "half-written checkpoint": (lambda r: [r.summary.unlink(), _cut(r.last)], RunState.RESUMABLE, True, "fresh"),
     "half-written best weights": (lambda r: _cut(r.best_weights), RunState.RESUMABLE, True, "fresh"),
-    "half-written failed.json": (lambda r: [r.summary.unlink(), r.failure.write_text('{"error": "the wor')],
-                                 RunState.FAILED, False, "resume"),
-    "half-written metrics line": (lambda r: [r.summary.unlink(), r.metrics.open("a").write('{"step": 9, "spl')],
-                                  RunState.RESUMABLE, False, "resume"),
-    "leftover temporary files": (lambda r: [r.summary.unlink(),
-                                            (r.root / f".{r.summary.name}.tmp-{_dead_pid()}").write_text("{"),
-                                            (r.checkpoints / f".{r.last.name}.tmp-{_dead_pid()}").write_bytes(b"PK")],
-                                 RunState.RESUMABLE, False, "resume"),
+    "half-written failed.json": (
+        lambda r: [r.summary.unlink(), r.failure.write_text('{"error": "the wor')],
+        RunState.FAILED,
+        False,
+        "resume",
+    ),
+    "half-written metrics line": (
+        lambda r: [r.summary.unlink(), r.metrics.open("a").write('{"step": 9, "spl')],
+        RunState.RESUMABLE,
+        False,
+        "resume",
+    ),
+    "leftover temporary files": (
+        lambda r: [
+            r.summary.unlink(),
+            (r.root / f".{r.summary.name}.tmp-{_dead_pid()}").write_text("{"),
+            (r.checkpoints / f".{r.last.name}.tmp-{_dead_pid()}").write_bytes(b"PK"),
+        ],
+        RunState.RESUMABLE,
+        False,
+        "resume",
+    ),
     "lock of a dead process": (lambda r: [r.summary.unlink(), _dead_lock(r)], RunState.RESUMABLE, False, "resume"),
     "lock of a live process": (None, RunState.HELD, False, "resume"),  # planted in the test
 }
@@ -251,7 +285,17 @@ def test_a_fresh_start_killed_after_it_removed_the_old_summary_is_finished_by_th
     changed = exp.to_dict()
     changed["train"]["lr"] = 0.01
     config.write_text(yaml.safe_dump(changed))
-    command = [sys.executable, "-m", "longrange", "train", "--config", str(config), "--out", str(run.root), "--overwrite"]
+    command = [
+        sys.executable,
+        "-m",
+        "longrange",
+        "train",
+        "--config",
+        str(config),
+        "--out",
+        str(run.root),
+        "--overwrite",
+    ]
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src, ENV: "after-clear-summary"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -262,4 +306,7 @@ def test_a_fresh_start_killed_after_it_removed_the_old_summary_is_finished_by_th
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert run.state().kind is RunState.FINISHED
-    assert json.loads(run.summary.read_text())["fingerprint"] != json.loads(RunDir(source).summary.read_text())["fingerprint"]
+    assert (
+        json.loads(run.summary.read_text())["fingerprint"]
+        != json.loads(RunDir(source).summary.read_text())["fingerprint"]
+    )

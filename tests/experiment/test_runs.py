@@ -1,4 +1,5 @@
 """Stages and the comparison end to end on a tiny generated ListOps."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,18 @@ def listops_dir(tmp_path_factory):
     from longrange.data.generate.listops import generate
 
     root = tmp_path_factory.mktemp("data")
-    generate(root / "listops", n_train=96, n_val=32, n_test=32, min_length=10, max_length=40, max_depth=3, max_args=4, seed=0, quiet=True)
+    generate(
+        root / "listops",
+        n_train=96,
+        n_val=32,
+        n_test=32,
+        min_length=10,
+        max_length=40,
+        max_depth=3,
+        max_args=4,
+        seed=0,
+        quiet=True,
+    )
     return root
 
 
@@ -78,7 +90,9 @@ def test_finetune_fails_when_backbone_tensors_are_missing():
     with pytest.raises(CheckpointError, match=dropped.replace(".", r"\.")):
         transfer_pretrained(target, Partial(source, dropped))
     with pytest.raises(ConfigError, match="d_model"):
-        transfer_pretrained(target, build_model(cfg.replace(d_model=12), input_kind="tokens", vocab_size=20, head="tokens", n_out=20))
+        transfer_pretrained(
+            target, build_model(cfg.replace(d_model=12), input_kind="tokens", vocab_size=20, head="tokens", n_out=20)
+        )
 
 
 def test_numeric_pretraining_mask_channel_is_stripped_for_finetuning():
@@ -134,7 +148,10 @@ def test_compare_checks_objectives_before_training(listops_dir, tmp_path):
 
 
 def test_overrides_and_unknown_fields():
-    data = apply_overrides({"model": {"d_model": 4}}, ["model.d_model=128", "train.lr=3e-4", "task.options.seq_len=1024", "compare.seeds=[0,1]"])
+    data = apply_overrides(
+        {"model": {"d_model": 4}},
+        ["model.d_model=128", "train.lr=3e-4", "task.options.seq_len=1024", "compare.seeds=[0,1]"],
+    )
     assert data["model"]["d_model"] == 128 and data["train"]["lr"] == 3e-4
     assert data["task"]["options"]["seq_len"] == 1024 and data["compare"]["seeds"] == [0, 1]
     with pytest.raises(ConfigError, match="form field.name=value"):

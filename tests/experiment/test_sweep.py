@@ -1,5 +1,6 @@
 """Data-fraction sweeps in the comparison: each training subset is a dimension of the plan, and every
 stage under it (pretraining included) trains on the same subset of examples."""
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,16 @@ def test_plan_expands_subsets_into_ids_dependencies_and_task_configs(tiny_listop
     exp = experiment_from_dict(tiny(tiny_listops_dir, pretrain_task={"skip_bad": True}))
     plan = plan_grid([exp], seeds=[0], objectives=["masked"], train_subsets=[0.25, 16])
     ids = [s.id for s in plan.stages]
-    assert ids == [f"listops/tiny/subset{sub}/{rest}" for sub in ("0.25", "16") for rest in (
-        "scratch/seed0", "masked-spt/seed0/pretrain", "masked-spt/seed0/finetune", "scratch-matched/seed0")]
+    assert ids == [
+        f"listops/tiny/subset{sub}/{rest}"
+        for sub in ("0.25", "16")
+        for rest in ("scratch/seed0", "masked-spt/seed0/pretrain", "masked-spt/seed0/finetune", "scratch-matched/seed0")
+    ]
     fine = plan.by_id["listops/tiny/subset16/masked-spt/seed0/finetune"]
     assert fine.after == ["listops/tiny/subset16/masked-spt/seed0/pretrain"] == [fine.init_from]
     assert plan.by_id["listops/tiny/subset0.25/scratch-matched/seed0"].matched_to == [
-        ["listops/tiny/subset0.25/masked-spt/seed0/pretrain", "listops/tiny/subset0.25/masked-spt/seed0/finetune"]]
+        ["listops/tiny/subset0.25/masked-spt/seed0/pretrain", "listops/tiny/subset0.25/masked-spt/seed0/finetune"]
+    ]
     # The subset is in every stage's task config (pretraining too, through pretrain_task) and fingerprint.
     done = {i: {"steps": 4} for i in ids}
     fingerprints = {}
@@ -46,7 +51,7 @@ def test_plan_expands_subsets_into_ids_dependencies_and_task_configs(tiny_listop
         if s.stage == "pretrain":
             assert stage_plan.task.skip_bad  # the pretrain_task override is kept, and so is the subset
         fingerprints[s.id] = stage_plan.fingerprint()
-    assert (fingerprints["listops/tiny/subset0.25/scratch/seed0"] != fingerprints["listops/tiny/subset16/scratch/seed0"])
+    assert fingerprints["listops/tiny/subset0.25/scratch/seed0"] != fingerprints["listops/tiny/subset16/scratch/seed0"]
     # plan.json keeps a fraction a fraction and a count a count.
     again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert [s.train_subset for s in again.stages] == [0.25] * 4 + [16] * 4
@@ -57,8 +62,17 @@ def test_without_a_sweep_the_layout_is_unchanged_and_the_config_sweeps(tiny_list
     plain = plan_grid([experiment_from_dict(tiny(tiny_listops_dir))], seeds=[0], objectives=["masked"])
     assert [s.id for s in plain.stages][:1] == ["listops/tiny/scratch/seed0"]
     assert all(s.train_subset is None for s in plain.stages)
-    exp = resolve(None, None, [f"task.data_dir={tiny_listops_dir}", "label=x", "model.block=simple",
-                               "compare.train_subsets=[0.5, 1.0, 10]", "compare.compute_matched=false"])
+    exp = resolve(
+        None,
+        None,
+        [
+            f"task.data_dir={tiny_listops_dir}",
+            "label=x",
+            "model.block=simple",
+            "compare.train_subsets=[0.5, 1.0, 10]",
+            "compare.compute_matched=false",
+        ],
+    )
     assert exp.compare.train_subsets == [0.5, 1.0, 10] and type(exp.compare.train_subsets[1]) is float
     plan = plan_grid([exp], seeds=[1])
     assert {s.id.split("/")[2] for s in plan.stages} == {"subset0.5", "subset1.0", "subset10"}
@@ -66,12 +80,15 @@ def test_without_a_sweep_the_layout_is_unchanged_and_the_config_sweeps(tiny_list
     assert {s.train_subset for s in plan_grid([exp], seeds=[1], train_subsets=[0.1]).stages} == {0.1}
 
 
-@pytest.mark.parametrize("subsets, message", [
-    ([1.5], r"--train-subsets: the fraction 1.5 is not in \(0, 1\]"),
-    ([0], "--train-subsets: the count 0 is not >= 1"),
-    ([0.1, 0.1], "0.1 is given twice"),
-    ([True], "True is not a fraction"),
-])
+@pytest.mark.parametrize(
+    "subsets, message",
+    [
+        ([1.5], r"--train-subsets: the fraction 1.5 is not in \(0, 1\]"),
+        ([0], "--train-subsets: the count 0 is not >= 1"),
+        ([0.1, 0.1], "0.1 is given twice"),
+        ([True], "True is not a fraction"),
+    ],
+)
 def test_bad_subsets_are_one_line_errors(subsets, message):
     exp = experiment_from_dict(tiny("/nonexistent"))
     with pytest.raises(ConfigError, match=message):
@@ -115,8 +132,25 @@ def test_a_tiny_sweep_end_to_end(tiny_listops_dir, tmp_path, capsys):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(tiny(tiny_listops_dir)))
     out = tmp_path / "out"
-    assert main(["compare", "--config", str(config), "--out", str(out), "--seeds", "0", "--objectives", "masked",
-                 "--no-compute-matched", "--train-subsets", "0.5,16"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--config",
+                str(config),
+                "--out",
+                str(out),
+                "--seeds",
+                "0",
+                "--objectives",
+                "masked",
+                "--no-compute-matched",
+                "--train-subsets",
+                "0.5,16",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     for sub, size in (("0.5", 32), ("16", 16)):
         for stage in ("scratch/seed0", "masked-spt/seed0/pretrain", "masked-spt/seed0/finetune"):
@@ -125,8 +159,9 @@ def test_a_tiny_sweep_end_to_end(tiny_listops_dir, tmp_path, capsys):
             config = yaml.safe_load((out / f"listops/tiny/subset{sub}/{stage}/config.yaml").read_text())
             assert str(config["task"]["train_subset"]) == sub and config["record"]["train_size"] == size
     assert "| Model | 16 examples (n_train=16) | 0.5 (n_train=32) |" in printed
-    assert ("tiny + masked SPT vs tiny on listops, train subset 16: cannot tell from one seed (SPT − scratch = "
-            in printed)
+    assert (
+        "tiny + masked SPT vs tiny on listops, train subset 16: cannot tell from one seed (SPT − scratch = " in printed
+    )
     report = (out / "report.md").read_text()
     assert "## Verdict" in report and "![metric against the training subset](sweep.png)" in report
     assert (out / "sweep.png").is_file()

@@ -3,6 +3,7 @@ and their CPU-scale variants: each resolves and builds; the published settings a
 Mamba paper and Zoology (field by field in test_fidelity.py); each CPU variant differs from its
 published preset only in the fields its cpu/_base.yaml names (length, steps, rate, batch,
 validation), so that a budget change cannot slip into a model or a task."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,10 +22,22 @@ CPU = [n for n in PRESETS if "/cpu/" in n]
 
 #: The fields a CPU variant may change, per task (dotted paths of the resolved experiment).
 CPU_FIELDS = {
-    "selective-copying": {"task.options.seq_len", "task.options.n_val", "train.lr", "train.max_steps",
-                          "train.eval_every", "model.primitive_options.l_max"},
-    "induction-heads": {"task.options.seq_len", "train.batch_size", "train.lr", "train.max_steps", "train.eval_every",
-                        "model.primitive_options.l_max"},
+    "selective-copying": {
+        "task.options.seq_len",
+        "task.options.n_val",
+        "train.lr",
+        "train.max_steps",
+        "train.eval_every",
+        "model.primitive_options.l_max",
+    },
+    "induction-heads": {
+        "task.options.seq_len",
+        "train.batch_size",
+        "train.lr",
+        "train.max_steps",
+        "train.eval_every",
+        "model.primitive_options.l_max",
+    },
     "mqar": {"task.options.n_val", "train.batch_size", "train.max_steps", "train.eval_every"},
 }
 
@@ -52,8 +65,14 @@ def build(name: str):
     spec = get_spec(exp.task.name, **exp.task.options)
     head, n_out = supervised_head(spec)
     with torch.device("meta"):
-        return exp, build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out, d_input=spec.d_input,
-                                vocab_size=exp.task.options["vocab_size"] + 5)
+        return exp, build_model(
+            exp.model,
+            input_kind=spec.input_kind,
+            head=head,
+            n_out=n_out,
+            d_input=spec.d_input,
+            vocab_size=exp.task.options["vocab_size"] + 5,
+        )
 
 
 def n_params(model) -> int:
@@ -61,15 +80,27 @@ def n_params(model) -> int:
 
 
 def test_every_model_of_the_three_tasks_has_a_published_preset_and_a_cpu_variant():
-    models = {"mamba/selective-copying/": {f"{b}-{p}" for b in ("simple", "mamba") for p in ("s4", "s4d", "dlr", "s6")}
-              | {"attention-abs", "attention-rope", "h3-s4", "h3-s6", "hyena", "mamba-hyena"},
-              "mamba/induction-heads/": {f"{b}-{p}" for b in ("simple", "mamba") for p in ("s4", "s4d", "dlr", "s6")}
-              | {"attention-abs", "attention-rope", "h3", "hyena", "lru", "mamba2", "mamba3", "gla", "deltanet",
-                 "gated-deltanet"},
-              "zoology/mqar/": {"attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"}}
+    models = {
+        "mamba/selective-copying/": {f"{b}-{p}" for b in ("simple", "mamba") for p in ("s4", "s4d", "dlr", "s6")}
+        | {"attention-abs", "attention-rope", "h3-s4", "h3-s6", "hyena", "mamba-hyena"},
+        "mamba/induction-heads/": {f"{b}-{p}" for b in ("simple", "mamba") for p in ("s4", "s4d", "dlr", "s6")}
+        | {
+            "attention-abs",
+            "attention-rope",
+            "h3",
+            "hyena",
+            "lru",
+            "mamba2",
+            "mamba3",
+            "gla",
+            "deltanet",
+            "gated-deltanet",
+        },
+        "zoology/mqar/": {"attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"},
+    }
     for group, names in models.items():
-        assert {n[len(group):] for n in PUBLISHED if n.startswith(group)} == names, group
-        assert {n[len(group) + 4:] for n in CPU if n.startswith(group)} == names, group
+        assert {n[len(group) :] for n in PUBLISHED if n.startswith(group)} == names, group
+        assert {n[len(group) + 4 :] for n in CPU if n.startswith(group)} == names, group
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -83,7 +114,7 @@ def test_preset_resolves_and_builds(name):
         # S4's kernel and Hyena's filters are defined at the task's length
         assert exp.model.primitive_options["l_max"] == exp.task.options["seq_len"]
     elif exp.model.primitive == "hyena":  # tested beyond its training length: the filter spans the longest test
-        assert exp.model.primitive_options["l_max"] == (2 ** 16 if "/cpu/" in name else 2 ** 20)
+        assert exp.model.primitive_options["l_max"] == (2**16 if "/cpu/" in name else 2**20)
     if exp.model.pos_embedding == "learned":
         assert exp.model.max_len == exp.task.options["seq_len"]
 
@@ -95,7 +126,9 @@ def test_a_cpu_variant_changes_only_its_budget(name):
     assert cpu.keys() - pub.keys() <= CPU_FIELDS[resolve(name).task.name]
     changed = {k for k in cpu.keys() | pub.keys() if cpu.get(k) != pub.get(k)}
     assert changed, f"{name} is the same as {published}"
-    assert changed <= CPU_FIELDS[resolve(name).task.name], f"{name} changes {sorted(changed - CPU_FIELDS[resolve(name).task.name])}"
+    assert changed <= CPU_FIELDS[resolve(name).task.name], (
+        f"{name} changes {sorted(changed - CPU_FIELDS[resolve(name).task.name])}"
+    )
     assert resolve(name).label == resolve(published).label
 
 
@@ -114,7 +147,13 @@ def test_selective_copying_settings_of_table1():
             t = exp.train_config("train")
             assert exp.task.options == {"vocab_size": 16, "seq_len": 4096, "n_tokens": 16}
             assert (exp.model.d_model, t.batch_size, t.max_steps, t.lr, t.schedule, t.warmup) == (
-                64, 64, 400000, 1e-4, "constant", 0)
+                64,
+                64,
+                400000,
+                1e-4,
+                "constant",
+                0,
+            )
             assert (t.weight_decay, t.ssm_lr_scale) == (0.0, 1.0)
     cpu = resolve("mamba/selective-copying/cpu/simple-s6")
     t = cpu.train_config("train")
@@ -127,7 +166,13 @@ def test_table1_h3_architecture_rows():
     D ~ N(0, 1)); Hyena also as the Mamba block's layer, its filters over the task's length."""
     for name in ("h3-s4", "h3-s6", "hyena"):
         m = resolve(f"mamba/selective-copying/{name}").model
-        assert (m.block, m.mlp, m.mlp_ratio, m.resolved_norm, m.resolved_prenorm) == ("residual", "gelu", 4.0, "layer", True)
+        assert (m.block, m.mlp, m.mlp_ratio, m.resolved_norm, m.resolved_prenorm) == (
+            "residual",
+            "gelu",
+            4.0,
+            "layer",
+            True,
+        )
     _, model = build("mamba/selective-copying/h3-s4")
     block = model.backbone.blocks[0]
     assert type(block).__name__ == "ResidualBlock" and block.mlp[0].out_features == 4 * 64
@@ -146,14 +191,26 @@ def test_induction_heads_widths_and_rates_follow_the_paper():
     """D = 64 and lr 1e-3 for Mamba (S6 in the Mamba block), D = 128 and 2e-4 for attention, H3 and
     Hyena; the unpublished models take the width of their block's published model and the rate of their
     layer's. The CPU scale: length 64, batch 32, 1000 steps at 1e-3 for every model."""
-    expected = {"mamba-s6": (64, 1e-3, 204800), "attention-abs": (128, 2e-4, 204800),
-                "attention-rope": (128, 2e-4, 409600), "simple-s6": (128, 1e-3, 204800),
-                "mamba-s4d": (64, 2e-4, 81920), "simple-s4d": (128, 2e-4, 81920),
-                "mamba-s4": (64, 2e-4, 81920), "simple-s4": (128, 2e-4, 81920),
-                "mamba-dlr": (64, 2e-4, 81920), "simple-dlr": (128, 2e-4, 81920), "lru": (128, 2e-4, 81920),
-                "h3": (128, 2e-4, 81920), "hyena": (128, 2e-4, 81920), "mamba2": (64, 1e-3, 204800),
-                "mamba3": (64, 1e-3, 204800), "gla": (64, 2e-4, 204800), "deltanet": (64, 2e-4, 204800),
-                "gated-deltanet": (64, 2e-4, 204800)}
+    expected = {
+        "mamba-s6": (64, 1e-3, 204800),
+        "attention-abs": (128, 2e-4, 204800),
+        "attention-rope": (128, 2e-4, 409600),
+        "simple-s6": (128, 1e-3, 204800),
+        "mamba-s4d": (64, 2e-4, 81920),
+        "simple-s4d": (128, 2e-4, 81920),
+        "mamba-s4": (64, 2e-4, 81920),
+        "simple-s4": (128, 2e-4, 81920),
+        "mamba-dlr": (64, 2e-4, 81920),
+        "simple-dlr": (128, 2e-4, 81920),
+        "lru": (128, 2e-4, 81920),
+        "h3": (128, 2e-4, 81920),
+        "hyena": (128, 2e-4, 81920),
+        "mamba2": (64, 1e-3, 204800),
+        "mamba3": (64, 1e-3, 204800),
+        "gla": (64, 2e-4, 204800),
+        "deltanet": (64, 2e-4, 204800),
+        "gated-deltanet": (64, 2e-4, 204800),
+    }
     for model, (width, lr, steps) in expected.items():
         exp = resolve("mamba/induction-heads/" + model)
         t = exp.train_config("train")
@@ -178,8 +235,13 @@ def test_induction_h3_and_hyena_are_layer_only_as_table11_counts():
     assert abs(n_params(build("mamba/induction-heads/h3")[1]) - 153_000) / 153_000 < 0.02
     inner = build("mamba/induction-heads/h3")[1].backbone.blocks[0].mixer.inner
     assert type(inner).__name__ == "S4D" and (inner.init, inner.discretization) == ("lin", "bilinear")
-    for name, mlp in (("mamba2", "none"), ("mamba3", "none"), ("gla", "swiglu"), ("deltanet", "swiglu"),
-                      ("gated-deltanet", "swiglu")):
+    for name, mlp in (
+        ("mamba2", "none"),
+        ("mamba3", "none"),
+        ("gla", "swiglu"),
+        ("deltanet", "swiglu"),
+        ("gated-deltanet", "swiglu"),
+    ):
         m = resolve(f"mamba/induction-heads/{name}").model
         assert (m.block, m.mlp) == ("residual", mlp), name
     lru = resolve("mamba/induction-heads/lru").model
@@ -189,7 +251,11 @@ def test_induction_h3_and_hyena_are_layer_only_as_table11_counts():
 def test_attention_is_nearly_attention_only_and_counts_near_table11():
     """The paper's attention has no MLP (137K parameters at D = 128); ours has a one-unit MLP, and
     counts within 2% of 137K; Mamba-S6 at D = 64 counts 68K (the paper: 74K)."""
-    for name in ("mamba/induction-heads/attention-abs", "mamba/selective-copying/attention-rope", "zoology/mqar/attention"):
+    for name in (
+        "mamba/induction-heads/attention-abs",
+        "mamba/selective-copying/attention-rope",
+        "zoology/mqar/attention",
+    ):
         exp, model = build(name)
         hidden = [m for m in model.modules() if isinstance(m, torch.nn.Sequential) and len(m) == 3]
         assert hidden and all(m[0].out_features == 1 for m in hidden), name
@@ -205,7 +271,13 @@ def test_mqar_settings_of_figure2_and_the_cpu_budget():
             t = exp.train_config("train")
             assert exp.task.options["vocab_size"] == 8192 and exp.task.options["n_train"] == 100000
             assert (t.batch_size, t.epochs, t.weight_decay, t.ssm_weight_decay, t.ssm_lr_scale, t.min_lr_ratio) == (
-                512, 64, 0.1, 0.1, 1.0, 0.0)
+                512,
+                64,
+                0.1,
+                0.1,
+                1.0,
+                0.0,
+            )
             assert t.lr == pytest.approx(10 ** (-4 + 2 * 2 / 3))  # numpy.logspace(-4, -2, 4)[2]
     attention = resolve("zoology/mqar/attention").model
     assert (attention.n_heads, attention.attn_dropout, attention.pos_embedding) == (1, 0.1, "learned")

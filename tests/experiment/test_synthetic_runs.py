@@ -1,4 +1,5 @@
 """The generated sequence tasks through the command line: train, pretrain and finetune, compare."""
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,27 @@ def config_file(tmp_path, task, **model) -> str:
     config = {
         "label": "tiny",
         "task": {"name": task, "options": {**TINY[task], "n_train": 64, "n_val": 32, "n_test": 32}},
-        "model": {"block": "simple", "primitive": "s4d", "n_layers": 1, "d_model": 8, "d_state": 4,
-                  "direction": "causal", "pooling": "last", **model},
+        "model": {
+            "block": "simple",
+            "primitive": "s4d",
+            "n_layers": 1,
+            "d_model": 8,
+            "d_state": 4,
+            "direction": "causal",
+            "pooling": "last",
+            **model,
+        },
         # the papers' knobs: batch, steps, lr, weight decay, cosine schedule
-        "train": {"batch_size": 16, "max_steps": 4, "lr": 0.003, "weight_decay": 0.1, "schedule": "cosine",
-                  "eval_every": 2, "log_every": 2, "progress": False},
+        "train": {
+            "batch_size": 16,
+            "max_steps": 4,
+            "lr": 0.003,
+            "weight_decay": 0.1,
+            "schedule": "cosine",
+            "eval_every": 2,
+            "log_every": 2,
+            "progress": False,
+        },
         "pretrain": {"max_steps": 2},
     }
     path = tmp_path / f"{task}.yaml"
@@ -74,11 +91,26 @@ def test_pretrain_then_finetune_on_a_generated_task(tmp_path, capsys):
 def test_compare_and_report_show_the_sequence_accuracy(tmp_path, capsys):
     out = tmp_path / "cmp"
     cfg = config_file(tmp_path, "mqar")
-    assert main(["compare", "--config", cfg, "--out", str(out), "--seeds", "0", "--objectives", "causal",
-                 "--no-compute-matched"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--config",
+                cfg,
+                "--out",
+                str(out),
+                "--seeds",
+                "0",
+                "--objectives",
+                "causal",
+                "--no-compute-matched",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "mqar (accuracy (%))" in printed
-    further = printed[printed.index("### Further metrics"):]
+    further = printed[printed.index("### Further metrics") :]
     assert "sequence accuracy (%)" in further
     assert "| tiny | mqar |" in further and "| tiny + causal SPT | mqar |" in further
     assert "sequence accuracy (%)" in (out / "report.md").read_text()

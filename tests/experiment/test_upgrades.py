@@ -1,5 +1,6 @@
 """Runs that outlive a release: fields with defaults and the longrange version are not part of a run's
 identity, so a grid made before an upgrade is reused and resumed after it."""
+
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ import json
 import pytest
 import torch
 import yaml
+from tiny_experiment import tiny as tiny_experiment
 
 from longrange import __version__
 from longrange.cli import main
@@ -15,11 +17,13 @@ from longrange.experiment.compare import compare
 from longrange.experiment.config import experiment_from_dict
 from longrange.identity import differences, fingerprint
 from longrange.train.rundir import RunDir, RunMismatchError
-from tiny_experiment import tiny as tiny_experiment
 
 
 def tiny(data_dir, **train) -> dict:
-    return {**tiny_experiment(data_dir, **train), "compare": {"objectives": ["masked"], "seeds": [0], "compute_matched": False}}
+    return {
+        **tiny_experiment(data_dir, **train),
+        "compare": {"objectives": ["masked"], "seeds": [0], "compute_matched": False},
+    }
 
 
 def _edit_yaml(path, change) -> None:
@@ -32,8 +36,12 @@ def test_identity_leaves_out_fields_at_their_default():
     from longrange.models.config import ModelConfig
     from longrange.train.config import TrainConfig
 
-    full = {"seed": 0, "model": ModelConfig(d_model=8).to_dict(), "train": TrainConfig(lr=0.003).to_dict(),
-            "code": {"longrange": "0.0.1"}}
+    full = {
+        "seed": 0,
+        "model": ModelConfig(d_model=8).to_dict(),
+        "train": TrainConfig(lr=0.003).to_dict(),
+        "code": {"longrange": "0.0.1"},
+    }
     older = json.loads(json.dumps(full))
     del older["train"]["step_gamma"], older["model"]["attn_bias"]  # fields an older release did not have
     older["code"] = {"longrange": "9.9"}  # the version is not part of the identity
@@ -95,6 +103,9 @@ def test_resume_refuses_a_checkpoint_format_it_cannot_read(finished):
     state["format"], state["longrange"] = 99, "7.0.0"
     torch.save(state, run.last)
     run.summary.unlink()
-    with pytest.raises(CheckpointError, match=rf"checkpoint format 99 \(written by longrange 7.0.0\).*this longrange "
-                                              rf"{__version__} reads formats up to 1"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"checkpoint format 99 \(written by longrange 7.0.0\).*this longrange "
+        rf"{__version__} reads formats up to 1",
+    ):
         run_stage(exp, "train", run.root, resume=True)

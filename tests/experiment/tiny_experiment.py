@@ -1,4 +1,5 @@
 """The tiny experiment of the lifecycle and upgrade tests: Simple-S4D on a 32-token ListOps."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Attention against a naive softmax(QKᵀ/√d)V reference; blocks, padding, causality, KV-cache stepping."""
+
 from __future__ import annotations
 
 import math
@@ -104,7 +105,9 @@ def grads(layer, x, fn, probe):
 @pytest.mark.parametrize("rope", [False, True])
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_matches_naive_values_and_gradients(bidirectional, rope, mask_kind, block_size):
-    layer = make_layer(bidirectional=bidirectional, rope=rope, block_size=block_size, rope_base=10.0 if rope else 10000.0)
+    layer = make_layer(
+        bidirectional=bidirectional, rope=rope, block_size=block_size, rope_base=10.0 if rope else 10000.0
+    )
     torch.manual_seed(1)
     x = torch.randn(4, 8, 8, dtype=DT)
     mask = make_mask(mask_kind, 4, 8)
@@ -113,7 +116,10 @@ def test_matches_naive_values_and_gradients(bidirectional, rope, mask_kind, bloc
     assert torch.isfinite(y).all()
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
     probe = torch.randn_like(y)
-    for g, g_ref in zip(grads(layer, x, lambda t: layer(t, mask), probe), grads(layer, x, lambda t: naive_attention(layer, t, mask), probe)):
+    for g, g_ref in zip(
+        grads(layer, x, lambda t: layer(t, mask), probe),
+        grads(layer, x, lambda t: naive_attention(layer, t, mask), probe),
+    ):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-10)
 
@@ -312,7 +318,10 @@ def test_attn_dim_matches_naive_values_and_gradients(attn_dim, bidirectional, ro
     assert y.shape == (3, 9, 8)
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
     probe = torch.randn_like(y)
-    for g, g_ref in zip(grads(layer, x, lambda t: layer(t, mask), probe), grads(layer, x, lambda t: naive_attention(layer, t, mask), probe)):
+    for g, g_ref in zip(
+        grads(layer, x, lambda t: layer(t, mask), probe),
+        grads(layer, x, lambda t: naive_attention(layer, t, mask), probe),
+    ):
         torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-10)
 
 

@@ -1,5 +1,6 @@
 """DLR layer: kernel vs recurrence, recurrent == convolutional mode, causality, padding,
 gradients, hints, errors."""
+
 import math
 
 import pytest
@@ -7,9 +8,9 @@ import torch
 
 from longrange.errors import ConfigError
 from longrange.layers.base import get_optim_hint
+from longrange.layers.check_cases import step_through
 from longrange.layers.dlr import DLR
 from longrange.ops.ssm_kernels import vandermonde_kernel, vandermonde_kernel_ref
-from longrange.layers.check_cases import step_through
 
 F64 = torch.float64
 
@@ -139,7 +140,12 @@ def test_bad_inputs_raise():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [(dict(d_state=7), "d_state"), (dict(init="omega"), "init"), (dict(dt_min=0.0), "dt_min"), (dict(d_init="x"), "d_init")],
+    [
+        (dict(d_state=7), "d_state"),
+        (dict(init="omega"), "init"),
+        (dict(dt_min=0.0), "dt_min"),
+        (dict(d_init="x"), "d_init"),
+    ],
 )
 def test_bad_config_raises(kwargs, field):
     with pytest.raises(ConfigError, match=field):

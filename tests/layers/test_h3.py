@@ -2,6 +2,7 @@
 loop over time (values and gradients, float64); step == forward for several inner SSMs; the
 published defaults; bidirectional use (two-sided, and flip-and-sum for an inner SSM without a
 bidirectional mode); padding; options that cannot build; H3 in residual and simple blocks."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,12 +10,11 @@ import torch
 from torch import Tensor
 
 from longrange.errors import ConfigError
-from longrange.layers import H3, PRIMITIVES, FlipSum, S4D, S6, SequencePrimitive, apply_mask
+from longrange.layers import H3, PRIMITIVES, S4D, FlipSum, SequencePrimitive, apply_mask
+from longrange.layers.check_cases import step_through
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 from longrange.train import TrainConfig, build_optimizer, param_groups
-from longrange.layers.check_cases import step_through
-
 
 pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
@@ -34,6 +34,7 @@ def _grads(out: Tensor, inputs: list[Tensor]) -> list[Tensor]:
 
 
 # ---- the shift SSM ----------------------------------------------------------------------------
+
 
 def shift_recurrence(C: Tensor, D: Tensor, k: Tensor) -> Tensor:
     """The shift SSM by its recurrence: s_t = A s_{t-1} + B k_t, out_t = C·s_t + D k_t, with A the
@@ -71,11 +72,13 @@ def test_two_sided_shift_ssm_adds_a_backward_kernel_over_later_keys():
     k = torch.randn(2, 9, 6)
     backward = shift_recurrence(layer.shift_C[1], torch.zeros(6), k.flip(1)).flip(1)
     expected = shift_recurrence(layer.shift_C[0], layer.shift_D, k) + torch.cat(
-        [backward[:, 1:], torch.zeros_like(backward[:, :1])], dim=1)
+        [backward[:, 1:], torch.zeros_like(backward[:, :1])], dim=1
+    )
     torch.testing.assert_close(layer.shift(k), expected, rtol=1e-10, atol=1e-12)
 
 
 # ---- the whole layer ------------------------------------------------------------------------
+
 
 def reference_h3(layer: H3, x: Tensor) -> Tensor:
     """H3 with an inner S4D by a loop over time: the shift SSM's recurrence, the per-head outer
@@ -99,8 +102,14 @@ def reference_h3(layer: H3, x: Tensor) -> Tensor:
         kv = k_bar.reshape(b, H, P, 1) * v.reshape(b, H, 1, P)  # kv[:, h, i, j] = k̄[hP + i] v[hP + j]
         X = dA[:, None, None] * X + dB[:, None, None] * kv[..., None]
         z = 2 * (C[0][:, None, None] * X).sum(-1).real + s4d.D[:, None, None] * kv
-        o = torch.stack([(q[:, h * P:(h + 1) * P] * z[:, h, :, j]).sum(-1)  # channel j·H + h
-                         for j in range(P) for h in range(H)], dim=-1)
+        o = torch.stack(
+            [
+                (q[:, h * P : (h + 1) * P] * z[:, h, :, j]).sum(-1)  # channel j·H + h
+                for j in range(P)
+                for h in range(H)
+            ],
+            dim=-1,
+        )
         out.append(o @ layer.out_proj.weight.T + layer.out_proj.bias)
     return torch.stack(out, dim=1)
 
@@ -186,10 +195,11 @@ def test_step_checks_its_inputs():
 
 # ---- bidirectional ------------------------------------------------------------------------------
 
+
 def _dependence_on_future(layer: SequencePrimitive, t: int, length: int = 10) -> float:
     x = torch.randn(2, length, layer.d_model, requires_grad=True)
     layer(x)[:, t].sum().backward()
-    return x.grad[:, t + 1:].abs().max().item() / x.grad[:, : t + 1].abs().max().item()
+    return x.grad[:, t + 1 :].abs().max().item() / x.grad[:, : t + 1].abs().max().item()
 
 
 class _CausalEMA(SequencePrimitive):
@@ -245,7 +255,9 @@ def test_bidirectional_layer_is_two_sided_and_sees_the_future(inner):
     # Twice the shift kernels and the inner SSM's backward part; one set of projections.
     causal = H3(8, d_state=4, head_dim=2, inner=inner)
     extra = sum(p.numel() for p in layer.parameters()) - sum(p.numel() for p in causal.parameters())
-    assert extra == 8 * 4 + sum(p.numel() for p in layer.inner.parameters()) - sum(p.numel() for p in causal.inner.parameters())
+    assert extra == 8 * 4 + sum(p.numel() for p in layer.inner.parameters()) - sum(
+        p.numel() for p in causal.inner.parameters()
+    )
 
 
 def test_causal_layer_does_not_see_the_future():
@@ -272,6 +284,7 @@ def test_a_bidirectional_only_inner_serves_a_bidirectional_h3(test_primitives):
 
 # ---- padding ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("inner,head_dim", [("s4d", 2), ("s6", 1), ("h3-test-ema", 2)])
 def test_padding_does_not_change_outputs_at_real_positions(inner, head_dim, bidirectional, test_primitives):
@@ -287,25 +300,34 @@ def test_padding_does_not_change_outputs_at_real_positions(inner, head_dim, bidi
         mask = torch.arange(inputs.shape[1])[None, :] < torch.tensor(lengths)[:, None]
         out = layer(inputs, mask)
         for i, n in enumerate(lengths):
-            torch.testing.assert_close(out[i, :n], layer(x[i: i + 1, :n])[0], rtol=1e-9, atol=1e-11)
+            torch.testing.assert_close(out[i, :n], layer(x[i : i + 1, :n])[0], rtol=1e-9, atol=1e-11)
 
 
 # ---- options that cannot build ------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(d_model=10, head_dim=3), r"H3: d_model = 10 is not divisible by head_dim=3"),
-    (dict(d_model=8, head_dim=0), r"H3: head_dim must be a positive integer"),
-    (dict(d_model=8, d_state=0), r"H3: d_state must be a positive integer"),
-    (dict(d_model=8, inner="s4dd"), r"H3: inner: unknown primitive 's4dd' \(did you mean 's4d'"),
-    (dict(d_model=8, inner="h3"), r"H3: inner='h3': H3 cannot be its own inner SSM"),
-    (dict(d_model=8, inner=None), r"H3: inner must be the name of a registered primitive"),
-    (dict(d_model=8, inner_options=["init"]), r"H3: inner_options must be a dict"),
-    (dict(d_model=8, inner_options={"bidirectional": True}), r"'bidirectional' is set by H3's own bidirectional"),
-    (dict(d_model=8, inner_options={"nonsense": 1}), r"H3: inner='s4d': unknown option 'nonsense' for primitive 's4d'"),
-    (dict(d_model=8, d_state=3), r"H3: inner='s4d': d_state must be an even integer"),
-    (dict(d_model=8, inner="h3-test-bidirectional"),
-     r"H3: inner='h3-test-bidirectional' is bidirectional only; a causal H3 needs a causal inner SSM"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(d_model=10, head_dim=3), r"H3: d_model = 10 is not divisible by head_dim=3"),
+        (dict(d_model=8, head_dim=0), r"H3: head_dim must be a positive integer"),
+        (dict(d_model=8, d_state=0), r"H3: d_state must be a positive integer"),
+        (dict(d_model=8, inner="s4dd"), r"H3: inner: unknown primitive 's4dd' \(did you mean 's4d'"),
+        (dict(d_model=8, inner="h3"), r"H3: inner='h3': H3 cannot be its own inner SSM"),
+        (dict(d_model=8, inner=None), r"H3: inner must be the name of a registered primitive"),
+        (dict(d_model=8, inner_options=["init"]), r"H3: inner_options must be a dict"),
+        (dict(d_model=8, inner_options={"bidirectional": True}), r"'bidirectional' is set by H3's own bidirectional"),
+        (
+            dict(d_model=8, inner_options={"nonsense": 1}),
+            r"H3: inner='s4d': unknown option 'nonsense' for primitive 's4d'",
+        ),
+        (dict(d_model=8, d_state=3), r"H3: inner='s4d': d_state must be an even integer"),
+        (
+            dict(d_model=8, inner="h3-test-bidirectional"),
+            r"H3: inner='h3-test-bidirectional' is bidirectional only; a causal H3 needs a causal inner SSM",
+        ),
+    ],
+)
 def test_options_that_cannot_build_name_themselves(kwargs, match, test_primitives):
     with pytest.raises(ConfigError, match=match):
         H3(**kwargs)
@@ -313,18 +335,22 @@ def test_options_that_cannot_build_name_themselves(kwargs, match, test_primitive
 
 # ---- in the model -------------------------------------------------------------------------------
 
+
 def _model(**kw):
     cfg = ModelConfig(**{**dict(block="residual", primitive="h3", n_layers=2, d_model=8, d_state=4), **kw})
     torch.manual_seed(0)
     return build_model(cfg, input_kind="numeric", d_input=2, head="tokens", n_out=3)
 
 
-@pytest.mark.parametrize("kw", [
-    dict(),
-    dict(mlp="gelu", primitive_options={"head_dim": 2}),
-    dict(primitive_options={"inner": "s6", "inner_options": {"d_state": 2}}),
-    dict(block="simple"),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(mlp="gelu", primitive_options={"head_dim": 2}),
+        dict(primitive_options={"inner": "s6", "inner_options": {"d_state": 2}}),
+        dict(block="simple"),
+    ],
+)
 def test_h3_blocks_step_equals_forward(kw):
     model = _model(**kw).eval()
     mixers = [m for m in model.modules() if isinstance(m, H3)]

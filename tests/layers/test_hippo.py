@@ -1,4 +1,5 @@
 """HiPPO-LegS matrices, the NPLR decomposition and the S4D inits."""
+
 import math
 
 import pytest

@@ -1,6 +1,7 @@
 """Hyena: the layer against an explicit-loop reference (values and gradients), the implicit filter
 (features, shape, decay window), step == forward, what each direction sees, padding, optimiser
 hints, bad options, and the layer inside residual, Mamba and simple blocks."""
+
 from __future__ import annotations
 
 import math
@@ -11,13 +12,12 @@ import torch
 from longrange.errors import ConfigError
 from longrange.layers import Hyena
 from longrange.layers.base import NO_DECAY_GROUP, get_optim_hint
+from longrange.layers.check_cases import step_through
 from longrange.layers.hyena import FILTER_GROUP, HyenaCache, ImplicitFilter, positional_features
 from longrange.models.backbone import make_primitive
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 from longrange.train import TrainConfig, build_optimizer, param_groups
-from longrange.layers.check_cases import step_through
-
 
 pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
@@ -231,18 +231,21 @@ def test_outputs_at_real_positions_ignore_padding(bidirectional):
 # -- bad options ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(order=1), r"Hyena: order must be at least 2"),
-    (dict(emb_dim=4), r"Hyena: emb_dim must be odd and >= 3"),
-    (dict(emb_dim=1), r"Hyena: emb_dim must be odd and >= 3"),
-    (dict(l_max=0), r"Hyena: l_max must be a positive integer"),
-    (dict(l_max=None), r"Hyena: l_max must be a positive integer"),
-    (dict(short_filter_order=0), r"Hyena: short_filter_order must be a positive integer"),
-    (dict(target=2.0), r"Hyena: target .* must be in \(0, 1\)"),
-    (dict(dropout=1.0), r"Hyena: dropout must be in \[0, 1\)"),
-    (dict(conv_impl="cuda"), r"Hyena: conv_impl must be one of \('fft', 'direct'\)"),
-    (dict(num_inner_mlps=-1), r"Hyena: num_inner_mlps must be a non-negative integer"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(order=1), r"Hyena: order must be at least 2"),
+        (dict(emb_dim=4), r"Hyena: emb_dim must be odd and >= 3"),
+        (dict(emb_dim=1), r"Hyena: emb_dim must be odd and >= 3"),
+        (dict(l_max=0), r"Hyena: l_max must be a positive integer"),
+        (dict(l_max=None), r"Hyena: l_max must be a positive integer"),
+        (dict(short_filter_order=0), r"Hyena: short_filter_order must be a positive integer"),
+        (dict(target=2.0), r"Hyena: target .* must be in \(0, 1\)"),
+        (dict(dropout=1.0), r"Hyena: dropout must be in \[0, 1\)"),
+        (dict(conv_impl="cuda"), r"Hyena: conv_impl must be one of \('fft', 'direct'\)"),
+        (dict(num_inner_mlps=-1), r"Hyena: num_inner_mlps must be a non-negative integer"),
+    ],
+)
 def test_bad_options_name_themselves(kw, match):
     with pytest.raises(ConfigError, match=match):
         Hyena(8, **{"l_max": 16, **kw})
@@ -264,17 +267,28 @@ def test_l_max_is_required_and_bounds_the_input():
 # -- inside blocks ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("block,extra", [
-    ("residual", dict(mlp="swiglu")),
-    ("residual", dict(direction="bidirectional")),
-    ("mamba", {}),
-    ("mamba", dict(direction="bidirectional")),
-    ("simple", {}),
-    ("simple", dict(direction="bidirectional")),
-])
+@pytest.mark.parametrize(
+    "block,extra",
+    [
+        ("residual", dict(mlp="swiglu")),
+        ("residual", dict(direction="bidirectional")),
+        ("mamba", {}),
+        ("mamba", dict(direction="bidirectional")),
+        ("simple", {}),
+        ("simple", dict(direction="bidirectional")),
+    ],
+)
 def test_builds_and_trains_one_step_in_blocks(block, extra):
-    cfg = ModelConfig(block=block, primitive="hyena", n_layers=2, d_model=8, d_state=4, n_heads=2,
-                      primitive_options={"l_max": 16, "filter_order": 8, "order": 3}, **extra)
+    cfg = ModelConfig(
+        block=block,
+        primitive="hyena",
+        n_layers=2,
+        d_model=8,
+        d_state=4,
+        n_heads=2,
+        primitive_options={"l_max": 16, "filter_order": 8, "order": 3},
+        **extra,
+    )
     torch.manual_seed(0)
     model = build_model(cfg, input_kind="numeric", head="classify", n_out=3, d_input=2)
     mixers = model.backbone.mixers()

@@ -2,6 +2,7 @@
 against the loop over time (values and gradients, complex128) and its dispatch (impl, defaults,
 errors), step == forward, the ring and γ initialisation, causality and bidirectionality, padding,
 the options' errors, the optimiser hints and a training step in a Simple block."""
+
 from __future__ import annotations
 
 import math
@@ -12,21 +13,22 @@ import torch
 from longrange.blocks.simple import SimpleBlock
 from longrange.errors import ConfigError
 from longrange.layers import LRU, SSM_GROUP, get_optim_hint
+from longrange.layers.check_cases import step_through
 from longrange.models.backbone import make_primitive
 from longrange.ops import complex_scan, used
 from longrange.ops.complex_scan import complex_diag_scan, complex_diag_scan_ref
 from longrange.ops.dispatch import dispatcher
 from longrange.train.config import TrainConfig
 from longrange.train.optim import build_optimizer, param_groups
-from longrange.layers.check_cases import step_through
 
 C128 = torch.complex128
 
 
 def _log_decay(n: int, gen: torch.Generator) -> torch.Tensor:
     """log λ with |λ| in about [0.5, 1) and phases in [0, 3)."""
-    return torch.complex(-0.7 * torch.rand(n, dtype=torch.float64, generator=gen),
-                         3 * torch.rand(n, dtype=torch.float64, generator=gen))
+    return torch.complex(
+        -0.7 * torch.rand(n, dtype=torch.float64, generator=gen), 3 * torch.rand(n, dtype=torch.float64, generator=gen)
+    )
 
 
 # ------------------------------------------------------------------------------------------- scan
@@ -65,27 +67,59 @@ def test_the_loop_is_the_recurrence():
 def test_a_long_stable_scan_neither_overflows_nor_drifts():
     # |λ| from 0.05 to 0.9999: powers up to λ^4096 through three levels of chunks stay finite and exact.
     gen = torch.Generator().manual_seed(0)
-    log_decay = torch.complex(torch.log(torch.tensor([0.05, 0.9, 0.9999], dtype=torch.float64)),
-                              torch.tensor([0.1, 2.0, 3.1], dtype=torch.float64))
+    log_decay = torch.complex(
+        torch.log(torch.tensor([0.05, 0.9, 0.9999], dtype=torch.float64)),
+        torch.tensor([0.1, 2.0, 3.1], dtype=torch.float64),
+    )
     v = torch.randn(1, 4096, 3, dtype=C128, generator=gen)
     for impl in ("chunk", "loop"):
-        torch.testing.assert_close(complex_diag_scan(log_decay, v, chunk_size=16, impl=impl),
-                                   complex_diag_scan_ref(log_decay, v), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            complex_diag_scan(log_decay, v, chunk_size=16, impl=impl),
+            complex_diag_scan_ref(log_decay, v),
+            rtol=1e-10,
+            atol=1e-10,
+        )
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: complex_diag_scan(torch.zeros(3), torch.zeros(1, 4, 3, dtype=C128)), "must be complex"),
-    (lambda: complex_diag_scan(torch.zeros(2, dtype=C128), torch.zeros(1, 4, 3, dtype=C128)), r"log_decay must have shape \(N,\) = \(3,\)"),
-    (lambda: complex_diag_scan(torch.zeros(3, dtype=C128), torch.zeros(4, 3, dtype=C128), torch.zeros(2, 3, dtype=C128)), r"h0 must have shape \(3,\)"),
-    (lambda: complex_diag_scan(torch.zeros(3, dtype=C128), torch.zeros(1, 4, 3, dtype=C128), chunk_size=1), "chunk_size must be an integer >= 2"),
-    (lambda: complex_diag_scan(torch.zeros(3, dtype=C128), torch.zeros(1, 4, 3, dtype=C128), impl="fft"),
-     r"complex_diag_scan: unknown impl 'fft'; expected one of \('auto', 'chunk', 'loop', 'ref'\)"),
-    (lambda: complex_diag_scan(torch.zeros(3, dtype=C128), torch.zeros(1, 4, 3, dtype=C128), impl="matmul"), "unknown impl 'matmul'"),
-    (lambda: complex_scan.complex_diag_scan_loop(torch.zeros(3, dtype=C128), torch.zeros(1, 4, 3, dtype=C128), chunk_size=0),
-     "complex_diag_scan_loop: chunk_size must be an integer >= 2"),
-    (lambda: complex_scan.set_default_impl("fft"), "complex_diag_scan: unknown impl 'fft'"),
-    (lambda: dispatcher("complex_diag_scn"), r"no dispatcher for the op 'complex_diag_scn'; did you mean 'complex_diag_scan'\?"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: complex_diag_scan(torch.zeros(3), torch.zeros(1, 4, 3, dtype=C128)), "must be complex"),
+        (
+            lambda: complex_diag_scan(torch.zeros(2, dtype=C128), torch.zeros(1, 4, 3, dtype=C128)),
+            r"log_decay must have shape \(N,\) = \(3,\)",
+        ),
+        (
+            lambda: complex_diag_scan(
+                torch.zeros(3, dtype=C128), torch.zeros(4, 3, dtype=C128), torch.zeros(2, 3, dtype=C128)
+            ),
+            r"h0 must have shape \(3,\)",
+        ),
+        (
+            lambda: complex_diag_scan(torch.zeros(3, dtype=C128), torch.zeros(1, 4, 3, dtype=C128), chunk_size=1),
+            "chunk_size must be an integer >= 2",
+        ),
+        (
+            lambda: complex_diag_scan(torch.zeros(3, dtype=C128), torch.zeros(1, 4, 3, dtype=C128), impl="fft"),
+            r"complex_diag_scan: unknown impl 'fft'; expected one of \('auto', 'chunk', 'loop', 'ref'\)",
+        ),
+        (
+            lambda: complex_diag_scan(torch.zeros(3, dtype=C128), torch.zeros(1, 4, 3, dtype=C128), impl="matmul"),
+            "unknown impl 'matmul'",
+        ),
+        (
+            lambda: complex_scan.complex_diag_scan_loop(
+                torch.zeros(3, dtype=C128), torch.zeros(1, 4, 3, dtype=C128), chunk_size=0
+            ),
+            "complex_diag_scan_loop: chunk_size must be an integer >= 2",
+        ),
+        (lambda: complex_scan.set_default_impl("fft"), "complex_diag_scan: unknown impl 'fft'"),
+        (
+            lambda: dispatcher("complex_diag_scn"),
+            r"no dispatcher for the op 'complex_diag_scn'; did you mean 'complex_diag_scan'\?",
+        ),
+    ],
+)
 def test_the_scan_refuses_bad_arguments(call, match):
     with pytest.raises(ValueError, match=match):
         call()
@@ -97,7 +131,10 @@ def test_the_scan_follows_the_dispatch_convention():
     assert complex_scan.IMPLS == ("auto", "chunk", "loop", "ref")
     assert complex_scan.available_impls("cpu") == complex_scan.available_impls("cuda") == ("chunk", "loop", "ref")
     # "auto": stepping within chunks on CPUs, matrix products within chunks elsewhere; never the loop over time.
-    assert complex_scan.auto_impl("cpu") == "loop" and complex_scan.auto_impl("cuda") == complex_scan.auto_impl("meta") == "chunk"
+    assert (
+        complex_scan.auto_impl("cpu") == "loop"
+        and complex_scan.auto_impl("cuda") == complex_scan.auto_impl("meta") == "chunk"
+    )
     assert complex_scan.auto_impl("cpu", deterministic=True) == "loop"
     assert all(complex_scan.DETERMINISTIC_BACKWARD.values())
     log_decay, v = torch.zeros(2, dtype=C128), torch.ones(1, 5, 2, dtype=C128)
@@ -136,7 +173,9 @@ def test_step_equals_forward_in_values_and_gradients(impl):
     torch.testing.assert_close(y, stepped, rtol=1e-10, atol=1e-10)
     weight = torch.randn_like(y)
     inputs = [x, *layer.parameters()]
-    for a, b in zip(torch.autograd.grad((y * weight).sum(), inputs), torch.autograd.grad((stepped * weight).sum(), inputs)):
+    for a, b in zip(
+        torch.autograd.grad((y * weight).sum(), inputs), torch.autograd.grad((stepped * weight).sum(), inputs)
+    ):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
@@ -159,10 +198,10 @@ def test_the_ring_init_keeps_lambda_in_the_ring_and_the_phases_in_range():
         assert modulus.min() >= r_min and modulus.max() <= r_max
         assert phase.min() > 0 and phase.max() <= max_phase * (1 + 1e-12)
         # Uniform by area: |λ|² is uniform on [r_min², r_max²), the phase uniform on (0, max_phase].
-        assert abs((modulus ** 2).mean().item() - (r_min ** 2 + r_max ** 2) / 2) < 0.03 * (r_max ** 2 - r_min ** 2)
+        assert abs((modulus**2).mean().item() - (r_min**2 + r_max**2) / 2) < 0.03 * (r_max**2 - r_min**2)
         assert abs(phase.mean().item() - max_phase / 2) < 0.03 * max_phase
         # γ = sqrt(1 - |λ|²) at init.
-        torch.testing.assert_close(torch.exp(layer.gamma_log), torch.sqrt(1 - modulus ** 2))
+        torch.testing.assert_close(torch.exp(layer.gamma_log), torch.sqrt(1 - modulus**2))
 
 
 def test_gamma_keeps_the_state_at_the_input_s_scale_for_white_noise():
@@ -204,19 +243,25 @@ def test_outputs_at_real_positions_do_not_depend_on_padding(bidirectional):
         torch.testing.assert_close(out[b, :n], layer(x[b : b + 1, :n])[0])
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"r_min": 0.9, "r_max": 0.9}, r"LRU: r_min must be < r_max .* got r_min=0.9, r_max=0.9"),
-    ({"r_min": 0.95, "r_max": 0.5}, r"LRU: r_min must be < r_max"),
-    ({"r_max": 1.5}, r"LRU: r_max must be in \(0, 1\] .* got 1.5"),
-    ({"r_min": -0.1}, r"LRU: r_min must be >= 0"),
-    ({"max_phase": -1.0}, r"LRU: max_phase must be > 0 .* got -1.0"),
-    ({"max_phase": 0}, r"LRU: max_phase must be > 0"),
-    ({"r_max": "high"}, r"LRU: r_max must be a finite number, got 'high'"),
-    ({"d_state": 0}, r"LRU: d_state must be a positive integer"),
-    ({"ssm_lr_scale": -1.0}, r"LRU: ssm_lr_scale must be None or > 0"),
-    ({"chunk_size": 1}, r"LRU: chunk_size must be None or an integer >= 2"),
-    ({"impl": "fft"}, r"LRU: impl: complex_diag_scan: unknown impl 'fft'; expected one of \('auto', 'chunk', 'loop', 'ref'\)"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"r_min": 0.9, "r_max": 0.9}, r"LRU: r_min must be < r_max .* got r_min=0.9, r_max=0.9"),
+        ({"r_min": 0.95, "r_max": 0.5}, r"LRU: r_min must be < r_max"),
+        ({"r_max": 1.5}, r"LRU: r_max must be in \(0, 1\] .* got 1.5"),
+        ({"r_min": -0.1}, r"LRU: r_min must be >= 0"),
+        ({"max_phase": -1.0}, r"LRU: max_phase must be > 0 .* got -1.0"),
+        ({"max_phase": 0}, r"LRU: max_phase must be > 0"),
+        ({"r_max": "high"}, r"LRU: r_max must be a finite number, got 'high'"),
+        ({"d_state": 0}, r"LRU: d_state must be a positive integer"),
+        ({"ssm_lr_scale": -1.0}, r"LRU: ssm_lr_scale must be None or > 0"),
+        ({"chunk_size": 1}, r"LRU: chunk_size must be None or an integer >= 2"),
+        (
+            {"impl": "fft"},
+            r"LRU: impl: complex_diag_scan: unknown impl 'fft'; expected one of \('auto', 'chunk', 'loop', 'ref'\)",
+        ),
+    ],
+)
 def test_bad_options_are_config_errors_naming_the_option(kw, match):
     with pytest.raises(ConfigError, match=match):
         LRU(4, **kw)
@@ -258,8 +303,12 @@ def test_the_recurrent_parameters_carry_the_ssm_hint_and_the_rest_none():
 def test_one_training_step_in_a_simple_block():
     torch.manual_seed(0)
     block = SimpleBlock(LRU(8, d_state=6, r_min=0.5, r_max=0.99), dropout=0.1, norm="batch", prenorm=True)
-    cfg = TrainConfig(lr=0.01, weight_decay=0.05, ssm_lr_scale=0.5,
-                      param_groups=[{"match": "*.B", "lr_scale": 0.5, "weight_decay": 0.0}])
+    cfg = TrainConfig(
+        lr=0.01,
+        weight_decay=0.05,
+        ssm_lr_scale=0.5,
+        param_groups=[{"match": "*.B", "lr_scale": 0.5, "weight_decay": 0.0}],
+    )
     groups = {g["name"]: g for g in param_groups(block, cfg)}
     assert groups[SSM_GROUP]["lr"] == pytest.approx(0.005) and groups[SSM_GROUP]["weight_decay"] == 0.0
     assert groups["match:*.B"]["lr"] == pytest.approx(0.005)
@@ -296,13 +345,21 @@ def test_an_lra_preset_builds_its_model_and_optimiser_groups(name):
 
     exp = resolve(name)
     exp.validate()
-    assert exp.model.block == "simple" and exp.model.primitive == "lru" and exp.model.prenorm and exp.model.norm == "batch"
+    assert (
+        exp.model.block == "simple" and exp.model.primitive == "lru" and exp.model.prenorm and exp.model.norm == "batch"
+    )
     assert "Not confirmed" in exp.description and "simple block" in exp.description
     spec = get_spec(exp.task.name, **exp.task.options)
     head, n_out = supervised_head(spec)
     with torch.device("meta"):
-        model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out, d_input=spec.d_input,
-                            vocab_size=300 if spec.input_kind == "tokens" else None)
+        model = build_model(
+            exp.model,
+            input_kind=spec.input_kind,
+            head=head,
+            n_out=n_out,
+            d_input=spec.d_input,
+            vocab_size=300 if spec.input_kind == "tokens" else None,
+        )
     layers = [m for m in model.modules() if isinstance(m, LRU)]
     assert len(layers) == exp.model.n_layers
     assert all(l.d_state == exp.model.d_state and l.bidirectional == exp.model.bidirectional for l in layers)

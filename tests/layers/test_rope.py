@@ -1,4 +1,5 @@
 """RotaryEmbedding against the dense block-diagonal rotation matrix, and its invariants."""
+
 from __future__ import annotations
 
 import math
@@ -144,7 +145,9 @@ def test_trainable_theta_gradient_matches_finite_differences():
     theta = rope.theta.detach().clone().requires_grad_(True)
 
     def f(th):
-        return apply_rotary(x, (torch.arange(5, dtype=DT)[:, None] * th).cos(), (torch.arange(5, dtype=DT)[:, None] * th).sin()).sum()
+        return apply_rotary(
+            x, (torch.arange(5, dtype=DT)[:, None] * th).cos(), (torch.arange(5, dtype=DT)[:, None] * th).sin()
+        ).sum()
 
     assert torch.autograd.gradcheck(f, (theta,))
     rope(x).sum().backward()

@@ -1,5 +1,6 @@
 """S4 layer: dense-matrix kernel reference, recurrent == convolutional mode at every length,
 causality, padding, gradients, hints, errors; tying across channels and Δ under softplus."""
+
 import math
 
 import pytest
@@ -7,10 +8,10 @@ import torch
 
 from longrange.errors import ConfigError
 from longrange.layers.base import get_optim_hint
+from longrange.layers.check_cases import step_through
 from longrange.layers.hippo import legs_matrices, legs_nplr
 from longrange.layers.s4 import S4
 from longrange.ops.ssm_kernels import bilinear_dense, c_tilde_to_c, dense_ssm_kernel_ref
-from longrange.layers.check_cases import step_through
 
 F64, C128 = torch.float64, torch.complex128
 
@@ -171,9 +172,17 @@ def test_bad_inputs_raise():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [(dict(d_state=3), "d_state"), (dict(rank=0), "rank"), (dict(l_max=0), "l_max"), (dict(real_transform="x"), "real_transform"),
-     (dict(n_ssm=2), "n_ssm"), (dict(n_ssm=0), "n_ssm"), (dict(n_ssm=True), "n_ssm"), (dict(n_ssm_A=4), "n_ssm_A"),
-     (dict(dt_transform="relu"), "dt_transform")],
+    [
+        (dict(d_state=3), "d_state"),
+        (dict(rank=0), "rank"),
+        (dict(l_max=0), "l_max"),
+        (dict(real_transform="x"), "real_transform"),
+        (dict(n_ssm=2), "n_ssm"),
+        (dict(n_ssm=0), "n_ssm"),
+        (dict(n_ssm=True), "n_ssm"),
+        (dict(n_ssm_A=4), "n_ssm_A"),
+        (dict(dt_transform="relu"), "dt_transform"),
+    ],
 )
 def test_bad_config_raises(kwargs, field):
     with pytest.raises(ConfigError, match=field):
@@ -183,7 +192,9 @@ def test_bad_config_raises(kwargs, field):
 # ------------------------------------------------------------------ tying across channels (n_ssm)
 def _tied(n_ssm=None, n_ssm_A=None, tie_pq=True, seed=0, **kw):
     torch.manual_seed(seed)
-    return S4(6, d_state=8, l_max=16, n_ssm=n_ssm, n_ssm_A=n_ssm_A, tie_pq=tie_pq, dt_min=0.01, dt_max=0.3, **kw).double()
+    return S4(
+        6, d_state=8, l_max=16, n_ssm=n_ssm, n_ssm_A=n_ssm_A, tie_pq=tie_pq, dt_min=0.01, dt_max=0.3, **kw
+    ).double()
 
 
 def test_default_copies_are_today_s_layer_bitwise():
@@ -210,7 +221,9 @@ def test_tied_copies_are_shared_by_the_channels_they_tile():
     assert layer.log_dt.shape == (6,) and layer.C_tilde.shape == (1, 6, 4, 2)
     _, Lambda, P, Q, B, _ = layer.ssm()
     for h in range(6):
-        assert torch.equal(Lambda[h], Lambda[h % 2]) and torch.equal(B[h], B[h % 2]) and torch.equal(P[:, h], P[:, h % 2])
+        assert (
+            torch.equal(Lambda[h], Lambda[h % 2]) and torch.equal(B[h], B[h % 2]) and torch.equal(P[:, h], P[:, h % 2])
+        )
     assert not torch.equal(Lambda[0], Lambda[1])
     torch.testing.assert_close(layer.kernel(20), _dense_reference_kernel(layer, 20), rtol=1e-9, atol=1e-9)
     x = torch.randn(2, 20, 6, dtype=F64)
@@ -233,6 +246,7 @@ def test_tied_parameter_counts_are_the_s4_code_s():
     """The newer S4 code's SSMKernelDPLR with n_ssm = S (src/models/sequence/kernels/ssm.py,
     register_params): inv_dt H, A_real S·N/2, A_imag S·N/2, B S·N/2 complex, P r·S·N/2 complex, C
     channels·H·N/2 complex; the block's D is H per channel."""
+
     def s4_code(H, N, S, r=1, channels=1):
         return H + S * N // 2 + S * N // 2 + 2 * S * N // 2 + 2 * r * S * N // 2 + 2 * channels * H * N // 2 + H
 

@@ -1,4 +1,5 @@
 """S4D layer: shapes, recurrent == convolutional mode, causality, padding, gradients, hints, errors."""
+
 import math
 
 import pytest
@@ -6,10 +7,10 @@ import torch
 
 from longrange.errors import ConfigError
 from longrange.layers.base import get_optim_hint
+from longrange.layers.check_cases import step_through
 from longrange.layers.hippo import S4D_INITS
 from longrange.layers.s4d import S4D
 from longrange.ops.ssm_kernels import diag_ssm_kernel_ref
-from longrange.layers.check_cases import step_through
 
 F64 = torch.float64
 
@@ -135,7 +136,9 @@ def test_softplus_dt_against_a_hand_computation():
     torch.testing.assert_close(layer.kernel(10), ref.kernel(10), rtol=1e-12, atol=1e-14)
     with torch.no_grad():
         layer.inv_dt.copy_(torch.tensor([-2.0, -0.5, 0.5, 3.0]))
-    assert layer.ssm()[0].tolist() == pytest.approx([math.log1p(math.exp(v)) for v in (-2.0, -0.5, 0.5, 3.0)], rel=1e-14)
+    assert layer.ssm()[0].tolist() == pytest.approx(
+        [math.log1p(math.exp(v)) for v in (-2.0, -0.5, 0.5, 3.0)], rel=1e-14
+    )
 
 
 def test_float32_forward_close_to_float64():

@@ -1,4 +1,5 @@
 """S6: initialisation, parameter count, step vs forward, causality, padding, RoPE routing, errors."""
+
 from __future__ import annotations
 
 import math
@@ -60,11 +61,19 @@ def manual_forward(layer: S6, x, u=None, dt_src=None, B_src=None, C_src=None):
     u = x if u is None else u
     W = layer.x_proj.weight
     dt_low = (x if dt_src is None else dt_src) @ W[:r].T
-    B = (x if B_src is None else B_src) @ W[r:r + N].T
-    C = (x if C_src is None else C_src) @ W[r + N:].T
+    B = (x if B_src is None else B_src) @ W[r : r + N].T
+    C = (x if C_src is None else C_src) @ W[r + N :].T
     delta = dt_low @ layer.dt_proj.weight.T
-    y = selective_scan_ref(u.transpose(1, 2), delta.transpose(1, 2), -torch.exp(layer.A_log), B.transpose(1, 2),
-                           C.transpose(1, 2), layer.D, delta_bias=layer.dt_proj.bias, delta_softplus=True)
+    y = selective_scan_ref(
+        u.transpose(1, 2),
+        delta.transpose(1, 2),
+        -torch.exp(layer.A_log),
+        B.transpose(1, 2),
+        C.transpose(1, 2),
+        layer.D,
+        delta_bias=layer.dt_proj.bias,
+        delta_softplus=True,
+    )
     return y.transpose(1, 2)
 
 
@@ -117,7 +126,7 @@ def test_rope_target_B_changes_output_only_through_B():
     x, r1, r2 = rand(1, 6, 6), rand(1, 6, 6, seed=4), rand(1, 6, 6, seed=5)
     # Zero B's rows of x_proj: the rotated input then has no path to the output.
     with torch.no_grad():
-        layer.x_proj.weight[layer.dt_rank:layer.dt_rank + layer.d_state] = 0
+        layer.x_proj.weight[layer.dt_rank : layer.dt_rank + layer.d_state] = 0
     torch.testing.assert_close(layer(x, x_rot=r1), layer(x, x_rot=r2))
 
 
@@ -127,8 +136,8 @@ def test_causal_output_ignores_future_inputs():
     y = layer(x)
     t = 4
     (grad,) = torch.autograd.grad(y[:, t].sum(), x)
-    assert grad[:, t + 1:].abs().max() == 0
-    assert grad[:, :t + 1].abs().sum(-1).min() > 0
+    assert grad[:, t + 1 :].abs().max() == 0
+    assert grad[:, : t + 1].abs().sum(-1).min() > 0
 
 
 def test_bidirectional_output_depends_on_later_inputs():
@@ -164,7 +173,7 @@ def test_padding_does_not_change_real_positions(bidirectional):
     for i, n in enumerate(lengths):
         torch.testing.assert_close(y_long[i, :n], y[i, :n], rtol=1e-10, atol=1e-10)
         # the same sequence alone, unpadded
-        alone = layer(x[i:i + 1, :n], x_rot=x_rot[i:i + 1, :n])
+        alone = layer(x[i : i + 1, :n], x_rot=x_rot[i : i + 1, :n])
         torch.testing.assert_close(y[i, :n], alone[0], rtol=1e-10, atol=1e-10)
 
 

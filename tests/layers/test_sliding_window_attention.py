@@ -1,5 +1,6 @@
 """The attention layer with sliding windows (``window``): against a dense masked reference with
 RoPE and padding, causal stepping with a window-limited KV cache, and the model option."""
+
 from __future__ import annotations
 
 import math

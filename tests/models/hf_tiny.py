@@ -1,10 +1,13 @@
 """A tiny GPT-NeoX snapshot written locally (no downloads), for the tests of block hf."""
+
 from __future__ import annotations
 
 import torch
 
 #: The tiny tokenizer's words: ListOps' operators split at "[" like a BPE tokenizer splits them.
-WORDS = ["<|endoftext|>", "<|padding|>", "[", "]", "MAX", "MIN", "MED", "SM"] + [str(i) for i in range(10)] + list("ab ")
+WORDS = (
+    ["<|endoftext|>", "<|padding|>", "[", "]", "MAX", "MIN", "MED", "SM"] + [str(i) for i in range(10)] + list("ab ")
+)
 
 
 def write_tiny_lm(root, *, weights=True, tokenizer=True, vocab_size=40):
@@ -13,8 +16,16 @@ def write_tiny_lm(root, *, weights=True, tokenizer=True, vocab_size=40):
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
     root.mkdir(parents=True, exist_ok=True)
-    config = GPTNeoXConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, max_position_embeddings=512, eos_token_id=0, bos_token_id=0)
+    config = GPTNeoXConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        eos_token_id=0,
+        bos_token_id=0,
+    )
     torch.manual_seed(123)
     lm = GPTNeoXForCausalLM(config)
     if weights:
@@ -24,6 +35,7 @@ def write_tiny_lm(root, *, weights=True, tokenizer=True, vocab_size=40):
     if tokenizer:
         tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<|endoftext|>"))
         tok.pre_tokenizer = pre_tokenizers.Punctuation()
-        PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|padding|>",
-                                unk_token="<|endoftext|>").save_pretrained(root)
+        PreTrainedTokenizerFast(
+            tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|padding|>", unk_token="<|endoftext|>"
+        ).save_pretrained(root)
     return lm

@@ -1,4 +1,5 @@
 """Heads: padding-aware pooling (mean, last, max, cls) and the linear / MLP heads."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,7 +28,9 @@ def test_max_pooling_ignores_padding_even_when_it_is_largest():
     # Negative padding values do not win either, and an all-negative real row keeps its maximum.
     h2 = -h.abs() - 1.0
     h2[~mask] = -1e-9
-    torch.testing.assert_close(pool(h2, mask, "max"), torch.stack([h2[i, : int(n)].amax(0) for i, n in enumerate(mask.sum(1))]))
+    torch.testing.assert_close(
+        pool(h2, mask, "max"), torch.stack([h2[i, : int(n)].amax(0) for i, n in enumerate(mask.sum(1))])
+    )
     torch.testing.assert_close(pool(h, None, "max"), h.amax(1))
 
 
@@ -68,8 +71,13 @@ def test_mlp_head_shape_activation_and_parameter_count():
     d, n_out = 8, 3
     linear = build_model(small(), input_kind="numeric", d_input=2, head="classify", n_out=n_out)
     two = build_model(small(head_layers=2), input_kind="numeric", d_input=2, head="classify", n_out=n_out)
-    wide = build_model(small(head_layers=2, head_hidden=16, head_activation="relu"), input_kind="numeric", d_input=2,
-                       head="regress", n_out=n_out)
+    wide = build_model(
+        small(head_layers=2, head_hidden=16, head_activation="relu"),
+        input_kind="numeric",
+        d_input=2,
+        head="regress",
+        n_out=n_out,
+    )
     assert parameter_report(linear)["head"] == d * n_out + n_out
     assert parameter_report(two)["head"] == (d * d + d) + (d * n_out + n_out)
     assert parameter_report(wide)["head"] == (d * 16 + 16) + (16 * n_out + n_out)
@@ -87,12 +95,18 @@ def test_mlp_head_shape_activation_and_parameter_count():
 def test_linear_head_keeps_its_parameter_names():
     head = PooledHead(8, 3)
     assert sorted(head.state_dict()) == ["linear.bias", "linear.weight"]
-    assert sorted(PooledHead(8, 3, layers=2).state_dict()) == ["mlp.0.bias", "mlp.0.weight", "mlp.2.bias", "mlp.2.weight"]
+    assert sorted(PooledHead(8, 3, layers=2).state_dict()) == [
+        "mlp.0.bias",
+        "mlp.0.weight",
+        "mlp.2.bias",
+        "mlp.2.weight",
+    ]
 
 
 def test_retrieval_head_takes_hidden_width_and_activation():
-    model = build_model(small(head_hidden=5, head_activation="relu"), input_kind="tokens", vocab_size=20,
-                        head="retrieval", n_out=2)
+    model = build_model(
+        small(head_hidden=5, head_activation="relu"), input_kind="tokens", vocab_size=20, head="retrieval", n_out=2
+    )
     assert isinstance(model.head, RetrievalHead)
     assert model.head.mlp[0].out_features == 5 and isinstance(model.head.mlp[1], nn.ReLU)
     default = build_model(small(), input_kind="tokens", vocab_size=20, head="retrieval", n_out=2)
@@ -104,8 +118,13 @@ def test_three_layer_head_shapes_and_parameter_count():
     """head_layers 3: Linear(d, hidden) -> act -> Linear(hidden, hidden // 2) -> act -> Linear (LRA's
     Dense(mlp_dim) -> ReLU -> Dense(mlp_dim // 2) -> ReLU -> Dense)."""
     d, n_out, hidden = 8, 3, 10
-    model = build_model(small(head_layers=3, head_hidden=hidden, head_activation="relu"), input_kind="numeric",
-                        d_input=2, head="classify", n_out=n_out)
+    model = build_model(
+        small(head_layers=3, head_hidden=hidden, head_activation="relu"),
+        input_kind="numeric",
+        d_input=2,
+        head="classify",
+        n_out=n_out,
+    )
     mlp = model.head.mlp
     assert [tuple(m.weight.shape) for m in mlp if isinstance(m, nn.Linear)] == [(hidden, d), (5, hidden), (n_out, 5)]
     assert isinstance(mlp[1], nn.ReLU) and isinstance(mlp[3], nn.ReLU)
@@ -121,11 +140,20 @@ def test_lra_retrieval_head_is_three_layers_on_the_concatenation():
     Dense(mlp // 2) -> ReLU -> Dense on [a, b]; at LRA's retrieval sizes (d 128, mlp_dim 512) it has
     256*512+512 + 512*256+256 + 256*2+2 = 263,426 parameters."""
     d, hidden = 128, 512
-    model = build_model(small(d_model=d, n_heads=4, head_layers=3, head_hidden=hidden, head_activation="relu"),
-                        input_kind="tokens", vocab_size=20, head="retrieval", n_out=2)
+    model = build_model(
+        small(d_model=d, n_heads=4, head_layers=3, head_hidden=hidden, head_activation="relu"),
+        input_kind="tokens",
+        vocab_size=20,
+        head="retrieval",
+        n_out=2,
+    )
     head = model.head
     linears = [m for m in head.mlp if isinstance(m, nn.Linear)]
-    assert [(m.in_features, m.out_features) for m in linears] == [(2 * d, hidden), (hidden, hidden // 2), (hidden // 2, 2)]
+    assert [(m.in_features, m.out_features) for m in linears] == [
+        (2 * d, hidden),
+        (hidden, hidden // 2),
+        (hidden // 2, 2),
+    ]
     assert parameter_report(model)["head"] == 263_426
     h1, h2 = torch.randn(3, 6, d), torch.randn(3, 4, d)
     a, b = h1.mean(1), h2.mean(1)

@@ -1,5 +1,6 @@
 """Hugging Face causal LMs as baselines (block hf), on a tiny GPT-NeoX written locally: build,
 padding, the SPT token mapping, stepping, the errors for missing files and a missing package."""
+
 from __future__ import annotations
 
 import sys
@@ -13,6 +14,7 @@ from longrange.models.model import build_model, parameter_report
 
 transformers = pytest.importorskip("transformers")
 from hf_tiny import WORDS, write_tiny_lm  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -29,8 +31,9 @@ def hf_cfg(path, **kw) -> ModelConfig:
 def test_random_init_from_the_local_config_with_overrides(tiny):
     root, _ = tiny
     torch.manual_seed(0)
-    model = build_model(hf_cfg(root, hf={"config": {"num_hidden_layers": 1}}), input_kind="numeric", d_input=3,
-                        head="classify", n_out=4)
+    model = build_model(
+        hf_cfg(root, hf={"config": {"num_hidden_layers": 1}}), input_kind="numeric", d_input=3, head="classify", n_out=4
+    )
     lm = model.backbone.lm
     assert type(lm).__name__ == "GPTNeoXModel" and lm.config.num_hidden_layers == 1 and len(lm.layers) == 1
     report = parameter_report(model)
@@ -42,7 +45,9 @@ def test_random_init_from_the_local_config_with_overrides(tiny):
 
 def test_pretrained_weights_are_the_snapshot_s(tiny):
     root, lm = tiny
-    model = build_model(hf_cfg(root, hf={"pretrained": True}), input_kind="numeric", d_input=1, head="classify", n_out=2)
+    model = build_model(
+        hf_cfg(root, hf={"pretrained": True}), input_kind="numeric", d_input=1, head="classify", n_out=2
+    )
     for name, value in lm.gpt_neox.state_dict().items():
         assert torch.equal(model.backbone.lm.state_dict()[name], value), name
 
@@ -60,7 +65,7 @@ def test_padding_does_not_change_outputs(tiny, pooling, input_kind):
     alone = torch.cat([model(x[i : i + 1, : int(n)]) for i, n in enumerate(lengths)])
     padded = x.clone()
     for i, n in enumerate(lengths):
-        padded[i, int(n):] = 100.0 if input_kind == "numeric" else 7
+        padded[i, int(n) :] = 100.0 if input_kind == "numeric" else 7
     torch.testing.assert_close(model(padded, lengths), alone, rtol=1e-7, atol=1e-9)
 
 
@@ -69,13 +74,23 @@ def test_pretrained_token_mapping_follows_the_spt_code(tiny):
     mapping); specials map to the end-of-text/padding tokens, <cls> and <mask> to new rows."""
     root, _ = tiny
     vocab = ["[MAX", "]", "7", "a"]
-    model = build_model(hf_cfg(root, hf={"pretrained": True}), input_kind="tokens", vocab_size=9, head="tokens",
-                        n_out=9, vocab=vocab).double().eval()
+    model = (
+        build_model(
+            hf_cfg(root, hf={"pretrained": True}),
+            input_kind="tokens",
+            vocab_size=9,
+            head="tokens",
+            n_out=9,
+            vocab=vocab,
+        )
+        .double()
+        .eval()
+    )
     mapping = model.rebuild_info()["token_map"]
     n_words = len(WORDS)
     assert mapping == [[1], [0], [0], [n_words], [n_words + 1], [2, 4], [3], [15], [18]]
     # Outputs at task positions are the LM's hidden states at the last LM token of each task token.
-    x = torch.tensor([[5, 7, 6], [5, 8, 0]])           # "[MAX 7 ]", "[MAX a" + padding
+    x = torch.tensor([[5, 7, 6], [5, 8, 0]])  # "[MAX 7 ]", "[MAX a" + padding
     lengths = torch.tensor([3, 2])
     out = model(x, lengths)
     ids = torch.tensor([[2, 4, 15, 3]])
@@ -151,8 +166,14 @@ def test_a_token_map_that_expands_splits_the_graph_and_compiles_as_eager(tiny):
 
     root, _ = tiny
     torch.manual_seed(0)
-    model = build_model(hf_cfg(root, hf={"pretrained": True}), input_kind="tokens", vocab_size=9, head="classify",
-                        n_out=3, vocab=["[MAX", "]", "7", "a"])
+    model = build_model(
+        hf_cfg(root, hf={"pretrained": True}),
+        input_kind="tokens",
+        vocab_size=9,
+        head="classify",
+        n_out=3,
+        vocab=["[MAX", "]", "7", "a"],
+    )
     x, lengths = torch.tensor([[5, 7, 6, 8], [5, 8, 7, 0]]), torch.tensor([4, 3])
     with pytest.raises(Exception, match="data-dependent"):
         _graphs(model, x, lengths, fullgraph=True)
@@ -200,10 +221,17 @@ def test_missing_files_are_errors_saying_how_to_download(tmp_path, monkeypatch):
     with pytest.raises(DataMissingError, match=r"pretrained weights .*huggingface-cli download .*config-only") as err:
         build_model(hf_cfg(no_weights, hf={"pretrained": True}), input_kind="numeric", head="classify", n_out=2)
     assert f"the directory {no_weights}" in str(err.value)
-    with pytest.raises(DataMissingError, match=r"'EleutherAI/pythia-no-such'.*configuration .*Hugging Face cache .*"
-                                               r"`huggingface-cli download EleutherAI/pythia-no-such --revision step1`"):
-        build_model(ModelConfig(block="hf", hf={"model": "EleutherAI/pythia-no-such", "revision": "step1"}),
-                    input_kind="numeric", head="classify", n_out=2)
+    with pytest.raises(
+        DataMissingError,
+        match=r"'EleutherAI/pythia-no-such'.*configuration .*Hugging Face cache .*"
+        r"`huggingface-cli download EleutherAI/pythia-no-such --revision step1`",
+    ):
+        build_model(
+            ModelConfig(block="hf", hf={"model": "EleutherAI/pythia-no-such", "revision": "step1"}),
+            input_kind="numeric",
+            head="classify",
+            n_out=2,
+        )
 
 
 def test_missing_transformers_names_the_extra(tiny, monkeypatch):

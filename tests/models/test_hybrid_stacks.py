@@ -1,5 +1,6 @@
 """Hybrid stacks (``model.layers``): a pattern of layers repeated to fill ``n_layers``, each a primitive
 in its block or a channel mixer of its own."""
+
 from __future__ import annotations
 
 import pytest
@@ -77,8 +78,9 @@ def test_the_stacks_parameters_are_the_sum_of_its_layers_each_as_in_a_model_of_o
 
 def test_a_causal_stack_steps_as_it_runs():
     torch.manual_seed(0)
-    cfg = hybrid(layers=["mamba2", "swiglu", "attention", {"block": "mamba", "primitive": "s6"}, "mlp"],
-                 primitive_options={})
+    cfg = hybrid(
+        layers=["mamba2", "swiglu", "attention", {"block": "mamba", "primitive": "s6"}, "mlp"], primitive_options={}
+    )
     model = token_model(cfg).double().eval()
     x = torch.randint(0, 11, (2, 9))
     full = model(x)
@@ -112,8 +114,14 @@ def test_model_wide_settings_go_to_the_layers_they_concern():
 
 
 def test_an_entry_sets_model_fields_for_its_layer_alone():
-    cfg = hybrid(layers=[{"primitive": "gla", "n_heads": 4}, "attention", {"primitive": "swiglu", "mlp_ratio": 2},
-                         {"primitive": "mamba2", "d_state": 8, "mlp": "gelu"}])
+    cfg = hybrid(
+        layers=[
+            {"primitive": "gla", "n_heads": 4},
+            "attention",
+            {"primitive": "swiglu", "mlp_ratio": 2},
+            {"primitive": "mamba2", "d_state": 8, "mlp": "gelu"},
+        ]
+    )
     gla, attention, swiglu, mamba2 = cfg.stack()
     assert (gla.cfg.n_heads, attention.cfg.n_heads) == (4, 2)
     assert (mamba2.cfg.d_state, mamba2.cfg.mlp, gla.cfg.d_state, gla.cfg.mlp) == (8, "gelu", 4, "none")
@@ -128,27 +136,42 @@ def test_an_entry_sets_model_fields_for_its_layer_alone():
     assert [layer.cfg.rope for layer in own.stack()] == [True, False]
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"layers": [{"primitive": "gla", "attn_window": 4}]},
-     "model.layers[0] (gla): model.layers[0].attn_window applies to attention, not to primitive 'gla'"),
-    ({"layers": [{"primitive": "gla", "n_heads": "four"}]}, "model.layers[0].n_heads must be an integer"),
-    ({"layers": ["gla", {"primitive": "swiglu", "n_heads": 2}]},
-     "model.layers[1]: the channel mixer 'swiglu' takes only mlp_ratio, norm, prenorm, not n_heads"),
-    ({"layers": ["mamba2", "atention"]}, "model.layers[1] = 'atention' is neither a primitive nor a channel mixer"),
-    ({"layers": ["mamba2", "atention"]}, "did you mean 'attention'"),
-    ({"layers": ["mamba2", "attention"], "n_layers": 3},
-     "model.n_layers = 3 is not a multiple of the 2 entries of model.layers"),
-    ({"layers": ["swiglu", "mlp"]}, "only channel mixers"),
-    ({"layers": ["mamba2"], "primitive_options": {"chunk_size": 8}}, "give a layer its options as"),
-    ({"layers": ["mamba2", "gla"], "attn_window": 4}, "model.attn_window applies to attention, which no layer"),
-    ({"layers": [{"block": "mamba", "primitive": "s6"}], "mlp": "gelu"}, "model.mlp applies to the residual block"),
-    ({"layers": [{"primitive": "gla", "block": "transformer"}]}, "model.layers[0] (gla): model.block = 'transformer'"),
-    ({"layers": [{"primitive": "gla", "width": 3}]}, "unknown field(s) model.layers[0].width"),
-    ({"layers": [{"primitive": "gla", "block": "mambaa"}]}, "did you mean 'mamba'"),
-    ({"layers": [{"primitive": "swiglu", "options": {"x": 1}}]}, "takes only mlp_ratio, norm, prenorm, not options"),
-    ({"layers": [3]}, "model.layers[0] must be a primitive's name or a mapping"),
-    ({"layers": ["gla"], "direction": "placebo"}, "model.layers[0] (gla): model.direction = 'placebo'"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            {"layers": [{"primitive": "gla", "attn_window": 4}]},
+            "model.layers[0] (gla): model.layers[0].attn_window applies to attention, not to primitive 'gla'",
+        ),
+        ({"layers": [{"primitive": "gla", "n_heads": "four"}]}, "model.layers[0].n_heads must be an integer"),
+        (
+            {"layers": ["gla", {"primitive": "swiglu", "n_heads": 2}]},
+            "model.layers[1]: the channel mixer 'swiglu' takes only mlp_ratio, norm, prenorm, not n_heads",
+        ),
+        ({"layers": ["mamba2", "atention"]}, "model.layers[1] = 'atention' is neither a primitive nor a channel mixer"),
+        ({"layers": ["mamba2", "atention"]}, "did you mean 'attention'"),
+        (
+            {"layers": ["mamba2", "attention"], "n_layers": 3},
+            "model.n_layers = 3 is not a multiple of the 2 entries of model.layers",
+        ),
+        ({"layers": ["swiglu", "mlp"]}, "only channel mixers"),
+        ({"layers": ["mamba2"], "primitive_options": {"chunk_size": 8}}, "give a layer its options as"),
+        ({"layers": ["mamba2", "gla"], "attn_window": 4}, "model.attn_window applies to attention, which no layer"),
+        ({"layers": [{"block": "mamba", "primitive": "s6"}], "mlp": "gelu"}, "model.mlp applies to the residual block"),
+        (
+            {"layers": [{"primitive": "gla", "block": "transformer"}]},
+            "model.layers[0] (gla): model.block = 'transformer'",
+        ),
+        ({"layers": [{"primitive": "gla", "width": 3}]}, "unknown field(s) model.layers[0].width"),
+        ({"layers": [{"primitive": "gla", "block": "mambaa"}]}, "did you mean 'mamba'"),
+        (
+            {"layers": [{"primitive": "swiglu", "options": {"x": 1}}]},
+            "takes only mlp_ratio, norm, prenorm, not options",
+        ),
+        ({"layers": [3]}, "model.layers[0] must be a primitive's name or a mapping"),
+        ({"layers": ["gla"], "direction": "placebo"}, "model.layers[0] (gla): model.direction = 'placebo'"),
+    ],
+)
 def test_a_bad_stack_is_a_clear_error(fields, message):
     with pytest.raises(ConfigError) as err:
         hybrid(**fields)
@@ -158,8 +181,9 @@ def test_a_bad_stack_is_a_clear_error(fields, message):
 def test_a_bidirectional_layer_in_a_generating_model_is_an_error():
     with pytest.raises(ConfigError) as err:
         token_model(hybrid(layers=["attention", {"primitive": "gla", "options": {"bidirectional": True}}]))
-    assert str(err.value).startswith("model.layers[1] (gla): model.layers[1].options: 'bidirectional' of primitive "
-                                     "'gla' is set by model.direction")
+    assert str(err.value).startswith(
+        "model.layers[1] (gla): model.layers[1].options: 'bidirectional' of primitive 'gla' is set by model.direction"
+    )
 
 
 def test_a_bidirectional_stack_needs_primitives_with_a_bidirectional_mode():
@@ -173,8 +197,11 @@ def test_a_bidirectional_stack_needs_primitives_with_a_bidirectional_mode():
             self.d_model = d_model
 
     try:
-        with pytest.raises(ConfigError, match=r"model.layers\[1\] \(one-way-test\): primitive 'one-way-test' has no "
-                                              "bidirectional mode"):
+        with pytest.raises(
+            ConfigError,
+            match=r"model.layers\[1\] \(one-way-test\): primitive 'one-way-test' has no "
+            "bidirectional mode",
+        ):
             token_model(hybrid(layers=["gla", "one-way-test"], direction="bidirectional"))
     finally:
         PRIMITIVES.unregister("one-way-test")
@@ -189,8 +216,23 @@ def test_a_stack_is_not_morphed_or_pretrained_causally_into_a_bidirectional_mode
 
 
 def test_params_prints_each_layer(capsys):
-    assert main(["params", "--preset", "demo/s4d", "--per-layer", "model.block=residual", "model.mlp=none",
-                 "model.direction=causal", "model.layers=[gla,swiglu]", "model.n_layers=4", "model.n_heads=2"]) == 0
+    assert (
+        main(
+            [
+                "params",
+                "--preset",
+                "demo/s4d",
+                "--per-layer",
+                "model.block=residual",
+                "model.mlp=none",
+                "model.direction=causal",
+                "model.layers=[gla,swiglu]",
+                "model.n_layers=4",
+                "model.n_heads=2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "demo/s4d (residual[gla,swiglu]*2):" in out
     table = [line for line in out.splitlines() if line.startswith("| 0 |") or line.startswith("| 3 |")]

@@ -1,4 +1,5 @@
 """Blocks and models: parameter counts, recurrent == parallel, causality, padding, state_dict."""
+
 from __future__ import annotations
 
 import io
@@ -9,8 +10,6 @@ import torch
 from longrange.errors import ConfigError
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model, parameter_report
-
-
 
 pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
@@ -47,18 +46,30 @@ CAUSAL_CONFIGS = {
     "transformer-attn-dim": small(block="transformer", primitive="attention", rope=True, attn_dim=4, attn_bias=False),
     "mamba-attention-attn-dim": small(primitive="attention", attn_dim=6, attn_bias=False),
     "transformer-attn-dropout": small(block="transformer", primitive="attention", attn_dropout=0.2),
-    "simple-s4-v1": small(block="simple", primitive="s4", output_glu=False, primitive_options={"n_ssm_A": 1, "tie_pq": False}),
-    "simple-s4-tied-softplus": small(block="simple", primitive="s4", primitive_options={"n_ssm": 2, "dt_transform": "softplus"}),
+    "simple-s4-v1": small(
+        block="simple", primitive="s4", output_glu=False, primitive_options={"n_ssm_A": 1, "tie_pq": False}
+    ),
+    "simple-s4-tied-softplus": small(
+        block="simple", primitive="s4", primitive_options={"n_ssm": 2, "dt_transform": "softplus"}
+    ),
     "simple-s4d-softplus": small(block="simple", primitive="s4d", primitive_options={"dt_transform": "softplus"}),
     # The matrix-state mixers, whole layers in residual blocks (chunks of 4: the 12 steps cross chunks).
-    "residual-mamba2": small(block="residual", primitive="mamba2", mlp="none",
-                             primitive_options={"headdim": 4, "chunk_size": 4}),
-    "residual-mamba2-groups": small(block="residual", primitive="mamba2", mlp="gelu",
-                                    primitive_options={"headdim": 4, "ngroups": 2, "chunk_size": 5}),
-    "residual-mamba3": small(block="residual", primitive="mamba3", mlp="none",
-                             primitive_options={"headdim": 4, "chunk_size": 4}),
+    "residual-mamba2": small(
+        block="residual", primitive="mamba2", mlp="none", primitive_options={"headdim": 4, "chunk_size": 4}
+    ),
+    "residual-mamba2-groups": small(
+        block="residual",
+        primitive="mamba2",
+        mlp="gelu",
+        primitive_options={"headdim": 4, "ngroups": 2, "chunk_size": 5},
+    ),
+    "residual-mamba3": small(
+        block="residual", primitive="mamba3", mlp="none", primitive_options={"headdim": 4, "chunk_size": 4}
+    ),
     "residual-gla": small(block="residual", primitive="gla", primitive_options={"chunk_size": 4}),
-    "residual-gla-conv": small(block="residual", primitive="gla", primitive_options={"chunk_size": 4, "use_short_conv": True}),
+    "residual-gla-conv": small(
+        block="residual", primitive="gla", primitive_options={"chunk_size": 4, "use_short_conv": True}
+    ),
     "residual-deltanet": small(block="residual", primitive="deltanet", primitive_options={"chunk_size": 4}),
     "residual-gated-deltanet": small(block="residual", primitive="gated-deltanet", primitive_options={"chunk_size": 4}),
     "simple-gated-deltanet": small(block="simple", primitive="gated-deltanet", primitive_options={"chunk_size": 4}),
@@ -72,17 +83,35 @@ BIDIRECTIONAL_CONFIGS = {
     "simple-s6-bi": small(block="simple", primitive="s6", direction="bidirectional"),
     "simple-dlr-bi": small(block="simple", primitive="dlr", direction="bidirectional"),
     "transformer-bi": small(block="transformer", primitive="attention", direction="bidirectional"),
-    "transformer-window-bi": small(block="transformer", primitive="attention", direction="bidirectional", attn_window=2),
-    "simple-s4-tied-bi": small(block="simple", primitive="s4", direction="bidirectional", primitive_options={"n_ssm": 1}),
-    "residual-mamba2-bi": small(block="residual", primitive="mamba2", direction="bidirectional", mlp="none",
-                                primitive_options={"headdim": 4, "chunk_size": 4}),
-    "residual-mamba3-bi": small(block="residual", primitive="mamba3", direction="bidirectional", mlp="none",
-                                primitive_options={"headdim": 4, "chunk_size": 4}),
-    "residual-gla-bi": small(block="residual", primitive="gla", direction="bidirectional", primitive_options={"chunk_size": 4}),
-    "residual-deltanet-bi": small(block="residual", primitive="deltanet", direction="bidirectional",
-                                  primitive_options={"chunk_size": 4}),
-    "residual-gated-deltanet-bi": small(block="residual", primitive="gated-deltanet", direction="bidirectional",
-                                        primitive_options={"chunk_size": 4}),
+    "transformer-window-bi": small(
+        block="transformer", primitive="attention", direction="bidirectional", attn_window=2
+    ),
+    "simple-s4-tied-bi": small(
+        block="simple", primitive="s4", direction="bidirectional", primitive_options={"n_ssm": 1}
+    ),
+    "residual-mamba2-bi": small(
+        block="residual",
+        primitive="mamba2",
+        direction="bidirectional",
+        mlp="none",
+        primitive_options={"headdim": 4, "chunk_size": 4},
+    ),
+    "residual-mamba3-bi": small(
+        block="residual",
+        primitive="mamba3",
+        direction="bidirectional",
+        mlp="none",
+        primitive_options={"headdim": 4, "chunk_size": 4},
+    ),
+    "residual-gla-bi": small(
+        block="residual", primitive="gla", direction="bidirectional", primitive_options={"chunk_size": 4}
+    ),
+    "residual-deltanet-bi": small(
+        block="residual", primitive="deltanet", direction="bidirectional", primitive_options={"chunk_size": 4}
+    ),
+    "residual-gated-deltanet-bi": small(
+        block="residual", primitive="gated-deltanet", direction="bidirectional", primitive_options={"chunk_size": 4}
+    ),
 }
 
 
@@ -172,7 +201,10 @@ def test_retrieval_head_and_token_inputs():
     # Swapping a second-sequence padding value does not change the output.
     b2 = b.clone()
     b2[:, 4:] = 0
-    torch.testing.assert_close(model(a, torch.tensor([7, 4]), b2, torch.tensor([4, 4])), model(a, torch.tensor([7, 4]), b[:, :4], torch.tensor([4, 4])))
+    torch.testing.assert_close(
+        model(a, torch.tensor([7, 4]), b2, torch.tensor([4, 4])),
+        model(a, torch.tensor([7, 4]), b[:, :4], torch.tensor([4, 4])),
+    )
 
 
 @pytest.mark.parametrize("name", ["mamba-s6", "simple-s4", "transformer", "mamba-s4d-bi"])
@@ -211,27 +243,39 @@ def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match=r"'d_state' of primitive 's6' is set by model.d_state"):
         build_model(small(primitive_options={"d_state": 4}), input_kind="numeric", head="classify", n_out=2)
     with pytest.raises(ConfigError, match="need an S6"):
-        build_model(small(primitive="s4d", rope=True, rope_targets=("B",)), input_kind="numeric", head="classify", n_out=2)
+        build_model(
+            small(primitive="s4d", rope=True, rope_targets=("B",)), input_kind="numeric", head="classify", n_out=2
+        )
 
 
 def test_attn_dim_and_attn_bias_reach_every_attention():
-    for cfg in (small(block="transformer", primitive="attention", attn_dim=4, attn_bias=False),
-                small(primitive="attention", attn_dim=4, attn_bias=False)):
+    for cfg in (
+        small(block="transformer", primitive="attention", attn_dim=4, attn_bias=False),
+        small(primitive="attention", attn_dim=4, attn_bias=False),
+    ):
         model = numeric_model(cfg)
         attentions = [m for m in model.modules() if type(m).__name__ == "Attention"]
         assert len(attentions) == cfg.n_layers
         for a in attentions:
             assert a.attn_dim == 4 and a.head_dim == 2 and a.qkv.bias is None and a.out_proj.bias is None
     # The defaults build what the model always built: q/k/v of width d_model, with biases.
-    names = {n: tuple(p.shape) for n, p in numeric_model(small(block="transformer", primitive="attention")).named_parameters()}
+    names = {
+        n: tuple(p.shape)
+        for n, p in numeric_model(small(block="transformer", primitive="attention")).named_parameters()
+    }
     assert names["backbone.blocks.0.mixer.qkv.weight"] == (24, 8) and names["backbone.blocks.0.mixer.qkv.bias"] == (24,)
-    assert names["backbone.blocks.0.mixer.out_proj.weight"] == (8, 8) and "backbone.blocks.0.mixer.out_proj.bias" in names
+    assert (
+        names["backbone.blocks.0.mixer.out_proj.weight"] == (8, 8) and "backbone.blocks.0.mixer.out_proj.bias" in names
+    )
 
 
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(block="transformer", primitive="attention", attn_dim=6, n_heads=4), r"model.attn_dim = 6 is not divisible by model.n_heads = 4"),
+        (
+            dict(block="transformer", primitive="attention", attn_dim=6, n_heads=4),
+            r"model.attn_dim = 6 is not divisible by model.n_heads = 4",
+        ),
         (dict(block="transformer", primitive="attention", attn_dim=0), "model.attn_dim must be None"),
         (dict(attn_dim=4), "model.attn_dim applies to attention, not to primitive 's6'"),
         (dict(primitive="s4d", attn_bias=False), "model.attn_bias applies to attention, not to primitive 's4d'"),
@@ -249,7 +293,12 @@ def test_attn_bias_must_be_a_bool():
 
 def test_attention_bias_option_is_set_by_model_attn_bias():
     with pytest.raises(ConfigError, match=r"'bias' of primitive 'attention' is set by model.attn_bias; set it there"):
-        build_model(small(primitive="attention", primitive_options={"bias": False}), input_kind="numeric", head="classify", n_out=2)
+        build_model(
+            small(primitive="attention", primitive_options={"bias": False}),
+            input_kind="numeric",
+            head="classify",
+            n_out=2,
+        )
 
 
 def test_token_ids_outside_the_vocabulary_are_reported():
@@ -279,7 +328,9 @@ def test_attn_dropout_off_is_today_s_model_and_on_changes_nothing_in_eval(block)
     assert len(attentions) == cfg.n_layers and all(a.dropout == 0.5 for a in attentions)
     for model in (off, on):
         ref = default.state_dict()
-        assert list(model.state_dict()) == list(ref) and all(torch.equal(v, ref[k]) for k, v in model.state_dict().items())
+        assert list(model.state_dict()) == list(ref) and all(
+            torch.equal(v, ref[k]) for k, v in model.state_dict().items()
+        )
     (y_default, rng_default), (y_off, rng_off) = run(default, True), run(off, True)
     assert torch.equal(y_off, y_default) and torch.equal(rng_off, rng_default)
     assert torch.equal(run(on, False)[0], run(default, False)[0])
@@ -290,10 +341,16 @@ def test_attn_dropout_off_is_today_s_model_and_on_changes_nothing_in_eval(block)
     "kw, match",
     [
         (dict(block="transformer", primitive="attention", attn_dropout=1.0), r"model.attn_dropout must be in \[0, 1\)"),
-        (dict(block="transformer", primitive="attention", attn_dropout=-0.1), r"model.attn_dropout must be in \[0, 1\)"),
+        (
+            dict(block="transformer", primitive="attention", attn_dropout=-0.1),
+            r"model.attn_dropout must be in \[0, 1\)",
+        ),
         (dict(primitive="s4d", attn_dropout=0.1), "model.attn_dropout applies to attention, not to primitive 's4d'"),
         (dict(output_glu=False), "model.output_glu applies to the simple block"),
-        (dict(block="transformer", primitive="attention", output_glu=False), "model.output_glu applies to the simple block"),
+        (
+            dict(block="transformer", primitive="attention", output_glu=False),
+            "model.output_glu applies to the simple block",
+        ),
     ],
 )
 def test_new_model_field_errors_name_the_field(kw, match):
@@ -306,8 +363,15 @@ def test_new_model_fields_are_typed():
         ModelConfig.from_dict({"block": "transformer", "primitive": "attention", "attn_dropout": "lots"})
     with pytest.raises(ConfigError, match="model.output_glu"):
         ModelConfig.from_dict({"block": "simple", "primitive": "s4d", "output_glu": "no"})
-    with pytest.raises(ConfigError, match=r"'dropout' of primitive 'attention' is set by model.attn_dropout; set it there"):
-        build_model(small(primitive="attention", primitive_options={"dropout": 0.1}), input_kind="numeric", head="classify", n_out=2)
+    with pytest.raises(
+        ConfigError, match=r"'dropout' of primitive 'attention' is set by model.attn_dropout; set it there"
+    ):
+        build_model(
+            small(primitive="attention", primitive_options={"dropout": 0.1}),
+            input_kind="numeric",
+            head="classify",
+            n_out=2,
+        )
 
 
 # ------------------------------------------------------------------ the original S4 output layer

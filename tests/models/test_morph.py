@@ -1,4 +1,5 @@
 """F1 and F1R1 morphing of causal Mamba models into bidirectional ones."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,7 +34,9 @@ def test_f1_reverse_branch_on_flipped_input_equals_pretrained_branch(primitive):
         expected = x + new.out_proj(mixed * torch.nn.functional.silu(z))
         torch.testing.assert_close(new(x), expected)
     # The causal model is unchanged, and the morphed one loads into a freshly built bidirectional model.
-    fresh = build_model(causal.cfg.replace(direction="bidirectional"), input_kind="tokens", vocab_size=12, head="tokens", n_out=12)
+    fresh = build_model(
+        causal.cfg.replace(direction="bidirectional"), input_kind="tokens", vocab_size=12, head="tokens", n_out=12
+    )
     fresh.double().load_state_dict(morphed.state_dict())
     assert all(len(b.branches) == 1 for b in causal.backbone.blocks)
 

@@ -4,6 +4,7 @@ that can run here: loss, gradients and updated parameters agree within float32 t
 ``chunked`` (the PyTorch products the models ran before the fused kernels) is the baseline; the
 Triton kernels run in Triton's interpreter (``TRITON_INTERPRET=1``) when triton imports.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -15,11 +16,22 @@ from longrange.ops import ssm_kernels, used
 
 CONFIGS = {
     "mamba-s4d": ModelConfig(block="mamba", primitive="s4d", n_layers=2, d_model=8, d_state=6),
-    "simple-s4d-bi": ModelConfig(block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=6, direction="bidirectional"),
+    "simple-s4d-bi": ModelConfig(
+        block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=6, direction="bidirectional"
+    ),
     # l_max: the length of the inputs (S4 computes its kernel at l_max and truncates it)
-    "mamba-s4": ModelConfig(block="mamba", primitive="s4", n_layers=2, d_model=8, d_state=6, primitive_options={"l_max": 24}),
-    "simple-s4-bi": ModelConfig(block="simple", primitive="s4", n_layers=1, d_model=8, d_state=6, direction="bidirectional",
-                                primitive_options={"l_max": 24}),
+    "mamba-s4": ModelConfig(
+        block="mamba", primitive="s4", n_layers=2, d_model=8, d_state=6, primitive_options={"l_max": 24}
+    ),
+    "simple-s4-bi": ModelConfig(
+        block="simple",
+        primitive="s4",
+        n_layers=1,
+        d_model=8,
+        d_state=6,
+        direction="bidirectional",
+        primitive_options={"l_max": 24},
+    ),
 }
 
 
@@ -48,7 +60,9 @@ def train_step(cfg: ModelConfig, impl: str) -> dict[str, torch.Tensor]:
     with ssm_kernels.default_impl(ssm_kernels.OPS, impl):
         loss = torch.nn.functional.cross_entropy(model(x, lengths), y)
         loss.backward()
-    ran = {op: i for op, i in used.kernels().items() if op in ssm_kernels.OPS}  # a Mamba block also runs its convolution
+    ran = {
+        op: i for op, i in used.kernels().items() if op in ssm_kernels.OPS
+    }  # a Mamba block also runs its convolution
     assert ran == ({"cauchy": impl} if cfg.primitive == "s4" else {"vandermonde": impl}), ran
     out = {"loss": loss.detach()}
     out.update({f"grad {n}": p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})

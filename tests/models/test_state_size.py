@@ -1,5 +1,6 @@
 """The recurrent state a model carries per sequence when it generates (Zoology's state size): what
 each primitive's step mode really keeps, counted without allocating it."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,13 +30,16 @@ def stepped_elements(layer, length: int) -> int:
     return state_elements(state, length)
 
 
-@pytest.mark.parametrize("layer,expected", [
-    (S6(8, d_state=4), 8 * 4),
-    (Mamba2(8, d_state=4, headdim=4), 4 * 4 * 4 + (16 + 2 * 4) * 3),   # 4 heads of 4x4, conv over x, B, C
-    (Mamba3(8, d_state=4, headdim=4), 4 * 4 * 4 + 4 * 1 + 4 * 4 + 4 * 4),  # S, 1 angle pair, last k and x
-    (GLA(8, n_heads=2), 2 * 2 * 4),                                      # d_k = 0.5 * 8 / 2, d_v = 8 / 2
-    (GatedDeltaNet(8, n_heads=2), 2 * 4 * 8 + (2 * 8 + 16) * 3),        # d_v = 2 d_k; conv over q, k, v
-])
+@pytest.mark.parametrize(
+    "layer,expected",
+    [
+        (S6(8, d_state=4), 8 * 4),
+        (Mamba2(8, d_state=4, headdim=4), 4 * 4 * 4 + (16 + 2 * 4) * 3),  # 4 heads of 4x4, conv over x, B, C
+        (Mamba3(8, d_state=4, headdim=4), 4 * 4 * 4 + 4 * 1 + 4 * 4 + 4 * 4),  # S, 1 angle pair, last k and x
+        (GLA(8, n_heads=2), 2 * 2 * 4),  # d_k = 0.5 * 8 / 2, d_v = 8 / 2
+        (GatedDeltaNet(8, n_heads=2), 2 * 4 * 8 + (2 * 8 + 16) * 3),  # d_v = 2 d_k; conv over q, k, v
+    ],
+)
 def test_a_recurrent_layer_counts_its_fixed_state(layer, expected):
     assert layer.state_size(100) == expected == stepped_elements(layer, 5)
 

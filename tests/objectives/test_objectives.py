@@ -1,4 +1,5 @@
 """Objectives: targets, masking, losses only where they belong, and exact metric sums."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,7 +33,9 @@ def test_next_token_targets_are_inputs_shifted_by_one_on_real_positions():
     inputs = torch.randint(5, 12, (2, 6))
     lengths = torch.tensor([6, 4])
     logits = torch.randn(2, 6, 12)
-    out = NextTokenPrediction("tokens")(Recorder(logits), {"inputs": inputs, "lengths": lengths, "targets": torch.zeros(2)})
+    out = NextTokenPrediction("tokens")(
+        Recorder(logits), {"inputs": inputs, "lengths": lengths, "targets": torch.zeros(2)}
+    )
     pred = torch.cat([logits[0, :5], logits[1, :3]])
     target = torch.cat([inputs[0, 1:6], inputs[1, 1:4]])
     torch.testing.assert_close(out.loss, F.cross_entropy(pred, target))
@@ -44,7 +47,9 @@ def test_next_token_refuses_a_bidirectional_model():
     model = Recorder(torch.zeros(1, 3, 4))
     model.causal = False
     with pytest.raises(ConfigError, match="causal model"):
-        NextTokenPrediction("tokens")(model, {"inputs": torch.ones(1, 3, dtype=torch.long), "lengths": torch.tensor([3])})
+        NextTokenPrediction("tokens")(
+            model, {"inputs": torch.ones(1, 3, dtype=torch.long), "lengths": torch.tensor([3])}
+        )
 
 
 def test_reverse_valid_keeps_padding_at_the_end():
@@ -56,13 +61,19 @@ def test_reverse_valid_keeps_padding_at_the_end():
 
 def test_reverse_next_token_sees_reversed_sequences():
     model = Recorder(torch.zeros(1, 4, 9))
-    NextTokenPrediction("tokens", reverse=True)(model, {"inputs": torch.tensor([[5, 6, 7, 0]]), "lengths": torch.tensor([3])})
+    NextTokenPrediction("tokens", reverse=True)(
+        model, {"inputs": torch.tensor([[5, 6, 7, 0]]), "lengths": torch.tensor([3])}
+    )
     assert model.seen[0][0].tolist() == [[7, 6, 5, 0]]
 
 
 def test_two_sequence_batches_are_pretrained_as_separate_sequences():
-    batch = {"inputs": torch.ones(2, 3, dtype=torch.long), "lengths": torch.tensor([3, 2]),
-             "inputs2": torch.full((2, 5), 2), "lengths2": torch.tensor([5, 4])}
+    batch = {
+        "inputs": torch.ones(2, 3, dtype=torch.long),
+        "lengths": torch.tensor([3, 2]),
+        "inputs2": torch.full((2, 5), 2),
+        "lengths2": torch.tensor([5, 4]),
+    }
     inputs, lengths = single_sequences(batch)
     assert inputs.shape == (4, 5) and lengths.tolist() == [3, 2, 5, 4]
     assert inputs[0, 3:].tolist() == [0, 0]
@@ -155,7 +166,9 @@ def test_classification_sums_are_exact_across_batches():
     whole = objective(Recorder(logits), {"inputs": torch.zeros(10, 1), "targets": targets})
     total = None
     for part in (slice(0, 3), slice(3, 10)):
-        total = add_sums(total, objective(Recorder(logits[part]), {"inputs": torch.zeros(1, 1), "targets": targets[part]}).sums)
+        total = add_sums(
+            total, objective(Recorder(logits[part]), {"inputs": torch.zeros(1, 1), "targets": targets[part]}).sums
+        )
     assert objective.summarize(total) == pytest.approx(objective.summarize(whole.sums))
     assert objective.summarize(total)["accuracy"] == (logits.argmax(-1) == targets).sum().item() / 10
     with pytest.raises(ValueError, match=r"class label 7 in the first batch is outside \[0, 4\)"):

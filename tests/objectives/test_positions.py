@@ -1,5 +1,6 @@
 """The per-position objective: loss and metrics at the answer positions only, its fast path held to
 the slow reference, the batch format of per-position targets, and how a task selects it."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,8 +36,11 @@ class FixedLogits(nn.Module):
 
 def batch_of(targets):
     targets = torch.tensor(targets)
-    return {"inputs": torch.ones_like(targets), "lengths": torch.full((targets.shape[0],), targets.shape[1]),
-            "targets": targets}
+    return {
+        "inputs": torch.ones_like(targets),
+        "lengths": torch.full((targets.shape[0],), targets.shape[1]),
+        "targets": targets,
+    }
 
 
 def test_loss_and_metrics_at_the_answers_only():
@@ -44,10 +48,12 @@ def test_loss_and_metrics_at_the_answers_only():
     logits = torch.randn(4, 5, 7)
     pred = logits.argmax(-1)
     # sequence 0: every answer right; 1: one of two wrong; 2: no answers; 3: one answer, wrong
-    targets = [[I, pred[0, 1].item(), I, pred[0, 3].item(), I],
-               [pred[1, 0].item(), I, I, I, (pred[1, 4].item() + 1) % 7],
-               [I, I, I, I, I],
-               [I, I, (pred[3, 2].item() + 3) % 7, I, I]]
+    targets = [
+        [I, pred[0, 1].item(), I, pred[0, 3].item(), I],
+        [pred[1, 0].item(), I, I, I, (pred[1, 4].item() + 1) % 7],
+        [I, I, I, I, I],
+        [I, I, (pred[3, 2].item() + 3) % 7, I, I],
+    ]
     batch = batch_of(targets)
     for fast in (True, False):
         objective = PositionClassification(fast=fast)
@@ -72,8 +78,10 @@ def test_outputs_at_positions_without_an_answer_get_no_gradient():
     assert (grad_norm[targets != I] > 0).all() and (grad_norm[targets == I] == 0).all()
     # and changing what the model says there changes nothing
     other = FixedLogits(torch.where((targets == I).unsqueeze(-1), torch.randn(2, 6, 5), model.logits.detach()))
-    torch.testing.assert_close(PositionClassification()(other, batch_of(targets.tolist())).loss,
-                               PositionClassification()(model, batch_of(targets.tolist())).loss)
+    torch.testing.assert_close(
+        PositionClassification()(other, batch_of(targets.tolist())).loss,
+        PositionClassification()(model, batch_of(targets.tolist())).loss,
+    )
 
 
 def test_sums_add_up_across_batches():
@@ -94,8 +102,9 @@ def test_sums_add_up_across_batches():
 def test_fast_path_matches_the_reference_in_values_and_gradients(block, primitive, device):
     """The head applied at the answers only equals the head everywhere, then selected."""
     torch.manual_seed(3)
-    cfg = ModelConfig(block=block, primitive=primitive, n_layers=2, d_model=16, d_state=4, n_heads=2,
-                      direction="causal", dropout=0.0)
+    cfg = ModelConfig(
+        block=block, primitive=primitive, n_layers=2, d_model=16, d_state=4, n_heads=2, direction="causal", dropout=0.0
+    )
     model = build_model(cfg, input_kind="tokens", vocab_size=12, head="tokens", n_out=12).to(device)
     inputs = torch.randint(5, 12, (3, 10), device=device)
     targets = torch.full((3, 10), I, device=device)
@@ -109,7 +118,9 @@ def test_fast_path_matches_the_reference_in_values_and_gradients(block, primitiv
         results.append((out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
     (fast_out, fast_grads), (ref_out, ref_grads) = results
     torch.testing.assert_close(fast_out.loss, ref_out.loss)
-    assert {k: v.item() for k, v in fast_out.sums.items()} == pytest.approx({k: v.item() for k, v in ref_out.sums.items()})
+    assert {k: v.item() for k, v in fast_out.sums.items()} == pytest.approx(
+        {k: v.item() for k, v in ref_out.sums.items()}
+    )
     assert fast_grads.keys() == ref_grads.keys() and len(fast_grads) > 4
     for name in fast_grads:
         torch.testing.assert_close(fast_grads[name], ref_grads[name], rtol=1e-5, atol=1e-6, msg=name)
@@ -146,8 +157,10 @@ def test_labels_outside_the_head_are_an_error():
 
 
 def test_collate_pads_per_position_targets_with_the_ignore_index():
-    items = [{"inputs": torch.tensor([5, 6, 7]), "target": torch.tensor([I, I, 6])},
-             {"inputs": torch.tensor([5, 6]), "target": torch.tensor([7, I])}]
+    items = [
+        {"inputs": torch.tensor([5, 6, 7]), "target": torch.tensor([I, I, 6])},
+        {"inputs": torch.tensor([5, 6]), "target": torch.tensor([7, I])},
+    ]
     batch = collate(items)
     assert batch["targets"].tolist() == [[I, I, 6], [7, I, I]]
     assert batch["inputs"].tolist() == [[5, 6, 7], [5, 6, 0]] and batch["lengths"].tolist() == [3, 2]
@@ -168,11 +181,14 @@ def test_the_task_selects_the_objective_and_head():
     assert supervised_head(recall.spec) == ("classify", 8)
 
 
-@pytest.mark.parametrize("task, options", [
-    ("mqar", dict(vocab_size=16, seq_len=16, n_pairs=2)),
-    ("selective-copying", dict(vocab_size=6, seq_len=12, n_tokens=3)),
-    ("associative-recall", dict(vocab_size=16, seq_len=8, n_pairs=2)),
-])
+@pytest.mark.parametrize(
+    "task, options",
+    [
+        ("mqar", dict(vocab_size=16, seq_len=16, n_pairs=2)),
+        ("selective-copying", dict(vocab_size=6, seq_len=12, n_tokens=3)),
+        ("associative-recall", dict(vocab_size=16, seq_len=8, n_pairs=2)),
+    ],
+)
 def test_self_pretraining_reads_the_inputs_of_the_generated_tasks(task, options):
     data = load_task(task, n_train=4, n_val=4, n_test=4, **options)
     batch = data.collate([data.train[i] for i in range(4)])

@@ -1,5 +1,6 @@
 """Pretraining reports its accuracy at the recall events of the inputs (the input tokens that recall
 determines) where a generated task has them: the probe of whether self-pretraining learns to recall."""
+
 from __future__ import annotations
 
 import torch

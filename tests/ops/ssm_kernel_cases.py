@@ -1,5 +1,6 @@
 """Inputs and checks shared by the tests of the SSM-kernel implementations (numba, Triton): each
 implementation's values and gradients against the float64 references."""
+
 from __future__ import annotations
 
 import torch
@@ -10,7 +11,9 @@ F64, C128 = torch.float64, torch.complex128
 
 
 def cplx(g: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
-    return torch.complex(torch.randn(*shape, generator=g, dtype=F64), torch.randn(*shape, generator=g, dtype=F64)) * scale
+    return (
+        torch.complex(torch.randn(*shape, generator=g, dtype=F64), torch.randn(*shape, generator=g, dtype=F64)) * scale
+    )
 
 
 def vandermonde_inputs(H: int, M: int, lead: tuple[int, ...] = (), shared: bool = False, seed: int = 0):
@@ -18,7 +21,10 @@ def vandermonde_inputs(H: int, M: int, lead: tuple[int, ...] = (), shared: bool 
     g = torch.Generator().manual_seed(seed)
     rows = 1 if shared else H
     dt = torch.rand(rows, 1, generator=g, dtype=F64) * 0.09 + 0.01
-    A = torch.complex(-0.5 - torch.rand(rows, M, generator=g, dtype=F64), torch.pi * torch.arange(M, dtype=F64) + torch.randn(rows, M, generator=g, dtype=F64))
+    A = torch.complex(
+        -0.5 - torch.rand(rows, M, generator=g, dtype=F64),
+        torch.pi * torch.arange(M, dtype=F64) + torch.randn(rows, M, generator=g, dtype=F64),
+    )
     return dt * A, cplx(g, *lead, H, M)
 
 
@@ -26,8 +32,12 @@ def cauchy_inputs(v_shape, z_shape, w_shape, seed: int = 0):
     """(v, z, w): z on S4's imaginary axis-like curve, poles w in the left half plane."""
     g = torch.Generator().manual_seed(seed)
     v = cplx(g, *v_shape)
-    z = torch.complex(0.2 * torch.rand(*z_shape, generator=g, dtype=F64), 4 * torch.randn(*z_shape, generator=g, dtype=F64))
-    w = torch.complex(-0.1 - torch.rand(*w_shape, generator=g, dtype=F64), 3 * torch.randn(*w_shape, generator=g, dtype=F64))
+    z = torch.complex(
+        0.2 * torch.rand(*z_shape, generator=g, dtype=F64), 4 * torch.randn(*z_shape, generator=g, dtype=F64)
+    )
+    w = torch.complex(
+        -0.1 - torch.rand(*w_shape, generator=g, dtype=F64), 3 * torch.randn(*w_shape, generator=g, dtype=F64)
+    )
     return v, z, w
 
 

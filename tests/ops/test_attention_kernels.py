@@ -1,4 +1,5 @@
 """The attention kernels (full and blocked, padding-aware) against the dense written-out reference."""
+
 from __future__ import annotations
 
 import pytest

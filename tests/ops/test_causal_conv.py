@@ -1,19 +1,23 @@
 """Causal depthwise convolution: fast path vs reference, stepping vs full, errors."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from longrange.ops.conv import numba as conv_numba
 from longrange.ops.conv import auto_impl, available_impls, causal_conv1d, causal_conv1d_ref, causal_conv1d_update
+from longrange.ops.conv import numba as conv_numba
 
 F64 = dict(dtype=torch.float64)
 
 
 def inputs(b=2, d=3, l=9, w=4, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(b, d, l, generator=g, **F64), torch.randn(d, w, generator=g, **F64),
-            torch.randn(d, generator=g, **F64))
+    return (
+        torch.randn(b, d, l, generator=g, **F64),
+        torch.randn(d, w, generator=g, **F64),
+        torch.randn(d, generator=g, **F64),
+    )
 
 
 def test_ref_matches_definition():
@@ -30,8 +34,10 @@ def test_ref_matches_definition():
     torch.testing.assert_close(causal_conv1d_ref(x, weight, bias), expected)
 
 
-FAST = [pytest.param("torch"), pytest.param("numba", marks=pytest.mark.skipif(
-    not conv_numba.numba_available(), reason="numba does not import"))]
+FAST = [
+    pytest.param("torch"),
+    pytest.param("numba", marks=pytest.mark.skipif(not conv_numba.numba_available(), reason="numba does not import")),
+]
 
 
 @pytest.mark.parametrize("impl", FAST)
@@ -148,11 +154,16 @@ def test_deterministic_mode_avoids_the_cuda_kernel(monkeypatch):
     assert conv.auto_impl("cuda", deterministic=False) == "cuda"
     assert conv.auto_impl("cuda", deterministic=True) == "torch"
     x, w = torch.randn(2, 3, 5), torch.randn(3, 4)
-    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    before, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(True)
     try:
         assert conv.auto_impl("cuda") == "torch"
-        with pytest.raises(RuntimeError, match=r"causal_conv1d: impl='cuda' has a non-deterministic backward.*'torch', 'ref'"):
+        with pytest.raises(
+            RuntimeError, match=r"causal_conv1d: impl='cuda' has a non-deterministic backward.*'torch', 'ref'"
+        ):
             causal_conv1d(x, w, impl="cuda")
         torch.testing.assert_close(causal_conv1d(x, w), causal_conv1d_ref(x, w))
     finally:
@@ -175,9 +186,11 @@ def test_numba_channels_last_float32_at_model_width(threads):
     torch.set_num_threads(threads)
     try:
         results = []
-        for fn in (lambda *a: causal_conv1d(*a, activation="silu", impl="numba"),
-                   lambda *a: causal_conv1d(*a, activation="silu", impl="numba"),
-                   lambda *a: causal_conv1d_ref(*a, activation="silu")):
+        for fn in (
+            lambda *a: causal_conv1d(*a, activation="silu", impl="numba"),
+            lambda *a: causal_conv1d(*a, activation="silu", impl="numba"),
+            lambda *a: causal_conv1d_ref(*a, activation="silu"),
+        ):
             leaves = [t.clone().requires_grad_() for t in (wide, weight, bias)]
             x = leaves[0][..., :96].transpose(1, 2)
             y = fn(x, leaves[1], leaves[2])

@@ -3,6 +3,7 @@ autograd registration, fake implementation, AOTAutograd with dynamic shapes) for
 implementations' shapes under ``FakeTensorMode`` and on the ``meta`` device, the FLOP counts against
 counts derived by hand, and the public functions under ``torch.compile(fullgraph=True)`` against eager
 mode (values and gradients). The Triton operators run in Triton's interpreter (``TRITON_INTERPRET=1``)."""
+
 from __future__ import annotations
 
 import pytest
@@ -74,7 +75,9 @@ def scan_triton_args(layout: str, optional: bool, seed: int = 0) -> list:
     b, d, n, l = 2, 4, 3, 7
     bc = {"time-invariant": (d, n), "shared": (b, n, l), "grouped": (b, 2, n, l)}[layout]
     extra = [_rand(g, d), _rand(g, b, d, l), _rand(g, d), _rand(g, b, d, n)] if optional else [None] * 4
-    tensors = _grad(_rand(g, b, d, l), _rand(g, b, d, l), -_rand(g, d, n).abs() - 0.2, _rand(g, *bc), _rand(g, *bc), *extra)
+    tensors = _grad(
+        _rand(g, b, d, l), _rand(g, b, d, l), -_rand(g, d, n).abs() - 0.2, _rand(g, *bc), _rand(g, *bc), *extra
+    )
     return [*tensors, optional, 2, 4, 1, True]  # softplus, block_d, chunk, num_warps, store_states
 
 
@@ -87,8 +90,17 @@ def vandermonde_args(seed: int = 0) -> list:
 def cauchy_args(conj_pairs: bool, seed: int = 0) -> list:
     """(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs): v (4, 3, 6), z (3, 10), w (3, 6)."""
     g = torch.Generator().manual_seed(seed)
-    return [*_grad(_rand(g, 4, 3, 6), _rand(g, 4, 3, 6), _rand(g, 3, 10), _rand(g, 3, 10) + 3, -_rand(g, 3, 6).abs(),
-                   _rand(g, 3, 6)), conj_pairs]
+    return [
+        *_grad(
+            _rand(g, 4, 3, 6),
+            _rand(g, 4, 3, 6),
+            _rand(g, 3, 10),
+            _rand(g, 3, 10) + 3,
+            -_rand(g, 3, 6).abs(),
+            _rand(g, 3, 6),
+        ),
+        conj_pairs,
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,11 +117,21 @@ def test_every_kernel_is_a_registered_operator():
     ops = custom_ops.operators()
     from torch.utils.flop_counter import flop_registry
 
-    for name in ("selective_scan_numba", "selective_scan_numba_cl", "selective_scan_triton", "causal_conv1d_numba",
-                 "vandermonde_numba", "cauchy_numba", "vandermonde_triton", "cauchy_triton"):
+    for name in (
+        "selective_scan_numba",
+        "selective_scan_numba_cl",
+        "selective_scan_triton",
+        "causal_conv1d_numba",
+        "vandermonde_numba",
+        "cauchy_numba",
+        "vandermonde_triton",
+        "cauchy_triton",
+    ):
         for op in (ops[name], ops[name + "_backward"]):
             assert op in flop_registry, op
-            assert torch._C._dispatch_has_kernel_for_dispatch_key(op.default.name(), "Meta"), f"{op}: no fake implementation"
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(op.default.name(), "Meta"), (
+                f"{op}: no fake implementation"
+            )
 
 
 @numba_only
@@ -172,7 +194,10 @@ def test_opcheck_numba_backward_operators(monkeypatch):
     args = scan_numba_cl_args("grouped", True)
     tensors = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
     out, last, states = scan_numba._scan_cl_op(*tensors)
-    _opcheck(scan_numba._scan_cl_backward_op, [*tensors[:7], states, torch.ones_like(out), torch.ones_like(last), *tensors[8:]])
+    _opcheck(
+        scan_numba._scan_cl_backward_op,
+        [*tensors[:7], states, torch.ones_like(out), torch.ones_like(last), *tensors[8:]],
+    )
     tensors, grads, _ = _backward_args(ssm_numba._vandermonde_op, vandermonde_args())
     _opcheck(ssm_numba._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
     tensors, grads, _ = _backward_args(ssm_numba._cauchy_op, cauchy_args(True))
@@ -186,7 +211,10 @@ def test_opcheck_triton_backward_operators(interpreter):
     args = scan_triton_args("shared", True)
     out, last, states = scan_triton._scan_op(*args)
     tensors = [a.detach() for a in args[:9]]
-    _opcheck(scan_triton._scan_backward_op, tensors + [states.detach(), torch.ones_like(out), torch.ones_like(last), *args[9:13]])
+    _opcheck(
+        scan_triton._scan_backward_op,
+        tensors + [states.detach(), torch.ones_like(out), torch.ones_like(last), *args[9:13]],
+    )
     tensors, grads, _ = _backward_args(ssm_triton._vandermonde_op, vandermonde_args())
     _opcheck(ssm_triton._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
     tensors, grads, _ = _backward_args(ssm_triton._cauchy_op, cauchy_args(True))
@@ -302,8 +330,16 @@ def _scan_counts(call):
     """The FLOPs of a forward and backward of ``call(leaves)`` (b 2, d 4, n 3, l 7, with D and z)."""
     g = torch.Generator().manual_seed(0)
     b, d, n, l = 2, 4, 3, 7
-    leaves = _grad(_rand(g, b, d, l), _rand(g, b, d, l), -_rand(g, d, n).abs() - 0.2, _rand(g, b, n, l), _rand(g, b, n, l),
-                   _rand(g, d), _rand(g, b, d, l), _rand(g, d))
+    leaves = _grad(
+        _rand(g, b, d, l),
+        _rand(g, b, d, l),
+        -_rand(g, d, n).abs() - 0.2,
+        _rand(g, b, n, l),
+        _rand(g, b, n, l),
+        _rand(g, d),
+        _rand(g, b, d, l),
+        _rand(g, d),
+    )
     return _flops(lambda: call(leaves).sum().backward())
 
 
@@ -401,10 +437,17 @@ def test_compiled_equals_eager(monkeypatch):
     g = torch.Generator().manual_seed(0)
     b, d, n, l = 2, 4, 3, 9
     cplx = lambda *s: torch.complex(_rand(g, *s, dtype=F32), _rand(g, *s, dtype=F32))  # noqa: E731
-    inputs = [_rand(g, b, d, l, dtype=F32), _rand(g, b, d, l, dtype=F32), -_rand(g, d, n, dtype=F32).abs() - 0.2,
-              _rand(g, b, n, l, dtype=F32), _rand(g, b, n, l, dtype=F32), _rand(g, d, dtype=F32),
-              torch.complex(-_rand(g, d, 3, dtype=F32).abs() * 0.1, _rand(g, d, 3, dtype=F32)), cplx(2, d, 3),
-              cplx(d, 5) + 2]
+    inputs = [
+        _rand(g, b, d, l, dtype=F32),
+        _rand(g, b, d, l, dtype=F32),
+        -_rand(g, d, n, dtype=F32).abs() - 0.2,
+        _rand(g, b, n, l, dtype=F32),
+        _rand(g, b, n, l, dtype=F32),
+        _rand(g, d, dtype=F32),
+        torch.complex(-_rand(g, d, 3, dtype=F32).abs() * 0.1, _rand(g, d, 3, dtype=F32)),
+        cplx(2, d, 3),
+        cplx(d, 5) + 2,
+    ]
 
     def step(u, delta, A, B, C, D, a, W, zs):
         y = selective_scan(u, delta, A, B, C, D, delta_softplus=True)

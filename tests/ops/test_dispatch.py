@@ -1,5 +1,6 @@
 """On every selected device (``--device``), what ``impl="auto"`` runs agrees with the float64 CPU
 reference of each op, in float32, values and gradients."""
+
 from __future__ import annotations
 
 import torch
@@ -30,7 +31,16 @@ def test_selective_scan_auto(device):
     g = torch.Generator().manual_seed(0)
     b, d, n, l = 2, 8, 4, 33
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    inputs = [r(b, d, l), r(b, d, l), -torch.rand(d, n, generator=g) - 0.1, r(b, n, l), r(b, n, l), r(d), r(b, d, l), r(d)]
+    inputs = [
+        r(b, d, l),
+        r(b, d, l),
+        -torch.rand(d, n, generator=g) - 0.1,
+        r(b, n, l),
+        r(b, n, l),
+        r(d),
+        r(b, d, l),
+        r(d),
+    ]
 
     def scan(fn):
         return lambda u, dt, A, B, C, D, z, bias: fn(u, dt, A, B, C, D, z, bias, delta_softplus=True)
@@ -41,7 +51,12 @@ def test_selective_scan_auto(device):
 def test_causal_conv1d_auto(device):
     g = torch.Generator().manual_seed(1)
     inputs = [torch.randn(2, 8, 19, generator=g), torch.randn(8, 4, generator=g), torch.randn(8, generator=g)]
-    _check(lambda x, w, b: causal_conv1d(x, w, b, "silu"), lambda x, w, b: causal_conv1d_ref(x, w, b, "silu"), inputs, device)
+    _check(
+        lambda x, w, b: causal_conv1d(x, w, b, "silu"),
+        lambda x, w, b: causal_conv1d_ref(x, w, b, "silu"),
+        inputs,
+        device,
+    )
 
 
 def test_fft_conv(device):
@@ -61,11 +76,18 @@ def test_cauchy_conjugate_pairs_auto(device):
     g = torch.Generator().manual_seed(4)
     c = lambda *s: torch.complex(torch.randn(*s, generator=g), torch.randn(*s, generator=g))  # noqa: E731
     inputs = [c(4, 3, 8), c(3, 16) + 4, c(3, 8)]
-    _check(lambda v, z, w: cauchy(v, z, w, conj_pairs=True), lambda v, z, w: cauchy_ref(v, z, w, conj_pairs=True), inputs, device)
+    _check(
+        lambda v, z, w: cauchy(v, z, w, conj_pairs=True),
+        lambda v, z, w: cauchy_ref(v, z, w, conj_pairs=True),
+        inputs,
+        device,
+    )
 
 
 def test_vandermonde_auto(device):
     g = torch.Generator().manual_seed(5)
     log_dA = torch.complex(-torch.rand(3, 6, generator=g) * 0.1 - 0.01, torch.randn(3, 6, generator=g))
     W = torch.complex(torch.randn(2, 3, 6, generator=g), torch.randn(2, 3, 6, generator=g))
-    _check(lambda a, w: vandermonde_kernel(a, w, 70), lambda a, w: vandermonde_kernel_ref(a, w, 70), [log_dA, W], device)
+    _check(
+        lambda a, w: vandermonde_kernel(a, w, 70), lambda a, w: vandermonde_kernel_ref(a, w, 70), [log_dA, W], device
+    )

@@ -1,6 +1,7 @@
 """One convention for every op with several implementations (:mod:`longrange.ops.dispatch`): the
 same verbs on every registered dispatcher, the same errors, defaults that restore, the registry,
 and ``longrange check`` / ``longrange info`` listing every registered op."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,17 +27,31 @@ def _dispatchers() -> list[Dispatcher]:
 
 def _toy(**kwargs) -> Dispatcher:
     """A dispatcher outside the registry: "fast" on CUDA only (non-deterministic), "chunked", "ref"."""
-    return Dispatcher("toy", [
-        Impl("fast", runs=lambda device: device.type == "cuda", reason=lambda device: "needs a GPU",
-             deterministic=False, nondeterministic="atomic additions"),
-        Impl("chunked"),
-        Impl("ref", auto=False),
-    ], function="toy_op", register=False, **kwargs)
+    return Dispatcher(
+        "toy",
+        [
+            Impl(
+                "fast",
+                runs=lambda device: device.type == "cuda",
+                reason=lambda device: "needs a GPU",
+                deterministic=False,
+                nondeterministic="atomic additions",
+            ),
+            Impl("chunked"),
+            Impl("ref", auto=False),
+        ],
+        function="toy_op",
+        register=False,
+        **kwargs,
+    )
 
 
 @pytest.fixture
 def deterministic():
-    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    before, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(True)
     yield
     torch.use_deterministic_algorithms(before, warn_only=warn_only)
@@ -84,9 +99,11 @@ def test_bad_implementation_lists_are_refused():
 
 
 def test_importing_the_convention_imports_no_kernel_package_and_no_op():
-    code = ("import sys; import longrange.ops.dispatch; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', 'triton') "
-            "or m.startswith(('longrange.ops.scan', 'longrange.ops.conv', 'longrange.ops.ssm_kernels'))))")
+    code = (
+        "import sys; import longrange.ops.dispatch; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', 'triton') "
+        "or m.startswith(('longrange.ops.scan', 'longrange.ops.conv', 'longrange.ops.ssm_kernels'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -140,8 +157,11 @@ def test_the_modules_verbs_are_their_dispatchers():
 
 def test_an_unknown_impl_is_a_value_error_naming_the_op_and_its_choices():
     for d in _dispatchers():
-        for call in (lambda: d.resolve("fast-as-light", "cpu"), lambda: d.set_default_impl("fast-as-light"),
-                     lambda: d.unavailable_reason("fast-as-light", "cpu")):
+        for call in (
+            lambda: d.resolve("fast-as-light", "cpu"),
+            lambda: d.set_default_impl("fast-as-light"),
+            lambda: d.unavailable_reason("fast-as-light", "cpu"),
+        ):
             with pytest.raises(ValueError) as err:
                 call()
             message = str(err.value)
@@ -151,12 +171,24 @@ def test_an_unknown_impl_is_a_value_error_naming_the_op_and_its_choices():
 
 def test_the_ops_refuse_an_unknown_impl_alike():
     x = torch.randn(1, 2, 5)
-    for call, function in ((lambda: conv.causal_conv1d(x, torch.randn(2, 3), impl="fast"), "causal_conv1d"),
-                           (lambda: scan.selective_scan(x, x, -torch.ones(2, 1), torch.randn(1, 1, 5),
-                                                        torch.randn(1, 1, 5), impl="fast"), "selective_scan"),
-                           (lambda: ssm_kernels.cauchy(torch.randn(2, 3, dtype=torch.complex64),
-                                                       torch.randn(2, 4, dtype=torch.complex64),
-                                                       torch.randn(2, 3, dtype=torch.complex64), impl="fast"), "cauchy")):
+    for call, function in (
+        (lambda: conv.causal_conv1d(x, torch.randn(2, 3), impl="fast"), "causal_conv1d"),
+        (
+            lambda: scan.selective_scan(
+                x, x, -torch.ones(2, 1), torch.randn(1, 1, 5), torch.randn(1, 1, 5), impl="fast"
+            ),
+            "selective_scan",
+        ),
+        (
+            lambda: ssm_kernels.cauchy(
+                torch.randn(2, 3, dtype=torch.complex64),
+                torch.randn(2, 4, dtype=torch.complex64),
+                torch.randn(2, 3, dtype=torch.complex64),
+                impl="fast",
+            ),
+            "cauchy",
+        ),
+    ):
         with pytest.raises(ValueError, match=rf"^{function}: unknown impl 'fast'; expected one of \('auto', "):
             call()
 
@@ -169,8 +201,10 @@ def test_an_impl_that_cannot_run_here_says_why_and_what_can(where):
         for impl in (i for i in d.impls if i not in available):
             with pytest.raises(RuntimeError) as err:
                 d.resolve(impl, where)
-            assert str(err.value) == (f"{d.function}: impl={impl!r} {d.unavailable_reason(impl, where)}; "
-                                      f"available here: {', '.join(available)}")
+            assert str(err.value) == (
+                f"{d.function}: impl={impl!r} {d.unavailable_reason(impl, where)}; "
+                f"available here: {', '.join(available)}"
+            )
             tried += 1
     assert tried  # numba runs on no meta tensor, Triton and CUDA kernels on no CPU tensor without an interpreter
 
@@ -180,8 +214,11 @@ def test_an_impl_that_cannot_take_the_inputs_says_why(monkeypatch):
     d = conv.DISPATCHER
     assert d.resolve("cuda", "cuda", width=4) == "cuda"
     assert d.auto_impl("cuda", deterministic=False, width=5) == "torch"
-    with pytest.raises(RuntimeError, match=r"causal_conv1d: impl='cuda' takes a width in \(2, 3, 4\) .*got width 5.*"
-                                           r"available here: torch, ref$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"causal_conv1d: impl='cuda' takes a width in \(2, 3, 4\) .*got width 5.*"
+        r"available here: torch, ref$",
+    ):
         d.resolve("cuda", "cuda", width=5)
     with pytest.raises(RuntimeError, match="impl='cuda' cannot run on cpu: it needs CUDA tensors; available here: "):
         d.resolve("cuda", "cpu")
@@ -222,14 +259,20 @@ def test_auto_is_the_first_that_runs_and_is_allowed():
 def test_deterministic_mode_refuses_a_named_non_deterministic_impl(deterministic):
     d = _toy()
     assert d.auto_impl("cuda") == "chunked"
-    with pytest.raises(RuntimeError, match=r"^toy_op: impl='fast' has a non-deterministic backward \(atomic additions\)"
-                                           r".*'chunked', 'ref'"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^toy_op: impl='fast' has a non-deterministic backward \(atomic additions\)"
+        r".*'chunked', 'ref'",
+    ):
         d.resolve("fast", "cuda")
 
 
 def test_warn_only_mode_warns_and_goes_on():
     d = _toy()
-    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    before, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         with pytest.warns(UserWarning, match="impl='fast' has a non-deterministic backward"):
@@ -274,7 +317,9 @@ def test_the_defaults_reach_the_ops():
     assert used.calls()["causal_conv1d"] == {"ref": 1, conv.auto_impl("cpu"): 1}
     used.reset()
     with dispatcher("vandermonde_kernel").default_impl("chunked"):
-        ssm_kernels.vandermonde_kernel(torch.randn(2, 3, dtype=torch.complex64), torch.randn(2, 3, dtype=torch.complex64), 4)
+        ssm_kernels.vandermonde_kernel(
+            torch.randn(2, 3, dtype=torch.complex64), torch.randn(2, 3, dtype=torch.complex64), 4
+        )
     assert used.kernels() == {"vandermonde": "chunked"}
 
 

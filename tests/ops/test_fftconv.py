@@ -1,4 +1,5 @@
 """fft_conv against the direct-convolution reference: values, gradients, conventions, errors."""
+
 import pytest
 import torch
 

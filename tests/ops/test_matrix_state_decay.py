@@ -5,12 +5,14 @@ gradients w.r.t. every input), the loops against independent references (fla's n
 is installed, the dense attention forms of SSD and Mamba-3 written from the papers), masks against
 the unpadded sequences, float32 against float64, strong decays, and the argument checks.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -50,8 +52,9 @@ class Case:
     def initial(self, inp: dict[str, Tensor]) -> Any:
         return inp["S0"]
 
-    def call(self, fn: Callable, inp: dict[str, Tensor], init: bool = True, mask: Tensor | None = None,
-             **kw: Any) -> tuple[Tensor, tuple[Tensor, ...]]:
+    def call(
+        self, fn: Callable, inp: dict[str, Tensor], init: bool = True, mask: Tensor | None = None, **kw: Any
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
         raise NotImplementedError
 
     def steps(self, inp: dict[str, Tensor], init: bool = True) -> tuple[Tensor, tuple[Tensor, ...]]:
@@ -79,12 +82,21 @@ class ScalarDecay(Case):
 
     def make(self, b, l, seed=0, device="cpu"):
         randn, rand = gen(seed, device)
-        return {n: leaf(t) for n, t in dict(
-            q=randn(b, l, self.hk, self.dk), k=randn(b, l, self.hk, self.dk), v=randn(b, l, self.h, self.dv),
-            a=-rand(b, l, self.h), S0=randn(b, self.h, self.dk, self.dv)).items()}
+        return {
+            n: leaf(t)
+            for n, t in dict(
+                q=randn(b, l, self.hk, self.dk),
+                k=randn(b, l, self.hk, self.dk),
+                v=randn(b, l, self.h, self.dv),
+                a=-rand(b, l, self.h),
+                S0=randn(b, self.h, self.dk, self.dv),
+            ).items()
+        }
 
     def call(self, fn, inp, init=True, mask=None, **kw):
-        return tup(fn(inp["q"], inp["k"], inp["v"], inp["a"], self.scale, inp["S0"] if init else None, True, mask, **kw))
+        return tup(
+            fn(inp["q"], inp["k"], inp["v"], inp["a"], self.scale, inp["S0"] if init else None, True, mask, **kw)
+        )
 
     def steps(self, inp, init=True):
         S, ys = (inp["S0"] if init else None), []
@@ -101,9 +113,16 @@ class GLA(Case):
 
     def make(self, b, l, seed=0, device="cpu"):
         randn, rand = gen(seed, device)
-        return {n: leaf(t) for n, t in dict(
-            q=randn(b, l, self.h, self.dk), k=randn(b, l, self.h, self.dk), v=randn(b, l, self.h, self.dv),
-            g=F.logsigmoid(2 * randn(b, l, self.h, self.dk)), S0=randn(b, self.h, self.dk, self.dv)).items()}
+        return {
+            n: leaf(t)
+            for n, t in dict(
+                q=randn(b, l, self.h, self.dk),
+                k=randn(b, l, self.h, self.dk),
+                v=randn(b, l, self.h, self.dv),
+                g=F.logsigmoid(2 * randn(b, l, self.h, self.dk)),
+                S0=randn(b, self.h, self.dk, self.dv),
+            ).items()
+        }
 
     def call(self, fn, inp, init=True, mask=None, **kw):
         return tup(fn(inp["q"], inp["k"], inp["v"], inp["g"], None, inp["S0"] if init else None, True, mask, **kw))
@@ -123,10 +142,18 @@ class SSD(Case):
 
     def make(self, b, l, seed=0, device="cpu"):
         randn, rand = gen(seed, device)
-        return {n: leaf(t) for n, t in dict(
-            x=randn(b, l, self.h, self.p), dt=F.softplus(randn(b, l, self.h) - 0.5), A=-(rand(self.h) + 0.3),
-            B=randn(b, l, self.g, self.n), C=randn(b, l, self.g, self.n), D=randn(self.h),
-            S0=randn(b, self.h, self.n, self.p)).items()}
+        return {
+            n: leaf(t)
+            for n, t in dict(
+                x=randn(b, l, self.h, self.p),
+                dt=F.softplus(randn(b, l, self.h) - 0.5),
+                A=-(rand(self.h) + 0.3),
+                B=randn(b, l, self.g, self.n),
+                C=randn(b, l, self.g, self.n),
+                D=randn(self.h),
+                S0=randn(b, self.h, self.n, self.p),
+            ).items()
+        }
 
     def call(self, fn, inp, init=True, mask=None, **kw):
         i = inp
@@ -150,26 +177,66 @@ class Mamba3(Case):
     def make(self, b, l, seed=0, device="cpu"):
         randn, rand = gen(seed, device)
         h, n, p = self.h, self.n, self.p
-        return {k: leaf(t) for k, t in dict(
-            x=randn(b, l, h, p), dt=F.softplus(randn(b, l, h) - 0.5), A=-(rand(b, l, h) + 0.2),
-            B=randn(b, l, self.g, n), C=randn(b, l, self.g, n), trap=randn(b, l, h), angles=2 * randn(b, l, h, self.m),
-            B_bias=1 + 0.3 * randn(h, n), C_bias=1 + 0.3 * randn(h, n), D=randn(h),
-            ssm=randn(b, h, n, p), angle=2 * math.pi * rand(b, h, self.m), kprev=randn(b, h, n), vprev=randn(b, h, p),
-        ).items()}
+        return {
+            k: leaf(t)
+            for k, t in dict(
+                x=randn(b, l, h, p),
+                dt=F.softplus(randn(b, l, h) - 0.5),
+                A=-(rand(b, l, h) + 0.2),
+                B=randn(b, l, self.g, n),
+                C=randn(b, l, self.g, n),
+                trap=randn(b, l, h),
+                angles=2 * randn(b, l, h, self.m),
+                B_bias=1 + 0.3 * randn(h, n),
+                C_bias=1 + 0.3 * randn(h, n),
+                D=randn(h),
+                ssm=randn(b, h, n, p),
+                angle=2 * math.pi * rand(b, h, self.m),
+                kprev=randn(b, h, n),
+                vprev=randn(b, h, p),
+            ).items()
+        }
 
     def initial(self, inp):
         return Mamba3State(inp["ssm"], inp["angle"], inp["kprev"], inp["vprev"])
 
     def call(self, fn, inp, init=True, mask=None, **kw):
         i = inp
-        return tup(fn(i["x"], i["dt"], i["A"], i["B"], i["C"], i["trap"], i["angles"], i["B_bias"], i["C_bias"], i["D"],
-                      self.initial(i) if init else None, True, mask, **kw))
+        return tup(
+            fn(
+                i["x"],
+                i["dt"],
+                i["A"],
+                i["B"],
+                i["C"],
+                i["trap"],
+                i["angles"],
+                i["B_bias"],
+                i["C_bias"],
+                i["D"],
+                self.initial(i) if init else None,
+                True,
+                mask,
+                **kw,
+            )
+        )
 
     def steps(self, inp, init=True):
         i, S, ys = inp, (self.initial(inp) if init else None), []
         for t in range(i["x"].shape[1]):
-            y, S = mamba3_step(i["x"][:, t], i["dt"][:, t], i["A"][:, t], i["B"][:, t], i["C"][:, t], i["trap"][:, t],
-                               i["angles"][:, t], S, i["B_bias"], i["C_bias"], i["D"])
+            y, S = mamba3_step(
+                i["x"][:, t],
+                i["dt"][:, t],
+                i["A"][:, t],
+                i["B"][:, t],
+                i["C"][:, t],
+                i["trap"][:, t],
+                i["angles"][:, t],
+                S,
+                i["B_bias"],
+                i["C_bias"],
+                i["D"],
+            )
             ys.append(y)
         return torch.stack(ys, 1), tuple(S)
 
@@ -194,8 +261,15 @@ def close_states(case: Case, got: tuple[Tensor, ...], want: tuple[Tensor, ...], 
         torch.testing.assert_close(a, b, **tol)
 
 
-def check_against(case: Case, inp: dict[str, Tensor], got: tuple[Tensor, tuple], want: tuple[Tensor, tuple],
-                  init: bool = True, seed: int = 1, **tol: float) -> None:
+def check_against(
+    case: Case,
+    inp: dict[str, Tensor],
+    got: tuple[Tensor, tuple],
+    want: tuple[Tensor, tuple],
+    init: bool = True,
+    seed: int = 1,
+    **tol: float,
+) -> None:
     """Values, final states and gradients (on a random cotangent of the output and every state part)."""
     tol = tol or TOL
     torch.testing.assert_close(got[0], want[0], **tol)
@@ -227,15 +301,22 @@ def test_chunk_matches_naive(op, length, chunk, masked, device):
         mask = torch.rand(2, length, generator=torch.Generator().manual_seed(5)) > 0.3
         mask[1, :2] = False  # starts with padding
         mask = mask.to(device)
-    check_against(case, inp, case.call(case.chunk, inp, mask=mask, chunk_size=chunk), case.call(case.naive, inp, mask=mask))
+    check_against(
+        case, inp, case.call(case.chunk, inp, mask=mask, chunk_size=chunk), case.call(case.naive, inp, mask=mask)
+    )
 
 
 @pytest.mark.parametrize("op", ALL)
 def test_chunk_without_initial_state(op):
     case = CASES[op]
     inp = case.make(2, 23, seed=2)
-    check_against(case, inp, case.call(case.chunk, inp, init=False, chunk_size=8),
-                  case.call(case.naive, inp, init=False), init=False)
+    check_against(
+        case,
+        inp,
+        case.call(case.chunk, inp, init=False, chunk_size=8),
+        case.call(case.naive, inp, init=False),
+        init=False,
+    )
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -246,12 +327,14 @@ def test_blocked_linear_scan(n, reverse):
     x = torch.randn(n + 1, 3, 2, generator=g, dtype=F64)
     d = torch.rand(n, 3, 1, generator=g, dtype=F64)
     want = x.clone()
-    for c in (range(n - 1, -1, -1) if reverse else range(n)):
+    for c in range(n - 1, -1, -1) if reverse else range(n):
         if reverse:
             want[c] += d[c] * want[c + 1]
         else:
             want[c + 1] += d[c] * want[c]
-    torch.testing.assert_close(scalar_decay_mod.linear_scan_(x.clone(), d, reverse=reverse), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        scalar_decay_mod.linear_scan_(x.clone(), d, reverse=reverse), want, rtol=1e-12, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("op", CORE_BASED)
@@ -290,7 +373,9 @@ def test_gla_exact_intra_chunk_path_matches_naive(length, chunk, monkeypatch):
     case = CASES["gla"]
     inp = case.make(2, length, seed=16)
     mask = torch.rand(2, length, generator=torch.Generator().manual_seed(17)) > 0.3
-    check_against(case, inp, case.call(case.chunk, inp, mask=mask, chunk_size=chunk), case.call(case.naive, inp, mask=mask))
+    check_against(
+        case, inp, case.call(case.chunk, inp, mask=mask, chunk_size=chunk), case.call(case.naive, inp, mask=mask)
+    )
 
 
 @pytest.mark.parametrize("n, m", [(5, 2), (6, 3), (4, 0)])
@@ -328,9 +413,9 @@ def compact(case: Case, inp: dict[str, Tensor], i: int, keep: Tensor) -> dict[st
     out = {}
     for name, t in inp.items():
         if name in case.seq:
-            out[name] = t[i:i + 1][:, keep]
+            out[name] = t[i : i + 1][:, keep]
         elif name in case.state:
-            out[name] = t[i:i + 1]
+            out[name] = t[i : i + 1]
         else:
             out[name] = t
     return out
@@ -346,23 +431,23 @@ def test_mask_matches_unpadded_sequences(op, impl):
     fn = getattr(case, impl)
     l = 21
     mask = torch.ones(4, l, dtype=torch.bool)
-    mask[0, 15:] = False                       # padded at the end
-    mask[1, :4] = False                        # at the start
-    mask[1, 9:12] = False                      # and in the middle
-    mask[3] = False                            # padding only
+    mask[0, 15:] = False  # padded at the end
+    mask[1, :4] = False  # at the start
+    mask[1, 9:12] = False  # and in the middle
+    mask[3] = False  # padding only
     inp = case.make(4, l, seed=8)
     kw = {"chunk_size": 4} if impl == "chunk" else {}
     with torch.no_grad():
         y, S = case.call(fn, inp, mask=mask, **kw)
         assert torch.all(y[~mask] == 0)
         for i in range(4):
-            S_i = tuple(s[i:i + 1] for s in S)
+            S_i = tuple(s[i : i + 1] for s in S)
             if mask[i].any():
                 y_ref, S_ref = case.call(fn, compact(case, inp, i, mask[i]), **kw)
-                torch.testing.assert_close(y[i:i + 1][:, mask[i]], y_ref, **TOL)
+                torch.testing.assert_close(y[i : i + 1][:, mask[i]], y_ref, **TOL)
                 close_states(case, S_i, S_ref, **TOL)
             else:
-                close_states(case, S_i, tuple(t[i:i + 1] for t in tup((None, case.initial(inp)))[1]), rtol=0, atol=0)
+                close_states(case, S_i, tuple(t[i : i + 1] for t in tup((None, case.initial(inp)))[1]), rtol=0, atol=0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,7 +476,7 @@ def test_strong_decay_stays_finite_and_exact(op):
     inp = case.make(2, 64, seed=10)
     key = "a" if op == "scalar_decay" else "g"
     strong = torch.tensor([60.0, 1.0], dtype=F64).view(2, *[1] * (inp[key].dim() - 1))
-    inp[key] = leaf(inp[key] * strong)      # down to -60 per step, -2000 over a chunk
+    inp[key] = leaf(inp[key] * strong)  # down to -60 per step, -2000 over a chunk
     with torch.no_grad():
         y64, S64 = case.call(case.naive, inp)
         y32, S32 = case.call(case.chunk, {k: t.float() for k, t in inp.items()}, chunk_size=64)
@@ -439,7 +524,7 @@ def test_scalar_decay_naive_matches_dense_form():
     with torch.no_grad():
         q, k = (inp[n].repeat_interleave(case.h // case.hk, 2) for n in ("q", "k"))
         v, a, S0 = inp["v"], inp["a"], inp["S0"]
-        c = a.cumsum(1)                                                   # (b, l, h)
+        c = a.cumsum(1)  # (b, l, h)
         L = torch.exp(c[:, :, None] - c[:, None, :]) * torch.ones(13, 13, dtype=F64).tril()[None, :, :, None]
         o = torch.einsum("btsh,bthd,bshd,bshe->bthe", L, q, k, v) + torch.einsum("bth,bthd,bhde->bthe", c.exp(), q, S0)
         S = torch.einsum("bsh,bshd,bshe->bhde", (c[:, -1:] - c).exp(), k, v) + c[:, -1, :, None, None].exp() * S0
@@ -456,12 +541,15 @@ def test_ssd_naive_matches_dense_attention_form():
     with torch.no_grad():
         x, dt, A, D, S0 = (inp[n] for n in ("x", "dt", "A", "D", "S0"))
         B, C = (inp[n].repeat_interleave(case.h // case.g, 2) for n in ("B", "C"))
-        cum = (dt * A).cumsum(1)                                          # (b, l, h)
+        cum = (dt * A).cumsum(1)  # (b, l, h)
         L = torch.exp(cum[:, :, None] - cum[:, None, :]) * torch.ones(17, 17, dtype=F64).tril()[None, :, :, None]
         scores = torch.einsum("bthn,bshn->btsh", C, B) * L
         y = torch.einsum("btsh,bshp->bthp", scores, dt[..., None] * x) + D[:, None] * x
         y = y + torch.einsum("bth,bthn,bhnp->bthp", cum.exp(), C, S0)
-        S = torch.einsum("bsh,bshn,bshp->bhnp", (cum[:, -1:] - cum).exp() * dt, B, x) + cum[:, -1, :, None, None].exp() * S0
+        S = (
+            torch.einsum("bsh,bshn,bshp->bhnp", (cum[:, -1:] - cum).exp() * dt, B, x)
+            + cum[:, -1, :, None, None].exp() * S0
+        )
         y_naive, (S_naive,) = case.call(ssd_naive, inp)
     torch.testing.assert_close(y_naive, y, **TOL)
     torch.testing.assert_close(S_naive, S, **TOL)
@@ -480,26 +568,32 @@ def test_mamba3_naive_matches_dense_form():
         i = inp
         x, dt, A, trap, D = i["x"], i["dt"], i["A"], i["trap"], i["D"]
         m = case.m
-        theta = i["angle"][:, None] + (math.pi * torch.tanh(i["angles"]) * dt[..., None]).cumsum(1)   # (b, l, h, m)
+        theta = i["angle"][:, None] + (math.pi * torch.tanh(i["angles"]) * dt[..., None]).cumsum(1)  # (b, l, h, m)
 
         def rot(t: Tensor) -> Tensor:  # pairs (2j, 2j + 1) as complex numbers times exp(i theta_j)
-            z = torch.view_as_complex(t[..., :2 * m].reshape(*t.shape[:-1], m, 2).contiguous())
+            z = torch.view_as_complex(t[..., : 2 * m].reshape(*t.shape[:-1], m, 2).contiguous())
             z = torch.view_as_real(z * torch.polar(torch.ones_like(theta), theta)).flatten(-2)
-            return torch.cat([z, t[..., 2 * m:]], -1)
+            return torch.cat([z, t[..., 2 * m :]], -1)
 
         k = rot(i["B"].repeat_interleave(case.h // case.g, 2) + i["B_bias"])
         q = rot(i["C"].repeat_interleave(case.h // case.g, 2) + i["C_bias"])
         lam = torch.sigmoid(trap)
-        ahead = F.pad((dt * (1 - lam))[:, 1:], (0, 0, 0, 1))             # dt_{t+1} (1 - lam_{t+1}), 0 at the end
+        ahead = F.pad((dt * (1 - lam))[:, 1:], (0, 0, 0, 1))  # dt_{t+1} (1 - lam_{t+1}), 0 at the end
         scale = dt * lam + ahead
         cum = (dt * A).cumsum(1)
         L = torch.exp(cum[:, :, None] - cum[:, None, :]) * torch.ones(l, l, dtype=F64).tril()[None, :, :, None]
         qk = torch.einsum("bthn,bshn->btsh", q, k)
         y = torch.einsum("btsh,bsh,bshp->bthp", qk * L, scale, x)
         y = y - (ahead * torch.einsum("bthn,bthn->bth", q, k))[..., None] * x + D[:, None] * x
-        S0 = i["ssm"] + (dt[:, 0] * (1 - lam[:, 0]))[..., None, None] * i["kprev"][..., :, None] * i["vprev"][..., None, :]
+        S0 = (
+            i["ssm"]
+            + (dt[:, 0] * (1 - lam[:, 0]))[..., None, None] * i["kprev"][..., :, None] * i["vprev"][..., None, :]
+        )
         y = y + torch.einsum("bth,bthn,bhnp->bthp", cum.exp(), q, S0)
-        S = torch.einsum("bsh,bshn,bshp->bhnp", (cum[:, -1:] - cum).exp() * scale, k, x) + cum[:, -1, :, None, None].exp() * S0
+        S = (
+            torch.einsum("bsh,bshn,bshp->bhnp", (cum[:, -1:] - cum).exp() * scale, k, x)
+            + cum[:, -1, :, None, None].exp() * S0
+        )
         y_naive, S_naive = case.call(mamba3_naive, inp)
     torch.testing.assert_close(y_naive, y, **TOL)
     close_states(case, S_naive, (S, torch.remainder(theta[:, -1], 2 * math.pi), k[:, -1], x[:, -1]), **TOL)
@@ -512,8 +606,17 @@ def test_mamba3_with_plain_write_is_ssd():
     inp = case.make(2, 20, seed=15)
     with torch.no_grad():
         i = {**inp, "trap": torch.full_like(inp["trap"], 60.0), "angles": inp["angles"][..., :0]}
-        y3 = mamba3_chunk(i["x"], i["dt"], i["A"][0, 0].expand_as(i["dt"]), i["B"], i["C"], i["trap"], i["angles"],
-                          D=i["D"], chunk_size=8)
+        y3 = mamba3_chunk(
+            i["x"],
+            i["dt"],
+            i["A"][0, 0].expand_as(i["dt"]),
+            i["B"],
+            i["C"],
+            i["trap"],
+            i["angles"],
+            D=i["D"],
+            chunk_size=8,
+        )
         y2 = ssd_naive(i["x"], i["dt"], i["A"][0, 0], i["B"], i["C"], i["D"])
     torch.testing.assert_close(y3, y2, **TOL)
 
@@ -573,11 +676,23 @@ def _bad_calls() -> list[tuple[str, Callable[[], Any], str]]:
         ("m3 D", lambda: mamba3_chunk(x, dt, A, B, C, trap, ang, D=f(4, 2)), "D"),
         ("m3 mask", lambda: mamba3_chunk(x, dt, A, B, C, trap, ang, mask=fmask), "mask"),
         ("m3 chunk 0", lambda: mamba3_chunk(x, dt, A, B, C, trap, ang, chunk_size=0), "chunk_size"),
-        ("m3 state part", lambda: mamba3_chunk(x, dt, A, B, C, trap, ang, initial_state=Mamba3State(
-            f(b, 4, 6, 3), f(b, 4, 2), f(b, 4, 5), f(b, 4, 3))), "initial_state.k"),
-        ("m3 state type", lambda: mamba3_naive(x, dt, A, B, C, trap, ang, initial_state=f(b, 4, 6, 3)), "initial_state"),
-        ("m3 step angles", lambda: mamba3_step(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], trap[:, 0], f(b, 4, 5), None),
-         "angles"),
+        (
+            "m3 state part",
+            lambda: mamba3_chunk(
+                x, dt, A, B, C, trap, ang, initial_state=Mamba3State(f(b, 4, 6, 3), f(b, 4, 2), f(b, 4, 5), f(b, 4, 3))
+            ),
+            "initial_state.k",
+        ),
+        (
+            "m3 state type",
+            lambda: mamba3_naive(x, dt, A, B, C, trap, ang, initial_state=f(b, 4, 6, 3)),
+            "initial_state",
+        ),
+        (
+            "m3 step angles",
+            lambda: mamba3_step(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], trap[:, 0], f(b, 4, 5), None),
+            "angles",
+        ),
     ]
 
 

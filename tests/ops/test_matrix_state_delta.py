@@ -1,6 +1,7 @@
 """The delta rule and the gated delta rule (``longrange.ops.matrix_state.delta_rule``): the chunked
 and step-by-step forms against the loop over time, values and gradients in float64; masks against
 unpadded sequences; float32 accuracy; argument checks; FLA's pure-PyTorch references."""
+
 from __future__ import annotations
 
 import pytest
@@ -50,8 +51,12 @@ def run(kind, gated, x, **kw):
                 o, state = delta_rule_step(q[:, t], k[:, t], v[:, t], beta[:, t], state)
             outs.append(o)
         return torch.stack(outs, 1), state
-    fn = {("naive", False): delta_rule_naive, ("naive", True): gated_delta_rule_naive,
-          ("chunk", False): delta_rule_chunk, ("chunk", True): gated_delta_rule_chunk}[kind, gated]
+    fn = {
+        ("naive", False): delta_rule_naive,
+        ("naive", True): gated_delta_rule_naive,
+        ("chunk", False): delta_rule_chunk,
+        ("chunk", True): gated_delta_rule_chunk,
+    }[kind, gated]
     args = {name: t for name, t in x.items() if gated or name != "g"}
     return fn(**args, output_final_state=True, **kw)
 
@@ -131,8 +136,9 @@ def test_pieces_give_the_same_result(monkeypatch, gated):
         monkeypatch.setattr(dr, "group_size", lambda nbytes, a=per_chunk, b=per_head: a if nbytes <= 288 else b)
         assert_same(run("chunk", gated, x, chunk_size=4), whole, x)
         mask = torch.arange(37)[None] < torch.tensor([37, 20, 3])[:, None]
-        torch.testing.assert_close(run("chunk", gated, x, chunk_size=4, mask=mask)[0],
-                                   run("naive", gated, x, mask=mask)[0], **TIGHT)
+        torch.testing.assert_close(
+            run("chunk", gated, x, chunk_size=4, mask=mask)[0], run("naive", gated, x, mask=mask)[0], **TIGHT
+        )
 
 
 def test_unit_lower_inverse_and_its_derivatives():
@@ -204,7 +210,7 @@ def test_mask_equals_the_unpadded_sequences(gated, kind, mask_kind):
     assert (o[~mask] == 0).all()
     for i in range(b):
         keep = mask[i]
-        xi = {name: (t[i:i + 1] if name == "initial_state" else t[i:i + 1, keep]) for name, t in x.items()}
+        xi = {name: (t[i : i + 1] if name == "initial_state" else t[i : i + 1, keep]) for name, t in x.items()}
         oi, si = run(kind, gated, xi, **kw)
         torch.testing.assert_close(o[i, keep], oi[0], **TIGHT)
         torch.testing.assert_close(s[i], si[0], **TIGHT)
@@ -261,8 +267,7 @@ def test_output_in_v_dtype_state_in_compute_dtype(kind):
 def test_without_final_state_and_empty_sequences(gated):
     x = inputs(l=7, gated=gated)
     args = [x["q"], x["k"], x["v"]] + ([x["g"]] if gated else []) + [x["beta"]]
-    naive, chunk = ((gated_delta_rule_naive, gated_delta_rule_chunk) if gated
-                    else (delta_rule_naive, delta_rule_chunk))
+    naive, chunk = (gated_delta_rule_naive, gated_delta_rule_chunk) if gated else (delta_rule_naive, delta_rule_chunk)
     o = chunk(*args, chunk_size=4)
     assert isinstance(o, torch.Tensor)
     torch.testing.assert_close(o, naive(*args), **TIGHT)
@@ -296,8 +301,7 @@ def _bad_cases():
 
 
 @pytest.mark.parametrize("name, kwargs", _bad_cases())
-@pytest.mark.parametrize("fn", [delta_rule_naive, delta_rule_chunk,
-                                gated_delta_rule_naive, gated_delta_rule_chunk])
+@pytest.mark.parametrize("fn", [delta_rule_naive, delta_rule_chunk, gated_delta_rule_naive, gated_delta_rule_chunk])
 def test_bad_inputs_raise_value_errors_naming_the_argument(fn, name, kwargs):
     gated = fn in (gated_delta_rule_naive, gated_delta_rule_chunk)
     if name == "g" and not gated:
@@ -351,9 +355,12 @@ def test_delta_rule_matches_fla_reference(with_state):
     x = {name: t.detach() for name, t in inputs(l=21, dk=8, dv=6, gated=False, state=with_state).items()}
     # FLA: (batch, heads, length, features), scale fixed at dk^-1/2, computes in float32
     bhl = [x[name].transpose(1, 2).float() for name in ("q", "k", "v")]
-    ref_o, ref_s = delta_rule_recurrence(*bhl, x["beta"].transpose(1, 2).float(),
-                                         initial_state=x["initial_state"].float() if with_state else None,
-                                         output_final_state=True)
+    ref_o, ref_s = delta_rule_recurrence(
+        *bhl,
+        x["beta"].transpose(1, 2).float(),
+        initial_state=x["initial_state"].float() if with_state else None,
+        output_final_state=True,
+    )
     for kind in ("naive", "chunk"):
         o, s = run(kind, False, x, **({"chunk_size": 8} if kind == "chunk" else {}))
         torch.testing.assert_close(o.float(), ref_o.transpose(1, 2), rtol=1e-5, atol=1e-5)
@@ -369,8 +376,11 @@ def test_gated_delta_rule_matches_fla_reference(with_state):
     x = {name: t.detach() for name, t in inputs(l=21, dk=8, dv=6, state=with_state).items()}
     # FLA: our layout, argument order (q, k, v, beta, g), computes in float32
     ref_o, ref_s = naive_recurrent_gated_delta_rule(
-        *(x[name].float() for name in ("q", "k", "v", "beta", "g")), scale=0.3,
-        initial_state=x["initial_state"].float() if with_state else None, output_final_state=True)
+        *(x[name].float() for name in ("q", "k", "v", "beta", "g")),
+        scale=0.3,
+        initial_state=x["initial_state"].float() if with_state else None,
+        output_final_state=True,
+    )
     for kind in ("naive", "chunk"):
         o, s = run(kind, True, x, scale=0.3, **({"chunk_size": 8} if kind == "chunk" else {}))
         torch.testing.assert_close(o.float(), ref_o, rtol=1e-5, atol=1e-5)

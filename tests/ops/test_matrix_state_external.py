@@ -6,6 +6,7 @@ small input: on an H100, flash-linear-attention's gated delta rule ran its forwa
 its backward (a Triton version it knows to be wrong on Hopper), and under bf16 autocast its kernels
 refused our mixed-dtype inputs. The stand-ins reproduce those two failures here.
 """
+
 from __future__ import annotations
 
 import sys
@@ -24,8 +25,9 @@ def test_fla_gets_q_k_v_and_beta_in_one_dtype_and_the_log_decays_in_float32():
     out = external.fla_dtypes("gated_delta_rule", [q, k, v, g, beta])
     assert [t.dtype for t in out] == [torch.bfloat16] * 3 + [torch.float32, torch.bfloat16]
     assert [t.dtype for t in external.fla_dtypes("delta_rule", [q, k, v, beta])] == [torch.bfloat16] * 4
-    assert [t.dtype for t in external.fla_dtypes("gla", [q, k, v, g.expand(1, 4, 2).unsqueeze(-1)])] == \
-        [torch.bfloat16] * 3 + [torch.float32]
+    assert [t.dtype for t in external.fla_dtypes("gla", [q, k, v, g.expand(1, 4, 2).unsqueeze(-1)])] == [
+        torch.bfloat16
+    ] * 3 + [torch.float32]
     same = external.fla_dtypes("delta_rule", [q, k, q, beta])  # all float32: left as they are
     assert all(t.dtype == torch.float32 for t in same) and same[0] is q
 

@@ -1,11 +1,11 @@
 """The chunked selective scan against the sequential reference: values, last states and gradients."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from longrange.ops.scan import chunked as chunked_mod
-from longrange.ops.scan import dispatch as scan_mod
 from longrange.ops.scan import (
     default_impl,
     linear_scan,
@@ -14,6 +14,7 @@ from longrange.ops.scan import (
     selective_scan_ref,
     set_default_impl,
 )
+from longrange.ops.scan import dispatch as scan_mod
 
 F64 = dict(dtype=torch.float64)
 
@@ -100,7 +101,9 @@ def test_segmented_long_scan_matches_ref_values_and_grads(layout, with_initial_s
         extra2 = {"initial_state": leaves["initial_state"]} if with_initial_state else {}
         out, last = run(fn, leaves, use, last=True, **extra2, **kw2)
         g = torch.Generator().manual_seed(5)
-        return (out * torch.randn(out.shape, generator=g, **F64)).sum() + (last * torch.randn(last.shape, generator=g, **F64)).sum()
+        return (out * torch.randn(out.shape, generator=g, **F64)).sum() + (
+            last * torch.randn(last.shape, generator=g, **F64)
+        ).sum()
 
     g_ref = torch.autograd.grad(loss(selective_scan_ref), [leaves[k] for k in names])
     g = torch.autograd.grad(loss(selective_scan_chunked, **kw), [leaves[k] for k in names])
@@ -197,13 +200,25 @@ def test_tiny_decay_matches_ref(method):
 @pytest.mark.parametrize("fn", [selective_scan_ref, selective_scan_chunked])
 def test_continuing_from_last_state_equals_one_scan(fn):
     inp = make_inputs(l=23, layout="shared", seed=4)
-    full, last_full = fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
-                         inp["delta_bias"], True, True)
+    full, last_full = fn(
+        inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"], inp["delta_bias"], True, True
+    )
     cut = 9
     parts, state = [], None
     for sl in (slice(0, cut), slice(cut, None)):
-        y, state = fn(inp["u"][..., sl], inp["delta"][..., sl], inp["A"], inp["B"][..., sl], inp["C"][..., sl],
-                      inp["D"], inp["z"][..., sl], inp["delta_bias"], True, True, initial_state=state)
+        y, state = fn(
+            inp["u"][..., sl],
+            inp["delta"][..., sl],
+            inp["A"],
+            inp["B"][..., sl],
+            inp["C"][..., sl],
+            inp["D"],
+            inp["z"][..., sl],
+            inp["delta_bias"],
+            True,
+            True,
+            initial_state=state,
+        )
         parts.append(y)
     torch.testing.assert_close(torch.cat(parts, -1), full, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(state, last_full, rtol=1e-10, atol=1e-10)
@@ -219,7 +234,12 @@ def test_initial_state_gradient_matches_ref(method):
         y = fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], delta_softplus=True, initial_state=s, **kw)
         return torch.autograd.grad((y * inp["z"]).sum(), s)[0]
 
-    torch.testing.assert_close(grad(selective_scan_chunked, chunk_size=4, chunk_method=method), grad(selective_scan_ref), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(
+        grad(selective_scan_chunked, chunk_size=4, chunk_method=method),
+        grad(selective_scan_ref),
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 def test_float32_inputs_give_float32_output_close_to_float64():
@@ -297,8 +317,11 @@ def test_linear_scan_matches_loop_and_validates(method):
 def _bad_shape_cases():
     b, d, n, l = 2, 4, 3, 5
     good = dict(
-        u=torch.randn(b, d, l), delta=torch.randn(b, d, l), A=-torch.rand(d, n),
-        B=torch.randn(b, n, l), C=torch.randn(b, n, l),
+        u=torch.randn(b, d, l),
+        delta=torch.randn(b, d, l),
+        A=-torch.rand(d, n),
+        B=torch.randn(b, n, l),
+        C=torch.randn(b, n, l),
     )
     yield "u", dict(good, u=torch.randn(b, d)), "u must have shape"
     yield "delta", dict(good, delta=torch.randn(b, d, l + 1)), "delta must have the shape of u"
@@ -323,8 +346,9 @@ def test_bad_shapes_raise(impl, case):
 
 def test_error_message_names_expected_and_actual_shape():
     with pytest.raises(ValueError) as info:
-        selective_scan(torch.randn(2, 4, 5), torch.randn(2, 4, 5), -torch.rand(4, 3), torch.randn(2, 9, 5),
-                       torch.randn(2, 3, 5))
+        selective_scan(
+            torch.randn(2, 4, 5), torch.randn(2, 4, 5), -torch.rand(4, 3), torch.randn(2, 9, 5), torch.randn(2, 3, 5)
+        )
     assert "(2, 3, 5)" in str(info.value) and "(2, 9, 5)" in str(info.value)
 
 
@@ -351,7 +375,6 @@ def test_zero_length_returns_empty_output_and_initial_state():
         assert y.shape == (2, 4, 0) and torch.equal(s, torch.zeros(2, 4, 3, **F64))
 
 
-
 # --------------------------------------------------------------------------------------------
 # Determinism: with PyTorch's deterministic algorithms on, no implementation whose backward is not
 # --------------------------------------------------------------------------------------------
@@ -360,7 +383,10 @@ def test_zero_length_returns_empty_output_and_initial_state():
 @pytest.fixture
 def deterministic():
     """torch.use_deterministic_algorithms(True) inside the test, restored afterwards."""
-    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    before, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(True)
     yield
     torch.use_deterministic_algorithms(before, warn_only=warn_only)
@@ -397,7 +423,10 @@ def test_forcing_a_non_deterministic_impl_raises_naming_the_alternatives(determi
 def test_warn_only_mode_warns_and_runs(monkeypatch):
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    before, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         inp = make_inputs(l=6, layout="shared")
@@ -418,8 +447,13 @@ def test_deterministic_impls_repeat_their_gradients_bit_for_bit(impl):
     def grads():
         leaves = {k: v.float().requires_grad_() for k, v in inp.items()}
         leaves["h0"] = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(4)).requires_grad_()
-        y, last = selective_scan(*(leaves[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")), True, True,
-                                 leaves["h0"], impl=impl)
+        y, last = selective_scan(
+            *(leaves[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")),
+            True,
+            True,
+            leaves["h0"],
+            impl=impl,
+        )
         (y.square().sum() + last.sum()).backward()
         return [y, last] + [leaves[k].grad for k in sorted(leaves)]
 

@@ -1,6 +1,7 @@
 """The numba selective scan against the sequential reference: values, last states, every gradient,
 float32 and float64, every B/C layout and option; non-contiguous inputs, partial requires_grad,
 no_grad; dispatch and the fallback without numba."""
+
 from __future__ import annotations
 
 import math
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from longrange.ops.scan import auto_impl, selective_scan, selective_scan_ref
 from longrange.ops.scan import dispatch as scan_mod
 from longrange.ops.scan import numba as scan_numba
-from longrange.ops.scan import auto_impl, selective_scan, selective_scan_ref
 from longrange.ops.scan.numba import numba_available, selective_scan_numba
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba does not import")
@@ -43,8 +44,14 @@ def make_inputs(b=2, d=4, n=3, l=13, layout="shared", groups=2, seed=0, layout_C
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
     shapes = {"time_invariant": (d, n), "shared": (b, n, l), "grouped": (b, groups, n, l)}
     return dict(
-        u=r(b, d, l), delta=r(b, d, l), A=-(torch.rand(d, n, generator=g, dtype=torch.float64) + 0.1),
-        B=r(*shapes[layout]), C=r(*shapes[layout_C or layout]), D=r(d), z=r(b, d, l), delta_bias=r(d),
+        u=r(b, d, l),
+        delta=r(b, d, l),
+        A=-(torch.rand(d, n, generator=g, dtype=torch.float64) + 0.1),
+        B=r(*shapes[layout]),
+        C=r(*shapes[layout_C or layout]),
+        D=r(d),
+        z=r(b, d, l),
+        delta_bias=r(d),
         initial_state=r(b, d, n),
     )
 
@@ -64,7 +71,10 @@ def grads(fn, inp, use, softplus=True, names=None, dtype=torch.float64):
     leaves = {k: v.to(dtype).detach().requires_grad_(k in names) for k, v in inp.items()}
     out, last = call(fn, leaves, use, softplus)
     g = torch.Generator().manual_seed(123)
-    proj, proj_last = torch.randn(out.shape, generator=g, dtype=torch.float64), torch.randn(last.shape, generator=g, dtype=torch.float64)
+    proj, proj_last = (
+        torch.randn(out.shape, generator=g, dtype=torch.float64),
+        torch.randn(last.shape, generator=g, dtype=torch.float64),
+    )
     loss = (out * proj.to(out.dtype)).sum() + (last * proj_last.to(last.dtype)).sum()
     return names, torch.autograd.grad(loss, [leaves[k] for k in names])
 
@@ -87,7 +97,9 @@ def test_matches_ref_values_and_grads(kernel, dtype, layout, use, softplus):
         torch.testing.assert_close(a.double(), b, **GRAD_TOL[dtype], msg=f"gradient w.r.t. {name}")
 
 
-@pytest.mark.parametrize("layout_B,layout_C", [("time_invariant", "grouped"), ("grouped", "shared"), ("shared", "time_invariant")])
+@pytest.mark.parametrize(
+    "layout_B,layout_C", [("time_invariant", "grouped"), ("grouped", "shared"), ("shared", "time_invariant")]
+)
 @pytest.mark.parametrize("threads", [1, 3])
 def test_mixed_layouts_and_task_splits(kernel, layout_B, layout_C, threads):
     """B and C in different layouts, several channels per group (d=12, 2 or 4 groups): every
@@ -106,12 +118,15 @@ def test_mixed_layouts_and_task_splits(kernel, layout_B, layout_C, threads):
         torch.testing.assert_close(a, b, **GRAD_TOL[torch.float64], msg=f"gradient w.r.t. {name}")
 
 
-@pytest.mark.parametrize("b,d,B4,C4,threads,expected", [
-    (8, 128, (8, 1, 1024, 16), (8, 1, 1024, 16), 2, 128),  # shared: one task per batch element is enough
-    (1, 128, (1, 1, 64, 16), (1, 1, 64, 16), 2, 16),  # batch 1: split the channels into 8 tasks
-    (1, 12, (1, 4, 9, 5), (1, 12, 1, 5), 16, 1),  # more threads than channels: one channel per task
-    (2, 12, (2, 4, 9, 5), (2, 2, 9, 5), 1, 3),  # at most the 3 channels of a group of B
-])
+@pytest.mark.parametrize(
+    "b,d,B4,C4,threads,expected",
+    [
+        (8, 128, (8, 1, 1024, 16), (8, 1, 1024, 16), 2, 128),  # shared: one task per batch element is enough
+        (1, 128, (1, 1, 64, 16), (1, 1, 64, 16), 2, 16),  # batch 1: split the channels into 8 tasks
+        (1, 12, (1, 4, 9, 5), (1, 12, 1, 5), 16, 1),  # more threads than channels: one channel per task
+        (2, 12, (2, 4, 9, 5), (2, 2, 9, 5), 1, 3),  # at most the 3 channels of a group of B
+    ],
+)
 def test_channels_per_task(b, d, B4, C4, threads, expected):
     size = scan_numba._channels_per_task(b, d, torch.empty(B4), torch.empty(C4), threads)
     assert size == expected
@@ -300,16 +315,19 @@ def test_warm_up_loads_both_dtypes():
         assert {str(sig[0].dtype) for sig in kernel.signatures} >= {"float32", "float64"}, kernel
 
 
-@pytest.mark.parametrize("b,d,n,B,C,threads,itemsize,expected", [
-    (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 2, 4, (256, 16)),  # the Mamba backbone: all channels per task
-    (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 16, 4, (128, 16)),  # 16 threads: 16 tasks
-    (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 2, 8, (256, 8)),  # float64: shorter chunks
-    (1, 256, 16, (1, 1, 1024, 16), (1, 1, 1024, 16), 64, 4, (16, 16)),  # no block narrower than 16
-    (2, 96, 4, (2, 1, 9, 4), (2, 1, 9, 4), 1, 4, (96, 64)),
-    (2, 96, 4, (2, 4, 9, 4), (2, 3, 9, 4), 1, 4, None),  # groups of 24 and 32 channels: blocks of 8 only
-    (2, 96, 4, (1, 96, 1, 4), (2, 1, 9, 4), 1, 4, None),  # time-invariant B
-    (1, 1024, 16, (1, 1, 9, 16), (1, 1, 9, 16), 2, 4, (256, 16)),  # at most 256 channels per task
-])
+@pytest.mark.parametrize(
+    "b,d,n,B,C,threads,itemsize,expected",
+    [
+        (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 2, 4, (256, 16)),  # the Mamba backbone: all channels per task
+        (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 16, 4, (128, 16)),  # 16 threads: 16 tasks
+        (8, 256, 16, (8, 1, 1024, 16), (8, 1, 1024, 16), 2, 8, (256, 8)),  # float64: shorter chunks
+        (1, 256, 16, (1, 1, 1024, 16), (1, 1, 1024, 16), 64, 4, (16, 16)),  # no block narrower than 16
+        (2, 96, 4, (2, 1, 9, 4), (2, 1, 9, 4), 1, 4, (96, 64)),
+        (2, 96, 4, (2, 4, 9, 4), (2, 3, 9, 4), 1, 4, None),  # groups of 24 and 32 channels: blocks of 8 only
+        (2, 96, 4, (1, 96, 1, 4), (2, 1, 9, 4), 1, 4, None),  # time-invariant B
+        (1, 1024, 16, (1, 1, 9, 16), (1, 1, 9, 16), 2, 4, (256, 16)),  # at most 256 channels per task
+    ],
+)
 def test_channels_last_tiles(b, d, n, B, C, threads, itemsize, expected):
     """(channels per task, positions per chunk) of the channels-last kernels, or None where they do
     not apply; the chunk does not depend on the threads (it fixes the stored states' shape)."""
@@ -347,8 +365,10 @@ def test_channels_last_at_model_width(dtype):
         previous = scan_numba.CL_MIN_WIDTH
         scan_numba.CL_MIN_WIDTH = width
         try:
-            results[kernel] = call(selective_scan_numba, {k: v.to(dtype) for k, v in inp.items()}, use), \
-                grads(selective_scan_numba, inp, use, dtype=dtype)[1]
+            results[kernel] = (
+                call(selective_scan_numba, {k: v.to(dtype) for k, v in inp.items()}, use),
+                grads(selective_scan_numba, inp, use, dtype=dtype)[1],
+            )
         finally:
             scan_numba.CL_MIN_WIDTH = previous
     (y0, s0), g0 = results["states"]

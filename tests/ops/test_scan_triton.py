@@ -5,6 +5,7 @@ module picks the interpreter when a kernel is launched, not when it is imported)
 run the compiled kernels when a GPU is present. The interpreter is slow, so the shapes are tiny
 and the chunks and channel blocks small, so that every test still crosses chunk and block edges.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from longrange.ops.scan import triton as scan_triton  # noqa: E402
 from longrange.ops.scan import selective_scan_ref  # noqa: E402
+from longrange.ops.scan import triton as scan_triton  # noqa: E402
 from longrange.ops.scan.triton import _selective_scan_triton, selective_scan_triton, triton_available  # noqa: E402
 
 F64 = dict(dtype=torch.float64)
@@ -79,7 +80,9 @@ def compare(inp, use, softplus, device, rtol=1e-10, atol=1e-10, grad_tol=None, c
     for name, a, r in zip(names, grads, g_ref):
         assert a.dtype == kernel_in[name].dtype and a.shape == kernel_in[name].shape, name
         assert torch.isfinite(a).all(), name
-        torch.testing.assert_close(a.cpu().double(), r, rtol=grad_tol[0], atol=grad_tol[1], msg=f"gradient w.r.t. {name}")
+        torch.testing.assert_close(
+            a.cpu().double(), r, rtol=grad_tol[0], atol=grad_tol[1], msg=f"gradient w.r.t. {name}"
+        )
 
 
 @pytest.mark.parametrize("layout", ["time_invariant", "shared", "grouped"])
@@ -143,7 +146,9 @@ def test_default_settings_and_inference_path(device):
     args = [inp[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")]
     y_ref, s_ref = selective_scan_ref(*args, True, True, inp["initial_state"])
     with torch.no_grad():
-        y, s = selective_scan_triton(*args, delta_softplus=True, return_last_state=True, initial_state=inp["initial_state"])
+        y, s = selective_scan_triton(
+            *args, delta_softplus=True, return_last_state=True, initial_state=inp["initial_state"]
+        )
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(s, s_ref, rtol=1e-10, atol=1e-10)
     y_only = selective_scan_triton(*args[:5])
@@ -165,8 +170,9 @@ def test_continuing_from_last_state_equals_one_scan(device):
 
 def test_zero_length(device):
     inp = {k: v.to(device) for k, v in make_inputs(l=0).items()}
-    y, s = selective_scan_triton(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], return_last_state=True,
-                                 initial_state=inp["initial_state"])
+    y, s = selective_scan_triton(
+        inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], return_last_state=True, initial_state=inp["initial_state"]
+    )
     assert y.shape == (2, 4, 0) and torch.equal(s, inp["initial_state"])
 
 
@@ -208,10 +214,32 @@ def test_kernels_compile_for_a_cuda_gpu(variant, compile_for_cuda):
 
     sizes, dtype, varies, one_group, options = variant
     acc = K.tl.float64 if dtype == "fp64" else K.tl.float32
-    flags = dict(B_VARIES=varies, C_VARIES=varies, B_ONE_GROUP=one_group, C_ONE_GROUP=one_group, HAS_D=options,
-                 HAS_Z=options, HAS_BIAS=options, SOFTPLUS=options, ACC=acc)
-    state_ptrs = ("A_ptr", "D_ptr", "bias_ptr", "h0_ptr", "last_ptr", "states_ptr", "dlast_ptr", "dA_ptr", "dB_ptr",
-                  "dC_ptr", "dD_ptr", "dbias_ptr", "dh0_ptr")
+    flags = dict(
+        B_VARIES=varies,
+        C_VARIES=varies,
+        B_ONE_GROUP=one_group,
+        C_ONE_GROUP=one_group,
+        HAS_D=options,
+        HAS_Z=options,
+        HAS_BIAS=options,
+        SOFTPLUS=options,
+        ACC=acc,
+    )
+    state_ptrs = (
+        "A_ptr",
+        "D_ptr",
+        "bias_ptr",
+        "h0_ptr",
+        "last_ptr",
+        "states_ptr",
+        "dlast_ptr",
+        "dA_ptr",
+        "dB_ptr",
+        "dC_ptr",
+        "dD_ptr",
+        "dbias_ptr",
+        "dh0_ptr",
+    )
     pointer = lambda name: "fp32" if dtype != "fp64" and name in state_ptrs else dtype  # noqa: E731
     for fn, extra in ((K._fwd, dict(HAS_H0=options, STORE_STATES=options)), (K._bwd, {})):
         assert compile_for_cuda(K.JITFunction(fn), dict(sizes, **flags, **extra), pointer, 4)

@@ -1,4 +1,5 @@
 """Sliding-window attention against its dense masked reference (values and gradients, float64)."""
+
 from __future__ import annotations
 
 import pytest
@@ -80,7 +81,9 @@ def test_padding_is_never_attended_and_padded_outputs_are_zero():
     q, k, v = qkv(length=10)
     mask = make_mask("padded", 3, 10)
     out = sliding_window_attention(q, k, v, mask, False, 3)
-    assert torch.equal(out[~mask[:, None, :, None].expand_as(out)], torch.zeros_like(out[~mask[:, None, :, None].expand_as(out)]))
+    assert torch.equal(
+        out[~mask[:, None, :, None].expand_as(out)], torch.zeros_like(out[~mask[:, None, :, None].expand_as(out)])
+    )
     v2 = v.detach().clone()
     v2[~mask[:, None, :, None].expand_as(v2)] = 1e6
     torch.testing.assert_close(sliding_window_attention(q, k, v2, mask, False, 3), out)

@@ -7,6 +7,7 @@ The numba kernels compute in float64 and round once (the Cauchy product) or keep
 float64 (the Vandermonde product); the Triton kernels (in the interpreter, with the GPU's tiles)
 compute in float32 by default (the Cauchy kernels with compensated arithmetic), in float64 with
 ``DEFAULT_CONFIG[...]["float64"]``."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -38,16 +39,22 @@ def _assert_as_accurate(rows: dict[str, dict], impl: str, op: str, factor: float
     for name in ERRORS[op]:
         for stat in ("max", "mean"):
             key = f"{name}_{stat}"
-            assert rows[impl][key] <= factor * direct[key], f"{impl} {key}: {rows[impl][key]:.3g} > {factor} x {direct[key]:.3g}"
+            assert rows[impl][key] <= factor * direct[key], (
+                f"{impl} {key}: {rows[impl][key]:.3g} > {factor} x {direct[key]:.3g}"
+            )
 
 
 @pytest.mark.skipif(not ssm_numba.numba_available(), reason="numba does not import")
-@pytest.mark.parametrize("case, N, L", [("cauchy", 128, 8192), ("vandermonde", 256, 4096), ("vandermonde-long", 64, 16384)])
+@pytest.mark.parametrize(
+    "case, N, L", [("cauchy", 128, 8192), ("vandermonde", 256, 4096), ("vandermonde-long", 64, 16384)]
+)
 def test_numba_kernels_are_at_least_as_accurate_as_the_direct_sum(script, case, N, L):
     rows = _rows(script, case, ["numba"], N, L)
     op = "cauchy" if case == "cauchy" else "vandermonde"
     _assert_as_accurate(rows, "numba", op)
-    if op == "cauchy":  # float64 throughout, rounded once: the output and the gradients of v and w to float32's rounding
+    if (
+        op == "cauchy"
+    ):  # float64 throughout, rounded once: the output and the gradients of v and w to float32's rounding
         for key in ("out_max", "dv_max", "dw_max"):
             assert rows["numba"][key] < 1.2e-7, (key, rows["numba"][key])
 
@@ -94,10 +101,27 @@ def test_the_script_prints_its_tables(script, capsys, tmp_path):
     out = tmp_path / "accuracy.json"
     threads = torch.get_num_threads()
     try:
-        result = script.main(["--cases", "cauchy,vandermonde", "--impls", "numba", "--N", "16", "--L", "512", "--threads", "1",
-                              "--json", str(out)])
+        result = script.main(
+            [
+                "--cases",
+                "cauchy,vandermonde",
+                "--impls",
+                "numba",
+                "--N",
+                "16",
+                "--L",
+                "512",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
-    assert {(r["case"], r["impl"]) for r in result["rows"]} >= {("cauchy", "numba"), ("vandermonde", "float32 direct sum")}
+    assert {(r["case"], r["impl"]) for r in result["rows"]} >= {
+        ("cauchy", "numba"),
+        ("vandermonde", "float32 direct sum"),
+    }
     printed = capsys.readouterr().out
     assert "**cauchy** (N=16 L=512)" in printed and "| numba |" in printed and out.exists()

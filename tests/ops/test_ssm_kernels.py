@@ -1,4 +1,5 @@
 """SSM kernels (diagonal and DPLR) against explicit recurrences: values and gradients in float64."""
+
 import pytest
 import torch
 
@@ -178,9 +179,7 @@ def test_dplr_kernel_matches_dense_recurrence(rank, L, conj_pairs):
 def test_dplr_rank_one_accepts_unbatched_factors():
     torch.manual_seed(4)
     dt, Lam, P, Q, B, C = _dplr_params(2, 5, 1)
-    torch.testing.assert_close(
-        dplr_ssm_kernel(dt, Lam, P[0], Q[0], B, C, 9), dplr_ssm_kernel(dt, Lam, P, Q, B, C, 9)
-    )
+    torch.testing.assert_close(dplr_ssm_kernel(dt, Lam, P[0], Q[0], B, C, 9), dplr_ssm_kernel(dt, Lam, P, Q, B, C, 9))
 
 
 @pytest.mark.parametrize("conj_pairs", [False, True])
@@ -201,9 +200,7 @@ def test_conjugate_pair_storage_equals_completed_system():
     torch.manual_seed(6)
     dt, Lam, P, Q, B, C = _dplr_params(2, 3, 2)
     half = dplr_generating_kernel(dt, Lam, P, Q, B, C, 11, conj_pairs=True)
-    full = dplr_generating_kernel(
-        dt, *(complete_conj(t) for t in (Lam, P, Q, B, C)), 11, conj_pairs=False
-    )
+    full = dplr_generating_kernel(dt, *(complete_conj(t) for t in (Lam, P, Q, B, C)), 11, conj_pairs=False)
     torch.testing.assert_close(half, full)
 
 
@@ -221,7 +218,13 @@ def test_legs_nplr_kernel_equals_dense_legs_kernel(L):
     assert expected.imag.abs().max() < 1e-12
     C_eig = c.to(C128) @ V  # y = c x = c V_full x̃ -> first half of the pair
     K = dplr_ssm_kernel(
-        dt, Lam.expand(H, -1), P.expand(1, H, -1), P.expand(1, H, -1), B_eig.expand(H, -1), C_eig, L,
+        dt,
+        Lam.expand(H, -1),
+        P.expand(1, H, -1),
+        P.expand(1, H, -1),
+        B_eig.expand(H, -1),
+        C_eig,
+        L,
         conj_pairs=True,
     )
     torch.testing.assert_close(K, expected.real, rtol=1e-9, atol=1e-9)

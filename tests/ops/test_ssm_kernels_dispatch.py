@@ -1,5 +1,6 @@
 """The choice of implementation of the Vandermonde and Cauchy products: auto per device, forcing one,
 the errors, the deterministic rule, the record in ``longrange.ops.used``, the package layout."""
+
 from __future__ import annotations
 
 import ast
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ssm_kernel_cases import cauchy_inputs, vandermonde_inputs  # noqa: E402 - a helper module next to this file
 
 from longrange.layers.dlr import DLR
 from longrange.layers.s4 import S4
@@ -15,8 +17,6 @@ from longrange.ops import ssm_kernels, used
 from longrange.ops.ssm_kernels import dispatch, keops
 from longrange.ops.ssm_kernels import numba as ssm_numba
 from longrange.ops.ssm_kernels import triton as ssm_triton
-
-from ssm_kernel_cases import cauchy_inputs, vandermonde_inputs  # noqa: E402 - a helper module next to this file
 
 OPS = ("vandermonde", "cauchy")
 
@@ -86,7 +86,11 @@ def test_auto_on_meta_is_the_gpus_kernel_by_its_fake_implementation(no_triton):
 
 def test_available_impls_on_the_functions_and_in_the_table(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    expected = ["triton"] * (ssm_triton._kernel_module() is not None) + ["numba"] * ssm_numba.numba_available() + ["chunked", "ref"]
+    expected = (
+        ["triton"] * (ssm_triton._kernel_module() is not None)
+        + ["numba"] * ssm_numba.numba_available()
+        + ["chunked", "ref"]
+    )
     assert ssm_kernels.vandermonde_kernel.available_impls("cpu") == expected
     assert ssm_kernels.available_impls("vandermonde", "cpu") == expected
     assert ssm_kernels.cauchy.available_impls("cpu") == expected
@@ -118,7 +122,10 @@ def test_pykeops_is_not_a_vandermonde_impl():
 @pytest.mark.parametrize("op", OPS)
 def test_forced_impl_that_cannot_run_here_says_why(op, monkeypatch, no_numba, no_triton):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    with pytest.raises(RuntimeError, match=r"impl='numba' needs the numba package, which does not import .*available here: chunked, ref"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"impl='numba' needs the numba package, which does not import .*available here: chunked, ref",
+    ):
         _call(op, "numba")
     with pytest.raises(RuntimeError, match="impl='triton' needs the triton package, which does not import"):
         _call(op, "triton")
@@ -207,7 +214,10 @@ def test_deterministic_mode_keeps_auto_off_non_deterministic_backwards(op, monke
     used.reset()
     _call(op)
     assert used.kernels() == {op: "chunked"}
-    with pytest.raises(RuntimeError, match=r"impl='numba' has a non-deterministic backward .* deterministic implementations 'chunked', 'ref'"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"impl='numba' has a non-deterministic backward .* deterministic implementations 'chunked', 'ref'",
+    ):
         _call(op, "numba")
 
 
@@ -264,9 +274,24 @@ def test_layers_record_their_products():
 
 #: The public names of the former module ``longrange.ops.ssm_kernels``, which the package keeps.
 FORMER_NAMES = [
-    "CAUCHY_CHUNK_ELEMENTS", "DISCRETIZATIONS", "bilinear_dense", "c_tilde_to_c", "c_to_c_tilde", "cauchy", "cauchy_impl",
-    "cauchy_ref", "complete_conj", "dense_ssm_kernel_ref", "diag_ssm_kernel", "diag_ssm_kernel_ref", "discretize_diag",
-    "dplr_dense", "dplr_generating_kernel", "dplr_ssm_kernel", "dplr_ssm_kernel_ref", "vandermonde_kernel",
+    "CAUCHY_CHUNK_ELEMENTS",
+    "DISCRETIZATIONS",
+    "bilinear_dense",
+    "c_tilde_to_c",
+    "c_to_c_tilde",
+    "cauchy",
+    "cauchy_impl",
+    "cauchy_ref",
+    "complete_conj",
+    "dense_ssm_kernel_ref",
+    "diag_ssm_kernel",
+    "diag_ssm_kernel_ref",
+    "discretize_diag",
+    "dplr_dense",
+    "dplr_generating_kernel",
+    "dplr_ssm_kernel",
+    "dplr_ssm_kernel_ref",
+    "vandermonde_kernel",
     "vandermonde_kernel_ref",
 ]
 
@@ -289,6 +314,9 @@ def test_implementations_import_the_shared_module_not_each_other():
                 target = node.module.rsplit(".", 1)[-1]
                 if target in ("ssm_kernels", f"_{name}_kernels", "_numba_kernels", "_triton_kernels"):
                     continue  # the module's own compiled kernels (imported lazily)
-                assert target in ("common", "reference") and not (target == "reference" and name != "chunked"), (name, target)
+                assert target in ("common", "reference") and not (target == "reference" and name != "chunked"), (
+                    name,
+                    target,
+                )
                 assert not any(alias.name.startswith("_") for alias in node.names), (name, target)
     assert dispatch.vandermonde_kernel is ssm_kernels.vandermonde_kernel

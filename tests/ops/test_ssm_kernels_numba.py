@@ -2,18 +2,20 @@
 every gradient, float64 and float32, odd lengths, state sizes that are not a multiple of the
 vector width, shared and per-channel modes, conjugate pairs, broadcasting; the S4D and S4 kernels
 built on them (both discretisations, both directions); determinism across thread counts."""
+
 from __future__ import annotations
 
 import pytest
+import ssm_kernel_cases as cases  # noqa: E402 - a helper module next to this file
 import torch
 
 from longrange.ops.ssm_kernels import diag_ssm_kernel, diag_ssm_kernel_ref, dplr_ssm_kernel, dplr_ssm_kernel_ref
 from longrange.ops.ssm_kernels import numba as ssm_numba
 from longrange.ops.ssm_kernels.dispatch import cauchy, vandermonde_kernel
 
-import ssm_kernel_cases as cases  # noqa: E402 - a helper module next to this file
-
-pytestmark = pytest.mark.skipif(not ssm_numba.numba_available(), reason=f"numba does not import: {ssm_numba.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(
+    not ssm_numba.numba_available(), reason=f"numba does not import: {ssm_numba.unavailable_reason()}"
+)
 F64, F32 = torch.float64, torch.float32
 
 
@@ -31,7 +33,9 @@ F64, F32 = torch.float64, torch.float32
 )
 def test_vandermonde_matches_reference(H, M, lead, shared, L, dtype):
     inputs = cases.vandermonde_inputs(H, M, lead, shared, seed=H * M + L)
-    cases.assert_matches_reference(cases.vandermonde("numba", L), cases.vandermonde_ref(L), inputs, dtype, what="vandermonde numba")
+    cases.assert_matches_reference(
+        cases.vandermonde("numba", L), cases.vandermonde_ref(L), inputs, dtype, what="vandermonde numba"
+    )
 
 
 def test_vandermonde_long_kernel_float32_is_accurate():
@@ -39,7 +43,9 @@ def test_vandermonde_long_kernel_float32_is_accurate():
     (the recurrence reference in float64 is the truth)."""
     log_dA, W = cases.vandermonde_inputs(2, 6, seed=3)
     log_dA = log_dA * 0.02  # slow decay: the powers stay large over the whole length
-    cases.assert_matches_reference(cases.vandermonde("numba", 5000), cases.vandermonde_ref(5000), (log_dA, W), F32, tol=1e-5)
+    cases.assert_matches_reference(
+        cases.vandermonde("numba", 5000), cases.vandermonde_ref(5000), (log_dA, W), F32, tol=1e-5
+    )
 
 
 def test_vandermonde_result_does_not_depend_on_the_threads():
@@ -74,8 +80,14 @@ def test_vandermonde_result_does_not_depend_on_the_threads():
 )
 def test_cauchy_matches_reference(v_shape, z_shape, w_shape, conj_pairs, dtype):
     inputs = cases.cauchy_inputs(v_shape, z_shape, w_shape, seed=len(v_shape) + z_shape[-1])
-    cases.assert_matches_reference(cases.cauchy_with("numba", conj_pairs), cases.cauchy_reference(conj_pairs), inputs, dtype,
-                             tol=1e-10 if dtype == F64 else 1e-4, what="cauchy numba")
+    cases.assert_matches_reference(
+        cases.cauchy_with("numba", conj_pairs),
+        cases.cauchy_reference(conj_pairs),
+        inputs,
+        dtype,
+        tol=1e-10 if dtype == F64 else 1e-4,
+        what="cauchy numba",
+    )
 
 
 def test_cauchy_of_real_inputs_is_real():
@@ -120,8 +132,11 @@ def _diag_params(H, M, channels, seed):
 def test_diag_ssm_kernel_numba(method, channels, dtype):
     L = 77
     cases.assert_matches_reference(
-        lambda *a: diag_ssm_kernel(*a, L, method, impl="numba"), lambda *a: diag_ssm_kernel_ref(*a, L, method),
-        _diag_params(3, 5, channels, seed=7), dtype, what=f"diag_ssm_kernel {method}",
+        lambda *a: diag_ssm_kernel(*a, L, method, impl="numba"),
+        lambda *a: diag_ssm_kernel_ref(*a, L, method),
+        _diag_params(3, 5, channels, seed=7),
+        dtype,
+        what=f"diag_ssm_kernel {method}",
     )
 
 
@@ -129,7 +144,14 @@ def _dplr_params(H, N, rank, channels, seed):
     g = torch.Generator().manual_seed(seed)
     dt = torch.rand(H, generator=g, dtype=F64) * 0.4 + 0.05
     Lam = torch.complex(-torch.rand(H, N, generator=g, dtype=F64) - 0.1, torch.randn(H, N, generator=g, dtype=F64) * 3)
-    return [dt, Lam, cases.cplx(g, rank, H, N, scale=0.4), cases.cplx(g, rank, H, N, scale=0.4), cases.cplx(g, H, N), cases.cplx(g, channels, H, N)]
+    return [
+        dt,
+        Lam,
+        cases.cplx(g, rank, H, N, scale=0.4),
+        cases.cplx(g, rank, H, N, scale=0.4),
+        cases.cplx(g, H, N),
+        cases.cplx(g, channels, H, N),
+    ]
 
 
 @pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
@@ -139,7 +161,9 @@ def test_dplr_ssm_kernel_numba(rank, channels, L, conj_pairs, dtype):
     cases.assert_matches_reference(
         lambda *a: dplr_ssm_kernel(*a, L, conj_pairs=conj_pairs, impl="numba"),
         lambda *a: dplr_ssm_kernel_ref(*a, L, conj_pairs=conj_pairs),
-        _dplr_params(2, 3, rank, channels, seed=rank + L), dtype, tol=1e-9 if dtype == F64 else 1e-4,
+        _dplr_params(2, 3, rank, channels, seed=rank + L),
+        dtype,
+        tol=1e-9 if dtype == F64 else 1e-4,
         what="dplr_ssm_kernel",
     )
 

@@ -6,6 +6,7 @@ module picks the interpreter when a kernel is launched, not when it is imported)
 the compiled kernels when a GPU is present. The interpreter is slow, so the shapes are tiny and
 its tiles small (``DEFAULT_CONFIG["interpret"]``), so that every test still crosses tile edges.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -13,11 +14,11 @@ import torch
 
 pytest.importorskip("triton")
 
+import ssm_kernel_cases as cases  # noqa: E402 - a helper module next to this file
+
 from longrange.ops.ssm_kernels import diag_ssm_kernel, diag_ssm_kernel_ref, dplr_ssm_kernel, dplr_ssm_kernel_ref  # noqa: E402
 from longrange.ops.ssm_kernels import triton as ssm_triton  # noqa: E402
 from longrange.ops.ssm_kernels.dispatch import vandermonde_kernel  # noqa: E402
-
-import ssm_kernel_cases as cases  # noqa: E402 - a helper module next to this file
 
 F64, F32 = torch.float64, torch.float32
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
@@ -48,8 +49,15 @@ def _tol(dtype, device):
 )
 def test_vandermonde_matches_reference(device, H, M, lead, shared, L, dtype):
     inputs = cases.vandermonde_inputs(H, M, lead, shared, seed=H + M + L)
-    cases.assert_matches_reference(cases.vandermonde("triton", L), cases.vandermonde_ref(L), inputs, dtype, device, tol=_tol(dtype, device),
-                             what="vandermonde triton")
+    cases.assert_matches_reference(
+        cases.vandermonde("triton", L),
+        cases.vandermonde_ref(L),
+        inputs,
+        dtype,
+        device,
+        tol=_tol(dtype, device),
+        what="vandermonde triton",
+    )
 
 
 @pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
@@ -63,8 +71,15 @@ def test_vandermonde_matches_reference(device, H, M, lead, shared, L, dtype):
 )
 def test_cauchy_matches_reference(device, v_shape, z_shape, w_shape, conj_pairs, dtype):
     inputs = cases.cauchy_inputs(v_shape, z_shape, w_shape, seed=z_shape[-1])
-    cases.assert_matches_reference(cases.cauchy_with("triton", conj_pairs), cases.cauchy_reference(conj_pairs), inputs, dtype, device,
-                             tol=1e-10 if dtype == F64 else 1e-4, what="cauchy triton")
+    cases.assert_matches_reference(
+        cases.cauchy_with("triton", conj_pairs),
+        cases.cauchy_reference(conj_pairs),
+        inputs,
+        dtype,
+        device,
+        tol=1e-10 if dtype == F64 else 1e-4,
+        what="cauchy triton",
+    )
 
 
 @pytest.mark.parametrize("channels", [1, 2], ids=["causal", "bidirectional"])
@@ -75,8 +90,13 @@ def test_diag_ssm_kernel_triton(device, method, channels):
     dt = torch.rand(H, generator=g, dtype=F64) * 0.3 + 0.01
     A = torch.complex(-torch.rand(H, M, generator=g, dtype=F64) - 0.05, torch.randn(H, M, generator=g, dtype=F64) * 4)
     cases.assert_matches_reference(
-        lambda *a: diag_ssm_kernel(*a, L, method, impl="triton"), lambda *a: diag_ssm_kernel_ref(*a, L, method),
-        [dt, A, cases.cplx(g, H, M), cases.cplx(g, channels, H, M)], F32, device, tol=_tol(F32, device), what=f"diag {method}",
+        lambda *a: diag_ssm_kernel(*a, L, method, impl="triton"),
+        lambda *a: diag_ssm_kernel_ref(*a, L, method),
+        [dt, A, cases.cplx(g, H, M), cases.cplx(g, channels, H, M)],
+        F32,
+        device,
+        tol=_tol(F32, device),
+        what=f"diag {method}",
     )
 
 
@@ -86,10 +106,22 @@ def test_dplr_ssm_kernel_triton(device, channels):
     H, N, L = 2, 3, 10
     dt = torch.rand(H, generator=g, dtype=F64) * 0.4 + 0.05
     Lam = torch.complex(-torch.rand(H, N, generator=g, dtype=F64) - 0.1, torch.randn(H, N, generator=g, dtype=F64) * 3)
-    params = [dt, Lam, cases.cplx(g, 1, H, N, scale=0.4), cases.cplx(g, 1, H, N, scale=0.4), cases.cplx(g, H, N), cases.cplx(g, channels, H, N)]
+    params = [
+        dt,
+        Lam,
+        cases.cplx(g, 1, H, N, scale=0.4),
+        cases.cplx(g, 1, H, N, scale=0.4),
+        cases.cplx(g, H, N),
+        cases.cplx(g, channels, H, N),
+    ]
     cases.assert_matches_reference(
         lambda *a: dplr_ssm_kernel(*a, L, conj_pairs=True, impl="triton"),
-        lambda *a: dplr_ssm_kernel_ref(*a, L, conj_pairs=True), params, F32, device, tol=1e-4, what="dplr",
+        lambda *a: dplr_ssm_kernel_ref(*a, L, conj_pairs=True),
+        params,
+        F32,
+        device,
+        tol=1e-4,
+        what="dplr",
     )
 
 

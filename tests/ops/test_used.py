@@ -1,4 +1,5 @@
 """The record of which implementation each op ran."""
+
 from longrange.ops import used
 
 
@@ -29,8 +30,13 @@ from longrange.ops.scan import numba as scan_numba  # noqa: E402
 
 def _scan_args(b=1, d=4, n=3, l=5):
     g = torch.Generator().manual_seed(0)
-    return (torch.randn(b, d, l, generator=g), torch.rand(b, d, l, generator=g), -torch.rand(d, n, generator=g) - 0.1,
-            torch.randn(b, n, l, generator=g), torch.randn(b, n, l, generator=g))
+    return (
+        torch.randn(b, d, l, generator=g),
+        torch.rand(b, d, l, generator=g),
+        -torch.rand(d, n, generator=g) - 0.1,
+        torch.randn(b, n, l, generator=g),
+        torch.randn(b, n, l, generator=g),
+    )
 
 
 def _ran(fn, *args, **kwargs) -> dict:

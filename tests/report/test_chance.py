@@ -1,6 +1,7 @@
 """Chance level: each task's (1 / the possible answers of the generated recall tasks, 1 / classes
 of a classification, none for regression), drawn as a dashed line in the learning curves, the
 labels plot and the sweep plot, and marked in the tables on the cells that cannot be told from it."""
+
 from __future__ import annotations
 
 import math
@@ -8,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import yaml
+from test_report import write_run
 
 from longrange.data.batch import IGNORE_INDEX
 from longrange.data.synthetic import generator_of
@@ -17,30 +19,37 @@ from longrange.report.chance import CHANCE_MARK, at_chance, run_chance
 from longrange.report.collect import collect_runs
 from longrange.report.sweep import split_by_subset, sweep_plot, sweep_table
 from longrange.report.tables import aggregate, results_table
-from test_report import write_run
 
 RECALL = {"vocab_size": 32, "seq_len": 24, "n_pairs": 4}  # the demo's setting: 16 values, chance 6.25%
 
 
-@pytest.mark.parametrize("task, options, chance", [
-    ("associative-recall", RECALL, 1 / 16),
-    ("associative-recall", {}, 1 / 4096),
-    ("induction-heads", {"vocab_size": 16}, 1 / 15),  # data tokens 0..14: the trigger is never the answer
-    ("selective-copying", {"vocab_size": 16}, 1 / 14),  # data tokens 1..14: not noise, not the marker
-    ("mqar", {}, 1 / 4096),
-    ("listops", {}, 1 / 10),
-    ("pathfinder", {}, 1 / 2),
-    ("bidmc", {}, None),  # regression: no chance level
-])
+@pytest.mark.parametrize(
+    "task, options, chance",
+    [
+        ("associative-recall", RECALL, 1 / 16),
+        ("associative-recall", {}, 1 / 4096),
+        ("induction-heads", {"vocab_size": 16}, 1 / 15),  # data tokens 0..14: the trigger is never the answer
+        ("selective-copying", {"vocab_size": 16}, 1 / 14),  # data tokens 1..14: not noise, not the marker
+        ("mqar", {}, 1 / 4096),
+        ("listops", {}, 1 / 10),
+        ("pathfinder", {}, 1 / 2),
+        ("bidmc", {}, None),  # regression: no chance level
+    ],
+)
 def test_each_task_has_its_chance_level(task, options, chance):
     level = chance_level(get_spec(task, **options))
     assert level == chance if chance is None else level == pytest.approx(chance)
 
 
-@pytest.mark.parametrize("task, options", [("induction-heads", {"vocab_size": 6, "seq_len": 12}),
-                                           ("selective-copying", {"vocab_size": 6, "seq_len": 16, "n_tokens": 4}),
-                                           ("mqar", {"vocab_size": 10, "seq_len": 16, "n_pairs": 2}),
-                                           ("associative-recall", {"vocab_size": 10, "seq_len": 10, "n_pairs": 2})])
+@pytest.mark.parametrize(
+    "task, options",
+    [
+        ("induction-heads", {"vocab_size": 6, "seq_len": 12}),
+        ("selective-copying", {"vocab_size": 6, "seq_len": 16, "n_tokens": 4}),
+        ("mqar", {"vocab_size": 10, "seq_len": 16, "n_pairs": 2}),
+        ("associative-recall", {"vocab_size": 10, "seq_len": 10, "n_pairs": 2}),
+    ],
+)
 def test_the_answers_counted_are_those_the_generator_draws(task, options):
     gen = generator_of(task, options)
     rng = np.random.default_rng(0)
@@ -66,10 +75,18 @@ def recall_runs(root, cells: dict[tuple[str, str], list[float]], subset=None, op
     """Made-up associative-recall runs (config with the task's options): one per value, seeds 0, 1, ..."""
     for (label, regime), values in cells.items():
         for seed, v in enumerate(values):
-            d = write_run(root, task="associative-recall", label=label, regime=regime, seed=seed, test=v, val=v,
-                          curve=((10, v / 2), (20, v)),
-                          name=f"{label}/{subset}/{regime}/seed{seed}" if subset is not None else None,
-                          stage="finetune" if regime.endswith("spt") else "train")
+            d = write_run(
+                root,
+                task="associative-recall",
+                label=label,
+                regime=regime,
+                seed=seed,
+                test=v,
+                val=v,
+                curve=((10, v / 2), (20, v)),
+                name=f"{label}/{subset}/{regime}/seed{seed}" if subset is not None else None,
+                stage="finetune" if regime.endswith("spt") else "train",
+            )
             cfg = yaml.safe_load((d / "config.yaml").read_text())
             cfg["task"]["options"] = dict(options)
             (d / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -82,8 +99,15 @@ def recall_runs(root, cells: dict[tuple[str, str], list[float]], subset=None, op
 
 
 def test_the_table_marks_a_cell_at_chance_and_not_one_above_it(tmp_path):
-    recall_runs(tmp_path, {("DLR", "scratch"): [0.05, 0.07, 0.065], ("DLR", "causal-spt"): [0.9, 0.95, 0.97],
-                           ("S4D", "scratch"): [0.070], ("S4D", "causal-spt"): [0.055]})
+    recall_runs(
+        tmp_path,
+        {
+            ("DLR", "scratch"): [0.05, 0.07, 0.065],
+            ("DLR", "causal-spt"): [0.9, 0.95, 0.97],
+            ("S4D", "scratch"): [0.070],
+            ("S4D", "causal-spt"): [0.055],
+        },
+    )
     runs = collect_runs([tmp_path])
     assert {run_chance(r) for r in runs} == {1 / 16}
     table = results_table(aggregate(runs))
@@ -92,13 +116,23 @@ def test_the_table_marks_a_cell_at_chance_and_not_one_above_it(tmp_path):
     assert CHANCE_MARK not in rows["DLR + causal SPT"]
     assert CHANCE_MARK not in rows["S4D"] and rows["S4D + causal SPT"] == f"5.50 (n=1) {CHANCE_MARK}"
     note = next(n for n in table.notes if n.startswith("Chance level"))
-    assert "associative-recall 6.25% (1 in 16)" in note and f"{CHANCE_MARK}: the cell's 95% interval contains it" in note
+    assert (
+        "associative-recall 6.25% (1 in 16)" in note and f"{CHANCE_MARK}: the cell's 95% interval contains it" in note
+    )
 
 
 def test_no_mark_and_no_line_without_a_chance_level(tmp_path):
     write_run(tmp_path, task="bidmc", metric="r2", test=0.0, val=0.0)  # regression
-    write_run(tmp_path, task="listops", stage="pretrain", regime="masked-spt", metric="loss", test=2.3, val=2.3,
-              higher_is_better=False)
+    write_run(
+        tmp_path,
+        task="listops",
+        stage="pretrain",
+        regime="masked-spt",
+        metric="loss",
+        test=2.3,
+        val=2.3,
+        higher_is_better=False,
+    )
     runs = collect_runs([tmp_path])
     assert [run_chance(r) for r in runs] == [None, None]
     assert not any(n.startswith("Chance level") for n in results_table(aggregate(runs)).notes)

@@ -1,5 +1,6 @@
 """The extrapolation sweep: finished runs evaluated at other values of a task option, as a table
 (Markdown, JSON, CSV) and a plot; refusals as cells with their reason; metrics passed through."""
+
 from __future__ import annotations
 
 import csv
@@ -30,6 +31,7 @@ def toy_spec(seq_len: int = 16) -> TaskSpec:
 def toy_load(data_dir, spec, seed=0, skip_bad=False, seq_len=16) -> TaskData:
     """Sequences of exactly ``seq_len`` positions (tokens a, b, c and <eos>); the label says
     whether the first token is an a. Generated from the seed and the length."""
+
     def split(n: int, offset: int) -> SequenceDataset:
         gen = torch.Generator().manual_seed(1000 * seed + 10 * offset + seq_len)
         tokens = torch.randint(5, 8, (n, seq_len - 1), generator=gen)
@@ -47,16 +49,29 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("extrapolation")
 
     def experiment(**model):
-        return experiment_from_dict({
-            "label": model.pop("label"),
-            "task": {"name": TASK, "options": {"seq_len": 16}, "data_dir": str(root)},
-            "model": {"n_layers": 1, "d_model": 8, "d_state": 4, **model},
-            "train": {"batch_size": 8, "max_steps": 3, "lr": 0.003, "progress": False, "log_every": 1},
-        })
+        return experiment_from_dict(
+            {
+                "label": model.pop("label"),
+                "task": {"name": TASK, "options": {"seq_len": 16}, "data_dir": str(root)},
+                "model": {"n_layers": 1, "d_model": 8, "d_state": 4, **model},
+                "train": {"batch_size": 8, "max_steps": 3, "lr": 0.003, "progress": False, "log_every": 1},
+            }
+        )
 
     run_stage(experiment(label="S6", block="simple", primitive="s6", direction="causal"), "train", root / "s6")
-    run_stage(experiment(label="attention", block="transformer", primitive="attention", n_heads=2,
-                         direction="causal", pos_embedding="learned", max_len=16), "train", root / "attention")
+    run_stage(
+        experiment(
+            label="attention",
+            block="transformer",
+            primitive="attention",
+            n_heads=2,
+            direction="causal",
+            pos_embedding="learned",
+            max_len=16,
+        ),
+        "train",
+        root / "attention",
+    )
     yield root
     TASKS.unregister(TASK)
 
@@ -66,8 +81,12 @@ def test_sweep_writes_table_json_csv_and_plot(runs, tmp_path):
     values = [8, 16, 32, 64]
     sweep = option_sweep([s6, attention], "seq_len", values, progress=lambda line: None)
     paths = write_sweep(sweep, tmp_path / "out")
-    assert sorted(p.name for p in paths.values()) == ["extrapolation.csv", "extrapolation.json", "extrapolation.md",
-                                                    "extrapolation.png"]
+    assert sorted(p.name for p in paths.values()) == [
+        "extrapolation.csv",
+        "extrapolation.json",
+        "extrapolation.md",
+        "extrapolation.png",
+    ]
     data = json.loads(paths["json"].read_text())
     assert data["option"] == "seq_len" and data["values"] == values
     s6_row, attention_row = data["runs"]
@@ -77,7 +96,9 @@ def test_sweep_writes_table_json_csv_and_plot(runs, tmp_path):
         assert cell["metrics"] == s6.evaluate("test", {"seq_len": value}).metrics
     # The position table ends at 16: longer values are refused with the limit named, the sweep goes on.
     assert [c["error"] is None for c in attention_row["cells"]] == [True, True, False, False]
-    assert "model.max_len" in attention_row["cells"][2]["error"] and "64 positions" in attention_row["cells"][3]["error"]
+    assert (
+        "model.max_len" in attention_row["cells"][2]["error"] and "64 positions" in attention_row["cells"][3]["error"]
+    )
     markdown = paths["markdown"].read_text()
     assert "| Run | Task | Trained at seq_len | 8 | 16 | 32 | 64 |" in markdown
     s6_line = next(line for line in markdown.splitlines() if line.startswith("| S6, seed 0 "))
@@ -95,8 +116,22 @@ def test_sweep_writes_table_json_csv_and_plot(runs, tmp_path):
 
 def test_extrapolate_command(runs, tmp_path, capsys):
     out = tmp_path / "cli"
-    assert main(["extrapolate", str(runs / "s6"), str(runs / "attention"), "--option", "seq_len",
-                 "--values", "8,16,32", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "extrapolate",
+                str(runs / "s6"),
+                str(runs / "attention"),
+                "--option",
+                "seq_len",
+                "--values",
+                "8,16,32",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr()
     assert "| Trained at seq_len | 8 | 16 | 32 |" in printed.out
     assert (out / "extrapolation.png").is_file() and (out / "extrapolation.md").is_file()
@@ -131,17 +166,36 @@ class FakeRun:
 
         n = options["seq_len"]
         metrics = {"loss": 1.0 / n, "accuracy": 4 / (4 + n), "sequence_accuracy": 1 / n, "token_count": float(n)}
-        return Evaluation(run=self.root, task="fake", split=split, options=options, changed={}, metric="accuracy",
-                          metrics=metrics, items=3, length=n, batch_size=3, memory="", device="cpu", precision="fp32", seconds=0.0)
+        return Evaluation(
+            run=self.root,
+            task="fake",
+            split=split,
+            options=options,
+            changed={},
+            metric="accuracy",
+            metrics=metrics,
+            items=3,
+            length=n,
+            batch_size=3,
+            memory="",
+            device="cpu",
+            precision="fp32",
+            seconds=0.0,
+        )
 
 
 def test_every_metric_of_an_objective_flows_through_unchanged(tmp_path):
-    sweep = option_sweep([FakeRun("a"), FakeRun("b")], "seq_len", [4, 8], metric="sequence_accuracy",
-                         progress=lambda line: None)
+    sweep = option_sweep(
+        [FakeRun("a"), FakeRun("b")], "seq_len", [4, 8], metric="sequence_accuracy", progress=lambda line: None
+    )
     paths = write_sweep(sweep, tmp_path, plot=True)
     data = json.loads(paths["json"].read_text())
-    assert data["runs"][0]["cells"][1]["metrics"] == {"loss": 1 / 8, "accuracy": 4 / 12, "sequence_accuracy": 1 / 8,
-                                                     "token_count": 8.0}
+    assert data["runs"][0]["cells"][1]["metrics"] == {
+        "loss": 1 / 8,
+        "accuracy": 4 / 12,
+        "sequence_accuracy": 1 / 8,
+        "token_count": 8.0,
+    }
     header = paths["csv"].read_text().splitlines()[0]
     assert header.startswith("run,label,task,split,option,value,trained_at,accuracy,loss,sequence_accuracy,token_count")
     table = sweep_table(sweep)

@@ -1,4 +1,5 @@
 """Kernel decay analysis: shapes, known decays of S4D and DLR, layers without kernels, plots."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ L = 128
 
 
 def tiny(primitive: str, direction: str = "causal", block: str = "simple", n_layers: int = 2, **kw):
-    cfg = ModelConfig(block=block, primitive=primitive, n_layers=n_layers, d_model=4, d_state=2,
-                      direction=direction, n_heads=2, **kw)
+    cfg = ModelConfig(
+        block=block, primitive=primitive, n_layers=n_layers, d_model=4, d_state=2, direction=direction, n_heads=2, **kw
+    )
     return build_model(cfg, input_kind="tokens", head="classify", n_out=3, vocab_size=10).double()
 
 
@@ -93,7 +95,12 @@ def test_bidirectional_dlr_has_forward_and_backward_profiles_with_known_decay():
             layer.C.zero_()
             layer.C[..., 0] = 1.0
     rep = kernel_decay(model, L)
-    assert [(p.layer, p.direction) for p in rep.profiles] == [(0, "forward"), (0, "backward"), (1, "forward"), (1, "backward")]
+    assert [(p.layer, p.direction) for p in rep.profiles] == [
+        (0, "forward"),
+        (0, "backward"),
+        (1, "forward"),
+        (1, "backward"),
+    ]
     for p in rep.profiles:
         np.testing.assert_allclose(p.envelope, np.exp(-a * np.arange(L)), rtol=1e-10)
         assert p.centre_of_mass == pytest.approx(expected_com(math.exp(-a)), rel=1e-10)
@@ -108,8 +115,10 @@ def test_flipsum_of_kernel_primitives_reads_both_directions():
     torch.testing.assert_close(K[1], bwd.kernel(16)[0])
 
 
-@pytest.mark.parametrize("primitive, block, kind", [("attention", "simple", "Attention"), ("s6", "mamba", "S6"),
-                                                    ("attention", "transformer", "")])
+@pytest.mark.parametrize(
+    "primitive, block, kind",
+    [("attention", "simple", "Attention"), ("s6", "mamba", "S6"), ("attention", "transformer", "")],
+)
 def test_models_without_kernels_are_reported_not_errors(primitive, block, kind):
     model = tiny(primitive, block=block)
     rep = kernel_decay(model, 32)
@@ -150,9 +159,9 @@ def test_kernel_shapes_accepted_and_rejected():
 
 def test_summaries_on_handmade_envelopes():
     env = np.array([0.2, 1.0, 0.5, 0.05, 0.3, 0.0])
-    assert cutoff(env) == 3                      # after the peak, not the 0.2 before it
+    assert cutoff(env) == 3  # after the peak, not the 0.2 before it
     assert cutoff(env, threshold=0.01) == 5
-    assert cutoff(np.ones(4)) is None            # never falls below the threshold
+    assert cutoff(np.ones(4)) is None  # never falls below the threshold
     assert centre_of_mass(env) == pytest.approx((1 + 1.0 + 0.15 + 1.2) / 2.05)
     zero = envelope(torch.zeros(1, 3, 5))
     assert (zero == 0).all() and math.isnan(centre_of_mass(zero[0])) and cutoff(zero[0]) is None
@@ -164,7 +173,10 @@ def test_kernel_decay_plot_writes_a_png(tmp_path):
     scratch, spt = tiny("s4d"), tiny("s4d")
     for layer in spt.backbone.mixers():
         set_s4d_real_mode(layer, [2.0] * 4, [0.1] * 4)
-    reports = {"S4D s0": ("scratch", kernel_decay(scratch, 64)), "S4D + masked SPT s0": ("masked-spt", kernel_decay(spt, 64))}
+    reports = {
+        "S4D s0": ("scratch", kernel_decay(scratch, 64)),
+        "S4D + masked SPT s0": ("masked-spt", kernel_decay(spt, 64)),
+    }
     path = kernel_decay_plot(reports, tmp_path / "k.png", title="listops: S4D, ")
     with Image.open(path) as im:
         assert im.format == "PNG"
@@ -173,18 +185,33 @@ def test_kernel_decay_plot_writes_a_png(tmp_path):
 
 def test_cli_kernels_section(tmp_path, monkeypatch, capsys):
     """``--kernels`` loads each final run's model (here: built directly) and reports its decay."""
-    from longrange.cli import main
     import longrange.train.trained as runs_module
+    from longrange.cli import main
 
     models = {}
     for regime, primitive in (("scratch", "s4d"), ("masked-spt", "s6")):
         d = tmp_path / regime
         d.mkdir()
         (d / "config.yaml").write_text(json.dumps({"task": {"name": "listops", "options": {"seq_len": 48}}}))
-        (d / "summary.json").write_text(json.dumps({
-            "task": "listops", "label": "M", "regime": regime, "stage": "train", "seed": 0, "metric": "accuracy",
-            "higher_is_better": True, "best_val": {"accuracy": 0.5}, "test": {"accuracy": 0.5}, "steps": 1,
-            "params": {"total": 1, "in_primitives": 1}, "pretrain_run": None, "seconds": 1.0}))
+        (d / "summary.json").write_text(
+            json.dumps(
+                {
+                    "task": "listops",
+                    "label": "M",
+                    "regime": regime,
+                    "stage": "train",
+                    "seed": 0,
+                    "metric": "accuracy",
+                    "higher_is_better": True,
+                    "best_val": {"accuracy": 0.5},
+                    "test": {"accuracy": 0.5},
+                    "steps": 1,
+                    "params": {"total": 1, "in_primitives": 1},
+                    "pretrain_run": None,
+                    "seconds": 1.0,
+                }
+            )
+        )
         models[d.resolve()] = tiny(primitive, block="simple" if primitive == "s4d" else "mamba")
     monkeypatch.setattr(runs_module, "load_model", lambda run_dir: models[run_dir.resolve()])
     assert main(["report", str(tmp_path), "--kernels"]) == 0
@@ -217,8 +244,8 @@ def test_kernel_lines_average_the_seeds_of_a_row_and_name_rows_not_runs():
 
 def test_kernel_plot_rows_keep_the_subsets_of_a_sweep_apart(tmp_path, monkeypatch):
     """In a data-fraction sweep, each subset is its own line (its seeds averaged), never one mean over subsets."""
-    import longrange.train.trained as runs_module
     import longrange.report.plots as plots_module
+    import longrange.train.trained as runs_module
     from longrange.report import write_report
 
     models = {}
@@ -226,13 +253,30 @@ def test_kernel_plot_rows_keep_the_subsets_of_a_sweep_apart(tmp_path, monkeypatc
         for seed in (0, 1):
             d = tmp_path / f"subset{subset}" / f"seed{seed}"
             d.mkdir(parents=True)
-            (d / "config.yaml").write_text(json.dumps({"task": {"name": "listops", "options": {"seq_len": 16},
-                                                                "train_subset": subset}}))
-            (d / "summary.json").write_text(json.dumps({
-                "task": "listops", "label": "M", "regime": "scratch", "stage": "train", "seed": seed,
-                "metric": "accuracy", "higher_is_better": True, "best_val": {"accuracy": 0.5},
-                "test": {"accuracy": 0.5}, "steps": 1, "params": {"total": 1, "in_primitives": 1},
-                "pretrain_run": None, "seconds": 1.0, "train_subset": subset, "train_size": 10}))
+            (d / "config.yaml").write_text(
+                json.dumps({"task": {"name": "listops", "options": {"seq_len": 16}, "train_subset": subset}})
+            )
+            (d / "summary.json").write_text(
+                json.dumps(
+                    {
+                        "task": "listops",
+                        "label": "M",
+                        "regime": "scratch",
+                        "stage": "train",
+                        "seed": seed,
+                        "metric": "accuracy",
+                        "higher_is_better": True,
+                        "best_val": {"accuracy": 0.5},
+                        "test": {"accuracy": 0.5},
+                        "steps": 1,
+                        "params": {"total": 1, "in_primitives": 1},
+                        "pretrain_run": None,
+                        "seconds": 1.0,
+                        "train_subset": subset,
+                        "train_size": 10,
+                    }
+                )
+            )
             models[d.resolve()] = tiny("s4d")
     monkeypatch.setattr(runs_module, "load_model", lambda run_dir: models[run_dir.resolve()])
     seen = {}

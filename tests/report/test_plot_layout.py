@@ -1,6 +1,7 @@
 """Plots that read at a glance at the largest grid a report makes: no two texts overlap (matplotlib's
 renderer, each text's window extent), no legend covers a panel, and the panels of one task share
 their axes."""
+
 from __future__ import annotations
 
 import itertools
@@ -14,7 +15,9 @@ from longrange.report.tables import row_name
 
 REGIMES = ("scratch", "scratch-matched", "masked-spt", "causal-spt")
 #: Labels as a sweep over configs and widths makes them: long, and many.
-LABELS = [f"{m} ({c}, d_model={d})" for m, c, d in itertools.product(("Transformer", "S4D"), ("wide", "deep"), (36, 128))]
+LABELS = [
+    f"{m} ({c}, d_model={d})" for m, c, d in itertools.product(("Transformer", "S4D"), ("wide", "deep"), (36, 128))
+]
 TASKS = ("listops", "text")
 
 
@@ -57,8 +60,12 @@ def assert_legible(fig):
     assert len(texts) > 10
     box = np.array([t[2].extents for t in texts]) + [0.5, 0.5, -0.5, -0.5]  # touching edges are not an overlap
     x0, y0, x1, y1 = (box[:, k] for k in range(4))
-    clash = ((x0[:, None] < x1[None, :]) & (x0[None, :] < x1[:, None]) & (y0[:, None] < y1[None, :])
-             & (y0[None, :] < y1[:, None]))
+    clash = (
+        (x0[:, None] < x1[None, :])
+        & (x0[None, :] < x1[:, None])
+        & (y0[:, None] < y1[None, :])
+        & (y0[None, :] < y1[:, None])
+    )
     clash[np.tril_indices(len(texts))] = False  # each pair once, no text with itself
     for i, j in zip(*np.nonzero(clash)):
         raise AssertionError(f"{texts[i][0]} {texts[i][1]!r} overlaps {texts[j][0]} {texts[j][1]!r}")
@@ -80,18 +87,23 @@ def _series(regime, n, seed):
 
 
 def test_learning_curves_at_the_largest_grid_share_axes_and_never_overlap():
-    panels = [P.CurvePanel(task, label, "accuracy", "", "accuracy (%)",
-                           [_series(r, 3, k) for r in REGIMES])
-              for k, (task, label) in enumerate(itertools.product(TASKS, LABELS))]
+    panels = [
+        P.CurvePanel(task, label, "accuracy", "", "accuracy (%)", [_series(r, 3, k) for r in REGIMES])
+        for k, (task, label) in enumerate(itertools.product(TASKS, LABELS))
+    ]
     fig = P.curves_figure(panels)
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert len(visible) == len(TASKS) * len(LABELS)
     for t in range(len(TASKS)):  # one y axis per task: the models compared by eye
-        block = visible[t * len(LABELS):(t + 1) * len(LABELS)]
+        block = visible[t * len(LABELS) : (t + 1) * len(LABELS)]
         assert len({ax.get_ylim() for ax in block}) == 1 and len({ax.get_xlim() for ax in block}) == 1
     assert not any(ax.get_legend() for ax in fig.axes) and len(fig.legends) == 1
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
-        "scratch", "scratch, matched compute", "causal SPT", "masked SPT"]
+        "scratch",
+        "scratch, matched compute",
+        "causal SPT",
+        "masked SPT",
+    ]
     assert_legible(fig)
 
 
@@ -117,13 +129,17 @@ def _kernel_report(seed, layers=6, length=256):
     for layer in range(layers):
         for direction in ("forward", "backward"):
             env = np.exp(-np.arange(length) / rng.uniform(5, 50))
-            profiles.append(KernelProfile(layer, f"backbone.blocks.{layer}.mixer", "S4D", direction, env, 10.0, 30, 0.1))
+            profiles.append(
+                KernelProfile(layer, f"backbone.blocks.{layer}.mixer", "S4D", direction, env, 10.0, 30, 0.1)
+            )
     return KernelReport(profiles, [], length)
 
 
 def test_kernel_decay_at_the_largest_grid_keeps_its_legend_off_the_curves():
-    reports = {f"{row_name('S4D (wide, d_model=128)', r)}, subset {s!r}": (r, [_kernel_report(k), _kernel_report(k + 1)])
-               for k, (r, s) in enumerate(itertools.product(REGIMES, (0.1, 1.0)))}
+    reports = {
+        f"{row_name('S4D (wide, d_model=128)', r)}, subset {s!r}": (r, [_kernel_report(k), _kernel_report(k + 1)])
+        for k, (r, s) in enumerate(itertools.product(REGIMES, (0.1, 1.0)))
+    }
     fig = P.kernel_figure(P.kernel_lines(reports), title="listops: S4D (wide, d_model=128), kernel envelope")
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert len(visible) == 6 and len({ax.get_ylim() for ax in visible}) == 1
@@ -132,13 +148,24 @@ def test_kernel_decay_at_the_largest_grid_keeps_its_legend_off_the_curves():
 
 
 def test_sweep_plot_at_a_large_grid_never_overlaps(tmp_path, monkeypatch):
-    from longrange.report.collect import collect_runs
-    from longrange.report.sweep import split_by_subset, sweep_plot
     from test_verdict_sweep import put_run
 
-    for task, label, regime, subset, seed in itertools.product(TASKS[:2], LABELS[:6], REGIMES[:3], (0.1, 0.3, 1.0), (0, 1)):
-        put_run(tmp_path, task=task, label=label, regime=regime, subset=subset, size=int(1000 * subset), seed=seed,
-                test=0.5 + 0.1 * subset + 0.01 * seed)
+    from longrange.report.collect import collect_runs
+    from longrange.report.sweep import split_by_subset, sweep_plot
+
+    for task, label, regime, subset, seed in itertools.product(
+        TASKS[:2], LABELS[:6], REGIMES[:3], (0.1, 0.3, 1.0), (0, 1)
+    ):
+        put_run(
+            tmp_path,
+            task=task,
+            label=label,
+            regime=regime,
+            subset=subset,
+            size=int(1000 * subset),
+            seed=seed,
+            test=0.5 + 0.1 * subset + 0.01 * seed,
+        )
     seen = {}
     monkeypatch.setattr(P, "_save", lambda fig, path: seen.setdefault("fig", fig) and path)
     assert sweep_plot(split_by_subset(collect_runs([tmp_path], warn=lambda m: None)), tmp_path / "sweep.png")
@@ -161,22 +188,34 @@ def _closed_figures(monkeypatch) -> list:
 def test_label_curves_at_the_largest_grid_label_close_sizes_without_overlap(tmp_path, monkeypatch):
     """Accuracy against labelled examples: a tick at every training size; 400 and 500 (and 800, 1000)
     sit too close on a log axis for both labels, so the second is left unlabelled."""
+    from test_verdict_sweep import put_run
+
     from longrange.report.collect import collect_runs
     from longrange.report.ranking import label_curves
-    from test_verdict_sweep import put_run
 
     sizes = (400, 500, 800, 1000, 8000, 96000)
     for task, label, regime, size, seed in itertools.product(TASKS, LABELS, REGIMES[:2], sizes, (0, 1)):
-        put_run(tmp_path / "runs", task=task, label=label, regime=regime, subset=size, size=size, seed=seed,
-                test=0.5 + 0.01 * seed + size / 1e6)
+        put_run(
+            tmp_path / "runs",
+            task=task,
+            label=label,
+            regime=regime,
+            subset=size,
+            size=size,
+            seed=seed,
+            test=0.5 + 0.01 * seed + size / 1e6,
+        )
     closed = _closed_figures(monkeypatch)
     assert label_curves(collect_runs([tmp_path / "runs"], warn=lambda m: None), tmp_path / "labels.png").is_file()
     fig = closed[0]
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert len(visible) == len(TASKS) * len(LABELS) and len({ax.get_ylim() for ax in visible}) == 1
     # listops and text: chance 10% and 50%, one dashed line per panel, one legend entry
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["scratch", "scratch, matched compute",
-                                                                  "chance level (per task)"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "scratch",
+        "scratch, matched compute",
+        "chance level (per task)",
+    ]
     ticks = [t for t in visible[0].xaxis.get_major_ticks() if t.label1.get_text()]
     assert [t.get_loc() for t in ticks] == list(sizes)  # every size keeps its tick
     shown = [t.label1.get_text() for t in ticks if t.label1.get_visible()]
@@ -184,14 +223,24 @@ def test_label_curves_at_the_largest_grid_label_close_sizes_without_overlap(tmp_
     assert_legible(fig)
 
 
-@pytest.mark.parametrize("values", [[2 ** k for k in range(6, 18)], [2 ** k for k in range(6, 21)], [100, 128, 150, 200, 256]])
+@pytest.mark.parametrize(
+    "values", [[2**k for k in range(6, 18)], [2**k for k in range(6, 21)], [100, 128, 150, 200, 256]]
+)
 def test_extrapolation_plot_of_many_lengths_and_runs_never_overlaps(tmp_path, monkeypatch, values):
     """``longrange extrapolate``: 12 lengths, each labelled, beside a legend of 8 runs had 512 over 1024."""
     from longrange.report import extrapolation as E
 
-    rows = [E.RunRow(f"runs/{i}", f"{label}, seed {i % 3}", "listops", "accuracy", values[len(values) // 2],
-                     [E.ValueResult(v, {"accuracy": 0.3 + 0.02 * i + 0.01 * k}) for k, v in enumerate(values)])
-            for i, label in enumerate(LABELS)]
+    rows = [
+        E.RunRow(
+            f"runs/{i}",
+            f"{label}, seed {i % 3}",
+            "listops",
+            "accuracy",
+            values[len(values) // 2],
+            [E.ValueResult(v, {"accuracy": 0.3 + 0.02 * i + 0.01 * k}) for k, v in enumerate(values)],
+        )
+        for i, label in enumerate(LABELS)
+    ]
     closed = _closed_figures(monkeypatch)
     E.sweep_plot(E.Sweep("seq_len", values, "test", {}, rows), tmp_path / "extrapolation.png")
     fig = closed[0]

@@ -1,22 +1,25 @@
 """Report plots a person can read: bands clipped to the metric's range, n in the legend, distinct
 styles per regime, and the tables' row names."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
-import pytest
+from test_report import write_run
 
 from longrange.report import plots as P
 from longrange.report.collect import collect_runs
 from longrange.report.tables import REGIME_SUFFIX, aggregate, results_table
-from test_report import write_run
 
 
 def _near_ceiling(root):
     """Accuracies close to 1 with a large spread over 3 seeds: the raw 95% band exceeds 100%."""
-    for regime, stage, vals in (("scratch", "train", (0.90, 0.99, 1.0)), ("masked-spt", "finetune", (0.97, 0.999, 1.0)),
-                                ("scratch-matched", "train", (0.5, 0.98, 0.99))):
+    for regime, stage, vals in (
+        ("scratch", "train", (0.90, 0.99, 1.0)),
+        ("masked-spt", "finetune", (0.97, 0.999, 1.0)),
+        ("scratch-matched", "train", (0.5, 0.98, 0.99)),
+    ):
         for seed, v in enumerate(vals):
             write_run(root, regime=regime, stage=stage, seed=seed, test=v, val=v, curve=((10, v - 0.4), (20, v)))
     return collect_runs([root])
@@ -75,8 +78,11 @@ def test_drawn_figure_uses_distinct_styles_clipped_bands_and_row_names(tmp_path,
     def capture(fig, path):
         seen[str(path)] = fig
         ax = fig.axes[0]
-        seen["lines"] = [(repr(l.get_linestyle()), l.get_marker(), l.get_color()) for l in ax.get_lines()
-                         if l.get_label() != "chance"]  # the chance line is drawn beside the regimes' lines
+        seen["lines"] = [
+            (repr(l.get_linestyle()), l.get_marker(), l.get_color())
+            for l in ax.get_lines()
+            if l.get_label() != "chance"
+        ]  # the chance line is drawn beside the regimes' lines
         seen["legend"] = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else []
         seen["title"] = ax.get_title()
         seen["bands"] = [poly.get_paths()[0].vertices[:, 1] for poly in ax.collections]
@@ -90,8 +96,9 @@ def test_drawn_figure_uses_distinct_styles_clipped_bands_and_row_names(tmp_path,
     # the panel is the model (with its seeds), the legend below the panels its regimes: together a row's name
     label = runs[0].label
     assert seen["title"] == f"{label} (n=3)"
-    assert sorted(f"{label}{REGIME_SUFFIX[r]}" if r != "scratch" else label
-                  for r in ("scratch", "masked-spt", "scratch-matched")) == sorted(rows)
+    assert sorted(
+        f"{label}{REGIME_SUFFIX[r]}" if r != "scratch" else label for r in ("scratch", "masked-spt", "scratch-matched")
+    ) == sorted(rows)
     assert seen["legend"] == ["scratch", "scratch, matched compute", "masked SPT", "chance level 10% (1 in 10)"]
     assert seen["bands"] and all((ys <= 100.0 + 1e-9).all() and (ys >= -1e-9).all() for ys in seen["bands"])
     assert P.scratch_vs_spt_bars(aggregate(runs), tmp_path / "bars.png").is_file()

@@ -1,23 +1,25 @@
 """The ranking of the models under each regime and accuracy against labelled examples, on made-up
 results whose answers are known."""
+
 from __future__ import annotations
 
 import dataclasses
 import json
 
 import pytest
+from test_report import write_run
 
 from longrange.report.collect import collect_runs
 from longrange.report.ranking import label_curves, ranking_section, ranking_text, rankings
-from test_report import write_run
 
 
 def _runs(root, table):
     """``table``: {(label, regime): [value per seed]}; subsets set in the summaries when given."""
     for (label, regime, subset), values in table.items():
         for seed, v in enumerate(values):
-            d = write_run(root, label=label, regime=regime, seed=seed, test=v, val=v,
-                          name=f"{label}/{subset}/{regime}/seed{seed}")
+            d = write_run(
+                root, label=label, regime=regime, seed=seed, test=v, val=v, name=f"{label}/{subset}/{regime}/seed{seed}"
+            )
             summary = json.loads((d / "summary.json").read_text())
             summary.update(train_subset=subset, train_size=subset)
             (d / "summary.json").write_text(json.dumps(summary))
@@ -25,14 +27,17 @@ def _runs(root, table):
 
 
 def test_ranks_means_and_share_of_seeds_best(tmp_path):
-    runs = _runs(tmp_path, {
-        ("A", "scratch", 100): [0.50, 0.60, 0.70, 0.40],
-        ("B", "scratch", 100): [0.55, 0.50, 0.70, 0.30],   # tie with A at seed 2
-        ("C", "scratch", 100): [0.10, 0.10, 0.10, 0.90],
-        ("A", "masked-spt", 100): [0.40, 0.40, 0.40, 0.40],
-        ("B", "masked-spt", 100): [0.90, 0.90, 0.90],       # seed 3 missing: rankings use seeds 0-2
-        ("C", "masked-spt", 100): [0.20, 0.20, 0.20, 0.20],
-    })
+    runs = _runs(
+        tmp_path,
+        {
+            ("A", "scratch", 100): [0.50, 0.60, 0.70, 0.40],
+            ("B", "scratch", 100): [0.55, 0.50, 0.70, 0.30],  # tie with A at seed 2
+            ("C", "scratch", 100): [0.10, 0.10, 0.10, 0.90],
+            ("A", "masked-spt", 100): [0.40, 0.40, 0.40, 0.40],
+            ("B", "masked-spt", 100): [0.90, 0.90, 0.90],  # seed 3 missing: rankings use seeds 0-2
+            ("C", "masked-spt", 100): [0.20, 0.20, 0.20, 0.20],
+        },
+    )
     found = {r.regime: r for r in rankings(runs)}
     scratch = {m.label: m for m in found["scratch"].models}
     assert found["scratch"].seeds == (0, 1, 2, 3)
@@ -55,10 +60,13 @@ def test_ranks_means_and_share_of_seeds_best(tmp_path):
     assert "| B | 51.25 (rank 1.9, best 38%) | 90.00 (rank 1.0, best 100%) |" in text
     plain = ranking_text(list(found.values())).splitlines()
     assert plain[0].startswith("Ranking of the models by mean (") and plain[0].endswith(", train subset 100):")
-    assert plain[1:] == ["  scratch: A > B > C (by mean, 4 seeds)",
-                         "  masked-spt: B > A > C (by mean, 3 seeds): the order changes from scratch's A > B > C"]
+    assert plain[1:] == [
+        "  scratch: A > B > C (by mean, 4 seeds)",
+        "  masked-spt: B > A > C (by mean, 3 seeds): the order changes from scratch's A > B > C",
+    ]
     same = [r for r in found.values() if r.regime == "scratch"] + [
-        dataclasses.replace(found["masked-spt"], regime="causal-spt", models=found["scratch"].models)]
+        dataclasses.replace(found["masked-spt"], regime="causal-spt", models=found["scratch"].models)
+    ]
     assert ranking_text(same).splitlines()[-1].endswith("the same order as from scratch")
 
 
@@ -91,11 +99,20 @@ def test_ties_as_displayed_are_written_equal_and_are_no_change(tmp_path):
     that resolves under a regime does not change the order; a strict reversal does."""
     from longrange.report.ranking import order_reversals
 
-    runs = _runs(tmp_path, {
-        ("A", "scratch", 100): [1.0, 1.0], ("B", "scratch", 100): [1.0, 0.99999], ("C", "scratch", 100): [0.5, 0.5],
-        ("A", "causal-spt", 100): [0.9, 0.9], ("B", "causal-spt", 100): [1.0, 1.0], ("C", "causal-spt", 100): [0.5, 0.5],
-        ("A", "masked-spt", 100): [0.4, 0.4], ("B", "masked-spt", 100): [0.3, 0.3], ("C", "masked-spt", 100): [0.6, 0.6],
-    })
+    runs = _runs(
+        tmp_path,
+        {
+            ("A", "scratch", 100): [1.0, 1.0],
+            ("B", "scratch", 100): [1.0, 0.99999],
+            ("C", "scratch", 100): [0.5, 0.5],
+            ("A", "causal-spt", 100): [0.9, 0.9],
+            ("B", "causal-spt", 100): [1.0, 1.0],
+            ("C", "causal-spt", 100): [0.5, 0.5],
+            ("A", "masked-spt", 100): [0.4, 0.4],
+            ("B", "masked-spt", 100): [0.3, 0.3],
+            ("C", "masked-spt", 100): [0.6, 0.6],
+        },
+    )
     lines = ranking_text(rankings(runs)).splitlines()[1:]
     assert lines[0] == "  scratch: A = B > C (by mean, 2 seeds)"
     assert lines[1].endswith("B > A > C (by mean, 2 seeds): the same order as from scratch")

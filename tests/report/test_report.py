@@ -1,4 +1,5 @@
 """Run collection, confidence intervals, tables, plots and the ``longrange report`` command."""
+
 from __future__ import annotations
 
 import csv
@@ -30,27 +31,80 @@ from longrange.report.tables import (
 T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 9: 2.2622, 29: 2.0452, 30: 2.0423}
 
 
-def write_run(root: Path, *, task="listops", label="Transformer", regime="scratch", stage="train", seed=0,
-              metric="accuracy", test=0.5, val=0.5, steps=100, seconds=60.0, params=(1000, 400),
-              curve=((10, 0.3), (20, 0.4)), higher_is_better=True, name=None) -> Path:
+def write_run(
+    root: Path,
+    *,
+    task="listops",
+    label="Transformer",
+    regime="scratch",
+    stage="train",
+    seed=0,
+    metric="accuracy",
+    test=0.5,
+    val=0.5,
+    steps=100,
+    seconds=60.0,
+    params=(1000, 400),
+    curve=((10, 0.3), (20, 0.4)),
+    higher_is_better=True,
+    name=None,
+) -> Path:
     """A made-up finished run directory: config.yaml, metrics.jsonl, summary.json."""
     d = root / (name or f"{task}/{label}/{regime}/{stage}/seed{seed}")
     d.mkdir(parents=True)
-    cfg = {"task": {"name": task, "options": {}}, "model": {"d_model": 8}, "objective": {"kind": "supervised"},
-           "stage": stage, "label": label, "regime": regime, "seed": seed, "train": {"lr": 0.001}}
+    cfg = {
+        "task": {"name": task, "options": {}},
+        "model": {"d_model": 8},
+        "objective": {"kind": "supervised"},
+        "stage": stage,
+        "label": label,
+        "regime": regime,
+        "seed": seed,
+        "train": {"lr": 0.001},
+    }
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     with open(d / "metrics.jsonl", "w") as f:
         for step, v in curve:
-            f.write(json.dumps({"step": step, "epoch": step / 10, "split": "train", "metrics": {"loss": 1.0},
-                                "lr": 0.001, "elapsed": 1.0}) + "\n")
-            f.write(json.dumps({"step": step, "epoch": step / 10, "split": "val", "metrics": {metric: v, "loss": 1.0},
-                                "lr": 0.001, "elapsed": 1.0}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "epoch": step / 10,
+                        "split": "train",
+                        "metrics": {"loss": 1.0},
+                        "lr": 0.001,
+                        "elapsed": 1.0,
+                    }
+                )
+                + "\n"
+            )
+            f.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "epoch": step / 10,
+                        "split": "val",
+                        "metrics": {metric: v, "loss": 1.0},
+                        "lr": 0.001,
+                        "elapsed": 1.0,
+                    }
+                )
+                + "\n"
+            )
     summary = {
-        "task": task, "label": label, "regime": regime, "stage": stage, "seed": seed, "metric": metric,
-        "higher_is_better": higher_is_better, "best_val": {"loss": 0.9, metric: val},
-        "test": None if test is None else {"loss": 1.0, metric: test}, "steps": steps,
+        "task": task,
+        "label": label,
+        "regime": regime,
+        "stage": stage,
+        "seed": seed,
+        "metric": metric,
+        "higher_is_better": higher_is_better,
+        "best_val": {"loss": 0.9, metric: val},
+        "test": None if test is None else {"loss": 1.0, metric: test},
+        "steps": steps,
         "params": {"total": params[0], "in_primitives": params[1]},
-        "pretrain_run": None, "seconds": seconds,
+        "pretrain_run": None,
+        "seconds": seconds,
     }
     (d / "summary.json").write_text(json.dumps(summary, indent=2))
     return d
@@ -174,7 +228,7 @@ def test_invalid_json_names_file_and_line(tmp_path):
     "line, message",
     [
         ("{not json", "not valid JSON"),
-        ('[1, 2]', "expected a JSON object"),
+        ("[1, 2]", "expected a JSON object"),
         ('{"step": "5", "split": "val", "metrics": {}}', "'step' must be an integer"),
         ('{"step": 5, "metrics": {}}', "'split' must be a string"),
         ('{"step": 5, "split": "val", "metrics": {"accuracy": "x"}}', "'metrics' must be an object"),
@@ -232,11 +286,30 @@ def _three_seed_tree(root: Path) -> dict[str, list[float]]:
         task, regime = key.split("/")
         stage = "train" if regime == "scratch" else "finetune"
         for seed, v in enumerate(vals):
-            write_run(root, task=task, regime=regime, stage=stage, seed=seed, test=v, val=v + 0.01,
-                      curve=((10, v - 0.1), (20, v - 0.05 * seed)), steps=100 + seed, seconds=30.0 * (seed + 1))
+            write_run(
+                root,
+                task=task,
+                regime=regime,
+                stage=stage,
+                seed=seed,
+                test=v,
+                val=v + 0.01,
+                curve=((10, v - 0.1), (20, v - 0.05 * seed)),
+                steps=100 + seed,
+                seconds=30.0 * (seed + 1),
+            )
     for seed in range(2):
-        write_run(root, task="listops", regime="masked-spt", stage="pretrain", seed=seed, metric="loss",
-                  test=None, val=2.0 + seed, higher_is_better=False)
+        write_run(
+            root,
+            task="listops",
+            regime="masked-spt",
+            stage="pretrain",
+            seed=seed,
+            metric="loss",
+            test=None,
+            val=2.0 + seed,
+            higher_is_better=False,
+        )
     return values
 
 

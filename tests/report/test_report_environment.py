@@ -1,12 +1,14 @@
 """The device and kernels of each cell's runs in the report, and the warning when a cell mixes them."""
+
 from __future__ import annotations
 
 import json
 
+from test_report import write_run
+
 from longrange.cli import main
 from longrange.report.collect import collect_runs
 from longrange.report.tables import aggregate, details_table, mixing_warnings
-from test_report import write_run
 
 CPU = {"type": "cpu", "name": "AMD EPYC", "count": 1, "threads": 2}
 A100 = {"type": "cuda", "name": "NVIDIA A100-SXM4-80GB", "count": 4, "capability": "8.0"}
@@ -34,8 +36,9 @@ def test_cells_show_device_and_kernels_and_a_mixed_cell_is_named(tmp_path, capsy
     rows = {row[0]: dict(zip(details_table(cells).headers, row)) for row in details_table(cells).rows}
     assert rows["S4D"]["Device"] == "cpu: AMD EPYC" and rows["S4D"]["Kernels"] == "-"
     assert rows["Mamba"]["Device"] == "cpu: AMD EPYC (seeds 0, 1); cuda: NVIDIA A100-SXM4-80GB ×4 (seed 2)"
-    assert rows["Mamba"]["Kernels"] == ("causal_conv1d=torch, selective_scan=numba (seeds 0, 1); "
-                                        "causal_conv1d=torch, selective_scan=triton (seed 2)")
+    assert rows["Mamba"]["Kernels"] == (
+        "causal_conv1d=torch, selective_scan=numba (seeds 0, 1); causal_conv1d=torch, selective_scan=triton (seed 2)"
+    )
     warnings = mixing_warnings(cells)
     assert warnings == [
         "Mamba on listops (final stage) mixes devices: cpu: AMD EPYC (seeds 0, 1); cuda: NVIDIA A100-SXM4-80GB ×4 (seed 2)",

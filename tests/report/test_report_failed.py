@@ -1,17 +1,18 @@
 """A failed run is never shown as a result: failed.json, config without summary, diverged runs and
 summaries with null or non-finite metrics are listed apart with their reason, never in the tables."""
+
 from __future__ import annotations
 
 import json
 import math
 
 import pytest
+from test_report import write_run
 
 from longrange.cli import main
 from longrange.errors import DataMissingError
 from longrange.report.collect import collect, collect_runs
 from longrange.report.tables import aggregate
-from test_report import write_run
 
 
 def _tree(root):
@@ -20,9 +21,17 @@ def _tree(root):
     # a stage that raised (compare writes failed.json), here a diverged one
     diverged = write_run(root, seed=2, test=0.99, val=0.99)
     (diverged / "summary.json").unlink()
-    (diverged / "failed.json").write_text(json.dumps({
-        "stage": "x", "error": "TrainingDivergedError: training diverged at step 7 of 100: the training loss is nan",
-        "traceback": "...", "log": None, "time": 0.0}))
+    (diverged / "failed.json").write_text(
+        json.dumps(
+            {
+                "stage": "x",
+                "error": "TrainingDivergedError: training diverged at step 7 of 100: the training loss is nan",
+                "traceback": "...",
+                "log": None,
+                "time": 0.0,
+            }
+        )
+    )
     # interrupted: config and metrics, no summary
     interrupted = write_run(root, seed=3, test=0.99, val=0.99)
     (interrupted / "summary.json").unlink()
@@ -30,15 +39,30 @@ def _tree(root):
     nan_val = write_run(root, seed=4, test=0.99, val=0.99)
     (nan_val / "summary.json").unlink()
     with open(nan_val / "metrics.jsonl", "a") as f:
-        f.write(json.dumps({"step": 30, "epoch": 3, "split": "val", "metrics": {"accuracy": None, "loss": None},
-                            "lr": 0.001, "elapsed": 1.0}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "step": 30,
+                    "epoch": 3,
+                    "split": "val",
+                    "metrics": {"accuracy": None, "loss": None},
+                    "lr": 0.001,
+                    "elapsed": 1.0,
+                }
+            )
+            + "\n"
+        )
     # summaries whose metric is null, or NaN (json.loads accepts NaN)
     null_val = write_run(root, seed=5, test=0.99, val=0.99)
     summary = json.loads((null_val / "summary.json").read_text())
     summary["best_val"]["accuracy"] = None
     (null_val / "summary.json").write_text(json.dumps(summary))
     nan_test = write_run(root, seed=6, test=0.99, val=0.99)
-    text = (nan_test / "summary.json").read_text().replace('"accuracy": 0.99\n  },\n  "steps"', '"accuracy": NaN\n  },\n  "steps"')
+    text = (
+        (nan_test / "summary.json")
+        .read_text()
+        .replace('"accuracy": 0.99\n  },\n  "steps"', '"accuracy": NaN\n  },\n  "steps"')
+    )
     assert "NaN" in text
     (nan_test / "summary.json").write_text(text)
     # a failure recorded beside a finished run (a worker reported dead after its summary): the
@@ -48,8 +72,14 @@ def _tree(root):
     # a damaged summary (cut off): not a result, listed with the file and line
     damaged = write_run(root, seed=8, test=0.99, val=0.99)
     (damaged / "summary.json").write_text('{\n "task": "listops",\n "label": ')
-    return good + [finished], {"diverged": diverged, "interrupted": interrupted, "nan_val": nan_val,
-                               "null_val": null_val, "nan_test": nan_test, "damaged": damaged}
+    return good + [finished], {
+        "diverged": diverged,
+        "interrupted": interrupted,
+        "nan_val": nan_val,
+        "null_val": null_val,
+        "nan_test": nan_test,
+        "damaged": damaged,
+    }
 
 
 def test_collect_separates_failed_runs_with_reasons(tmp_path):

@@ -1,4 +1,5 @@
 """The verdict computed from the runs (paired by seed, Student t) and the data-fraction sweep in reports."""
+
 from __future__ import annotations
 
 import csv
@@ -18,17 +19,40 @@ from longrange.report.sweep import confidence_band, split_by_subset, sweep_csv_t
 from longrange.report.verdict import comparisons, paired_stat, verdict_markdown, verdict_text
 
 
-def put_run(root: Path, *, regime="scratch", seed=0, test=0.5, label="S4", task="listops", metric="accuracy",
-            higher_is_better=True, subset=None, size=None, stage=None) -> Path:
+def put_run(
+    root: Path,
+    *,
+    regime="scratch",
+    seed=0,
+    test=0.5,
+    label="S4",
+    task="listops",
+    metric="accuracy",
+    higher_is_better=True,
+    subset=None,
+    size=None,
+    stage=None,
+) -> Path:
     """A made-up finished run: summary.json (and a config.yaml, as every run directory has)."""
     stage = stage or ("finetune" if regime.endswith("-spt") else "train")
     part = "" if subset is None else f"/subset{subset!r}"
     d = root / f"{task}/{label}{part}/{regime}/seed{seed}/{stage}"
     d.mkdir(parents=True)
-    (d / "config.yaml").write_text("task: {name: %s}\n" % task)
-    summary = {"task": task, "label": label, "regime": regime, "stage": stage, "seed": seed, "metric": metric,
-               "higher_is_better": higher_is_better, "best_val": {metric: test},
-               "test": {metric: test}, "steps": 10, "params": {"total": 100, "in_primitives": 40}, "seconds": 1.0}
+    (d / "config.yaml").write_text(f"task: {{name: {task}}}\n")
+    summary = {
+        "task": task,
+        "label": label,
+        "regime": regime,
+        "stage": stage,
+        "seed": seed,
+        "metric": metric,
+        "higher_is_better": higher_is_better,
+        "best_val": {metric: test},
+        "test": {metric: test},
+        "steps": 10,
+        "params": {"total": 100, "in_primitives": 40},
+        "seconds": 1.0,
+    }
     if subset is not None:
         summary.update(train_subset=subset, train_size=size)
     (d / "summary.json").write_text(json.dumps(summary))
@@ -44,7 +68,9 @@ def runs_of(root: Path, scratch: dict[int, float], spt: dict[int, float], **kw):
 
 
 # ---------------------------------------------------------------------- statistics
-@pytest.mark.parametrize("a, b", [([0.61, 0.64, 0.59, 0.66], [0.55, 0.60, 0.58, 0.57]), ([1.0, 2.5, 2.0], [1.5, 2.0, 2.2])])
+@pytest.mark.parametrize(
+    "a, b", [([0.61, 0.64, 0.59, 0.66], [0.55, 0.60, 0.58, 0.57]), ([1.0, 2.5, 2.0], [1.5, 2.0, 2.2])]
+)
 def test_paired_stat_matches_scipy(a, b):
     d = [x - y for x, y in zip(a, b)]
     s = paired_stat(d)
@@ -120,8 +146,11 @@ def test_each_spt_regime_against_scratch_and_matched_scratch(tmp_path):
         put_run(tmp_path, regime="scratch-matched", seed=seed, test=0.7 + seed / 100)
     found = comparisons(collect_runs([tmp_path], warn=lambda m: None))
     assert [(c.regime, c.baseline) for c in found] == [
-        ("causal-spt", "scratch"), ("masked-spt", "scratch"),
-        ("causal-spt", "scratch-matched"), ("masked-spt", "scratch-matched")]
+        ("causal-spt", "scratch"),
+        ("masked-spt", "scratch"),
+        ("causal-spt", "scratch-matched"),
+        ("masked-spt", "scratch-matched"),
+    ]
     assert found[3].sentence().startswith("scratch with matched compute better by")
     md = verdict_markdown(collect_runs([tmp_path], warn=lambda m: None))
     assert md.startswith("## Verdict") and "| S4 + masked SPT | S4 (scratch, matched compute) | listops | 2 |" in md
@@ -155,25 +184,29 @@ def test_two_seeds_say_the_interval_is_unreliable(tmp_path):
     runs = runs_of(tmp_path, {0: 0.50, 1: 0.60}, {0: 0.48, 1: 0.5805})
     (c,) = comparisons(runs)
     assert c.outcome == "baseline" and c.stat.n == 2
-    assert c.sentence().endswith("2 seeds); with 2 seeds the interval is unreliable (its width rests on 1 degree "
-                                 "of freedom): run 3 or more seeds")
+    assert c.sentence().endswith(
+        "2 seeds); with 2 seeds the interval is unreliable (its width rests on 1 degree "
+        "of freedom): run 3 or more seeds"
+    )
     three = comparisons(runs_of(tmp_path / "three", {0: 0.50, 1: 0.52, 2: 0.51}, {0: 0.60, 1: 0.61, 2: 0.63}))[0]
     assert "unreliable" not in three.sentence()
 
 
 def test_several_tests_get_holm_adjusted_decisions(tmp_path):
     """Four comparisons with known p-values: the verdict says how many, and which survive Holm."""
-    strong = ({0: 0.50, 1: 0.52, 2: 0.51, 3: 0.50}, {0: 0.60, 1: 0.61, 2: 0.63, 3: 0.60})   # p < 0.001
-    weak = ({0: 0.50, 1: 0.52, 2: 0.51, 3: 0.50}, {0: 0.53, 1: 0.54, 2: 0.55, 3: 0.51})     # p = 0.030 alone
-    none = ({0: 0.50, 1: 0.60, 2: 0.55, 3: 0.50}, {0: 0.55, 1: 0.56, 2: 0.50, 3: 0.52})     # p > 0.5
+    strong = ({0: 0.50, 1: 0.52, 2: 0.51, 3: 0.50}, {0: 0.60, 1: 0.61, 2: 0.63, 3: 0.60})  # p < 0.001
+    weak = ({0: 0.50, 1: 0.52, 2: 0.51, 3: 0.50}, {0: 0.53, 1: 0.54, 2: 0.55, 3: 0.51})  # p = 0.030 alone
+    none = ({0: 0.50, 1: 0.60, 2: 0.55, 3: 0.50}, {0: 0.55, 1: 0.56, 2: 0.50, 3: 0.52})  # p > 0.5
     for label, (scratch, spt) in {"A": strong, "B": weak, "C": none, "D": strong}.items():
         runs_of(tmp_path, scratch, spt, label=label)
     runs = collect_runs([tmp_path], warn=lambda m: None)
     found = comparisons(runs)
     assert len(found) == 4
     ps = [c.stat.p for c in found]
-    expected = [stats.ttest_rel(list(spt.values()), list(scratch.values())).pvalue
-                for scratch, spt in (strong, weak, none, strong)]
+    expected = [
+        stats.ttest_rel(list(spt.values()), list(scratch.values())).pvalue
+        for scratch, spt in (strong, weak, none, strong)
+    ]
     assert ps == pytest.approx(expected, rel=1e-9)
     assert found[1].outcome == "spt" and 0.01 < ps[1] < 0.05  # significant alone ...
     from longrange.report.verdict import holm
@@ -182,7 +215,10 @@ def test_several_tests_get_holm_adjusted_decisions(tmp_path):
     assert decisions == [True, False, False, True]  # ... but not over 4 tests
     text = verdict_text(runs)
     assert "Holm-adjusted over the 4 comparisons above (family-wise error 5%): 2 of 4 significant" in text
-    assert f"B + masked SPT vs B on listops: p = {ps[1]:.3f}, adjusted p = {min(1, ps[1] * 2):.3f}: not significant" in text
+    assert (
+        f"B + masked SPT vs B on listops: p = {ps[1]:.3f}, adjusted p = {min(1, ps[1] * 2):.3f}: not significant"
+        in text
+    )
     md = verdict_markdown(runs)
     assert "| Holm-adjusted p (4 tests) |" in md and "2 of 4 remain significant" in md
     single = verdict_text(runs_of(tmp_path / "one", *strong))
@@ -201,8 +237,17 @@ def sweep_tree(root: Path) -> None:
         for seed in (0, 1):
             put_run(root, regime="scratch", seed=seed, test=base + seed / 100, subset=subset, size=size)
             put_run(root, regime="masked-spt", seed=seed, test=base + 0.1 + seed / 50, subset=subset, size=size)
-            put_run(root, regime="masked-spt", stage="pretrain", seed=seed, test=1.0, subset=subset, size=size,
-                    metric="loss", higher_is_better=False)
+            put_run(
+                root,
+                regime="masked-spt",
+                stage="pretrain",
+                seed=seed,
+                test=1.0,
+                subset=subset,
+                size=size,
+                metric="loss",
+                higher_is_better=False,
+            )
 
 
 def test_sweep_groups_tables_and_csv(tmp_path):
@@ -211,13 +256,18 @@ def test_sweep_groups_tables_and_csv(tmp_path):
     groups = split_by_subset(runs)
     assert [g.subset for g in groups] == [0.1, 1.0] and [g.train_size() for g in groups] == [10, 100]
     text = sweep_tables(groups)
-    assert "## Train subset 0.1 (10 training examples)" in text and "## Train subset 1.0 (100 training examples)" in text
+    assert (
+        "## Train subset 0.1 (10 training examples)" in text and "## Train subset 1.0 (100 training examples)" in text
+    )
     assert "| Model | 0.1 (n_train=10) | 1.0 (n_train=100) |" in text
     assert "| S4 + masked SPT | 41.00 ± 12.71 | 71.00 ± 12.71 |" in text
     rows = list(csv.DictReader(io.StringIO(sweep_csv_text(groups))))
     assert [(r["train_subset"], r["train_size"], r["regime"], r["kind"]) for r in rows if r["kind"] == "final"] == [
-        ("0.1", "10", "scratch", "final"), ("0.1", "10", "masked-spt", "final"),
-        ("1.0", "100", "scratch", "final"), ("1.0", "100", "masked-spt", "final")]
+        ("0.1", "10", "scratch", "final"),
+        ("0.1", "10", "masked-spt", "final"),
+        ("1.0", "100", "scratch", "final"),
+        ("1.0", "100", "masked-spt", "final"),
+    ]
     found = comparisons(runs)
     assert [(c.subset, c.seeds) for c in found] == [(0.1, [0, 1]), (1.0, [0, 1])]
 

@@ -1,5 +1,6 @@
 """The MAD protocol (``longrange mad``, ``longrange.studies.mad``): its plan, the best-of-grid
 selection on validation, MAD scores, the sign-flip test, errors, and a tiny study run end to end."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,29 @@ import pytest
 from longrange.errors import ConfigError
 from longrange.studies import mad as M
 
-TINY = ("model.d_model=16", "train.max_steps=2", "pretrain.max_steps=2", "train.batch_size=8", "pretrain.batch_size=8",
-        "task.options.n_train=32", "task.options.n_val=16", "task.options.n_test=16", "train.eval_every=2",
-        "pretrain.eval_every=2")
+TINY = (
+    "model.d_model=16",
+    "train.max_steps=2",
+    "pretrain.max_steps=2",
+    "train.batch_size=8",
+    "pretrain.batch_size=8",
+    "task.options.n_train=32",
+    "task.options.n_val=16",
+    "task.options.n_test=16",
+    "train.eval_every=2",
+    "pretrain.eval_every=2",
+)
 
 
 def settings(**kw) -> M.MadSettings:
-    base = dict(models=("hyena", "gated-deltanet"), tasks=("mad-in-context-recall", "mad-memorization"),
-                levels=("baseline", "seq_len=256", "vocab_size=512"), lrs=(5e-4, 1e-3), wds=(0.0, 0.1), seeds=(0, 1))
+    base = dict(
+        models=("hyena", "gated-deltanet"),
+        tasks=("mad-in-context-recall", "mad-memorization"),
+        levels=("baseline", "seq_len=256", "vocab_size=512"),
+        lrs=(5e-4, 1e-3),
+        wds=(0.0, 0.1),
+        seeds=(0, 1),
+    )
     base.update(kw)
     return M.MadSettings(**base)
 
@@ -41,11 +57,16 @@ def test_the_plan_has_one_pretraining_per_cell_and_seed_and_the_grid_in_both_reg
     assert (exp.pretrain["lr"], exp.pretrain["weight_decay"]) == (5e-4, 0.0)
     assert exp.task.options == {"seq_len": 256}
     assert {e["options"]["l_max"] for e in exp.model.layers if isinstance(e, dict)} == {256}  # Hyena's filters follow
-    memo = plan.experiments[plan.by_id["mad-memorization/gated-deltanet/vocab_size-512/lr0.0005-wd0/scratch/seed0"]
-                            .experiment]
+    memo = plan.experiments[
+        plan.by_id["mad-memorization/gated-deltanet/vocab_size-512/lr0.0005-wd0/scratch/seed0"].experiment
+    ]
     assert memo.task.options == {"vocab_size": 512}
     assert [e if isinstance(e, str) else e["primitive"] for e in memo.model.layers] == [
-        "gated-deltanet", "swiglu", "gated-deltanet", "swiglu"]
+        "gated-deltanet",
+        "swiglu",
+        "gated-deltanet",
+        "swiglu",
+    ]
 
 
 def test_answers_as_training_targets_reach_the_recall_tasks_only():
@@ -63,14 +84,21 @@ def test_every_level_by_default_and_scratch_only():
 
 
 def _summary(val: float | None, test: float | None) -> dict:
-    return {"metric": "accuracy", "best_val": None if val is None else {"accuracy": val},
-            "test": None if test is None else {"accuracy": test}}
+    return {
+        "metric": "accuracy",
+        "best_val": None if val is None else {"accuracy": val},
+        "test": None if test is None else {"accuracy": test},
+    }
 
 
 def test_selection_takes_the_best_validation_point_and_reports_its_test():
     points = {f"{lr}-{wd}": M.Point("m", "t", "baseline", "scratch", 0, lr, wd) for lr in (1, 2) for wd in (0, 1)}
-    summaries = {"1-0": _summary(0.5, 0.9), "1-1": _summary(0.7, 0.1), "2-0": _summary(0.7, 0.3),
-                 "2-1": _summary(0.6, 0.99)}
+    summaries = {
+        "1-0": _summary(0.5, 0.9),
+        "1-1": _summary(0.7, 0.1),
+        "2-0": _summary(0.7, 0.3),
+        "2-1": _summary(0.6, 0.99),
+    }
     (chosen,) = M.select(points, summaries)
     assert (chosen.lr, chosen.wd, chosen.val, chosen.reported) == (1, 1, 0.7, 0.1)  # the first of the tied 0.7s
     del summaries["2-1"]
@@ -78,14 +106,18 @@ def test_selection_takes_the_best_validation_point_and_reports_its_test():
     assert missing.lr is None and missing.reported is None and missing.missing == ("lr2-wd1",)
     summaries["2-1"] = _summary(float("nan"), 0.5)  # a diverged run is missing, never a number
     assert M.select(points, summaries)[0].missing == ("lr2-wd1",)
-    lower = {k: {**_summary(v, 1 - v), "higher_is_better": False} for k, v in
-             {"1-0": 0.5, "1-1": 0.7, "2-0": 0.2, "2-1": 0.6}.items()}  # a loss: the lowest is best
+    lower = {
+        k: {**_summary(v, 1 - v), "higher_is_better": False}
+        for k, v in {"1-0": 0.5, "1-1": 0.7, "2-0": 0.2, "2-1": 0.6}.items()
+    }  # a loss: the lowest is best
     assert M.select(points, lower)[0].lr == 2 and M.select(points, lower)[0].wd == 0
 
 
 def test_scores_are_means_over_levels_then_tasks_and_missing_propagates():
-    sel = [M.Selected("m", "a", level, "scratch", 0, 1e-3, 0.0, 0.0, test)
-           for level, test in (("baseline", 0.2), ("x=1", 0.4))]
+    sel = [
+        M.Selected("m", "a", level, "scratch", 0, 1e-3, 0.0, 0.0, test)
+        for level, test in (("baseline", 0.2), ("x=1", 0.4))
+    ]
     sel += [M.Selected("m", "b", "baseline", "scratch", 0, 1e-3, 0.0, 0.0, 0.9)]
     scores = M.task_scores(sel, {"a": ["baseline", "x=1"], "b": ["baseline"]})
     by = {s.task: s.score for s in scores}
@@ -104,17 +136,20 @@ def test_sign_flip_p_is_exact():
     assert M.sign_flip_p([]) is None
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"models": ("hyenna",)}, r"unknown model 'hyenna' \(did you mean hyena\?\)"),
-    ({"models": ()}, "name at least one model"),
-    ({"models": ("hyena", "hyena")}, "--models: 'hyena' is given twice"),
-    ({"tasks": ("mad-compression",)}, "not one of MAD's tasks here"),
-    ({"levels": ("n_train=7",)}, r"--levels: 'n_train=7' is no level of"),
-    ({"lrs": ()}, "--lrs: give one or more finite numbers"),
-    ({"wds": (-0.1,)}, "weight decays must be >= 0"),
-    ({"regimes": ("masked-spt",)}, "--regimes: 'masked-spt' is not one of scratch, causal-spt"),
-    ({"train_targets": "all"}, "--train-targets must be one of next-token, answers"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"models": ("hyenna",)}, r"unknown model 'hyenna' \(did you mean hyena\?\)"),
+        ({"models": ()}, "name at least one model"),
+        ({"models": ("hyena", "hyena")}, "--models: 'hyena' is given twice"),
+        ({"tasks": ("mad-compression",)}, "not one of MAD's tasks here"),
+        ({"levels": ("n_train=7",)}, r"--levels: 'n_train=7' is no level of"),
+        ({"lrs": ()}, "--lrs: give one or more finite numbers"),
+        ({"wds": (-0.1,)}, "weight decays must be >= 0"),
+        ({"regimes": ("masked-spt",)}, "--regimes: 'masked-spt' is not one of scratch, causal-spt"),
+        ({"train_targets": "all"}, "--train-targets must be one of next-token, answers"),
+    ],
+)
 def test_bad_settings_are_errors_naming_the_option(kw, match):
     with pytest.raises(ConfigError, match=match):
         settings(**kw)
@@ -130,13 +165,29 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
     from longrange.cli import main
 
     out = tmp_path / "mad"
-    args = ["mad", "--out", str(out), "--models", "gated-deltanet", "--tasks", "mad-memorization", "--levels",
-            "baseline", "--lrs", "1e-3,5e-4", "--wds", "0", *TINY]
+    args = [
+        "mad",
+        "--out",
+        str(out),
+        "--models",
+        "gated-deltanet",
+        "--tasks",
+        "mad-memorization",
+        "--levels",
+        "baseline",
+        "--lrs",
+        "1e-3,5e-4",
+        "--wds",
+        "0",
+        *TINY,
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "## scratch: MAD score" in text and "## causal-spt minus scratch" in text
     rows = (out / "mad_selected.csv").read_text().splitlines()
-    assert rows[0].startswith("model,task,level,regime,seed,lr,weight_decay,val_accuracy,reported_split,reported_accuracy")
+    assert rows[0].startswith(
+        "model,task,level,regime,seed,lr,weight_decay,val_accuracy,reported_split,reported_accuracy"
+    )
     assert len(rows) == 3  # scratch and causal-spt for seed 0
     for row in rows[1:]:
         fields = row.split(",")
@@ -149,7 +200,7 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
     assert main(["mad", "--out", str(out), "--report"]) == 0
     assert "gated-deltanet" in capsys.readouterr().out
     # Another study into the same directory is an error, not a mixed report.
-    assert main([*args[:-len(TINY)], "--seeds", "1", *TINY]) == 1
+    assert main([*args[: -len(TINY)], "--seeds", "1", *TINY]) == 1
     assert "holds a MAD study with other settings (seeds differ)" in capsys.readouterr().err
 
 
@@ -158,9 +209,21 @@ def test_the_cpu_protocol_is_its_rule():
 
     from longrange.studies.cli import settings_from_args
 
-    args = argparse.Namespace(cpu=True, screen=False, models=None, tasks=None, levels=None, lrs=None, wds=None, seeds="0,1",
-                              regimes=None, pretrain_lr=None, pretrain_wd=None, train_targets=None,
-                              settings=["train.max_steps=10"])
+    args = argparse.Namespace(
+        cpu=True,
+        screen=False,
+        models=None,
+        tasks=None,
+        levels=None,
+        lrs=None,
+        wds=None,
+        seeds="0,1",
+        regimes=None,
+        pretrain_lr=None,
+        pretrain_wd=None,
+        train_targets=None,
+        settings=["train.max_steps=10"],
+    )
     st = settings_from_args(args)
     assert st.models == M.CPU_MODELS and len(st.models) == 8 and st.seeds == (0, 1)
     assert (st.levels, st.lrs, st.wds) == (("baseline", "n_train=800"), (5e-4, 1e-3), (0.0,))
@@ -172,8 +235,16 @@ def test_the_cpu_protocol_is_its_rule():
 
 
 def test_a_screen_reads_no_test_split_and_scores_validation(tmp_path):
-    st = M.MadSettings(models=("gated-deltanet",), tasks=("mad-memorization",), levels=("baseline",), lrs=(1e-3,),
-                       wds=(0.0,), regimes=("scratch",), screen=True, overrides=TINY)
+    st = M.MadSettings(
+        models=("gated-deltanet",),
+        tasks=("mad-memorization",),
+        levels=("baseline",),
+        lrs=(1e-3,),
+        wds=(0.0,),
+        regimes=("scratch",),
+        screen=True,
+        overrides=TINY,
+    )
     plan, _ = M.mad_plan(st)
     assert plan.experiments[0].train["test_split"] is False
     report = M.run_mad(st, tmp_path)

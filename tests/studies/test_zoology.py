@@ -1,5 +1,6 @@
 """Zoology's axis (``longrange zoology``, ``longrange.studies.zoology``): MQAR accuracy against state
 size over widths, scratch and causal SPT; its experiments, aggregation, errors and a tiny run."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,32 +8,45 @@ import pytest
 from longrange.errors import ConfigError
 from longrange.studies import zoology as Z
 
-TINY = ("train.max_steps=2", "pretrain.max_steps=2", "train.batch_size=8", "train.eval_every=2",
-        "pretrain.eval_every=2")
+TINY = (
+    "train.max_steps=2",
+    "pretrain.max_steps=2",
+    "train.batch_size=8",
+    "train.eval_every=2",
+    "pretrain.eval_every=2",
+)
 TINY_TASK = {"n_train": 32, "n_val": 16, "n_test": 16}
 
 
 def test_one_experiment_per_model_and_width_on_the_small_vocabulary_mqar():
     exps = Z.experiments(["transformer", "mamba-s6"], [8, 16], seeds=[0, 1])
     assert [(e.label, e.model.d_model) for e in exps] == [
-        ("transformer w8", 8), ("transformer w16", 16), ("mamba-s6 w8", 8), ("mamba-s6 w16", 16)]
+        ("transformer w8", 8),
+        ("transformer w16", 16),
+        ("mamba-s6 w8", 8),
+        ("mamba-s6 w16", 16),
+    ]
     for e in exps:
         assert e.task.name == "mqar" and e.task.options["vocab_size"] == 64 and e.task.options["n_pairs"] == 8
         assert e.compare.objectives == ["causal"] and not e.compare.compute_matched and e.compare.seeds == [0, 1]
     assert exps[2].model.block == "mamba" and exps[2].model.primitive == "s6"
-    (one,) = Z.experiments(["lru"], [32], seeds=[0], task_options={"n_pairs": 4}, overrides=["train.lr=0.01"],
-                           field="d_state")
+    (one,) = Z.experiments(
+        ["lru"], [32], seeds=[0], task_options={"n_pairs": 4}, overrides=["train.lr=0.01"], field="d_state"
+    )
     assert one.task.options["n_pairs"] == 4 and one.train["lr"] == 0.01
     assert (one.label, one.model.d_state, one.model.d_model) == ("lru d_state32", 32, 64)  # the LRU's state size
 
 
-@pytest.mark.parametrize("models, widths, match", [
-    (["mamba-s7"], [8], r"unknown model 'mamba-s7' \(did you mean mamba-s6 or"),
-    ([], [8], "name at least one model"),
-    (["lru"], [0], "--widths: give one or more positive integers"),
-    (["lru", "lru"], [8], "--models: 'lru' is given twice"),
-    (["lru"], [8, 8], "--widths: 8 is given twice"),
-])
+@pytest.mark.parametrize(
+    "models, widths, match",
+    [
+        (["mamba-s7"], [8], r"unknown model 'mamba-s7' \(did you mean mamba-s6 or"),
+        ([], [8], "name at least one model"),
+        (["lru"], [0], "--widths: give one or more positive integers"),
+        (["lru", "lru"], [8], "--models: 'lru' is given twice"),
+        (["lru"], [8, 8], "--widths: 8 is given twice"),
+    ],
+)
 def test_bad_settings_are_errors(models, widths, match):
     with pytest.raises(ConfigError, match=match):
         Z.experiments(models, widths, seeds=[0])
@@ -40,12 +54,21 @@ def test_bad_settings_are_errors(models, widths, match):
 
 def test_points_average_over_seeds_and_skip_diverged_runs():
     def summary(label, regime, acc):
-        return {"label": label, "regime": regime, "metric": "accuracy", "test": {"accuracy": acc},
-                "params": {"total": 100, "state": 32}}
+        return {
+            "label": label,
+            "regime": regime,
+            "metric": "accuracy",
+            "test": {"accuracy": acc},
+            "params": {"total": 100, "state": 32},
+        }
 
-    summaries = [summary("lru w8", "scratch", 0.2), summary("lru w8", "scratch", 0.4),
-                 summary("lru w8", "causal-spt-all", 0.9), summary("lru w8", "causal-spt-all", float("nan")),
-                 summary("other w8", "scratch", 1.0)]
+    summaries = [
+        summary("lru w8", "scratch", 0.2),
+        summary("lru w8", "scratch", 0.4),
+        summary("lru w8", "causal-spt-all", 0.9),
+        summary("lru w8", "causal-spt-all", float("nan")),
+        summary("other w8", "scratch", 1.0),
+    ]
     pts = {p.regime: p for p in Z.points(summaries, ["lru"], [8])}
     assert pts["scratch"].mean() == pytest.approx(0.3) and pts["scratch"].state == 32
     assert pts["causal-spt"].accuracies == (0.9,)  # the diverged run adds nothing
@@ -56,8 +79,17 @@ def test_points_average_over_seeds_and_skip_diverged_runs():
 def test_a_tiny_axis_runs_and_reports(tmp_path, capsys):
     from longrange.cli import main
 
-    args = ["zoology", "--out", str(tmp_path), "--models", "simple-s6", "--widths", "4,8", *TINY,
-            *[f"--task-option={k}={v}" for k, v in TINY_TASK.items()]]
+    args = [
+        "zoology",
+        "--out",
+        str(tmp_path),
+        "--models",
+        "simple-s6",
+        "--widths",
+        "4,8",
+        *TINY,
+        *[f"--task-option={k}={v}" for k, v in TINY_TASK.items()],
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "# MQAR accuracy against state size" in text

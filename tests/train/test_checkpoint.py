@@ -1,4 +1,5 @@
 """Checkpoints: atomic writes, refusal of code-carrying pickles, weights loading, RNG capture."""
+
 from __future__ import annotations
 
 import random
@@ -24,8 +25,13 @@ class _Payload:
 
 
 def test_round_trip_plain_state(tmp_path):
-    state = {"model": {"w": torch.arange(6.0).reshape(2, 3)}, "step": 7, "best": {"value": None},
-             "history": [{"step": 1, "metrics": {"accuracy": 0.5}}], "betas": (0.9, 0.99)}
+    state = {
+        "model": {"w": torch.arange(6.0).reshape(2, 3)},
+        "step": 7,
+        "best": {"value": None},
+        "history": [{"step": 1, "metrics": {"accuracy": 0.5}}],
+        "betas": (0.9, 0.99),
+    }
     path = save_checkpoint(state, tmp_path / "c.pt")
     loaded = load_checkpoint(path)
     assert loaded["format"] == 1 and loaded["step"] == 7 and loaded["best"] == {"value": None}
@@ -149,21 +155,32 @@ def test_command_payload_is_refused_in_our_words(tmp_path):
 
 
 def _finished_toy_run(run_dir):
-    from longrange.data.batch import collate
-    from longrange.train import Trainer
     from toy import ToyObjective, toy_setup
 
+    from longrange.data.batch import collate
+    from longrange.train import Trainer
+
     model, tr, va, te = toy_setup()
-    Trainer(model, ToyObjective(), tr, va, collate, {"batch_size": 8, "epochs": 1, "lr": 0.01, "progress": False},
-            run_dir, test_set=te, tensorboard=False).fit()
+    Trainer(
+        model,
+        ToyObjective(),
+        tr,
+        va,
+        collate,
+        {"batch_size": 8, "epochs": 1, "lr": 0.01, "progress": False},
+        run_dir,
+        test_set=te,
+        tensorboard=False,
+    ).fit()
     return model
 
 
 @pytest.mark.parametrize("keep", ["empty", 40, "half", "zeros"])
 def test_truncated_last_pt_names_best_weights_and_overwrite(tmp_path, keep):
+    from toy import ToyObjective, toy_setup
+
     from longrange.data.batch import collate
     from longrange.train import Trainer
-    from toy import ToyObjective, toy_setup
 
     run = tmp_path / "run"
     _finished_toy_run(run)
@@ -183,8 +200,18 @@ def test_truncated_last_pt_names_best_weights_and_overwrite(tmp_path, keep):
     # resuming the run gives the same error
     model, tr, va, te = toy_setup()
     with pytest.raises(CheckpointError, match="best.safetensors.*--overwrite"):
-        Trainer(model, ToyObjective(), tr, va, collate, {"batch_size": 8, "epochs": 1, "lr": 0.01, "progress": False},
-                run, test_set=te, tensorboard=False, resume=True).fit()
+        Trainer(
+            model,
+            ToyObjective(),
+            tr,
+            va,
+            collate,
+            {"batch_size": 8, "epochs": 1, "lr": 0.01, "progress": False},
+            run,
+            test_set=te,
+            tensorboard=False,
+            resume=True,
+        ).fit()
 
 
 def test_corrupt_checkpoint_elsewhere_has_no_run_advice(tmp_path):

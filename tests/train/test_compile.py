@@ -8,11 +8,13 @@ A compiled run checkpoints the eager model's state-dict keys and resumes to the 
 uninterrupted compiled run. The tests that build CPU code with Inductor skip, saying why, where a
 path it passes to the compiler unquoted holds a space (the ``inductor_cpu`` fixture).
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from toy import ToyDataset, ToyObjective, toy_setup
 
 from longrange.data.batch import collate
 from longrange.errors import ConfigError
@@ -21,10 +23,9 @@ from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
 from longrange.ops import used
 from longrange.ops.matmul import mm_onednn, onednn_available
-from longrange.train import Trainer, TrainConfig, load_checkpoint
-from longrange.train.rundir import RunMismatchError
+from longrange.train import TrainConfig, Trainer, load_checkpoint
 from longrange.train.compile import _route_matmuls, compile_model, compile_options, is_compiled, restore
-from toy import ToyDataset, ToyObjective, toy_setup
+from longrange.train.rundir import RunMismatchError
 
 #: The built-in families at tiny sizes: (block, primitive, direction and other model settings).
 FAMILIES = {
@@ -39,8 +40,9 @@ FAMILIES = {
     "mamba-s4": dict(block="mamba", primitive="s4"),
     "mamba-dlr": dict(block="mamba", primitive="dlr"),
     "transformer-causal": dict(block="transformer", primitive="attention"),
-    "transformer-bi-rope-window": dict(block="transformer", primitive="attention", direction="bidirectional",
-                                       rope=True, attn_window=4),
+    "transformer-bi-rope-window": dict(
+        block="transformer", primitive="attention", direction="bidirectional", rope=True, attn_window=4
+    ),
     # Matrix-state mixers in chunks shorter than the batch (13 positions: a padded last chunk).
     "residual-mamba2": dict(block="residual", primitive="mamba2", primitive_options={"headdim": 4, "chunk_size": 4}),
     "residual-mamba3": dict(block="residual", primitive="mamba3", primitive_options={"headdim": 4, "chunk_size": 4}),
@@ -94,8 +96,9 @@ def _fresh_dynamo():
 def test_compile_is_a_train_setting_left_out_of_identities_at_its_default():
     default = {"train": TrainConfig().to_dict()}
     assert TrainConfig().compile is False and "compile" not in identity(default)["train"]
-    assert fingerprint(default) == fingerprint({"train": {k: v for k, v in TrainConfig().to_dict().items()
-                                                          if k != "compile"}})
+    assert fingerprint(default) == fingerprint(
+        {"train": {k: v for k, v in TrainConfig().to_dict().items() if k != "compile"}}
+    )
     assert identity({"train": TrainConfig(compile=True).to_dict()})["train"] == {"compile": True}
     assert TrainConfig.from_dict({"compile": True}).compile is True
     with pytest.raises(ConfigError, match="train.compile must be true or false, got 'yes'"):
@@ -110,23 +113,34 @@ def test_a_path_with_a_space_is_a_clear_error_before_any_step_on_the_cpu(monkeyp
     from longrange.train.compile import Compilation, build_paths, cpp_build_blocker
 
     root = tmp_path / "clean"
-    clean = {what: str(root / name) for what, name in (
-        ("PyTorch's package", "torch"), ("the environment's prefix", "venv"), ("Python's headers", "include"),
-        ("Python's library directory", "lib"), ("Inductor's cache directory", "inductor"))}
+    clean = {
+        what: str(root / name)
+        for what, name in (
+            ("PyTorch's package", "torch"),
+            ("the environment's prefix", "venv"),
+            ("Python's headers", "include"),
+            ("Python's library directory", "lib"),
+            ("Inductor's cache directory", "inductor"),
+        )
+    }
     monkeypatch.setattr(compile_module, "build_paths", lambda: dict(clean))
     assert cpp_build_blocker() is None
     spaced = str(tmp_path / "My Projects" / ".venv")
     monkeypatch.setattr(compile_module, "build_paths", lambda: {**clean, "the environment's prefix": spaced})
     assert f"the environment's prefix {spaced!r} holds whitespace" in cpp_build_blocker()
-    with pytest.raises(ConfigError, match=r"train.compile on the CPU: the environment's prefix .* holds whitespace.*"
-                                          r"set train.compile false"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train.compile on the CPU: the environment's prefix .* holds whitespace.*"
+        r"set train.compile false",
+    ):
         Compilation(True, "cpu")
     with pytest.raises(ConfigError, match="train.compile on the CPU"):
         compile_model(_model(FAST))
     Compilation(False, "cpu")  # eager: nothing is built
     Compilation(True, "cuda")  # Inductor builds Triton kernels there, not C++
-    monkeypatch.setattr(compile_module, "build_paths",
-                        lambda: {**clean, "Inductor's cache directory": str(tmp_path / "inductor cache")})
+    monkeypatch.setattr(
+        compile_module, "build_paths", lambda: {**clean, "Inductor's cache directory": str(tmp_path / "inductor cache")}
+    )
     assert "Inductor's cache directory" in cpp_build_blocker()
     # the real paths: Inductor's cache directory is where TORCHINDUCTOR_CACHE_DIR says
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
@@ -153,10 +167,16 @@ def test_every_family_traces_into_one_graph(name):
     assert len(graphs) == 1
 
 
-@pytest.mark.parametrize("input_kind, head, pooling", [
-    ("numeric", "classify", "max"), ("numeric", "regress", "last"), ("numeric", "tokens", "mean"),
-    ("tokens", "retrieval", "cls"), ("numeric", "retrieval", "mean"),
-])
+@pytest.mark.parametrize(
+    "input_kind, head, pooling",
+    [
+        ("numeric", "classify", "max"),
+        ("numeric", "regress", "last"),
+        ("numeric", "tokens", "mean"),
+        ("tokens", "retrieval", "cls"),
+        ("numeric", "retrieval", "mean"),
+    ],
+)
 def test_every_encoder_head_and_pooling_traces_into_one_graph(input_kind, head, pooling):
     """The families above take token inputs and a classification head with mean pooling; the numeric
     encoder, the other heads (two sequences for retrieval) and poolings trace into one graph too."""
@@ -306,8 +326,16 @@ def test_compiled_cpu_graphs_route_their_matrix_products_to_onednn():
 # A compiled run in the trainer
 # --------------------------------------------------------------------------------------------
 
-RUN = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "log_every": 2, "checkpoint_every": 3,
-       "seed": 3, "compile": True}
+RUN = {
+    "batch_size": 8,
+    "epochs": 2,
+    "lr": 0.01,
+    "progress": False,
+    "log_every": 2,
+    "checkpoint_every": 3,
+    "seed": 3,
+    "compile": True,
+}
 
 
 class Interrupted(Exception):
@@ -319,8 +347,9 @@ def _trainer(path, cfg, resume=False):
     (random numbers in and around the compiled graph)."""
     model = toy_setup(dropout=0.1)[0]
     train_set, val_set = (ToyDataset(n, seed=s, min_len=6, max_len=6) for n, s in ((48, 1), (16, 2)))
-    return Trainer(model, ToyObjective(noise=0.1), train_set, val_set, collate, cfg, path, tensorboard=False,
-                   resume=resume)
+    return Trainer(
+        model, ToyObjective(noise=0.1), train_set, val_set, collate, cfg, path, tensorboard=False, resume=resume
+    )
 
 
 def _weights(path):

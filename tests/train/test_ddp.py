@@ -1,4 +1,5 @@
 """Two CPU processes under torchrun (gloo) train exactly like one process with the same global batch."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,7 @@ from longrange.train.logging import read_metrics
 
 TOY = Path(__file__).with_name("toy.py")
 # Global batch 8 = 2 ranks x 2 micro-batches x 2 items; evaluation batches of 3 leave ragged tails.
-CONFIG = {"epochs": 2, "batch_size": 8, "lr": 0.01, "log_every": 2, "eval_batch_size": 3, "seed": 3,
-          "grad_clip": 1.0}
+CONFIG = {"epochs": 2, "batch_size": 8, "lr": 0.01, "log_every": 2, "eval_batch_size": 3, "seed": 3, "grad_clip": 1.0}
 
 
 def _free_port() -> int:
@@ -35,12 +35,31 @@ def test_two_process_ddp_equals_single_process(tmp_path):
     single, multi = tmp_path / "single", tmp_path / "ddp"
     p_single = subprocess.Popen(
         [sys.executable, str(TOY), str(single), "--float64", "--config", json.dumps(CONFIG)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     p_multi = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-         "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-         str(TOY), str(multi), "--float64", "--config", json.dumps({**CONFIG, "grad_accum": 2})],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--nnodes=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={_free_port()}",
+            str(TOY),
+            str(multi),
+            "--float64",
+            "--config",
+            json.dumps({**CONFIG, "grad_accum": 2}),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     for proc in (p_single, p_multi):
         # about 35 s on an idle 2-core machine; minutes when other work shares the cores
         _, err = proc.communicate(timeout=900)

@@ -1,5 +1,6 @@
 """What a run records of where and how it ran (device, precision, the kernels that ran, merged over
 resumed segments), and ``train.deterministic``."""
+
 from __future__ import annotations
 
 import os
@@ -7,15 +8,14 @@ import os
 import pytest
 import torch
 from torch import nn
+from toy import ToyModel, ToyObjective, toy_setup
 
 from longrange.data.batch import collate, padding_mask
 from longrange.ops import used
 from longrange.ops.scan import DETERMINISTIC_BACKWARD, auto_impl, default_impl, selective_scan
 from longrange.train import Trainer, load_checkpoint
-from longrange.train.environment import (CUBLAS_WORKSPACE, cpu_name, describe_precision, merge_kernels,
-                                         set_deterministic)
+from longrange.train.environment import CUBLAS_WORKSPACE, cpu_name, describe_precision, merge_kernels, set_deterministic
 from longrange.train.logging import read_metrics
-from toy import ToyModel, ToyObjective, toy_setup
 
 FAST = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "log_every": 2}
 
@@ -34,8 +34,9 @@ class ScanToy(ToyModel):
     def forward(self, inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         x = torch.tanh(self.embed(inputs.to(self.embed.weight.dtype)))  # (batch, length, d)
         B, C = self.bc(x).transpose(1, 2).chunk(2, dim=1)
-        y = selective_scan(x.transpose(1, 2), self.dt(x).transpose(1, 2), -torch.exp(self.A_log), B, C,
-                           delta_softplus=True).transpose(1, 2)
+        y = selective_scan(
+            x.transpose(1, 2), self.dt(x).transpose(1, 2), -torch.exp(self.A_log), B, C, delta_softplus=True
+        ).transpose(1, 2)
         h = y * self.gain + self.norm_bias
         mask = padding_mask(lengths, x.shape[1]).unsqueeze(-1).to(h.dtype)
         return self.head((h * mask).sum(1) / lengths.unsqueeze(-1).to(h.dtype))
@@ -57,8 +58,17 @@ class Probe(ToyObjective):
 def _trainer(run_dir, objective=None, **cfg):
     _, tr, va, te = toy_setup()
     torch.manual_seed(0)
-    return Trainer(ScanToy(), objective or ToyObjective(), tr, va, collate, {**FAST, **cfg}, run_dir, test_set=te,
-                   tensorboard=False)
+    return Trainer(
+        ScanToy(),
+        objective or ToyObjective(),
+        tr,
+        va,
+        collate,
+        {**FAST, **cfg},
+        run_dir,
+        test_set=te,
+        tensorboard=False,
+    )
 
 
 def test_fit_returns_the_device_precision_and_the_kernels_that_ran(tmp_path):
@@ -87,11 +97,24 @@ def test_a_resumed_run_merges_the_kernels_of_its_segments(tmp_path):
         first.fit()
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["kernels"] == {"selective_scan": "chunked"}
     _, tr, va, te = toy_setup()
-    again = Trainer(ScanToy(), ToyObjective(), tr, va, collate, {**FAST, "checkpoint_every": 2}, tmp_path / "run",
-                    test_set=te, tensorboard=False, resume=True)
+    again = Trainer(
+        ScanToy(),
+        ToyObjective(),
+        tr,
+        va,
+        collate,
+        {**FAST, "checkpoint_every": 2},
+        tmp_path / "run",
+        test_set=te,
+        tensorboard=False,
+        resume=True,
+    )
     result = again.fit()
-    assert result["kernels"] == {"selective_scan": merge_kernels({"selective_scan": "chunked"},
-                                                                 {"selective_scan": auto_impl("cpu")})["selective_scan"]}
+    assert result["kernels"] == {
+        "selective_scan": merge_kernels({"selective_scan": "chunked"}, {"selective_scan": auto_impl("cpu")})[
+            "selective_scan"
+        ]
+    }
     assert merge_kernels({"a": "x+y", "b": "z"}, {"a": "w"}, None) == {"a": "w+x+y", "b": "z"}
 
 
@@ -114,8 +137,10 @@ def test_deterministic_runs_are_bitwise_equal_and_pytorchs_settings_are_restored
     # the same bits: weights, and every logged number
     a, b = (load_checkpoint(tmp_path / name / "checkpoints" / "last.pt")["model"] for name in ("a", "b"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    lines = [[(r["step"], r["split"], r["metrics"]) for r in read_metrics(tmp_path / name / "metrics.jsonl")]
-             for name in ("a", "b")]
+    lines = [
+        [(r["step"], r["split"], r["metrics"]) for r in read_metrics(tmp_path / name / "metrics.jsonl")]
+        for name in ("a", "b")
+    ]
     assert lines[0] == lines[1] and len(lines[0]) > 4
     assert results[0]["best"] == results[1]["best"] and results[0]["test"] == results[1]["test"]
 
@@ -125,7 +150,9 @@ def test_set_deterministic_keeps_a_users_cublas_setting_and_restores_warn_only(m
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         restore = set_deterministic(True)
-        assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert (
+            torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+        )
         restore()
         assert torch.is_deterministic_algorithms_warn_only_enabled()
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"

@@ -1,4 +1,5 @@
 """The training loop on a toy task: learning, early stopping, accumulation, evaluation, run files."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -6,14 +7,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
+from toy import ToyObjective, toy_setup
 
 from longrange.data.batch import collate
-from longrange.train.rundir import RunMismatchError
 from longrange.errors import ConfigError
 from longrange.train import Trainer, load_checkpoint, load_weights, train
 from longrange.train.logging import read_metrics
+from longrange.train.rundir import RunMismatchError
 from longrange.train.sampler import ShardedBatchSampler, epoch_permutation, eval_shards
-from toy import ToyObjective, toy_setup
 
 FAST = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "log_every": 2}
 
@@ -21,13 +22,25 @@ FAST = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "log_every"
 def _trainer(tmp_path, name="run", cfg=None, dtype=torch.float32, dropout=0.0, objective=None, **kw):
     model, tr, va, te = toy_setup(dropout=dropout, dtype=dtype)
     kw.setdefault("test_set", te)
-    return Trainer(model, objective or ToyObjective(), tr, va, collate, {**FAST, **(cfg or {})},
-                   tmp_path / name, tensorboard=False, **kw)
+    return Trainer(
+        model,
+        objective or ToyObjective(),
+        tr,
+        va,
+        collate,
+        {**FAST, **(cfg or {})},
+        tmp_path / name,
+        tensorboard=False,
+        **kw,
+    )
 
 
 def test_toy_task_learns_and_writes_the_run(tmp_path):
-    trainer = _trainer(tmp_path, cfg={"epochs": 8, "lr": 0.03, "log_every": 6},
-                       extra_config={"model": {"d": 16, "dims": (1, 2)}, "task": "toy"})
+    trainer = _trainer(
+        tmp_path,
+        cfg={"epochs": 8, "lr": 0.03, "log_every": 6},
+        extra_config={"model": {"d": 16, "dims": (1, 2)}, "task": "toy"},
+    )
     summary = trainer.fit()
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     train_losses = [r["metrics"]["loss"] for r in records if r["split"] == "train"]
@@ -72,16 +85,26 @@ def test_early_stopping(tmp_path):
     assert len(vals) == 4
     # Resuming a stopped run does not train further.
     model, tr, va, _ = toy_setup()
-    again = Trainer(model, NeverImproves(), tr, va, collate, {**FAST, "epochs": 50, "eval_every": 2, "patience": 3},
-                    tmp_path / "run", resume=True, tensorboard=False)
+    again = Trainer(
+        model,
+        NeverImproves(),
+        tr,
+        va,
+        collate,
+        {**FAST, "epochs": 50, "eval_every": 2, "patience": 3},
+        tmp_path / "run",
+        resume=True,
+        tensorboard=False,
+    )
     assert again.fit()["step"] == 8
 
 
 def test_grad_accumulation_equals_one_big_batch(tmp_path):
     runs = {}
     for accum in (1, 4):
-        trainer = _trainer(tmp_path, f"accum{accum}", cfg={"grad_accum": accum, "grad_clip": 0.5},
-                           dtype=torch.float64, test_set=None)
+        trainer = _trainer(
+            tmp_path, f"accum{accum}", cfg={"grad_accum": accum, "grad_clip": 0.5}, dtype=torch.float64, test_set=None
+        )
         trainer.fit()
         runs[accum] = load_checkpoint(tmp_path / f"accum{accum}" / "checkpoints" / "last.pt")["model"]
     for key, value in runs[1].items():
@@ -139,15 +162,19 @@ def test_run_directory_guards(tmp_path):
 
 
 def test_bad_inputs_are_clear_errors(tmp_path):
-    with pytest.raises(ConfigError, match="batch_size 64 is larger than the training set \\(48 items\\): no complete "
-                                          "batch; lower train.batch_size"):
+    with pytest.raises(
+        ConfigError,
+        match="batch_size 64 is larger than the training set \\(48 items\\): no complete batch; lower train.batch_size",
+    ):
         _trainer(tmp_path, cfg={"batch_size": 64})
     from torch.utils.data import Subset
 
     from longrange.data.batch import collate
     from longrange.train.sampler import BatchPlan
 
-    with pytest.raises(ConfigError, match=r"\(2 items\): task.train_subset kept 2 of its 20 items; raise task.train_subset"):
+    with pytest.raises(
+        ConfigError, match=r"\(2 items\): task.train_subset kept 2 of its 20 items; raise task.train_subset"
+    ):
         BatchPlan(Subset(list(range(20)), [3, 7]), collate, batch_size=32)
     with pytest.raises(ConfigError, match="unknown field.*train.bach_size.*did you mean batch_size"):
         _trainer(tmp_path, cfg={"bach_size": 4})
@@ -186,14 +213,15 @@ def test_sampler_shards_and_skips_exactly():
     order = epoch_permutation(n, seed=4, epoch=1)
     assert sorted(order.tolist()) == list(range(n))
     assert not (order == epoch_permutation(n, seed=4, epoch=2)).all()
-    per_rank = [list(ShardedBatchSampler(n, batch, 4, 1, rank=r, world_size=world, grad_accum=accum))
-                for r in range(world)]
+    per_rank = [
+        list(ShardedBatchSampler(n, batch, 4, 1, rank=r, world_size=world, grad_accum=accum)) for r in range(world)
+    ]
     assert all(len(p) == 4 * accum and all(len(m) == 2 for m in p) for p in per_rank)
     for b in range(4):  # rank slices of every global batch tile it in order
-        pieces = [i for r in range(world) for m in per_rank[r][b * accum:(b + 1) * accum] for i in m]
-        assert pieces == order[b * batch:(b + 1) * batch].tolist()
+        pieces = [i for r in range(world) for m in per_rank[r][b * accum : (b + 1) * accum] for i in m]
+        assert pieces == order[b * batch : (b + 1) * batch].tolist()
     tail = list(ShardedBatchSampler(n, batch, 4, 1, rank=1, world_size=world, grad_accum=accum, start_batch=3))
-    assert tail == per_rank[1][3 * accum:]
+    assert tail == per_rank[1][3 * accum :]
     with pytest.raises(ValueError, match="not divisible"):
         ShardedBatchSampler(n, 10, 0, 0, world_size=4)
     shards = [eval_shards(7, 2, r, 3) for r in range(3)]
@@ -203,8 +231,14 @@ def test_sampler_shards_and_skips_exactly():
 def test_loader_workers_do_not_change_the_run(tmp_path):
     weights = {}
     for workers in (0, 2):
-        trainer = _trainer(tmp_path, f"w{workers}", cfg={"epochs": 1, "num_workers": workers}, dropout=0.3,
-                           objective=ToyObjective(noise=0.1), test_set=None)
+        trainer = _trainer(
+            tmp_path,
+            f"w{workers}",
+            cfg={"epochs": 1, "num_workers": workers},
+            dropout=0.3,
+            objective=ToyObjective(noise=0.1),
+            test_set=None,
+        )
         trainer.fit()
         weights[workers] = load_checkpoint(tmp_path / f"w{workers}" / "checkpoints" / "last.pt")["model"]
     for key, value in weights[0].items():
@@ -212,8 +246,19 @@ def test_loader_workers_do_not_change_the_run(tmp_path):
 
 
 def test_plateau_schedule_reduces_lr_in_training(tmp_path):
-    trainer = _trainer(tmp_path, cfg={"schedule": "plateau", "warmup": 0, "eval_every": 1, "plateau_patience": 2,
-                                      "plateau_factor": 0.5, "log_every": 1, "epochs": 1}, objective=NeverImproves())
+    trainer = _trainer(
+        tmp_path,
+        cfg={
+            "schedule": "plateau",
+            "warmup": 0,
+            "eval_every": 1,
+            "plateau_patience": 2,
+            "plateau_factor": 0.5,
+            "log_every": 1,
+            "epochs": 1,
+        },
+        objective=NeverImproves(),
+    )
     trainer.fit()
     lrs = [r["lr"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["split"] == "train"]
     # Evaluations after steps 1..6: best at 1, bad at 2, 3 (halve), 4, 5 (halve).
@@ -233,8 +278,11 @@ def test_iterable_dataset_is_refused(tmp_path):
 def test_resume_keeps_the_saved_extra_config_and_refuses_other_settings(tmp_path):
     _trainer(tmp_path, cfg={"epochs": 1}, extra_config={"model": {"d": 16}}).fit()
     saved = (tmp_path / "run" / "config.yaml").read_text()
-    for changed, field in (({"epochs": 2}, "train.epochs: 1 -> 2"), ({"epochs": 1, "lr": 0.5}, "train.lr"),
-                           ({"epochs": 1, "seed": 4}, "train.seed: 0 -> 4")):
+    for changed, field in (
+        ({"epochs": 2}, "train.epochs: 1 -> 2"),
+        ({"epochs": 1, "lr": 0.5}, "train.lr"),
+        ({"epochs": 1, "seed": 4}, "train.seed: 0 -> 4"),
+    ):
         with pytest.raises(RunMismatchError, match=f"cannot resume .*{field}.*--overwrite"):
             _trainer(tmp_path, cfg=changed, resume=True)
     with pytest.raises(RunMismatchError, match="model.d: 16 -> 17"):
@@ -284,7 +332,11 @@ def test_progress_bar_only_on_a_terminal_and_when_asked(tmp_path, monkeypatch):
         def isatty(self):
             return True
 
-    for name, progress, stream in (("tty", True, Terminal()), ("off", False, Terminal()), ("pipe", True, io.StringIO())):
+    for name, progress, stream in (
+        ("tty", True, Terminal()),
+        ("off", False, Terminal()),
+        ("pipe", True, io.StringIO()),
+    ):
         monkeypatch.setattr(sys, "stderr", stream)
         _trainer(tmp_path, name, cfg={"epochs": 1, "progress": progress}).fit()
         shown = stream.getvalue()

@@ -1,14 +1,15 @@
 """LRA's rsqrt schedule and the cosine over a given length with cycles, inside the training loop."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
+from toy import ToyObjective, toy_setup
 
 from longrange.data.batch import collate
 from longrange.train import Trainer
 from longrange.train.logging import read_metrics
-from toy import ToyObjective, toy_setup
 
 BASE = {"batch_size": 8, "epochs": 4, "progress": False, "log_every": 1}
 
@@ -30,7 +31,9 @@ def test_rsqrt_in_the_loop_is_lra_s_formula_with_a_warmup_longer_than_the_run(tm
 
 def test_periodic_cosine_in_the_loop(tmp_path):
     """A 10-step cosine (2 of warmup) over a 24-step run rises again after its end."""
-    lrs = _train_lrs(tmp_path, lr=0.01, warmup=2, schedule="cosine", min_lr_ratio=0.0, cosine_steps=10, cycles="periodic")
+    lrs = _train_lrs(
+        tmp_path, lr=0.01, warmup=2, schedule="cosine", min_lr_ratio=0.0, cosine_steps=10, cycles="periodic"
+    )
     expected = [0.01 * (s + 1) / 2 if s < 2 else 0.01 * 0.5 * (1 + math.cos(math.pi * (s - 2) / 8)) for s in range(24)]
     assert lrs == pytest.approx(expected, abs=1e-12)
     assert lrs[10] == pytest.approx(0.0, abs=1e-12) and lrs[18] == pytest.approx(0.01)

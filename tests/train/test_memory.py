@@ -1,5 +1,6 @@
 """The memory an evaluation needs: measured by counting tensor storages, extrapolated in the length,
 and held to a budget (smaller batches, or a refusal naming the need and the budget)."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,11 +45,11 @@ def test_budget_from_the_argument_the_environment_or_the_free_memory(monkeypatch
 
 def test_tensor_memory_counts_storages_once_and_releases_them():
     with TensorMemory() as meter:
-        a = torch.ones(1000)       # 4000 bytes
+        a = torch.ones(1000)  # 4000 bytes
         view = a[:500].view(10, 50)  # a view: no new storage
-        b = torch.ones(250)        # 1000 bytes: the peak is 5000
+        b = torch.ones(250)  # 1000 bytes: the peak is 5000
         del b
-        c = torch.ones(100)        # 400 bytes, after b was freed
+        c = torch.ones(100)  # 400 bytes, after b was freed
     assert meter.peak == 5000 and view.shape == (10, 50) and c.numel() == 100
     assert meter.now == 4400
 
@@ -74,19 +75,25 @@ def test_a_quadratic_need_is_extrapolated_and_refused_beyond_the_budget():
     assert need.counted(2048) == pytest.approx(actual, rel=0.05)
     assert need.per_sequence(2048) == int(MARGIN * need.counted(2048))
     assert need.batch_size(2048, Budget(10 * need.per_sequence(2048), "test"), most=64) == 10
-    with pytest.raises(MemoryBudgetError, match=r"needs about .* per sequence of length 2048 \(of which .* grow with the "
-                                                r"square of the length: dense attention scores\), more than the memory "
-                                                r"budget of 1\.0 MiB \(test\).*--memory-budget SIZE"):
+    with pytest.raises(
+        MemoryBudgetError,
+        match=r"needs about .* per sequence of length 2048 \(of which .* grow with the "
+        r"square of the length: dense attention scores\), more than the memory "
+        r"budget of 1\.0 MiB \(test\).*--memory-budget SIZE",
+    ):
         need.batch_size(2048, Budget(2**20, "test"), most=64)
 
 
-@pytest.mark.parametrize("block,primitive", [("simple", "s4d"), ("simple", "dlr"), ("mamba", "s6"),
-                                             ("transformer", "attention")])
+@pytest.mark.parametrize(
+    "block,primitive", [("simple", "s4d"), ("simple", "dlr"), ("mamba", "s6"), ("transformer", "attention")]
+)
 def test_the_need_of_each_model_grows_linearly_and_extrapolates(block, primitive):
     """State-space layers (and attention through PyTorch's fused kernels) allocate a fixed number of
     (L, width) activations: the need counted at 1024, 2048 and 4096 positions predicts the need at 8192."""
     torch.manual_seed(0)
-    cfg = ModelConfig(block=block, primitive=primitive, n_layers=2, d_model=16, d_state=8, n_heads=2, direction="causal")
+    cfg = ModelConfig(
+        block=block, primitive=primitive, n_layers=2, d_model=16, d_state=8, n_heads=2, direction="causal"
+    )
     model = build_model(cfg, input_kind="tokens", head="classify", n_out=4, vocab_size=12).eval()
     need = measure_need(model, TOKENS, 8192)
     assert [n for n, _ in need.measured] == [1024, 2048, 4096] and need.c == 0

@@ -1,4 +1,5 @@
 """Parameter groups from optimiser hints, and the training config's checks."""
+
 from __future__ import annotations
 
 import pytest
@@ -72,9 +73,9 @@ def test_optimizer_applies_group_settings():
         p.grad = torch.zeros_like(p) if p.requires_grad else None
     opt.step()
     assert torch.allclose(model.lin.weight, torch.full_like(model.lin.weight, 1 - 0.1 * 0.5))
-    assert torch.equal(model.A, torch.ones_like(model.A))          # ssm: no decay
+    assert torch.equal(model.A, torch.ones_like(model.A))  # ssm: no decay
     assert torch.allclose(model.D, torch.full_like(model.D, 1 - 0.01 * 0.2))
-    assert torch.equal(model.gain, torch.ones_like(model.gain))    # no_decay
+    assert torch.equal(model.gain, torch.ones_like(model.gain))  # no_decay
 
 
 def test_unknown_hint_group_is_an_error():
@@ -101,18 +102,21 @@ def test_config_round_trip_and_coercion():
     assert cfg.lr == 1e-3 and cfg.epochs == 5 and cfg.betas == (0.8, 0.9) and cfg.progress is False
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"learning_rate": 0.1}, "learning_rate"),
-    ({"lr": -1.0}, "train.lr"),
-    ({"lr": "fast"}, "train.lr"),
-    ({"epochs": 1.5}, "train.epochs"),
-    ({"progress": "yes"}, "train.progress"),
-    ({"schedule": "linear"}, "train.schedule"),
-    ({"precision": "fp8"}, "train.precision"),
-    ({"warmup": 2.5}, "train.warmup"),
-    ({"betas": [0.9]}, "train.betas"),
-    ({"min_lr_ratio": 2.0}, "train.min_lr_ratio"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"learning_rate": 0.1}, "learning_rate"),
+        ({"lr": -1.0}, "train.lr"),
+        ({"lr": "fast"}, "train.lr"),
+        ({"epochs": 1.5}, "train.epochs"),
+        ({"progress": "yes"}, "train.progress"),
+        ({"schedule": "linear"}, "train.schedule"),
+        ({"precision": "fp8"}, "train.precision"),
+        ({"warmup": 2.5}, "train.warmup"),
+        ({"betas": [0.9]}, "train.betas"),
+        ({"min_lr_ratio": 2.0}, "train.min_lr_ratio"),
+    ],
+)
 def test_config_errors_name_the_field(data, field):
     with pytest.raises(ConfigError, match=field):
         TrainConfig.from_dict(data)

@@ -1,5 +1,6 @@
 """Parameter groups by name (train.param_groups): first match wins, before the hints; errors for
 rules that match nothing; with the parameter names of the S4, S4D, S6 and DLR layers."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,7 +41,9 @@ def test_spt_s4_choice_for_a_b_c_and_delta():
     assert groups["match:*.mixer.*+no_decay"]["param_names"] == [f"backbone.blocks.{i}.mixer.D" for i in range(2)]
     assert "default" in groups and all("mixer" not in n for n in groups["default"]["param_names"])
     report = group_report(param_groups(model, cfg))
-    assert report["match:*.mixer.C_tilde"]["tensors"] == 2 and report["match:*.mixer.C_tilde"]["lr"] == pytest.approx(0.01)
+    assert report["match:*.mixer.C_tilde"]["tensors"] == 2 and report["match:*.mixer.C_tilde"]["lr"] == pytest.approx(
+        0.01
+    )
     # The optimiser takes these values.
     opt = build_optimizer(model, cfg)
     lr_of = {g["name"]: (g["lr"], g["weight_decay"]) for g in opt.param_groups}
@@ -59,8 +62,10 @@ def test_spt_s4_choice_for_a_b_c_and_delta():
 def test_rules_reach_the_parameters_of_every_primitive(block, primitive, names):
     model = model_of(block, primitive)
     prefix = "*.ssm." if block == "mamba" else "*.mixer."
-    rules = [{"match": prefix + n, "lr": 1e-4 * (k + 1), "weight_decay": 0.0}
-             for k, n in enumerate(n for group in names.values() for n in group)]
+    rules = [
+        {"match": prefix + n, "lr": 1e-4 * (k + 1), "weight_decay": 0.0}
+        for k, n in enumerate(n for group in names.values() for n in group)
+    ]
     groups = param_groups(model, TrainConfig(lr=0.01, param_groups=rules))
     for k, rule in enumerate(rules):
         (group,) = [g for g in groups if g["name"] == f"match:{rule['match']}"]
@@ -82,8 +87,11 @@ def test_rules_that_match_nothing_are_errors_naming_them():
     model = model_of("simple", "s4")
     with pytest.raises(ConfigError, match=r"train.param_groups\[1\] \(match '\*.C'\) matches no trainable parameter"):
         param_groups(model, TrainConfig(param_groups=[{"match": "*.B", "lr": 0.1}, {"match": "*.C", "lr": 0.1}]))
-    with pytest.raises(ConfigError, match=r"param_groups\[1\] \(match '\*.B'\) matches only parameters that earlier "
-                                          r"rules took .*param_groups\[0\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"param_groups\[1\] \(match '\*.B'\) matches only parameters that earlier "
+        r"rules took .*param_groups\[0\]",
+    ):
         param_groups(model, TrainConfig(param_groups=[{"match": "*mixer*", "lr": 0.1}, {"match": "*.B", "lr": 0.2}]))
     frozen = model_of("simple", "s4d")
     for p in frozen.head.parameters():

@@ -2,6 +2,7 @@
 positions each task scores, predictions and answers in the task's own tokens, errors naming the
 line and field), Pathfinder's and CIFAR's PNG images, and for every registered task either a
 reader or a plain reason why there is none."""
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,22 @@ SEQUENCE_TASKS = {
 
 
 def tiny(task: str, options: dict, direction: str, data_dir=None) -> dict:
-    exp = {"label": task, "task": {"name": task, "options": options},
-           "model": dict(block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction=direction,
-                         pooling="last"),
-           "train": {"batch_size": 8, "eval_batch_size": 8, "max_steps": 3, "lr": 0.003, "progress": False,
-                     "log_every": 3, "eval_every": 3}}
+    exp = {
+        "label": task,
+        "task": {"name": task, "options": options},
+        "model": dict(
+            block="simple", primitive="s4d", n_layers=1, d_model=8, d_state=4, direction=direction, pooling="last"
+        ),
+        "train": {
+            "batch_size": 8,
+            "eval_batch_size": 8,
+            "max_steps": 3,
+            "lr": 0.003,
+            "progress": False,
+            "log_every": 3,
+            "eval_every": 3,
+        },
+    }
     if data_dir is not None:
         exp["task"]["data_dir"] = str(data_dir)
     return exp
@@ -80,8 +92,10 @@ def test_predict_reads_the_tasks_tokens_and_answers_at_the_positions_it_scores(r
     options = run.options()
     gen = generator_of(task, options)
     drawn = examples(task, options)
-    labelled = write_jsonl(tmp_path / "new.jsonl", [{"id": f"q{i}", "tokens": ex.inputs.tolist(),
-                                                       "answers": answers_of(ex, gen)} for i, ex in enumerate(drawn)])
+    labelled = write_jsonl(
+        tmp_path / "new.jsonl",
+        [{"id": f"q{i}", "tokens": ex.inputs.tolist(), "answers": answers_of(ex, gen)} for i, ex in enumerate(drawn)],
+    )
     records = run.read_inputs(labelled)
     assert [r.id for r in records] == [f"q{i}" for i in range(len(drawn))]
     predictions = run.predict(records)
@@ -100,7 +114,9 @@ def test_predict_reads_the_tasks_tokens_and_answers_at_the_positions_it_scores(r
             assert p.target == answers_of(ex, gen)
 
     # the same inputs without answers: the same predictions, no target
-    bare = write_jsonl(tmp_path / "bare.jsonl", [{"id": f"q{i}", "tokens": ex.inputs.tolist()} for i, ex in enumerate(drawn)])
+    bare = write_jsonl(
+        tmp_path / "bare.jsonl", [{"id": f"q{i}", "tokens": ex.inputs.tolist()} for i, ex in enumerate(drawn)]
+    )
     again = run.predict(run.read_inputs(bare))
     assert [p.value for p in again] == [p.value for p in predictions] and all(p.target is None for p in again)
 
@@ -112,8 +128,12 @@ def test_predict_reads_the_tasks_tokens_and_answers_at_the_positions_it_scores(r
         assert lines[1:] == [f"{p.id}\t{p.value}\t{p.target}" for p in predictions]
     else:
         assert lines[0] == "id\tpositions\tprediction\ttarget"
-        assert lines[1:] == ["\t".join([p.id, " ".join(map(str, p.positions)), " ".join(map(str, p.value)),
-                                        " ".join(map(str, p.target))]) for p in predictions]
+        assert lines[1:] == [
+            "\t".join(
+                [p.id, " ".join(map(str, p.positions)), " ".join(map(str, p.value)), " ".join(map(str, p.target))]
+            )
+            for p in predictions
+        ]
 
 
 def test_the_labelled_note_counts_answers(runs, tmp_path, capsys):
@@ -121,8 +141,10 @@ def test_the_labelled_note_counts_answers(runs, tmp_path, capsys):
     run = load_run(runs / task, device="cpu")
     gen = generator_of(task, run.options())
     drawn = examples(task, run.options(), n=3)
-    path = write_jsonl(tmp_path / "in.jsonl", [{"id": i, "tokens": ex.inputs.tolist(), "answers": answers_of(ex, gen)}
-                                               for i, ex in enumerate(drawn)])
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"id": i, "tokens": ex.inputs.tolist(), "answers": answers_of(ex, gen)} for i, ex in enumerate(drawn)],
+    )
     assert main(["predict", str(runs / task), "--input", path, "--device", "cpu"]) == 0
     captured = capsys.readouterr()
     predictions = run.predict(run.read_inputs(path))
@@ -140,49 +162,83 @@ def test_mqar_queries_given_or_required_with_random_filler(runs, tmp_path):
     given = write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "tokens": ex.inputs.tolist(), "queries": asked[::-1]}])
     assert run.read_inputs(given)[0].positions == asked
     options = {**run.options(), "random_filler": True}
-    bare = write_jsonl(tmp_path / "bare.jsonl", [{"id": "a", "tokens": ex.inputs.tolist()}])
+    write_jsonl(tmp_path / "bare.jsonl", [{"id": "a", "tokens": ex.inputs.tolist()}])
     with pytest.raises(DataFormatError, match=r"bare.jsonl, line 1: missing field 'queries'.*random_filler=true"):
         read_sequence_inputs("mqar", tmp_path / "bare.jsonl", run.vocab, get_spec("mqar", **options), **options)
-    assert read_sequence_inputs("mqar", tmp_path / "q.jsonl", run.vocab, get_spec("mqar", **options),
-                                **options)[0].positions == asked
+    assert (
+        read_sequence_inputs("mqar", tmp_path / "q.jsonl", run.vocab, get_spec("mqar", **options), **options)[
+            0
+        ].positions
+        == asked
+    )
 
 
 BAD_INPUTS = [  # (task, the line, the error it gives)
     ("associative-recall", '{"tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1]}', r"line 2: missing field 'id'"),
-    ("associative-recall", '{"id": "a", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1]}',
-     r"line 2: field 'id': 'a' is also the id of line 1"),
-    ("associative-recall", '{"id": "", "tokens": [1, 9]}', r"line 2: field 'id' must be a non-empty string or an integer"),
+    (
+        "associative-recall",
+        '{"id": "a", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1]}',
+        r"line 2: field 'id': 'a' is also the id of line 1",
+    ),
+    (
+        "associative-recall",
+        '{"id": "", "tokens": [1, 9]}',
+        r"line 2: field 'id' must be a non-empty string or an integer",
+    ),
     ("associative-recall", '{"id": "b"}', r"line 2: missing field 'tokens'"),
     ("associative-recall", '{"id": "b", "tokens": "1 9 2"}', r"line 2: field 'tokens' must be a list of integers"),
-    ("associative-recall", '{"id": "b", "tokens": [1, 9, 2, 10, 0, 16, 0, 0, 0, 1]}',
-     r"line 2: field 'tokens', position 5: 16 is not a token of the task \(vocab_size 16\) \(0..15\)"),
-    ("associative-recall", '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 0, 0, 1]}',
-     r"line 2: field 'tokens': 12 tokens, more than the task's seq_len 10 \(a longer input: --task-option seq_len=N\)"),
-    ("associative-recall", '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 9]}',
-     r"line 2: field 'tokens', position 9: 9 is not a key \(the query, last\) \(1..7\)"),
-    ("associative-recall", '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1], "answers": [3]}',
-     r"line 2: field 'answers', position 9: 3 is not a value \(8..15\)"),
-    ("associative-recall", '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1], "answer": [9]}',
-     r"line 2: unknown field 'answer' \(did you mean 'answers'\?\)"),
+    (
+        "associative-recall",
+        '{"id": "b", "tokens": [1, 9, 2, 10, 0, 16, 0, 0, 0, 1]}',
+        r"line 2: field 'tokens', position 5: 16 is not a token of the task \(vocab_size 16\) \(0..15\)",
+    ),
+    (
+        "associative-recall",
+        '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 0, 0, 1]}',
+        r"line 2: field 'tokens': 12 tokens, more than the task's seq_len 10 \(a longer input: --task-option seq_len=N\)",
+    ),
+    (
+        "associative-recall",
+        '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 9]}',
+        r"line 2: field 'tokens', position 9: 9 is not a key \(the query, last\) \(1..7\)",
+    ),
+    (
+        "associative-recall",
+        '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1], "answers": [3]}',
+        r"line 2: field 'answers', position 9: 3 is not a value \(8..15\)",
+    ),
+    (
+        "associative-recall",
+        '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1], "answer": [9]}',
+        r"line 2: unknown field 'answer' \(did you mean 'answers'\?\)",
+    ),
     ("associative-recall", '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1]', r"line 2: not valid JSON"),
-    ("associative-recall", '[1, 9, 2]', r"line 2: expected a JSON object"),
+    ("associative-recall", "[1, 9, 2]", r"line 2: expected a JSON object"),
     ("selective-copying", '{"id": "b", "tokens": [0, 3, 0, 4]}', r"line 2: field 'tokens' holds no marker \(7\)"),
-    ("selective-copying", '{"id": "b", "tokens": [0, 3, 0, 7], "answers": [3, 4]}',
-     r"line 2: field 'answers' has 2 answers; the input asks 1"),
+    (
+        "selective-copying",
+        '{"id": "b", "tokens": [0, 3, 0, 7], "answers": [3, 4]}',
+        r"line 2: field 'answers' has 2 answers; the input asks 1",
+    ),
     ("induction-heads", '{"id": "b", "tokens": [7, 3, 0, 4]}', r"line 2: field 'tokens' ends in 4, not the trigger 7"),
     ("mqar", '{"id": "b", "tokens": [1, 9, 2, 10, 0, 0, 0]}', r"line 2: field 'tokens' holds no query"),
     ("mqar", '{"id": "b", "tokens": [1, 3, 2, 10, 1, 0, 0]}', r"line 2: field 'tokens', position 1: 3 is not a value"),
-    ("mqar", '{"id": "b", "tokens": [1, 9, 2, 10, 1, 0, 0], "queries": [5]}',
-     r"line 2: field 'tokens', position 5: 0 is not a key \(a query\)"),
+    (
+        "mqar",
+        '{"id": "b", "tokens": [1, 9, 2, 10, 1, 0, 0], "queries": [5]}',
+        r"line 2: field 'tokens', position 5: 0 is not a key \(a query\)",
+    ),
 ]
 
 
 @pytest.mark.parametrize("task, line, error", BAD_INPUTS)
 def test_bad_inputs_are_errors_naming_the_line_and_field(runs, tmp_path, task, line, error):
-    first = {"associative-recall": '{"id": "a", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1]}',
-             "selective-copying": '{"id": "a", "tokens": [0, 3, 0, 7]}',
-             "induction-heads": '{"id": "a", "tokens": [7, 3, 0, 7]}',
-             "mqar": '{"id": "a", "tokens": [1, 9, 2, 10, 1, 0, 2]}'}[task]
+    first = {
+        "associative-recall": '{"id": "a", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1]}',
+        "selective-copying": '{"id": "a", "tokens": [0, 3, 0, 7]}',
+        "induction-heads": '{"id": "a", "tokens": [7, 3, 0, 7]}',
+        "mqar": '{"id": "a", "tokens": [1, 9, 2, 10, 1, 0, 2]}',
+    }[task]
     path = write_jsonl(tmp_path / "bad.jsonl", [first, line])
     run = load_run(runs / task, device="cpu")
     assert len(run.read_inputs(write_jsonl(tmp_path / "good.jsonl", [first]))) == 1
@@ -204,7 +260,9 @@ def test_every_registered_task_predicts_or_says_why_not(tmp_path):
     new_file = tmp_path / "new.txt"
     new_file.write_text("anything\n")
     tasks = list_tasks()
-    assert set(SEQUENCE_LAYOUTS) | {"listops", "pathfinder", "path-x", "path-x-256", "image"} <= set(INPUT_READERS.names())
+    assert set(SEQUENCE_LAYOUTS) | {"listops", "pathfinder", "path-x", "path-x-256", "image"} <= set(
+        INPUT_READERS.names()
+    )
     for task in tasks:
         if task in INPUT_READERS.names():
             continue
@@ -217,7 +275,9 @@ def test_every_registered_task_predicts_or_says_why_not(tmp_path):
     # a task of one's own without a reader: the message says none is registered
     from longrange.data.inputs import no_reader_message
 
-    assert no_reader_message("recent-sum").startswith("task recent-sum has no reader of new inputs: none is registered for it.")
+    assert no_reader_message("recent-sum").startswith(
+        "task recent-sum has no reader of new inputs: none is registered for it."
+    )
 
 
 def test_pathfinder_images_are_read_as_the_task_reads_them(tmp_path):
@@ -227,8 +287,9 @@ def test_pathfinder_images_are_read_as_the_task_reads_them(tmp_path):
     from longrange.data.generate.pathfinder import generate
     from longrange.data.pathfinder import decode_png
 
-    difficulty = generate(tmp_path / "data" / "pathfinder", resolution=16, n_samples=20, contour_length=6, seed=0,
-                          quiet=True)
+    difficulty = generate(
+        tmp_path / "data" / "pathfinder", resolution=16, n_samples=20, contour_length=6, seed=0, quiet=True
+    )
     options = {"resolution": 16, "difficulty": 6, "input_kind": "tokens"}
     exp = tiny("pathfinder", options, "bidirectional", tmp_path / "data")
     exp["model"]["pooling"] = "mean"
@@ -261,7 +322,9 @@ def test_cifar_images_are_preprocessed_as_the_loader_does(tmp_path):
     (tokens,) = read_inputs("image", tmp_path / "cat.png", I.level_vocabulary(), get_spec("image"))
     assert tokens.id == "cat.png" and torch.equal(tokens.item["inputs"], torch.from_numpy(gray.astype(np.int64)) + 5)
     (numeric,) = read_inputs("image-numeric", tmp_path, None, get_spec("image-numeric"))
-    torch.testing.assert_close(numeric.item["inputs"][:, 0], (torch.from_numpy(gray).float() - I.GRAY_MEAN) / I.GRAY_STD)
+    torch.testing.assert_close(
+        numeric.item["inputs"][:, 0], (torch.from_numpy(gray).float() - I.GRAY_MEAN) / I.GRAY_STD
+    )
     (colour,) = read_inputs("scifar", tmp_path, None, get_spec("scifar"))
     want = (torch.from_numpy(pixels).float() - 255.0 * torch.tensor(I.RGB_MEAN)) / (255.0 * torch.tensor(I.RGB_STD))
     torch.testing.assert_close(colour.item["inputs"], want)
@@ -308,6 +371,9 @@ def test_a_pretraining_run_is_refused_for_a_classification(tmp_path):
     run_stage(experiment_from_dict(tiny("associative-recall", options, direction)), "pretrain", tmp_path / "pre")
     run = load_run(tmp_path / "pre", device="cpu")
     path = write_jsonl(tmp_path / "in.jsonl", ['{"id": "a", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1]}'])
-    with pytest.raises(ConfigError, match=r"input a asks for one class, but the model of this run predicts at every "
-                                          r"position \(a pretraining run\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"input a asks for one class, but the model of this run predicts at every "
+        r"position \(a pretraining run\?\)",
+    ):
         run.predict(run.read_inputs(path))

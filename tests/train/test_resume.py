@@ -1,4 +1,5 @@
 """Resume after SIGKILL continues exactly: same weights and the same metrics as an unbroken run."""
+
 from __future__ import annotations
 
 import json
@@ -15,14 +16,17 @@ from longrange.train.logging import read_metrics
 TOY = Path(__file__).with_name("toy.py")
 # 48 items / batch 8 = 6 steps per epoch, 3 epochs; step 8 is in the middle of the second epoch
 # and is neither a log step nor an evaluation.
-CONFIG = {"epochs": 3, "batch_size": 8, "grad_accum": 2, "lr": 0.01, "checkpoint_every": 4,
-          "log_every": 3, "seed": 5}
+CONFIG = {"epochs": 3, "batch_size": 8, "grad_accum": 2, "lr": 0.01, "checkpoint_every": 4, "log_every": 3, "seed": 5}
 ARGS = ["--dropout", "0.2", "--noise", "0.1", "--config", json.dumps(CONFIG)]
 
 
 def _start(run_dir: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(TOY), str(run_dir), *ARGS, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(TOY), str(run_dir), *ARGS, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str]:
@@ -62,11 +66,12 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
 
 
 def test_resume_without_checkpoint_is_an_error(tmp_path):
+    import pytest
+    from toy import ToyObjective, toy_setup
+
     from longrange.data.batch import collate
     from longrange.errors import CheckpointError
     from longrange.train import Trainer
-    import pytest
-    from toy import ToyObjective, toy_setup
 
     model, tr, va, _ = toy_setup()
     with pytest.raises(CheckpointError, match="no checkpoint at"):

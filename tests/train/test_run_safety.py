@@ -1,4 +1,5 @@
 """Runs never end as silent wrong results: divergence stops the run, one writer per run directory."""
+
 from __future__ import annotations
 
 import io
@@ -10,22 +11,22 @@ import sys
 import time
 
 import pytest
-import torch
+from toy import ToyObjective, toy_setup
 
 from longrange.data.batch import collate
 from longrange.errors import ConfigError, TrainingDivergedError
 from longrange.train import Trainer
 from longrange.train.progress import format_seconds
 from longrange.train.rundir import RunLock, RunLockedError, check_out_dir, differences, fingerprint
-from toy import ToyObjective, toy_setup
 
 FAST = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "log_every": 2}
 
 
 def _trainer(path, cfg=None, **kw):
     model, tr, va, te = toy_setup()
-    return Trainer(model, ToyObjective(), tr, va, collate, {**FAST, **(cfg or {})}, path, test_set=te,
-                   tensorboard=False, **kw)
+    return Trainer(
+        model, ToyObjective(), tr, va, collate, {**FAST, **(cfg or {})}, path, test_set=te, tensorboard=False, **kw
+    )
 
 
 def test_a_huge_learning_rate_stops_with_the_step_and_the_last_good_checkpoint(tmp_path):
@@ -47,9 +48,12 @@ def test_nan_loss_names_the_last_good_checkpoint(tmp_path):
     objective = NanAfter()
     objective.calls = 0
     model, tr, va, te = toy_setup()
-    trainer = Trainer(model, objective, tr, va, collate, {**FAST, "eval_every": 2, "log_every": 1}, tmp_path / "r",
-                      tensorboard=False)
-    with pytest.raises(TrainingDivergedError, match=r"at step \d of 12: the training loss is nan.*last good checkpoint is .*last\.pt"):
+    trainer = Trainer(
+        model, objective, tr, va, collate, {**FAST, "eval_every": 2, "log_every": 1}, tmp_path / "r", tensorboard=False
+    )
+    with pytest.raises(
+        TrainingDivergedError, match=r"at step \d of 12: the training loss is nan.*last good checkpoint is .*last\.pt"
+    ):
         trainer.fit()
 
 
@@ -64,8 +68,7 @@ def test_second_writer_stops_at_once_with_the_holders_pid_and_host(tmp_path):
 
 def test_a_concurrent_train_process_is_refused(tmp_path):
     lock = RunLock(tmp_path / "run").acquire()
-    code = ("import sys; from longrange.train.rundir import RunLock\n"
-            f"RunLock({str(tmp_path / 'run')!r}).acquire()")
+    code = f"import sys; from longrange.train.rundir import RunLock\nRunLock({str(tmp_path / 'run')!r}).acquire()"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and f"in use by PID {os.getpid()}" in proc.stderr
     lock.release()
@@ -156,7 +159,9 @@ def test_a_held_lock_beats_and_a_dead_hosts_lock_is_taken_over_within_minutes(tm
     six_minutes_ago = time.time() - 360
     os.utime(path, (six_minutes_ago, six_minutes_ago))
     lock = RunLock(run).acquire()
-    assert lock.took_over["pid"] == 4242 and lock.took_over["host"] == "node-a" and lock.took_over["silent_seconds"] >= 360
+    assert (
+        lock.took_over["pid"] == 4242 and lock.took_over["host"] == "node-a" and lock.took_over["silent_seconds"] >= 360
+    )
     assert "taking over the lock" in capsys.readouterr().err
     lock.release()
     # Within its window (4 minutes of silence) it is still held; a holder may set a longer window.
@@ -170,4 +175,3 @@ def test_a_held_lock_beats_and_a_dead_hosts_lock_is_taken_over_within_minutes(tm
     with pytest.raises(RunLockedError, match="node-a"):
         RunLock(run).acquire()
     assert RunDir(run).lock(stale_after=120).stale_after == 120
-

@@ -1,4 +1,5 @@
 """Learning-rate schedules: warmup, cosine to min_lr_ratio, constant, plateau, state round trip."""
+
 from __future__ import annotations
 
 import math
@@ -11,12 +12,12 @@ from longrange.train import LRSchedule, TrainConfig, build_schedule
 
 def test_cosine_values():
     s = LRSchedule("cosine", total_steps=110, warmup_steps=10, min_lr_ratio=0.1)
-    assert s.multiplier(0) == pytest.approx(0.1)         # first warmup step: 1/10
+    assert s.multiplier(0) == pytest.approx(0.1)  # first warmup step: 1/10
     assert s.multiplier(4) == pytest.approx(0.5)
-    assert s.multiplier(9) == pytest.approx(1.0)         # warmup end
+    assert s.multiplier(9) == pytest.approx(1.0)  # warmup end
     assert s.multiplier(10) == pytest.approx(1.0)
-    assert s.multiplier(60) == pytest.approx(0.55)       # half way: (1 + 0.1) / 2
-    assert s.multiplier(110) == pytest.approx(0.1)       # end: min_lr_ratio
+    assert s.multiplier(60) == pytest.approx(0.55)  # half way: (1 + 0.1) / 2
+    assert s.multiplier(110) == pytest.approx(0.1)  # end: min_lr_ratio
     assert s.multiplier(500) == pytest.approx(0.1)
     values = [s.multiplier(i) for i in range(10, 111)]
     assert all(a >= b for a, b in zip(values, values[1:]))
@@ -30,9 +31,10 @@ def test_constant_and_no_warmup():
 
 
 def test_plateau_reduces_after_patience_and_round_trips():
-    s = LRSchedule("plateau", total_steps=100, warmup_steps=0, plateau_factor=0.5, plateau_patience=2,
-                   higher_is_better=True)
-    for value in (0.5, 0.6, 0.6, 0.55):   # improve, improve, 2 without improvement -> halve
+    s = LRSchedule(
+        "plateau", total_steps=100, warmup_steps=0, plateau_factor=0.5, plateau_patience=2, higher_is_better=True
+    )
+    for value in (0.5, 0.6, 0.6, 0.55):  # improve, improve, 2 without improvement -> halve
         s.observe(value)
     assert s.multiplier(50) == pytest.approx(0.5)
     s.observe(0.59)
@@ -41,7 +43,7 @@ def test_plateau_reduces_after_patience_and_round_trips():
     t.load_state_dict(state)
     assert t.multiplier(50) == pytest.approx(0.5)
     for x in (s, t):
-        x.observe(0.58)                   # second bad evaluation since the reduction
+        x.observe(0.58)  # second bad evaluation since the reduction
     assert s.multiplier(50) == t.multiplier(50) == pytest.approx(0.25)
     s.observe(0.7)
     assert s.bad_evals == 0 and s.best == 0.7
@@ -126,7 +128,12 @@ def test_rsqrt_is_lra_s_formula(warmup, total):
         assert cfg.lr * s.multiplier(step) == pytest.approx(lra_rsqrt(step, 0.05, warmup), rel=1e-12, abs=0)
     # A few values written out: the peak 0.05 / sqrt(warmup), then the decay.
     if (warmup, total) == (1000, 5000):
-        assert [round(0.05 * s.multiplier(i), 9) for i in (0, 500, 1000, 4000)] == [0.0, 0.000790569, 0.001581139, 0.000790569]
+        assert [round(0.05 * s.multiplier(i), 9) for i in (0, 500, 1000, 4000)] == [
+            0.0,
+            0.000790569,
+            0.001581139,
+            0.000790569,
+        ]
     if (warmup, total) == (8000, 5000):
         assert 0.05 * s.multiplier(4999) == pytest.approx(0.05 * 4999 / 8000 / math.sqrt(8000))
 
@@ -165,7 +172,11 @@ def test_periodic_cosine_is_transformers_past_its_end():
     assert s.multiplier(2000) == pytest.approx(0.0, abs=1e-12) and s.multiplier(3800) == pytest.approx(1.0)
     # with a final ratio, the same shape between it and the peak
     r = build_schedule(TrainConfig(warmup=0, min_lr_ratio=0.1, cosine_steps=100, cycles="periodic"), 1000)
-    assert r.multiplier(100) == pytest.approx(0.1) and r.multiplier(150) == pytest.approx(0.55) and r.multiplier(200) == pytest.approx(1.0)
+    assert (
+        r.multiplier(100) == pytest.approx(0.1)
+        and r.multiplier(150) == pytest.approx(0.55)
+        and r.multiplier(200) == pytest.approx(1.0)
+    )
 
 
 def test_restarting_cosine_is_lra_s_cosine_decay():
@@ -173,18 +184,26 @@ def test_restarting_cosine_is_lra_s_cosine_decay():
     s = build_schedule(TrainConfig(warmup=10, min_lr_ratio=0.0, cosine_steps=60, cycles="restart"), 500)
     for step in range(10, 500, 3):
         assert s.multiplier(step) == pytest.approx(lra_cosine(step, 10, 50), abs=1e-12)
-    assert s.multiplier(59) < 0.01 and s.multiplier(60) == pytest.approx(1.0) and s.multiplier(110) == pytest.approx(1.0)
+    assert (
+        s.multiplier(59) < 0.01 and s.multiplier(60) == pytest.approx(1.0) and s.multiplier(110) == pytest.approx(1.0)
+    )
 
 
 def test_default_cosine_is_unchanged():
     """cosine_steps 0 and cycles once are the cosine over the run, bitwise."""
-    for cfg, total in ((TrainConfig(), 137), (TrainConfig(warmup=0, min_lr_ratio=0.0), 20), (TrainConfig(warmup=30), 20)):
+    for cfg, total in (
+        (TrainConfig(), 137),
+        (TrainConfig(warmup=0, min_lr_ratio=0.0), 20),
+        (TrainConfig(warmup=30), 20),
+    ):
         s = build_schedule(cfg, total)
         w = min(cfg.warmup_steps(total), total)
         for step in range(w, total + 20):
             span = total - w
             p = min(1.0, (step - w) / span) if span > 0 else 1.0
-            assert s.multiplier(step) == cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+            assert s.multiplier(step) == cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (
+                1.0 + math.cos(math.pi * p)
+            )
 
 
 @pytest.mark.parametrize(

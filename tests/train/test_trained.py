@@ -1,5 +1,6 @@
 """Using a trained run: load_run, predict on new inputs in the task's format, evaluate at the run's
 own task options (equal to its summary) and at others, and the errors of each."""
+
 from __future__ import annotations
 
 import json
@@ -36,12 +37,34 @@ def runs(tmp_path_factory):
     from longrange.data.generate.listops import generate
 
     root = tmp_path_factory.mktemp("trained")
-    generate(root / "data" / "listops", n_train=48, n_val=16, n_test=20, min_length=8, max_length=24, max_depth=3,
-             max_args=3, seed=0, quiet=True)
+    generate(
+        root / "data" / "listops",
+        n_train=48,
+        n_val=16,
+        n_test=20,
+        min_length=8,
+        max_length=24,
+        max_depth=3,
+        max_args=3,
+        seed=0,
+        quiet=True,
+    )
     run_stage(experiment_from_dict(tiny(root / "data")), "train", root / "s4d")
-    run_stage(experiment_from_dict(tiny(root / "data", block="transformer", primitive="attention", n_heads=2,
-                                        direction="bidirectional", pos_embedding="learned", max_len=32)),
-              "train", root / "attention")
+    run_stage(
+        experiment_from_dict(
+            tiny(
+                root / "data",
+                block="transformer",
+                primitive="attention",
+                n_heads=2,
+                direction="bidirectional",
+                pos_embedding="learned",
+                max_len=32,
+            )
+        ),
+        "train",
+        root / "attention",
+    )
     return root
 
 
@@ -100,8 +123,10 @@ def test_a_run_on_generated_data_is_evaluated_on_that_data(tmp_path):
 def test_evaluate_in_smaller_batches_under_a_memory_budget(runs):
     run = load_run(runs / "s4d")
     length = run.evaluate("test").length  # the longest test sequence (<eos> included)
-    assert length == 1 + max(len(line.split("\t")[0].replace("(", " ").replace(")", " ").split())
-                             for line in (runs / "data" / "listops" / "basic_test.tsv").read_text().splitlines()[1:])
+    assert length == 1 + max(
+        len(line.split("\t")[0].replace("(", " ").replace(")", " ").split())
+        for line in (runs / "data" / "listops" / "basic_test.tsv").read_text().splitlines()[1:]
+    )
     one = run.need(length).per_sequence(length)
     ev = run.evaluate("test", memory_budget=3 * one)
     assert ev.batch_size == 3
@@ -126,7 +151,9 @@ def test_evaluate_at_another_task_option(runs):
 
 def test_bad_task_options_and_splits_are_errors_naming_them(runs):
     run = load_run(runs / "s4d")
-    with pytest.raises(ConfigError, match=r"unknown option 'seq_length' for task listops.*valid options: seq_len, truncate"):
+    with pytest.raises(
+        ConfigError, match=r"unknown option 'seq_length' for task listops.*valid options: seq_len, truncate"
+    ):
         run.evaluate("test", {"seq_length": 64})
     with pytest.raises(ConfigError, match=r"task option seq_len of task listops takes an integer, got 'long'"):
         run.evaluate("test", {"seq_len": "long"})
@@ -144,8 +171,11 @@ def test_bad_task_options_and_splits_are_errors_naming_them(runs):
 def test_a_length_beyond_a_learned_position_table_is_refused_naming_the_limit(runs, capsys):
     run = load_run(runs / "attention")
     assert input_length_limit(run.model)[0] == 32
-    with pytest.raises(ConfigError, match=r"cannot take inputs of 64 positions \(seq_len=64\): its learned position "
-                                          r"table has 32 positions \(model.max_len\).*at most 32"):
+    with pytest.raises(
+        ConfigError,
+        match=r"cannot take inputs of 64 positions \(seq_len=64\): its learned position "
+        r"table has 32 positions \(model.max_len\).*at most 32",
+    ):
         run.evaluate("test", {"seq_len": 64})
     assert main(["evaluate", str(runs / "attention"), "--task-option", "seq_len=64"]) == 1
     assert "model.max_len" in capsys.readouterr().err
@@ -187,7 +217,9 @@ def test_predict_on_a_file_in_the_tasks_format(runs, tmp_path):
     assert [p.value for p in predictions] == direct
     assert [p.target for p in predictions] == [5, 1, 3, 2]
     # The same sources without labels (header "Source" alone) give the same predictions.
-    unlabelled = write_tsv(tmp_path / "sources.tsv", ["Source"] + [line.split("\t")[0] for line in LISTOPS_FIXTURE[1:]], "\n")
+    unlabelled = write_tsv(
+        tmp_path / "sources.tsv", ["Source"] + [line.split("\t")[0] for line in LISTOPS_FIXTURE[1:]], "\n"
+    )
     again = run.predict(run.read_inputs(unlabelled))
     assert [p.value for p in again] == direct and all(p.target is None for p in again)
     out = tmp_path / "predictions.tsv"
@@ -222,7 +254,9 @@ def test_evaluate_command_prints_and_writes_the_metrics(runs, tmp_path, capsys):
     from longrange.inference_cli import summary_agreement
 
     assert summary_agreement({"accuracy": 0.5, "loss": 1.0}, {"accuracy": 0.5, "loss": 1.0}) == "equal"
-    assert summary_agreement({"accuracy": 0.5, "loss": 1.0}, {"accuracy": 0.5, "loss": 1.000001}).startswith("equal up to")
+    assert summary_agreement({"accuracy": 0.5, "loss": 1.0}, {"accuracy": 0.5, "loss": 1.000001}).startswith(
+        "equal up to"
+    )
     assert summary_agreement({"accuracy": 0.5, "loss": 1.0}, {"accuracy": 0.55, "loss": 1.0}) == "DIFFERENT"
     assert main(["evaluate", str(runs / "s4d"), "-o", "seq_len=64,128"]) == 1
     assert "longrange extrapolate RUN --option seq_len --values 64,128" in capsys.readouterr().err

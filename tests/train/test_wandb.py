@@ -1,19 +1,27 @@
 """Weights & Biases as a logger (``train.loggers``), in offline mode: no network, no account."""
+
 from __future__ import annotations
 
 import sys
 
 import pytest
+from toy import ToyObjective, toy_setup
 
 from longrange.data.batch import collate
 from longrange.errors import ConfigError
-from longrange.train import Trainer, TrainConfig, load_checkpoint
+from longrange.train import TrainConfig, Trainer, load_checkpoint
 from longrange.train.logging import open_logger, read_metrics
 from longrange.train.rundir import RunDir, fingerprint
-from toy import ToyObjective, toy_setup
 
-WANDB = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "log_every": 2, "loggers": ["wandb"],
-         "wandb": {"project": "toy"}}
+WANDB = {
+    "batch_size": 8,
+    "epochs": 2,
+    "lr": 0.01,
+    "progress": False,
+    "log_every": 2,
+    "loggers": ["wandb"],
+    "wandb": {"project": "toy"},
+}
 
 
 def _trainer(run_dir, resume=False, **kw):
@@ -29,7 +37,9 @@ def test_a_run_logs_its_config_record_metrics_and_summary(tmp_path, wandb_offlin
     config = run["config"]
     assert config["task"] == "toy" and config["train"]["lr"] == 0.01 and config["train"]["loggers"] == ["wandb"]
     record = config["record"]
-    assert record["host"] == "here" and record["device"] == result["device"] and record["precision"] == result["precision"]
+    assert (
+        record["host"] == "here" and record["device"] == result["device"] and record["precision"] == result["precision"]
+    )
     assert record["kernels"] == result["kernels"] and record["deterministic"] is False  # added at the end
     # every line of metrics.jsonl, at its step
     history = {}
@@ -77,8 +87,14 @@ def test_only_the_main_process_logs(tmp_path, wandb_offline):
 
 def test_logger_settings_do_not_change_the_fingerprint():
     base = {"train": TrainConfig().to_dict()}
-    other = {"train": TrainConfig.from_dict({"loggers": ["tensorboard", "wandb"] if _has_wandb() else [],
-                                             "wandb": {"project": "p", "group": "g", "mode": "offline"}}).to_dict()}
+    other = {
+        "train": TrainConfig.from_dict(
+            {
+                "loggers": ["tensorboard", "wandb"] if _has_wandb() else [],
+                "wandb": {"project": "p", "group": "g", "mode": "offline"},
+            }
+        ).to_dict()
+    }
     assert fingerprint(base) == fingerprint(other)
     assert fingerprint(base) != fingerprint({"train": TrainConfig(deterministic=True).to_dict()})
 

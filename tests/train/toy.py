@@ -8,6 +8,7 @@ Runner (used by test_resume.py and test_ddp.py, also under torchrun)::
     python tests/train/toy.py RUN_DIR --config '{"epochs": 2}' [--resume] [--kill-at-step N]
         [--signal-at-step N [--signal TERM|USR1|INT] [--signals K]]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -96,8 +97,9 @@ class ToyObjective:
         return {"loss": float(sums["loss_sum"]) / count, "accuracy": float(sums["correct"]) / count}
 
 
-def toy_setup(dropout: float = 0.0, dtype: torch.dtype = torch.float32, n_train: int = 48, n_val: int = 20,
-              model_seed: int = 0):
+def toy_setup(
+    dropout: float = 0.0, dtype: torch.dtype = torch.float32, n_train: int = 48, n_val: int = 20, model_seed: int = 0
+):
     """(model, train_set, val_set, test_set) with a fixed initialisation."""
     torch.manual_seed(model_seed)
     model = ToyModel(dropout=dropout).to(dtype)
@@ -109,7 +111,11 @@ class SignalAt:
 
     def __init__(self, objective, step: int, signum: int, times: int = 1):
         self.objective, self.step, self.signum, self.times = objective, step, signum, times
-        self.metric, self.higher_is_better, self.summarize = objective.metric, objective.higher_is_better, objective.summarize
+        self.metric, self.higher_is_better, self.summarize = (
+            objective.metric,
+            objective.higher_is_better,
+            objective.summarize,
+        )
         self.trainer = None
         self.sent = False
 
@@ -146,14 +152,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.signal_at_step:  # as a scheduler would, in the middle of a step
         signalling = SignalAt(objective, args.signal_at_step, getattr(signal, f"SIG{args.signal}"), args.signals)
         objective = signalling
-    trainer = Trainer(model, objective, train_set, val_set, collate, cfg, args.run_dir,
-                      test_set=test_set, resume=args.resume, tensorboard=False)
+    trainer = Trainer(
+        model,
+        objective,
+        train_set,
+        val_set,
+        collate,
+        cfg,
+        args.run_dir,
+        test_set=test_set,
+        resume=args.resume,
+        tensorboard=False,
+    )
     if args.signal_at_step:
         signalling.trainer = trainer
     if args.kill_at_step:
+
         def kill(step: int, path: Path) -> None:
             if step == args.kill_at_step:
                 os.kill(os.getpid(), signal.SIGKILL)
+
         trainer.on_checkpoint = kill
     from longrange.errors import Preempted
 

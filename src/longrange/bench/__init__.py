@@ -7,6 +7,7 @@
 - :func:`run_generation` (``longrange bench --generation``): per-token latency of recurrent
   generation at given positions, against recomputing the parallel forward over the prefix.
 """
+
 from longrange.bench.generation import run_generation
 from longrange.bench.models import DEFAULT_MODELS, MODELS, Workload, resolve_model, run_bench
 from longrange.bench.scaling import run_scaling

@@ -3,14 +3,16 @@
 The functions behind the command return rows (dicts); this module only parses options, formats the
 rows as a text table and writes the optional JSON (``{"mode", "settings", "rows", ...}``) and PNG.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from longrange.errors import ConfigError
 
@@ -31,7 +33,10 @@ def format_table(rows: list[dict[str, Any]], columns: list[Column], key: str) ->
         else:
             cells.append([fmt(r.get(k)) if k in r else "-" for k, _, fmt in columns])
     widths = [max([len(h)] + [len(c[i]) for c in cells if c]) for i, h in enumerate(header)]
-    line = lambda vals: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))
+
+    def line(vals: list[str]) -> str:
+        return "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))
+
     out = [line(header), line(["-" * w for w in widths])]
     for r, c in zip(rows, cells):
         out.append(f"{str(r[key]).ljust(widths[0])}  FAILED: {r['error']}" if c is None else line(c))
@@ -105,7 +110,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--scaling", action="store_true", help="time/memory per training step against sequence length")
     mode.add_argument("--generation", action="store_true", help="per-token latency of step() generation vs recompute")
     mode.add_argument("--list", action="store_true", help="list the named models and exit")
-    p.add_argument("--models", nargs="+", metavar="NAME", help="named models or .yaml/.json model config paths (space or comma separated)")
+    p.add_argument(
+        "--models",
+        nargs="+",
+        metavar="NAME",
+        help="named models or .yaml/.json model config paths (space or comma separated)",
+    )
     p.add_argument("--reference", default="mamba-s6", help="model whose figures are 100%% (default mamba-s6)")
     w = p.add_argument_group("workload")
     w.add_argument("--batch-size", type=int, help="sequences per batch (default 2; scaling and generation 1)")
@@ -116,24 +126,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     w.add_argument("--full", action="store_true", help="the thesis' size: 200 batches of 64 x 1024 x 3")
     w.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
     w.add_argument("--precision", default="float32", help="float32 (default), float64, bf16-mixed, fp16-mixed")
-    w.add_argument("--threads", type=int, default=1, help="torch threads per measurement process (default 1; 0: torch's default)")
-    w.add_argument("--scan-impl", default="auto", help="selective scan implementation for S6: auto (default), numba, chunked, triton, cuda, ref")
-    w.add_argument("--ssm-kernel-impl", default="auto",
-                   help="implementation of the Vandermonde and Cauchy products of S4D, DLR and S4: auto (default), numba, "
-                        "chunked, triton, ref, pykeops (Cauchy only)")
+    w.add_argument(
+        "--threads", type=int, default=1, help="torch threads per measurement process (default 1; 0: torch's default)"
+    )
+    w.add_argument(
+        "--scan-impl",
+        default="auto",
+        help="selective scan implementation for S6: auto (default), numba, chunked, triton, cuda, ref",
+    )
+    w.add_argument(
+        "--ssm-kernel-impl",
+        default="auto",
+        help="implementation of the Vandermonde and Cauchy products of S4D, DLR and S4: auto (default), numba, "
+        "chunked, triton, ref, pykeops (Cauchy only)",
+    )
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--no-isolate", action="store_true", help="measure in this process instead of a fresh process per model")
+    w.add_argument(
+        "--no-isolate", action="store_true", help="measure in this process instead of a fresh process per model"
+    )
     s = p.add_argument_group("--scaling")
-    s.add_argument("--primitives", nargs="+", metavar="NAME", help="attention, attention-blocked, s4, s4d, s6, dlr (default all)")
+    s.add_argument(
+        "--primitives", nargs="+", metavar="NAME", help="attention, attention-blocked, s4, s4d, s6, dlr (default all)"
+    )
     s.add_argument("--lengths", type=_ints, help="comma-separated lengths (default 256,512,...,16384)")
-    s.add_argument("--time-budget", type=float, default=10.0, help="stop a primitive after a step slower than this (s, default 10)")
-    s.add_argument("--memory-budget", type=float, default=4096.0, help="stop a primitive above this peak (MB, default 4096)")
+    s.add_argument(
+        "--time-budget", type=float, default=10.0, help="stop a primitive after a step slower than this (s, default 10)"
+    )
+    s.add_argument(
+        "--memory-budget", type=float, default=4096.0, help="stop a primitive above this peak (MB, default 4096)"
+    )
     s.add_argument("--unit", default="primitive", help="primitive (alone, default) or block (one-block backbone)")
     s.add_argument("--d-model", type=int, default=128, help="width of the measured primitive (default 128)")
     s.add_argument("--d-state", type=int, default=16, help="state size of the SSMs (default 16)")
     s.add_argument("--block-size", type=int, default=1024, help="block of attention-blocked (default 1024)")
     g = p.add_argument_group("--generation")
-    g.add_argument("--positions", type=_ints, default=(64, 1024, 8192), help="positions of the step latency (default 64,1024,8192)")
+    g.add_argument(
+        "--positions", type=_ints, default=(64, 1024, 8192), help="positions of the step latency (default 64,1024,8192)"
+    )
     g.add_argument("--window", type=int, default=32, help="steps averaged around each position (default 32)")
     g.add_argument("--naive-positions", type=_ints, default=(64, 1024, 8192), help="positions of the recompute latency")
     g.add_argument("--naive-repeats", type=int, default=2, help="timed recompute calls per position (default 2)")
@@ -204,7 +233,13 @@ def _run_table(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     workload = Workload.full(**fields) if args.full else Workload(**fields)
-    rows = run_bench(_names(args.models) or DEFAULT_MODELS, workload, reference=args.reference, isolate=not args.no_isolate, progress=_progress(args))
+    rows = run_bench(
+        _names(args.models) or DEFAULT_MODELS,
+        workload,
+        reference=args.reference,
+        isolate=not args.no_isolate,
+        progress=_progress(args),
+    )
     ok = next(r for r in rows if "error" not in r)
     print(
         f"batch {workload.batch_size} x length {workload.length} x {workload.channels} channels; "
@@ -214,9 +249,18 @@ def _run_table(args: argparse.Namespace) -> int:
     )
     print(format_table(rows, BENCH_COLUMNS, "model"))
     if args.json:
-        _write_json(args.json, {"mode": "bench", "settings": asdict(workload), "reference": args.reference, "rows": rows}, args.device)
+        _write_json(
+            args.json,
+            {"mode": "bench", "settings": asdict(workload), "reference": args.reference, "rows": rows},
+            args.device,
+        )
     if args.plot:
-        plot_bench(rows, args.plot, args.reference, title=f"{workload.batch_size} x {workload.length} x {workload.channels}, {ok['device']}")
+        plot_bench(
+            rows,
+            args.plot,
+            args.reference,
+            title=f"{workload.batch_size} x {workload.length} x {workload.channels}, {ok['device']}",
+        )
     return _report_failures(rows, "model")
 
 
@@ -260,9 +304,18 @@ def _run_scaling(args: argparse.Namespace) -> int:
     for p, e in exponents.items():
         print(f"  {p:18s} {'-' if e is None else f'{e:.2f}':>5s}  {growth_label(e)}")
     if args.json:
-        _write_json(args.json, {"mode": "scaling", "settings": asdict(settings), "rows": rows, "exponents": exponents}, args.device)
+        _write_json(
+            args.json,
+            {"mode": "scaling", "settings": asdict(settings), "rows": rows, "exponents": exponents},
+            args.device,
+        )
     if args.plot:
-        plot_scaling(rows, exponents, args.plot, title=f"training step, {settings.unit}, d={settings.d_model}, batch {settings.batch_size}")
+        plot_scaling(
+            rows,
+            exponents,
+            args.plot,
+            title=f"training step, {settings.unit}, d={settings.d_model}, batch {settings.batch_size}",
+        )
     return _report_failures(rows, "primitive")
 
 
@@ -282,8 +335,12 @@ def _run_generation(args: argparse.Namespace) -> int:
         seed=args.seed,
         threads=args.threads or None,
     )
-    rows = run_generation(_names(args.models) or GENERATION_MODELS, settings, isolate=not args.no_isolate, progress=_progress(args))
-    print(f"batch {settings.batch_size}, greedy, window {settings.window} steps per position; recompute: forward over the prefix")
+    rows = run_generation(
+        _names(args.models) or GENERATION_MODELS, settings, isolate=not args.no_isolate, progress=_progress(args)
+    )
+    print(
+        f"batch {settings.batch_size}, greedy, window {settings.window} steps per position; recompute: forward over the prefix"
+    )
     print(format_table(rows, GENERATION_COLUMNS, "model"))
     first, last = min(settings.positions), max(settings.positions)
     if first != last:

@@ -14,12 +14,14 @@ Recurrent SSMs carry a fixed-size state, so their step latency should not grow w
 attention's KV cache grows by one key and value per step, so its latency grows with position.
 The size of the recurrent state (bytes of all its tensors) is reported at each position.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -134,7 +136,9 @@ def _measure_generation(name: str, config: dict[str, Any], s: GenerationSettings
             def recompute() -> None:
                 model(prefix)[:, -1].argmax(-1)
 
-            naive[p] = measure.summarize_times(measure.time_calls(recompute, warmup=1, batches=s.naive_repeats, device=device))["mean"]
+            naive[p] = measure.summarize_times(
+                measure.time_calls(recompute, warmup=1, batches=s.naive_repeats, device=device)
+            )["mean"]
     rows = []
     for p in sorted(set(s.positions) | set(s.naive_positions)):
         row: dict[str, Any] = {"model": name, "position": p, "batch_size": s.batch_size}

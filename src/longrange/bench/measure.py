@@ -25,6 +25,7 @@ ones (page granularity, allocator caching during the calls); running each measur
 process (:func:`run_isolated`) makes them comparable across models: every model starts from the
 same empty process.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -36,9 +37,10 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import torch
 
@@ -161,7 +163,9 @@ def ssm_kernel_impl(impl: str, device: str | None) -> Iterator[str]:
     if len(set(resolved.values())) == 1:
         label = next(iter(resolved.values()))
     else:
-        label = ", ".join(f"{op} {chosen[op]}" + (f" ({resolved[op]})" if chosen[op] == "auto" else "") for op in ssm_kernels.OPS)
+        label = ", ".join(
+            f"{op} {chosen[op]}" + (f" ({resolved[op]})" if chosen[op] == "auto" else "") for op in ssm_kernels.OPS
+        )
     previous = {op: ssm_kernels.set_default_impl(op, choice) for op, choice in chosen.items()}
     try:
         yield label
@@ -234,7 +238,6 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
     import platform
 
     from longrange import __version__
-
     from longrange.train.environment import cpu_name
 
     env: dict[str, Any] = {
@@ -300,7 +303,7 @@ class PeakMemory:
     def peak_mb(self) -> float:
         return self.peak_bytes / _MB
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         if self.device.type == "cuda":
             synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)

@@ -9,6 +9,7 @@ projections, gates and norms; S6 inside its Mamba block; attention with its proj
 (``chunk``, ``naive``, or for SSD ``minimal``: the algorithm of the authors' ``ssd_minimal_discrete``,
 the quadratic-in-chunks segment sums written out here, run on the same inputs).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,7 +40,9 @@ def build_layer(name: str, d: int) -> torch.nn.Module:
         from longrange.models import ModelConfig
         from longrange.models.backbone import make_block
 
-        return make_block(ModelConfig(block="mamba", primitive="s6", d_model=d, d_state=options["d_state"], norm="none"))
+        return make_block(
+            ModelConfig(block="mamba", primitive="s6", d_model=d, d_state=options["d_state"], norm="none")
+        )
     from longrange.models.backbone import make_primitive
 
     options = dict(options)
@@ -47,8 +50,16 @@ def build_layer(name: str, d: int) -> torch.nn.Module:
     return make_primitive(primitive, d, d_state=d_state, **options)
 
 
-def measure_layer(name: str, length: int, batch: int = 8, d: int = 256, warmup: int = 1, batches: int = 3,
-                  threads: int | None = None, seed: int = 0) -> dict[str, Any]:
+def measure_layer(
+    name: str,
+    length: int,
+    batch: int = 8,
+    d: int = 256,
+    warmup: int = 1,
+    batches: int = 3,
+    threads: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Forward (no gradients) and forward + backward of the layer ``name`` on (batch, length, d)."""
     device = torch.device("cpu")
     with measure.torch_threads(threads):
@@ -64,8 +75,13 @@ def measure_layer(name: str, length: int, batch: int = 8, d: int = 256, warmup: 
             layer(x).square().mean().backward()
             layer.zero_grad(set_to_none=True)
 
-        out: dict[str, Any] = {"layer": name, "length": length, "batch": batch, "d": d,
-                               "params": sum(p.numel() for p in layer.parameters())}
+        out: dict[str, Any] = {
+            "layer": name,
+            "length": length,
+            "batch": batch,
+            "d": d,
+            "params": sum(p.numel() for p in layer.parameters()),
+        }
         for what, fn in (("forward", forward), ("fwdbwd", train)):
             with measure.PeakMemory(device) as mem:
                 times = measure.time_calls(fn, warmup=warmup, batches=batches, device=device)
@@ -81,11 +97,22 @@ def op_inputs(op: str, batch: int, length: int, heads: int, dk: int, dv: int, se
     unit = lambda *s: torch.rand(*s, generator=g)  # noqa: E731
     b, l, h = batch, length, heads
     if op in ("ssd", "mamba3"):
-        inputs = {"x": rand(b, l, h, dv), "dt": 0.001 + 0.1 * unit(b, l, h), "A": -1 - 15 * unit(h), "B": rand(b, l, 1, dk),
-                  "C": rand(b, l, 1, dk), "D": torch.ones(h)}
+        inputs = {
+            "x": rand(b, l, h, dv),
+            "dt": 0.001 + 0.1 * unit(b, l, h),
+            "A": -1 - 15 * unit(h),
+            "B": rand(b, l, 1, dk),
+            "C": rand(b, l, 1, dk),
+            "D": torch.ones(h),
+        }
         if op == "mamba3":
-            inputs.update(A=-1 - unit(b, l, h), trap=rand(b, l, h), angles=rand(b, l, h, dk // 4),
-                          B_bias=torch.ones(h, dk), C_bias=torch.ones(h, dk))
+            inputs.update(
+                A=-1 - unit(b, l, h),
+                trap=rand(b, l, h),
+                angles=rand(b, l, h, dk // 4),
+                B_bias=torch.ones(h, dk),
+                C_bias=torch.ones(h, dk),
+            )
         return inputs
     inputs = {"q": rand(b, l, h, dk), "k": F.normalize(rand(b, l, h, dk), dim=-1), "v": rand(b, l, h, dv)}
     if op == "gla":
@@ -97,8 +124,9 @@ def op_inputs(op: str, batch: int, length: int, heads: int, dk: int, dv: int, se
     return inputs
 
 
-def ssd_minimal(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
-                chunk_size: int = 64) -> Tensor:
+def ssd_minimal(
+    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None, chunk_size: int = 64
+) -> Tensor:
     """SSD by the algorithm of the authors' ``ssd_minimal_discrete`` (mamba-ssm
     ``modules/ssd_minimal.py``): within chunks the masked matrix of segment sums exp(segsum(A dt)),
     per chunk the states, between chunks the (chunks + 1)^2 matrix of segment sums of the chunks'
@@ -108,24 +136,24 @@ def ssd_minimal(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tenso
     n, c = B.shape[-1], chunk_size
     nc = l // c
     xd = (x * dt.unsqueeze(-1)).reshape(b, nc, c, h, p)
-    a = (A * dt).reshape(b, nc, c, h).permute(0, 3, 1, 2)                     # (b, h, nc, c)
+    a = (A * dt).reshape(b, nc, c, h).permute(0, 3, 1, 2)  # (b, h, nc, c)
     Bh = B.expand(b, l, h, n).reshape(b, nc, c, h, n)
     Ch = C.expand(b, l, h, n).reshape(b, nc, c, h, n)
     a_cum = a.cumsum(-1)
 
-    def segsum(t: Tensor) -> Tensor:                                          # exp-able log of products of decays
+    def segsum(t: Tensor) -> Tensor:  # exp-able log of products of decays
         T = t.shape[-1]
         t = t.unsqueeze(-1).expand(*t.shape, T)
         lower = torch.tril(torch.ones(T, T, dtype=torch.bool, device=t.device), -1)
         t = t.masked_fill(~lower, 0).cumsum(-2)
         return t.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool, device=t.device)), -torch.inf)
 
-    L = torch.exp(segsum(a))                                                  # (b, h, nc, c, c)
+    L = torch.exp(segsum(a))  # (b, h, nc, c, c)
     y_diag = torch.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", Ch, Bh, L, xd)
     decay_states = torch.exp(a_cum[..., -1:] - a_cum)
     states = torch.einsum("bclhn,bhcl,bclhp->bchpn", Bh, decay_states, xd)
     states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
-    decay_chunk = torch.exp(segsum(F.pad(a_cum[..., -1], (1, 0))))            # (b, h, nc + 1, nc + 1)
+    decay_chunk = torch.exp(segsum(F.pad(a_cum[..., -1], (1, 0))))  # (b, h, nc + 1, nc + 1)
     states = torch.einsum("bhzc,bchpn->bzhpn", decay_chunk, states)[:, :-1]
     y_off = torch.einsum("bclhn,bchpn,bhcl->bclhp", Ch, states, torch.exp(a_cum))
     y = (y_diag + y_off).reshape(b, l, h, p)
@@ -143,8 +171,19 @@ def _op_call(op: str, impl: str, chunk_size: int) -> Any:
     return (lambda **kw: fn(**kw, chunk_size=chunk_size)) if impl == "chunk" else fn
 
 
-def measure_op(op: str, impl: str, length: int, batch: int = 8, heads: int = 4, dk: int = 64, dv: int = 64,
-               chunk_size: int = 64, warmup: int = 1, batches: int = 3, threads: int | None = None) -> dict[str, Any]:
+def measure_op(
+    op: str,
+    impl: str,
+    length: int,
+    batch: int = 8,
+    heads: int = 4,
+    dk: int = 64,
+    dv: int = 64,
+    chunk_size: int = 64,
+    warmup: int = 1,
+    batches: int = 3,
+    threads: int | None = None,
+) -> dict[str, Any]:
     """Forward + backward of ``op`` by ``impl`` (``chunk``, ``naive``, ``minimal`` for SSD)."""
     device = torch.device("cpu")
     with measure.torch_threads(threads):
@@ -161,6 +200,16 @@ def measure_op(op: str, impl: str, length: int, batch: int = 8, heads: int = 4, 
         with measure.PeakMemory(device) as mem:
             times = measure.time_calls(step, warmup=warmup, batches=batches, device=device)
         summary = measure.summarize_times(times)
-        return {"op": op, "impl": impl, "length": length, "batch": batch, "heads": heads, "dk": dk, "dv": dv,
-                "chunk_size": chunk_size, "fwdbwd_s": summary["mean"], "fwdbwd_min_s": min(times),
-                "peak_mb": mem.peak_mb}
+        return {
+            "op": op,
+            "impl": impl,
+            "length": length,
+            "batch": batch,
+            "heads": heads,
+            "dk": dk,
+            "dv": dv,
+            "chunk_size": chunk_size,
+            "fwdbwd_s": summary["mean"],
+            "fwdbwd_min_s": min(times),
+            "peak_mb": mem.peak_mb,
+        }

@@ -11,6 +11,7 @@ The workload is the thesis' (section 12.2.5): a fixed synthetic batch of shape
 (batch, length, channels) of standard-normal values with random labels over 10 classes, no data
 loader, ``torch.manual_seed`` before building each model and its batch.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,20 +46,49 @@ def _entries() -> list[NamedModel]:
         NamedModel("simple-s4", {**s, "primitive": "s4"}, "Table 3"),
         NamedModel("mamba-s6-bi", {**m, "primitive": "s6", "d_model": 107, "direction": "bidirectional"}, "Table 6"),
         NamedModel("mamba-s4d-bi", {**m, "primitive": "s4d", "d_model": 108, "direction": "bidirectional"}, "Table 6"),
-        NamedModel("mamba-s6-placebo", {**m, "primitive": "s6", "d_model": 107, "direction": "placebo"}, "bidirectional's parameters, no flips"),
-        NamedModel("mamba-s4d-placebo", {**m, "primitive": "s4d", "d_model": 108, "direction": "placebo"}, "bidirectional's parameters, no flips"),
+        NamedModel(
+            "mamba-s6-placebo",
+            {**m, "primitive": "s6", "d_model": 107, "direction": "placebo"},
+            "bidirectional's parameters, no flips",
+        ),
+        NamedModel(
+            "mamba-s4d-placebo",
+            {**m, "primitive": "s4d", "d_model": 108, "direction": "placebo"},
+            "bidirectional's parameters, no flips",
+        ),
         NamedModel("mamba-s6-rope", {**m, "primitive": "s6", "rope": True}, "RoPE before the SSM (section 14)"),
-        NamedModel("mamba-s6-rope-trainable", {**m, "primitive": "s6", "rope": True, "rope_trainable": True}, "trainable RoPE frequencies"),
+        NamedModel(
+            "mamba-s6-rope-trainable",
+            {**m, "primitive": "s6", "rope": True, "rope_trainable": True},
+            "trainable RoPE frequencies",
+        ),
         NamedModel("mamba-s4d-rope", {**m, "primitive": "s4d", "rope": True}, "RoPE before the SSM (section 14)"),
-        NamedModel("mamba-s4d-rope-trainable", {**m, "primitive": "s4d", "rope": True, "rope_trainable": True}, "trainable RoPE frequencies"),
+        NamedModel(
+            "mamba-s4d-rope-trainable",
+            {**m, "primitive": "s4d", "rope": True, "rope_trainable": True},
+            "trainable RoPE frequencies",
+        ),
         NamedModel("mamba-s6-sm", {**m, "primitive": "s6", "d_model": 170}, "speed-matched to mamba-s6-bi (Table 6)"),
-        NamedModel("mamba-s4d-sm", {**m, "primitive": "s4d", "d_model": 140}, "speed-matched to mamba-s4d-bi (Table 6)"),
+        NamedModel(
+            "mamba-s4d-sm", {**m, "primitive": "s4d", "d_model": 140}, "speed-matched to mamba-s4d-bi (Table 6)"
+        ),
         NamedModel("mamba-dlr", {**m, "primitive": "dlr", "d_model": 125}, "DLR in the Mamba block, width for ~600k"),
         NamedModel("dlr", {**s, "primitive": "dlr", "d_model": 206}, "DLR in the Simple block, width for ~600k"),
-        NamedModel("transformer", {"block": "transformer", "primitive": "attention", "n_layers": 6, "d_model": 92, "n_heads": 4}, "pre-norm Transformer, ~600k"),
+        NamedModel(
+            "transformer",
+            {"block": "transformer", "primitive": "attention", "n_layers": 6, "d_model": 92, "n_heads": 4},
+            "pre-norm Transformer, ~600k",
+        ),
         NamedModel(
             "transformer-blocked",
-            {"block": "transformer", "primitive": "attention", "n_layers": 6, "d_model": 92, "n_heads": 4, "attn_block_size": 256},
+            {
+                "block": "transformer",
+                "primitive": "attention",
+                "n_layers": 6,
+                "d_model": 92,
+                "n_heads": 4,
+                "attn_block_size": 256,
+            },
             "local attention in blocks of 256",
         ),
     ]
@@ -98,7 +128,9 @@ def _load_config_file(path: Path) -> dict[str, Any]:
     if isinstance(data, dict) and isinstance(data.get("model"), dict):
         data = data["model"]
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of model fields (or a 'model' mapping), got {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping of model fields (or a 'model' mapping), got {type(data).__name__}"
+        )
     return data
 
 
@@ -133,7 +165,9 @@ def build_classifier(config: dict[str, Any], channels: int, n_classes: int):
     """The benchmark model: numeric inputs of ``channels`` channels, a pooled classification head."""
     from longrange.models import ModelConfig, build_model
 
-    return build_model(ModelConfig.from_dict(config), input_kind="numeric", d_input=channels, head="classify", n_out=n_classes)
+    return build_model(
+        ModelConfig.from_dict(config), input_kind="numeric", d_input=channels, head="classify", n_out=n_classes
+    )
 
 
 @dataclass
@@ -157,7 +191,7 @@ class Workload(measure.Measurement):
         return device
 
     @classmethod
-    def full(cls, **overrides: Any) -> "Workload":
+    def full(cls, **overrides: Any) -> Workload:
         """The thesis' size: 200 batches of 64 x 1024 x 3."""
         return cls(**{"batch_size": 64, "length": 1024, "channels": 3, "warmup": 3, "batches": 200, **overrides})
 
@@ -239,7 +273,9 @@ def add_relative_columns(rows: list[dict[str, Any]], reference: str) -> None:
     """
     ref = next((r for r in rows if r["model"] == reference), None)
     if ref is None:
-        raise ConfigError(f"reference model {reference!r} is not among the measured models {[r['model'] for r in rows]}")
+        raise ConfigError(
+            f"reference model {reference!r} is not among the measured models {[r['model'] for r in rows]}"
+        )
     if "error" in ref:
         raise ConfigError(f"reference model {reference!r} failed, so no relative figures: {ref['error']}")
     for row in rows:

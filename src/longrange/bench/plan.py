@@ -48,12 +48,14 @@ What is not known without data is taken as the dry run takes it (``experiment/dr
 sequence at full length, and a selection by value (masked positions, answer positions) selecting
 every position, an upper bound for the loss of masked pretraining.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -134,7 +136,8 @@ EXTRA_FLOPS = {
 
 def flop_registry() -> dict:
     """PyTorch's FLOP formulas with :data:`EXTRA_FLOPS` (each taking the operation's arguments)."""
-    from torch.utils.flop_counter import flop_registry as registry, shape_wrapper
+    from torch.utils.flop_counter import flop_registry as registry
+    from torch.utils.flop_counter import shape_wrapper
 
     return {**registry, **{op: shape_wrapper(f) for op, f in EXTRA_FLOPS.items()}}
 
@@ -150,21 +153,45 @@ def flop_counter() -> Any:
 # Bytes moved, and the roofline of each operation
 # ------------------------------------------------------------------------------------------------
 #: Operations whose first input is read only where the output says (gathers).
-_GATHERS = {aten.embedding.default, aten.index_select.default, aten.gather.default, aten.index.Tensor,
-            aten._unsafe_index.Tensor}
+_GATHERS = {
+    aten.embedding.default,
+    aten.index_select.default,
+    aten.gather.default,
+    aten.index.Tensor,
+    aten._unsafe_index.Tensor,
+}
 #: Matrix-product-like operations (tensor cores in bf16/fp16; TF32 for float32 convolutions).
-_MATRIX = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
-           aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_flash_attention_backward,
-           aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_efficient_attention_backward,
-           aten._scaled_dot_product_cudnn_attention, aten._scaled_dot_product_cudnn_attention_backward,
-           aten._flash_attention_forward, aten._flash_attention_backward, aten._efficient_attention_forward,
-           aten._efficient_attention_backward, aten._scaled_dot_product_flash_attention_for_cpu,
-           aten._scaled_dot_product_flash_attention_for_cpu_backward}
+_MATRIX = {
+    aten.mm,
+    aten.addmm,
+    aten.bmm,
+    aten.baddbmm,
+    aten.convolution,
+    aten.convolution_backward,
+    aten._scaled_dot_product_flash_attention,
+    aten._scaled_dot_product_flash_attention_backward,
+    aten._scaled_dot_product_efficient_attention,
+    aten._scaled_dot_product_efficient_attention_backward,
+    aten._scaled_dot_product_cudnn_attention,
+    aten._scaled_dot_product_cudnn_attention_backward,
+    aten._flash_attention_forward,
+    aten._flash_attention_backward,
+    aten._efficient_attention_forward,
+    aten._efficient_attention_backward,
+    aten._scaled_dot_product_flash_attention_for_cpu,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward,
+}
 _CONVOLUTIONS = {aten.convolution, aten.convolution_backward}
 #: Operations that move no data: allocations without writing, and views the schema does not mark.
-_NO_TRAFFIC = {aten.empty.memory_format, aten.empty_strided.default, aten.new_empty.default,
-               aten.new_empty_strided.default, aten.empty_like.default, aten._unsafe_view.default,
-               aten.lift_fresh.default}
+_NO_TRAFFIC = {
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+    aten.empty_like.default,
+    aten._unsafe_view.default,
+    aten.lift_fresh.default,
+}
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -191,7 +218,7 @@ class Traffic(TorchDispatchMode):
         super().__init__()
         self.registry = flop_registry()
         self.phase = "fwdbwd"
-        self.ops: list[tuple[str, str, int, int]] = []   # (phase, rate class, flops, bytes)
+        self.ops: list[tuple[str, str, int, int]] = []  # (phase, rate class, flops, bytes)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -232,16 +259,16 @@ def cuda_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
     if enable_gqa:
         raise ConfigError("planning attention with enable_gqa is not supported")
     if attn_mask is None and query.dtype in (torch.bfloat16, torch.float16):
-        return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False,
-                                                         scale=scale)[0]
+        return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
     bias = attn_mask
     if bias is not None and bias.dtype == torch.bool:
         bias = torch.zeros(bias.shape, dtype=query.dtype, device=query.device).masked_fill(~bias, float("-inf"))
     if bias is not None:
         bias = bias.expand(*query.shape[:-2], query.shape[-2], key.shape[-2])
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
-    return aten._scaled_dot_product_efficient_attention(query, key, value, bias, needs_grad, dropout_p, is_causal,
-                                                         scale=scale)[0]
+    return aten._scaled_dot_product_efficient_attention(
+        query, key, value, bias, needs_grad, dropout_p, is_causal, scale=scale
+    )[0]
 
 
 class CudaAttention(TorchFunctionMode):
@@ -286,11 +313,11 @@ class StepMeasure:
 
     micro_batch: int
     micro_batches: int
-    peak: dict[str, int]             # total, params, grads, optimizer, activations (bytes at the peak)
+    peak: dict[str, int]  # total, params, grads, optimizer, activations (bytes at the peak)
     parameters: int
-    flops: dict[str, int]            # fwdbwd (all micro-batches), optimizer, counter (FlopCounterMode's total)
-    bytes: dict[str, int]            # fwdbwd, optimizer
-    time: dict[str, float] = field(default_factory=dict)   # fwdbwd, optimizer (s): the roofline bound
+    flops: dict[str, int]  # fwdbwd (all micro-batches), optimizer, counter (FlopCounterMode's total)
+    bytes: dict[str, int]  # fwdbwd, optimizer
+    time: dict[str, float] = field(default_factory=dict)  # fwdbwd, optimizer (s): the roofline bound
     seq_len: int = 0
     inputs: str = ""
     kernels: dict[str, str] = field(default_factory=dict)
@@ -300,9 +327,12 @@ def _peak_parts(snapshot: dict) -> dict[str, int]:
     from torch.distributed._tools.mem_tracker import _MemRefType
 
     get = lambda *kinds: int(sum(snapshot.get(k, 0) for k in kinds))  # noqa: E731
-    parts = {"params": get(_MemRefType.PARAM, _MemRefType.BUFFER), "grads": get(_MemRefType.GRAD),
-             "optimizer": get(_MemRefType.OPT),
-             "activations": get(_MemRefType.ACT, _MemRefType.TEMP, _MemRefType.OTH)}
+    parts = {
+        "params": get(_MemRefType.PARAM, _MemRefType.BUFFER),
+        "grads": get(_MemRefType.GRAD),
+        "optimizer": get(_MemRefType.OPT),
+        "activations": get(_MemRefType.ACT, _MemRefType.TEMP, _MemRefType.OTH),
+    }
     return {"total": int(snapshot.get("Total", sum(parts.values()))), **parts}
 
 
@@ -317,9 +347,19 @@ def _phase(traffic: Traffic, optimizer: torch.optim.Optimizer) -> Iterator[None]
         post.remove()
 
 
-def measure_step(exp, stage: str = "train", objective: str | None = None, *, micro_batch: int,
-                 micro_batches: int = 1, target: str = "gpu", gpu: GPU | None = None, vocab: int | None = None,
-                 seq_len: int | None = None, count: bool = True) -> StepMeasure:
+def measure_step(
+    exp,
+    stage: str = "train",
+    objective: str | None = None,
+    *,
+    micro_batch: int,
+    micro_batches: int = 1,
+    target: str = "gpu",
+    gpu: GPU | None = None,
+    vocab: int | None = None,
+    seq_len: int | None = None,
+    count: bool = True,
+) -> StepMeasure:
     """One training step of ``micro_batches`` micro-batches of ``micro_batch`` sequences of ``exp``'s
     ``stage`` on fake CPU tensors (see the module docstring): its peak memory by kind, FLOPs and bytes
     by phase (``count=False``: memory only, faster) and, for ``gpu``, the roofline bound of each phase."""
@@ -342,8 +382,17 @@ def measure_step(exp, stage: str = "train", objective: str | None = None, *, mic
             stack.enter_context(CudaAttention())
             stack.enter_context(scan.default_impl("triton"))
             stack.enter_context(ssm_kernels.default_impl(ssm_kernels.OPS, "triton"))
-        prepared = prepare_step(exp, stage, objective, device="cpu", batch_size=micro_batch * micro_batches,
-                                grad_accum=micro_batches, seq_len=seq_len, vocab=vocab, precision=precision)
+        prepared = prepare_step(
+            exp,
+            stage,
+            objective,
+            device="cpu",
+            batch_size=micro_batch * micro_batches,
+            grad_accum=micro_batches,
+            seq_len=seq_len,
+            vocab=vocab,
+            precision=precision,
+        )
         model, optimizer = prepared.model, prepared.optimizer
         if target == "gpu":  # AdamW's multi-tensor path, PyTorch's default on CUDA
             for group in optimizer.param_groups:
@@ -368,18 +417,31 @@ def measure_step(exp, stage: str = "train", objective: str | None = None, *, mic
     (f_fb, b_fb), (f_opt, b_opt) = traffic.totals("fwdbwd"), traffic.totals("optimizer")
     first = prepared.batches[0]["inputs"]
     measure = StepMeasure(
-        micro_batch, micro_batches, peak, sum(p.numel() for p in model.parameters()),
+        micro_batch,
+        micro_batches,
+        peak,
+        sum(p.numel() for p in model.parameters()),
         {"fwdbwd": f_fb, "optimizer": f_opt, "counter": int(flops.get_total_flops())},
-        {"fwdbwd": b_fb, "optimizer": b_opt}, seq_len=prepared.seq_len,
-        inputs=f"{str(first.dtype).removeprefix('torch.')} {tuple(first.shape)}", kernels=dict(used.kernels()))
+        {"fwdbwd": b_fb, "optimizer": b_opt},
+        seq_len=prepared.seq_len,
+        inputs=f"{str(first.dtype).removeprefix('torch.')} {tuple(first.shape)}",
+        kernels=dict(used.kernels()),
+    )
     if gpu is not None:
         for phase in ("fwdbwd", "optimizer"):
             measure.time[phase], measure.time[phase + "_compute"] = traffic.time_bound(gpu, phase)
     return measure
 
 
-def measured_cpu_peak(exp, stage: str = "train", objective: str | None = None, *, micro_batch: int,
-                      seq_len: int | None = None, vocab: int | None = None) -> int:
+def measured_cpu_peak(
+    exp,
+    stage: str = "train",
+    objective: str | None = None,
+    *,
+    micro_batch: int,
+    seq_len: int | None = None,
+    vocab: int | None = None,
+) -> int:
     """The peak bytes of live tensors during one real training step on the CPU, measured: the tensors
     alive before it (parameters, buffers, optimiser state as after a first step, the batch) plus the
     largest running sum of the allocations and frees that PyTorch's profiler records during it (the
@@ -389,8 +451,9 @@ def measured_cpu_peak(exp, stage: str = "train", objective: str | None = None, *
     from longrange.experiment.dryrun import prepare_step
 
     torch.manual_seed(0)
-    prepared = prepare_step(exp, stage, objective, device="cpu", batch_size=micro_batch, grad_accum=1,
-                            seq_len=seq_len, vocab=vocab)
+    prepared = prepare_step(
+        exp, stage, objective, device="cpu", batch_size=micro_batch, grad_accum=1, seq_len=seq_len, vocab=vocab
+    )
     for p in prepared.model.parameters():
         if p.requires_grad:
             p.grad = torch.zeros_like(p)
@@ -401,9 +464,14 @@ def measured_cpu_peak(exp, stage: str = "train", objective: str | None = None, *
     before = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}.values())
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         prepared.step()
-    events = sorted((e for e in prof.profiler.kineto_results.events()
-                     if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU),
-                    key=lambda e: e.start_ns())
+    events = sorted(
+        (
+            e
+            for e in prof.profiler.kineto_results.events()
+            if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+        ),
+        key=lambda e: e.start_ns(),
+    )
     running = peak = 0
     for e in events:
         running += e.nbytes()
@@ -423,25 +491,25 @@ class StepPlan:
     objective: str
     gpu: GPU
     precision: str
-    batch: int                      # the global batch planned for
+    batch: int  # the global batch planned for
     seq_len: int
     inputs: str
     params: int
-    micro_batch: int                # of the accumulation chosen (batch / accumulation)
-    accumulation: int | None        # None: not even a micro-batch of 1 fits
-    fits: bool                      # the whole batch in one step, without accumulation
-    peak_bytes: dict[str, int]      # at the batch without accumulation
+    micro_batch: int  # of the accumulation chosen (batch / accumulation)
+    accumulation: int | None  # None: not even a micro-batch of 1 fits
+    fits: bool  # the whole batch in one step, without accumulation
+    peak_bytes: dict[str, int]  # at the batch without accumulation
     peak_bytes_accumulated: dict[str, int] | None  # at the micro-batch of the accumulation (if > 1)
-    max_batch: int | None           # the largest batch that fits without accumulation (0: none; None: not searched)
+    max_batch: int | None  # the largest batch that fits without accumulation (0: none; None: not searched)
     usable_bytes: int
     flops_per_step: int
     bytes_per_step: int
     step_time_lower_bound_s: float
-    compute_time_s: float           # the FLOPs alone at the peak rates (a bound too)
-    memory_time_s: float            # the bytes alone at the bandwidth
+    compute_time_s: float  # the FLOPs alone at the peak rates (a bound too)
+    memory_time_s: float  # the bytes alone at the bandwidth
     kernels: dict[str, str] = field(default_factory=dict)
-    steps: int | None = None        # the stage's optimiser steps (None: they depend on uncounted data)
-    steps_how: str = ""             # how they were counted
+    steps: int | None = None  # the stage's optimiser steps (None: they depend on uncounted data)
+    steps_how: str = ""  # how they were counted
 
     @property
     def run_time_lower_bound_s(self) -> float | None:
@@ -450,18 +518,38 @@ class StepPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "preset": self.preset, "stage": self.stage, "objective": self.objective, "gpu": self.gpu.key,
-            "gpu_spec": self.gpu.to_dict(), "precision": self.precision, "batch": self.batch, "seq_len": self.seq_len,
-            "inputs": self.inputs, "params": self.params, "peak_bytes": self.peak_bytes,
-            "peak_bytes_accumulated": self.peak_bytes_accumulated, "usable_bytes": self.usable_bytes,
-            "fits": self.fits, "max_batch": self.max_batch, "accumulation": self.accumulation,
-            "micro_batch": self.micro_batch, "flops_per_step": self.flops_per_step,
-            "bytes_per_step": self.bytes_per_step, "step_time_lower_bound_s": self.step_time_lower_bound_s,
-            "compute_time_s": self.compute_time_s, "memory_time_s": self.memory_time_s, "kernels": self.kernels,
-            "steps": self.steps, "steps_how": self.steps_how, "run_time_lower_bound_s": self.run_time_lower_bound_s,
+            "preset": self.preset,
+            "stage": self.stage,
+            "objective": self.objective,
+            "gpu": self.gpu.key,
+            "gpu_spec": self.gpu.to_dict(),
+            "precision": self.precision,
+            "batch": self.batch,
+            "seq_len": self.seq_len,
+            "inputs": self.inputs,
+            "params": self.params,
+            "peak_bytes": self.peak_bytes,
+            "peak_bytes_accumulated": self.peak_bytes_accumulated,
+            "usable_bytes": self.usable_bytes,
+            "fits": self.fits,
+            "max_batch": self.max_batch,
+            "accumulation": self.accumulation,
+            "micro_batch": self.micro_batch,
+            "flops_per_step": self.flops_per_step,
+            "bytes_per_step": self.bytes_per_step,
+            "step_time_lower_bound_s": self.step_time_lower_bound_s,
+            "compute_time_s": self.compute_time_s,
+            "memory_time_s": self.memory_time_s,
+            "kernels": self.kernels,
+            "steps": self.steps,
+            "steps_how": self.steps_how,
+            "run_time_lower_bound_s": self.run_time_lower_bound_s,
             "predicted": True,
-            "assumptions": {"reserved_bytes": RESERVED_BYTES, "fragmentation": FRAGMENTATION,
-                            "method": "longrange.bench.plan (docs/performance.md, planning a GPU run)"},
+            "assumptions": {
+                "reserved_bytes": RESERVED_BYTES,
+                "fragmentation": FRAGMENTATION,
+                "method": "longrange.bench.plan (docs/performance.md, planning a GPU run)",
+            },
         }
 
 
@@ -498,6 +586,7 @@ def _max_batch(search: _Search, usable: int) -> int:
     """The largest micro-batch whose step (one micro-batch) fits in ``usable`` bytes: one that was
     measured to fit while the line through the measured steps puts the next above ``usable``, or
     the largest measured to fit below the smallest measured not to (0 if a batch of 1 does not)."""
+
     def bounds() -> tuple[int, int | None]:
         steps = [(m, s.peak["total"] <= usable) for (m, n), s in search.done.items() if n == 1]
         return (max((m for m, ok in steps if ok), default=0), min((m for m, ok in steps if not ok), default=None))
@@ -539,7 +628,9 @@ def _accumulation(search: _Search, batch: int, usable: int, grads: int) -> tuple
     return None, None
 
 
-def planned_steps(exp, stage: str = "train", batch: int | None = None, items: int | None = None) -> tuple[int | None, str]:
+def planned_steps(
+    exp, stage: str = "train", batch: int | None = None, items: int | None = None
+) -> tuple[int | None, str]:
     """The optimiser steps ``exp``'s ``stage`` runs, and how they were counted: ``train.max_steps``, or
     ``epochs`` x (training items // batch), the items from ``items``, else from a task's ``n_train``
     option (after ``task.train_subset``). (None, why) when the training set's size is known only once
@@ -552,8 +643,10 @@ def planned_steps(exp, stage: str = "train", batch: int | None = None, items: in
     if items is None:
         n = exp.task.options.get("n_train")
         if not isinstance(n, int) or isinstance(n, bool):
-            return None, (f"{train_cfg.epochs} epochs of a training set whose size is known only once its data is "
-                          "read (--items N gives it)")
+            return None, (
+                f"{train_cfg.epochs} epochs of a training set whose size is known only once its data is "
+                "read (--items N gives it)"
+            )
         subset = exp.task.train_subset if stage != "pretrain" or exp.compare.pretrain_data != "all" else None
         if isinstance(subset, float):
             items, how = max(1, round(subset * n)), f"task.train_subset {subset} of n_train {n}"
@@ -565,9 +658,19 @@ def planned_steps(exp, stage: str = "train", batch: int | None = None, items: in
     return train_cfg.epochs * per_epoch, f"{train_cfg.epochs} epochs x {per_epoch} steps ({how}, batch {batch})"
 
 
-def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", objective: str | None = None,
-               batch: int | None = None, vocab: int | None = None, seq_len: int | None = None,
-               find_max_batch: bool = True, items: int | None = None) -> StepPlan:
+def plan_stage(
+    exp,
+    gpu: GPU,
+    *,
+    name: str | None = None,
+    stage: str = "train",
+    objective: str | None = None,
+    batch: int | None = None,
+    vocab: int | None = None,
+    seq_len: int | None = None,
+    find_max_batch: bool = True,
+    items: int | None = None,
+) -> StepPlan:
     """Plan one training step of ``exp``'s ``stage`` on ``gpu`` at ``batch`` (default its
     ``train.batch_size``): see the module docstring. ``find_max_batch=False`` leaves the largest
     batch unsearched (``max_batch`` None) when the batch fits: one fake step instead of three or more.
@@ -582,14 +685,14 @@ def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", 
         raise ConfigError(f"--batch must be at least 1, got {batch}")
     usable = usable_bytes(gpu)
     search = _Search(exp, stage, objective, gpu, vocab, seq_len)
-    whole = search(batch)                                   # the batch in one step
+    whole = search(batch)  # the batch in one step
     fits = whole.peak["total"] <= usable
     if find_max_batch or not fits:
-        search(max(1, batch // 4) if batch > 1 else 2)      # a second point for the line
+        search(max(1, batch // 4) if batch > 1 else 2)  # a second point for the line
     max_batch = _max_batch(search, usable) if find_max_batch or not fits else None
     accumulation, chosen, accumulated_peak = (1, whole, None) if fits else (None, None, None)
     if not fits and max_batch:
-        grads = 4 * whole.parameters                        # float32 gradients of every parameter: at most this
+        grads = 4 * whole.parameters  # float32 gradients of every parameter: at most this
         accumulation, chosen = _accumulation(search, batch, usable, grads)
         accumulated_peak = chosen.peak if chosen is not None else None
     # The step's figures: the micro-batches of the accumulation chosen (all of the batch at micro-batch 1
@@ -602,7 +705,29 @@ def plan_stage(exp, gpu: GPU, *, name: str | None = None, stage: str = "train", 
 
     kind = resolve_stage(exp, stage, objective=objective).objective
     steps, steps_how = planned_steps(exp, stage, batch, items)
-    return StepPlan(name or exp.label, stage, kind, gpu, train_cfg.precision, batch, whole.seq_len, whole.inputs,
-                whole.parameters, batch // a, accumulation, fits, whole.peak, accumulated_peak, max_batch, usable,
-                flops, moved, per_step(reference.time, "fwdbwd"), per_step(reference.time, "fwdbwd_compute"),
-                moved / gpu.bandwidth, whole.kernels, steps, steps_how)
+    return StepPlan(
+        name or exp.label,
+        stage,
+        kind,
+        gpu,
+        train_cfg.precision,
+        batch,
+        whole.seq_len,
+        whole.inputs,
+        whole.parameters,
+        batch // a,
+        accumulation,
+        fits,
+        whole.peak,
+        accumulated_peak,
+        max_batch,
+        usable,
+        flops,
+        moved,
+        per_step(reference.time, "fwdbwd"),
+        per_step(reference.time, "fwdbwd_compute"),
+        moved / gpu.bandwidth,
+        whole.kernels,
+        steps,
+        steps_how,
+    )

@@ -7,6 +7,7 @@ Exit status: 0 with a plan (also when the preset's own batch needs accumulation:
 much); 1 when the batch asked for with ``--batch`` does not fit in one step, or no micro-batch fits
 at all (the plan is printed and written first).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,11 +69,16 @@ def format_plan(plan) -> str:
     if plan.steps is None:
         lines.append(f"  run time         not counted: {plan.steps_how}")
     else:
-        lines.append(f"  run time         >= {_seconds(plan.run_time_lower_bound_s)} ({plan.steps:,} steps: "
-                     f"{plan.steps_how}; evaluation not included)")
+        lines.append(
+            f"  run time         >= {_seconds(plan.run_time_lower_bound_s)} ({plan.steps:,} steps: "
+            f"{plan.steps_how}; evaluation not included)"
+        )
     if plan.kernels:
-        lines.append("  kernels          " + ", ".join(f"{k}: {v}" for k, v in sorted(plan.kernels.items()))
-                     + " (a GPU run's choice; the fused ones by their fake implementations)")
+        lines.append(
+            "  kernels          "
+            + ", ".join(f"{k}: {v}" for k, v in sorted(plan.kernels.items()))
+            + " (a GPU run's choice; the fused ones by their fake implementations)"
+        )
     return "\n".join(lines)
 
 
@@ -85,20 +91,33 @@ def _plan(args: argparse.Namespace) -> int:
 
     gpu = find_gpu(args.gpu)
     exp = resolve(args.preset, args.config, data_settings(args, args.settings))
-    plan = plan_stage(exp, gpu, name=args.preset, stage=args.stage, objective=args.objective, batch=args.batch,
-                      vocab=args.vocab, items=args.items)
+    plan = plan_stage(
+        exp,
+        gpu,
+        name=args.preset,
+        stage=args.stage,
+        objective=args.objective,
+        batch=args.batch,
+        vocab=args.vocab,
+        items=args.items,
+    )
     print(format_plan(plan))
     if args.json:
         write_json(args.json, plan.to_dict())
     where = f"{plan.preset} at batch {plan.batch} on {gpu.name}"
     if plan.accumulation is None:
-        print(f"longrange plan: error: {where} does not fit even one sequence at a time "
-              f"({_gib(plan.peak_bytes['total'])} at batch {plan.batch}; {_gib(plan.usable_bytes)} usable)", file=sys.stderr)
+        print(
+            f"longrange plan: error: {where} does not fit even one sequence at a time "
+            f"({_gib(plan.peak_bytes['total'])} at batch {plan.batch}; {_gib(plan.usable_bytes)} usable)",
+            file=sys.stderr,
+        )
         return 1
     if not plan.fits:
-        message = (f"{where} does not fit in one step: {_gib(plan.peak_bytes['total'])} of {_gib(plan.usable_bytes)} "
-                   f"usable; the largest batch that fits is {plan.max_batch}; train.grad_accum={plan.accumulation} runs "
-                   f"it in micro-batches of {plan.micro_batch}")
+        message = (
+            f"{where} does not fit in one step: {_gib(plan.peak_bytes['total'])} of {_gib(plan.usable_bytes)} "
+            f"usable; the largest batch that fits is {plan.max_batch}; train.grad_accum={plan.accumulation} runs "
+            f"it in micro-batches of {plan.micro_batch}"
+        )
         if args.batch is not None:
             print(f"longrange plan: error: {message}", file=sys.stderr)
             return 1
@@ -111,24 +130,46 @@ def register(sub: argparse._SubParsersAction) -> None:
     from longrange.experiment.cli import add_data_args
 
     p = sub.add_parser(
-        "plan", help="plan a preset's training step on a GPU without one: memory, FLOPs, largest batch, step time",
+        "plan",
+        help="plan a preset's training step on a GPU without one: memory, FLOPs, largest batch, step time",
         description="Runs the stage's training step on fake tensors (no computation, no memory) and predicts its "
-                    "peak memory (parameters, gradients, optimizer state, activations), FLOPs and bytes per step, "
-                    "the largest batch that fits the GPU, the gradient accumulation the batch needs and a roofline "
-                    "lower bound of the step time. Predicted, not measured: see docs/performance.md.")
+        "peak memory (parameters, gradients, optimizer state, activations), FLOPs and bytes per step, "
+        "the largest batch that fits the GPU, the gradient accumulation the batch needs and a roofline "
+        "lower bound of the step time. Predicted, not measured: see docs/performance.md.",
+    )
     p.add_argument("preset", help="a built-in preset (longrange presets) or a YAML experiment file")
-    p.add_argument("--gpu", default=DEFAULT_GPU, metavar="NAME",
-                   help=f"the GPU (default {DEFAULT_GPU}): {', '.join(GPUS)}")
-    p.add_argument("--batch", type=int, default=None, metavar="N", help="the batch to plan (default the preset's train.batch_size)")
-    p.add_argument("--stage", choices=("train", "pretrain"), default="train",
-                   help="train (supervised; also finetuning's model) or pretrain (default train)")
-    p.add_argument("--objective", choices=("causal", "masked"), default=None,
-                   help="the pretraining objective (default the preset's compare.objectives, else the model's natural one)")
+    p.add_argument(
+        "--gpu", default=DEFAULT_GPU, metavar="NAME", help=f"the GPU (default {DEFAULT_GPU}): {', '.join(GPUS)}"
+    )
+    p.add_argument(
+        "--batch", type=int, default=None, metavar="N", help="the batch to plan (default the preset's train.batch_size)"
+    )
+    p.add_argument(
+        "--stage",
+        choices=("train", "pretrain"),
+        default="train",
+        help="train (supervised; also finetuning's model) or pretrain (default train)",
+    )
+    p.add_argument(
+        "--objective",
+        choices=("causal", "masked"),
+        default=None,
+        help="the pretraining objective (default the preset's compare.objectives, else the model's natural one)",
+    )
     p.add_argument("--config", default=None, help="a YAML file applied on top of the preset")
-    p.add_argument("--vocab", type=int, default=None, help="vocabulary size of a token task (instead of loading its data)")
-    p.add_argument("--items", type=int, default=None, help="the training set's size, for the run's steps and total "
-                   "time where train.max_steps is 0 (generated tasks: their n_train)")
+    p.add_argument(
+        "--vocab", type=int, default=None, help="vocabulary size of a token task (instead of loading its data)"
+    )
+    p.add_argument(
+        "--items",
+        type=int,
+        default=None,
+        help="the training set's size, for the run's steps and total "
+        "time where train.max_steps is 0 (generated tasks: their n_train)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the plan as JSON")
     add_data_args(p)
-    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE", help="overrides, e.g. train.precision=bf16 model.d_model=128")
+    p.add_argument(
+        "settings", nargs="*", metavar="FIELD=VALUE", help="overrides, e.g. train.precision=bf16 model.d_model=128"
+    )
     p.set_defaults(func=_plan)

@@ -1,4 +1,5 @@
 """PNG charts of the benchmark tables (matplotlib's Agg canvas; no display, no global pyplot state)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,7 +49,9 @@ def plot_bench(rows: list[dict[str, Any]], path: str | Path, reference: str, tit
     return _save(fig, path)
 
 
-def plot_scaling(rows: list[dict[str, Any]], exponents: dict[str, float | None], path: str | Path, title: str = "") -> Path:
+def plot_scaling(
+    rows: list[dict[str, Any]], exponents: dict[str, float | None], path: str | Path, title: str = ""
+) -> Path:
     """Log-log time per training step and peak memory against length, one line per primitive."""
     fig = Figure(figsize=(11, 4.2))
     ax_t, ax_m = fig.subplots(1, 2)

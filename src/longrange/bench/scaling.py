@@ -19,11 +19,13 @@ half of the measured lengths (at least two points): about 1 for linear growth, a
 L·log L (FFT convolutions), about 2 for quadratic attention. Short lengths are left out of the fit
 because fixed per-call overheads dominate there.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -87,7 +89,13 @@ def build_unit(primitive: str, s: ScalingSettings) -> torch.nn.Module:
 
     block = "transformer" if name == "attention" else "mamba"
     cfg = ModelConfig(
-        block=block, primitive=name, n_layers=1, d_model=s.d_model, d_state=s.d_state, n_heads=s.n_heads, attn_block_size=block_size
+        block=block,
+        primitive=name,
+        n_layers=1,
+        d_model=s.d_model,
+        d_state=s.d_state,
+        n_heads=s.n_heads,
+        attn_block_size=block_size,
     )
     return Backbone(cfg)
 
@@ -222,7 +230,9 @@ def _predicted_memory_stop(measured: list[dict[str, Any]], length: int, budget_m
     if prev["peak_mb"] <= 0 or last["peak_mb"] <= 0:
         return None
     # Per-doubling growth of the peak, extended to the next length (which may skip doublings).
-    ratio = max(1.0, last["peak_mb"] / prev["peak_mb"]) ** (math.log2(length / last["length"]) / math.log2(last["length"] / prev["length"]))
+    ratio = max(1.0, last["peak_mb"] / prev["peak_mb"]) ** (
+        math.log2(length / last["length"]) / math.log2(last["length"] / prev["length"])
+    )
     predicted = last["peak_mb"] * ratio
     if predicted > budget_mb:
         return f"L={length} would need about {predicted:.0f} MB > {budget_mb:g} MB (extrapolated)"

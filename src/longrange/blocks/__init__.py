@@ -8,6 +8,7 @@
 
 Blocks are built from a model config by the builders registered in :data:`longrange.models.BLOCKS`.
 """
+
 from longrange.blocks.common import FeatureDropout, norm_step
 from longrange.blocks.mamba import ConvSSMBranch, MambaBlock, RopeOptions, mamba_dt_rank
 from longrange.blocks.norms import NORMS, RMSNorm, SequenceBatchNorm, make_norm
@@ -16,6 +17,19 @@ from longrange.blocks.simple import SimpleBlock
 from longrange.blocks.transformer import TransformerBlock
 
 __all__ = [
-    "MLPS", "NORMS", "ConvSSMBranch", "FeatureDropout", "MambaBlock", "RMSNorm", "ResidualBlock", "RopeOptions",
-    "SequenceBatchNorm", "SimpleBlock", "SwiGLU", "TransformerBlock", "make_norm", "mamba_dt_rank", "norm_step",
+    "MLPS",
+    "NORMS",
+    "ConvSSMBranch",
+    "FeatureDropout",
+    "MambaBlock",
+    "RMSNorm",
+    "ResidualBlock",
+    "RopeOptions",
+    "SequenceBatchNorm",
+    "SimpleBlock",
+    "SwiGLU",
+    "TransformerBlock",
+    "make_norm",
+    "mamba_dt_rank",
+    "norm_step",
 ]

@@ -1,4 +1,5 @@
 """Pieces shared by the blocks."""
+
 from __future__ import annotations
 
 import torch

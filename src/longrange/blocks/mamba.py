@@ -17,11 +17,13 @@ RoPE (thesis section 14.3): the rotation is applied to the branch input right be
 For S6 the rotated input can be routed to any of B, C, Δ and the scanned input x
 (``rope_targets``); other primitives see the rotated input.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,7 +67,9 @@ class ConvSSMBranch(nn.Module):
         if rope is not None:
             from longrange.layers.rope import RotaryEmbedding
 
-            self.rope = RotaryEmbedding(d_inner, base=rope.base, trainable=rope.trainable, normalize_len=rope.normalize_len)
+            self.rope = RotaryEmbedding(
+                d_inner, base=rope.base, trainable=rope.trainable, normalize_len=rope.normalize_len
+            )
             self.rope_to_ssm = hasattr(ssm, "rope_targets")
             if not self.rope_to_ssm and tuple(rope.targets) != ("x",):
                 raise ConfigError(
@@ -91,7 +95,9 @@ class ConvSSMBranch(nn.Module):
         return {"conv": conv, "ssm": self.ssm.default_state(batch_size, device=device, dtype=dtype), "pos": 0}
 
     def step(self, u_t: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
-        v, conv_state = causal_conv1d_update(u_t, state["conv"], self.conv1d.weight.squeeze(1), self.conv1d.bias, activation="silu")
+        v, conv_state = causal_conv1d_update(
+            u_t, state["conv"], self.conv1d.weight.squeeze(1), self.conv1d.bias, activation="silu"
+        )
         pos = state["pos"]
         if self.rope is None:
             y, ssm_state = self.ssm.step(v, state["ssm"])
@@ -129,7 +135,9 @@ class MambaBlock(SequencePrimitive):
         self.norm = make_norm(norm, d_model)
         self.in_proj = nn.Linear(d_model, 2 * d_inner, bias=False)
         n_branches = 1 if direction == "causal" else 2
-        self.branches = nn.ModuleList(ConvSSMBranch(d_inner, d_conv, make_ssm(d_inner), rope) for _ in range(n_branches))
+        self.branches = nn.ModuleList(
+            ConvSSMBranch(d_inner, d_conv, make_ssm(d_inner), rope) for _ in range(n_branches)
+        )
         self.out_proj = nn.Linear(d_inner, d_model, bias=False)
         self.dropout = FeatureDropout(dropout)
         self._fuse_gate = True
@@ -139,8 +147,12 @@ class MambaBlock(SequencePrimitive):
         """Whether the SiLU gate is applied inside the SSM (S6's scan kernel): a causal block with one
         branch whose SSM takes it. Read at every call, so a block made bidirectional afterwards (F1,
         ``models/morph.py``) gates outside; setting it False keeps the gate outside (tests)."""
-        return (self._fuse_gate and self.direction == "causal" and len(self.branches) == 1
-                and getattr(self.branches[0].ssm, "fuses_gate", False))
+        return (
+            self._fuse_gate
+            and self.direction == "causal"
+            and len(self.branches) == 1
+            and getattr(self.branches[0].ssm, "fuses_gate", False)
+        )
 
     @fused_gate.setter
     def fused_gate(self, value: bool) -> None:

@@ -1,4 +1,5 @@
 """Normalisation layers over the feature dimension of (batch, length, d) sequences."""
+
 from __future__ import annotations
 
 import torch

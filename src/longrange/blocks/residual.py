@@ -14,6 +14,7 @@ GLA, DeltaNet, Gated DeltaNet), so the block adds only the residual branches. Th
   Transformer's MLP);
 - ``"none"``: no MLP, the block is norm -> mixer -> residual (Mamba-2's and Mamba-3's own block).
 """
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,15 @@ def make_mlp(kind: str, d: int, ratio: float) -> nn.Module | None:
 class ResidualBlock(SequencePrimitive):
     """A mixer layer and an optional MLP in residual branches (see the module docstring)."""
 
-    def __init__(self, mixer: SequencePrimitive, mlp: str = "swiglu", mlp_ratio: float = 4.0, dropout: float = 0.0,
-                 norm: str = "rms", prenorm: bool = True):
+    def __init__(
+        self,
+        mixer: SequencePrimitive,
+        mlp: str = "swiglu",
+        mlp_ratio: float = 4.0,
+        dropout: float = 0.0,
+        norm: str = "rms",
+        prenorm: bool = True,
+    ):
         super().__init__()
         d = mixer.d_model
         self.d_model, self.bidirectional, self.prenorm = d, mixer.bidirectional, bool(prenorm)
@@ -106,8 +114,16 @@ class ChannelMixerBlock(SequencePrimitive):
 
     MAD's ``hyena swiglu hyena swiglu`` is two mixer blocks without MLPs and two of these."""
 
-    def __init__(self, d_model: int, mlp: str = "swiglu", mlp_ratio: float = 4.0, dropout: float = 0.0,
-                 norm: str = "rms", prenorm: bool = True, bidirectional: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        mlp: str = "swiglu",
+        mlp_ratio: float = 4.0,
+        dropout: float = 0.0,
+        norm: str = "rms",
+        prenorm: bool = True,
+        bidirectional: bool = False,
+    ):
         super().__init__()
         if mlp == "none":
             raise ConfigError("a channel-mixer layer needs an MLP: 'swiglu' or 'gelu'")

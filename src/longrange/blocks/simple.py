@@ -5,6 +5,7 @@ with the norm before the primitive (pre-norm) or after the residual sum (post-no
 and S4's LRA default). ``output_glu=False`` gives the original S4 layer's output (the S4 code at
 tag v1, ``postact: null``): ``Linear(d, d)`` without the GLU, d² + d parameters instead of 2d² + 2d.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -6,6 +6,7 @@ Post-norm:            x = norm1(x + drop(attn(x)));   x = norm2(x + drop(mlp(x))
 with ``mlp(x) = Linear(hidden, d)(act(Linear(d, hidden)(x)))``, ``hidden = round(mlp_ratio · d)``.
 Inputs and outputs are (batch, length, d_model); ``mask`` (batch, length) is True at real positions.
 """
+
 from __future__ import annotations
 
 from torch import Tensor, nn
@@ -58,7 +59,9 @@ class TransformerBlock(SequencePrimitive):
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ConfigError(f"TransformerBlock activation {activation!r} is unknown; expected one of {', '.join(ACTIVATIONS)}")
+            raise ConfigError(
+                f"TransformerBlock activation {activation!r} is unknown; expected one of {', '.join(ACTIVATIONS)}"
+            )
         if not (isinstance(mlp_ratio, (int, float)) and mlp_ratio > 0):
             raise ConfigError(f"TransformerBlock mlp_ratio must be a positive number, got {mlp_ratio!r}")
         if not 0.0 <= dropout < 1.0:
@@ -106,7 +109,9 @@ class TransformerBlock(SequencePrimitive):
         """One position ``x`` (batch, d_model) -> (output (batch, d_model), updated cache)."""
         self._check_step()
         if x.dim() != 2 or x.shape[-1] != self.d_model:
-            raise ValueError(f"TransformerBlock.step expects input of shape (batch, {self.d_model}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"TransformerBlock.step expects input of shape (batch, {self.d_model}), got {tuple(x.shape)}"
+            )
         if self.training and isinstance(self.norm1, SequenceBatchNorm):
             raise RuntimeError(
                 "TransformerBlock with norm='batch' steps with running statistics: call .eval() before step()"

@@ -6,6 +6,7 @@ task modules import heavy optional packages only inside their loaders).
     from longrange.data import load_task
     data = load_task("listops", "data")
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,9 +20,9 @@ from longrange.data.tasks import (
     SequenceDataset,
     TaskData,
     TaskSpec,
-    get_spec,
     data_state,
     ensure_generated,
+    get_spec,
     list_tasks,
     load_task,
     register_generator,
@@ -55,8 +56,30 @@ for _name in TASK_MODULES:
         importlib.import_module(_name)
 
 __all__ = [
-    "CLS_ID", "EOS_ID", "FIRST_TOKEN_ID", "GENERATORS", "IGNORE_INDEX", "MASK_ID", "PAD_ID", "SPECIALS", "TASKS", "UNK_ID",
-    "DataState", "SequenceDataset", "TaskData", "TaskSpec", "Vocabulary", "collate", "data_state", "ensure_generated",
-    "get_spec", "list_tasks", "load_task", "padding_mask", "register_generator", "register_task", "task_options",
+    "CLS_ID",
+    "EOS_ID",
+    "FIRST_TOKEN_ID",
+    "GENERATORS",
+    "IGNORE_INDEX",
+    "MASK_ID",
+    "PAD_ID",
+    "SPECIALS",
+    "TASKS",
+    "UNK_ID",
+    "DataState",
+    "SequenceDataset",
+    "TaskData",
+    "TaskSpec",
+    "Vocabulary",
+    "collate",
+    "data_state",
+    "ensure_generated",
+    "get_spec",
+    "list_tasks",
+    "load_task",
+    "padding_mask",
+    "register_generator",
+    "register_task",
+    "task_options",
     "task_status",
 ]

@@ -15,9 +15,10 @@ batch dict with
 The padding mask is always derived from the lengths with :func:`padding_mask`
 (:func:`longrange.ops.masks.padding_mask`, re-exported here).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -38,7 +39,9 @@ def _pad(seqs: Sequence[Tensor], pad_value: float | int) -> tuple[Tensor, Tensor
     out = first.new_full((len(seqs), max_len, *first.shape[1:]), pad_value)
     for i, s in enumerate(seqs):
         if s.shape[1:] != first.shape[1:]:
-            raise ValueError(f"item {i} has per-position shape {tuple(s.shape[1:])}, item 0 has {tuple(first.shape[1:])}")
+            raise ValueError(
+                f"item {i} has per-position shape {tuple(s.shape[1:])}, item 0 has {tuple(first.shape[1:])}"
+            )
         out[i, : s.shape[0]] = s
     return out, lengths
 
@@ -75,7 +78,9 @@ def check_class_labels(targets: Tensor, n_classes: int, where: str = "the batch"
     no device synchronisation.
     """
     if targets.dim() != 1 or targets.is_floating_point():
-        raise DataFormatError(f"class labels in {where} must be indices of shape (batch,), got {targets.dtype} {tuple(targets.shape)}")
+        raise DataFormatError(
+            f"class labels in {where} must be indices of shape (batch,), got {targets.dtype} {tuple(targets.shape)}"
+        )
     if not targets.numel():
         return
     low, high = (int(v) for v in torch.aminmax(targets))
@@ -87,12 +92,16 @@ def check_position_labels(targets: Tensor, n_classes: int, where: str = "the bat
     """DataFormatError unless ``targets`` (batch, length) hold class indices in [0, n_classes) or
     :data:`IGNORE_INDEX`. One reduction, as :func:`check_class_labels`."""
     if targets.dim() != 2 or targets.is_floating_point():
-        raise DataFormatError(f"per-position labels in {where} must be indices of shape (batch, length), "
-                              f"got {targets.dtype} {tuple(targets.shape)}")
+        raise DataFormatError(
+            f"per-position labels in {where} must be indices of shape (batch, length), "
+            f"got {targets.dtype} {tuple(targets.shape)}"
+        )
     answers = targets[targets != IGNORE_INDEX]
     if not answers.numel():
         return
     low, high = (int(v) for v in torch.aminmax(answers))
     if low < 0 or high >= n_classes:
-        raise DataFormatError(f"per-position label {low if low < 0 else high} in {where} is outside "
-                              f"[0, {n_classes}) (and is not the ignore index {IGNORE_INDEX})")
+        raise DataFormatError(
+            f"per-position label {low if low < 0 else high} in {where} is outside "
+            f"[0, {n_classes}) (and is not the ignore index {IGNORE_INDEX})"
+        )

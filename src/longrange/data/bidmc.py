@@ -15,6 +15,7 @@ Tasks: ``bidmc`` (option ``target``, default ``RR`` as in S4) and the fixed-targ
 No normalisation of inputs or targets, as in the S4 loader. mask_ratio 0.25 (SPT configs).
 A sample with a non-finite value is an error (or skipped with ``skip_bad``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -79,7 +80,9 @@ def read_bidmc_split(x_path: Path, y_path: Path, skip_bad: bool = False) -> tupl
     if y.ndim != 1:
         raise DataFormatError(f"targets have shape {y.shape}, expected (N,) or (N, 1)", y_path)
     if y.shape[0] != x.shape[0]:
-        raise DataFormatError(f"{y.shape[0]} targets for {x.shape[0]} inputs in {x_path.name} (shape {x.shape})", y_path)
+        raise DataFormatError(
+            f"{y.shape[0]} targets for {x.shape[0]} inputs in {x_path.name} (shape {x.shape})", y_path
+        )
     finite = np.isfinite(x).all(axis=(1, 2)) & np.isfinite(y)
     bad = np.flatnonzero(~finite)
     if bad.size and not skip_bad:
@@ -96,14 +99,23 @@ def bidmc_spec(name: str = "bidmc", target: str = "RR", split: str = "reshuffle"
     t = _target(target)
     _split_name(split)
     return TaskSpec(
-        name=name, input_kind="numeric", seq_len=LENGTH, n_classes=0, metric="r2", mask_ratio=0.25,
-        d_input=CHANNELS, n_targets=1,
+        name=name,
+        input_kind="numeric",
+        seq_len=LENGTH,
+        n_classes=0,
+        metric="r2",
+        mask_ratio=0.25,
+        d_input=CHANNELS,
+        n_targets=1,
         description=f"BIDMC {t} regression from PPG+ECG (4000 steps at 125 Hz, 2 channels), metric R^2",
-        layout=f"bidmc/{t}/{split}/{{trainx,trainy,validx,validy,testx,testy}}.npy", obtain=OBTAIN,
+        layout=f"bidmc/{t}/{split}/{{trainx,trainy,validx,validy,testx,testy}}.npy",
+        obtain=OBTAIN,
     )
 
 
-def load_bidmc(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, target: str = "RR", split: str = "reshuffle"):
+def load_bidmc(
+    data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, target: str = "RR", split: str = "reshuffle"
+):
     """Load one BIDMC target as TaskData (arrays are small; no cache)."""
     from longrange.data.dataset import SequenceDataset, TaskData
 
@@ -114,8 +126,15 @@ def load_bidmc(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, targ
         if n_bad:
             skipped[str(d / f"{xs}.npy")] = n_bad
         parts[name] = SequenceDataset(list(x), y)
-    return TaskData(spec=spec, train=parts["train"], val=parts["val"], test=parts["test"], vocab=None,
-                    skipped=skipped, info={"source": str(d), "sizes": {k: len(v) for k, v in parts.items()}})
+    return TaskData(
+        spec=spec,
+        train=parts["train"],
+        val=parts["val"],
+        test=parts["test"],
+        vocab=None,
+        skipped=skipped,
+        info={"source": str(d), "sizes": {k: len(v) for k, v in parts.items()}},
+    )
 
 
 def expected_paths(data_dir: Path, target: str = "RR", split: str = "reshuffle", **_) -> list[Path]:
@@ -126,17 +145,27 @@ def expected_paths(data_dir: Path, target: str = "RR", split: str = "reshuffle",
 def _register() -> None:
     from longrange.data.registry import register_task
 
-    register_task("bidmc", lambda **o: bidmc_spec("bidmc", **o),
-                  lambda data_dir, spec, seed=0, skip_bad=False, **o: load_bidmc(data_dir, spec, seed, skip_bad, **o),
-                  {"target": "RR", "split": "reshuffle"}, expected=expected_paths)
+    register_task(
+        "bidmc",
+        lambda **o: bidmc_spec("bidmc", **o),
+        lambda data_dir, spec, seed=0, skip_bad=False, **o: load_bidmc(data_dir, spec, seed, skip_bad, **o),
+        {"target": "RR", "split": "reshuffle"},
+        expected=expected_paths,
+    )
     for t in TARGETS:
         name = f"bidmc-{t.lower()}"
         register_task(
             name,
-            (lambda n, tt: (lambda **o: bidmc_spec(n, target=tt, **o)))(name, t),
-            (lambda tt: (lambda data_dir, spec, seed=0, skip_bad=False, **o: load_bidmc(data_dir, spec, seed, skip_bad, target=tt, **o)))(t),
+            (lambda n, tt: lambda **o: bidmc_spec(n, target=tt, **o))(name, t),
+            (
+                lambda tt: (
+                    lambda data_dir, spec, seed=0, skip_bad=False, **o: load_bidmc(
+                        data_dir, spec, seed, skip_bad, target=tt, **o
+                    )
+                )
+            )(t),
             {"split": "reshuffle"},
-            expected=(lambda tt: (lambda data_dir, **o: expected_paths(data_dir, target=tt, **o)))(t),
+            expected=(lambda tt: lambda data_dir, **o: expected_paths(data_dir, target=tt, **o))(t),
         )
 
 

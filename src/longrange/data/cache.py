@@ -7,6 +7,7 @@ the data again. Entries are written atomically (a temporary file, then ``os.repl
 concurrent runs never read half a file, and are read with ``torch.load(weights_only=True)``: an
 entry can only hold tensors, lists, dicts, strings and numbers.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +15,8 @@ import io
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 
@@ -64,8 +65,9 @@ def cache_key(name: str, sources: Sequence[str | os.PathLike], options: dict, ve
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
-def cache_path(data_dir: str | os.PathLike, name: str, sources: Sequence[str | os.PathLike], options: dict,
-               version: int = 1) -> Path:
+def cache_path(
+    data_dir: str | os.PathLike, name: str, sources: Sequence[str | os.PathLike], options: dict, version: int = 1
+) -> Path:
     """Where the entry for these sources and options lives (the file may not exist)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
     return cache_dir(data_dir) / f"{safe}-{cache_key(name, sources, options, version)}.pt"
@@ -79,8 +81,11 @@ def _save(obj: dict, path: Path) -> None:
     try:
         atomic_write(path, buffer.getvalue())
     except DiskWriteError as err:
-        print(f"warning: the prepared data is not cached ({err}); the next run prepares it again",
-              file=sys.stderr, flush=True)
+        print(
+            f"warning: the prepared data is not cached ({err}); the next run prepares it again",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def cached(
@@ -112,8 +117,11 @@ def cached(
             return torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # a damaged entry is rebuilt, never trusted
             if not quiet:
-                print(f"cache entry {path} is unreadable ({type(err).__name__}); preparing {name} again",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"cache entry {path} is unreadable ({type(err).__name__}); preparing {name} again",
+                    file=sys.stderr,
+                    flush=True,
+                )
     elif not quiet:
         print(f"preparing {name} (first run) ...", file=sys.stderr, flush=True)
     result = build()

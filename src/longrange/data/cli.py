@@ -8,6 +8,7 @@
 
 Task options (``-o KEY=VALUE``, repeatable) take the type of the option's default value.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,14 @@ def parse_task_options(task: str, pairs: list[str] | None) -> dict:
 def _add_task_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", help="task name (see `longrange data list`)")
     parser.add_argument("--data-dir", default=None, help="root data directory (default $LONGRANGE_DATA or ./data)")
-    parser.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", dest="options",
-                        help="a task option, e.g. -o seq_len=1024 (repeatable)")
+    parser.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        dest="options",
+        help="a task option, e.g. -o seq_len=1024 (repeatable)",
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -94,12 +101,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     present, lines = state.present, state.file_lines()
     resolved = {**task_options(args.task), **options}
     print(f"{spec.name}: {spec.description}")
-    print(f"  inputs:      {spec.input_kind}{' (two sequences)' if spec.two_sequences else ''}, length {spec.seq_len}"
-          + (f", {spec.d_input} channels" if spec.input_kind == "numeric" else ""))
+    print(
+        f"  inputs:      {spec.input_kind}{' (two sequences)' if spec.two_sequences else ''}, length {spec.seq_len}"
+        + (f", {spec.d_input} channels" if spec.input_kind == "numeric" else "")
+    )
     if spec.per_position:
-        print(f"  target:      {spec.n_classes} classes at each position that asks an answer, metric {spec.metric} "
-              "over answers (and sequence_accuracy over whole sequences)"
-              + ("; next-token answers: models must be causal" if spec.causal else ""))
+        print(
+            f"  target:      {spec.n_classes} classes at each position that asks an answer, metric {spec.metric} "
+            "over answers (and sequence_accuracy over whole sequences)"
+            + ("; next-token answers: models must be causal" if spec.causal else "")
+        )
     elif spec.n_classes:
         print(f"  target:      {spec.n_classes} classes, metric {spec.metric}")
     else:
@@ -116,7 +127,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  to obtain:   {spec.obtain}")
     gen = generator(args.task)
     if gen is not None:
-        print("  generated:   built on first use with task.generate=NAME (or a mapping of these options); configurations:")
+        print(
+            "  generated:   built on first use with task.generate=NAME (or a mapping of these options); configurations:"
+        )
         for name, values in gen.configurations.items():
             shown = ", ".join(f"{k}={v}" for k, v in {**gen.defaults, **values}.items())
             print(f"    {name}: {shown}")
@@ -149,9 +162,18 @@ def cmd_generate_listops(args: argparse.Namespace) -> int:
     sizes = smoke.generated_sizes({"n_train": args.n_train, "n_val": args.n_val, "n_test": args.n_test})
     args.n_train, args.n_val, args.n_test = sizes["n_train"], sizes["n_val"], sizes["n_test"]
     start = time.perf_counter()
-    paths = generate(args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
-                     min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
-                     max_args=args.max_args, seed=args.seed, quiet=args.quiet)
+    paths = generate(
+        args.out,
+        n_train=args.n_train,
+        n_val=args.n_val,
+        n_test=args.n_test,
+        min_length=args.min_length,
+        max_length=args.max_length,
+        max_depth=args.max_depth,
+        max_args=args.max_args,
+        seed=args.seed,
+        quiet=args.quiet,
+    )
     for split, path in paths.items():
         print(f"{split}: {path}")
     print(f"listops: {args.n_train + args.n_val + args.n_test} samples in {time.perf_counter() - start:.1f}s")
@@ -161,19 +183,30 @@ def cmd_generate_listops(args: argparse.Namespace) -> int:
 def _register_generate_listops(sub: argparse._SubParsersAction) -> None:
     from longrange.data.generate.listops import DEFAULTS
 
-    p = sub.add_parser("listops", help="the LRA ListOps generator (writes basic_{train,val,test}.tsv)",
-                       description="Generate ListOps in the LRA format. Defaults are LRA's; a small quick set: "
-                                   "--n-train 2000 --n-val 200 --n-test 200 --min-length 50 --max-length 256.")
+    p = sub.add_parser(
+        "listops",
+        help="the LRA ListOps generator (writes basic_{train,val,test}.tsv)",
+        description="Generate ListOps in the LRA format. Defaults are LRA's; a small quick set: "
+        "--n-train 2000 --n-val 200 --n-test 200 --min-length 50 --max-length 256.",
+    )
     p.add_argument("--out", required=True, help="output directory (e.g. data/listops)")
     for name in ("n_train", "n_val", "n_test", "min_length", "max_length", "max_depth", "max_args", "seed"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=DEFAULTS[name],
-                       help=f"default {DEFAULTS[name]}")
+        p.add_argument(
+            "--" + name.replace("_", "-"), type=int, default=DEFAULTS[name], help=f"default {DEFAULTS[name]}"
+        )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_generate_listops)
 
 
-_PATHFINDER_MAIN = ("resolution", "n_samples", "contour_length", "n_distractors", "distractor_length",
-                    "samples_per_dir", "seed")
+_PATHFINDER_MAIN = (
+    "resolution",
+    "n_samples",
+    "contour_length",
+    "n_distractors",
+    "distractor_length",
+    "samples_per_dir",
+    "seed",
+)
 
 
 def cmd_generate_pathfinder(args: argparse.Namespace) -> int:
@@ -181,9 +214,8 @@ def cmd_generate_pathfinder(args: argparse.Namespace) -> int:
 
     _check_out(args.out)
     kwargs = {name: getattr(args, name) for name in _PATHFINDER_MAIN if getattr(args, name) is not None}
-    geometry = {name: value for name, value in vars(args).items()
-                if name.startswith("geometry_") and value is not None}
-    kwargs.update({name[len("geometry_"):]: value for name, value in geometry.items()})
+    geometry = {name: value for name, value in vars(args).items() if name.startswith("geometry_") and value is not None}
+    kwargs.update({name[len("geometry_") :]: value for name, value in geometry.items()})
     if smoke.active():  # LONGRANGE_SMOKE=1: fewer images
         from longrange.data.generate.pathfinder import GENERATE_DEFAULTS
 
@@ -200,16 +232,23 @@ def _register_generate_pathfinder(sub: argparse._SubParsersAction) -> None:
     from longrange.data.generate import pathfinder
 
     params = inspect.signature(pathfinder.generate).parameters
-    p = sub.add_parser("pathfinder", help="a Pathfinder generator writing the LRA layout",
-                       description="Generate Pathfinder images and metadata in the LRA layout "
-                                   "(<out>/pathfinder<R>/curv_contour_length_<C>/...).")
+    p = sub.add_parser(
+        "pathfinder",
+        help="a Pathfinder generator writing the LRA layout",
+        description="Generate Pathfinder images and metadata in the LRA layout "
+        "(<out>/pathfinder<R>/curv_contour_length_<C>/...).",
+    )
     p.add_argument("--out", required=True, help="output root (e.g. data/pathfinder)")
     for name in _PATHFINDER_MAIN:
         if name in params:
             default = params[name].default
             shown = "automatic" if default is None else default
-            p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
-                           help=f"default {shown}" if default is not inspect.Parameter.empty else None)
+            p.add_argument(
+                "--" + name.replace("_", "-"),
+                type=int,
+                default=None,
+                help=f"default {shown}" if default is not inspect.Parameter.empty else None,
+            )
     scene = getattr(pathfinder, "SceneParams", None)
     if scene is not None:  # geometry overrides, typed like the scene's defaults
         for fld in dataclasses.fields(scene):
@@ -218,18 +257,26 @@ def _register_generate_pathfinder(sub: argparse._SubParsersAction) -> None:
             kind = type(fld.default) if fld.default is not dataclasses.MISSING else float
             if kind not in (int, float):
                 continue
-            p.add_argument("--" + fld.name.replace("_", "-"), dest="geometry_" + fld.name, type=kind, default=None,
-                           metavar=fld.name.upper(),
-                           help=f"scene geometry override (SceneParams.{fld.name}, {fld.default} at resolution 32)")
+            p.add_argument(
+                "--" + fld.name.replace("_", "-"),
+                dest="geometry_" + fld.name,
+                type=kind,
+                default=None,
+                metavar=fld.name.upper(),
+                help=f"scene geometry override (SceneParams.{fld.name}, {fld.default} at resolution 32)",
+            )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_generate_pathfinder)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``longrange data`` and its subcommands."""
-    data = subparsers.add_parser("data", help="list, check, prepare and generate data sets",
-                                 description="Data sets: list the tasks, check their files, prepare the cache, "
-                                             "generate synthetic sets. See docs/data.md.")
+    data = subparsers.add_parser(
+        "data",
+        help="list, check, prepare and generate data sets",
+        description="Data sets: list the tasks, check their files, prepare the cache, "
+        "generate synthetic sets. See docs/data.md.",
+    )
     sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
     data.set_defaults(func=lambda args: (data.print_help(), 2)[1])
 

@@ -2,10 +2,12 @@
 item), :class:`TaskData` (a loaded task: its spec, three splits and vocabulary), the dataset of a
 split stored packed (:func:`unpack_split`), and the deterministic training subsets of data-scarcity
 experiments (:func:`subset_indices`)."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -37,8 +39,9 @@ class SequenceDataset(Dataset):
         self.inputs2 = None if inputs2 is None else list(inputs2)
 
     @classmethod
-    def from_packed(cls, flat: Tensor, offsets: Tensor, targets: Tensor,
-                    flat2: Tensor | None = None, offsets2: Tensor | None = None) -> "SequenceDataset":
+    def from_packed(
+        cls, flat: Tensor, offsets: Tensor, targets: Tensor, flat2: Tensor | None = None, offsets2: Tensor | None = None
+    ) -> SequenceDataset:
         """Build from :func:`~longrange.data.packing.pack`-ed sequences (items are views into ``flat``)."""
         inputs2 = None if flat2 is None else unpack(flat2, offsets2)
         return cls(unpack(flat, offsets), targets, inputs2)
@@ -61,11 +64,15 @@ def _as_long(x: Tensor) -> Tensor:
     return x.long() if x.dtype in _COMPACT_INTS else x
 
 
-def unpack_split(prepared: dict, split: str) -> "SequenceDataset":
+def unpack_split(prepared: dict, split: str) -> SequenceDataset:
     """The dataset of one split stored by :func:`~longrange.data.packing.pack_split`."""
-    return SequenceDataset.from_packed(prepared[f"{split}_flat"], prepared[f"{split}_offsets"],
-                                       prepared[f"{split}_targets"], prepared.get(f"{split}_flat2"),
-                                       prepared.get(f"{split}_offsets2"))
+    return SequenceDataset.from_packed(
+        prepared[f"{split}_flat"],
+        prepared[f"{split}_offsets"],
+        prepared[f"{split}_targets"],
+        prepared.get(f"{split}_flat2"),
+        prepared.get(f"{split}_offsets2"),
+    )
 
 
 @dataclass

@@ -8,10 +8,12 @@
 * :func:`prepared_splits`: the cache entry of any loader and the splits it holds (Text, whose
   reviews are many files per split).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from longrange.data.cache import cached
 from longrange.data.dataset import SequenceDataset, TaskData, unpack_split
@@ -23,18 +25,44 @@ from longrange.errors import ConfigError, DataFormatError
 R = TypeVar("R")
 
 
-def token_spec(name: str, seq_len: int, *, n_classes: int, mask_ratio: float, description: str, layout: str,
-               obtain: str, **fields: Any) -> TaskSpec:
+def token_spec(
+    name: str,
+    seq_len: int,
+    *,
+    n_classes: int,
+    mask_ratio: float,
+    description: str,
+    layout: str,
+    obtain: str,
+    **fields: Any,
+) -> TaskSpec:
     """The spec of a token classification task scored by accuracy; ``seq_len`` must be >= 2 (a
     token and the ``<eos>``)."""
     if seq_len < 2:
         raise ConfigError(f"{name} option seq_len must be >= 2, got {seq_len}")
-    return TaskSpec(name=name, input_kind="tokens", seq_len=seq_len, n_classes=n_classes, metric="accuracy",
-                    mask_ratio=mask_ratio, description=description, layout=layout, obtain=obtain, **fields)
+    return TaskSpec(
+        name=name,
+        input_kind="tokens",
+        seq_len=seq_len,
+        n_classes=n_classes,
+        metric="accuracy",
+        mask_ratio=mask_ratio,
+        description=description,
+        layout=layout,
+        obtain=obtain,
+        **fields,
+    )
 
 
-def prepared_splits(data_dir: Path, name: str, sources: Sequence[Path], options: dict, build: Callable[[], dict],
-                    version: int, splits: Sequence[str]) -> tuple[dict, dict[str, SequenceDataset]]:
+def prepared_splits(
+    data_dir: Path,
+    name: str,
+    sources: Sequence[Path],
+    options: dict,
+    build: Callable[[], dict],
+    version: int,
+    splits: Sequence[str],
+) -> tuple[dict, dict[str, SequenceDataset]]:
     """The cache entry that ``build`` makes from ``sources`` (made once per sources, options and
     ``version``; see :func:`longrange.data.cache.cached`) and its ``splits`` (stored by
     :func:`~longrange.data.packing.pack_split`)."""
@@ -42,9 +70,19 @@ def prepared_splits(data_dir: Path, name: str, sources: Sequence[Path], options:
     return prepared, {split: unpack_split(prepared, split) for split in splits}
 
 
-def load_split_files(spec: TaskSpec, data_dir: Path, files: Mapping[str, Path], *, obtain: str, options: dict,
-                     version: int, skip_bad: bool, read: Callable[[Path, BadRecords], R],
-                     pack: Callable[[dict[str, R]], dict], vocab: Vocabulary | None = None) -> TaskData:
+def load_split_files(
+    spec: TaskSpec,
+    data_dir: Path,
+    files: Mapping[str, Path],
+    *,
+    obtain: str,
+    options: dict,
+    version: int,
+    skip_bad: bool,
+    read: Callable[[Path, BadRecords], R],
+    pack: Callable[[dict[str, R]], dict],
+    vocab: Vocabulary | None = None,
+) -> TaskData:
     """A task whose ``train``, ``val`` and ``test`` splits are one file each.
 
     ``read(path, bad)`` reads one file (handing the records it cannot read to ``bad``); ``pack``
@@ -62,7 +100,15 @@ def load_split_files(spec: TaskSpec, data_dir: Path, files: Mapping[str, Path], 
 
     prepared, splits = prepared_splits(data_dir, spec.name, paths, options, build, version, list(files))
     if vocab is not None and prepared["tokens"] != list(vocab.tokens):
-        raise DataFormatError(f"prepared vocabulary differs from the {spec.name} vocabulary; delete the cache entry",
-                              paths[0])
-    return TaskData(spec, splits["train"], splits["val"], splits["test"], vocab=vocab or Vocabulary(prepared["tokens"]),
-                    skipped=dict(prepared["skipped"]), info={"source": str(paths[0].parent)})
+        raise DataFormatError(
+            f"prepared vocabulary differs from the {spec.name} vocabulary; delete the cache entry", paths[0]
+        )
+    return TaskData(
+        spec,
+        splits["train"],
+        splits["val"],
+        splits["test"],
+        vocab=vocab or Vocabulary(prepared["tokens"]),
+        skipped=dict(prepared["skipped"]),
+        info={"source": str(paths[0].parent)},
+    )

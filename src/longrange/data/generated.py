@@ -10,6 +10,7 @@ configuration (the hash covers every generator option and the generator's versio
 configurations never share files or prepared-data caches; a directory appears only once complete
 (built aside, then renamed), so concurrent first uses never read half a data set.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,9 +19,10 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from longrange import smoke
 from longrange.data.locations import default_data_dir
@@ -59,9 +61,15 @@ class Generator:
 GENERATORS: Registry = Registry("data generator")
 
 
-def register_generator(task: str, build: Callable[..., Any], defaults: Mapping[str, Any],
-                       configurations: Mapping[str, Mapping[str, Any]] | None = None, *, version: int = 1,
-                       from_task: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+def register_generator(
+    task: str,
+    build: Callable[..., Any],
+    defaults: Mapping[str, Any],
+    configurations: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    version: int = 1,
+    from_task: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> None:
     """Let ``task``'s data be generated on first use (``task.generate`` in an experiment).
 
     Args:
@@ -89,35 +97,46 @@ def generator(task: str) -> Generator | None:
     return GENERATORS.get(task) if task in GENERATORS else None
 
 
-def generated_configuration(task: str, generate: str | Mapping[str, Any],
-                            task_options: Mapping[str, Any]) -> tuple[str, str, dict]:
+def generated_configuration(
+    task: str, generate: str | Mapping[str, Any], task_options: Mapping[str, Any]
+) -> tuple[str, str, dict]:
     """(configuration name, hash of the options, resolved generator options) of ``generate``."""
     gen = generator(task)
     if gen is None:
         able = ", ".join(GENERATORS.names()) or "none"
-        raise ConfigError(f"task.generate: the data of task {task} cannot be generated (tasks with a generator: "
-                          f"{able}); remove task.generate to read its files")
+        raise ConfigError(
+            f"task.generate: the data of task {task} cannot be generated (tasks with a generator: "
+            f"{able}); remove task.generate to read its files"
+        )
     if isinstance(generate, str):
         config, values = generate, {}
     elif isinstance(generate, Mapping):
         values = dict(generate)
         config = str(values.pop("config", "default"))
     else:
-        raise ConfigError(f"task.generate must be a configuration name or a mapping of generator options, got {generate!r}")
+        raise ConfigError(
+            f"task.generate must be a configuration name or a mapping of generator options, got {generate!r}"
+        )
     options = gen.options(config, values, task)
     if gen.from_task is not None:
         for key, value in gen.from_task(dict(task_options)).items():
             if key in values and values[key] != value:
-                raise ConfigError(f"task.generate.{key}={values[key]!r} contradicts the task's options, which need "
-                                  f"{key}={value!r}; set the task option instead")
+                raise ConfigError(
+                    f"task.generate.{key}={values[key]!r} contradicts the task's options, which need "
+                    f"{key}={value!r}; set the task option instead"
+                )
             options[key] = value
     options = smoke.generated_sizes(options)  # LONGRANGE_SMOKE=1: small, in a directory of its own
     text = json.dumps({"task": task, "version": gen.version, "options": options}, sort_keys=True, default=str)
     return config, hashlib.sha256(text.encode()).hexdigest()[:10], options
 
 
-def generated_root(task: str, data_dir: str | os.PathLike | None, generate: str | Mapping[str, Any],
-                   task_options: Mapping[str, Any] | None = None) -> Path:
+def generated_root(
+    task: str,
+    data_dir: str | os.PathLike | None,
+    generate: str | Mapping[str, Any],
+    task_options: Mapping[str, Any] | None = None,
+) -> Path:
     """The data directory of a generated configuration (it may not exist yet)."""
     opts = resolved_options(task, dict(task_options or {}))
     config, key, _ = generated_configuration(task, generate, opts)
@@ -125,8 +144,14 @@ def generated_root(task: str, data_dir: str | os.PathLike | None, generate: str 
     return default_data_dir(data_dir) / GENERATED_DIR / task / f"{safe}-{key}"
 
 
-def ensure_generated(task: str, data_dir: str | os.PathLike | None, generate: str | Mapping[str, Any],
-                     task_options: Mapping[str, Any] | None = None, *, quiet: bool = False) -> Path:
+def ensure_generated(
+    task: str,
+    data_dir: str | os.PathLike | None,
+    generate: str | Mapping[str, Any],
+    task_options: Mapping[str, Any] | None = None,
+    *,
+    quiet: bool = False,
+) -> Path:
     """The data directory of a generated configuration, built first if it is not there.
 
     It is built in a directory beside it and renamed into place when complete, with a
@@ -143,14 +168,20 @@ def ensure_generated(task: str, data_dir: str | os.PathLike | None, generate: st
         except (OSError, ValueError, AttributeError):
             made = None
         if made != json.loads(json.dumps(options, default=str)):
-            raise DataFormatError(f"the generated data in {root} was made with other options than {options}; "
-                                  "delete that directory to generate it again", manifest_path)
+            raise DataFormatError(
+                f"the generated data in {root} was made with other options than {options}; "
+                "delete that directory to generate it again",
+                manifest_path,
+            )
         return root
     gen = generator(task)
     shown = ", ".join(f"{k}={v}" for k, v in options.items())
     if not quiet:
-        print(f"generating {task} data {config!r} ({shown}) into {root} on first use; later runs reuse it",
-              file=sys.stderr, flush=True)
+        print(
+            f"generating {task} data {config!r} ({shown}) into {root} on first use; later runs reuse it",
+            file=sys.stderr,
+            flush=True,
+        )
     start = time.time()
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = root.with_name(f".{root.name}.tmp{os.getpid()}")

@@ -30,6 +30,7 @@ The pickles load in about a second, so they are not cached. They are read by a r
 (``longrange.data.safe_pickle``) that builds dicts, lists, strings, numbers and numpy arrays only:
 a file that asks for anything else is refused, naming the global it asks for, and nothing from it runs.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -206,8 +207,16 @@ def _spec(name: str):
 
     kind, channels, description = _VARIANTS[name]
     return TaskSpec(
-        name=name, input_kind=kind, seq_len=1024, n_classes=10, metric="accuracy", mask_ratio=0.5,
-        d_input=channels, description=description, layout=LAYOUT, obtain=OBTAIN,
+        name=name,
+        input_kind=kind,
+        seq_len=1024,
+        n_classes=10,
+        metric="accuracy",
+        mask_ratio=0.5,
+        d_input=channels,
+        description=description,
+        layout=LAYOUT,
+        obtain=OBTAIN,
     )
 
 
@@ -236,9 +245,15 @@ def load_cifar_task(name: str, data_dir: Path, seed: int = 0, skip_bad: bool = F
     train = PixelDataset(*stores["train"], kind=kind, mean=mean, std=std, index=train_idx)
     val = PixelDataset(*stores["train"], kind=kind, mean=mean, std=std, index=val_idx)
     test = PixelDataset(*stores["test"], kind=kind, mean=mean, std=std)
-    return TaskData(spec=spec, train=train, val=val, test=test, vocab=level_vocabulary() if kind == "tokens" else None,
-                    skipped=dict(raw["skipped"]),  # type: ignore[arg-type]
-                    info={"source": str(root), "sizes": {"train": len(train), "val": len(val), "test": len(test)}})
+    return TaskData(
+        spec=spec,
+        train=train,
+        val=val,
+        test=test,
+        vocab=level_vocabulary() if kind == "tokens" else None,
+        skipped=dict(raw["skipped"]),  # type: ignore[arg-type]
+        info={"source": str(root), "sizes": {"train": len(train), "val": len(val), "test": len(test)}},
+    )
 
 
 def expected_paths(data_dir: Path, **_) -> list[Path]:
@@ -253,8 +268,12 @@ def _register() -> None:
     for task_name in _VARIANTS:
         register_task(
             task_name,
-            (lambda n: (lambda **_: _spec(n)))(task_name),
-            (lambda n: (lambda data_dir, spec, seed=0, skip_bad=False, **_: load_cifar_task(n, data_dir, seed, skip_bad)))(task_name),
+            (lambda n: lambda **_: _spec(n))(task_name),
+            (
+                lambda n: (
+                    lambda data_dir, spec, seed=0, skip_bad=False, **_: load_cifar_task(n, data_dir, seed, skip_bad)
+                )
+            )(task_name),
             {},
             expected=expected_paths,
         )

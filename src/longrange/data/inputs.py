@@ -22,17 +22,20 @@ task carries the positions the task scores (:attr:`InputRecord.positions`): its 
 reported there only; :attr:`InputRecord.name_class` writes a predicted class in the task's own
 tokens. A task without a reader says why (:data:`NO_READER`).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
 from longrange.data.spec import TaskSpec
-from longrange.data.tokenize import FIRST_TOKEN_ID as FIRST_ID, Vocabulary
+from longrange.data.tokenize import FIRST_TOKEN_ID as FIRST_ID
+from longrange.data.tokenize import Vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 from longrange.registry import Registry
 
@@ -60,7 +63,9 @@ def register_input_reader(task: str, reader: Callable[..., list[InputRecord]]) -
     INPUT_READERS.register(task, reader, replace=True)
 
 
-def read_inputs(task: str, path: str | Path, vocab: Vocabulary | None, spec: TaskSpec, **options: Any) -> list[InputRecord]:
+def read_inputs(
+    task: str, path: str | Path, vocab: Vocabulary | None, spec: TaskSpec, **options: Any
+) -> list[InputRecord]:
     """The records of ``path`` read by ``task``'s reader (errors name the file and line at fault)."""
     path = Path(path)
     if task not in INPUT_READERS.names():
@@ -76,11 +81,14 @@ def read_inputs(task: str, path: str | Path, vocab: Vocabulary | None, spec: Tas
 #: Why a registered task has no reader of new inputs (``longrange predict`` says so).
 NO_READER: dict[str, str] = {
     "species": "its inputs are windows of genome drawn from the species' FASTA files when the task is loaded, "
-               "and a single new input has no file format of its own",
+    "and a single new input has no file format of its own",
     "speech-commands": "its inputs are audio clips that the loader turns into MFCC features or 16 kHz waveforms "
-                       "from the data set's folders; a reader of single new clips is not provided",
-    **{name: "its inputs are PPG and ECG recordings of 4000 steps stored as NumPy arrays of whole splits; a "
-             "reader of single new recordings is not provided" for name in ("bidmc", "bidmc-hr", "bidmc-rr", "bidmc-spo2")},
+    "from the data set's folders; a reader of single new clips is not provided",
+    **{
+        name: "its inputs are PPG and ECG recordings of 4000 steps stored as NumPy arrays of whole splits; a "
+        "reader of single new recordings is not provided"
+        for name in ("bidmc", "bidmc-hr", "bidmc-rr", "bidmc-spo2")
+    },
 }
 
 
@@ -88,9 +96,11 @@ def no_reader_message(task: str) -> str:
     """Why ``longrange predict`` cannot read new inputs of ``task``, and what to do instead."""
     why = NO_READER.get(task, "none is registered for it")
     readers = ", ".join(INPUT_READERS.names())
-    return (f"task {task} has no reader of new inputs: {why}. Evaluate the run on the task's own splits with "
-            f"`longrange evaluate`, or register a reader with longrange.data.inputs.register_input_reader "
-            f"(tasks with one: {readers})")
+    return (
+        f"task {task} has no reader of new inputs: {why}. Evaluate the run on the task's own splits with "
+        f"`longrange evaluate`, or register a reader with longrange.data.inputs.register_input_reader "
+        f"(tasks with one: {readers})"
+    )
 
 
 def _need_vocab(vocab: Vocabulary | None, task: str) -> Vocabulary:
@@ -104,8 +114,9 @@ def _tokens(ids: list[int] | Any) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------- ListOps
-def read_listops_inputs(path: Path, vocab: Vocabulary | None, spec: TaskSpec, seq_len: int = 2048,
-                        truncate: bool = False, **_: Any) -> list[InputRecord]:
+def read_listops_inputs(
+    path: Path, vocab: Vocabulary | None, spec: TaskSpec, seq_len: int = 2048, truncate: bool = False, **_: Any
+) -> list[InputRecord]:
     """ListOps sources, labelled (the task's ``Source<TAB>Target``) or not (header ``Source``); ids
     are line numbers."""
     from longrange.data.listops import HEADER, encode_source, read_listops_file
@@ -119,25 +130,38 @@ def read_listops_inputs(path: Path, vocab: Vocabulary | None, spec: TaskSpec, se
     header = first[1].split("\t")
     if header == HEADER:  # the task's own format: read as the loader reads it (one record per line after the header)
         seqs, labels = read_listops_file(path, vocab, seq_len, truncate)
-        return [InputRecord(str(i + 2), {"inputs": _tokens(s), "target": torch.tensor(y)})
-                for i, (s, y) in enumerate(zip(seqs, labels))]
+        return [
+            InputRecord(str(i + 2), {"inputs": _tokens(s), "target": torch.tensor(y)})
+            for i, (s, y) in enumerate(zip(seqs, labels))
+        ]
     if header != HEADER[:1]:
-        raise DataFormatError(f"expected the header 'Source<TAB>Target' (or 'Source' for unlabelled sources), "
-                              f"found {first[1][:60]!r}", path, 1)
+        raise DataFormatError(
+            f"expected the header 'Source<TAB>Target' (or 'Source' for unlabelled sources), found {first[1][:60]!r}",
+            path,
+            1,
+        )
     records = []
     for number, text in lines:
         check_not_blank(text, path, number)
         if "\t" in text:
             raise DataFormatError("a file with the header 'Source' holds one column; found a tab", path, number)
-        ids = encode_source(text, vocab, seq_len, truncate, path, number,
-                            "raise the task option seq_len, or cut long sequences with truncate=true")
+        ids = encode_source(
+            text,
+            vocab,
+            seq_len,
+            truncate,
+            path,
+            number,
+            "raise the task option seq_len, or cut long sequences with truncate=true",
+        )
         records.append(InputRecord(str(number), {"inputs": _tokens(ids)}))
     return records
 
 
 # ----------------------------------------------------------------------------------- Text (IMDB)
-def read_text_inputs(path: Path, vocab: Vocabulary | None, spec: TaskSpec, seq_len: int = 4096,
-                     **_: Any) -> list[InputRecord]:
+def read_text_inputs(
+    path: Path, vocab: Vocabulary | None, spec: TaskSpec, seq_len: int = 4096, **_: Any
+) -> list[InputRecord]:
     """One review (a ``.txt`` file) or every ``.txt`` file under a folder, in name order; ids are
     the files' paths (relative to the folder). A file inside a ``pos`` or ``neg`` folder is labelled."""
     from longrange.data.text import LABELS, encode_documents, read_review
@@ -157,8 +181,9 @@ def read_text_inputs(path: Path, vocab: Vocabulary | None, spec: TaskSpec, seq_l
 
 
 # ----------------------------------------------------------------------------------- Retrieval (AAN)
-def read_retrieval_inputs(path: Path, vocab: Vocabulary | None, spec: TaskSpec, seq_len: int = 4000,
-                          **_: Any) -> list[InputRecord]:
+def read_retrieval_inputs(
+    path: Path, vocab: Vocabulary | None, spec: TaskSpec, seq_len: int = 4000, **_: Any
+) -> list[InputRecord]:
     """Pairs of documents in the task's five-column TSV (label, id1, id2, text1, text2); ids are line numbers."""
     from longrange.data.retrieval import read_pairs_file
     from longrange.data.text import encode_documents
@@ -166,8 +191,10 @@ def read_retrieval_inputs(path: Path, vocab: Vocabulary | None, spec: TaskSpec, 
     vocab = _need_vocab(vocab, "retrieval")
     texts1, texts2, labels = read_pairs_file(path)
     docs1, docs2 = encode_documents(texts1, vocab, seq_len - 1), encode_documents(texts2, vocab, seq_len - 1)
-    return [InputRecord(str(i + 1), {"inputs": _tokens(a), "inputs2": _tokens(b), "target": torch.tensor(y)})
-            for i, (a, b, y) in enumerate(zip(docs1, docs2, labels))]
+    return [
+        InputRecord(str(i + 1), {"inputs": _tokens(a), "inputs2": _tokens(b), "target": torch.tensor(y)})
+        for i, (a, b, y) in enumerate(zip(docs1, docs2, labels))
+    ]
 
 
 # ----------------------------------------------------------------------------------- generated sequence tasks
@@ -181,11 +208,18 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as err:
-            raise DataFormatError(f"not valid JSON ({err.msg} at column {err.colno}); each line holds one JSON "
-                                  'object such as {"id": "a", "tokens": [3, 0, 7]}', path, number) from None
+            raise DataFormatError(
+                f"not valid JSON ({err.msg} at column {err.colno}); each line holds one JSON "
+                'object such as {"id": "a", "tokens": [3, 0, 7]}',
+                path,
+                number,
+            ) from None
         if not isinstance(obj, dict):
-            raise DataFormatError(f'expected a JSON object such as {{"id": "a", "tokens": [3, 0, 7]}}, found a '
-                                  f"{type(obj).__name__}", path, number)
+            raise DataFormatError(
+                f'expected a JSON object such as {{"id": "a", "tokens": [3, 0, 7]}}, found a {type(obj).__name__}',
+                path,
+                number,
+            )
         yield number, obj
 
 
@@ -199,7 +233,9 @@ def record_id(obj: dict[str, Any], seen: dict[str, int], path: Path, number: int
         raise DataFormatError(f"field 'id' must be a non-empty string or an integer, got {value!r}", path, number)
     text = str(value)
     if any(c in text for c in "\t\r\n"):
-        raise DataFormatError(f"field 'id' {text!r} holds a tab or a line break (the predictions are a TSV)", path, number)
+        raise DataFormatError(
+            f"field 'id' {text!r} holds a tab or a line break (the predictions are a TSV)", path, number
+        )
     if text in seen:
         raise DataFormatError(f"field 'id': {text!r} is also the id of line {seen[text]}", path, number)
     seen[text] = number
@@ -208,7 +244,7 @@ def record_id(obj: dict[str, Any], seen: dict[str, int], path: Path, number: int
 
 def _shown(value: Any, limit: int = 60) -> str:
     text = json.dumps(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def int_list(obj: dict[str, Any], name: str, path: Path, number: int, required: bool = False) -> list[int] | None:
@@ -223,8 +259,9 @@ def int_list(obj: dict[str, Any], name: str, path: Path, number: int, required: 
     return value
 
 
-def check_in_range(values: list[int], name: str, low: int, high: int, what: str, path: Path, number: int,
-                   at: list[int] | None = None) -> None:
+def check_in_range(
+    values: list[int], name: str, low: int, high: int, what: str, path: Path, number: int, at: list[int] | None = None
+) -> None:
     """Each of ``values`` in ``[low, high]``, else an error naming the field, the element and ``what`` it must be."""
     for i, v in enumerate(values):
         if not low <= v <= high:
@@ -252,25 +289,37 @@ def _check_pairs(tokens: list[int], gen: Any, path: Path, number: int) -> None:
     ``V//2 .. V-1`` at odd ones."""
     n, first = gen.n_pairs, gen.first_value
     if len(tokens) < 2 * n + 1:
-        raise DataFormatError(f"field 'tokens': {len(tokens)} tokens, fewer than the {2 * n + 1} of {n} key-value "
-                              "pairs in front and a query after them (n_pairs, a task option)", path, number)
-    check_in_range(tokens[0:2 * n:2], "tokens", 1, first - 1, "a key", path, number, list(range(0, 2 * n, 2)))
-    check_in_range(tokens[1:2 * n:2], "tokens", first, gen.vocab_size - 1, "a value", path, number,
-                   list(range(1, 2 * n, 2)))
+        raise DataFormatError(
+            f"field 'tokens': {len(tokens)} tokens, fewer than the {2 * n + 1} of {n} key-value "
+            "pairs in front and a query after them (n_pairs, a task option)",
+            path,
+            number,
+        )
+    check_in_range(tokens[0 : 2 * n : 2], "tokens", 1, first - 1, "a key", path, number, list(range(0, 2 * n, 2)))
+    check_in_range(
+        tokens[1 : 2 * n : 2], "tokens", first, gen.vocab_size - 1, "a value", path, number, list(range(1, 2 * n, 2))
+    )
 
 
 def _copying_scored(tokens, obj, gen, path, number) -> list[int]:
     positions = [i for i, t in enumerate(tokens) if t == gen.marker]
     if not positions:
-        raise DataFormatError(f"field 'tokens' holds no marker ({gen.marker}): selective copying scores the "
-                              "positions of its markers", path, number)
+        raise DataFormatError(
+            f"field 'tokens' holds no marker ({gen.marker}): selective copying scores the positions of its markers",
+            path,
+            number,
+        )
     return positions
 
 
 def _induction_scored(tokens, obj, gen, path, number) -> list[int]:
     if tokens[-1] != gen.trigger:
-        raise DataFormatError(f"field 'tokens' ends in {tokens[-1]}, not the trigger {gen.trigger}: induction heads "
-                              "asks its question at the last position, after the trigger's second occurrence", path, number)
+        raise DataFormatError(
+            f"field 'tokens' ends in {tokens[-1]}, not the trigger {gen.trigger}: induction heads "
+            "asks its question at the last position, after the trigger's second occurrence",
+            path,
+            number,
+        )
     return [len(tokens) - 1]
 
 
@@ -280,12 +329,20 @@ def _mqar_scored(tokens, obj, gen, path, number) -> list[int]:
     queries = int_list(obj, "queries", path, number)
     if queries is None:
         if gen.random_filler:
-            raise DataFormatError("missing field 'queries' (the positions of the queries): the run's task has "
-                                  "random_filler=true, so a key in the filler cannot be told from a query", path, number)
+            raise DataFormatError(
+                "missing field 'queries' (the positions of the queries): the run's task has "
+                "random_filler=true, so a key in the filler cannot be told from a query",
+                path,
+                number,
+            )
         queries = [i for i in range(start, len(tokens)) if 1 <= tokens[i] < first]
         if not queries:
-            raise DataFormatError(f"field 'tokens' holds no query (a key, 1..{first - 1}) after the {gen.n_pairs} "
-                                  "key-value pairs in front", path, number)
+            raise DataFormatError(
+                f"field 'tokens' holds no query (a key, 1..{first - 1}) after the {gen.n_pairs} "
+                "key-value pairs in front",
+                path,
+                number,
+            )
         return queries
     if not queries:
         raise DataFormatError("field 'queries' is empty: give the position of each query", path, number)
@@ -298,30 +355,35 @@ def _mqar_scored(tokens, obj, gen, path, number) -> list[int]:
 
 def _recall_scored(tokens, obj, gen, path, number) -> list[int]:
     _check_pairs(tokens, gen, path, number)
-    check_in_range(tokens[-1:], "tokens", 1, gen.first_value - 1, "a key (the query, last)", path, number,
-                   [len(tokens) - 1])
+    check_in_range(
+        tokens[-1:], "tokens", 1, gen.first_value - 1, "a key (the query, last)", path, number, [len(tokens) - 1]
+    )
     return [len(tokens) - 1]
 
 
 #: The JSON Lines inputs of the generated sequence tasks (``data/generate/sequences.py`` has their layouts).
 SEQUENCE_LAYOUTS: dict[str, SequenceLayout] = {
     "selective-copying": SequenceLayout(
-        ("id", "tokens", "answers"), _copying_scored,
-        lambda g: (1, g.vocab_size - 2, "a data token")),
+        ("id", "tokens", "answers"), _copying_scored, lambda g: (1, g.vocab_size - 2, "a data token")
+    ),
     "induction-heads": SequenceLayout(
-        ("id", "tokens", "answers"), _induction_scored,
-        lambda g: (0, g.vocab_size - 2, "a data token")),
+        ("id", "tokens", "answers"), _induction_scored, lambda g: (0, g.vocab_size - 2, "a data token")
+    ),
     "mqar": SequenceLayout(
-        ("id", "tokens", "answers", "queries"), _mqar_scored,
-        lambda g: (g.first_value, g.vocab_size - 1, "a value")),
+        ("id", "tokens", "answers", "queries"), _mqar_scored, lambda g: (g.first_value, g.vocab_size - 1, "a value")
+    ),
     "associative-recall": SequenceLayout(
-        ("id", "tokens", "answers"), _recall_scored,
-        lambda g: (g.first_value, g.vocab_size - 1, "a value"), classify=True),
+        ("id", "tokens", "answers"),
+        _recall_scored,
+        lambda g: (g.first_value, g.vocab_size - 1, "a value"),
+        classify=True,
+    ),
 }
 
 
-def read_sequence_inputs(task: str, path: Path, vocab: Vocabulary | None, spec: TaskSpec,
-                         **options: Any) -> list[InputRecord]:
+def read_sequence_inputs(
+    task: str, path: Path, vocab: Vocabulary | None, spec: TaskSpec, **options: Any
+) -> list[InputRecord]:
     """Inputs of a generated sequence task: JSON Lines, each line ``{"id": ..., "tokens": [...]}`` in
     the task's tokens ``0 .. vocab_size - 1`` (at most ``seq_len`` of them), ``"answers"`` (one per
     scored position) where labelled, and for MQAR ``"queries"`` (the positions of the queries, needed
@@ -336,8 +398,9 @@ def read_sequence_inputs(task: str, path: Path, vocab: Vocabulary | None, spec: 
     gen = generator_of(task, options)
     size = gen.vocab_size
     if len(vocab) != size + FIRST_ID:
-        raise ConfigError(f"the run's vocabulary has {len(vocab)} ids, not the {size + FIRST_ID} of task {task} at "
-                          f"vocab_size={size}")
+        raise ConfigError(
+            f"the run's vocabulary has {len(vocab)} ids, not the {size + FIRST_ID} of task {task} at vocab_size={size}"
+        )
     low, high, words = layout.answers(gen)
 
     def named(idx: int) -> Any:
@@ -349,25 +412,44 @@ def read_sequence_inputs(task: str, path: Path, vocab: Vocabulary | None, spec: 
     for number, obj in json_lines(path):
         unknown = sorted(set(obj) - set(layout.fields))
         if unknown:
-            raise DataFormatError(f"unknown field '{unknown[0]}'{did_you_mean(unknown[0], layout.fields, quote=True)}; "
-                                  f"the inputs of {task} have the fields {', '.join(layout.fields)}", path, number)
+            raise DataFormatError(
+                f"unknown field '{unknown[0]}'{did_you_mean(unknown[0], layout.fields, quote=True)}; "
+                f"the inputs of {task} have the fields {', '.join(layout.fields)}",
+                path,
+                number,
+            )
         rid = record_id(obj, seen, path, number)
         tokens = int_list(obj, "tokens", path, number, required=True)
         if not tokens:
             raise DataFormatError("field 'tokens' is empty", path, number)
         if len(tokens) > spec.seq_len:
-            raise DataFormatError(f"field 'tokens': {len(tokens)} tokens, more than the task's seq_len {spec.seq_len} "
-                                  "(a longer input: --task-option seq_len=N)", path, number)
-        check_in_range(tokens, "tokens", 0, size - 1, f"a token of the task (vocab_size {size})", path, number,
-                       list(range(len(tokens))))
+            raise DataFormatError(
+                f"field 'tokens': {len(tokens)} tokens, more than the task's seq_len {spec.seq_len} "
+                "(a longer input: --task-option seq_len=N)",
+                path,
+                number,
+            )
+        check_in_range(
+            tokens,
+            "tokens",
+            0,
+            size - 1,
+            f"a token of the task (vocab_size {size})",
+            path,
+            number,
+            list(range(len(tokens))),
+        )
         positions = layout.scored(tokens, obj, gen, path, number)
         item: dict[str, Any] = {"inputs": _tokens(vocab.encode([str(t) for t in tokens], path=path, line=number))}
         answers = int_list(obj, "answers", path, number)
         if answers is not None:
             if len(answers) != len(positions):
                 what = "the query" if layout.classify else f"each scored position ({_shown(positions)})"
-                raise DataFormatError(f"field 'answers' has {len(answers)} answers; the input asks {len(positions)}, "
-                                      f"one for {what}", path, number)
+                raise DataFormatError(
+                    f"field 'answers' has {len(answers)} answers; the input asks {len(positions)}, one for {what}",
+                    path,
+                    number,
+                )
             check_in_range(answers, "answers", low, high, words, path, number, positions)
             if layout.classify:
                 item["target"] = torch.tensor(answers[0] - gen.first_value)
@@ -383,8 +465,9 @@ def read_sequence_inputs(task: str, path: Path, vocab: Vocabulary | None, spec: 
 
 
 # ----------------------------------------------------------------------------------- pixel tasks
-def read_image_inputs(task: str, path: Path, vocab: Vocabulary | None, spec: TaskSpec,
-                      **options: Any) -> list[InputRecord]:
+def read_image_inputs(
+    task: str, path: Path, vocab: Vocabulary | None, spec: TaskSpec, **options: Any
+) -> list[InputRecord]:
     """One PNG image, or every ``.png`` under a folder in name order (ids: the paths under the
     folder), preprocessed as the task's loader does: Pathfinder grayscale of the task's resolution;
     CIFAR 32x32 colour images, made grayscale by LRA's formula for ``image`` and ``image-numeric``."""
@@ -396,7 +479,7 @@ def read_image_inputs(task: str, path: Path, vocab: Vocabulary | None, spec: Tas
     files = [path] if path.is_file() else sorted(path.rglob("*.png"))
     if not files:
         raise DataMissingError(f"no .png images in {path}")
-    side = int(round(spec.seq_len ** 0.5))
+    side = int(round(spec.seq_len**0.5))
     pixels = []
     for f in files:
         if task in I._VARIANTS:
@@ -411,10 +494,17 @@ def read_image_inputs(task: str, path: Path, vocab: Vocabulary | None, spec: Tas
         mean, std = [I.GRAY_MEAN], [I.GRAY_STD]
     else:  # pathfinder's numeric inputs; token inputs ignore these
         mean, std = [NUMERIC_MEAN], [NUMERIC_STD]
-    data = I.PixelDataset(store, torch.zeros(len(files), dtype=torch.long), spec.input_kind,
-                          mean if spec.input_kind == "numeric" else None, std if spec.input_kind == "numeric" else None)
-    return [InputRecord(str(f.relative_to(path)) if f != path else f.name, {"inputs": data[i]["inputs"]})
-            for i, f in enumerate(files)]
+    data = I.PixelDataset(
+        store,
+        torch.zeros(len(files), dtype=torch.long),
+        spec.input_kind,
+        mean if spec.input_kind == "numeric" else None,
+        std if spec.input_kind == "numeric" else None,
+    )
+    return [
+        InputRecord(str(f.relative_to(path)) if f != path else f.name, {"inputs": data[i]["inputs"]})
+        for i, f in enumerate(files)
+    ]
 
 
 def _decode_rgb(path: Path, side: int):

@@ -16,12 +16,13 @@ with its file and line instead of becoming ``<unk>``.
 A UTF-8 byte-order mark before the header and blank lines at the end of a file are ignored
 (``data/tsv.py``); a blank line between records is an error naming its line.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from longrange.data.files import load_split_files, token_spec
 from longrange.data.dataset import TaskData
+from longrange.data.files import load_split_files, token_spec
 from longrange.data.locations import task_dir
 from longrange.data.packing import pack_split
 from longrange.data.reading import BadRecords
@@ -62,12 +63,15 @@ def tokenize_source(source: str) -> list[str]:
 
 
 #: How to read a sequence longer than seq_len, in the loader's error.
-TOO_LONG_HINT = ("raise the task option seq_len: task.options.seq_len=N, or -o seq_len=N with `longrange data`; "
-                 "or cut long sequences with task.options.truncate=true / -o truncate=true")
+TOO_LONG_HINT = (
+    "raise the task option seq_len: task.options.seq_len=N, or -o seq_len=N with `longrange data`; "
+    "or cut long sequences with task.options.truncate=true / -o truncate=true"
+)
 
 
-def encode_source(source: str, vocab: Vocabulary, seq_len: int, truncate: bool, path: Path, number: int,
-                  hint: str) -> list[int]:
+def encode_source(
+    source: str, vocab: Vocabulary, seq_len: int, truncate: bool, path: Path, number: int, hint: str
+) -> list[int]:
     """The ids of one source followed by ``<eos>``, at most ``seq_len``: an empty source is an error,
     and so is a longer one unless ``truncate`` (then it is cut to ``seq_len - 1`` tokens before the
     ``<eos>``, as the S4 pipeline does); errors name ``path`` and line ``number``, ``hint`` says what to do."""
@@ -83,20 +87,25 @@ def encode_source(source: str, vocab: Vocabulary, seq_len: int, truncate: bool, 
 
 def listops_spec(seq_len: int = 2048, truncate: bool = False) -> TaskSpec:
     return token_spec(
-        "listops", seq_len, n_classes=10, mask_ratio=0.1,
+        "listops",
+        seq_len,
+        n_classes=10,
+        mask_ratio=0.1,
         description="LRA ListOps: value (0-9) of a nested MIN/MAX/MED/SM expression; tokens, + <eos>",
         layout="listops/basic_{train,val,test}.tsv (tab-separated, header Source<TAB>Target; 96k/2k/2k in LRA)",
         obtain=OBTAIN,
     )
 
 
-def read_listops_file(path: Path, vocab: Vocabulary, seq_len: int, truncate: bool = False,
-                      bad: BadRecords | None = None) -> tuple[list[list[int]], list[int]]:
+def read_listops_file(
+    path: Path, vocab: Vocabulary, seq_len: int, truncate: bool = False, bad: BadRecords | None = None
+) -> tuple[list[list[int]], list[int]]:
     """Token ids (each ending in ``<eos>``, at most ``seq_len``) and labels of one ``.tsv`` file.
 
     A sequence longer than ``seq_len`` is an error naming its line unless ``truncate`` (then it is
     cut to ``seq_len - 1`` tokens before the ``<eos>``, as the S4 pipeline does).
     """
+
     def parse(cols: list[str], number: int) -> tuple[list[int], int]:
         source, target = cols
         try:
@@ -116,8 +125,9 @@ def listops_expected_paths(data_dir: Path, **options) -> list[Path]:
     return [folder / name for name in SPLITS.values()]
 
 
-def load_listops(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False,
-                 seq_len: int = 2048, truncate: bool = False) -> TaskData:
+def load_listops(
+    data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, seq_len: int = 2048, truncate: bool = False
+) -> TaskData:
     """Load ListOps from ``data_dir/listops`` (or ``data_dir`` itself when it holds the files)."""
     vocab = listops_vocabulary()
 
@@ -127,12 +137,20 @@ def load_listops(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool =
             pack_split(out, split, seqs, labels, len(vocab))
         return out
 
-    return load_split_files(spec, data_dir, dict(zip(SPLITS, listops_expected_paths(data_dir))), obtain=OBTAIN,
-                            options={"seq_len": seq_len, "truncate": truncate, "skip_bad": skip_bad},
-                            version=LOADER_VERSION, skip_bad=skip_bad,
-                            read=lambda path, bad: read_listops_file(path, vocab, seq_len, truncate, bad),
-                            pack=pack, vocab=vocab)
+    return load_split_files(
+        spec,
+        data_dir,
+        dict(zip(SPLITS, listops_expected_paths(data_dir))),
+        obtain=OBTAIN,
+        options={"seq_len": seq_len, "truncate": truncate, "skip_bad": skip_bad},
+        version=LOADER_VERSION,
+        skip_bad=skip_bad,
+        read=lambda path, bad: read_listops_file(path, vocab, seq_len, truncate, bad),
+        pack=pack,
+        vocab=vocab,
+    )
 
 
-register_task("listops", listops_spec, load_listops, {"seq_len": 2048, "truncate": False},
-              expected=listops_expected_paths)
+register_task(
+    "listops", listops_spec, load_listops, {"seq_len": 2048, "truncate": False}, expected=listops_expected_paths
+)

@@ -8,11 +8,13 @@
 ``data_dir`` is the root data directory (default ``$LONGRANGE_DATA`` or ``./data``); each task
 reads its own sub-directory of it (see ``docs/data.md``).
 """
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from torch.utils.data import Subset
 
@@ -23,9 +25,16 @@ from longrange.data.locations import default_data_dir
 from longrange.data.registry import resolved_options, task_entry
 
 
-def load_task(name: str, data_dir: str | os.PathLike | None = None, *, seed: int = 0,
-              train_subset: float | int | None = None, skip_bad: bool = False,
-              generate: str | Mapping[str, Any] | None = None, **options) -> TaskData:
+def load_task(
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    seed: int = 0,
+    train_subset: float | int | None = None,
+    skip_bad: bool = False,
+    generate: str | Mapping[str, Any] | None = None,
+    **options,
+) -> TaskData:
     """Load a registered task.
 
     Args:

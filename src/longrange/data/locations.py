@@ -1,5 +1,6 @@
 """Where data lives: the root data directory (``data_dir``, else ``$LONGRANGE_DATA``, else
 ``./data``) and each task's folder inside it (see ``docs/data.md``)."""
+
 from __future__ import annotations
 
 import os

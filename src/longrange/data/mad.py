@@ -21,6 +21,7 @@ Defaults are MAD's baseline (``configs/tasks/*.yml`` ``baseline``, with ``mad/co
 
 MAD's compression is not a task here (:data:`NOT_REGISTERED` says why); its generator is.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from longrange.data.dataset import TaskData
 from longrange.data.generate.base import Generator, example_rng
 from longrange.data.generate.mad import (
     Compression,
@@ -40,6 +42,8 @@ from longrange.data.generate.mad import (
     SelectiveCopying,
 )
 from longrange.data.generate.sequences import Example
+from longrange.data.registry import register_task
+from longrange.data.spec import TaskSpec
 from longrange.data.synthetic import (
     GENERATOR_CLASSES,
     SPLIT_CODES,
@@ -47,9 +51,6 @@ from longrange.data.synthetic import (
     _split_options,
     task_vocabulary,
 )
-from longrange.data.dataset import TaskData
-from longrange.data.registry import register_task
-from longrange.data.spec import TaskSpec
 from longrange.data.tokenize import FIRST_TOKEN_ID
 from longrange.errors import ConfigError
 
@@ -65,21 +66,32 @@ _TRAIN_SIZES = {"mad-memorization": 256}
 #: ``changes`` at each of its values, the others at the baseline (athms/mad-lab ``mad/configs.py``
 #: ``make_benchmark_mad_configs``). A level's name is the option it changes, ``option=value``.
 _CHANGES: dict[str, dict[str, list[Any]]] = {
-    "mad-in-context-recall": {"vocab_size": [32, 64, 128], "seq_len": [256, 512, 1024],
-                              "n_train": [6400, 3200, 1600, 800]},
-    "mad-fuzzy-recall": {"vocab_size": [32, 64, 128], "seq_len": [256, 512, 1024],
-                         "n_train": [6400, 3200, 1600, 800]},
-    "mad-noisy-recall": {"vocab_size": [48, 80, 144], "seq_len": [256, 512, 1024],
-                         "n_train": [6400, 3200, 1600, 800], "frac_noise": [0.4, 0.6, 0.8]},
-    "mad-selective-copying": {"vocab_size": [32, 64, 128], "seq_len": [512, 1024],
-                              "n_train": [6400, 3200, 1600, 800], "n_tokens": [32, 64, 96]},
+    "mad-in-context-recall": {
+        "vocab_size": [32, 64, 128],
+        "seq_len": [256, 512, 1024],
+        "n_train": [6400, 3200, 1600, 800],
+    },
+    "mad-fuzzy-recall": {"vocab_size": [32, 64, 128], "seq_len": [256, 512, 1024], "n_train": [6400, 3200, 1600, 800]},
+    "mad-noisy-recall": {
+        "vocab_size": [48, 80, 144],
+        "seq_len": [256, 512, 1024],
+        "n_train": [6400, 3200, 1600, 800],
+        "frac_noise": [0.4, 0.6, 0.8],
+    },
+    "mad-selective-copying": {
+        "vocab_size": [32, 64, 128],
+        "seq_len": [512, 1024],
+        "n_train": [6400, 3200, 1600, 800],
+        "n_tokens": [32, 64, 96],
+    },
     "mad-memorization": {"vocab_size": [512, 1024, 2048, 4096, 8192]},
-    "mad-compression": {"vocab_size": [32, 64, 128], "seq_len": [64, 128, 256],
-                        "n_train": [6400, 3200, 1600, 800]},
+    "mad-compression": {"vocab_size": [32, 64, 128], "seq_len": [64, 128, 256], "n_train": [6400, 3200, 1600, 800]},
 }
 MAD_LEVELS: dict[str, dict[str, dict[str, Any]]] = {
-    task: {"baseline": {}, **{f"{option}={value}": {option: value} for option, values in changes.items()
-                              for value in values}}
+    task: {
+        "baseline": {},
+        **{f"{option}={value}": {option: value} for option, values in changes.items() for value in values},
+    }
     for task, changes in _CHANGES.items()
 }
 
@@ -101,23 +113,37 @@ NOT_REGISTERED: dict[str, str] = {
         "MLP on it plus a sinusoidal embedding of each position, into every input token. The toolkit's models "
         "answer a per-position task with a head at every position, which reads each token at its own position: "
         "the task would be the identity map. Its generator (longrange.data.generate.mad.Compression) and levels "
-        "are here; the task needs a head that decodes the last position only"),
+        "are here; the task needs a head that decodes the last position only"
+    ),
 }
 
 _SPECS = {
-    InContextRecall: ("MAD in-context recall: key-value pairs, recall the value of every key shown before",
-                      ("generated: key-value pairs, then a key shown before; answers: values of repeated keys "
-                       "(next-token)")),
-    NoisyInContextRecall: ("MAD noisy in-context recall: in-context recall with pairs of noise tokens among the pairs",
-                           "generated: key-value pairs and noise pairs; answers: values of repeated keys (next-token)"),
-    FuzzyInContextRecall: ("MAD fuzzy in-context recall: keys and values of several tokens; recall each value",
-                           ("generated: key and value motifs of 1..k/1..v tokens, left-padded; answers: the tokens "
-                            "of values of repeated keys (next-token)")),
-    SelectiveCopying: ("MAD selective copying: the data tokens among blanks, in order, after the copy token",
-                       ("generated: data tokens with blanks inserted, the copy token, blanks; answers at the blanks "
-                        "after the copy token")),
-    Memorization: ("MAD memorization: the value of each key under a key-value map fixed by the data seed",
-                   "generated: pairs of a key and the insert token; answers at the insert tokens"),
+    InContextRecall: (
+        "MAD in-context recall: key-value pairs, recall the value of every key shown before",
+        ("generated: key-value pairs, then a key shown before; answers: values of repeated keys (next-token)"),
+    ),
+    NoisyInContextRecall: (
+        "MAD noisy in-context recall: in-context recall with pairs of noise tokens among the pairs",
+        "generated: key-value pairs and noise pairs; answers: values of repeated keys (next-token)",
+    ),
+    FuzzyInContextRecall: (
+        "MAD fuzzy in-context recall: keys and values of several tokens; recall each value",
+        (
+            "generated: key and value motifs of 1..k/1..v tokens, left-padded; answers: the tokens "
+            "of values of repeated keys (next-token)"
+        ),
+    ),
+    SelectiveCopying: (
+        "MAD selective copying: the data tokens among blanks, in order, after the copy token",
+        (
+            "generated: data tokens with blanks inserted, the copy token, blanks; answers at the blanks "
+            "after the copy token"
+        ),
+    ),
+    Memorization: (
+        "MAD memorization: the value of each key under a key-value map fixed by the data seed",
+        "generated: pairs of a key and the insert token; answers at the insert tokens",
+    ),
 }
 
 
@@ -149,9 +175,17 @@ def _register(cls: type[MADGenerator]) -> None:
         generator_opts, _ = _split_options(name, opts)
         generator = cls(**generator_opts)
         return TaskSpec(
-            name=name, input_kind="tokens", seq_len=generator.length, n_classes=generator.vocab_size + FIRST_TOKEN_ID,
-            metric="accuracy", mask_ratio=0.15, description=description, layout=layout,
-            obtain="generated when the task is loaded; nothing to obtain", per_position=True, causal=cls.causal,
+            name=name,
+            input_kind="tokens",
+            seq_len=generator.length,
+            n_classes=generator.vocab_size + FIRST_TOKEN_ID,
+            metric="accuracy",
+            mask_ratio=0.15,
+            description=description,
+            layout=layout,
+            obtain="generated when the task is loaded; nothing to obtain",
+            per_position=True,
+            causal=cls.causal,
             chance=1.0 / generator.n_answers,
         )
 
@@ -159,8 +193,14 @@ def _register(cls: type[MADGenerator]) -> None:
         generator_opts, split = _split_options(name, opts)
         generator = cls(**generator_opts)
         parts = {s: MADSplit(generator, split[f"n_{s}"], seed, s, fresh=split["fresh_train"]) for s in SPLIT_CODES}
-        return TaskData(spec, parts["train"], parts["val"], parts["test"], vocab=task_vocabulary(generator.vocab_size),
-                        info={"source": "generated", "seed": seed, "fresh_train": split["fresh_train"]})
+        return TaskData(
+            spec,
+            parts["train"],
+            parts["val"],
+            parts["test"],
+            vocab=task_vocabulary(generator.vocab_size),
+            info={"source": "generated", "seed": seed, "fresh_train": split["fresh_train"]},
+        )
 
     splits = {**MAD_SPLITS, "n_train": _TRAIN_SIZES.get(name, MAD_SPLITS["n_train"])}
     register_task(name, spec, load, {**cls.defaults(), **splits}, generated=MAD_GENERATOR_VERSION)
@@ -168,7 +208,8 @@ def _register(cls: type[MADGenerator]) -> None:
 
 #: The registered MAD tasks' generators, by task name.
 MAD_TASKS: dict[str, type[MADGenerator]] = {
-    cls.name: cls for cls in (InContextRecall, FuzzyInContextRecall, NoisyInContextRecall, SelectiveCopying, Memorization)
+    cls.name: cls
+    for cls in (InContextRecall, FuzzyInContextRecall, NoisyInContextRecall, SelectiveCopying, Memorization)
 }
 #: Every MAD generator, the unregistered compression's too.
 MAD_GENERATORS: dict[str, type[Generator]] = {**MAD_TASKS, Compression.name: Compression}
@@ -190,8 +231,13 @@ def _register_readers() -> None:
     )
     from longrange.errors import DataFormatError
 
-    words = {InContextRecall: "a value", NoisyInContextRecall: "a value", FuzzyInContextRecall: "a value token",
-             SelectiveCopying: "a data token", Memorization: "a value"}
+    words = {
+        InContextRecall: "a value",
+        NoisyInContextRecall: "a value",
+        FuzzyInContextRecall: "a value token",
+        SelectiveCopying: "a data token",
+        Memorization: "a value",
+    }
 
     def scored(tokens, obj, gen, path, number) -> list[int]:
         try:
@@ -203,8 +249,9 @@ def _register_readers() -> None:
         return (*gen.answers, word)
 
     for name, cls in MAD_TASKS.items():
-        SEQUENCE_LAYOUTS[name] = SequenceLayout(("id", "tokens", "answers"), scored,
-                                                functools.partial(answer_range, words[cls]))
+        SEQUENCE_LAYOUTS[name] = SequenceLayout(
+            ("id", "tokens", "answers"), scored, functools.partial(answer_range, words[cls])
+        )
         register_input_reader(name, functools.partial(read_sequence_inputs, name))
 
 

@@ -7,9 +7,10 @@ of prepared data stores (one flat tensor saves and loads far faster than many sm
 A cache entry holds each split under ``{split}_flat``/``{split}_offsets``/``{split}_targets``
 (:func:`pack_split`); :func:`longrange.data.dataset.unpack_split` reads one back as a dataset.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -36,11 +37,12 @@ def pack(seqs: Sequence[Tensor] | Sequence[Sequence[int]], dtype: torch.dtype = 
 def unpack(flat: Tensor, offsets: Tensor) -> list[Tensor]:
     """Inverse of :func:`pack`: views into ``flat``."""
     bounds = offsets.tolist()
-    return [flat[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+    return [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
 
 
-def pack_split(out: dict, split: str, seqs: Sequence, labels: Sequence[int], vocab_size: int,
-               seqs2: Sequence | None = None) -> None:
+def pack_split(
+    out: dict, split: str, seqs: Sequence, labels: Sequence[int], vocab_size: int, seqs2: Sequence | None = None
+) -> None:
     """Store one split of token sequences and class labels in a cache entry ``out``: keys
     ``{split}_flat``, ``{split}_offsets`` (:func:`pack`, ids stored compactly), ``{split}_targets``,
     and ``{split}_flat2``, ``{split}_offsets2`` for the second sequences of two-sequence tasks."""

@@ -30,6 +30,7 @@ Decoding 200k PNGs is slow, so they are decoded once into the data cache (uint8,
 bar). The cache is keyed on the metadata files (path, size, mtime): replacing images without
 touching the metadata is not detected; delete ``<data_dir>/.cache`` in that case.
 """
+
 from __future__ import annotations
 
 import sys
@@ -91,7 +92,9 @@ def find_resolution_dir(data_dir: str | Path, resolution: int) -> Path:
     for c in candidates:
         if c.is_dir():
             return c
-    raise DataMissingError(f"missing Pathfinder data: expected {candidates[0]} (or {', '.join(map(str, candidates[1:]))}); {OBTAIN}")
+    raise DataMissingError(
+        f"missing Pathfinder data: expected {candidates[0]} (or {', '.join(map(str, candidates[1:]))}); {OBTAIN}"
+    )
 
 
 def metadata_files(difficulty_dir: Path) -> list[Path]:
@@ -154,7 +157,9 @@ def decode_png(path: Path, resolution: int) -> np.ndarray:
     return arr
 
 
-def read_pathfinder(difficulty_dir: str | Path, resolution: int, skip_bad: bool = False, progress: bool | None = None) -> dict:
+def read_pathfinder(
+    difficulty_dir: str | Path, resolution: int, skip_bad: bool = False, progress: bool | None = None
+) -> dict:
     """Decode every image listed by the metadata of one difficulty directory.
 
     Returns ``{"pixels": uint8 tensor (N, R*R), "labels": int64 tensor (N,), "skipped": {file: count}}``.
@@ -177,7 +182,9 @@ def read_pathfinder(difficulty_dir: str | Path, resolution: int, skip_bad: bool 
     labels = np.empty(len(rows), dtype=np.int64)
     n = 0
     show = sys.stderr.isatty() if progress is None else progress
-    for image_path, label, meta, line in tqdm(rows, desc=f"decoding {difficulty_dir.parent.name}/{difficulty_dir.name}", unit="img", disable=not show):
+    for image_path, label, meta, line in tqdm(
+        rows, desc=f"decoding {difficulty_dir.parent.name}/{difficulty_dir.name}", unit="img", disable=not show
+    ):
         try:
             arr = decode_png(image_path, resolution)
         except DataFormatError as exc:
@@ -211,8 +218,10 @@ def _check_options(resolution, input_kind) -> int:
     except (TypeError, ValueError):
         r = -1
     if isinstance(resolution, bool) or r < MIN_RESOLUTION:
-        raise ConfigError(f"resolution: must be a side of at least {MIN_RESOLUTION} pixels (LRA publishes "
-                          f"{', '.join(map(str, RESOLUTIONS))}), got {resolution!r}")
+        raise ConfigError(
+            f"resolution: must be a side of at least {MIN_RESOLUTION} pixels (LRA publishes "
+            f"{', '.join(map(str, RESOLUTIONS))}), got {resolution!r}"
+        )
     if input_kind not in ("numeric", "tokens"):
         raise ConfigError(f"input_kind: must be 'numeric' or 'tokens', got {input_kind!r}")
     return r
@@ -224,7 +233,12 @@ def pathfinder_spec(name: str = "pathfinder", resolution=32, difficulty="curv_co
     r = _check_options(resolution, input_kind)
     dirname = difficulty_dirname(difficulty)
     return TaskSpec(
-        name=name, input_kind=input_kind, seq_len=r * r, n_classes=2, metric="accuracy", mask_ratio=0.5,
+        name=name,
+        input_kind=input_kind,
+        seq_len=r * r,
+        n_classes=2,
+        metric="accuracy",
+        mask_ratio=0.5,
         d_input=1,
         description=f"Pathfinder {r}x{r} ({dirname}): are the two markers on one contour? {input_kind} inputs of length {r * r}",
         layout=f"pathfinder/pathfinder{r}/{dirname}/{{imgs/<k>/sample_<i>.png,metadata/<k>.npy}}",
@@ -232,8 +246,15 @@ def pathfinder_spec(name: str = "pathfinder", resolution=32, difficulty="curv_co
     )
 
 
-def load_pathfinder(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, resolution=32,
-                    difficulty="curv_contour_length_14", input_kind="numeric"):
+def load_pathfinder(
+    data_dir: Path,
+    spec,
+    seed: int = 0,
+    skip_bad: bool = False,
+    resolution=32,
+    difficulty="curv_contour_length_14",
+    input_kind="numeric",
+):
     """Load Pathfinder at one resolution and difficulty as TaskData (decoded once into the cache)."""
     from longrange.data.cache import cached
     from longrange.data.dataset import TaskData
@@ -248,20 +269,31 @@ def load_pathfinder(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False,
     def build() -> dict:
         return read_pathfinder(difficulty_dir, r, skip_bad=skip_bad)
 
-    store = cached(data_dir, f"pathfinder{r}-{dirname}", sources,
-                   {"resolution": r, "difficulty": dirname, "skip_bad": bool(skip_bad), "root": str(difficulty_dir.resolve())},
-                   build)
+    store = cached(
+        data_dir,
+        f"pathfinder{r}-{dirname}",
+        sources,
+        {"resolution": r, "difficulty": dirname, "skip_bad": bool(skip_bad), "root": str(difficulty_dir.resolve())},
+        build,
+    )
     pixels = store["pixels"].unsqueeze(-1)
     labels = store["labels"]
     if input_kind == "numeric":
         mean, std = [NUMERIC_MEAN], [NUMERIC_STD]
     else:
         mean = std = None
-    parts = [PixelDataset(pixels, labels, input_kind, mean, std, index=idx) for idx in split_indices(pixels.shape[0], seed)]
-    return TaskData(spec=spec, train=parts[0], val=parts[1], test=parts[2],
-                    vocab=level_vocabulary() if input_kind == "tokens" else None,
-                    skipped=dict(store["skipped"]),
-                    info={"source": str(difficulty_dir), "sizes": [len(p) for p in parts]})
+    parts = [
+        PixelDataset(pixels, labels, input_kind, mean, std, index=idx) for idx in split_indices(pixels.shape[0], seed)
+    ]
+    return TaskData(
+        spec=spec,
+        train=parts[0],
+        val=parts[1],
+        test=parts[2],
+        vocab=level_vocabulary() if input_kind == "tokens" else None,
+        skipped=dict(store["skipped"]),
+        info={"source": str(difficulty_dir), "sizes": [len(p) for p in parts]},
+    )
 
 
 def expected_paths(data_dir: Path, resolution=32, difficulty="curv_contour_length_14", **_) -> list[Path]:

@@ -1,4 +1,5 @@
 """A progress bar for long data jobs: shown on an interactive terminal, silent otherwise."""
+
 from __future__ import annotations
 
 import sys

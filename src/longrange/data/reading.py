@@ -2,11 +2,12 @@
 missing file and how to obtain the data), :func:`read_lines` (the lines of a UTF-8 text file, with
 line numbers for errors) and :class:`BadRecords` (malformed records skipped and counted with
 ``skip_bad``, or raised)."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from longrange.errors import DataFormatError, DataMissingError
 

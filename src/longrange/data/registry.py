@@ -8,11 +8,13 @@ and everything else asks it by name: :func:`list_tasks`, :func:`task_options`, :
 and :func:`task_entry` with :func:`resolved_options` for the modules that load a task or tell where
 its data stands (``data/loading.py``, ``data/state.py``, ``data/generated.py``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from longrange.data.dataset import TaskData
 from longrange.data.spec import TaskSpec
@@ -35,8 +37,15 @@ class RegisteredTask:
 TASKS: Registry = Registry("task")
 
 
-def register_task(name: str, spec: Callable[..., TaskSpec], loader: Callable[..., TaskData], options: dict,
-                  expected: Callable[..., list[Path]] | None = None, *, generated: int | None = None) -> None:
+def register_task(
+    name: str,
+    spec: Callable[..., TaskSpec],
+    loader: Callable[..., TaskData],
+    options: dict,
+    expected: Callable[..., list[Path]] | None = None,
+    *,
+    generated: int | None = None,
+) -> None:
     """Add a task to the registry.
 
     Args:

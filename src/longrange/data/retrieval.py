@@ -16,12 +16,13 @@ Items carry the two documents as ``inputs`` and ``inputs2``.
 A UTF-8 byte-order mark at the start and blank lines at the end of a file are ignored
 (``data/tsv.py``); a blank line between records is an error naming its line.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from longrange.data.files import load_split_files, token_spec
 from longrange.data.dataset import TaskData
+from longrange.data.files import load_split_files, token_spec
 from longrange.data.locations import task_dir
 from longrange.data.packing import pack_split
 from longrange.data.reading import BadRecords
@@ -46,7 +47,11 @@ def retrieval_spec(seq_len: int = 4000, min_count: int = 1) -> TaskSpec:
     if min_count < 1:
         raise ConfigError(f"retrieval option min_count must be >= 1, got {min_count}")
     return token_spec(
-        "retrieval", seq_len, n_classes=2, mask_ratio=0.15, two_sequences=True,
+        "retrieval",
+        seq_len,
+        n_classes=2,
+        mask_ratio=0.15,
+        two_sequences=True,
         description="LRA Retrieval: AAN citation link between two papers, characters (+ <eos>) per document",
         layout="retrieval/new_aan_pairs.{train,eval,test}.tsv (no header; label, id1, id2, text1, text2)",
         obtain=OBTAIN,
@@ -82,8 +87,9 @@ def retrieval_expected_paths(data_dir: Path, **options) -> list[Path]:
     return [folder / name for name in SPLITS.values()]
 
 
-def load_retrieval(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, seq_len: int = 4000,
-                   min_count: int = 1) -> TaskData:
+def load_retrieval(
+    data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, seq_len: int = 4000, min_count: int = 1
+) -> TaskData:
     """Load AAN from ``data_dir/retrieval`` (or ``data_dir`` itself when it holds the files)."""
     max_chars = seq_len - 1
 
@@ -92,14 +98,29 @@ def load_retrieval(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool
         vocab = Vocabulary.build_chars((t[:max_chars] for t in t1 + t2), min_count=min_count)
         out: dict = {"tokens": list(vocab.tokens)}
         for split, (texts1, texts2, labels) in readings.items():
-            pack_split(out, split, encode_documents(texts1, vocab, max_chars), labels, len(vocab),
-                       encode_documents(texts2, vocab, max_chars))
+            pack_split(
+                out,
+                split,
+                encode_documents(texts1, vocab, max_chars),
+                labels,
+                len(vocab),
+                encode_documents(texts2, vocab, max_chars),
+            )
         return out
 
-    return load_split_files(spec, data_dir, dict(zip(SPLITS, retrieval_expected_paths(data_dir))), obtain=OBTAIN,
-                            options={"seq_len": seq_len, "min_count": min_count, "skip_bad": skip_bad},
-                            version=LOADER_VERSION, skip_bad=skip_bad, read=read_pairs_file, pack=pack)
+    return load_split_files(
+        spec,
+        data_dir,
+        dict(zip(SPLITS, retrieval_expected_paths(data_dir))),
+        obtain=OBTAIN,
+        options={"seq_len": seq_len, "min_count": min_count, "skip_bad": skip_bad},
+        version=LOADER_VERSION,
+        skip_bad=skip_bad,
+        read=read_pairs_file,
+        pack=pack,
+    )
 
 
-register_task("retrieval", retrieval_spec, load_retrieval, {"seq_len": 4000, "min_count": 1},
-              expected=retrieval_expected_paths)
+register_task(
+    "retrieval", retrieval_spec, load_retrieval, {"seq_len": 4000, "min_count": 1}, expected=retrieval_expected_paths
+)

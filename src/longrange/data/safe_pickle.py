@@ -17,13 +17,15 @@ Any other global (``os.system``, ``builtins.eval``, a class of some package, ...
 :class:`~longrange.errors.DataFormatError` naming the file and the refused global; nothing from
 the file runs. Objects built by ``__setstate__`` are limited to the allowed classes above.
 """
+
 from __future__ import annotations
 
 import codecs
 import io
 import pickle
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +86,8 @@ def loads_data_pickle(data: bytes, source: object = "<bytes>", encoding: str = "
     except RefusedGlobal as err:
         raise DataFormatError(
             f"refusing to unpickle: the file asks for {err.module}.{err.name}, which a data file never needs "
-            "(loading it could run code); only plain values and numpy arrays are read", source,
+            "(loading it could run code); only plain values and numpy arrays are read",
+            source,
         ) from None
     except Exception as err:  # truncated file, not a pickle, ...
         raise DataFormatError(f"not a readable pickle ({type(err).__name__}: {err})", source) from None

@@ -1,5 +1,6 @@
 """What a task is: its :class:`TaskSpec` (input kind, length, classes, metric, where its data comes
 from), and the accuracy of guessing its answers (:func:`chance_level`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,17 +13,17 @@ class TaskSpec:
     """Static description of a task (with its options applied)."""
 
     name: str
-    input_kind: str            # "tokens" | "numeric"
-    seq_len: int               # maximum sequence length (including any appended <eos>)
-    n_classes: int             # 0 for regression
-    metric: str                # "accuracy" | "r2"
-    mask_ratio: float          # default masking ratio for masked self-pretraining
-    d_input: int = 1           # channels of numeric inputs
-    n_targets: int = 1         # regression targets
+    input_kind: str  # "tokens" | "numeric"
+    seq_len: int  # maximum sequence length (including any appended <eos>)
+    n_classes: int  # 0 for regression
+    metric: str  # "accuracy" | "r2"
+    mask_ratio: float  # default masking ratio for masked self-pretraining
+    d_input: int = 1  # channels of numeric inputs
+    n_targets: int = 1  # regression targets
     two_sequences: bool = False
     description: str = ""
-    layout: str = ""           # the expected files under the data dir, for `longrange data info`
-    obtain: str = ""           # how to obtain or generate the data
+    layout: str = ""  # the expected files under the data dir, for `longrange data info`
+    obtain: str = ""  # how to obtain or generate the data
     #: Targets are per-position class indices (``IGNORE_INDEX`` where no answer is asked): the
     #: supervised objective is the per-position one, over ``n_classes`` outputs at each answer.
     per_position: bool = False
@@ -44,8 +45,10 @@ class TaskSpec:
         if self.per_position and (self.n_classes < 1 or self.metric != "accuracy"):
             raise ConfigError(f"task {self.name}: per-position targets need n_classes >= 1 and metric accuracy")
         if self.chance is not None and not (0.0 < self.chance <= 1.0 and self.metric == "accuracy"):
-            raise ConfigError(f"task {self.name}: chance must be an accuracy in (0, 1] of a task scored by accuracy, "
-                              f"got {self.chance!r} (metric {self.metric})")
+            raise ConfigError(
+                f"task {self.name}: chance must be an accuracy in (0, 1] of a task scored by accuracy, "
+                f"got {self.chance!r} (metric {self.metric})"
+            )
 
 
 def chance_level(spec: TaskSpec) -> float | None:

@@ -40,6 +40,7 @@ the index cached in ``<data_dir>/.cache``, and a window is read by seeking. ``.g
 decompressed once into ``<data_dir>/.cache/species/<species>/`` (redone when the archive's size or
 modification time changes).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -116,7 +117,9 @@ def index_fasta(path: str | Path) -> dict[str, int]:
             line_no += 1
             body = raw.rstrip(b"\r\n")
             if raw.startswith(b">"):
-                raise DataFormatError("a second sequence header: expected one sequence per chromosome file", path, line_no)
+                raise DataFormatError(
+                    "a second sequence header: expected one sequence per chromosome file", path, line_no
+                )
             if not body:
                 blank_line = blank_line or line_no
                 continue
@@ -130,7 +133,10 @@ def index_fasta(path: str | Path) -> dict[str, int]:
             elif short_line is not None:
                 raise DataFormatError(
                     f"non-uniform line width: line {short_line} is shorter than the {width} bases of the lines "
-                    "before it but is not the last line", path, line_no)
+                    "before it but is not the last line",
+                    path,
+                    line_no,
+                )
             elif len(body) > width or (len(body) == width and len(raw) != line_bytes and raw.endswith(b"\n")):
                 raise DataFormatError(f"non-uniform line width: {len(body)} bases, expected {width}", path, line_no)
             if len(body) < width:
@@ -155,7 +161,9 @@ def read_window(path: str | Path, index: dict[str, int], start: int, end: int) -
         raw = f.read(last - first + 1)
     seq = raw.replace(b"\n", b"").replace(b"\r", b"")
     if len(seq) != end - start:
-        raise DataFormatError(f"read {len(seq)} bases for window [{start}, {end}); the file changed since it was indexed", path)
+        raise DataFormatError(
+            f"read {len(seq)} bases for window [{start}, {end}); the file changed since it was indexed", path
+        )
     return seq.translate(_CANON_TABLE)
 
 
@@ -246,8 +254,14 @@ class SpeciesWindows(Dataset):
 # task
 # ------------------------------------------------------------------------------------------------
 _DEFAULTS = {
-    "seq_len": 1024, "species": ",".join(SPECIES), "samples_per_epoch": 8192, "eval_samples": 1024,
-    "train_chromosomes": None, "train_max_bases": None, "pool": "finetune", "partial": False,
+    "seq_len": 1024,
+    "species": ",".join(SPECIES),
+    "samples_per_epoch": 8192,
+    "eval_samples": 1024,
+    "train_chromosomes": None,
+    "train_max_bases": None,
+    "pool": "finetune",
+    "partial": False,
 }
 
 
@@ -278,13 +292,23 @@ def _select_train(species: str, available: list[str], train_chromosomes) -> list
     names = [c.strip().removeprefix("chr") for c in str(train_chromosomes).split(",") if c.strip()]
     bad = [c for c in names if c not in TRAIN_CHROMOSOMES[species]]
     if bad:
-        raise ConfigError(f"train_chromosomes: {bad[0]!r} is not a training chromosome of {species} "
-                          f"({', '.join(TRAIN_CHROMOSOMES[species])})")
+        raise ConfigError(
+            f"train_chromosomes: {bad[0]!r} is not a training chromosome of {species} "
+            f"({', '.join(TRAIN_CHROMOSOMES[species])})"
+        )
     return [c for c in available if c in names]
 
 
-def species_spec(seq_len=1024, species=",".join(SPECIES), samples_per_epoch=8192, eval_samples=1024,
-                 train_chromosomes=None, train_max_bases=None, pool="finetune", partial=False):
+def species_spec(
+    seq_len=1024,
+    species=",".join(SPECIES),
+    samples_per_epoch=8192,
+    eval_samples=1024,
+    train_chromosomes=None,
+    train_max_bases=None,
+    pool="finetune",
+    partial=False,
+):
     from longrange.data.spec import TaskSpec
 
     names = _species_list(species)
@@ -295,13 +319,20 @@ def species_spec(seq_len=1024, species=",".join(SPECIES), samples_per_epoch=8192
     if pool not in ("finetune", "pretrain"):
         raise ConfigError(f"pool: must be 'finetune' or 'pretrain', got {pool!r}")
     if pool == "pretrain" and train_chromosomes is None:
-        raise ConfigError("pool='pretrain' needs train_chromosomes (the pretraining pool is the training "
-                          "chromosomes not used for finetuning)")
+        raise ConfigError(
+            "pool='pretrain' needs train_chromosomes (the pretraining pool is the training "
+            "chromosomes not used for finetuning)"
+        )
     return TaskSpec(
-        name="species", input_kind="tokens", seq_len=int(seq_len), n_classes=len(names), metric="accuracy",
+        name="species",
+        input_kind="tokens",
+        seq_len=int(seq_len),
+        n_classes=len(names),
+        metric="accuracy",
         mask_ratio=0.15,
         description=f"DNA species classification ({', '.join(names)}), random windows of {seq_len} bases",
-        layout="species/<species>/chr<name>.{fa,fna,fasta}[.gz]", obtain=OBTAIN,
+        layout="species/<species>/chr<name>.{fa,fna,fasta}[.gz]",
+        obtain=OBTAIN,
     )
 
 
@@ -317,14 +348,27 @@ def _region(data_dir: Path, label: int, species: str, chromosome: str, path: Pat
     from longrange.data.cache import cached
 
     plain = _plain_file(data_dir, species, path)
-    index = cached(data_dir, f"species-index-{species}-chr{chromosome}", [plain], {}, lambda: index_fasta(plain), quiet=True)
+    index = cached(
+        data_dir, f"species-index-{species}-chr{chromosome}", [plain], {}, lambda: index_fasta(plain), quiet=True
+    )
     limit = index["length"] if max_bases is None else min(index["length"], max_bases)
     return Region(label, species, chromosome, str(plain), dict(index), int(limit))
 
 
-def load_species(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, seq_len=1024,
-                 species=",".join(SPECIES), samples_per_epoch=8192, eval_samples=1024, train_chromosomes=None,
-                 train_max_bases=None, pool="finetune", partial=False):
+def load_species(
+    data_dir: Path,
+    spec,
+    seed: int = 0,
+    skip_bad: bool = False,
+    seq_len=1024,
+    species=",".join(SPECIES),
+    samples_per_epoch=8192,
+    eval_samples=1024,
+    train_chromosomes=None,
+    train_max_bases=None,
+    pool="finetune",
+    partial=False,
+):
     """Load the species task as TaskData (see the module docstring)."""
     from longrange.data.dataset import TaskData
 
@@ -345,39 +389,57 @@ def load_species(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, se
             else:
                 found[chrom] = path
         if missing and not partial:
-            raise DataMissingError(f"missing chromosome file {missing[0]} (or .fna/.fasta, optionally .gz); "
-                                   "set the task option partial (task.options.partial=true; `longrange data` commands: -o partial=true) "
-                                   f"to use the chromosomes present; {OBTAIN}")
+            raise DataMissingError(
+                f"missing chromosome file {missing[0]} (or .fna/.fasta, optionally .gz); "
+                "set the task option partial (task.options.partial=true; `longrange data` commands: -o partial=true) "
+                f"to use the chromosomes present; {OBTAIN}"
+            )
         train_avail = [c for c in TRAIN_CHROMOSOMES[sp] if c in found]
         chosen = _select_train(sp, train_avail, train_chromosomes)
         if pool == "pretrain":
             train_set, max_bases = [c for c in train_avail if c not in chosen], None
         else:
             train_set, max_bases = chosen, train_max_bases
-        per_split = {"train": train_set, "val": [c for c in VAL_CHROMOSOMES if c in found],
-                     "test": [c for c in TEST_CHROMOSOMES if c in found]}
+        per_split = {
+            "train": train_set,
+            "val": [c for c in VAL_CHROMOSOMES if c in found],
+            "test": [c for c in TEST_CHROMOSOMES if c in found],
+        }
         for split, chroms in per_split.items():
             pool_regions = []
             for c in chroms:
                 try:
-                    pool_regions.append(_region(Path(data_dir), label, sp, c, found[c], max_bases if split == "train" else None))
+                    pool_regions.append(
+                        _region(Path(data_dir), label, sp, c, found[c], max_bases if split == "train" else None)
+                    )
                 except DataFormatError as err:
                     # a malformed file is dropped whole (with skip_bad), as one bad record
                     if not skip_bad:
                         raise
                     skipped[str(err.path)] = skipped.get(str(err.path), 0) + 1
             if not pool_regions:
-                raise DataMissingError(f"no {split} chromosome of {sp} under {sp_dir} "
-                                       f"(expected one of {', '.join(chroms or _split_defaults(sp, split, pool))}); {OBTAIN}")
+                raise DataMissingError(
+                    f"no {split} chromosome of {sp} under {sp_dir} "
+                    f"(expected one of {', '.join(chroms or _split_defaults(sp, split, pool))}); {OBTAIN}"
+                )
             regions[split].append(pool_regions)
     sizes = {"train": samples_per_epoch, "val": eval_samples, "test": eval_samples}
     parts = {s: SpeciesWindows(regions[s], seq_len, sizes[s], seed, s) for s in regions}
     info = {
         "missing": missing,
-        "chromosomes": {s: {names[i]: [r.chromosome for r in pool_] for i, pool_ in enumerate(regions[s])} for s in regions},
+        "chromosomes": {
+            s: {names[i]: [r.chromosome for r in pool_] for i, pool_ in enumerate(regions[s])} for s in regions
+        },
     }
-    return TaskData(spec=spec, train=parts["train"], val=parts["val"], test=parts["test"],
-                    vocab=Vocabulary(list(ALPHABET), strict=True), skipped=skipped, info=info)
+    return TaskData(
+        spec=spec,
+        train=parts["train"],
+        val=parts["val"],
+        test=parts["test"],
+        vocab=Vocabulary(list(ALPHABET), strict=True),
+        skipped=skipped,
+        info=info,
+    )
 
 
 def _split_defaults(species: str, split: str, pool: str) -> tuple[str, ...]:
@@ -395,9 +457,13 @@ def expected_paths(data_dir: Path, species=",".join(SPECIES), **_) -> list[Path]
 def _register() -> None:
     from longrange.data.registry import register_task
 
-    register_task("species", species_spec,
-                  lambda data_dir, spec, seed=0, skip_bad=False, **o: load_species(data_dir, spec, seed, skip_bad, **o),
-                  dict(_DEFAULTS), expected=expected_paths)
+    register_task(
+        "species",
+        species_spec,
+        lambda data_dir, spec, seed=0, skip_bad=False, **o: load_species(data_dir, spec, seed, skip_bad, **o),
+        dict(_DEFAULTS),
+        expected=expected_paths,
+    )
 
 
 _register()

@@ -43,6 +43,7 @@ Commands (its ``sc-lm`` default ``mlm_prob`` is 0), so the non-visual default ap
 WAVs are read with the standard-library ``wave`` module; any other format than 16 kHz mono 16-bit
 PCM is an error naming the file. The decoded waveforms (int16) and MFCCs are cached.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,9 +62,41 @@ SAMPLE_RATE = 16000
 LENGTH = 16000
 #: The 35 keywords of v0.02, in class-id order.
 WORDS = (
-    "bed", "cat", "down", "five", "forward", "go", "house", "left", "marvin", "no", "on", "right",
-    "sheila", "tree", "up", "visual", "yes", "backward", "bird", "dog", "eight", "follow", "four",
-    "happy", "learn", "nine", "off", "one", "seven", "six", "stop", "three", "two", "wow", "zero",
+    "bed",
+    "cat",
+    "down",
+    "five",
+    "forward",
+    "go",
+    "house",
+    "left",
+    "marvin",
+    "no",
+    "on",
+    "right",
+    "sheila",
+    "tree",
+    "up",
+    "visual",
+    "yes",
+    "backward",
+    "bird",
+    "dog",
+    "eight",
+    "follow",
+    "four",
+    "happy",
+    "learn",
+    "nine",
+    "off",
+    "one",
+    "seven",
+    "six",
+    "stop",
+    "three",
+    "two",
+    "wow",
+    "zero",
 )
 #: SC10: the S4 code's ``SUBSET_CLASSES``, in its class-id order.
 SC10_WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
@@ -90,7 +123,9 @@ def read_wav(path: str | Path) -> np.ndarray:
             if (channels, width, rate) != (1, 2, SAMPLE_RATE):
                 raise DataFormatError(
                     f"unsupported WAV format: {channels} channel(s), {8 * width}-bit, {rate} Hz "
-                    f"(expected mono 16-bit PCM at {SAMPLE_RATE} Hz)", path)
+                    f"(expected mono 16-bit PCM at {SAMPLE_RATE} Hz)",
+                    path,
+                )
             frames = w.readframes(w.getnframes())
     except DataFormatError:
         raise
@@ -162,8 +197,11 @@ def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: boo
     test = read_split_list(root / "testing_list.txt", root)
     both = sorted(set(val) & set(test))
     if both:
-        raise DataFormatError(f"{both[0]} is listed for validation (line {val[both[0]]}) and for testing",
-                              root / "testing_list.txt", test[both[0]])
+        raise DataFormatError(
+            f"{both[0]} is listed for validation (line {val[both[0]]}) and for testing",
+            root / "testing_list.txt",
+            test[both[0]],
+        )
     waves = np.zeros((len(files), LENGTH), dtype=np.int16)
     labels = np.zeros(len(files), dtype=np.int64)
     split = np.zeros(len(files), dtype=np.int64)
@@ -175,8 +213,12 @@ def read_speech_commands(root: str | Path, skip_bad: bool = False, progress: boo
         labels[n] = WORDS.index(word)
         split[n] = 1 if rel in val else 2 if rel in test else 0
         n += 1
-    return {"waves": torch.from_numpy(waves[:n]), "labels": torch.from_numpy(labels[:n]),
-            "split": torch.from_numpy(split[:n]), "skipped": skipped}
+    return {
+        "waves": torch.from_numpy(waves[:n]),
+        "labels": torch.from_numpy(labels[:n]),
+        "split": torch.from_numpy(split[:n]),
+        "skipped": skipped,
+    }
 
 
 def read_sc10(root: str | Path, skip_bad: bool = False, progress: bool | None = None) -> dict:
@@ -197,8 +239,12 @@ def read_sc10(root: str | Path, skip_bad: bool = False, progress: bool | None = 
         waves.append(samples)
         labels.append(SC10_WORDS.index(word))
     stacked = np.stack(waves) if waves else np.zeros((0, LENGTH), dtype=np.int16)
-    return {"waves": torch.from_numpy(stacked), "labels": torch.tensor(labels, dtype=torch.int64),
-            "short": short, "skipped": skipped}
+    return {
+        "waves": torch.from_numpy(stacked),
+        "labels": torch.tensor(labels, dtype=torch.int64),
+        "short": short,
+        "skipped": skipped,
+    }
 
 
 def stratified_split(labels: Tensor, seed: int) -> Tensor:
@@ -214,8 +260,8 @@ def stratified_split(labels: Tensor, seed: int) -> Tensor:
         idx = idx[torch.randperm(idx.numel(), generator=gen)]
         n_train = (7 * idx.numel()) // 10
         n_val = (idx.numel() - n_train) // 2
-        split[idx[n_train:n_train + n_val]] = 1
-        split[idx[n_train + n_val:]] = 2
+        split[idx[n_train : n_train + n_val]] = 1
+        split[idx[n_train + n_val :]] = 2
     return split
 
 
@@ -231,8 +277,15 @@ def mel_to_hz(m):
     return 700.0 * (10.0 ** (np.asarray(m, dtype=np.float64) / 2595.0) - 1.0)
 
 
-def mel_filterbank(n_freqs: int, n_mels: int, sample_rate: int, f_min: float = 0.0, f_max: float | None = None,
-                   dtype=torch.float64, device=None) -> Tensor:
+def mel_filterbank(
+    n_freqs: int,
+    n_mels: int,
+    sample_rate: int,
+    f_min: float = 0.0,
+    f_max: float | None = None,
+    dtype=torch.float64,
+    device=None,
+) -> Tensor:
     """Triangular HTK-mel filters, (n_freqs, n_mels), unnormalised (peak 1), on linear FFT bins.
 
     Filter m rises from mel point m to m+1 and falls to m+2, the n_mels + 2 points being evenly
@@ -258,22 +311,37 @@ def dct_matrix(n_mfcc: int, n_mels: int, dtype=torch.float64, device=None) -> Te
     return d
 
 
-def mel_spectrogram(waves: Tensor, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT, hop: int = HOP,
-                    n_mels: int = N_MELS) -> Tensor:
+def mel_spectrogram(
+    waves: Tensor, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT, hop: int = HOP, n_mels: int = N_MELS
+) -> Tensor:
     """Power mel spectrogram of (..., T) waveforms -> (..., frames, n_mels), frames = T // hop + 1."""
     shape = waves.shape
     x = waves.reshape(-1, shape[-1])
     window = torch.hann_window(n_fft, periodic=True, dtype=x.dtype, device=x.device)
-    spec = torch.stft(x, n_fft=n_fft, hop_length=hop, win_length=n_fft, window=window, center=True,
-                      pad_mode="reflect", return_complex=True)
-    power = spec.real ** 2 + spec.imag ** 2                      # (B, n_freqs, frames)
+    spec = torch.stft(
+        x,
+        n_fft=n_fft,
+        hop_length=hop,
+        win_length=n_fft,
+        window=window,
+        center=True,
+        pad_mode="reflect",
+        return_complex=True,
+    )
+    power = spec.real**2 + spec.imag**2  # (B, n_freqs, frames)
     fb = mel_filterbank(n_fft // 2 + 1, n_mels, sample_rate, dtype=x.dtype, device=x.device)
     mel = torch.einsum("bft,fm->btm", power, fb)
     return mel.reshape(*shape[:-1], mel.shape[1], n_mels)
 
 
-def mfcc(waves: Tensor, sample_rate: int = SAMPLE_RATE, n_mfcc: int = N_MFCC, n_fft: int = N_FFT, hop: int = HOP,
-         n_mels: int = N_MELS) -> Tensor:
+def mfcc(
+    waves: Tensor,
+    sample_rate: int = SAMPLE_RATE,
+    n_mfcc: int = N_MFCC,
+    n_fft: int = N_FFT,
+    hop: int = HOP,
+    n_mels: int = N_MELS,
+) -> Tensor:
     """MFCCs of (..., T) waveforms -> (..., frames, n_mfcc) (settings in the module docstring)."""
     log_mel = torch.log(mel_spectrogram(waves, sample_rate, n_fft, hop, n_mels) + LOG_OFFSET)
     return log_mel @ dct_matrix(n_mfcc, n_mels, dtype=log_mel.dtype, device=log_mel.device)
@@ -309,7 +377,7 @@ def channel_stats(store: Tensor, index: Tensor, chunk: int = 1024) -> tuple[Tens
     total = sq = None
     count = 0
     for start in range(0, index.numel(), chunk):
-        x = store[index[start:start + chunk]].double()
+        x = store[index[start : start + chunk]].double()
         if store.dtype == torch.int16:
             x = x / 32768.0
         if x.dim() == 2:
@@ -345,13 +413,23 @@ def speech_spec(features: str = "raw", classes: int = 35):
     classes = _check_classes(classes)
     raw = features == "raw"
     words = "35 words" if classes == 35 else "SC10 (10 words, the S4 code's subset and split)"
-    layout = ("speech_commands/<word>/<speaker>_nohash_<n>.wav, speech_commands/{validation_list,testing_list}.txt"
-              if classes == 35 else f"speech_commands/<word>/<speaker>_nohash_<n>.wav for {', '.join(SC10_WORDS)}")
+    layout = (
+        "speech_commands/<word>/<speaker>_nohash_<n>.wav, speech_commands/{validation_list,testing_list}.txt"
+        if classes == 35
+        else f"speech_commands/<word>/<speaker>_nohash_<n>.wav for {', '.join(SC10_WORDS)}"
+    )
     return TaskSpec(
-        name="speech-commands", input_kind="numeric", seq_len=LENGTH if raw else LENGTH // HOP + 1,
-        n_classes=classes, metric="accuracy", mask_ratio=0.15, d_input=1 if raw else N_MFCC,
-        description=f"Speech Commands v0.02, {words}; " + ("raw 16 kHz waveform (16000, 1)" if raw else "MFCC (161, 20)"),
-        layout=layout, obtain=OBTAIN,
+        name="speech-commands",
+        input_kind="numeric",
+        seq_len=LENGTH if raw else LENGTH // HOP + 1,
+        n_classes=classes,
+        metric="accuracy",
+        mask_ratio=0.15,
+        d_input=1 if raw else N_MFCC,
+        description=f"Speech Commands v0.02, {words}; "
+        + ("raw 16 kHz waveform (16000, 1)" if raw else "MFCC (161, 20)"),
+        layout=layout,
+        obtain=OBTAIN,
     )
 
 
@@ -386,13 +464,23 @@ def load_speech(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, fea
         split = stratified_split(raw["labels"], seed)
     store = raw["waves"]
     if features == "mfcc":
+
         def build_mfcc() -> dict:
-            feats = torch.cat([mfcc(raw["waves"][i:i + 512].double() / 32768.0).float()
-                               for i in range(0, raw["waves"].shape[0], 512)])
+            feats = torch.cat(
+                [
+                    mfcc(raw["waves"][i : i + 512].double() / 32768.0).float()
+                    for i in range(0, raw["waves"].shape[0], 512)
+                ]
+            )
             return {"mfcc": feats}
 
-        store = cached(data_dir, f"{name}-mfcc", sources,
-                       {**opts, "n_mfcc": N_MFCC, "n_fft": N_FFT, "hop": HOP, "n_mels": N_MELS}, build_mfcc)["mfcc"]
+        store = cached(
+            data_dir,
+            f"{name}-mfcc",
+            sources,
+            {**opts, "n_mfcc": N_MFCC, "n_fft": N_FFT, "hop": HOP, "n_mels": N_MELS},
+            build_mfcc,
+        )["mfcc"]
     parts = [torch.nonzero(split == s).flatten() for s in range(3)]
     for name, idx in zip(("train", "validation", "test"), parts):
         if idx.numel() == 0:
@@ -402,8 +490,15 @@ def load_speech(data_dir: Path, spec, seed: int = 0, skip_bad: bool = False, fea
     info = {"source": str(root), "mean": mean.tolist(), "std": std.tolist(), "sizes": [len(d) for d in datasets]}
     if classes == 10:
         info["short_dropped"] = dict(raw["short"])
-    return TaskData(spec=spec, train=datasets[0], val=datasets[1], test=datasets[2], vocab=None,
-                    skipped=dict(raw["skipped"]), info=info)
+    return TaskData(
+        spec=spec,
+        train=datasets[0],
+        val=datasets[1],
+        test=datasets[2],
+        vocab=None,
+        skipped=dict(raw["skipped"]),
+        info=info,
+    )
 
 
 def expected_paths(data_dir: Path, classes: int = 35, **_) -> list[Path]:
@@ -413,9 +508,13 @@ def expected_paths(data_dir: Path, classes: int = 35, **_) -> list[Path]:
 def _register() -> None:
     from longrange.data.registry import register_task
 
-    register_task("speech-commands", speech_spec,
-                  lambda data_dir, spec, seed=0, skip_bad=False, **o: load_speech(data_dir, spec, seed, skip_bad, **o),
-                  {"features": "raw", "classes": 35}, expected=expected_paths)
+    register_task(
+        "speech-commands",
+        speech_spec,
+        lambda data_dir, spec, seed=0, skip_bad=False, **o: load_speech(data_dir, spec, seed, skip_bad, **o),
+        {"features": "raw", "classes": 35},
+        expected=expected_paths,
+    )
 
 
 _register()

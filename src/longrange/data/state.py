@@ -10,14 +10,16 @@ with every run).
 :func:`task_status` and :func:`data_identity` are two readings of it under the names that
 ``longrange.data`` exports, kept for the code that calls them.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from longrange import smoke
 from longrange.data.cache import _source_fingerprint
@@ -34,20 +36,20 @@ class DataState:
     """Where a task's data stands, without loading it (:func:`data_state`)."""
 
     task: str
-    present: bool                 # the loader finds its data (drawn when loaded, built, or every listed file there)
-    generated: bool               # drawn when loaded, or built on first use from a generator
-    root: Path                    # the directory the loader reads (``DRAWN_WHEN_LOADED``: none)
-    missing: tuple[Path, ...]     # what is not there: listed files, or the generated directory not yet built
-    obtain: str                   # how to get the missing files (for data that cannot be generated)
-    data_dir: Path                # the root data directory (``root`` itself for data read from files)
+    present: bool  # the loader finds its data (drawn when loaded, built, or every listed file there)
+    generated: bool  # drawn when loaded, or built on first use from a generator
+    root: Path  # the directory the loader reads (``DRAWN_WHEN_LOADED``: none)
+    missing: tuple[Path, ...]  # what is not there: listed files, or the generated directory not yet built
+    obtain: str  # how to get the missing files (for data that cannot be generated)
+    data_dir: Path  # the root data directory (``root`` itself for data read from files)
     #: Each path the task lists under ``root`` (as its file list gives it) and whether it is there;
     #: ``root`` alone for a task without a file list, nothing for data drawn when loaded.
     files: tuple[tuple[Path, bool], ...] = ()
-    listed: bool = False          # the task has a file list
+    listed: bool = False  # the task has a file list
     #: The task's own listed files present in ``data_dir``: read unless generated data is asked for.
     own_files: tuple[Path, ...] = ()
     generator_version: int | None = None  # data drawn when loaded: the version of what draws it
-    configuration: str | None = None      # generated data: ``<configuration>-<hash of its options>``
+    configuration: str | None = None  # generated data: ``<configuration>-<hash of its options>``
 
     @property
     def files_found(self) -> bool:
@@ -95,8 +97,9 @@ class DataState:
         return {"dir": str(self.data_dir.resolve()), "files": hashlib.sha256(text.encode()).hexdigest()[:16], **shrunk}
 
 
-def data_state(name: str, data_dir: str | os.PathLike | None = None, generate: str | Mapping[str, Any] | None = None,
-               **options) -> DataState:
+def data_state(
+    name: str, data_dir: str | os.PathLike | None = None, generate: str | Mapping[str, Any] | None = None, **options
+) -> DataState:
     """Whether the task's data is present, will be generated on first use, or is missing (with the
     first missing file and how to obtain it), with every listed file and the data's identity.
 
@@ -107,8 +110,16 @@ def data_state(name: str, data_dir: str | os.PathLike | None = None, generate: s
     opts = resolved_options(name, options)
     base = default_data_dir(data_dir)
     if entry.generated is not None:  # drawn when loaded: nothing on disk, nothing missing
-        return DataState(name, present=True, generated=True, root=Path(DRAWN_WHEN_LOADED), missing=(), obtain="",
-                         data_dir=base, generator_version=entry.generated)
+        return DataState(
+            name,
+            present=True,
+            generated=True,
+            root=Path(DRAWN_WHEN_LOADED),
+            missing=(),
+            obtain="",
+            data_dir=base,
+            generator_version=entry.generated,
+        )
 
     def listed(root: Path) -> tuple[tuple[Path, bool], ...]:
         paths = entry.expected(root, **opts) if entry.expected is not None else [root]
@@ -120,17 +131,38 @@ def data_state(name: str, data_dir: str | os.PathLike | None = None, generate: s
         root = generated_root(name, data_dir, generate, opts)
         config, key, _ = generated_configuration(name, generate, opts)
         present = (root / GENERATED_MANIFEST).is_file()
-        return DataState(name, present=present, generated=True, root=root, missing=() if present else (root,),
-                         obtain="", data_dir=base, files=listed(root), listed=entry.expected is not None,
-                         own_files=own, configuration=f"{config}-{key}")
+        return DataState(
+            name,
+            present=present,
+            generated=True,
+            root=root,
+            missing=() if present else (root,),
+            obtain="",
+            data_dir=base,
+            files=listed(root),
+            listed=entry.expected is not None,
+            own_files=own,
+            configuration=f"{config}-{key}",
+        )
     missing = tuple(Path(p) for p, found in files if not found)
     obtain = entry.spec(**opts).obtain or "see `longrange data info " + name + "`"
-    return DataState(name, present=not missing, generated=False, root=base, missing=missing, obtain=obtain,
-                     data_dir=base, files=files, listed=entry.expected is not None, own_files=own)
+    return DataState(
+        name,
+        present=not missing,
+        generated=False,
+        root=base,
+        missing=missing,
+        obtain=obtain,
+        data_dir=base,
+        files=files,
+        listed=entry.expected is not None,
+        own_files=own,
+    )
 
 
-def task_status(name: str, data_dir: str | os.PathLike | None = None, generate: str | Mapping[str, Any] | None = None,
-                **options) -> tuple[bool, list[str]]:
+def task_status(
+    name: str, data_dir: str | os.PathLike | None = None, generate: str | Mapping[str, Any] | None = None, **options
+) -> tuple[bool, list[str]]:
     """Whether the task's files are present, and one human-readable line per expected path
     (``generate``: of that generated configuration): :attr:`DataState.files_found` and
     :meth:`DataState.file_lines` of :func:`data_state`, under the name ``longrange.data`` exports."""
@@ -138,8 +170,9 @@ def task_status(name: str, data_dir: str | os.PathLike | None = None, generate: 
     return state.files_found, state.file_lines()
 
 
-def data_identity(name: str, data_dir: str | os.PathLike | None = None,
-                  generate: str | Mapping[str, Any] | None = None, **options) -> dict[str, str]:
+def data_identity(
+    name: str, data_dir: str | os.PathLike | None = None, generate: str | Mapping[str, Any] | None = None, **options
+) -> dict[str, str]:
     """What identifies the data a run reads, without loading it: :meth:`DataState.identity` of
     :func:`data_state`, under the name the run records and ``longrange.data.tasks`` export."""
     return data_state(name, data_dir, generate, **options).identity()

@@ -20,10 +20,12 @@ elsewhere, over ``n_classes = vocab_size + 5`` outputs; ``induction-heads`` and 
 next-token tasks, whose models must be causal. ``associative-recall`` is a classification over the
 ``vocab_size - vocab_size // 2`` values.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +33,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from longrange.data.batch import IGNORE_INDEX
+from longrange.data.dataset import TaskData
 from longrange.data.generate.base import Generator, check_bool, check_int, example_rng, stream_code
 from longrange.data.generate.sequences import (
     AssociativeRecall,
@@ -39,7 +42,6 @@ from longrange.data.generate.sequences import (
     MultiQueryAR,
     SelectiveCopying,
 )
-from longrange.data.dataset import TaskData
 from longrange.data.registry import register_task
 from longrange.data.spec import TaskSpec
 from longrange.data.tokenize import FIRST_TOKEN_ID, Vocabulary
@@ -82,7 +84,9 @@ class GeneratedSplit(Dataset):
         if ex.targets is None:
             item["target"] = torch.tensor(ex.label, dtype=torch.long)
         else:
-            item["target"] = torch.from_numpy(np.where(ex.targets == IGNORE_INDEX, IGNORE_INDEX, ex.targets + FIRST_TOKEN_ID))
+            item["target"] = torch.from_numpy(
+                np.where(ex.targets == IGNORE_INDEX, IGNORE_INDEX, ex.targets + FIRST_TOKEN_ID)
+            )
         if ex.recalled is not None:  # the recall events of the inputs: pretraining reports its accuracy there
             item["recalled"] = torch.from_numpy(ex.recalled)
         return item
@@ -119,8 +123,16 @@ def generator_of(task: str, options: dict[str, Any]) -> Generator:
     return GENERATOR_CLASSES[task](**generator_opts)
 
 
-def _register(cls: type[Generator], splits: dict[str, Any], *, description: str, layout: str,
-              per_position: bool, causal: bool, n_classes: Callable[[Generator], int]) -> None:
+def _register(
+    cls: type[Generator],
+    splits: dict[str, Any],
+    *,
+    description: str,
+    layout: str,
+    per_position: bool,
+    causal: bool,
+    n_classes: Callable[[Generator], int],
+) -> None:
     name = cls.name
     GENERATOR_CLASSES[name] = cls
 
@@ -128,19 +140,34 @@ def _register(cls: type[Generator], splits: dict[str, Any], *, description: str,
         generator_opts, _ = _split_options(name, opts)
         generator = cls(**generator_opts)
         return TaskSpec(
-            name=name, input_kind="tokens", seq_len=generator.seq_len, n_classes=n_classes(generator),
-            metric="accuracy", mask_ratio=0.15, description=description, layout=layout,
-            obtain="generated when the task is loaded; nothing to obtain", per_position=per_position, causal=causal,
+            name=name,
+            input_kind="tokens",
+            seq_len=generator.seq_len,
+            n_classes=n_classes(generator),
+            metric="accuracy",
+            mask_ratio=0.15,
+            description=description,
+            layout=layout,
+            obtain="generated when the task is loaded; nothing to obtain",
+            per_position=per_position,
+            causal=causal,
             chance=1.0 / generator.n_answers,
         )
 
     def load(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, **opts: Any) -> TaskData:
         generator_opts, split = _split_options(name, opts)
         generator = cls(**generator_opts)
-        parts = {s: GeneratedSplit(generator, split[f"n_{s}"], seed, s, fresh=split["fresh_train"])
-                 for s in SPLIT_CODES}
-        return TaskData(spec, parts["train"], parts["val"], parts["test"], vocab=task_vocabulary(generator.vocab_size),
-                        info={"source": "generated", "seed": seed, "fresh_train": split["fresh_train"]})
+        parts = {
+            s: GeneratedSplit(generator, split[f"n_{s}"], seed, s, fresh=split["fresh_train"]) for s in SPLIT_CODES
+        }
+        return TaskData(
+            spec,
+            parts["train"],
+            parts["val"],
+            parts["test"],
+            vocab=task_vocabulary(generator.vocab_size),
+            info={"source": "generated", "seed": seed, "fresh_train": split["fresh_train"]},
+        )
 
     register_task(name, spec, load, {**cls.defaults(), **splits}, generated=GENERATOR_VERSION)
 
@@ -150,26 +177,39 @@ def _per_position_classes(generator: Generator) -> int:
 
 
 _register(
-    SelectiveCopying, {"n_train": 10000, "n_val": 1000, "n_test": 1000, "fresh_train": True},
+    SelectiveCopying,
+    {"n_train": 10000, "n_val": 1000, "n_test": 1000, "fresh_train": True},
     description="Selective copying (Mamba §3.1): repeat the data tokens scattered among noise, in order, at the markers",
     layout="generated: n_tokens data tokens at random positions among noise, then n_tokens markers; "
-           "answers at the markers", per_position=True, causal=False, n_classes=_per_position_classes,
+    "answers at the markers",
+    per_position=True,
+    causal=False,
+    n_classes=_per_position_classes,
 )
 _register(
-    InductionHeads, {"n_train": 65536, "n_val": 1000, "n_test": 1000, "fresh_train": True},
+    InductionHeads,
+    {"n_train": 65536, "n_val": 1000, "n_test": 1000, "fresh_train": True},
     description="Induction heads (Mamba §4.1.2): after the final trigger, the token that followed the earlier trigger",
-    layout="generated: random data tokens, a trigger at a random position, a trigger at the end; the answer "
-           "at the end", per_position=True, causal=True, n_classes=_per_position_classes,
+    layout="generated: random data tokens, a trigger at a random position, a trigger at the end; the answer at the end",
+    per_position=True,
+    causal=True,
+    n_classes=_per_position_classes,
 )
 _register(
-    MultiQueryAR, {"n_train": 100000, "n_val": 3000, "n_test": 3000, "fresh_train": False},
+    MultiQueryAR,
+    {"n_train": 100000, "n_val": 3000, "n_test": 3000, "fresh_train": False},
     description="MQAR (Zoology): key-value pairs, then every key queried once; answer each query with its value",
     layout="generated: n_pairs key-value pairs, then the keys as queries at power-law gaps; answers at the queries",
-    per_position=True, causal=True, n_classes=_per_position_classes,
+    per_position=True,
+    causal=True,
+    n_classes=_per_position_classes,
 )
 _register(
-    AssociativeRecall, {"n_train": 100000, "n_val": 3000, "n_test": 3000, "fresh_train": False},
+    AssociativeRecall,
+    {"n_train": 100000, "n_val": 3000, "n_test": 3000, "fresh_train": False},
     description="Associative recall, single query: the class of the value of the key that ends the sequence",
     layout="generated: n_pairs key-value pairs, filler, one of the keys last; label its value's index",
-    per_position=False, causal=False, n_classes=lambda g: g.n_classes,
+    per_position=False,
+    causal=False,
+    n_classes=lambda g: g.n_classes,
 )

@@ -34,6 +34,7 @@ Where each job lives:
 * ``data/loading.py``: :func:`load_task`;
 * ``data/reading.py``: what loaders share to read files (:func:`require_files`, :func:`read_lines`, :class:`BadRecords`).
 """
+
 from __future__ import annotations
 
 from longrange.data.dataset import SequenceDataset, TaskData, subset_indices, unpack_split
@@ -57,10 +58,41 @@ from longrange.data.spec import TaskSpec, chance_level
 from longrange.data.state import DRAWN_WHEN_LOADED, DataState, data_identity, data_state, task_status
 
 __all__ = [
-    "BadRecords", "DATA_ENV", "DRAWN_WHEN_LOADED", "DataState", "GENERATED_DIR", "GENERATED_MANIFEST", "GENERATORS",
-    "Generator", "RegisteredTask", "SequenceDataset", "TASKS", "TaskData", "TaskSpec", "chance_level", "data_identity",
-    "data_state", "default_data_dir", "ensure_generated", "generated_configuration", "generated_root", "generator",
-    "get_spec", "id_dtype", "list_tasks", "load_task", "pack", "pack_split", "read_lines", "register_generator",
-    "register_task", "require_files", "subset_indices", "task_dir", "task_options", "task_status", "unpack",
+    "BadRecords",
+    "DATA_ENV",
+    "DRAWN_WHEN_LOADED",
+    "DataState",
+    "GENERATED_DIR",
+    "GENERATED_MANIFEST",
+    "GENERATORS",
+    "Generator",
+    "RegisteredTask",
+    "SequenceDataset",
+    "TASKS",
+    "TaskData",
+    "TaskSpec",
+    "chance_level",
+    "data_identity",
+    "data_state",
+    "default_data_dir",
+    "ensure_generated",
+    "generated_configuration",
+    "generated_root",
+    "generator",
+    "get_spec",
+    "id_dtype",
+    "list_tasks",
+    "load_task",
+    "pack",
+    "pack_split",
+    "read_lines",
+    "register_generator",
+    "register_task",
+    "require_files",
+    "subset_indices",
+    "task_dir",
+    "task_options",
+    "task_status",
+    "unpack",
     "unpack_split",
 ]

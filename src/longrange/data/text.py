@@ -18,6 +18,7 @@ by the seed) as the validation split.
 ``source="hf"`` reads the HuggingFace ``imdb`` data set instead (needs the ``datasets`` package,
 imported only then; its cache goes to ``<data_dir>/text/hf``).
 """
+
 from __future__ import annotations
 
 import re
@@ -27,8 +28,8 @@ import numpy as np
 import torch
 from torch.utils.data import Subset
 
-from longrange.data.files import prepared_splits, token_spec
 from longrange.data.dataset import TaskData
+from longrange.data.files import prepared_splits, token_spec
 from longrange.data.locations import task_dir
 from longrange.data.packing import pack_split
 from longrange.data.reading import BadRecords, require_files
@@ -57,7 +58,10 @@ def text_spec(seq_len: int = 4096, min_count: int = 15, val_from_train: float = 
     if source not in ("files", "hf"):
         raise ConfigError(f"text option source must be 'files' or 'hf', got {source!r}")
     return token_spec(
-        "text", seq_len, n_classes=2, mask_ratio=0.15,
+        "text",
+        seq_len,
+        n_classes=2,
+        mask_ratio=0.15,
         description="LRA Text: IMDB review sentiment from characters (+ <eos>); val = test unless val_from_train",
         layout="text/aclImdb/{train,test}/{pos,neg}/*.txt (the Stanford aclImdb release; 25k/25k)",
         obtain=OBTAIN,
@@ -142,8 +146,16 @@ def text_expected_paths(data_dir: Path, source: str = "files", **options) -> lis
     return [root / "aclImdb" / split / name for split in SPLITS for name in LABELS]
 
 
-def load_text(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, seq_len: int = 4096,
-              min_count: int = 15, val_from_train: float = 0.0, source: str = "files") -> TaskData:
+def load_text(
+    data_dir: Path,
+    spec: TaskSpec,
+    seed: int = 0,
+    skip_bad: bool = False,
+    seq_len: int = 4096,
+    min_count: int = 15,
+    val_from_train: float = 0.0,
+    source: str = "files",
+) -> TaskData:
     """Load IMDB from ``data_dir/text/aclImdb`` (see the module docstring)."""
     root = task_dir(data_dir, SUBDIR, "aclImdb")
     options = {"seq_len": seq_len, "min_count": min_count, "source": source, "skip_bad": skip_bad}

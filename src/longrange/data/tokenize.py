@@ -9,13 +9,14 @@ A vocabulary is saved as JSON next to the prepared data::
 
     {"format": "longrange-vocabulary", "version": 1, "specials": [...], "tokens": [...], "strict": false}
 """
+
 from __future__ import annotations
 
 import json
 import os
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -107,7 +108,9 @@ class Vocabulary:
         return self._itos[idx]
 
     # encoding ------------------------------------------------------------------------------------
-    def encode(self, tokens: Iterable[str], *, where: str = "", path: object = None, line: int | None = None) -> list[int]:
+    def encode(
+        self, tokens: Iterable[str], *, where: str = "", path: object = None, line: int | None = None
+    ) -> list[int]:
         """Ids of ``tokens``.
 
         In strict mode a token outside the vocabulary (or a special token's string) raises
@@ -165,11 +168,16 @@ class Vocabulary:
 
     # persistence ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"format": _FORMAT, "version": _VERSION, "specials": list(SPECIALS),
-                "tokens": list(self.tokens), "strict": self.strict}
+        return {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "specials": list(SPECIALS),
+            "tokens": list(self.tokens),
+            "strict": self.strict,
+        }
 
     @classmethod
-    def from_dict(cls, obj: object, path: object = None) -> "Vocabulary":
+    def from_dict(cls, obj: object, path: object = None) -> Vocabulary:
         if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
             raise DataFormatError(f"not a {_FORMAT} file", path)
         if obj.get("version") != _VERSION:
@@ -193,7 +201,7 @@ class Vocabulary:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Vocabulary":
+    def load(cls, path: str | os.PathLike) -> Vocabulary:
         path = Path(path)
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
@@ -204,7 +212,7 @@ class Vocabulary:
         return cls.from_dict(obj, path)
 
     @classmethod
-    def build_chars(cls, texts: Iterable[str], min_count: int = 1, strict: bool = False) -> "Vocabulary":
+    def build_chars(cls, texts: Iterable[str], min_count: int = 1, strict: bool = False) -> Vocabulary:
         """``build(texts, ...)`` for character-level vocabularies, counting code points with numpy."""
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
@@ -229,7 +237,7 @@ class Vocabulary:
         return cls(tokens, strict=strict)
 
     @classmethod
-    def build(cls, token_iter: Iterable[Iterable[str]], min_count: int = 1, strict: bool = False) -> "Vocabulary":
+    def build(cls, token_iter: Iterable[Iterable[str]], min_count: int = 1, strict: bool = False) -> Vocabulary:
         """Vocabulary of the tokens seen at least ``min_count`` times.
 
         Args:

@@ -14,10 +14,12 @@ Lines are read tolerant of two editor habits.
 
 The published LRA files have neither; both are tolerated because neither can change a record.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, Sequence, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from longrange.data.reading import BadRecords, read_lines
 from longrange.errors import DataFormatError
@@ -33,7 +35,7 @@ def tsv_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     blanks: list[tuple[int, str]] = []
     for number, text in read_lines(path):
         if number == 1 and text.startswith(BOM):
-            text = text[len(BOM):]
+            text = text[len(BOM) :]
         if not text.strip():
             blanks.append((number, text))
             continue
@@ -48,9 +50,15 @@ def check_not_blank(text: str, path: object, number: int) -> None:
         raise DataFormatError("blank line (blank lines are ignored only at the end of the file)", path, number)
 
 
-def read_tsv(path: str | os.PathLike, columns: Sequence[str], parse: Callable[[list[str], int], T],
-             bad: BadRecords | None = None, *, header: Sequence[str] | None = None,
-             empty: str = "no records") -> list[T]:
+def read_tsv(
+    path: str | os.PathLike,
+    columns: Sequence[str],
+    parse: Callable[[list[str], int], T],
+    bad: BadRecords | None = None,
+    *,
+    header: Sequence[str] | None = None,
+    empty: str = "no records",
+) -> list[T]:
     """``parse(columns, line_number)`` of every record of a tab-separated file, in file order.
 
     Args:
@@ -75,8 +83,11 @@ def read_tsv(path: str | os.PathLike, columns: Sequence[str], parse: Callable[[l
             check_not_blank(text, path, number)
             fields = text.split("\t")
             if len(fields) != len(columns):
-                raise DataFormatError(f"expected {len(columns)} tab-separated columns ({', '.join(columns)}), "
-                                      f"found {len(fields)}", path, number)
+                raise DataFormatError(
+                    f"expected {len(columns)} tab-separated columns ({', '.join(columns)}), found {len(fields)}",
+                    path,
+                    number,
+                )
             out.append(parse(fields, number))
         except DataFormatError as err:
             bad.handle(err)

@@ -11,6 +11,7 @@ stages), ``scheduler`` and ``backends`` (running the plan in process, on local w
 SLURM), ``compare``, ``demo``, and the command modules ``cli`` and ``params_cli``. The names below are imported on first use, so that the command
 line starts without importing the whole stack.
 """
+
 from longrange._exports import lazy_exports
 
 _EXPORTS = {

@@ -13,12 +13,13 @@ name and the swept values: ``S4D (wide, d_model=36)``. Its stages are run, reuse
 other (their ids contain the label). A list value is written in brackets and is not a sweep:
 ``compare.objectives=[causal,masked]``.
 """
+
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from longrange.errors import ConfigError
 from longrange.experiment.config import ExperimentConfig, resolve
@@ -60,8 +61,10 @@ def sweeps(settings: Sequence[str]) -> tuple[list[str], list[tuple[str, list[str
             continue
         key = key.strip()
         if key.startswith(NOT_SWEPT):
-            raise ConfigError(f"{item!r}: {key} says how the grid runs, not what a cell is, so it cannot be swept; "
-                              "write a list in brackets ([0,1]) or use the option (--seeds, --objectives)")
+            raise ConfigError(
+                f"{item!r}: {key} says how the grid runs, not what a cell is, so it cannot be swept; "
+                "write a list in brackets ([0,1]) or use the option (--seeds, --objectives)"
+            )
         if any(not v.strip() for v in values):
             raise ConfigError(f"{item!r}: an empty value in the sweep of {key}")
         if any(key == k for k, _ in swept):
@@ -80,13 +83,14 @@ def _short_names(keys: Sequence[str]) -> dict[str, str]:
 class SweepCell:
     """One cell of a comparison's sweep: an experiment at one combination of the swept values."""
 
-    name: str                 # what made it: ``demo/s4d (d_model=36)``
-    exp: ExperimentConfig     # its experiment, labelled
-    swept: tuple[str, ...]    # its swept values (``d_model=36``): cells with the same compare models
+    name: str  # what made it: ``demo/s4d (d_model=36)``
+    exp: ExperimentConfig  # its experiment, labelled
+    swept: tuple[str, ...]  # its swept values (``d_model=36``): cells with the same compare models
 
 
-def cells(presets: Sequence[str] = (), configs: Sequence[str | Path] = (), settings: Sequence[str] = ()
-          ) -> list[ExperimentConfig]:
+def cells(
+    presets: Sequence[str] = (), configs: Sequence[str | Path] = (), settings: Sequence[str] = ()
+) -> list[ExperimentConfig]:
     """The experiments of a comparison: each preset (or none) x each config (or none) x each combination
     of swept values, in that order, labelled as the module docstring says."""
     return [cell.exp for cell in named_cells(presets, configs, settings)]
@@ -101,8 +105,9 @@ def model_groups(found: Sequence[SweepCell]) -> list[list[int]]:
     return list(groups.values())
 
 
-def named_cells(presets: Sequence[str] = (), configs: Sequence[str | Path] = (), settings: Sequence[str] = ()
-                ) -> list[SweepCell]:
+def named_cells(
+    presets: Sequence[str] = (), configs: Sequence[str | Path] = (), settings: Sequence[str] = ()
+) -> list[SweepCell]:
     """:func:`cells` as :class:`SweepCell`\\ s, with the name of what made each and its swept values."""
     if not presets and not configs:
         raise ConfigError("give at least one --preset (repeatable) or --config")
@@ -110,8 +115,10 @@ def named_cells(presets: Sequence[str] = (), configs: Sequence[str | Path] = (),
     names = _short_names([k for k, _ in swept])
     stems = [Path(c).stem for c in configs]
     if len(set(stems)) < len(stems):
-        raise ConfigError(f"two --config files share the name {next(s for s in stems if stems.count(s) > 1)!r}; "
-                          "cells are labelled by it: rename one")
+        raise ConfigError(
+            f"two --config files share the name {next(s for s in stems if stems.count(s) > 1)!r}; "
+            "cells are labelled by it: rename one"
+        )
     name_config = len(configs) > 1 and bool(presets)
     out = []
     for preset in presets or [None]:
@@ -124,5 +131,7 @@ def named_cells(presets: Sequence[str] = (), configs: Sequence[str | Path] = (),
                     exp.label = f"{exp.label} ({', '.join(parts)})"
                 source = " + ".join(str(x) for x in (preset, config) if x is not None)
                 swept_parts = tuple(f"{names[k]}={v}" for (k, _), v in zip(swept, values))
-                out.append(SweepCell(source + (f" ({', '.join(swept_parts)})" if swept_parts else ""), exp, swept_parts))
+                out.append(
+                    SweepCell(source + (f" ({', '.join(swept_parts)})" if swept_parts else ""), exp, swept_parts)
+                )
     return out

@@ -15,15 +15,17 @@ that is not finished, in dependency order (``experiment/scheduler.py``, on a bac
   stages after it are skipped, and the rest of the grid goes on; the comparison then ends with an
   error naming every failed stage.
 """
+
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from longrange.experiment.backends import InProcess
 from longrange.errors import DataMissingError, LongrangeError
+from longrange.experiment.backends import InProcess
 from longrange.experiment.config import ExperimentConfig, TaskConfig
 from longrange.experiment.execute import StageFailed, execute_stage
 from longrange.experiment.params import WIDTH, match_field, model_size, size_warning, with_value
@@ -60,15 +62,17 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
             stale.append(resolved.name_fields(f"{stage.id}: {'; '.join(diff[:4])}{' ...' if len(diff) > 4 else ''}"))
     if stale and not overwrite:
         raise RunMismatchError(
-            f"{len(stale)} finished stage(s) in {out_dir} were made with other settings: " + " | ".join(stale[:6])
+            f"{len(stale)} finished stage(s) in {out_dir} were made with other settings: "
+            + " | ".join(stale[:6])
             + (f" | and {len(stale) - 6} more" if len(stale) > 6 else "")
             + "; pass --overwrite to run them again with these settings, or choose a new --out"
         )
     return stale
 
 
-def size_lines(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]],
-               size_note: str | None = None) -> list[str]:
+def size_lines(
+    experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]], size_note: str | None = None
+) -> list[str]:
     """One line with each experiment's parameter count (of its supervised model), and a warning line for
     each group of experiments whose counts differ by more than 10% (with ``size_note``, why the sizes
     differ on purpose, instead)."""
@@ -78,8 +82,10 @@ def size_lines(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequenc
             totals.append(int(model_size(exp)["total"]))
         except LongrangeError:  # e.g. a pretrained LM not at hand: the stage itself will say so
             totals.append(None)
-    lines = ["parameters: " + ", ".join(f"{exp.label} {'?' if total is None else f'{total:,}'}"
-                                        for exp, total in zip(experiments, totals))]
+    lines = [
+        "parameters: "
+        + ", ".join(f"{exp.label} {'?' if total is None else f'{total:,}'}" for exp, total in zip(experiments, totals))
+    ]
     for group in groups:
         warning = size_warning([experiments[i].label for i in group], [totals[i] for i in group])
         if warning:
@@ -87,8 +93,9 @@ def size_lines(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequenc
     return lines
 
 
-def match_widths(experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]]
-                 ) -> tuple[list[ExperimentConfig], list[str]]:
+def match_widths(
+    experiments: Sequence[ExperimentConfig], groups: Sequence[Sequence[int]]
+) -> tuple[list[ExperimentConfig], list[str]]:
     """The experiments with the width of each after the first of its group matched to the first's
     parameter count (``compare --match-params``), and a line per matched experiment."""
     out, lines = list(experiments), []
@@ -134,7 +141,9 @@ def raise_for_missing(missing: Sequence[str], listed: bool = False) -> None:
     if missing and listed:
         raise DataMissingError(f"the data of {len(missing)} task(s) is missing (see 'data:' above)")
     if missing:
-        raise DataMissingError(f"the data of {len(missing)} task(s) is missing, nothing was run: " + " | ".join(missing))
+        raise DataMissingError(
+            f"the data of {len(missing)} task(s) is missing, nothing was run: " + " | ".join(missing)
+        )
 
 
 def raise_for_outcome(out_dir: Path, outcome: dict[str, Outcome]) -> None:
@@ -146,13 +155,17 @@ def raise_for_outcome(out_dir: Path, outcome: dict[str, Outcome]) -> None:
         return
     parts = []
     if failed:
-        parts.append(f"{len(failed)} stage(s) failed: " + ", ".join(f"{i} (see {RunDir(out_dir / i).failure})" for i in failed))
+        parts.append(
+            f"{len(failed)} stage(s) failed: " + ", ".join(f"{i} (see {RunDir(out_dir / i).failure})" for i in failed)
+        )
     if held:
         parts.append(f"{len(held)} stage(s) are running in another process: {', '.join(held)}")
     if skipped:
         parts.append(f"{len(skipped)} stage(s) after them did not run")
-    raise StageFailed("; ".join(parts) + f"; `longrange compare --status {out_dir}` shows every stage, "
-                      "and running compare again does only the missing work")
+    raise StageFailed(
+        "; ".join(parts) + f"; `longrange compare --status {out_dir}` shows every stage, "
+        "and running compare again does only the missing work"
+    )
 
 
 def compare(
@@ -198,16 +211,33 @@ def compare(
     matched = []
     if match_params and not missing:
         experiments, matched = match_widths(experiments, groups)
-    plan = plan_grid(experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched,
-                     train_subsets=train_subsets)
+    plan = plan_grid(
+        experiments, seeds=seeds, objectives=objectives, compute_matched=compute_matched, train_subsets=train_subsets
+    )
     sizes = [] if missing else matched + size_lines(experiments, groups, size_note)
-    return run_grid(plan, out_dir, executor=executor, overwrite=overwrite, rerun_other_versions=rerun_other_versions,
-                    dry_run=dry_run, notes=sizes, data=data)
+    return run_grid(
+        plan,
+        out_dir,
+        executor=executor,
+        overwrite=overwrite,
+        rerun_other_versions=rerun_other_versions,
+        dry_run=dry_run,
+        notes=sizes,
+        data=data,
+    )
 
 
-def run_grid(plan: Plan, out_dir: str | Path, *, executor: Backend | None = None, overwrite: bool = False,
-             rerun_other_versions: bool = False, dry_run: bool = False, notes: Sequence[str] = (),
-             data: tuple[list[str], list[str]] | None = None) -> list[dict[str, Any]]:
+def run_grid(
+    plan: Plan,
+    out_dir: str | Path,
+    *,
+    executor: Backend | None = None,
+    overwrite: bool = False,
+    rerun_other_versions: bool = False,
+    dry_run: bool = False,
+    notes: Sequence[str] = (),
+    data: tuple[list[str], list[str]] | None = None,
+) -> list[dict[str, Any]]:
     """Run ``plan``'s stages into ``out_dir`` as :func:`compare` does (its data checked and generated
     first, finished stages reused only with the same settings, the rest run in dependency order on
     ``executor``); return the final stages' summaries in plan order. ``notes``: lines printed before
@@ -224,8 +254,11 @@ def run_grid(plan: Plan, out_dir: str | Path, *, executor: Backend | None = None
         raise_for_missing(missing, listed=True)
         return []
     if missing and getattr(executor, "submits_ahead", False):  # a scheduler's nodes may see other files
-        print("warning: " + " | ".join(missing) + "; the jobs fail unless their nodes see the data",
-              file=sys.stderr, flush=True)
+        print(
+            "warning: " + " | ".join(missing) + "; the jobs fail unless their nodes see the data",
+            file=sys.stderr,
+            flush=True,
+        )
     else:
         raise_for_missing(missing)
     if notes:

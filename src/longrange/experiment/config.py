@@ -20,15 +20,17 @@ Any field can be overridden from the command line by its dotted name: ``model.d_
 ``train.lr=3e-4``, ``task.options.seq_len=1024``. Values are read as YAML (numbers, booleans,
 lists like ``[0,1,2]``).
 """
+
 from __future__ import annotations
 
 import copy
 import dataclasses
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import yaml
 
@@ -220,13 +222,16 @@ class ExperimentConfig:
         self.stage_task("pretrain")
         unknown = [o for o in self.compare.objectives if o not in SPT_OBJECTIVES]
         if unknown:
-            raise ConfigError(f"compare.objectives {unknown} are not SPT objectives; expected {', '.join(SPT_OBJECTIVES)}")
+            raise ConfigError(
+                f"compare.objectives {unknown} are not SPT objectives; expected {', '.join(SPT_OBJECTIVES)}"
+            )
         if not self.compare.seeds:
             raise ConfigError("compare.seeds is empty")
         check_train_subsets(self.compare.train_subsets, "compare.train_subsets")
         if self.compare.pretrain_data not in PRETRAIN_DATA:
-            raise ConfigError(f"compare.pretrain_data must be one of {', '.join(PRETRAIN_DATA)}, "
-                              f"got {self.compare.pretrain_data!r}")
+            raise ConfigError(
+                f"compare.pretrain_data must be one of {', '.join(PRETRAIN_DATA)}, got {self.compare.pretrain_data!r}"
+            )
 
 
 def check_train_subsets(values: Sequence[Any], where: str) -> list[float | int]:
@@ -372,9 +377,13 @@ def experiment_of_run(data: Mapping[str, Any], where: str = "the run's configura
     stage = f"{data.get('stage')} stage"
     if kind and kind != "supervised":
         stage += f", objective {kind}" + (" reversed" if reverse else "")
-    print(f"{where}: a run's configuration ({stage}, seed {data.get('seed')}), read as the experiment it ran: its "
-          f"run fields ({', '.join(k for k in RUN_FIELDS if k in data)}) are left out; the command and its --seed "
-          "choose the stage", file=sys.stderr, flush=True)
+    print(
+        f"{where}: a run's configuration ({stage}, seed {data.get('seed')}), read as the experiment it ran: its "
+        f"run fields ({', '.join(k for k in RUN_FIELDS if k in data)}) are left out; the command and its --seed "
+        "choose the stage",
+        file=sys.stderr,
+        flush=True,
+    )
     return out
 
 
@@ -434,7 +443,9 @@ def load_experiment(preset: str) -> dict[str, Any]:
     return load_preset(preset)
 
 
-def resolve(preset: str | None = None, config: str | Path | None = None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+def resolve(
+    preset: str | None = None, config: str | Path | None = None, overrides: Sequence[str] = ()
+) -> ExperimentConfig:
     """Preset (a built-in name or a YAML file) and/or config file (the file on top of the preset), then
     the overrides."""
     data: dict[str, Any] = {}

@@ -15,6 +15,7 @@ page does not change when a primitive is added. ::
 ``tests/experiment/test_config_reference.py`` checks that the committed page is this output and that
 every field of every section is in it and documented, so the page cannot drift from the code.
 """
+
 from __future__ import annotations
 
 import ast
@@ -55,8 +56,8 @@ class Field:
 
 @dataclass
 class Section:
-    name: str          # dotted: "" (the top level), "task", "compare.launcher", ...
-    cls: type | None   # None: the top level (ExperimentConfig)
+    name: str  # dotted: "" (the top level), "task", "compare.launcher", ...
+    cls: type | None  # None: the top level (ExperimentConfig)
     intro: str
     fields: list[Field]
 
@@ -183,8 +184,16 @@ def _section(name: str, cls: type, choices: dict[tuple[str, str], str], out: lis
             section.fields.append(Field(f.name, "mapping", "", docs.get(f.name, ""), "", dotted))
             nested.append((dotted, tp))
         else:
-            section.fields.append(Field(f.name, str(f.type), _value(_default(f)), docs.get(f.name, ""),
-                                        choices.get((name, f.name), ""), None))
+            section.fields.append(
+                Field(
+                    f.name,
+                    str(f.type),
+                    _value(_default(f)),
+                    docs.get(f.name, ""),
+                    choices.get((name, f.name), ""),
+                    None,
+                )
+            )
     for dotted, tp in nested:
         _section(dotted, tp, choices, out)
     return section
@@ -210,9 +219,17 @@ def sections() -> list[Section]:
             top.fields.append(Field(f.name, "mapping", "{}", docs.get(f.name, ""), "", OVERRIDES[f.name]))
         else:
             top.fields.append(Field(f.name, str(f.type), _value(_default(f)), docs.get(f.name, ""), "", None))
-    top.fields.append(Field("base", "str | list[str]", "", "The presets this file starts from, merged underneath it in "
-                            "order (a preset's name, as `longrange presets` lists them); the file's own values win.",
-                            "", None))
+    top.fields.append(
+        Field(
+            "base",
+            "str | list[str]",
+            "",
+            "The presets this file starts from, merged underneath it in "
+            "order (a preset's name, as `longrange presets` lists them); the file's own values win.",
+            "",
+            None,
+        )
+    )
     return out
 
 
@@ -248,7 +265,7 @@ def reference() -> str:
         "",
         "Each value is converted to its field's type and checked before any data is read; an unknown field "
         "or a value of the wrong type is an error that names the dotted field (and the closest known name). "
-        "Types: `int` (also `16.0`, `\"16\"`), `float` (also `1e-3`), `bool` (`true` or `false`), `str`, "
+        'Types: `int` (also `16.0`, `"16"`), `float` (also `1e-3`), `bool` (`true` or `false`), `str`, '
         "`X | None` (`null` allowed), `list[X]`, `tuple[...]` (written as a list), `dict[str, X]` (a "
         "mapping), `Any` (anything); a section is a mapping of its own fields. Where a description "
         "says None, YAML writes `null`.",

@@ -18,13 +18,14 @@ Each prints the comparison table (mean and 95% CI over seeds), the verdict compu
 seeds per architecture, and the ranking of the architectures under each regime; ``OUT/report.md``
 adds the plots.
 """
+
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from longrange.experiment.compare import compare
 from longrange.experiment.config import resolve
@@ -50,19 +51,31 @@ class Demo:
 
 
 DEMOS: dict[str, Demo] = {
-    "recall": Demo(("demo/recall/transformer", "demo/recall/dlr"), (0, 1, 2),
-                   "benchmarks/recall_spt.py", "ar-small-recall3", "runs/demo", False,
-                   "associative recall with 250 and 1,000 labelled sequences of 20,000: a Transformer and a DLR, "
-                   "from scratch and with causal self-pretraining on all 20,000 inputs, 3 seeds",
-                   "the models are the recall study's, at the width (64) where its finding was screened and "
-                   "confirmed, not matched in parameters (the Transformer has 3.6x the DLR's); the study's "
-                   "parameter-matched setting ar-small-recall3-pmatch (DLR at width 139, the Transformer's 104k) "
-                   "finds that the ranking still changes (docs/small-scale-spt.md); `compare --match-params` "
-                   "matches any comparison"),
-    "listops": Demo(("demo/dlr",), (0, 1, 2, 3, 4),
-                    "benchmarks/small_scale_spt.py", "listops-short-dlr-random-10pct", "runs/demo-listops", True,
-                    "a generated short ListOps with 10% of its labels: a small DLR from scratch, with masked "
-                    "self-pretraining and with matched compute, 5 seeds"),
+    "recall": Demo(
+        ("demo/recall/transformer", "demo/recall/dlr"),
+        (0, 1, 2),
+        "benchmarks/recall_spt.py",
+        "ar-small-recall3",
+        "runs/demo",
+        False,
+        "associative recall with 250 and 1,000 labelled sequences of 20,000: a Transformer and a DLR, "
+        "from scratch and with causal self-pretraining on all 20,000 inputs, 3 seeds",
+        "the models are the recall study's, at the width (64) where its finding was screened and "
+        "confirmed, not matched in parameters (the Transformer has 3.6x the DLR's); the study's "
+        "parameter-matched setting ar-small-recall3-pmatch (DLR at width 139, the Transformer's 104k) "
+        "finds that the ranking still changes (docs/small-scale-spt.md); `compare --match-params` "
+        "matches any comparison",
+    ),
+    "listops": Demo(
+        ("demo/dlr",),
+        (0, 1, 2, 3, 4),
+        "benchmarks/small_scale_spt.py",
+        "listops-short-dlr-random-10pct",
+        "runs/demo-listops",
+        True,
+        "a generated short ListOps with 10% of its labels: a small DLR from scratch, with masked "
+        "self-pretraining and with matched compute, 5 seeds",
+    ),
 }
 DEFAULT_DEMO = "recall"
 
@@ -79,8 +92,13 @@ def default_jobs() -> int:
     return auto_jobs()
 
 
-def run_demo(out_dir: str | Path | None = None, seeds: Sequence[int] | None = None, jobs: int | str | None = None,
-             overrides: Sequence[str] = (), which: str = DEFAULT_DEMO) -> str:
+def run_demo(
+    out_dir: str | Path | None = None,
+    seeds: Sequence[int] | None = None,
+    jobs: int | str | None = None,
+    overrides: Sequence[str] = (),
+    which: str = DEFAULT_DEMO,
+) -> str:
     """Run a demo into ``out_dir`` and return what it prints: the results table, the verdict and the ranking.
 
     ``which``: a name of :data:`DEMOS`. ``out_dir``: default the demo's own (``runs/demo``,
@@ -99,8 +117,13 @@ def run_demo(out_dir: str | Path | None = None, seeds: Sequence[int] | None = No
     print(f"demo {which}: {demo.summary}", file=sys.stderr, flush=True)
     experiments = [resolve(name, overrides=[f"task.data_dir={out / 'data'}", *overrides]) for name in demo.presets]
     jobs = default_jobs() if jobs in (None, "auto") else jobs
-    compare(experiments, out, seeds=list(demo.seeds if seeds is None else seeds),
-            executor=LocalWorkers(jobs) if jobs > 1 else None, size_note=demo.sizes)
+    compare(
+        experiments,
+        out,
+        seeds=list(demo.seeds if seeds is None else seeds),
+        executor=LocalWorkers(jobs) if jobs > 1 else None,
+        size_note=demo.sizes,
+    )
     text = report_and_verdict(out, kernels=demo.kernels)
     if demo.sizes:
         text = f"Model sizes: {demo.sizes}.\n\n{text}"

@@ -29,11 +29,13 @@ mask made from lengths is; a selection by value (the masked positions of masked 
 answer positions of per-position tasks) selects every position, PyTorch's
 ``meta_nonzero_assume_all_nonzero`` (an upper bound of the memory of what follows it).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -105,8 +107,15 @@ def dry_stages(exp: ExperimentConfig) -> list[tuple[str, str]]:
     return pairs
 
 
-def synthetic_batch(spec: Any, batch_size: int, seq_len: int, *, vocab_size: int | None, device: torch.device | str,
-                    generator: torch.Generator | None = None) -> dict[str, Tensor]:
+def synthetic_batch(
+    spec: Any,
+    batch_size: int,
+    seq_len: int,
+    *,
+    vocab_size: int | None,
+    device: torch.device | str,
+    generator: torch.Generator | None = None,
+) -> dict[str, Tensor]:
     """A batch of ``batch_size`` sequences of ``seq_len`` positions in the layout of ``data/batch.py``
     on ``device``: token ids (int64, drawn from the task's tokens) or values (float32, ``spec.d_input``
     channels), every length ``seq_len``, targets of the task's kind (class indices; regression
@@ -163,14 +172,31 @@ class PreparedStep:
         """One training step (``train/step.py``)."""
         from longrange.train.step import training_step
 
-        return training_step(self.model, self.objective, self.batches, self.optimizer, self.precision,
-                             self.stage.train.grad_clip, before_micro_batch)
+        return training_step(
+            self.model,
+            self.objective,
+            self.batches,
+            self.optimizer,
+            self.precision,
+            self.stage.train.grad_clip,
+            before_micro_batch,
+        )
 
 
-def prepare_step(exp: ExperimentConfig, stage: str = "train", objective: str | None = None, *,
-                 device: torch.device | str = META, batch_size: int | None = None, grad_accum: int | None = None,
-                 seq_len: int | None = None, vocab: int | None = None, micro_batches: int | None = None,
-                 precision: Any = None, generator: torch.Generator | None = None) -> PreparedStep:
+def prepare_step(
+    exp: ExperimentConfig,
+    stage: str = "train",
+    objective: str | None = None,
+    *,
+    device: torch.device | str = META,
+    batch_size: int | None = None,
+    grad_accum: int | None = None,
+    seq_len: int | None = None,
+    vocab: int | None = None,
+    micro_batches: int | None = None,
+    precision: Any = None,
+    generator: torch.Generator | None = None,
+) -> PreparedStep:
     """Build ``exp``'s ``stage`` with ``objective`` on ``device`` for one training step.
 
     ``objective``: a pretraining stage's default is the first of :func:`pretraining_objectives`.
@@ -197,8 +223,10 @@ def prepare_step(exp: ExperimentConfig, stage: str = "train", objective: str | N
     length = seq_len or data.spec.seq_len
     if precision is None:
         if device.type == "meta" and train_cfg.precision != "fp32":
-            raise ConfigError(f"train.precision {train_cfg.precision!r}: the meta device has no autocast; plan the "
-                              "step with `longrange plan` (fake CPU tensors under CPU autocast) or dry-run it in fp32")
+            raise ConfigError(
+                f"train.precision {train_cfg.precision!r}: the meta device has no autocast; plan the "
+                "step with `longrange plan` (fake CPU tensors under CPU autocast) or dry-run it in fp32"
+            )
         precision = Precision(train_cfg.precision, device)
     with torch.device(device):  # built where it runs: on meta nothing is allocated or initialised
         built = build_stage(resolved, data)
@@ -207,10 +235,13 @@ def prepare_step(exp: ExperimentConfig, stage: str = "train", objective: str | N
     if device.type == "meta":  # meta stands for a GPU: AdamW's multi-tensor path, PyTorch's default on CUDA
         for group in optimizer.param_groups:
             group["foreach"] = True
-    batches = [synthetic_batch(data.spec, micro, length, vocab_size=data.vocab_size, device=device, generator=generator)
-               for _ in range(micro_batches or train_cfg.grad_accum)]
-    return PreparedStep(resolved, data, model, built.objective, optimizer, precision, batches, train_cfg.batch_size,
-                        micro, length)
+    batches = [
+        synthetic_batch(data.spec, micro, length, vocab_size=data.vocab_size, device=device, generator=generator)
+        for _ in range(micro_batches or train_cfg.grad_accum)
+    ]
+    return PreparedStep(
+        resolved, data, model, built.objective, optimizer, precision, batches, train_cfg.batch_size, micro, length
+    )
 
 
 @dataclass
@@ -223,19 +254,29 @@ class DryRun:
     batch_size: int
     micro_batch: int
     seq_len: int
-    inputs: str                       # "int64 (32, 16384)"
+    inputs: str  # "int64 (32, 16384)"
     parameters: int
     device: str
-    kernels: dict[str, str] = field(default_factory=dict)   # longrange.ops.used: the op -> implementation traced
+    kernels: dict[str, str] = field(default_factory=dict)  # longrange.ops.used: the op -> implementation traced
 
     def describe(self) -> str:
-        return (f"{self.name} {self.stage} ({self.objective}): batch {self.batch_size} (micro-batch {self.micro_batch}) "
-                f"x {self.seq_len}, inputs {self.inputs}, {self.parameters:,} parameters on {self.device}"
-                + (f"; kernels {', '.join(f'{k}={v}' for k, v in sorted(self.kernels.items()))}" if self.kernels else ""))
+        return (
+            f"{self.name} {self.stage} ({self.objective}): batch {self.batch_size} (micro-batch {self.micro_batch}) "
+            f"x {self.seq_len}, inputs {self.inputs}, {self.parameters:,} parameters on {self.device}"
+            + (f"; kernels {', '.join(f'{k}={v}' for k, v in sorted(self.kernels.items()))}" if self.kernels else "")
+        )
 
 
-def dry_run(exp: ExperimentConfig, stage: str = "train", objective: str | None = None, *, name: str | None = None,
-            batch_size: int | None = None, seq_len: int | None = None, vocab: int | None = None) -> DryRun:
+def dry_run(
+    exp: ExperimentConfig,
+    stage: str = "train",
+    objective: str | None = None,
+    *,
+    name: str | None = None,
+    batch_size: int | None = None,
+    seq_len: int | None = None,
+    vocab: int | None = None,
+) -> DryRun:
     """One training step of ``exp``'s ``stage`` on the meta device (see the module docstring).
 
     Errors in building the stage's settings are the ConfigErrors they are; an error of the step
@@ -243,7 +284,6 @@ def dry_run(exp: ExperimentConfig, stage: str = "train", objective: str | None =
     experiment's label), the stage, objective and sizes, with the original error chained.
     """
     from longrange.ops import used
-
     from longrange.ops.dataless import DtypeChecks, fake_mode
 
     name = name or exp.label
@@ -255,8 +295,10 @@ def dry_run(exp: ExperimentConfig, stage: str = "train", objective: str | None =
         prepared = prepare_step(exp, stage, objective, device=META, batch_size=batch_size, seq_len=seq_len, vocab=vocab)
         kind = prepared.stage.objective
         first = prepared.batches[0]["inputs"]
-        where = (f"the dry run of {name} ({stage}, objective {kind}) at batch {prepared.batch_size} "
-                 f"(micro-batch {prepared.micro_batch}) x length {prepared.seq_len} on {META.type}")
+        where = (
+            f"the dry run of {name} ({stage}, objective {kind}) at batch {prepared.batch_size} "
+            f"(micro-batch {prepared.micro_batch}) x length {prepared.seq_len} on {META.type}"
+        )
         used.reset()
         try:
             with DtypeChecks():
@@ -264,6 +306,15 @@ def dry_run(exp: ExperimentConfig, stage: str = "train", objective: str | None =
         except Exception as err:
             raise DryRunError(f"{where} failed: {type(err).__name__}: {err}") from err
     parameters = sum(p.numel() for p in prepared.model.parameters())
-    return DryRun(name, stage, kind, prepared.batch_size, prepared.micro_batch, prepared.seq_len,
-                  f"{str(first.dtype).removeprefix('torch.')} {tuple(first.shape)}", parameters, META.type,
-                  dict(used.kernels()))
+    return DryRun(
+        name,
+        stage,
+        kind,
+        prepared.batch_size,
+        prepared.micro_batch,
+        prepared.seq_len,
+        f"{str(first.dtype).removeprefix('torch.')} {tuple(first.shape)}",
+        parameters,
+        META.type,
+        dict(used.kernels()),
+    )

@@ -9,6 +9,7 @@
 every backend (in process, local workers, SLURM) runs the same way, so that a stage's outcome
 depends only on its settings and seed. Both go through :func:`train_stage`.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,12 +19,12 @@ from typing import Any
 
 from longrange.errors import DiskWriteError, LongrangeError, Preempted
 from longrange.experiment.config import ExperimentConfig
-from longrange.faults import kill_point
 from longrange.experiment.plan import Plan
 from longrange.experiment.record import finish_record, run_record, stage_summary
 from longrange.experiment.stage import ResolvedStage, resolve_stage
 from longrange.experiment.taskdata import load_data
 from longrange.experiment.weights import load_pretrained
+from longrange.faults import kill_point
 from longrange.fileio import check_out_dir, finite_or_none
 from longrange.models.model import SequenceModel, parameter_report
 from longrange.objectives.factory import make_objective, supervised_head
@@ -31,7 +32,6 @@ from longrange.train import distributed as D
 from longrange.train.entry import train
 from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunLockedError, RunMismatchError
 from longrange.train.trained import build_from_record
-
 
 #: A comparison's default intent: reuse finished stages, resume interrupted ones, start the others.
 CONTINUE = Intent("continue")
@@ -81,8 +81,9 @@ def build_stage(stage: ResolvedStage, data: Any) -> BuiltStage:
     return BuiltStage(model, objective, head)
 
 
-def train_stage(stage: ResolvedStage, run: OpenRun, *, run_name: str | None = None,
-                run_group: str | None = None) -> dict[str, Any]:
+def train_stage(
+    stage: ResolvedStage, run: OpenRun, *, run_name: str | None = None, run_group: str | None = None
+) -> dict[str, Any]:
     """Train ``stage`` in its opened run directory (fresh or resumed, as decided) and write its
     ``summary.json``; returns the summary. ``run_name`` and ``run_group`` name the run in W&B."""
     earlier = (run.dir.read_config() or {}).get("record") if run.resumes else None
@@ -93,24 +94,36 @@ def train_stage(stage: ResolvedStage, run: OpenRun, *, run_name: str | None = No
     if run.took_over is not None:  # a stale lock of a process that died was taken over
         record["lock_taken_over"] = run.took_over
     config = {k: v for k, v in stage.config().items() if k != "train"}
-    result = train(built.model, built.objective, data, stage.train, run,
-                   extra_config={**config, "head": built.head, "record": record},
-                   evaluate_test=stage.stage != "pretrain" and stage.train.test_split,
-                   run_name=run_name, run_group=run_group)
+    result = train(
+        built.model,
+        built.objective,
+        data,
+        stage.train,
+        run,
+        extra_config={**config, "head": built.head, "record": record},
+        evaluate_test=stage.stage != "pretrain" and stage.train.test_split,
+        run_name=run_name,
+        run_group=run_group,
+    )
     record = finish_record(record, result, earlier)
     if D.is_main_process():  # the record is not part of the fingerprint: config.yaml is rewritten with it
         run.dir.write_config({**(run.dir.read_config() or {}), "record": record})
         kill_point("after-record")
-    params = {k: v for k, v in parameter_report(built.model, seq_len=data.spec.seq_len).items()
-              if k in ("total", "in_primitives", "state")}
+    params = {
+        k: v
+        for k, v in parameter_report(built.model, seq_len=data.spec.seq_len).items()
+        if k in ("total", "in_primitives", "state")
+    }
     summary = finite_or_none(stage_summary(stage, built.objective, params, result, record, run.dir.root))
     if D.is_main_process():
         try:
             run.dir.write_summary(summary)
             kill_point("after-summary")
         except DiskWriteError as err:
-            raise err.adding(f"training finished at step {result['step']}, its last checkpoint {run.dir.last} holds "
-                             "it: run again with --resume to write the summary") from None
+            raise err.adding(
+                f"training finished at step {result['step']}, its last checkpoint {run.dir.last} holds "
+                "it: run again with --resume to write the summary"
+            ) from None
     return summary
 
 
@@ -151,8 +164,9 @@ def run_stage(
     The run directory is locked while the stage runs.
     """
     intent = Intent.from_flags(resume, overwrite, continue_)
-    resolved = resolve_stage(exp, stage, seed=seed, objective=objective, reverse=reverse, init_from=init_from,
-                             reverse_from=reverse_from)
+    resolved = resolve_stage(
+        exp, stage, seed=seed, objective=objective, reverse=reverse, init_from=init_from, reverse_from=reverse_from
+    )
     with D.process_group():
         with open_run(RunDir(check_out_dir(run_dir)), resolved, intent) as run:
             if run.decision is Decision.REUSE:
@@ -161,7 +175,9 @@ def run_stage(
             return train_stage(resolved, run)
 
 
-def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Intent = CONTINUE) -> dict[str, Any] | None:
+def execute_stage(
+    plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Intent = CONTINUE
+) -> dict[str, Any] | None:
     """Run, resume or reuse one stage of ``plan`` under its lock; returns its summary.
 
     Returns None when another live process holds the stage (it is running there). A stage whose
@@ -192,7 +208,11 @@ def execute_stage(plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Int
                 return run.read_summary()
             main = D.is_main_process()
             if main:
-                print(f"{'resuming' if opened.decision is Decision.RESUME else 'running'} {run.root}", file=sys.stderr, flush=True)
+                print(
+                    f"{'resuming' if opened.decision is Decision.RESUME else 'running'} {run.root}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             try:
                 summary = train_stage(resolved, opened, run_name=stage.id, run_group=out_dir.resolve().name)
             except BaseException as err:

@@ -31,6 +31,7 @@ An entry *differs* when it gives ``ours``: a field whose value is not the publis
 named setting (which always says in words what we do, and why) whose reason does not begin with
 "same".
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,10 @@ from longrange.errors import ConfigError
 WRITE_COMMAND = "PYTHONPATH=src python tests/experiment/test_fidelity.py --write"
 
 #: What a family of presets is when its presets cite no paper.
-PRESET_FAMILIES = {"demo": "the settings of `longrange demo`: demo/recall/* (the default, and the recall study's "
-                           "other models) and the ListOps demo"}
+PRESET_FAMILIES = {
+    "demo": "the settings of `longrange demo`: demo/recall/* (the default, and the recall study's "
+    "other models) and the ListOps demo"
+}
 
 _COLUMNS = ("field", "published", "where", "ours")
 
@@ -63,7 +66,9 @@ def load_fidelity() -> dict[str, Any]:
     data = yaml.safe_load(fidelity_file().read_text())
     if not isinstance(data, dict) or set(data) != {"sources", "shared", "presets"}:
         keys = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise ConfigError(f"presets/_fidelity.yaml must have the top-level keys presets, shared and sources, got {keys}")
+        raise ConfigError(
+            f"presets/_fidelity.yaml must have the top-level keys presets, shared and sources, got {keys}"
+        )
     return data
 
 
@@ -190,8 +195,10 @@ def preset_listing(name: str, data: Mapping[str, Any] | None = None) -> str:
     lines = preset_section(data, name)
     if entries:
         n_diff = sum(differs(e) for e in entries)
-        counts = (f"{_counted(len(entries), 'published field')}: {len(entries) - n_diff:,} the same, "
-                  f"{n_diff:,} differ{'s' if n_diff == 1 else ''}.")
+        counts = (
+            f"{_counted(len(entries), 'published field')}: {len(entries) - n_diff:,} the same, "
+            f"{n_diff:,} differ{'s' if n_diff == 1 else ''}."
+        )
         lines += ["", counts]
         cited = _cited_sources(data, entries)
         lines += ["", "Sources:", ""] + [f"- **{key}**: {data['sources'][key]}" for key in cited]
@@ -205,7 +212,7 @@ def cited(source: str) -> tuple[str, str]:
     end = first.find(")")
     if end < 0:
         return first, ""
-    return first[:end + 1], first[end + 1:].strip(" ,")
+    return first[: end + 1], first[end + 1 :].strip(" ,")
 
 
 def family_paper(family: str, sources: Sequence[str]) -> str:
@@ -282,8 +289,10 @@ def differences_page(data: Mapping[str, Any], papers: Mapping[str, str] | None =
         "every preset and checks each listed field, and fails for a preset without an entry. Where a",
         "paper and its code disagree the presets follow the code; both are named.",
         "",
-        (f"In all: {_counted(len(names), 'preset')}, {_counted(n_fields, 'published field')}, "
-         f"{n_fields - n_diff:,} the same and {n_diff:,} different."),
+        (
+            f"In all: {_counted(len(names), 'preset')}, {_counted(n_fields, 'published field')}, "
+            f"{n_fields - n_diff:,} the same and {n_diff:,} different."
+        ),
         "",
         "Sources (the first word of each *where*):",
         "",
@@ -294,28 +303,43 @@ def differences_page(data: Mapping[str, Any], papers: Mapping[str, str] | None =
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _family_section(data: Mapping[str, Any], family: str, members: list[str],
-                    entries: Mapping[str, list[dict[str, Any]]], paper: str) -> list[str]:
+def _family_section(
+    data: Mapping[str, Any], family: str, members: list[str], entries: Mapping[str, list[dict[str, Any]]], paper: str
+) -> list[str]:
     rows = [n for n in members if data["presets"][n]["row"]]
     fields = [e for n in members for e in entries[n]]
     n_diff = sum(differs(e) for e in fields)
     diffs = family_differences(data, members)
     cited_keys = _cited_sources(data, fields)
-    reproduce = ("none of which reproduces" if not rows else "each reproducing" if len(rows) == len(members)
-                 else f"{len(rows):,} of which reproduce{'s' if len(rows) == 1 else ''}")
+    reproduce = (
+        "none of which reproduces"
+        if not rows
+        else "each reproducing"
+        if len(rows) == len(members)
+        else f"{len(rows):,} of which reproduce{'s' if len(rows) == 1 else ''}"
+    )
     summary = f"{_counted(len(members), 'preset')}, {reproduce} a published row"
     if fields and not n_diff:
         summary += f": {_counted(len(fields), 'published field')}, all the same."
     elif fields:
-        summary += (f": {_counted(len(fields), 'published field')}, {len(fields) - n_diff:,} the same and "
-                    f"{n_diff:,} different ({_counted(len(diffs), 'distinct difference')}, below).")
+        summary += (
+            f": {_counted(len(fields), 'published field')}, {len(fields) - n_diff:,} the same and "
+            f"{n_diff:,} different ({_counted(len(diffs), 'distinct difference')}, below)."
+        )
     else:
         summary += "; their notes say what they are."
     if cited_keys:
         summary += " Sources cited: " + ", ".join(f"**{k}**" for k in cited_keys) + "."
-    lines = [f"## `{family}/`" + (f": {paper}" if paper else ""), "", summary, "",
-             f"### Presets of `{family}/`", "",
-             "| preset | reproduces | fields the same | fields that differ |", "|---|---|---|---|"]
+    lines = [
+        f"## `{family}/`" + (f": {paper}" if paper else ""),
+        "",
+        summary,
+        "",
+        f"### Presets of `{family}/`",
+        "",
+        "| preset | reproduces | fields the same | fields that differ |",
+        "|---|---|---|---|",
+    ]
     for name in members:
         spec = data["presets"][name]
         n = sum(differs(e) for e in entries[name])
@@ -326,8 +350,13 @@ def _family_section(data: Mapping[str, Any], family: str, members: list[str],
         lines += ["", "Notes:", ""]
         lines += [f"- `{n}`: {data['presets'][n]['note'].strip()}" for n in notes]
     if diffs:
-        lines += ["", f"### Differences in `{family}/`", "",
-                  "| field | published | where | ours | why | presets |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"### Differences in `{family}/`",
+            "",
+            "| field | published | where | ours | why | presets |",
+            "|---|---|---|---|---|---|",
+        ]
         for entry, names in diffs:
             presets = "<br>".join(f"`{group}`" for group in compact_names(names))
             lines.append(_row((*entry_cells(entry), entry["why"]))[:-1] + f"| {presets} |")

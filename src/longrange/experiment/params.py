@@ -11,6 +11,7 @@ comes closest in size to a target count, assuming the count grows with the value
 state size): it brackets the target by doubling or halving, then bisects; values the model refuses
 (``d_model`` not divisible by the number of heads) are stepped over.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -88,8 +89,15 @@ def _counted_model(exp: ExperimentConfig, vocab: int | None):
         vocab_size, tokens = len(vocabulary), vocabulary.tokens
     head, n_out = supervised_head(spec)
     with torch.device("meta"):
-        model = build_model(exp.model, input_kind=spec.input_kind, head=head, n_out=n_out, vocab_size=vocab_size,
-                            d_input=spec.d_input if spec.input_kind == "numeric" else None, vocab=tokens)
+        model = build_model(
+            exp.model,
+            input_kind=spec.input_kind,
+            head=head,
+            n_out=n_out,
+            vocab_size=vocab_size,
+            d_input=spec.d_input if spec.input_kind == "numeric" else None,
+            vocab=tokens,
+        )
     return model, spec.seq_len
 
 
@@ -116,7 +124,7 @@ class Match:
     value: int
     total: int
     target: int
-    before: int          # the field's value in the experiment as given
+    before: int  # the field's value in the experiment as given
     before_total: int
 
     @property
@@ -125,12 +133,15 @@ class Match:
         return self.total / self.target - 1.0
 
     def describe(self, label: str) -> str:
-        return (f"{label}: {self.field} {self.before} -> {self.value}: {self.total:,} parameters "
-                f"({self.off:+.1%} of {self.target:,}; was {self.before_total:,})")
+        return (
+            f"{label}: {self.field} {self.before} -> {self.value}: {self.total:,} parameters "
+            f"({self.off:+.1%} of {self.target:,}; was {self.before_total:,})"
+        )
 
 
-def match_field(exp: ExperimentConfig, target: int, field: str = WIDTH, vocab: int | None = None,
-                limit: int = 1 << 16) -> Match:
+def match_field(
+    exp: ExperimentConfig, target: int, field: str = WIDTH, vocab: int | None = None, limit: int = 1 << 16
+) -> Match:
     """The value of the integer ``field`` of ``exp`` whose model has the number of parameters closest to
     ``target`` (the smaller value on a tie). ConfigError when the field is not an integer or no value
     from 1 to ``limit`` builds a model."""
@@ -200,6 +211,8 @@ def size_warning(labels: list[str], totals: list[int | None]) -> str:
     small, large = min(known, key=lambda x: x[1]), max(known, key=lambda x: x[1])
     if large[1] <= small[1] * (1 + SIZE_TOLERANCE):
         return ""
-    return (f"the compared models differ in size by more than {SIZE_TOLERANCE:.0%}: {large[0]} has "
-            f"{large[1] / small[1]:.2f}x the parameters of {small[0]} ({large[1]:,} vs {small[1]:,}); "
-            f"--match-params adjusts each model's width ({WIDTH}) to the first's")
+    return (
+        f"the compared models differ in size by more than {SIZE_TOLERANCE:.0%}: {large[0]} has "
+        f"{large[1] / small[1]:.2f}x the parameters of {small[0]} ({large[1]:,} vs {small[1]:,}); "
+        f"--match-params adjusts each model's width ({WIDTH}) to the first's"
+    )

@@ -6,6 +6,7 @@ The default table is the thesis' Table 3; ``--preset``, ``--config`` and ``FIELD
 ``--match PRESET --vary FIELD`` finds the value of a field whose count is closest to another
 model's (``experiment/params.py``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,11 +44,16 @@ def format_rows(rows: list[dict]) -> str:
     """A markdown table; rows with an ``architecture`` (presets) get a column for it."""
     described = any("architecture" in r for r in rows)
     stated = any("state" in r for r in rows)
-    lines = ["| model | total | in primitives | % in primitives |" + (" state |" if stated else "")
-             + (" architecture |" if described else ""),
-             "|---|---:|---:|---:|" + ("---:|" if stated else "") + ("---|" if described else "")]
+    lines = [
+        "| model | total | in primitives | % in primitives |"
+        + (" state |" if stated else "")
+        + (" architecture |" if described else ""),
+        "|---|---:|---:|---:|" + ("---:|" if stated else "") + ("---|" if described else ""),
+    ]
     for r in rows:
-        line = f"| {r['model']} | {r['total'] / 1000:.1f}k | {r['in_primitives'] / 1000:.1f}k | {100 * r['share']:.0f}% |"
+        line = (
+            f"| {r['model']} | {r['total'] / 1000:.1f}k | {r['in_primitives'] / 1000:.1f}k | {100 * r['share']:.0f}% |"
+        )
         if stated:
             line += f" {state_text(r.get('state'))} |"
         lines.append(line + (f" {r.get('architecture', '')} |" if described else ""))
@@ -58,8 +64,9 @@ def layer_rows_text(name: str, rows: list[dict]) -> str:
     """A model's layers as a markdown table: name in the stack, parameters, state."""
     lines = [f"{name}:", "| layer | name | params | in primitives | state |", "|---:|---|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['layer']} | {r['name']} | {r['params']:,} | {r['in_primitives']:,} | "
-                     f"{state_text(r.get('state'))} |")
+        lines.append(
+            f"| {r['layer']} | {r['name']} | {r['params']:,} | {r['in_primitives']:,} | {state_text(r.get('state'))} |"
+        )
     lines.append(f"| | all layers | {sum(r['params'] for r in rows):,} | {sum(r['in_primitives'] for r in rows):,} | |")
     return "\n".join(lines)
 
@@ -77,12 +84,17 @@ def match_text(named: list, target_name: str, target: int, field: str, vocab: in
     """The value of ``field`` for each cell whose size is closest to ``target`` parameters, as a table."""
     from longrange.experiment.params import match_field
 
-    lines = [f"target: {target_name}, {target:,} parameters",
-             f"| model | {field} | total | vs target | setting |", "|---|---:|---:|---:|---|"]
+    lines = [
+        f"target: {target_name}, {target:,} parameters",
+        f"| model | {field} | total | vs target | setting |",
+        "|---|---:|---:|---:|---|",
+    ]
     for cell in named:
         found = match_field(cell.exp, target, field, vocab)
-        lines.append(f"| {cell.name} | {found.before} -> {found.value} | {found.total:,} | {found.off:+.1%} | "
-                     f"`{field}={found.value}` |")
+        lines.append(
+            f"| {cell.name} | {found.before} -> {found.value} | {found.total:,} | {found.off:+.1%} | "
+            f"`{field}={found.value}` |"
+        )
     return "\n".join(lines)
 
 
@@ -103,8 +115,14 @@ def _params(args: argparse.Namespace) -> int:
         target = int(model_size(resolve(args.match, overrides=data_settings(args, [])), args.vocab)["total"])
         print(match_text(named, args.match, target, args.vary, args.vocab))
         return 0
-    print(format_rows([{"model": cell.name, **model_size(cell.exp, args.vocab), "architecture": cell.exp.model.describe()}
-                       for cell in named]))
+    print(
+        format_rows(
+            [
+                {"model": cell.name, **model_size(cell.exp, args.vocab), "architecture": cell.exp.model.describe()}
+                for cell in named
+            ]
+        )
+    )
     if args.per_layer:
         for cell in named:
             print()
@@ -115,21 +133,45 @@ def _params(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     from longrange.experiment.cli import add_data_args
 
-    p = sub.add_parser("params", help="parameter counts, in total and inside the sequence primitives (default: the "
-                       "thesis' Table 3 models); --match finds the width that matches another model's count",
-                       description="Counts the supervised model of each cell: each --preset x each --config x each "
-                                   "combination of swept values (FIELD=A,B), as `longrange compare` builds them.")
-    p.add_argument("--preset", action="append", help="a built-in preset or a YAML experiment file (repeatable); token "
-                   "tasks with a data-dependent vocabulary (text, retrieval) load their data unless --vocab is given")
+    p = sub.add_parser(
+        "params",
+        help="parameter counts, in total and inside the sequence primitives (default: the "
+        "thesis' Table 3 models); --match finds the width that matches another model's count",
+        description="Counts the supervised model of each cell: each --preset x each --config x each "
+        "combination of swept values (FIELD=A,B), as `longrange compare` builds them.",
+    )
+    p.add_argument(
+        "--preset",
+        action="append",
+        help="a built-in preset or a YAML experiment file (repeatable); token "
+        "tasks with a data-dependent vocabulary (text, retrieval) load their data unless --vocab is given",
+    )
     p.add_argument("--config", action="append", help="a YAML file applied on top of each preset (repeatable)")
-    p.add_argument("--match", metavar="PRESET", help="find, for each model, the value of --vary whose parameter count "
-                   "is closest to this preset's (or YAML file's)")
-    p.add_argument("--vary", metavar="FIELD", default="model.d_model",
-                   help="the integer field --match adjusts (default model.d_model)")
-    p.add_argument("--per-layer", action="store_true",
-                   help="also each model's layers: name in its stack, parameters and state per layer")
-    p.add_argument("--vocab", type=int, default=None, help="vocabulary size of a token task (instead of loading its data)")
+    p.add_argument(
+        "--match",
+        metavar="PRESET",
+        help="find, for each model, the value of --vary whose parameter count "
+        "is closest to this preset's (or YAML file's)",
+    )
+    p.add_argument(
+        "--vary",
+        metavar="FIELD",
+        default="model.d_model",
+        help="the integer field --match adjusts (default model.d_model)",
+    )
+    p.add_argument(
+        "--per-layer",
+        action="store_true",
+        help="also each model's layers: name in its stack, parameters and state per layer",
+    )
+    p.add_argument(
+        "--vocab", type=int, default=None, help="vocabulary size of a token task (instead of loading its data)"
+    )
     add_data_args(p)  # --data-dir, --skip-bad for the presets' task data
-    p.add_argument("settings", nargs="*", metavar="FIELD=VALUE",
-                   help="overrides of every model, e.g. model.d_model=128; FIELD=A,B counts a model per value")
+    p.add_argument(
+        "settings",
+        nargs="*",
+        metavar="FIELD=VALUE",
+        help="overrides of every model, e.g. model.d_model=128; FIELD=A,B counts a model per value",
+    )
     p.set_defaults(func=_params)

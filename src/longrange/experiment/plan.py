@@ -23,14 +23,16 @@ A stage's id is its run directory relative to the comparison's output directory.
 plain data (``to_dict``/``from_dict``), saved as ``OUT/plan.json`` so that any executor (in
 process, local workers, a cluster scheduler) runs the same stages with the same settings.
 """
+
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from longrange import smoke
 from longrange.errors import ConfigError
@@ -58,11 +60,11 @@ def default_objectives(exp: ExperimentConfig) -> list[str]:
 class Stage:
     """One run of the grid."""
 
-    id: str                       # the run directory relative to the output directory
-    experiment: int               # index into Plan.experiments
-    stage: str                    # train, pretrain or finetune
+    id: str  # the run directory relative to the output directory
+    experiment: int  # index into Plan.experiments
+    stage: str  # train, pretrain or finetune
     seed: int
-    regime: str                   # scratch, <objective>-spt, scratch-matched
+    regime: str  # scratch, <objective>-spt, scratch-matched
     objective: str | None = None  # the SPT objective of a pretrain stage
     init_from: str | None = None  # the id of the pretrain stage a finetune starts from
     #: Ids of the stages this one needs finished first.
@@ -117,7 +119,7 @@ class Plan:
         return {"experiments": [e.to_dict() for e in self.experiments], "stages": [asdict(s) for s in self.stages]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Plan":
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
         return cls([experiment_from_dict(e) for e in data["experiments"]], [Stage(**s) for s in data["stages"]])
 
     def summaries(self, out_dir: str | Path, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -135,8 +137,11 @@ class Plan:
         if stage.whole_train:
             exp = dataclasses.replace(exp, task=dataclasses.replace(exp.task, train_subset=None))
         return resolve_stage(
-            exp, stage.stage, seed=stage.seed,
-            regime=stage.regime, objective=stage.objective,
+            exp,
+            stage.stage,
+            seed=stage.seed,
+            regime=stage.regime,
+            objective=stage.objective,
             init_from=Path(out_dir) / stage.init_from if stage.init_from else None,
             max_steps=matched_steps(stage, summaries) if stage.matched_to else None,
         )
@@ -146,7 +151,7 @@ class Plan:
         return atomic_write(Path(out_dir) / PLAN_FILE, text)
 
     @classmethod
-    def load(cls, out_dir: str | Path) -> "Plan":
+    def load(cls, out_dir: str | Path) -> Plan:
         path = Path(out_dir) / PLAN_FILE
         if not path.is_file():
             raise ConfigError(f"{out_dir} holds no comparison ({PLAN_FILE} is missing)")
@@ -172,12 +177,16 @@ def sweep_subsets(exp: ExperimentConfig, train_subsets: Sequence[float | int] | 
     subsets = check_train_subsets(list(train_subsets) if train_subsets else exp.compare.train_subsets, where)
     if not subsets:
         return [None]
-    fixed = [k for k in ("train_subset", "seed") if k in exp.pretrain_task
-             and (k == "train_subset" or exp.pretrain_task[k] != exp.task.seed)]
+    fixed = [
+        k
+        for k in ("train_subset", "seed")
+        if k in exp.pretrain_task and (k == "train_subset" or exp.pretrain_task[k] != exp.task.seed)
+    ]
     if fixed:
         raise ConfigError(
             f"{exp.label}: pretrain_task.{fixed[0]} is set, so pretraining would not use the examples of each "
-            f"subset of {where}; remove pretrain_task.{fixed[0]} or the sweep")
+            f"subset of {where}; remove pretrain_task.{fixed[0]} or the sweep"
+        )
     return list(subsets)
 
 
@@ -211,8 +220,15 @@ def plan_grid(
         if exp.compare.pretrain_data == "all":
             for seed in seed_list:
                 for obj in objs:
-                    pre = Stage(f"{slug(exp.task.name)}/{slug(exp.label)}/{obj}-spt-all/seed{seed}/pretrain", index,
-                                "pretrain", seed, f"{obj}-spt-all", objective=obj, whole_train=True)
+                    pre = Stage(
+                        f"{slug(exp.task.name)}/{slug(exp.label)}/{obj}-spt-all/seed{seed}/pretrain",
+                        index,
+                        "pretrain",
+                        seed,
+                        f"{obj}-spt-all",
+                        objective=obj,
+                        whole_train=True,
+                    )
                     shared[seed, obj] = pre
                     stages.append(pre)
         for subset in sweep_subsets(exp, train_subsets):
@@ -224,19 +240,45 @@ def plan_grid(
                 for obj in objs:
                     if (seed, obj) in shared:
                         pre = shared[seed, obj]
-                        fine = Stage(f"{base}/{obj}-spt-all/seed{seed}/finetune", index, "finetune", seed,
-                                     f"{obj}-spt-all", init_from=pre.id, after=[pre.id], **sub)
+                        fine = Stage(
+                            f"{base}/{obj}-spt-all/seed{seed}/finetune",
+                            index,
+                            "finetune",
+                            seed,
+                            f"{obj}-spt-all",
+                            init_from=pre.id,
+                            after=[pre.id],
+                            **sub,
+                        )
                         stages.append(fine)
                     else:
                         root = f"{base}/{obj}-spt/seed{seed}"
                         pre = Stage(f"{root}/pretrain", index, "pretrain", seed, f"{obj}-spt", objective=obj, **sub)
-                        fine = Stage(f"{root}/finetune", index, "finetune", seed, f"{obj}-spt", init_from=pre.id,
-                                     after=[pre.id], **sub)
+                        fine = Stage(
+                            f"{root}/finetune",
+                            index,
+                            "finetune",
+                            seed,
+                            f"{obj}-spt",
+                            init_from=pre.id,
+                            after=[pre.id],
+                            **sub,
+                        )
                         stages += [pre, fine]
                     pairs.append([pre.id, fine.id])
                 if matched and pairs:
-                    stages.append(Stage(f"{base}/scratch-matched/seed{seed}", index, "train", seed, "scratch-matched",
-                                        after=[i for pair in pairs for i in pair], matched_to=pairs, **sub))
+                    stages.append(
+                        Stage(
+                            f"{base}/scratch-matched/seed{seed}",
+                            index,
+                            "train",
+                            seed,
+                            "scratch-matched",
+                            after=[i for pair in pairs for i in pair],
+                            matched_to=pairs,
+                            **sub,
+                        )
+                    )
     return Plan(list(experiments), stages)
 
 
@@ -265,7 +307,7 @@ def describe(plan: Plan, statuses: Mapping[str, str] | None = None) -> str:
         status = f"{statuses[s.id]:8s} " if statuses else ""
         after = f"  after {', '.join(s.after)}" if s.after else ""
         subset = "" if s.train_subset is None else f" train_subset={s.train_subset!r}"
-        lines.append(f"  {status}{s.id}  [{s.stage}{' ' + s.objective if s.objective else ''}{subset}; "
-                     f"{budget(plan, s)}]{after}")
+        lines.append(
+            f"  {status}{s.id}  [{s.stage}{' ' + s.objective if s.objective else ''}{subset}; {budget(plan, s)}]{after}"
+        )
     return "\n".join(lines)
-

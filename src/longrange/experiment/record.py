@@ -4,6 +4,7 @@
 The record is written twice: when training starts (:func:`run_record`: data, versions, host,
 transfer) and when it ends (:func:`finish_record`: with the device, precision, deterministic mode
 and the kernels that actually ran, known only after training; see ``train/environment.py``)."""
+
 from __future__ import annotations
 
 import os
@@ -34,11 +35,18 @@ def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None)
         "skip_bad": stage.task.skip_bad,
         "skipped": skipped,
         "train_size": len(data.train),
-        "versions": {"longrange": __version__, "torch": str(torch.__version__), "cuda": torch.version.cuda,
-                     "python": platform.python_version(), **library_versions()},
+        "versions": {
+            "longrange": __version__,
+            "torch": str(torch.__version__),
+            "cuda": torch.version.cuda,
+            "python": platform.python_version(),
+            **library_versions(),
+        },
         "host": socket.gethostname(),
-        "init": {"from": str(stage.init_from) if stage.init_from else None,
-                 "reverse_from": str(stage.reverse_from) if stage.reverse_from else None},
+        "init": {
+            "from": str(stage.init_from) if stage.init_from else None,
+            "reverse_from": str(stage.reverse_from) if stage.reverse_from else None,
+        },
         "transfer": transfer,
         # the task's tokens and their ids, so that new inputs are encoded as the model learned them
         "vocabulary": data.vocab.to_dict() if getattr(data, "vocab", None) is not None else None,
@@ -51,11 +59,16 @@ def _source(run_dir: Path | None, relative_to: Path) -> dict[str, Any] | None:
         return None
     run = RunDir(run_dir)
     summary, config = run.read_summary() or {}, run.read_config() or {}
-    return {"run": os.path.relpath(run_dir, relative_to), "fingerprint": config.get("fingerprint"),
-            "steps": summary.get("steps")}
+    return {
+        "run": os.path.relpath(run_dir, relative_to),
+        "fingerprint": config.get("fingerprint"),
+        "steps": summary.get("steps"),
+    }
 
 
-def finish_record(record: dict[str, Any], result: dict[str, Any], earlier: dict[str, Any] | None = None) -> dict[str, Any]:
+def finish_record(
+    record: dict[str, Any], result: dict[str, Any], earlier: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``record`` with how the run ran (:data:`RAN`, from fit's ``result``); a resumed run's kernels
     also include those of ``earlier``, the record saved by an earlier segment that finished training."""
     ran = {k: result[k] for k in RAN if k in result}
@@ -63,8 +76,14 @@ def finish_record(record: dict[str, Any], result: dict[str, Any], earlier: dict[
     return {**record, **ran}
 
 
-def stage_summary(stage: ResolvedStage, objective: Any, params: dict[str, int], result: dict[str, Any],
-                  record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def stage_summary(
+    stage: ResolvedStage,
+    objective: Any,
+    params: dict[str, int],
+    result: dict[str, Any],
+    record: dict[str, Any],
+    run_dir: Path,
+) -> dict[str, Any]:
     """The stage's ``summary.json`` (see ``longrange.report.collect`` for its fields)."""
     return {
         "task": stage.exp.task.name,

@@ -14,6 +14,7 @@ A backend is small (:class:`Backend`): ``submit`` stages, ``poll`` a handle for 
 ``cancel`` a handle, ``stop`` what is running when the walk ends early. The in-process, local-worker
 and SLURM backends live in ``experiment/backends/``; a new launcher is one backend there.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,9 +22,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from longrange.experiment.plan import Plan, Stage
 from longrange.faults import kill_point
@@ -34,10 +36,10 @@ from longrange.train.rundir import Intent, RunDir, RunState
 class Outcome(Enum):
     """How a stage of a comparison ended."""
 
-    DONE = "done"            # finished (trained, resumed or reused)
-    FAILED = "failed"        # raised or was killed (its failed.json says why)
-    SKIPPED = "skipped"      # a stage it needs did not finish
-    HELD = "held"            # another live process holds it (it runs there)
+    DONE = "done"  # finished (trained, resumed or reused)
+    FAILED = "failed"  # raised or was killed (its failed.json says why)
+    SKIPPED = "skipped"  # a stage it needs did not finish
+    HELD = "held"  # another live process holds it (it runs there)
     SUBMITTED = "submitted"  # handed to a scheduler that runs it later (SLURM, --no-wait)
 
     @property
@@ -110,22 +112,24 @@ def overall_eta(seconds: float) -> str:
     return f"overall eta {format_seconds(seconds)}" if seconds != float("inf") else NO_ETA_YET
 
 
-def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Intent = Intent("continue")) -> dict[str, Outcome]:
+def run_plan(
+    plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Intent = Intent("continue")
+) -> dict[str, Outcome]:
     """Run the plan's stages on ``backend``; returns each stage's outcome, in plan order. ``intent``
     (mode continue) says what to do with stages made with other settings or another version."""
     out_dir = Path(out_dir)
     outcome: dict[str, Outcome] = {}
-    running: dict[str, Any] = {}    # submitted, no outcome yet
+    running: dict[str, Any] = {}  # submitted, no outcome yet
     submitted: dict[str, Any] = {}  # every handle, for the backend's end
     waiting = {s.id: s for s in plan.stages}  # in plan order; removal in O(1)
     n, start = len(plan.stages), time.time()
-    done = 0                        # stages DONE so far
-    changed = True                  # whether an outcome arrived since the waiting stages were last looked at
+    done = 0  # stages DONE so far
+    changed = True  # whether an outcome arrived since the waiting stages were last looked at
     state: dict[str, RunState] = {}  # each stage's run directory, read once (RunDir.state)
     numbers = iter(range(1, n + 1))  # stages are numbered in the order they are announced
-    began: dict[str, float] = {}    # when each submitted stage started
-    took: list[float] = []          # how long each stage run by the backend took
-    peak = 1                        # the most stages that ran at once
+    began: dict[str, float] = {}  # when each submitted stage started
+    took: list[float] = []  # how long each stage run by the backend took
+    peak = 1  # the most stages that ran at once
 
     def eta() -> float:
         """Seconds left: the mean stage so far for each stage not started, less what the running ones
@@ -135,6 +139,7 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
         mean, now = sum(took) / len(took), time.time()
         left = sum(max(mean - (now - began[sid]), 0.0) for sid in running) + mean * (n - len(outcome) - len(running))
         return left / peak
+
     backend.begin(plan, out_dir, intent)
 
     def settle(sid: str, result: Outcome) -> None:
@@ -159,7 +164,8 @@ def run_plan(plan: Plan, out_dir: str | Path, backend: Backend, *, intent: Inten
                     blocked = [a for a in stage.after if a in outcome and outcome[a].blocks]
                     deps_done = all(outcome.get(a) is Outcome.DONE for a in stage.after)
                     ahead = backend.submits_ahead and all(
-                        outcome.get(a) is Outcome.DONE or a in running or a in ready_ids for a in stage.after)
+                        outcome.get(a) is Outcome.DONE or a in running or a in ready_ids for a in stage.after
+                    )
                     if (deps_done or ahead) and stage.id not in state:  # read once, when it may first run
                         state[stage.id] = RunDir(out_dir / stage.id).state().kind
                     if blocked:
@@ -227,8 +233,9 @@ def execute_here(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where:
     return Outcome.HELD if summary is None else Outcome.DONE
 
 
-def after_exit(plan: Plan, stage: Stage, out_dir: Path, result: Outcome, since: float, reason: Callable[[], str],
-               where: str = "") -> Outcome:
+def after_exit(
+    plan: Plan, stage: Stage, out_dir: Path, result: Outcome, since: float, reason: Callable[[], str], where: str = ""
+) -> Outcome:
     """The outcome of ``stage`` once the process that ran it ended; ``result``: what its exit status
     says, ``reason()``: why it ended, in words (for a failure that the process did not record).
 
@@ -249,8 +256,11 @@ def after_exit(plan: Plan, stage: Stage, out_dir: Path, result: Outcome, since: 
     if result is Outcome.FAILED:
         error = run.failure_since(since)
         if error is None:  # a process killed by a signal, or one that ended without a summary, writes nothing
-            error = reason() if state.kind is not RunState.FINISHED else \
-                f"{reason()}, and its {run.summary.name} is of other settings"
+            error = (
+                reason()
+                if state.kind is not RunState.FINISHED
+                else f"{reason()}, and its {run.summary.name} is of other settings"
+            )
             run.record_failure(error, stage=stage.id)
             kill_point("coordinator-after-failure")
         say(f"{where}{stage.id} FAILED: {error} (log {run.log})")

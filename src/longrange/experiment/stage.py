@@ -11,6 +11,7 @@ A stage is one of
 ``head``, which comes from the data, and the ``record``, written by the run) and whose identity is
 the stage's fingerprint (``train/rundir/decide.py``).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,9 +23,9 @@ from longrange import smoke
 from longrange.errors import ConfigError, DataMissingError
 from longrange.experiment.config import OBJECTIVES, ExperimentConfig, TaskConfig
 from longrange.experiment.taskdata import data_identity
+from longrange.identity import declare_defaults, fingerprint
 from longrange.models.config import ModelConfig
 from longrange.train.config import TrainConfig
-from longrange.identity import declare_defaults, fingerprint
 from longrange.train.rundir import RunDir
 
 STAGES = ("train", "pretrain", "finetune")
@@ -36,9 +37,9 @@ class ResolvedStage:
     """Everything a stage is, decided before any data is loaded (:func:`resolve_stage`)."""
 
     exp: ExperimentConfig
-    stage: str                     # train, pretrain or finetune
+    stage: str  # train, pretrain or finetune
     seed: int
-    objective: str                 # supervised, causal or masked
+    objective: str  # supervised, causal or masked
     reverse: bool
     regime: str
     task: TaskConfig
@@ -56,8 +57,15 @@ class ResolvedStage:
             "regime": self.regime,
             "stage": self.stage,
             "seed": self.seed,
-            "task": {"name": t.name, "options": t.options, "data_dir": t.data_dir,
-                     "train_subset": t.train_subset, "skip_bad": t.skip_bad, "seed": t.seed, "generate": t.generate},
+            "task": {
+                "name": t.name,
+                "options": t.options,
+                "data_dir": t.data_dir,
+                "train_subset": t.train_subset,
+                "skip_bad": t.skip_bad,
+                "seed": t.seed,
+                "generate": t.generate,
+            },
             "data": data_identity(t),
             "model": self.model.to_dict(),
             "objective": {"kind": self.objective, "reverse": self.reverse, **vars(self.exp.objective)},
@@ -173,8 +181,10 @@ def resolve_stage(
     for source in (init_from, reverse_from):  # finetuning starts only from a finished pretraining run
         if source is not None:
             RunDir(source).require_finished(
-                "the pretraining run", f"finish it with `longrange pretrain ... --resume --out {source}` "
-                "(with the settings it was started with), then finetune from it")
+                "the pretraining run",
+                f"finish it with `longrange pretrain ... --resume --out {source}` "
+                "(with the settings it was started with), then finetune from it",
+            )
     if regime is None:
         regime = _regime(stage, kind, model_cfg, init_from, reverse_from)
     train = exp.train_config(stage, **changes)
@@ -183,9 +193,19 @@ def resolve_stage(
         shrink.pop("max_steps", None)
     if shrink:
         train = exp.train_config(stage, **changes, **shrink)
-    return ResolvedStage(exp=exp, stage=stage, seed=seed, objective=kind, reverse=reverse, regime=regime,
-                         task=exp.stage_task(stage), model=model_cfg, train=train,
-                         init_from=init_from, reverse_from=reverse_from)
+    return ResolvedStage(
+        exp=exp,
+        stage=stage,
+        seed=seed,
+        objective=kind,
+        reverse=reverse,
+        regime=regime,
+        task=exp.stage_task(stage),
+        model=model_cfg,
+        train=train,
+        init_from=init_from,
+        reverse_from=reverse_from,
+    )
 
 
 def _regime(stage: str, kind: str, model: ModelConfig, init_from: Path | None, reverse_from: Path | None) -> str:

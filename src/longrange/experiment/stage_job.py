@@ -1,6 +1,7 @@
 """The function a SLURM job runs (:class:`StageJob`), in a module of its own that imports neither
 torch nor the rest of the stack: a job unpickles it and starts its stage's worker at once, instead
 of first importing what only the worker needs (seconds per job, per stage of a grid)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,13 +56,21 @@ class StageJob:
 
     def __call__(self) -> str:
         threads = self.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", "0") or 0) // max(1, self.gpus)
-        cmd = W.command(self.out_dir, self.stage_id, overwrite=self.overwrite, rerun_other_versions=self.rerun_other_versions,
-                        threads=threads, gpus=self.gpus)
+        cmd = W.command(
+            self.out_dir,
+            self.stage_id,
+            overwrite=self.overwrite,
+            rerun_other_versions=self.rerun_other_versions,
+            threads=threads,
+            gpus=self.gpus,
+        )
         log = RunDir(Path(self.out_dir) / self.stage_id).start_log(
-            f"job {os.environ.get('SLURM_JOB_ID', os.getpid())}: {' '.join(cmd)}")
+            f"job {os.environ.get('SLURM_JOB_ID', os.getpid())}: {' '.join(cmd)}"
+        )
         with open(log, "ab") as f:
-            self._proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=W.environment(threads))
+            self._proc = subprocess.Popen(
+                cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=W.environment(threads)
+            )
             rc = self._proc.wait()
         env = require_submitit().JobEnvironment()
         exit_file(env.paths.folder, env.job_id).write_text(json.dumps({"rc": rc}))

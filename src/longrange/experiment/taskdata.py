@@ -1,4 +1,5 @@
 """A task's data and the identity of its files, loaded once per process for the same settings."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ def unread_files_note(task: TaskConfig, state: DataState | None = None) -> str |
     how = "task.generate=null"
     if task.train_subset is not None:
         how += f" and task.train_subset=null (it is {task.train_subset!r}: part of the training set)"
-    return (f"note: {task.name}: task.generate is set ({task.generate!r}), so the generated data is read and the "
-            f"task's own files in {found[0].parent} are not; to train on those files, add {how}")
+    return (
+        f"note: {task.name}: task.generate is set ({task.generate!r}), so the generated data is read and the "
+        f"task's own files in {found[0].parent} are not; to train on those files, add {how}"
+    )
 
 
 def say_unread_files(task: TaskConfig) -> None:
@@ -46,18 +49,30 @@ def load_data(task: TaskConfig):
     from longrange.data.loading import load_task
 
     t = task
-    key = json.dumps([t.name, t.options, t.data_dir, t.train_subset, t.skip_bad, t.seed, t.generate, smoke.active()],
-                     sort_keys=True, default=str)
+    key = json.dumps(
+        [t.name, t.options, t.data_dir, t.train_subset, t.skip_bad, t.seed, t.generate, smoke.active()],
+        sort_keys=True,
+        default=str,
+    )
     if key not in _DATA:
         say_unread_files(t)
-        _DATA[key] = load_task(t.name, t.data_dir, seed=t.seed, train_subset=t.train_subset, skip_bad=t.skip_bad,
-                               generate=t.generate, **t.options)
+        _DATA[key] = load_task(
+            t.name,
+            t.data_dir,
+            seed=t.seed,
+            train_subset=t.train_subset,
+            skip_bad=t.skip_bad,
+            generate=t.generate,
+            **t.options,
+        )
     return _DATA[key]
 
 
 def data_identity(task: TaskConfig) -> dict[str, str]:
     """The identity of a task's data files (``DataState.identity``, see ``longrange.data.state``), once per process."""
-    key = json.dumps([task.name, task.data_dir, task.options, task.generate, smoke.active()], sort_keys=True, default=str)
+    key = json.dumps(
+        [task.name, task.data_dir, task.options, task.generate, smoke.active()], sort_keys=True, default=str
+    )
     if key not in _IDENTITY:
         _IDENTITY[key] = data_state(task).identity()
     return _IDENTITY[key]

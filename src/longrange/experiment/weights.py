@@ -1,5 +1,6 @@
 """Pretrained weights: moving a pretrained encoder and backbone into a finetuning model (morphing
 F1 / F1R1 when the directions differ). A run's model is rebuilt by ``train/trained.py``."""
+
 from __future__ import annotations
 
 import sys
@@ -13,14 +14,18 @@ from longrange.models.morph import morph_f1, morph_f1r1
 from longrange.train.trained import load_model
 
 
-def prepare_source(source: SequenceModel, target: SequenceModel, reverse: SequenceModel | None) -> tuple[SequenceModel, str | None]:
+def prepare_source(
+    source: SequenceModel, target: SequenceModel, reverse: SequenceModel | None
+) -> tuple[SequenceModel, str | None]:
     """Make a pretrained model structurally fit the finetuning model: drop the mask channel, morph."""
     for model in (source, reverse):
         if model is not None and hasattr(model.encoder, "drop_mask_channel"):
             model.encoder.drop_mask_channel()
     if reverse is not None:
         if target.cfg.direction != "bidirectional":
-            raise ConfigError("F1R1 (a reverse-pretrained model) initialises a bidirectional model: set model.direction=bidirectional")
+            raise ConfigError(
+                "F1R1 (a reverse-pretrained model) initialises a bidirectional model: set model.direction=bidirectional"
+            )
         return morph_f1r1(source, reverse), "f1r1"
     if source.cfg.direction == "causal" and target.cfg.direction == "bidirectional":
         if source.cfg.block != "mamba" or source.cfg.layers:
@@ -51,11 +56,17 @@ def transfer_pretrained(target: SequenceModel, source: SequenceModel) -> dict[st
     src, tgt = source.state_dict(), target.state_dict()
     body = [k for k in tgt if k.startswith(("encoder.", "backbone."))]
     missing = [k for k in body if k not in src]
-    shapes = [f"{k}: pretrained {tuple(src[k].shape)} vs model {tuple(tgt[k].shape)}" for k in body if k in src and src[k].shape != tgt[k].shape]
+    shapes = [
+        f"{k}: pretrained {tuple(src[k].shape)} vs model {tuple(tgt[k].shape)}"
+        for k in body
+        if k in src and src[k].shape != tgt[k].shape
+    ]
     if missing or shapes:
         raise CheckpointError(
             "the pretrained weights do not cover the model's encoder and backbone: "
-            + "; ".join(filter(None, [f"missing {missing}" if missing else "", f"shape mismatches {shapes}" if shapes else ""]))
+            + "; ".join(
+                filter(None, [f"missing {missing}" if missing else "", f"shape mismatches {shapes}" if shapes else ""])
+            )
         )
     target.load_state_dict({**tgt, **{k: src[k] for k in body}})
     return {

@@ -16,6 +16,7 @@ every rank runs it (rank 0 decides and writes). Its exit status says what happen
 
 ``--threads N`` sets torch's threads (the backend also sets OMP/MKL_NUM_THREADS in its environment).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,16 +59,25 @@ def error_line(log: Path) -> str:
         lines = [l for l in log.read_text(errors="replace").splitlines() if l.startswith(ERROR_PREFIX)]
     except OSError:
         return ""
-    return lines[-1][len(ERROR_PREFIX):] if lines else ""
+    return lines[-1][len(ERROR_PREFIX) :] if lines else ""
 
 
 def intent_args(intent) -> list[str]:
     """The worker's options for a comparison's :class:`~longrange.train.rundir.Intent`."""
-    return (["--overwrite"] if intent.replace_stale else []) + (["--rerun-other-versions"] if intent.rerun_other_versions else [])
+    return (["--overwrite"] if intent.replace_stale else []) + (
+        ["--rerun-other-versions"] if intent.rerun_other_versions else []
+    )
 
 
-def command(out_dir: str | Path, stage_id: str, *, overwrite: bool = False, rerun_other_versions: bool = False,
-            threads: int = 0, gpus: int = 1) -> list[str]:
+def command(
+    out_dir: str | Path,
+    stage_id: str,
+    *,
+    overwrite: bool = False,
+    rerun_other_versions: bool = False,
+    threads: int = 0,
+    gpus: int = 1,
+) -> list[str]:
     """The command that runs one stage; under torchrun (``gpus > 1``) on that many GPUs of one node."""
     from longrange.train.rundir import Intent
 
@@ -102,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", help="the comparison's output directory (holds plan.json)")
     p.add_argument("stage", help="the stage id (its run directory relative to OUT)")
     p.add_argument("--overwrite", action="store_true", help="replace a finished run made with other settings")
-    p.add_argument("--rerun-other-versions", action="store_true", help="run again a stage finished by another longrange version")
+    p.add_argument(
+        "--rerun-other-versions", action="store_true", help="run again a stage finished by another longrange version"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = p.parse_args(argv)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # not inside a submitit job, which handles it
@@ -111,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from longrange.errors import LongrangeError, Preempted
-    from longrange.faults import kill_point
     from longrange.experiment.execute import StageNotReady, execute_stage
     from longrange.experiment.plan import Plan
+    from longrange.faults import kill_point
     from longrange.train.rundir import Intent, RunMismatchError
 
     if args.threads > 0:
@@ -126,12 +138,20 @@ def main(argv: list[str] | None = None) -> int:
         intent = Intent("continue", replace_stale=args.overwrite, rerun_other_versions=args.rerun_other_versions)
         summary = execute_stage(plan, args.stage, args.out, intent=intent)
     except KeyboardInterrupt:
-        print(f"worker: interrupted; {args.stage} resumes from its last checkpoint when the same "
-              "`longrange compare` runs again", file=sys.stderr, flush=True)
+        print(
+            f"worker: interrupted; {args.stage} resumes from its last checkpoint when the same "
+            "`longrange compare` runs again",
+            file=sys.stderr,
+            flush=True,
+        )
         return INTERRUPTED
     except Preempted as err:  # a comparison has no --resume: it resumes by running again
-        print(f"worker: {args.stage} stopped at step {err.step} of {err.total}, its checkpoint written; it resumes "
-              "when the same `longrange compare` runs again", file=sys.stderr, flush=True)
+        print(
+            f"worker: {args.stage} stopped at step {err.step} of {err.total}, its checkpoint written; it resumes "
+            "when the same `longrange compare` runs again",
+            file=sys.stderr,
+            flush=True,
+        )
         return INTERRUPTED
     except RunMismatchError as err:
         print(f"{ERROR_PREFIX}{err}", file=sys.stderr, flush=True)

@@ -1,4 +1,5 @@
 """Sequence primitives: (batch, length, d_model) -> same shape."""
+
 from longrange.layers.attention import Attention
 from longrange.layers.base import (
     NO_DECAY_GROUP,
@@ -24,6 +25,27 @@ from longrange.layers.s4d import S4D
 from longrange.layers.s6 import S6
 
 __all__ = [
-    "Attention", "DLR", "DeltaNet", "FlipSum", "GLA", "GatedDeltaNet", "H3", "Hyena", "LRU", "Mamba2", "Mamba3", "NO_DECAY_GROUP", "PRIMITIVES", "RotaryEmbedding", "S4", "S4D", "S6", "SSM_GROUP",
-    "SequencePrimitive", "apply_mask", "get_optim_hint", "register_primitive", "set_optim_hint",
+    "Attention",
+    "DLR",
+    "DeltaNet",
+    "FlipSum",
+    "GLA",
+    "GatedDeltaNet",
+    "H3",
+    "Hyena",
+    "LRU",
+    "Mamba2",
+    "Mamba3",
+    "NO_DECAY_GROUP",
+    "PRIMITIVES",
+    "RotaryEmbedding",
+    "S4",
+    "S4D",
+    "S6",
+    "SSM_GROUP",
+    "SequencePrimitive",
+    "apply_mask",
+    "get_optim_hint",
+    "register_primitive",
+    "set_optim_hint",
 ]

@@ -26,6 +26,7 @@ this step's key and value and attends over the cache. With ``block_size`` the ca
 every block boundary, matching the blocked forward; with ``window`` it keeps only the previous
 window's keys at every window boundary (at most 2·W cached steps).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,10 +37,10 @@ from torch import Tensor, nn
 
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive, apply_mask
-from longrange.layers.rope import RotaryEmbedding
-from longrange.ops.sliding_window import sliding_window_attention
 from longrange.layers.registry import register_primitive
+from longrange.layers.rope import RotaryEmbedding
 from longrange.ops.attention import blocked_attention, masked_attention
+from longrange.ops.sliding_window import sliding_window_attention
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,16 @@ class Attention(SequencePrimitive):
             raise ConfigError(f"Attention {name}={width} is not divisible by n_heads={n_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ConfigError(f"Attention dropout must be in [0, 1), got {dropout!r}")
-        if block_size is not None and (not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1):
+        if block_size is not None and (
+            not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1
+        ):
             raise ConfigError(f"Attention block_size must be None or a positive int, got {block_size!r}")
         if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
             raise ConfigError(f"Attention window must be None or a positive int, got {window!r}")
         if window is not None and block_size is not None:
-            raise ConfigError("Attention takes either block_size (isolated blocks) or window (sliding windows), not both")
+            raise ConfigError(
+                "Attention takes either block_size (isolated blocks) or window (sliding windows), not both"
+            )
         self.d_model = d_model
         self.n_heads = n_heads
         self.attn_dim = width
@@ -165,14 +170,18 @@ class Attention(SequencePrimitive):
         out = self.out_proj(out.transpose(1, 2).reshape(batch, length, self.attn_dim))
         return apply_mask(out, mask)
 
-    def default_state(self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None) -> KVCache:
+    def default_state(
+        self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None
+    ) -> KVCache:
         """An empty cache: k, v of shape (batch_size, heads, 0, head_dim), position 0."""
         self._check_step()
         weight = self.qkv.weight
         empty = torch.zeros(
             batch_size, self.n_heads, 0, self.head_dim, device=device or weight.device, dtype=dtype or weight.dtype
         )
-        limit = self.block_size if self.block_size is not None else (2 * self.window if self.window is not None else None)
+        limit = (
+            self.block_size if self.block_size is not None else (2 * self.window if self.window is not None else None)
+        )
         return KVCache(k=empty, v=empty.clone(), position=0, limit=limit)
 
     def step(self, x: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:

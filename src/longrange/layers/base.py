@@ -14,6 +14,7 @@ padded positions before mixing along the sequence, so that for a bidirectional p
 reverse direction starts from a zero state at the last real position and the outputs at real
 positions do not depend on how much padding follows.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -92,7 +93,9 @@ class SequencePrimitive(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def default_state(self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None) -> Any:
+    def default_state(
+        self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None
+    ) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no recurrent mode")
 
     def step(self, x: Tensor, state: Any) -> tuple[Tensor, Any]:

@@ -1,4 +1,5 @@
 """Flip-and-sum bidirectionality for primitives without a two-sided kernel (S6, DLR, ...)."""
+
 from __future__ import annotations
 
 from torch import Tensor
@@ -22,9 +23,7 @@ class FlipSum(SequencePrimitive):
         if forward_layer.bidirectional or backward_layer.bidirectional:
             raise ValueError("FlipSum combines two causal primitives")
         if forward_layer.d_model != backward_layer.d_model:
-            raise ValueError(
-                f"FlipSum directions differ in width: {forward_layer.d_model} vs {backward_layer.d_model}"
-            )
+            raise ValueError(f"FlipSum directions differ in width: {forward_layer.d_model} vs {backward_layer.d_model}")
         self.d_model = forward_layer.d_model
         self.fwd = forward_layer
         self.bwd = backward_layer

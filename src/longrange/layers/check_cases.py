@@ -2,10 +2,11 @@
 recurrent (step) mode against its parallel forward, causal and, for bidirectional layers, their two
 directions stepped against the bidirectional forward.
 """
+
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -35,7 +36,9 @@ def _conv_ssm_directions(bi: torch.nn.Module, make: Callable[[bool], torch.nn.Mo
     shared = {k: v for k, v in state.items() if k != c_name}
     fwd, bwd = make(False), make(False)
     fwd.load_state_dict({**shared, c_name: state[c_name][:1]})
-    bwd.load_state_dict({**shared, c_name: state[c_name][1:], **({"D": torch.zeros_like(state["D"])} if "D" in state else {})})
+    bwd.load_state_dict(
+        {**shared, c_name: state[c_name][1:], **({"D": torch.zeros_like(state["D"])} if "D" in state else {})}
+    )
     return fwd, bwd, True
 
 
@@ -65,8 +68,11 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
     ("DLR", _dlr, lambda bi: _conv_ssm_directions(bi, _dlr, "C")),
     ("S6", lambda bi: S6(4, d_state=3, bidirectional=bi), _flip_sum_directions),
     # The LRU in chunks of 4; bidirectional: its shared-λ directions (the backward one reads t itself).
-    ("LRU", lambda bi: LRU(6, d_state=4, r_min=0.5, r_max=0.95, chunk_size=4, bidirectional=bi),
-     lambda bi: (*bi.causal_directions(), False)),
+    (
+        "LRU",
+        lambda bi: LRU(6, d_state=4, r_min=0.5, r_max=0.95, chunk_size=4, bidirectional=bi),
+        lambda bi: (*bi.causal_directions(), False),
+    ),
     # The matrix-state layers in chunks of 4 (the 11 steps cross chunks), short convolutions on.
     ("Mamba-2", lambda bi: Mamba2(8, d_state=4, headdim=4, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("Mamba-3", lambda bi: Mamba3(8, d_state=4, headdim=4, chunk_size=4, bidirectional=bi), _flip_sum_directions),
@@ -101,7 +107,9 @@ def step_through(layer: torch.nn.Module, x: Tensor) -> Tensor:
     return torch.stack(ys, dim=1)
 
 
-def _step_case(name: str, build: Callable, split: Callable | None, bidirectional: bool, device: str, dtype: torch.dtype) -> Case:
+def _step_case(
+    name: str, build: Callable, split: Callable | None, bidirectional: bool, device: str, dtype: torch.dtype
+) -> Case:
     def run() -> float:
         with torch.random.fork_rng(devices=[]):  # the layers' initialisation leaves the global generator alone
             torch.manual_seed(0)
@@ -127,8 +135,16 @@ def _step_case(name: str, build: Callable, split: Callable | None, bidirectional
         return compare(both, forward, inputs, dtype, device)
 
     direction = "both directions" if bidirectional else "causal"
-    return Case(f"{name} step == forward", direction, device, dtype, f"batch 2, length {LENGTH}", run, TOLERANCE[dtype],
-                lambda passed: _AVOID)
+    return Case(
+        f"{name} step == forward",
+        direction,
+        device,
+        dtype,
+        f"batch 2, length {LENGTH}",
+        run,
+        TOLERANCE[dtype],
+        lambda passed: _AVOID,
+    )
 
 
 def layer_cases(device: str, dtype: torch.dtype) -> list[Case]:

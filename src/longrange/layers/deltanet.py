@@ -22,6 +22,7 @@ trained without weight decay). Computed by :func:`longrange.ops.matrix_state.del
 :func:`~longrange.ops.matrix_state.gated_delta_rule`. Both are whole attention-like layers: use
 them in ``block: residual`` with an MLP (``model.mlp: swiglu``), as FLA's models stack them.
 """
+
 from __future__ import annotations
 
 import torch
@@ -50,8 +51,20 @@ class _DeltaLayer(QKVMixer):
     gated: bool = False
     where: str = ""
 
-    def _build(self, d_model: int, n_heads: int, dk: int, dv: int, use_short_conv: bool, conv_size: int,
-               use_gate: bool, allow_neg_eigval: bool, norm_eps: float, chunk_size: int, impl: str | None) -> None:
+    def _build(
+        self,
+        d_model: int,
+        n_heads: int,
+        dk: int,
+        dv: int,
+        use_short_conv: bool,
+        conv_size: int,
+        use_gate: bool,
+        allow_neg_eigval: bool,
+        norm_eps: float,
+        chunk_size: int,
+        impl: str | None,
+    ) -> None:
         check_positive_int("chunk_size", chunk_size, where=self.where)
         check_positive_int("conv_size", conv_size, where=self.where)
         matrix_state.check_impl("gated_delta_rule" if self.gated else "delta_rule", impl, self.where)
@@ -68,14 +81,18 @@ class _DeltaLayer(QKVMixer):
         self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, heads={self.n_heads}, d_k={self.dk}, d_v={self.dv}, "
-                f"short_conv={self.conv is not None}, bidirectional={self.bidirectional}")
+        return (
+            f"d_model={self.d_model}, heads={self.n_heads}, d_k={self.dk}, d_v={self.dv}, "
+            f"short_conv={self.conv is not None}, bidirectional={self.bidirectional}"
+        )
 
     def _heads(self, qkv: Tensor, x: Tensor) -> tuple[Tensor, ...]:
         """(q, k, v, beta, g or None) per head, from the (convolved) projections and the input x."""
         if self.conv is None:
             qkv = F.silu(qkv)
-        q, k, v = (split_heads(t, self.n_heads) for t in qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1))
+        q, k, v = (
+            split_heads(t, self.n_heads) for t in qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        )
         q, k = F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6)
         beta = torch.sigmoid(self.b_proj(x)) * (2.0 if self.allow_neg_eigval else 1.0)
         return q, k, v, beta, self._log_decay(x)
@@ -86,7 +103,9 @@ class _DeltaLayer(QKVMixer):
     def _recur(self, heads: tuple[Tensor, ...], mask: Tensor | None) -> Tensor:
         q, k, v, beta, g = heads
         if self.gated:
-            return matrix_state.gated_delta_rule(q, k, v, g, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
+            return matrix_state.gated_delta_rule(
+                q, k, v, g, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl
+            )
         return matrix_state.delta_rule(q, k, v, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
 
     def _recur_step(self, heads: tuple[Tensor, ...], S: Tensor) -> tuple[Tensor, Tensor]:
@@ -124,14 +143,24 @@ class DeltaNet(_DeltaLayer):
         if dk < 1 or dv < 1:
             raise ConfigError(f"{self.where}: expand_k and expand_v must give positive head widths, got {dk} and {dv}")
         self.bidirectional = bool(bidirectional)
-        kwargs = dict(n_heads=n_heads, expand_k=expand_k, expand_v=expand_v, use_short_conv=use_short_conv,
-                      conv_size=conv_size, use_gate=use_gate, allow_neg_eigval=allow_neg_eigval, norm_eps=norm_eps,
-                      chunk_size=chunk_size, impl=impl)
+        kwargs = dict(
+            n_heads=n_heads,
+            expand_k=expand_k,
+            expand_v=expand_v,
+            use_short_conv=use_short_conv,
+            conv_size=conv_size,
+            use_gate=use_gate,
+            allow_neg_eigval=allow_neg_eigval,
+            norm_eps=norm_eps,
+            chunk_size=chunk_size,
+            impl=impl,
+        )
         if self._init_directions((lambda: DeltaNet(d_model, **kwargs)) if self.bidirectional else None):
             self.d_model, self.n_heads, self.dk, self.dv = d_model, n_heads, dk, dv
             return
-        self._build(d_model, n_heads, dk, dv, use_short_conv, conv_size, use_gate, allow_neg_eigval, norm_eps,
-                    chunk_size, impl)
+        self._build(
+            d_model, n_heads, dk, dv, use_short_conv, conv_size, use_gate, allow_neg_eigval, norm_eps, chunk_size, impl
+        )
 
 
 @register_primitive("gated-deltanet")
@@ -171,14 +200,37 @@ class GatedDeltaNet(_DeltaLayer):
         if dv != int(dv) or dv < 1:
             raise ConfigError(f"{self.where}: expand_v * head_dim must be a positive integer, got {dv}")
         self.bidirectional = bool(bidirectional)
-        kwargs = dict(n_heads=n_heads, head_dim=head_dim, expand_v=expand_v, use_short_conv=use_short_conv,
-                      conv_size=conv_size, use_gate=use_gate, allow_neg_eigval=allow_neg_eigval, dt_min=dt_min,
-                      dt_max=dt_max, dt_init_floor=dt_init_floor, norm_eps=norm_eps, chunk_size=chunk_size, impl=impl)
+        kwargs = dict(
+            n_heads=n_heads,
+            head_dim=head_dim,
+            expand_v=expand_v,
+            use_short_conv=use_short_conv,
+            conv_size=conv_size,
+            use_gate=use_gate,
+            allow_neg_eigval=allow_neg_eigval,
+            dt_min=dt_min,
+            dt_max=dt_max,
+            dt_init_floor=dt_init_floor,
+            norm_eps=norm_eps,
+            chunk_size=chunk_size,
+            impl=impl,
+        )
         if self._init_directions((lambda: GatedDeltaNet(d_model, **kwargs)) if self.bidirectional else None):
             self.d_model, self.n_heads, self.dk, self.dv = d_model, n_heads, head_dim, int(dv)
             return
-        self._build(d_model, n_heads, head_dim, int(dv), use_short_conv, conv_size, use_gate, allow_neg_eigval,
-                    norm_eps, chunk_size, impl)
+        self._build(
+            d_model,
+            n_heads,
+            head_dim,
+            int(dv),
+            use_short_conv,
+            conv_size,
+            use_gate,
+            allow_neg_eigval,
+            norm_eps,
+            chunk_size,
+            impl,
+        )
         self.a_proj = nn.Linear(d_model, n_heads, bias=False)
         self.A_log = no_decay(torch.log(torch.empty(n_heads).uniform_(0, 16).clamp_min(1e-4)))
         self.dt_bias = no_decay(inverse_softplus_dt(n_heads, dt_min, dt_max, dt_init_floor))

@@ -26,6 +26,7 @@ real-part readout (a real system of size d_state). The DLR paper's "N = 1024" co
 ``bidirectional=True`` adds an independent C for a backward kernel (shared Λ), combined in one
 two-sided convolution.
 """
+
 from __future__ import annotations
 
 import math
@@ -101,7 +102,9 @@ class DLR(ConvolutionalSSM):
         self.theta = ssm_parameter(theta, ssm_lr_scale)
         channels = 2 if self.bidirectional else 1
         scale = 1.0 / M if c_scale is None else c_scale
-        C = torch.complex(torch.randn(channels, H, M, dtype=torch.float64), torch.randn(channels, H, M, dtype=torch.float64))
+        C = torch.complex(
+            torch.randn(channels, H, M, dtype=torch.float64), torch.randn(channels, H, M, dtype=torch.float64)
+        )
         self.C = ssm_parameter(real_param(scale * C), ssm_lr_scale)
         self.D = skip_parameter(skip_init(H, d_init)) if self.use_skip else None
 

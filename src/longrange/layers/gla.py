@@ -13,6 +13,7 @@ computed by :func:`longrange.ops.matrix_state.gla`. Defaults are the published o
 come from ``model.n_heads``. GLA is a whole attention-like layer: use it in ``block: residual``
 with an MLP (``model.mlp: swiglu``), as FLA's GLA models stack it.
 """
+
 from __future__ import annotations
 
 import torch.nn.functional as F
@@ -48,12 +49,18 @@ class GLA(QKVMixer):
     ):
         super().__init__()
         where = "GLA"
-        for name, value in (("d_model", d_model), ("gate_low_rank_dim", gate_low_rank_dim), ("conv_size", conv_size),
-                            ("chunk_size", chunk_size)):
+        for name, value in (
+            ("d_model", d_model),
+            ("gate_low_rank_dim", gate_low_rank_dim),
+            ("conv_size", conv_size),
+            ("chunk_size", chunk_size),
+        ):
             check_positive_int(name, value, where=where)
         key_dim, value_dim = int(d_model * expand_k), int(d_model * expand_v)
         if key_dim < 1 or value_dim < 1:
-            raise ConfigError(f"{where}: expand_k and expand_v must give positive widths, got {key_dim} and {value_dim}")
+            raise ConfigError(
+                f"{where}: expand_k and expand_v must give positive widths, got {key_dim} and {value_dim}"
+            )
         self.dk = check_heads(where, key_dim, n_heads, "the key width expand_k * d_model =")
         self.dv = check_heads(where, value_dim, n_heads, "the value width expand_v * d_model =")
         if not gate_logit_normalizer > 0:
@@ -63,25 +70,38 @@ class GLA(QKVMixer):
         self.gate_logit_normalizer, self.clamp_min = float(gate_logit_normalizer), clamp_min
         self.chunk_size, self.impl = chunk_size, impl
         self.bidirectional = bool(bidirectional)
-        kwargs = dict(n_heads=n_heads, expand_k=expand_k, expand_v=expand_v, gate_low_rank_dim=gate_low_rank_dim,
-                      gate_logit_normalizer=gate_logit_normalizer, clamp_min=clamp_min, use_short_conv=use_short_conv,
-                      conv_size=conv_size, use_output_gate=use_output_gate, norm_eps=norm_eps, chunk_size=chunk_size,
-                      impl=impl)
+        kwargs = dict(
+            n_heads=n_heads,
+            expand_k=expand_k,
+            expand_v=expand_v,
+            gate_low_rank_dim=gate_low_rank_dim,
+            gate_logit_normalizer=gate_logit_normalizer,
+            clamp_min=clamp_min,
+            use_short_conv=use_short_conv,
+            conv_size=conv_size,
+            use_output_gate=use_output_gate,
+            norm_eps=norm_eps,
+            chunk_size=chunk_size,
+            impl=impl,
+        )
         if self._init_directions((lambda: GLA(d_model, **kwargs)) if self.bidirectional else None):
             return
         self.q_proj = nn.Linear(d_model, key_dim, bias=False)
         self.k_proj = nn.Linear(d_model, key_dim, bias=False)
         self.v_proj = nn.Linear(d_model, value_dim, bias=False)
         self.conv = ShortConv(2 * key_dim + value_dim, conv_size) if use_short_conv else None
-        self.gk_proj = nn.Sequential(nn.Linear(d_model, gate_low_rank_dim, bias=False),
-                                     nn.Linear(gate_low_rank_dim, key_dim, bias=True))
+        self.gk_proj = nn.Sequential(
+            nn.Linear(d_model, gate_low_rank_dim, bias=False), nn.Linear(gate_low_rank_dim, key_dim, bias=True)
+        )
         self.g_proj = nn.Linear(d_model, value_dim, bias=False) if use_output_gate else None
         self.norm = HeadNorm(self.dv, eps=norm_eps)
         self.o_proj = nn.Linear(value_dim, d_model, bias=False)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, heads={self.n_heads}, d_k={self.dk}, d_v={self.dv}, "
-                f"short_conv={self.conv is not None}, bidirectional={self.bidirectional}")
+        return (
+            f"d_model={self.d_model}, heads={self.n_heads}, d_k={self.dk}, d_v={self.dv}, "
+            f"short_conv={self.conv is not None}, bidirectional={self.bidirectional}"
+        )
 
     def _heads(self, qkv: Tensor, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         q, k, v = qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)

@@ -80,6 +80,7 @@ keys (whose bias would otherwise make them non-zero) and the kv sequences (the i
 zeroes its input where the mask is False), so that outputs at real positions do not depend on what
 follows in the padding, in either direction.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -140,12 +141,18 @@ class H3(SequencePrimitive):
         if inner_options is None:
             inner_options = {}
         if not isinstance(inner_options, Mapping):
-            raise ConfigError(f"H3: inner_options must be a dict of the inner primitive's options, got {inner_options!r}")
+            raise ConfigError(
+                f"H3: inner_options must be a dict of the inner primitive's options, got {inner_options!r}"
+            )
         inner_options = dict(inner_options)
         if "bidirectional" in inner_options:
-            raise ConfigError("H3: inner_options: 'bidirectional' is set by H3's own bidirectional option; set it there")
+            raise ConfigError(
+                "H3: inner_options: 'bidirectional' is set by H3's own bidirectional option; set it there"
+            )
         if inner == "h3":
-            raise ConfigError("H3: inner='h3': H3 cannot be its own inner SSM; choose an SSM primitive such as 's4d' or 's6'")
+            raise ConfigError(
+                "H3: inner='h3': H3 cannot be its own inner SSM; choose an SSM primitive such as 's4d' or 's6'"
+            )
         try:
             inner_cls = PRIMITIVES.get(inner)
         except ConfigError as err:
@@ -180,7 +187,9 @@ class H3(SequencePrimitive):
         if takes_bidirectional:
             offered["bidirectional"] = self.bidirectional
         try:
-            self.inner: SequencePrimitive = PRIMITIVES.build_from(inner, (self.n_heads,), inner_options, offered=offered)
+            self.inner: SequencePrimitive = PRIMITIVES.build_from(
+                inner, (self.n_heads,), inner_options, offered=offered
+            )
         except ConfigError as err:
             raise ConfigError(f"H3: inner={inner!r}: {err}") from None
         if bool(self.inner.bidirectional) != self.bidirectional:
@@ -192,8 +201,10 @@ class H3(SequencePrimitive):
         self.out_proj = nn.Linear(d_model, d_model)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, d_state={self.d_state}, head_dim={self.head_dim}, inner={self.inner_name!r}, "
-                f"bidirectional={self.bidirectional}")
+        return (
+            f"d_model={self.d_model}, d_state={self.d_state}, head_dim={self.head_dim}, inner={self.inner_name!r}, "
+            f"bidirectional={self.bidirectional}"
+        )
 
     # ---- pieces -------------------------------------------------------------------------------
 

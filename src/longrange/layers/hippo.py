@@ -12,6 +12,7 @@ Conventions (those of the S4 papers and repository):
 
 All functions compute in float64 and return the dtype asked for (default float64 / complex128).
 """
+
 from __future__ import annotations
 
 import math

@@ -84,6 +84,7 @@ convolution's last K - 1 inputs and, for each long convolution, the history of i
 position's u and sums the filter against the history. The filter itself is computed once, at
 the first step, from the parameters and carried along (not counted as state).
 """
+
 from __future__ import annotations
 
 import math
@@ -151,8 +152,9 @@ class ImplicitFilter(nn.Module):
         dtype = torch.get_default_dtype()
         z, t = positional_features(l_max, emb_dim)
         if pos_emb_lr_scale > 0:
-            self.z = set_optim_hint(nn.Parameter(z.to(dtype)), FILTER_GROUP, lr_scale=float(pos_emb_lr_scale),
-                                    weight_decay=0.0)
+            self.z = set_optim_hint(
+                nn.Parameter(z.to(dtype)), FILTER_GROUP, lr_scale=float(pos_emb_lr_scale), weight_decay=0.0
+            )
         else:
             self.register_buffer("z", z.to(dtype))
         self.register_buffer("t", t.to(dtype))
@@ -182,7 +184,9 @@ class ImplicitFilter(nn.Module):
 
     def forward(self, L: int) -> Tensor:
         if not 1 <= L <= self.l_max:
-            raise ValueError(f"{_WHERE}: the implicit filter is defined over l_max={self.l_max} positions, asked for {L}")
+            raise ValueError(
+                f"{_WHERE}: the implicit filter is defined over l_max={self.l_max} positions, asked for {L}"
+            )
         h = self.unmodulated(L).view(L, self.kernels, self.channels)
         if self.modulate:
             h = h * self.window(L).unsqueeze(1)
@@ -259,11 +263,19 @@ class Hyena(SequencePrimitive):
         conv_impl: str = "fft",
     ):
         super().__init__()
-        for name, value in (("d_model", d_model), ("l_max", l_max), ("order", order), ("filter_order", filter_order),
-                            ("emb_dim", emb_dim), ("short_filter_order", short_filter_order)):
+        for name, value in (
+            ("d_model", d_model),
+            ("l_max", l_max),
+            ("order", order),
+            ("filter_order", filter_order),
+            ("emb_dim", emb_dim),
+            ("short_filter_order", short_filter_order),
+        ):
             check_positive_int(name, value, where=_WHERE)
         if order < 2:
-            raise ConfigError(f"{_WHERE}: order must be at least 2 (N + 1 projections, N - 1 long convolutions), got {order}")
+            raise ConfigError(
+                f"{_WHERE}: order must be at least 2 (N + 1 projections, N - 1 long convolutions), got {order}"
+            )
         if emb_dim < 3 or emb_dim % 2 == 0:
             raise ConfigError(
                 f"{_WHERE}: emb_dim must be odd and >= 3 (time, then cosine and sine of each band), got {emb_dim}"
@@ -271,15 +283,22 @@ class Hyena(SequencePrimitive):
         if not isinstance(num_inner_mlps, int) or isinstance(num_inner_mlps, bool) or num_inner_mlps < 0:
             raise ConfigError(f"{_WHERE}: num_inner_mlps must be a non-negative integer, got {num_inner_mlps!r}")
         if not (0 < fast_decay_pct and 0 < slow_decay_pct):
-            raise ConfigError(f"{_WHERE}: fast_decay_pct and slow_decay_pct must be positive, got "
-                              f"{fast_decay_pct!r} and {slow_decay_pct!r}")
+            raise ConfigError(
+                f"{_WHERE}: fast_decay_pct and slow_decay_pct must be positive, got "
+                f"{fast_decay_pct!r} and {slow_decay_pct!r}"
+            )
         if not 0 < target < 1:
-            raise ConfigError(f"{_WHERE}: target (the window's value at the decay point) must be in (0, 1), got {target!r}")
+            raise ConfigError(
+                f"{_WHERE}: target (the window's value at the decay point) must be in (0, 1), got {target!r}"
+            )
         for name, p in (("dropout", dropout), ("filter_dropout", filter_dropout)):
             if not 0 <= p < 1:
                 raise ConfigError(f"{_WHERE}: {name} must be in [0, 1), got {p!r}")
-        for name, value in (("filter_lr_scale", filter_lr_scale), ("filter_weight_decay", filter_weight_decay),
-                            ("pos_emb_lr_scale", pos_emb_lr_scale)):
+        for name, value in (
+            ("filter_lr_scale", filter_lr_scale),
+            ("filter_weight_decay", filter_weight_decay),
+            ("pos_emb_lr_scale", pos_emb_lr_scale),
+        ):
             if not value >= 0:
                 raise ConfigError(f"{_WHERE}: {name} must be >= 0, got {value!r}")
         check_choice("conv_impl", conv_impl, CONV_IMPLS, where=_WHERE)
@@ -290,10 +309,21 @@ class Hyena(SequencePrimitive):
         self.in_proj = nn.Linear(d_model, width)
         self.short_conv = ShortConv(width, short_filter_order, bias=True, activation=None)
         self.filter = ImplicitFilter(
-            d_model * (order - 1), l_max, emb_dim=emb_dim, width=filter_order, num_inner_mlps=num_inner_mlps, w=w,
-            fast_decay_pct=fast_decay_pct, slow_decay_pct=slow_decay_pct, target=target, shift=shift,
-            modulate=modulate, kernels=2 if self.bidirectional else 1, lr_scale=filter_lr_scale,
-            weight_decay=filter_weight_decay, pos_emb_lr_scale=pos_emb_lr_scale,
+            d_model * (order - 1),
+            l_max,
+            emb_dim=emb_dim,
+            width=filter_order,
+            num_inner_mlps=num_inner_mlps,
+            w=w,
+            fast_decay_pct=fast_decay_pct,
+            slow_decay_pct=slow_decay_pct,
+            target=target,
+            shift=shift,
+            modulate=modulate,
+            kernels=2 if self.bidirectional else 1,
+            lr_scale=filter_lr_scale,
+            weight_decay=filter_weight_decay,
+            pos_emb_lr_scale=pos_emb_lr_scale,
         )
         self.bias = set_optim_hint(nn.Parameter(torch.randn(d_model * (order - 1))), NO_DECAY_GROUP)
         self.out_proj = nn.Linear(d_model, d_model)
@@ -301,8 +331,10 @@ class Hyena(SequencePrimitive):
         self.filter_dropout = nn.Dropout(filter_dropout)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, l_max={self.l_max}, order={self.order}, "
-                f"short_filter_order={self.short_filter_order}, bidirectional={self.bidirectional}")
+        return (
+            f"d_model={self.d_model}, l_max={self.l_max}, order={self.order}, "
+            f"short_filter_order={self.short_filter_order}, bidirectional={self.bidirectional}"
+        )
 
     def kernels(self, L: int) -> Tensor:
         """(kernels, d, N - 1, L): the filters h_o at lags 0 .. L - 1 (kernel 1: the backward ones)."""
@@ -340,14 +372,19 @@ class Hyena(SequencePrimitive):
             v = conv(v, kernel, bias[:, o])
         return self.out_proj((gates[0] * v).transpose(1, 2))
 
-    def default_state(self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None) -> HyenaCache:
+    def default_state(
+        self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None
+    ) -> HyenaCache:
         """An empty cache: the short convolution's zero inputs and N - 1 empty histories."""
         self._check_step()
         p = self.in_proj.weight
         device, dtype = device or p.device, dtype or p.dtype
-        empty = tuple(torch.zeros(batch_size, self.d_model, 0, device=device, dtype=dtype) for _ in range(self.order - 1))
-        return HyenaCache(conv=self.short_conv.zero_state(batch_size, device, dtype), history=empty, position=0,
-                          limit=self.l_max)
+        empty = tuple(
+            torch.zeros(batch_size, self.d_model, 0, device=device, dtype=dtype) for _ in range(self.order - 1)
+        )
+        return HyenaCache(
+            conv=self.short_conv.zero_state(batch_size, device, dtype), history=empty, position=0, limit=self.l_max
+        )
 
     def step(self, x: Tensor, state: HyenaCache) -> tuple[Tensor, HyenaCache]:
         """One position: x (batch, d_model) -> (y (batch, d_model), the updated cache)."""
@@ -357,8 +394,10 @@ class Hyena(SequencePrimitive):
         if not isinstance(state, HyenaCache):
             raise TypeError(f"Hyena.step expects a HyenaCache state (from default_state), got {type(state).__name__}")
         if state.position >= self.l_max:
-            raise ValueError(f"{_WHERE}: step at position {state.position} is beyond l_max={self.l_max}, the number of "
-                             "positions its implicit filter is defined over")
+            raise ValueError(
+                f"{_WHERE}: step at position {state.position} is beyond l_max={self.l_max}, the number of "
+                "positions its implicit filter is defined over"
+            )
         kernel = state.kernel if state.kernel is not None else self.kernels(self.l_max)[0]
         u, conv = self.short_conv.step(self.in_proj(x), state.conv)
         *gates, v = u.split(self.d_model, dim=-1)

@@ -78,6 +78,7 @@ evaluation statistics only.
 
 Parameters per layer: 3N (ν_log, θ_log, γ_log) + 2NH (B) + 2NH per direction (C) + H (D).
 """
+
 from __future__ import annotations
 
 import math
@@ -110,9 +111,13 @@ def check_ring(r_min: object, r_max: object, max_phase: object) -> tuple[float, 
     if not 0 < hi <= 1:
         raise ConfigError(f"{_WHERE}: r_max must be in (0, 1] (|λ| < 1 keeps the recurrence stable), got {hi!r}")
     if lo >= hi:
-        raise ConfigError(f"{_WHERE}: r_min must be < r_max (the ring r_min <= |λ| < r_max), got r_min={lo!r}, r_max={hi!r}")
+        raise ConfigError(
+            f"{_WHERE}: r_min must be < r_max (the ring r_min <= |λ| < r_max), got r_min={lo!r}, r_max={hi!r}"
+        )
     if phase <= 0:
-        raise ConfigError(f"{_WHERE}: max_phase must be > 0 (the phases of λ are drawn in (0, max_phase]), got {phase!r}")
+        raise ConfigError(
+            f"{_WHERE}: max_phase must be > 0 (the phases of λ are drawn in (0, max_phase]), got {phase!r}"
+        )
     return lo, hi, phase
 
 
@@ -121,8 +126,8 @@ def ring_init(n: int, r_min: float, r_max: float, max_phase: float) -> tuple[Ten
     with phase in (0, max_phase], and γ = sqrt(1 - |λ|²) (see the module docstring)."""
     r_min, r_max, max_phase = check_ring(r_min, r_max, max_phase)
     # U in (0, 1): |λ|² > 0 keeps ν finite when r_min = 0 (and < r_max² <= 1 keeps it positive).
-    u1 = torch.rand(n, dtype=torch.float64).clamp_(min=2.0 ** -53)
-    mod_sq = u1 * (r_max ** 2 - r_min ** 2) + r_min ** 2  # |λ|²
+    u1 = torch.rand(n, dtype=torch.float64).clamp_(min=2.0**-53)
+    mod_sq = u1 * (r_max**2 - r_min**2) + r_min**2  # |λ|²
     nu_log = torch.log(-0.5 * torch.log(mod_sq))
     u2 = 1.0 - torch.rand(n, dtype=torch.float64)  # (0, 1]: θ > 0 keeps θ_log finite
     theta_log = torch.log(max_phase * u2)
@@ -175,7 +180,9 @@ class LRU(SequencePrimitive):
         self.r_min, self.r_max, self.max_phase = check_ring(r_min, r_max, max_phase)
         if ssm_lr_scale is not None and _number("ssm_lr_scale", ssm_lr_scale) <= 0:
             raise ConfigError(f"{_WHERE}: ssm_lr_scale must be None or > 0, got {ssm_lr_scale!r}")
-        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 2):
+        if chunk_size is not None and (
+            isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 2
+        ):
             raise ConfigError(f"{_WHERE}: chunk_size must be None or an integer >= 2, got {chunk_size!r}")
         check_impl(impl, _WHERE)
         self.d_model, self.d_state, self.bidirectional = d_model, d_state, bool(bidirectional)
@@ -194,8 +201,10 @@ class LRU(SequencePrimitive):
         self.D = nn.Parameter(torch.randn(H, dtype=torch.float64).to(dtype))
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, d_state={self.d_state}, r_min={self.r_min:g}, r_max={self.r_max:g}, "
-                f"max_phase={self.max_phase:g}, bidirectional={self.bidirectional}")
+        return (
+            f"d_model={self.d_model}, d_state={self.d_state}, r_min={self.r_min:g}, r_max={self.r_max:g}, "
+            f"max_phase={self.max_phase:g}, bidirectional={self.bidirectional}"
+        )
 
     # -- the recurrence's pieces ----------------------------------------------------------
 
@@ -261,7 +270,7 @@ class LRU(SequencePrimitive):
         state = torch.exp(self.log_lambda()).to(v.dtype) * state.to(v.dtype) + v
         return self._out_proj([state], u).to(x.dtype), state
 
-    def causal_directions(self) -> tuple["LRU", "LRU"]:
+    def causal_directions(self) -> tuple[LRU, LRU]:
         """The two causal layers of a bidirectional LRU: (forward, backward), copies of its λ, γ and B
         with the forward or the backward output matrix; the backward one without the skip D. For
         any x: ``self(x) == fwd(x) + bwd(x.flip(1)).flip(1)`` (the backward part is not shifted)."""
@@ -271,8 +280,17 @@ class LRU(SequencePrimitive):
         layers = []
         for k in range(2):
             with torch.random.fork_rng(devices=[]):  # the throwaway init leaves the global generator alone
-                layer = LRU(self.d_model, self.d_state, self.r_min, self.r_max, self.max_phase, bidirectional=False,
-                            ssm_lr_scale=self.ssm_lr_scale, chunk_size=self.chunk_size, impl=self.impl)
+                layer = LRU(
+                    self.d_model,
+                    self.d_state,
+                    self.r_min,
+                    self.r_max,
+                    self.max_phase,
+                    bidirectional=False,
+                    ssm_lr_scale=self.ssm_lr_scale,
+                    chunk_size=self.chunk_size,
+                    impl=self.impl,
+                )
             layer = layer.to(device=self.nu_log.device, dtype=self.nu_log.dtype)
             D = state["D"] if k == 0 else torch.zeros_like(state["D"])
             layer.load_state_dict({**state, "C": state["C"][k : k + 1], "D": D})

@@ -17,6 +17,7 @@ The recurrent state per sequence is (H, N, headdim) for the SSM plus the convolu
 ``d_conv - 1`` inputs. Mamba-2 is a whole layer: use it in ``block: residual`` (its own block is
 norm -> Mamba-2 -> residual, without an MLP: ``model.mlp: none``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -60,8 +61,15 @@ class Mamba2(RecurrentMixer):
     ):
         super().__init__()
         where = "Mamba-2"
-        for name, value in (("d_model", d_model), ("d_state", d_state), ("expand", expand), ("headdim", headdim),
-                            ("ngroups", ngroups), ("d_conv", d_conv), ("chunk_size", chunk_size)):
+        for name, value in (
+            ("d_model", d_model),
+            ("d_state", d_state),
+            ("expand", expand),
+            ("headdim", headdim),
+            ("ngroups", ngroups),
+            ("d_conv", d_conv),
+            ("chunk_size", chunk_size),
+        ):
             check_positive_int(name, value, where=where)
         check_dt_range(dt_min, dt_max, where=where)
         lo, hi = A_init_range
@@ -72,9 +80,19 @@ class Mamba2(RecurrentMixer):
         self.d_model, self.d_state, self.d_inner, self.headdim = d_model, d_state, d_inner, headdim
         self.n_heads, self.ngroups, self.chunk_size, self.impl = heads, ngroups, chunk_size, impl
         self.bidirectional = bool(bidirectional)
-        kwargs = dict(d_state=d_state, expand=expand, headdim=headdim, ngroups=ngroups, d_conv=d_conv,
-                      A_init_range=A_init_range, dt_min=dt_min, dt_max=dt_max, dt_init_floor=dt_init_floor,
-                      chunk_size=chunk_size, impl=impl)
+        kwargs = dict(
+            d_state=d_state,
+            expand=expand,
+            headdim=headdim,
+            ngroups=ngroups,
+            d_conv=d_conv,
+            A_init_range=A_init_range,
+            dt_min=dt_min,
+            dt_max=dt_max,
+            dt_init_floor=dt_init_floor,
+            chunk_size=chunk_size,
+            impl=impl,
+        )
         if self._init_directions((lambda: Mamba2(d_model, **kwargs)) if self.bidirectional else None):
             return
         bc = ngroups * d_state
@@ -87,8 +105,10 @@ class Mamba2(RecurrentMixer):
         self.out_proj = nn.Linear(d_inner, d_model, bias=False)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, d_state={self.d_state}, heads={self.n_heads}x{self.headdim}, "
-                f"ngroups={self.ngroups}, bidirectional={self.bidirectional}")
+        return (
+            f"d_model={self.d_model}, d_state={self.d_state}, heads={self.n_heads}x{self.headdim}, "
+            f"ngroups={self.ngroups}, bidirectional={self.bidirectional}"
+        )
 
     def _split(self, zxbcdt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(z, xBC, dt) of the input projection."""
@@ -110,14 +130,23 @@ class Mamba2(RecurrentMixer):
         z, xbc, dt = self._split(self.in_proj(u))
         x, B, C = self._heads(self.conv(xbc))
         dt = F.softplus(dt + self.dt_bias)
-        y = matrix_state.ssd(x, dt, -torch.exp(self.A_log), B, C, D=self.D, mask=mask, chunk_size=self.chunk_size,
-                             impl=self.impl)
+        y = matrix_state.ssd(
+            x, dt, -torch.exp(self.A_log), B, C, D=self.D, mask=mask, chunk_size=self.chunk_size, impl=self.impl
+        )
         return self._out(y.flatten(-2), z)
 
     def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
-        return {"conv": self.conv.zero_state(batch_size, device, dtype),
-                "ssm": torch.zeros(batch_size, self.n_heads, self.d_state, self.headdim, device=device,
-                                   dtype=torch.float64 if dtype == torch.float64 else torch.float32)}
+        return {
+            "conv": self.conv.zero_state(batch_size, device, dtype),
+            "ssm": torch.zeros(
+                batch_size,
+                self.n_heads,
+                self.d_state,
+                self.headdim,
+                device=device,
+                dtype=torch.float64 if dtype == torch.float64 else torch.float32,
+            ),
+        }
 
     def _step(self, u: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         z, xbc, dt = self._split(self.in_proj(u))
@@ -126,4 +155,3 @@ class Mamba2(RecurrentMixer):
         dt = F.softplus(dt + self.dt_bias)
         y, ssm = matrix_state.ssd_step(x, dt, -torch.exp(self.A_log), B, C, state["ssm"], D=self.D)
         return self._out(y.flatten(-2).to(u.dtype), z), {"conv": conv, "ssm": ssm}
-

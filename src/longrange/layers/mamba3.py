@@ -19,6 +19,7 @@ sequence is the SSM state (H, N, headdim), the cumulative angles (H, n_angles) a
 position's key (H, N) and input (H, headdim). Use it in ``block: residual`` with ``model.mlp: none``.
 The multi-input (MIMO) variant is not implemented.
 """
+
 from __future__ import annotations
 
 import torch
@@ -68,8 +69,14 @@ class Mamba3(RecurrentMixer):
     ):
         super().__init__()
         where = "Mamba-3"
-        for name, value in (("d_model", d_model), ("d_state", d_state), ("expand", expand), ("headdim", headdim),
-                            ("ngroups", ngroups), ("chunk_size", chunk_size)):
+        for name, value in (
+            ("d_model", d_model),
+            ("d_state", d_state),
+            ("expand", expand),
+            ("headdim", headdim),
+            ("ngroups", ngroups),
+            ("chunk_size", chunk_size),
+        ):
             check_positive_int(name, value, where=where)
         check_dt_range(dt_min, dt_max, where=where)
         if rope_fraction not in (0.5, 1.0):
@@ -80,16 +87,29 @@ class Mamba3(RecurrentMixer):
         rotated = int(d_state * rope_fraction)
         n_angles = (rotated - rotated % 2) // 2
         if n_angles < 1:
-            raise ConfigError(f"{where}: d_state={d_state} with rope_fraction={rope_fraction} rotates no pair of entries; "
-                              "raise d_state to at least 4")
+            raise ConfigError(
+                f"{where}: d_state={d_state} with rope_fraction={rope_fraction} rotates no pair of entries; "
+                "raise d_state to at least 4"
+            )
         matrix_state.check_impl("mamba3", impl, where)
         self.d_model, self.d_state, self.d_inner, self.headdim = d_model, d_state, d_inner, headdim
         self.n_heads, self.ngroups, self.n_angles = heads, ngroups, n_angles
         self.A_floor, self.chunk_size, self.impl = float(A_floor), chunk_size, impl
         self.bidirectional = bool(bidirectional)
-        kwargs = dict(d_state=d_state, expand=expand, headdim=headdim, ngroups=ngroups, rope_fraction=rope_fraction,
-                      dt_min=dt_min, dt_max=dt_max, dt_init_floor=dt_init_floor, A_floor=A_floor,
-                      outproj_norm=outproj_norm, chunk_size=chunk_size, impl=impl)
+        kwargs = dict(
+            d_state=d_state,
+            expand=expand,
+            headdim=headdim,
+            ngroups=ngroups,
+            rope_fraction=rope_fraction,
+            dt_min=dt_min,
+            dt_max=dt_max,
+            dt_init_floor=dt_init_floor,
+            A_floor=A_floor,
+            outproj_norm=outproj_norm,
+            chunk_size=chunk_size,
+            impl=impl,
+        )
         if self._init_directions((lambda: Mamba3(d_model, **kwargs)) if self.bidirectional else None):
             return
         bc = ngroups * d_state
@@ -104,8 +124,10 @@ class Mamba3(RecurrentMixer):
         self.out_proj = nn.Linear(d_inner, d_model, bias=False)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, d_state={self.d_state}, heads={self.n_heads}x{self.headdim}, "
-                f"ngroups={self.ngroups}, angles={self.n_angles}, bidirectional={self.bidirectional}")
+        return (
+            f"d_model={self.d_model}, d_state={self.d_state}, heads={self.n_heads}x{self.headdim}, "
+            f"ngroups={self.ngroups}, angles={self.n_angles}, bidirectional={self.bidirectional}"
+        )
 
     def _inputs(self, u: Tensor) -> tuple[Tensor, ...]:
         """(z, x, B, C, dt, A, trap, angles) per head, from the input projection of ``u`` (..., d_model)."""
@@ -123,8 +145,21 @@ class Mamba3(RecurrentMixer):
 
     def _mix(self, u: Tensor, mask: Tensor | None) -> Tensor:
         z, x, B, C, dt, A, trap, angles = self._inputs(u)
-        y = matrix_state.mamba3(x, dt, A, B, C, trap, angles, self.B_bias, self.C_bias, self.D, mask=mask,
-                                chunk_size=self.chunk_size, impl=self.impl)
+        y = matrix_state.mamba3(
+            x,
+            dt,
+            A,
+            B,
+            C,
+            trap,
+            angles,
+            self.B_bias,
+            self.C_bias,
+            self.D,
+            mask=mask,
+            chunk_size=self.chunk_size,
+            impl=self.impl,
+        )
         return self._out(y, z)
 
     def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> Mamba3State:

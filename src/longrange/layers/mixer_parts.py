@@ -12,9 +12,11 @@ The base class zeroes the input at padded positions, builds the bidirectional la
 independent causal layers in :class:`~longrange.layers.bidirectional.FlipSum` (as S6 does), and
 refuses the step mode of a bidirectional layer.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,8 +46,13 @@ class ShortConv(nn.Module):
         return causal_conv1d(x.transpose(1, 2), self.weight, self.bias, activation=self.activation).transpose(1, 2)
 
     def zero_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
-        return torch.zeros(batch_size, self.channels, self.width - 1, device=device or self.weight.device,
-                           dtype=dtype or self.weight.dtype)
+        return torch.zeros(
+            batch_size,
+            self.channels,
+            self.width - 1,
+            device=device or self.weight.device,
+            dtype=dtype or self.weight.dtype,
+        )
 
     def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         return causal_conv1d_update(x, state, self.weight, self.bias, activation=self.activation)
@@ -103,14 +110,16 @@ def ssd_heads(where: str, d_model: int, expand: int, headdim: int, ngroups: int)
         raise ConfigError(f"{where}: expand * d_model = {d_inner} is not divisible by headdim={headdim}")
     heads = d_inner // headdim
     if heads % ngroups:
-        raise ConfigError(f"{where}: the {heads} heads (expand * d_model / headdim) are not divisible by ngroups={ngroups}")
+        raise ConfigError(
+            f"{where}: the {heads} heads (expand * d_model / headdim) are not divisible by ngroups={ngroups}"
+        )
     return d_inner, heads
 
 
 class RecurrentMixer(SequencePrimitive):
     """Base of the matrix-state layers (see the module docstring)."""
 
-    def _init_directions(self, make: Callable[[], "RecurrentMixer"] | None) -> bool:
+    def _init_directions(self, make: Callable[[], RecurrentMixer] | None) -> bool:
         """With ``make`` (the bidirectional case): build the two causal directions and return True."""
         if make is None:
             return False
@@ -133,13 +142,17 @@ class RecurrentMixer(SequencePrimitive):
         """One position: x (batch, d_model) -> (output (batch, d_model), new state)."""
         self._check_step()
         if x.dim() != 2 or x.shape[-1] != self.d_model:
-            raise ValueError(f"{type(self).__name__}.step expects input of shape (batch, {self.d_model}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"{type(self).__name__}.step expects input of shape (batch, {self.d_model}), got {tuple(x.shape)}"
+            )
         return self._step(x, state)
 
     def _mix(self, x: Tensor, mask: Tensor | None) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:  # pragma: no cover
+    def _zero_state(
+        self, batch_size: int, device: torch.device, dtype: torch.dtype
+    ) -> dict[str, Any]:  # pragma: no cover
         raise NotImplementedError
 
     def _step(self, x: Tensor, state: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:  # pragma: no cover - abstract
@@ -183,8 +196,16 @@ class QKVMixer(RecurrentMixer):
         return self._out(self._recur(self._heads(qkv, x), mask), x)
 
     def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
-        state = {"S": torch.zeros(batch_size, self.n_heads, self.dk, self.dv, device=device,
-                                  dtype=torch.float64 if dtype == torch.float64 else torch.float32)}
+        state = {
+            "S": torch.zeros(
+                batch_size,
+                self.n_heads,
+                self.dk,
+                self.dv,
+                device=device,
+                dtype=torch.float64 if dtype == torch.float64 else torch.float32,
+            )
+        }
         if self.conv is not None:
             state["conv"] = self.conv.zero_state(batch_size, device, dtype)
         return state

@@ -15,6 +15,7 @@ the constructors that name them, the model's own settings: ``d_state``, ``bidire
 block ``dt_rank`` (Mamba's default) and, with ``model.rope``, ``rope_targets``. A primitive that
 names ``rope`` applies rotary positions itself; for others the Mamba block rotates their input.
 """
+
 from __future__ import annotations
 
 from longrange.registry import Registry

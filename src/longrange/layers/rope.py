@@ -18,6 +18,7 @@ Options (all off by default, giving the standard RoPE):
   ``T`` is fixed at construction so that step-by-step rotation agrees with whole-sequence
   rotation; positions beyond ``T - 1`` are allowed and simply rotate further.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,9 @@ from torch import Tensor, nn
 from longrange.errors import ConfigError
 
 
-def rope_frequencies(dim: int, base: float, device: torch.device | None = None, dtype: torch.dtype | None = None) -> Tensor:
+def rope_frequencies(
+    dim: int, base: float, device: torch.device | None = None, dtype: torch.dtype | None = None
+) -> Tensor:
     """θ_i = base^(-2(i-1)/dim) for i = 1..dim//2, shape (dim // 2,)."""
     exponents = torch.arange(0, dim // 2, device=device, dtype=torch.float64) * (-2.0 / dim)
     theta = torch.pow(torch.tensor(float(base), dtype=torch.float64, device=device), exponents)
@@ -160,5 +163,7 @@ class RotaryEmbedding(nn.Module):
     def rotate_at(self, x_t: Tensor, position: int | Tensor) -> Tensor:
         """Rotate one step ``x_t`` (..., dim) as ``position``; equals row ``position`` of ``forward``."""
         if x_t.dim() < 1 or x_t.shape[-1] != self.dim:
-            raise ValueError(f"RotaryEmbedding.rotate_at expects input of shape (..., {self.dim}), got {tuple(x_t.shape)}")
+            raise ValueError(
+                f"RotaryEmbedding.rotate_at expects input of shape (..., {self.dim}), got {tuple(x_t.shape)}"
+            )
         return self.forward(x_t.unsqueeze(-2), offset=position).squeeze(-2)

@@ -24,6 +24,7 @@ Tying across channels (as the S4 code's ``n_ssm``): Λ, P, B (and Q when untied)
 and C have H entries whatever n_ssm). ``n_ssm_A`` sets the copies of Λ alone: the original S4 code
 (tag v1) keeps one Λ for all channels with B, P and Q per channel (``n_ssm_A=1, tie_pq=False``).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,9 +39,9 @@ from longrange.layers.ssm import (
     ConvolutionalSSM,
     as_complex,
     check_choice,
+    check_copies,
     check_positive_int,
     check_state_size,
-    check_copies,
     check_step_input,
     decode_dt,
     decode_real_part,
@@ -123,7 +124,9 @@ class S4(ConvolutionalSSM):
         self.dt_name, raw_dt = dt_parameter(sample_log_dt(H, dt_min, dt_max), dt_transform)
         self.dt_transform = dt_transform
         setattr(self, self.dt_name, ssm_parameter(raw_dt, ssm_lr_scale))
-        self.Lambda_real = ssm_parameter(encode_real_part(Lambda.real.expand(copies_A, M), real_transform), ssm_lr_scale)
+        self.Lambda_real = ssm_parameter(
+            encode_real_part(Lambda.real.expand(copies_A, M), real_transform), ssm_lr_scale
+        )
         self.Lambda_imag = ssm_parameter(Lambda.imag.expand(copies_A, M).clone(), ssm_lr_scale)
         self.P = ssm_parameter(real_param(P.unsqueeze(1).expand(rank, copies, M)), ssm_lr_scale)
         if not self.tie_pq:

@@ -14,6 +14,7 @@ helpers are in :mod:`longrange.layers.ssm`):
 * ``bidirectional=True`` adds a second, independent output vector C producing a backward kernel;
   both are combined into one two-sided convolution (see :mod:`longrange.ops.fftconv`).
 """
+
 from __future__ import annotations
 
 import torch

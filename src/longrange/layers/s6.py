@@ -36,6 +36,7 @@ from ``x``.
 (:func:`~longrange.ops.scan.set_default_impl`, normally "auto", the fastest usable), "ref" the
 Python reference loop over time (slow; for tests), or a named fast path.
 """
+
 from __future__ import annotations
 
 import math
@@ -111,7 +112,9 @@ class S6(SequencePrimitive):
         if scan_impl is not None:
             check_choice("scan_impl", scan_impl, tuple(SCAN_IMPLS), where="S6")
         if isinstance(rope_targets, str):
-            raise ConfigError(f"S6: rope_targets must be a list of names from {ROPE_TARGETS}, got the string {rope_targets!r}")
+            raise ConfigError(
+                f"S6: rope_targets must be a list of names from {ROPE_TARGETS}, got the string {rope_targets!r}"
+            )
         unknown = [t for t in rope_targets if t not in ROPE_TARGETS]
         if unknown:
             raise ConfigError(f"S6: unknown rope_targets {unknown}; allowed: {ROPE_TARGETS}")
@@ -122,9 +125,17 @@ class S6(SequencePrimitive):
         self.rope_targets = tuple(dict.fromkeys(rope_targets))
         self.scan_impl = scan_impl
         if self.bidirectional:
-            kwargs = dict(d_model=d_model, d_state=d_state, dt_rank=dt_rank, dt_min=dt_min, dt_max=dt_max,
-                          dt_init_floor=dt_init_floor, A_init=A_init, rope_targets=rope_targets,
-                          scan_impl=scan_impl)
+            kwargs = dict(
+                d_model=d_model,
+                d_state=d_state,
+                dt_rank=dt_rank,
+                dt_min=dt_min,
+                dt_max=dt_max,
+                dt_init_floor=dt_init_floor,
+                A_init=A_init,
+                rope_targets=rope_targets,
+                scan_impl=scan_impl,
+            )
             self.directions = FlipSum(S6(**kwargs), S6(**kwargs))
             return
         self.x_proj = nn.Linear(d_model, dt_rank + 2 * d_state, bias=False)
@@ -137,8 +148,10 @@ class S6(SequencePrimitive):
         self.D = skip_parameter(torch.ones(d_model))
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, d_state={self.d_state}, dt_rank={self.dt_rank}, "
-                f"bidirectional={self.bidirectional}, rope_targets={self.rope_targets}")
+        return (
+            f"d_model={self.d_model}, d_state={self.d_state}, dt_rank={self.dt_rank}, "
+            f"bidirectional={self.bidirectional}, rope_targets={self.rope_targets}"
+        )
 
     # ---- routing of the RoPE-rotated input ----------------------------------------------------
 
@@ -169,8 +182,9 @@ class S6(SequencePrimitive):
     #: :meth:`forward` takes ``gate``: the Mamba block's SiLU gate applied inside the scan.
     fuses_gate = True
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, x_rot: Tensor | None = None,
-                gate: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, x_rot: Tensor | None = None, gate: Tensor | None = None
+    ) -> Tensor:
         """x, x_rot: (batch, length, d_model); mask: (batch, length), True at real positions.
 
         ``gate`` (batch, length, d_model): the output is ``y * silu(gate)``, computed in the scan's
@@ -179,8 +193,10 @@ class S6(SequencePrimitive):
         self._check_input(x)
         self._check_rot(x, x_rot, "x_rot")
         if gate is not None and (self.bidirectional or gate.shape != x.shape):
-            raise ValueError(f"S6: gate must have the input's shape {tuple(x.shape)} in a causal layer, got "
-                             f"{tuple(gate.shape)}" + (" in a bidirectional one" if self.bidirectional else ""))
+            raise ValueError(
+                f"S6: gate must have the input's shape {tuple(x.shape)} in a causal layer, got "
+                f"{tuple(gate.shape)}" + (" in a bidirectional one" if self.bidirectional else "")
+            )
         if self.bidirectional:
             return self.directions(x, mask, x_rot=x_rot)
         x = apply_mask(x, mask)
@@ -203,9 +219,13 @@ class S6(SequencePrimitive):
     def default_state(self, batch_size: int, device=None, dtype=None) -> Tensor:
         """The zero SSM state, (batch_size, d_model, d_state)."""
         self._check_step()
-        return torch.zeros(batch_size, self.d_model, self.d_state,
-                           device=device if device is not None else self.A_log.device,
-                           dtype=dtype if dtype is not None else self.A_log.dtype)
+        return torch.zeros(
+            batch_size,
+            self.d_model,
+            self.d_state,
+            device=device if device is not None else self.A_log.device,
+            dtype=dtype if dtype is not None else self.A_log.dtype,
+        )
 
     def step(self, x: Tensor, state: Tensor, x_rot_t: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """One position: x, x_rot_t (batch, d_model); state (batch, d_model, d_state) -> (y, new state)."""

@@ -13,6 +13,7 @@ Conventions:
 * :class:`ConvolutionalSSM` is the parallel mode of the primitives whose kernel is computed in
   full (S4, S4D, DLR): a causal or two-sided FFT convolution with that kernel.
 """
+
 from __future__ import annotations
 
 import math
@@ -166,7 +167,9 @@ def complex_dtype_of(dtype: torch.dtype) -> torch.dtype:
 
 def check_step_input(layer: SequencePrimitive, x: Tensor, state: Tensor, state_tail: tuple[int, ...]) -> None:
     if x.dim() != 2 or x.shape[-1] != layer.d_model:
-        raise ValueError(f"{type(layer).__name__}.step expects x of shape (batch, {layer.d_model}), got {tuple(x.shape)}")
+        raise ValueError(
+            f"{type(layer).__name__}.step expects x of shape (batch, {layer.d_model}), got {tuple(x.shape)}"
+        )
     expected = (x.shape[0], *state_tail)
     if tuple(state.shape) != expected:
         raise ValueError(

@@ -5,6 +5,7 @@ parameter report and state size, F1/F1R1 morphing, and the registries of primiti
     model = build_model(ModelConfig(block="mamba", primitive="s6"), input_kind="numeric", d_input=3,
                         head="classify", n_out=10)
 """
+
 from longrange.models.backbone import Backbone, make_block, make_mixer, make_primitive
 from longrange.models.config import CHANNEL_MIXERS, Layer, ModelConfig
 from longrange.models.encoders import NumericEncoder, TokenEncoder
@@ -24,8 +25,34 @@ from longrange.models.registry import (
 )
 
 __all__ = [
-    "BLOCKS", "CHANNEL_MIXERS", "HEADS", "Layer", "PRIMITIVES", "Backbone", "ModelConfig", "NumericEncoder", "PooledHead", "RetrievalHead",
-    "SequenceModel", "TokenEncoder", "TokenHead", "block_names", "build_model", "head_names", "layer_report",
-    "make_block", "make_head", "make_mixer", "make_primitive", "morph_f1", "morph_f1r1", "parameter_report", "pool",
-    "primitive_names", "register_block", "register_head", "register_primitive", "state_size",
+    "BLOCKS",
+    "CHANNEL_MIXERS",
+    "HEADS",
+    "Layer",
+    "PRIMITIVES",
+    "Backbone",
+    "ModelConfig",
+    "NumericEncoder",
+    "PooledHead",
+    "RetrievalHead",
+    "SequenceModel",
+    "TokenEncoder",
+    "TokenHead",
+    "block_names",
+    "build_model",
+    "head_names",
+    "layer_report",
+    "make_block",
+    "make_head",
+    "make_mixer",
+    "make_primitive",
+    "morph_f1",
+    "morph_f1r1",
+    "parameter_report",
+    "pool",
+    "primitive_names",
+    "register_block",
+    "register_head",
+    "register_primitive",
+    "state_size",
 ]

@@ -3,6 +3,7 @@
 Blocks are built by the function registered under ``model.block`` (:data:`BLOCKS`), which
 receives the model config; the configured primitive inside a block comes from :func:`make_mixer`.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,13 +23,17 @@ from longrange.models.registry import BLOCKS, PRIMITIVES, builds_model, register
 
 #: Model fields behind the settings the builder passes to primitives (for messages).
 _SETTING_FIELDS = {
-    "bidirectional": "direction", "block_size": "attn_block_size", "window": "attn_window", "bias": "attn_bias",
+    "bidirectional": "direction",
+    "block_size": "attn_block_size",
+    "window": "attn_window",
+    "bias": "attn_bias",
     "dropout": "attn_dropout",
 }
 
 
-def make_primitive(name: str, d_model: int, *, d_state: int | None = None, bidirectional: bool = False,
-                   **options: Any) -> SequencePrimitive:
+def make_primitive(
+    name: str, d_model: int, *, d_state: int | None = None, bidirectional: bool = False, **options: Any
+) -> SequencePrimitive:
     """The primitive registered as ``name`` (:data:`PRIMITIVES`): ``cls(d_model, **options)``.
 
     ``d_state`` and ``bidirectional`` go to the constructors that name them (attention has no
@@ -39,8 +44,15 @@ def make_primitive(name: str, d_model: int, *, d_state: int | None = None, bidir
     return build_primitive(name, d_model, options, given=given)
 
 
-def build_primitive(name: str, d_model: int, options: dict[str, Any], *, given: dict[str, Any],
-                    defaults: dict[str, Any] | None = None, where: str = "options") -> SequencePrimitive:
+def build_primitive(
+    name: str,
+    d_model: int,
+    options: dict[str, Any],
+    *,
+    given: dict[str, Any],
+    defaults: dict[str, Any] | None = None,
+    where: str = "options",
+) -> SequencePrimitive:
     """:func:`make_primitive` with the settings spelled out.
 
     ``given`` are the model's own settings (``bidirectional``, ``d_state``, ``n_heads``, ...): they go
@@ -61,8 +73,9 @@ def build_primitive(name: str, d_model: int, options: dict[str, Any], *, given: 
     return PRIMITIVES.build_from(name, (d_model,), options, offered={**(defaults or {}), **given}, where=where)
 
 
-def make_mixer(cfg: ModelConfig, d_model: int | None = None, *, bidirectional: bool | None = None,
-               **defaults: Any) -> SequencePrimitive:
+def make_mixer(
+    cfg: ModelConfig, d_model: int | None = None, *, bidirectional: bool | None = None, **defaults: Any
+) -> SequencePrimitive:
     """The configured primitive (``cfg.primitive`` with ``cfg.primitive_options``) for a block.
 
     ``d_model`` defaults to ``cfg.d_model`` and ``bidirectional`` to ``cfg.bidirectional``; the
@@ -84,8 +97,14 @@ def make_mixer(cfg: ModelConfig, d_model: int | None = None, *, bidirectional: b
     if PRIMITIVES.accepts(cfg.primitive, "attn_dim", 1):
         given["bias"] = cfg.attn_bias
         given["dropout"] = cfg.attn_dropout
-    return build_primitive(cfg.primitive, cfg.d_model if d_model is None else d_model, dict(cfg.primitive_options),
-                           given=given, defaults=defaults, where="model.primitive_options")
+    return build_primitive(
+        cfg.primitive,
+        cfg.d_model if d_model is None else d_model,
+        dict(cfg.primitive_options),
+        given=given,
+        defaults=defaults,
+        where="model.primitive_options",
+    )
 
 
 def rotates_itself(primitive: str) -> bool:
@@ -106,9 +125,17 @@ def make_layer(layer: Layer) -> SequencePrimitive:
     channel mixer of its own."""
     if layer.is_channel_mixer:
         cfg = layer.cfg
-        options = {**_residual_options(cfg), **{k: v for k, v in layer.own.items() if k in ("norm", "prenorm") and v is not None}}
-        return ChannelMixerBlock(cfg.d_model, mlp=layer.mlp, mlp_ratio=layer.own.get("mlp_ratio", cfg.mlp_ratio),
-                                 bidirectional=cfg.bidirectional, **options)
+        options = {
+            **_residual_options(cfg),
+            **{k: v for k, v in layer.own.items() if k in ("norm", "prenorm") and v is not None},
+        }
+        return ChannelMixerBlock(
+            cfg.d_model,
+            mlp=layer.mlp,
+            mlp_ratio=layer.own.get("mlp_ratio", cfg.mlp_ratio),
+            bidirectional=cfg.bidirectional,
+            **options,
+        )
     try:
         return make_block(layer.cfg)
     except ConfigError as err:
@@ -146,7 +173,9 @@ def transformer_block(cfg: ModelConfig) -> SequencePrimitive:
 def simple_block(cfg: ModelConfig) -> SequencePrimitive:
     """The S4 block around the configured primitive."""
     if cfg.rope and not rotates_itself(cfg.primitive):
-        raise ConfigError("model.rope before the SSM is defined for Mamba blocks (thesis section 14); use block='mamba'")
+        raise ConfigError(
+            "model.rope before the SSM is defined for Mamba blocks (thesis section 14); use block='mamba'"
+        )
     return SimpleBlock(make_mixer(cfg), output_glu=cfg.output_glu, **_residual_options(cfg))
 
 
@@ -154,15 +183,19 @@ def simple_block(cfg: ModelConfig) -> SequencePrimitive:
 def residual_block(cfg: ModelConfig) -> SequencePrimitive:
     """A whole mixer layer (Mamba-2, GLA, DeltaNet, ...) and the MLP ``model.mlp`` in residual branches."""
     if cfg.rope and not rotates_itself(cfg.primitive):
-        raise ConfigError(f"model.rope: primitive {cfg.primitive!r} has no rotary positions of its own; "
-                          "rotary positions before the SSM are defined for Mamba blocks")
+        raise ConfigError(
+            f"model.rope: primitive {cfg.primitive!r} has no rotary positions of its own; "
+            "rotary positions before the SSM are defined for Mamba blocks"
+        )
     return ResidualBlock(make_mixer(cfg), mlp=cfg.mlp, mlp_ratio=cfg.mlp_ratio, **_residual_options(cfg))
 
 
 def _rope_options(cfg: ModelConfig) -> RopeOptions | None:
     if not cfg.rope or rotates_itself(cfg.primitive):
         return None
-    return RopeOptions(base=cfg.rope_base, trainable=cfg.rope_trainable, normalize_len=cfg.rope_normalize_len, targets=cfg.rope_targets)
+    return RopeOptions(
+        base=cfg.rope_base, trainable=cfg.rope_trainable, normalize_len=cfg.rope_normalize_len, targets=cfg.rope_targets
+    )
 
 
 @register_block("mamba")

@@ -1,4 +1,5 @@
 """The model configuration: a plain dataclass, saved with every run and overridable by dotted name."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,24 @@ MLPS = ("swiglu", "gelu", "none")  # blocks/residual.py
 #: blocks/residual.py ``ChannelMixerBlock``): the MLP each stands for.
 CHANNEL_MIXERS = {"swiglu": "swiglu", "mlp": "gelu"}
 #: Model fields a ``model.layers`` entry written as a mapping may set for its layer alone.
-LAYER_FIELDS = ("d_state", "n_heads", "expand", "d_conv", "mlp", "mlp_ratio", "norm", "prenorm", "rope", "rope_base",
-                "attn_block_size", "attn_window", "attn_dim", "attn_bias", "attn_dropout", "output_glu")
+LAYER_FIELDS = (
+    "d_state",
+    "n_heads",
+    "expand",
+    "d_conv",
+    "mlp",
+    "mlp_ratio",
+    "norm",
+    "prenorm",
+    "rope",
+    "rope_base",
+    "attn_block_size",
+    "attn_window",
+    "attn_dim",
+    "attn_bias",
+    "attn_dropout",
+    "output_glu",
+)
 #: ... and those a channel mixer's entry may set.
 CHANNEL_MIXER_FIELDS = ("mlp_ratio", "norm", "prenorm")
 #: The keys of a ``model.layers`` entry written as a mapping.
@@ -51,7 +68,7 @@ class Layer:
 
     index: int
     name: str
-    cfg: "ModelConfig"
+    cfg: ModelConfig
     mlp: str | None = None
     #: A channel mixer's own settings (``mlp_ratio``, ``norm``, ``prenorm``) where its entry sets them.
     own: dict[str, Any] = field(default_factory=dict)
@@ -199,8 +216,10 @@ class ModelConfig:
             value = getattr(self, name)
             if value not in options:
                 known = list(options)
-                raise ConfigError(f"model.{name} = {value!r} is not one of {', '.join(known)}"
-                                  f"{typed.did_you_mean(value, known, quote=True)}{hint}")
+                raise ConfigError(
+                    f"model.{name} = {value!r} is not one of {', '.join(known)}"
+                    f"{typed.did_you_mean(value, known, quote=True)}{hint}"
+                )
 
         choice("block", BLOCKS, f"; {PLUGIN_HINT}")
         choice("primitive", PRIMITIVES, f"; {PLUGIN_HINT}")
@@ -280,12 +299,16 @@ class ModelConfig:
         if not isinstance(self.layers, list):
             raise ConfigError(f"model.layers must be a list of layers, got {self.layers!r}")
         if self.primitive_options:
-            raise ConfigError("model.primitive_options applies to model.primitive, which a stack (model.layers) does "
-                              "not use; give a layer its options as {primitive: NAME, options: {...}}")
+            raise ConfigError(
+                "model.primitive_options applies to model.primitive, which a stack (model.layers) does "
+                "not use; give a layer its options as {primitive: NAME, options: {...}}"
+            )
         if self.n_layers % len(self.layers):
             n = len(self.layers)
-            raise ConfigError(f"model.n_layers = {self.n_layers} is not a multiple of the {n} entries of model.layers "
-                              f"(the stack repeats them): set model.n_layers to {n}, {2 * n}, ...")
+            raise ConfigError(
+                f"model.n_layers = {self.n_layers} is not a multiple of the {n} entries of model.layers "
+                f"(the stack repeats them): set model.n_layers to {n}, {2 * n}, ..."
+            )
         layers = self.stack()
         if all(layer.is_channel_mixer for layer in layers):
             raise ConfigError("model.layers has only channel mixers (swiglu, mlp): a model needs a sequence mixer")
@@ -296,12 +319,18 @@ class ModelConfig:
             "output_glu": any(c.block == "simple" for c in mixers),
             "rope": any(c.rope for c in mixers),
         }
-        concerned = {"attn_*": "attention", "mlp": "the residual block", "output_glu": "the simple block",
-                     "rope": "attention, primitives with rotary positions of their own, and Mamba blocks"}
-        changed = {**{n: "attn_*" for n, d in _ATTENTION_FIELDS.items() if getattr(self, n) != d},
-                   **({"mlp": "mlp"} if self.mlp != "swiglu" else {}),
-                   **({"output_glu": "output_glu"} if not self.output_glu else {}),
-                   **({"rope": "rope"} if self.rope else {})}
+        concerned = {
+            "attn_*": "attention",
+            "mlp": "the residual block",
+            "output_glu": "the simple block",
+            "rope": "attention, primitives with rotary positions of their own, and Mamba blocks",
+        }
+        changed = {
+            **{n: "attn_*" for n, d in _ATTENTION_FIELDS.items() if getattr(self, n) != d},
+            **({"mlp": "mlp"} if self.mlp != "swiglu" else {}),
+            **({"output_glu": "output_glu"} if not self.output_glu else {}),
+            **({"rope": "rope"} if self.rope else {}),
+        }
         for name, key in changed.items():
             if not uses[key]:
                 raise ConfigError(f"model.{name} applies to {concerned[key]}, which no layer of model.layers is")
@@ -329,26 +358,38 @@ class ModelConfig:
             other = sorted(set(own) - set(CHANNEL_MIXER_FIELDS))
             if primitive in CHANNEL_MIXERS and (block is not None or options or other):
                 given = ["block"] * (block is not None) + ["options"] * bool(options) + other
-                raise ConfigError(f"{where}: the channel mixer {primitive!r} takes only "
-                                  f"{', '.join(CHANNEL_MIXER_FIELDS)}, not {', '.join(given)}")
+                raise ConfigError(
+                    f"{where}: the channel mixer {primitive!r} takes only "
+                    f"{', '.join(CHANNEL_MIXER_FIELDS)}, not {', '.join(given)}"
+                )
         else:
-            raise ConfigError(f"{where} must be a primitive's name or a mapping {{primitive, block, options, ...}}, "
-                              f"got {entry!r}")
+            raise ConfigError(
+                f"{where} must be a primitive's name or a mapping {{primitive, block, options, ...}}, got {entry!r}"
+            )
         if primitive not in CHANNEL_MIXERS and primitive not in PRIMITIVES:
             known = [*PRIMITIVES, *CHANNEL_MIXERS]
-            raise ConfigError(f"{where} = {primitive!r} is neither a primitive nor a channel mixer "
-                              f"({', '.join(known)}){typed.did_you_mean(primitive, known, quote=True)}; {PLUGIN_HINT}")
+            raise ConfigError(
+                f"{where} = {primitive!r} is neither a primitive nor a channel mixer "
+                f"({', '.join(known)}){typed.did_you_mean(primitive, known, quote=True)}; {PLUGIN_HINT}"
+            )
         if block is not None and block not in BLOCKS:
-            raise ConfigError(f"{where}.block = {block!r} is not one of {', '.join(BLOCKS)}"
-                              f"{typed.did_you_mean(block, list(BLOCKS), quote=True)}")
+            raise ConfigError(
+                f"{where}.block = {block!r} is not one of {', '.join(BLOCKS)}"
+                f"{typed.did_you_mean(block, list(BLOCKS), quote=True)}"
+            )
         return primitive, block, dict(options), own
 
-    def _layer_config(self, primitive: str, block: str, options: dict[str, Any], own: dict[str, Any]) -> "ModelConfig":
+    def _layer_config(self, primitive: str, block: str, options: dict[str, Any], own: dict[str, Any]) -> ModelConfig:
         """The config of one layer of the stack: the model's, with the settings that concern other
         layers left at their defaults and the layer's own fields (``own``) on top."""
         attention = primitive == "attention"
-        changes: dict[str, Any] = {"primitive": primitive, "block": block, "primitive_options": options,
-                                   "layers": [], "n_layers": 1}
+        changes: dict[str, Any] = {
+            "primitive": primitive,
+            "block": block,
+            "primitive_options": options,
+            "layers": [],
+            "n_layers": 1,
+        }
         if not attention:
             changes.update(_ATTENTION_FIELDS)
         if block != "residual":
@@ -422,7 +463,7 @@ class ModelConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "model") -> "ModelConfig":
+    def from_dict(cls, d: Any, where: str = "model") -> ModelConfig:
         """Build from plain values (YAML, overrides); unknown fields and wrong types raise ConfigError
         naming the dotted field (see ``longrange.typed``). With ``layers`` and no ``n_layers``, the
         model has one repeat of the pattern."""
@@ -430,7 +471,7 @@ class ModelConfig:
             d = {**d, "n_layers": len(d["layers"])}
         return typed.from_dict(cls, d, where)
 
-    def replace(self, where: str = "model", **changes: Any) -> "ModelConfig":
+    def replace(self, where: str = "model", **changes: Any) -> ModelConfig:
         return ModelConfig.from_dict({**self.to_dict(), **changes}, where)
 
 
@@ -446,7 +487,9 @@ def check_hf_spec(hf: Any) -> None:
     if unknown:
         raise ConfigError(f"unknown model.hf key(s) {', '.join(unknown)}; known: {', '.join(HF_KEYS)}")
     if not isinstance(hf.get("model"), str) or not hf["model"]:
-        raise ConfigError(f"model.hf.model must name a Hugging Face model id or local directory, got {hf.get('model')!r}")
+        raise ConfigError(
+            f"model.hf.model must name a Hugging Face model id or local directory, got {hf.get('model')!r}"
+        )
     if not isinstance(hf.get("pretrained", False), bool):
         raise ConfigError(f"model.hf.pretrained must be true or false, got {hf['pretrained']!r}")
     if not isinstance(hf.get("config") or {}, dict):

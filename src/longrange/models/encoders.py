@@ -1,4 +1,5 @@
 """Input encoders: token embeddings and linear maps of numeric channels, with optional positions."""
+
 from __future__ import annotations
 
 import math
@@ -58,14 +59,15 @@ class TokenEncoder(nn.Module):
 
     def forward(self, inputs: Tensor, offset: int = 0) -> Tensor:
         if inputs.dim() != 2 or inputs.is_floating_point():
-            raise ValueError(f"token inputs must be integer ids of shape (batch, length), got {inputs.dtype} {tuple(inputs.shape)}")
+            raise ValueError(
+                f"token inputs must be integer ids of shape (batch, length), got {inputs.dtype} {tuple(inputs.shape)}"
+            )
         # The range is checked where it is free: on CPU tensors with data, in eager mode. Ids without
         # data (dry runs) have none; a compiled model would split its graph at a check by value; on an
         # accelerator, reading a value back would stall every step. There the ids come from the task's
         # vocabulary, which the model was built with, and an id out of range is the embedding's
         # index error.
-        if (inputs.numel() and inputs.device.type == "cpu" and holds_data(inputs)
-                and not torch.compiler.is_compiling()):
+        if inputs.numel() and inputs.device.type == "cpu" and holds_data(inputs) and not torch.compiler.is_compiling():
             low, high = (int(v) for v in torch.aminmax(inputs))
             if low < 0 or high >= self.vocab_size:
                 bad = low if low < 0 else high
@@ -82,7 +84,9 @@ class NumericEncoder(nn.Module):
 
     input_kind = "numeric"
 
-    def __init__(self, d_input: int, d_model: int, mask_channel: bool = False, pos_embedding: str = "none", max_len: int = 0):
+    def __init__(
+        self, d_input: int, d_model: int, mask_channel: bool = False, pos_embedding: str = "none", max_len: int = 0
+    ):
         super().__init__()
         self.d_input = d_input
         self.mask_channel = mask_channel

@@ -13,6 +13,7 @@ head reads the backbone's features of one sequence, ``head(h, mask, cls_index)``
 ``per_position = True`` gives an output per position (it can generate step by step, and needs no
 CLS vector).
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,9 +21,9 @@ from torch import Tensor, nn
 
 from longrange.errors import ConfigError
 from longrange.models.config import HEAD_LAYERS, POOLINGS
+from longrange.models.registry import register_head
 
 HEAD_ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
-from longrange.models.registry import register_head
 
 
 def pool(h: Tensor, mask: Tensor | None, pooling: str, cls_index: Tensor | None = None) -> Tensor:
@@ -74,8 +75,13 @@ def mlp(d_in: int, n_out: int, layers: int = 1, hidden: int | None = None, activ
             f"model.head_hidden must be >= 2 for head_layers 3 (its second layer has hidden // 2), got {hidden}"
         )
     half = hidden // 2
-    return nn.Sequential(nn.Linear(d_in, hidden), HEAD_ACTIVATIONS[activation](), nn.Linear(hidden, half),
-                         HEAD_ACTIVATIONS[activation](), nn.Linear(half, n_out))
+    return nn.Sequential(
+        nn.Linear(d_in, hidden),
+        HEAD_ACTIVATIONS[activation](),
+        nn.Linear(hidden, half),
+        HEAD_ACTIVATIONS[activation](),
+        nn.Linear(half, n_out),
+    )
 
 
 @register_head("classify")
@@ -85,7 +91,12 @@ class PooledHead(nn.Module):
     parameters ``mlp.*``) to ``n_out`` (class logits, or regression targets)."""
 
     def __init__(
-        self, d_model: int, n_out: int, pooling: str = "mean", layers: int = 1, hidden: int | None = None,
+        self,
+        d_model: int,
+        n_out: int,
+        pooling: str = "mean",
+        layers: int = 1,
+        hidden: int | None = None,
         activation: str = "gelu",
     ):
         super().__init__()
@@ -116,7 +127,12 @@ class RetrievalHead(nn.Module):
     two_sequences = True
 
     def __init__(
-        self, d_model: int, n_classes: int, pooling: str = "mean", hidden: int | None = None, activation: str = "gelu",
+        self,
+        d_model: int,
+        n_classes: int,
+        pooling: str = "mean",
+        hidden: int | None = None,
+        activation: str = "gelu",
         layers: int = 1,
     ):
         super().__init__()

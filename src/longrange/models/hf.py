@@ -34,13 +34,15 @@ The mapping and the LM's resolved configuration are returned by :meth:`HFModel.r
 kept in a run's record, so a saved run loads without the snapshot (``build_model(...,
 hf_resolved=...)`` builds the same shapes, then the run's weights are loaded).
 """
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -149,10 +151,14 @@ def token_map(spec: dict, vocab: Sequence[str], lm: nn.Module) -> list[list[int]
         )
     except (OSError, ValueError) as err:
         raise _missing(spec, "tokenizer", err) from None
-    eos = next((t for t in (tokenizer.eos_token_id, tokenizer.unk_token_id, tokenizer.bos_token_id) if t is not None), None)
+    eos = next(
+        (t for t in (tokenizer.eos_token_id, tokenizer.unk_token_id, tokenizer.bos_token_id) if t is not None), None
+    )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     if eos is None:
-        raise ConfigError(f"the tokenizer of {spec['model']!r} has no end-of-text, unknown or begin token to map <eos>/<unk> to")
+        raise ConfigError(
+            f"the tokenizer of {spec['model']!r} has no end-of-text, unknown or begin token to map <eos>/<unk> to"
+        )
     next_new = len(tokenizer)
     out: list[list[int]] = []
     for role in _SPECIAL_ROLES.values():
@@ -202,13 +208,17 @@ class HFTokenEncoder(nn.Module):
         """-> (LM ids (batch, L'), LM lengths (batch,), ends (batch, L): the LM position of the last
         LM token of each task position)."""
         if inputs.dim() != 2 or inputs.is_floating_point():
-            raise ValueError(f"token inputs must be integer ids of shape (batch, length), got {inputs.dtype} {tuple(inputs.shape)}")
+            raise ValueError(
+                f"token inputs must be integer ids of shape (batch, length), got {inputs.dtype} {tuple(inputs.shape)}"
+            )
         # Ids without data (dry runs) have no range to check; a compiled model would split its graph
         # at a check by value, and there an id out of range is the mapping's index error.
         if inputs.numel() and holds_data(inputs) and not torch.compiler.is_compiling():
             low, high = (int(v) for v in torch.aminmax(inputs))
             if low < 0 or high >= self.vocab_size:
-                raise ValueError(f"token id {low if low < 0 else high} is outside the vocabulary of size {self.vocab_size}")
+                raise ValueError(
+                    f"token id {low if low < 0 else high} is outside the vocabulary of size {self.vocab_size}"
+                )
         inputs = inputs.long()
         if not self.expands:
             ends = torch.arange(inputs.shape[1], device=inputs.device).expand_as(inputs)

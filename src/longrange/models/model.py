@@ -3,9 +3,11 @@
 One model class serves pretraining and finetuning: the encoder and backbone are kept, and the
 head is what changes (``replace_head``).
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -29,8 +31,15 @@ def make_head(kind: str, d_model: int, n_out: int, pooling: str = "mean", **sett
 
 def config_head(cfg: ModelConfig, kind: str, n_out: int, d_model: int | None = None) -> nn.Module:
     """The head of ``kind`` that ``cfg`` describes (pooling and head_* fields) on features of width ``d_model``."""
-    return make_head(kind, d_model or cfg.d_model, n_out, cfg.pooling,
-                     layers=cfg.head_layers, hidden=cfg.head_hidden, activation=cfg.head_activation)
+    return make_head(
+        kind,
+        d_model or cfg.d_model,
+        n_out,
+        cfg.pooling,
+        layers=cfg.head_layers,
+        hidden=cfg.head_hidden,
+        activation=cfg.head_activation,
+    )
 
 
 class SequenceModel(nn.Module):
@@ -39,8 +48,9 @@ class SequenceModel(nn.Module):
     ``d_model``, ``forward(x, mask)``, ``default_state``, ``step`` and ``mixers``) and may override
     :meth:`embed` and :meth:`embed_step`, the only steps that depend on the encoder."""
 
-    def __init__(self, cfg: ModelConfig, encoder: nn.Module, head_kind: str, n_out: int,
-                 backbone: nn.Module | None = None):
+    def __init__(
+        self, cfg: ModelConfig, encoder: nn.Module, head_kind: str, n_out: int, backbone: nn.Module | None = None
+    ):
         super().__init__()
         self.cfg = cfg
         self.encoder = encoder
@@ -124,10 +134,14 @@ class SequenceModel(nn.Module):
             h = h.gather(1, ends.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # back to input positions
         if positions is not None:
             if not self.per_position:
-                raise ValueError(f"positions select outputs of a per-position head; the model has a {self.head_kind!r} head")
+                raise ValueError(
+                    f"positions select outputs of a per-position head; the model has a {self.head_kind!r} head"
+                )
             if positions.shape != inputs.shape[:2] or positions.dtype != torch.bool:
-                raise ValueError(f"positions must be a boolean mask of the inputs' shape {tuple(inputs.shape[:2])}, "
-                                 f"got {positions.dtype} {tuple(positions.shape)}")
+                raise ValueError(
+                    f"positions must be a boolean mask of the inputs' shape {tuple(inputs.shape[:2])}, "
+                    f"got {positions.dtype} {tuple(positions.shape)}"
+                )
             return self.head(h[positions.to(h.device)])
         return self.head(h, mask, cls_index)
 
@@ -173,8 +187,15 @@ def build_model(
     builder = BLOCKS.get(cfg.block)
     if builds_model(builder):  # a block name that stands for a whole model (block: hf)
         return builder(
-            cfg, input_kind=input_kind, head=head, n_out=n_out, vocab_size=vocab_size, d_input=d_input,
-            mask_channel=mask_channel, vocab=vocab, hf_resolved=hf_resolved,
+            cfg,
+            input_kind=input_kind,
+            head=head,
+            n_out=n_out,
+            vocab_size=vocab_size,
+            d_input=d_input,
+            mask_channel=mask_channel,
+            vocab=vocab,
+            hf_resolved=hf_resolved,
         )
     check_inputs(input_kind, mask_channel)
     if input_kind == "tokens":
@@ -197,14 +218,20 @@ def check_sizes(input_kind: str, vocab_size: int | None, d_input: int | None) ->
     kind (``d_input`` on tokens, ``vocab_size`` on numeric inputs), which would be ignored."""
     if input_kind == "tokens":
         if d_input not in (None, 1):
-            raise ConfigError(f"d_input={d_input} is the channel count of numeric inputs; token inputs "
-                              "(input_kind='tokens') take vocab_size, the vocabulary's size, instead")
+            raise ConfigError(
+                f"d_input={d_input} is the channel count of numeric inputs; token inputs "
+                "(input_kind='tokens') take vocab_size, the vocabulary's size, instead"
+            )
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-            raise ConfigError(f"token inputs (input_kind='tokens') need vocab_size, the vocabulary's size "
-                              f"(e.g. len(data.vocab)), got {vocab_size!r}")
+            raise ConfigError(
+                f"token inputs (input_kind='tokens') need vocab_size, the vocabulary's size "
+                f"(e.g. len(data.vocab)), got {vocab_size!r}"
+            )
     elif vocab_size is not None:
-        raise ConfigError(f"vocab_size={vocab_size} is for token inputs; numeric inputs (input_kind='numeric') "
-                          "take d_input, their number of channels")
+        raise ConfigError(
+            f"vocab_size={vocab_size} is for token inputs; numeric inputs (input_kind='numeric') "
+            "take d_input, their number of channels"
+        )
 
 
 def _count(params) -> int:
@@ -247,8 +274,12 @@ def layer_report(model: SequenceModel, seq_len: int | None = None) -> list[dict[
         return rows
     names = getattr(model.backbone, "layer_names", None) or [type(b).__name__ for b in blocks]
     for i, (name, block) in enumerate(zip(names, blocks)):
-        row: dict[str, Any] = {"layer": i, "name": name, "params": _count(block.parameters()),
-                               "in_primitives": _count(p for m in block.mixers for p in m.parameters())}
+        row: dict[str, Any] = {
+            "layer": i,
+            "name": name,
+            "params": _count(block.parameters()),
+            "in_primitives": _count(p for m in block.mixers for p in m.parameters()),
+        }
         if seq_len is not None:
             state = None
             if model.causal:

@@ -8,6 +8,7 @@ F1R1: a forward model and a reverse model (pretrained on reversed sequences); th
 The result has exactly the structure of a freshly built bidirectional model, so its state_dict
 loads into ``build_model(cfg.replace(direction="bidirectional"), ...)``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -48,6 +49,8 @@ def morph_f1r1(forward: SequenceModel, reverse: SequenceModel) -> SequenceModel:
     _check_causal_mamba(forward, "forward")
     _check_causal_mamba(reverse, "reverse")
     if forward.cfg.to_dict() != reverse.cfg.to_dict():
-        diff = {k: (v, reverse.cfg.to_dict()[k]) for k, v in forward.cfg.to_dict().items() if reverse.cfg.to_dict()[k] != v}
+        diff = {
+            k: (v, reverse.cfg.to_dict()[k]) for k, v in forward.cfg.to_dict().items() if reverse.cfg.to_dict()[k] != v
+        }
         raise ConfigError(f"forward and reverse models differ in configuration: {diff}")
     return _make_bidirectional(forward, [block.branches[0] for block in reverse.backbone.blocks])

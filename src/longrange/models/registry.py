@@ -14,6 +14,7 @@ names are.
   LM): its function builds the model, see :func:`longrange.models.model.build_model`.
 - :data:`HEADS` (``@register_head``): head classes, see :mod:`longrange.models.heads`.
 """
+
 from __future__ import annotations
 
 from longrange.layers.registry import PRIMITIVES, register_primitive
@@ -28,10 +29,12 @@ BLOCKS: Registry = Registry("block", modules=("longrange.models.backbone", "long
 #: Decorator: ``@register_block("name")`` on a function ``build(cfg) -> SequencePrimitive``.
 register_block = BLOCKS.register
 
+
 def register_model(name: str):
     """Decorator: ``model.block: name`` stands for a whole model, built by the decorated function
     ``build(cfg, *, input_kind, head, n_out, vocab_size, d_input, mask_channel, vocab, hf_resolved)``
     instead of a backbone of blocks."""
+
     def add(build):
         build.builds_model = True
         return register_block(name)(build)
@@ -67,6 +70,15 @@ def head_names() -> list[str]:
 
 
 __all__ = [
-    "BLOCKS", "HEADS", "PRIMITIVES", "block_names", "builds_model", "head_names", "primitive_names", "register_block",
-    "register_head", "register_model", "register_primitive",
+    "BLOCKS",
+    "HEADS",
+    "PRIMITIVES",
+    "block_names",
+    "builds_model",
+    "head_names",
+    "primitive_names",
+    "register_block",
+    "register_head",
+    "register_model",
+    "register_primitive",
 ]

@@ -6,12 +6,20 @@ An objective turns a batch into a loss and additive sums of its metrics (see
     from longrange.objectives import OBJECTIVES
     objective = OBJECTIVES.build("masked", "tokens", 0.15, vocab_size=len(vocab))
 """
+
 from longrange.objectives.base import OBJECTIVES, Objective, StepOutput, add_sums, register_objective
 from longrange.objectives.pretraining import MaskedPrediction, NextTokenPrediction
 from longrange.objectives.supervised import Classification, PositionClassification, Regression
 
 __all__ = [
-    "OBJECTIVES", "Classification", "MaskedPrediction", "NextTokenPrediction", "Objective", "PositionClassification",
+    "OBJECTIVES",
+    "Classification",
+    "MaskedPrediction",
+    "NextTokenPrediction",
+    "Objective",
+    "PositionClassification",
     "Regression",
-    "StepOutput", "add_sums", "register_objective",
+    "StepOutput",
+    "add_sums",
+    "register_objective",
 ]

@@ -13,10 +13,12 @@ Objectives are registered by name (:data:`OBJECTIVES`): "classification", "regre
 "positions" (supervised; per-position answers), "causal" (next-token) and "masked" SPT. ``OBJECTIVES.build("masked",
 input_kind="tokens", ratio=0.15)`` checks the options against the constructor before building.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn

@@ -7,6 +7,7 @@ objectives, whose head follows the task: :func:`supervised_head`). The supervise
 the task too: classification, regression, or for per-position tasks (``TaskSpec.per_position``:
 ``selective-copying``, ``induction-heads``, ``mqar``) :class:`~longrange.objectives.supervised.PositionClassification`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,7 +71,9 @@ def make_objective(kind: str, data: Any, options: ObjectiveConfig, reverse: bool
         return (Regression() if spec.n_classes == 0 else Classification()), None
     value_range = tuple(options.value_range) if options.value_range is not None else None
     if kind == "causal":
-        objective = NextTokenPrediction(spec.input_kind, options.numeric_loss, options.levels, value_range, reverse=reverse)
+        objective = NextTokenPrediction(
+            spec.input_kind, options.numeric_loss, options.levels, value_range, reverse=reverse
+        )
     elif kind == "masked":
         if reverse:
             raise ConfigError("reverse sequences are an option of causal pretraining (for F1R1)")

@@ -6,9 +6,10 @@ intensity classification), which needs the value range that the levels span.
 
 Two-sequence tasks (retrieval) are pretrained on each document as its own sequence.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -81,7 +82,9 @@ class _ValueTargets:
         n = target.shape[0]
         if n == 0:
             zero = pred.sum() * 0.0
-            return StepOutput(zero, {"loss_sum": torch.zeros((), dtype=torch.float64), "count": torch.zeros((), dtype=torch.float64)})
+            return StepOutput(
+                zero, {"loss_sum": torch.zeros((), dtype=torch.float64), "count": torch.zeros((), dtype=torch.float64)}
+            )
         if self.input_kind == "tokens":
             loss_sum = F.cross_entropy(pred, target, reduction="sum")
             correct = (pred.argmax(-1) == target).sum()
@@ -110,8 +113,9 @@ def _summarize(sums: Mapping[str, Tensor]) -> dict[str, float]:
     return out
 
 
-def with_recall(out: StepOutput, pred: Tensor, target: Tensor, where: Tensor, batch: Mapping[str, Tensor],
-                shift: int) -> StepOutput:
+def with_recall(
+    out: StepOutput, pred: Tensor, target: Tensor, where: Tensor, batch: Mapping[str, Tensor], shift: int
+) -> StepOutput:
     """``out`` with the prediction's accuracy at the recall events of the inputs (``batch["recalled"]``,
     generated recall tasks): the input tokens that recall determines among those predicted (``where``);
     ``shift`` 1 for next-token targets (the token at t + 1 predicted at t)."""
@@ -135,8 +139,14 @@ class NextTokenPrediction:
     metric = "loss"
     higher_is_better = False
 
-    def __init__(self, input_kind: str, numeric_loss: str = "l1", levels: int = 256,
-                 value_range: tuple[float, float] | None = None, reverse: bool = False):
+    def __init__(
+        self,
+        input_kind: str,
+        numeric_loss: str = "l1",
+        levels: int = 256,
+        value_range: tuple[float, float] | None = None,
+        reverse: bool = False,
+    ):
         self.targets = _ValueTargets(input_kind, numeric_loss, levels, value_range)
         self.reverse = reverse
 
@@ -172,9 +182,20 @@ class MaskedPrediction:
     metric = "loss"
     higher_is_better = False
 
-    def __init__(self, input_kind: str, ratio: float, *, mask_id: int = MASK_ID, first_token_id: int = FIRST_TOKEN_ID,
-                 vocab_size: int | None = None, bert: bool = False, span: int = 1, numeric_loss: str = "l1",
-                 levels: int = 256, value_range: tuple[float, float] | None = None):
+    def __init__(
+        self,
+        input_kind: str,
+        ratio: float,
+        *,
+        mask_id: int = MASK_ID,
+        first_token_id: int = FIRST_TOKEN_ID,
+        vocab_size: int | None = None,
+        bert: bool = False,
+        span: int = 1,
+        numeric_loss: str = "l1",
+        levels: int = 256,
+        value_range: tuple[float, float] | None = None,
+    ):
         if not 0.0 < ratio < 1.0:
             raise ConfigError(f"objective.mask_ratio must be in (0, 1), got {ratio}")
         if span < 1:
@@ -215,7 +236,9 @@ class MaskedPrediction:
         corrupted = inputs.masked_fill(chosen, self.mask_id)
         if self.bert:
             u = torch.rand(chosen.shape, generator=generator, device=inputs.device)
-            random_ids = torch.randint(self.first_token_id, self.vocab_size, chosen.shape, generator=generator, device=inputs.device)
+            random_ids = torch.randint(
+                self.first_token_id, self.vocab_size, chosen.shape, generator=generator, device=inputs.device
+            )
             corrupted = torch.where(chosen & (u >= 0.8) & (u < 0.9), random_ids, corrupted)
             corrupted = torch.where(chosen & (u >= 0.9), inputs, corrupted)
         return corrupted

@@ -3,9 +3,10 @@
 Per-position tasks (``TaskSpec.per_position``) answer at chosen positions: :class:`PositionClassification`
 takes the loss at those positions only and reports accuracy over the answers and over whole sequences.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -50,14 +51,20 @@ class Classification:
         logits = model_outputs(model, batch)
         targets = batch["targets"]
         if targets.dim() != 1 or targets.is_floating_point():
-            raise ValueError(f"classification targets must be class indices of shape (batch,), got {targets.dtype} {tuple(targets.shape)}")
+            raise ValueError(
+                f"classification targets must be class indices of shape (batch,), got {targets.dtype} {tuple(targets.shape)}"
+            )
         if not self._labels_checked and holds_data(targets):  # labels without data (dry runs): nothing to check
             check_class_labels(targets, logits.shape[-1], "the first batch")
             self._labels_checked = True
         targets = targets.to(logits.device)
         loss = F.cross_entropy(logits.float(), targets, reduction="sum")
         n = targets.numel()
-        sums = {"loss_sum": _f64(loss), "count": torch.tensor(float(n), dtype=torch.float64), "correct": _f64((logits.argmax(-1) == targets).sum())}
+        sums = {
+            "loss_sum": _f64(loss),
+            "count": torch.tensor(float(n), dtype=torch.float64),
+            "correct": _f64((logits.argmax(-1) == targets).sum()),
+        }
         return StepOutput(loss / n, sums)
 
     def summarize(self, sums: Mapping[str, Tensor]) -> dict[str, float]:
@@ -78,7 +85,9 @@ class Regression:
         if targets.dim() == 1:
             targets = targets.unsqueeze(-1)
         if targets.shape != pred.shape:
-            raise ValueError(f"regression targets of shape {tuple(targets.shape)} do not match predictions {tuple(pred.shape)}")
+            raise ValueError(
+                f"regression targets of shape {tuple(targets.shape)} do not match predictions {tuple(pred.shape)}"
+            )
         sq = (pred - targets).pow(2)
         loss = sq.mean()
         t64 = _f64(targets)
@@ -133,12 +142,15 @@ class PositionClassification:
 
     def __call__(self, model: nn.Module, batch: Mapping[str, Tensor]) -> StepOutput:
         if self.causal and not getattr(model, "causal", True):
-            raise ConfigError("this task's answers are next-token predictions: it needs a causal model "
-                              "(model.direction = 'causal')")
+            raise ConfigError(
+                "this task's answers are next-token predictions: it needs a causal model (model.direction = 'causal')"
+            )
         targets = batch["targets"]
         if targets.dim() != 2 or targets.is_floating_point():
-            raise ValueError(f"per-position targets must be class indices of shape (batch, length), got "
-                             f"{targets.dtype} {tuple(targets.shape)}")
+            raise ValueError(
+                f"per-position targets must be class indices of shape (batch, length), got "
+                f"{targets.dtype} {tuple(targets.shape)}"
+            )
         where = targets != IGNORE_INDEX
         if self.fast:
             logits = model(batch["inputs"], batch.get("lengths"), positions=where)
@@ -156,13 +168,18 @@ class PositionClassification:
         wrong[where.to(right.device)] = ~right
         asks = where.any(1).to(right.device)
         sums = {
-            "loss_sum": _f64(loss_sum), "count": torch.tensor(float(n), dtype=torch.float64),
+            "loss_sum": _f64(loss_sum),
+            "count": torch.tensor(float(n), dtype=torch.float64),
             "correct": _f64(right.sum()),
-            "sequences": _f64(asks.sum()), "sequences_correct": _f64((asks & ~wrong.any(1)).sum()),
+            "sequences": _f64(asks.sum()),
+            "sequences_correct": _f64((asks & ~wrong.any(1)).sum()),
         }
         return StepOutput(loss_sum / max(n, 1), sums)
 
     def summarize(self, sums: Mapping[str, Tensor]) -> dict[str, float]:
         n, seqs = max(float(sums["count"]), 1.0), max(float(sums["sequences"]), 1.0)
-        return {"loss": float(sums["loss_sum"]) / n, "accuracy": float(sums["correct"]) / n,
-                "sequence_accuracy": float(sums["sequences_correct"]) / seqs}
+        return {
+            "loss": float(sums["loss_sum"]) / n,
+            "accuracy": float(sums["correct"]) / n,
+            "sequence_accuracy": float(sums["sequences_correct"]) / seqs,
+        }

@@ -13,6 +13,7 @@ Exports (imported on first use, so that importing one op module does not import 
   matrix-state recurrences, :mod:`longrange.ops.matrix_state`);
 - :func:`padding_mask`.
 """
+
 from longrange._exports import lazy_exports
 
 _EXPORTS = {
@@ -20,11 +21,19 @@ _EXPORTS = {
     **dict.fromkeys(("causal_conv1d", "causal_conv1d_ref", "causal_conv1d_update"), "longrange.ops.conv"),
     **dict.fromkeys(("fft_conv", "fft_conv_ref"), "longrange.ops.fftconv"),
     **dict.fromkeys(
-        ("diag_ssm_kernel", "diag_ssm_kernel_ref", "dplr_ssm_kernel", "dplr_ssm_kernel_ref", "vandermonde_kernel",
-         "vandermonde_kernel_ref"),
+        (
+            "diag_ssm_kernel",
+            "diag_ssm_kernel_ref",
+            "dplr_ssm_kernel",
+            "dplr_ssm_kernel_ref",
+            "vandermonde_kernel",
+            "vandermonde_kernel_ref",
+        ),
         "longrange.ops.ssm_kernels",
     ),
-    **dict.fromkeys(("admissible_ref", "attention_ref", "blocked_attention", "masked_attention"), "longrange.ops.attention"),
+    **dict.fromkeys(
+        ("admissible_ref", "attention_ref", "blocked_attention", "masked_attention"), "longrange.ops.attention"
+    ),
     **dict.fromkeys(("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3"), "longrange.ops.matrix_state.dispatch"),
     "padding_mask": "longrange.ops.masks",
 }

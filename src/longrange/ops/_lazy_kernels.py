@@ -4,6 +4,7 @@ The numba kernels run on PyTorch's number of threads (:func:`use_threads`); the 
 on CUDA tensors, or on CPU tensors in Triton's interpreter when ``TRITON_INTERPRET=1``
 (:func:`triton_runs_on`).
 """
+
 from __future__ import annotations
 
 import importlib

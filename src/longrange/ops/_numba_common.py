@@ -1,4 +1,5 @@
 """What the numba kernel modules share (imported only by them, so only where numba imports)."""
+
 from __future__ import annotations
 
 import numba

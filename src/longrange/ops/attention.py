@@ -11,6 +11,7 @@ to, and its output is zero. A query with no admissible key outputs zero instead 
 - :func:`attention_ref` with :func:`admissible_ref`: the dense, written-out reference both are
   tested against.
 """
+
 from __future__ import annotations
 
 import torch
@@ -60,7 +61,9 @@ def _is_left_aligned(mask: Tensor) -> bool:
     return bool((mask[:, 1:] <= mask[:, :-1]).all()) if mask.shape[1] > 1 else True
 
 
-def masked_attention(q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, dropout_p: float = 0.0) -> Tensor:
+def masked_attention(
+    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, dropout_p: float = 0.0
+) -> Tensor:
     """Softmax self-attention of q over (k, v), all (N, heads, L, head_dim), through SDPA.
 
     ``key_mask`` (N, L) bool marks real positions: padded keys are never attended to and the
@@ -108,5 +111,7 @@ def blocked_attention(
         outputs.append(out.reshape(n, n_full, h, block_size, d).transpose(1, 2).reshape(n, h, full_len, d))
     if full_len < length:
         rm = None if key_mask is None else key_mask[:, full_len:]
-        outputs.append(masked_attention(q[:, :, full_len:], k[:, :, full_len:], v[:, :, full_len:], rm, causal, dropout_p))
+        outputs.append(
+            masked_attention(q[:, :, full_len:], k[:, :, full_len:], v[:, :, full_len:], rm, causal, dropout_p)
+        )
     return torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]

@@ -10,11 +10,13 @@ where the op takes one. An implementation that also runs on the CPU in an interp
 is checked there too, its environment set only while its cases run; the S4 kernels (complex) in
 float32 only.
 """
+
 from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -59,8 +61,10 @@ def implementations(op: str, device: str) -> list[tuple[str, str, dict[str, str 
 
 
 #: How to avoid an implementation that fails only in its interpreter.
-_INTERPRETER = ("impl='auto' never runs Triton's interpreter; only impl='triton' with TRITON_INTERPRET=1 on CPU "
-                "tensors does, so nothing needs avoiding on the CPU, but check the Triton install before using a GPU")
+_INTERPRETER = (
+    "impl='auto' never runs Triton's interpreter; only impl='triton' with TRITON_INTERPRET=1 on CPU "
+    "tensors does, so nothing needs avoiding on the CPU, but check the Triton install before using a GPU"
+)
 
 
 def _preferred_alternative(op: str, device: str, passed: list[str]) -> str | None:
@@ -70,6 +74,7 @@ def _preferred_alternative(op: str, device: str, passed: list[str]) -> str | Non
 
 def _scan_avoid(device: str, interpreted: bool) -> Callable[[list[str]], str]:
     """How to avoid a failing scan implementation: name the best one that passed on the device."""
+
     def avoid(passed: list[str]) -> str:
         if interpreted:
             return _INTERPRETER
@@ -86,8 +91,18 @@ def _scan_avoid(device: str, interpreted: bool) -> Callable[[list[str]], str]:
 
 def _scan_inputs(b: int, d: int, n: int, l: int, layout: str, seed: int) -> dict[str, Tensor]:
     bc = {"time-invariant": (d, n), "shared": (b, n, l), "grouped": (b, 2, n, l)}[layout]
-    t = random_inputs(seed, u=(b, d, l), delta=(b, d, l), A=(d, n), B=bc, C=bc, D=(d,), z=(b, d, l), delta_bias=(d,),
-                      initial_state=(b, d, n))
+    t = random_inputs(
+        seed,
+        u=(b, d, l),
+        delta=(b, d, l),
+        A=(d, n),
+        B=bc,
+        C=bc,
+        D=(d,),
+        z=(b, d, l),
+        delta_bias=(d,),
+        initial_state=(b, d, n),
+    )
     t["A"] = -(t["A"].abs() + 0.2)
     t["delta"] = 0.5 * t["delta"]
     return t
@@ -132,18 +147,34 @@ def scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
                 return compare(fn, ref, inputs, dtype, device, keep_float32=weights)
 
             shape = f"b={b} d={d} n={n} l={l}, B and C {layout}" + (", initial state" if with_state else "")
-            cases.append(Case("selective_scan", impl, device, dtype, shape, run, TOLERANCE[dtype],
-                              _scan_avoid(device, bool(note)), note, env, record=("selective_scan", impl)))
+            cases.append(
+                Case(
+                    "selective_scan",
+                    impl,
+                    device,
+                    dtype,
+                    shape,
+                    run,
+                    TOLERANCE[dtype],
+                    _scan_avoid(device, bool(note)),
+                    note,
+                    env,
+                    record=("selective_scan", impl),
+                )
+            )
     return cases
 
 
 def _conv_avoid(impl: str) -> Callable[[list[str]], str]:
     """How to avoid a failing implementation of the causal convolution."""
+
     def avoid(passed: list[str]) -> str:
         if "torch" not in passed:
             return REPORT
-        return ("avoid it with causal_conv1d(..., impl='torch'), or for the Mamba blocks (which run the default) "
-                "longrange.ops.conv.set_default_impl('torch')")
+        return (
+            "avoid it with causal_conv1d(..., impl='torch'), or for the Mamba blocks (which run the default) "
+            "longrange.ops.conv.set_default_impl('torch')"
+        )
 
     return avoid
 
@@ -162,12 +193,31 @@ def conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
         activation = "silu" if full else None
         shape = f"b={b} d={d} l={l} width={w}" + (", bias, SiLU" if full else "")
         for impl, note, env in implementations("causal_conv1d", device):
-            def run(inputs=inputs, impl=impl, activation=activation) -> float:
-                return compare(lambda **kw: conv.causal_conv1d(**kw, activation=activation, impl=impl),
-                               lambda **kw: conv.causal_conv1d_ref(**kw, activation=activation), inputs, dtype, device)
 
-            cases.append(Case("causal_conv1d", impl, device, dtype, shape, run, TOLERANCE[dtype], _conv_avoid(impl), note,
-                              env, record=("causal_conv1d", impl)))
+            def run(inputs=inputs, impl=impl, activation=activation) -> float:
+                return compare(
+                    lambda **kw: conv.causal_conv1d(**kw, activation=activation, impl=impl),
+                    lambda **kw: conv.causal_conv1d_ref(**kw, activation=activation),
+                    inputs,
+                    dtype,
+                    device,
+                )
+
+            cases.append(
+                Case(
+                    "causal_conv1d",
+                    impl,
+                    device,
+                    dtype,
+                    shape,
+                    run,
+                    TOLERANCE[dtype],
+                    _conv_avoid(impl),
+                    note,
+                    env,
+                    record=("causal_conv1d", impl),
+                )
+            )
 
         def step(inputs=inputs, activation=activation, w=w) -> float:
             def fn(x, weight, bias=None):
@@ -190,8 +240,17 @@ def fft_conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
     for two_sided, (b, h, l, lk) in ((False, (2, 3, 9, 5)), (True, (1, 4, 11, 11))):
         inputs = random_inputs(l, u=(b, h, l), k=(2, h, lk) if two_sided else (h, lk), D=(h,))
         shape = f"b={b} h={h} l={l} kernel={lk}, {'two-sided' if two_sided else 'causal'}"
-        cases.append(Case("fft_conv", "torch.fft", device, dtype, shape,
-                          lambda inputs=inputs: compare(fft_conv, fft_conv_ref, inputs, dtype, device), TOLERANCE[dtype]))
+        cases.append(
+            Case(
+                "fft_conv",
+                "torch.fft",
+                device,
+                dtype,
+                shape,
+                lambda inputs=inputs: compare(fft_conv, fft_conv_ref, inputs, dtype, device),
+                TOLERANCE[dtype],
+            )
+        )
     return cases
 
 
@@ -209,16 +268,38 @@ def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
     for causal in (True, False):
         kind = "causal" if causal else "bidirectional"
         variants = [
-            ("masked_attention", lambda causal=causal, **kw: masked_attention(**kw, causal=causal), dense(causal, None), ""),
-            ("blocked_attention", lambda causal=causal, **kw: blocked_attention(**kw, causal=causal, block_size=4),
-             dense(causal, 4), ", blocks of 4"),
-            ("sliding_window_attention", lambda causal=causal, **kw: sliding_window_attention(**kw, causal=causal, window=3),
-             lambda causal=causal, **kw: sliding_window_attention_ref(**kw, causal=causal, window=3), ", windows of 3"),
+            (
+                "masked_attention",
+                lambda causal=causal, **kw: masked_attention(**kw, causal=causal),
+                dense(causal, None),
+                "",
+            ),
+            (
+                "blocked_attention",
+                lambda causal=causal, **kw: blocked_attention(**kw, causal=causal, block_size=4),
+                dense(causal, 4),
+                ", blocks of 4",
+            ),
+            (
+                "sliding_window_attention",
+                lambda causal=causal, **kw: sliding_window_attention(**kw, causal=causal, window=3),
+                lambda causal=causal, **kw: sliding_window_attention_ref(**kw, causal=causal, window=3),
+                ", windows of 3",
+            ),
         ]
         for op, fn, ref, extra in variants:
             shape = f"n={n} heads={heads} l={l} head_dim={hd}, {kind}, padded{extra}"
-            cases.append(Case(op, "sdpa", device, dtype, shape,
-                              lambda fn=fn, ref=ref: compare(fn, ref, inputs, dtype, device), TOLERANCE[dtype]))
+            cases.append(
+                Case(
+                    op,
+                    "sdpa",
+                    device,
+                    dtype,
+                    shape,
+                    lambda fn=fn, ref=ref: compare(fn, ref, inputs, dtype, device),
+                    TOLERANCE[dtype],
+                )
+            )
     return cases
 
 
@@ -232,8 +313,10 @@ def _ssm_kernel_avoid(op: str, device: str, interpreted: bool) -> Callable[[list
         alt = _preferred_alternative(op, device, passed)
         if alt is None:
             return REPORT
-        return (f"avoid it with impl='{alt}': {function}(..., impl='{alt}'), or for the S4, S4D and DLR layers "
-                f"longrange.ops.ssm_kernels.set_default_impl('{op}', '{alt}')")
+        return (
+            f"avoid it with impl='{alt}': {function}(..., impl='{alt}'), or for the S4, S4D and DLR layers "
+            f"longrange.ops.ssm_kernels.set_default_impl('{op}', '{alt}')"
+        )
 
     return avoid
 
@@ -250,51 +333,103 @@ def ssm_kernel_cases(device: str, dtype: torch.dtype) -> list[Case]:
         return torch.complex(t["re"], t["im"])
 
     H, N, L = 3, 5, 9  # N odd: not a multiple of any vector width
-    Lambda = torch.complex(-0.5 - torch.rand(H, N, generator=torch.Generator().manual_seed(3), dtype=torch.float64),
-                           torch.arange(N, dtype=torch.float64).expand(H, N) * math.pi)
+    Lambda = torch.complex(
+        -0.5 - torch.rand(H, N, generator=torch.Generator().manual_seed(3), dtype=torch.float64),
+        torch.arange(N, dtype=torch.float64).expand(H, N) * math.pi,
+    )
     dt = torch.full((H,), 0.1, dtype=torch.float64) * torch.arange(1, H + 1)
     z = torch.complex(torch.zeros(7, dtype=torch.float64), torch.linspace(-3, 3, 7, dtype=torch.float64))
     products = {
-        "vandermonde": (f"H={H} M={N} L={L}", {"log_dA": Lambda * 0.1, "W": cplx(2, H, N)},
-                        lambda impl: lambda **kw: K.vandermonde_kernel(**kw, L=L, impl=impl),
-                        lambda **kw: K.vandermonde_kernel_ref(**kw, L=L)),
-        "cauchy": (f"N={N}, K=7, 3 rows", {"v": cplx(1, 3, N), "z": z.expand(3, 7), "w": Lambda},
-                   lambda impl: lambda **kw: K.cauchy(**kw, impl=impl), K.cauchy_ref),
+        "vandermonde": (
+            f"H={H} M={N} L={L}",
+            {"log_dA": Lambda * 0.1, "W": cplx(2, H, N)},
+            lambda impl: lambda **kw: K.vandermonde_kernel(**kw, L=L, impl=impl),
+            lambda **kw: K.vandermonde_kernel_ref(**kw, L=L),
+        ),
+        "cauchy": (
+            f"N={N}, K=7, 3 rows",
+            {"v": cplx(1, 3, N), "z": z.expand(3, 7), "w": Lambda},
+            lambda impl: lambda **kw: K.cauchy(**kw, impl=impl),
+            K.cauchy_ref,
+        ),
     }
     cases = []
     for op, (shape, inputs, fn, ref) in products.items():
         for impl, note, env in implementations(op, device):
             name = dispatcher(op).function  # the public function's name
-            cases.append(Case(name, impl, device, dtype, shape,
-                              lambda inputs=inputs, f=fn(impl), ref=ref: compare(f, ref, inputs, dtype, device),
-                              TOLERANCE[dtype], _ssm_kernel_avoid(op, device, bool(note)), note, env, record=(op, impl)))
+            cases.append(
+                Case(
+                    name,
+                    impl,
+                    device,
+                    dtype,
+                    shape,
+                    lambda inputs=inputs, f=fn(impl), ref=ref: compare(f, ref, inputs, dtype, device),
+                    TOLERANCE[dtype],
+                    _ssm_kernel_avoid(op, device, bool(note)),
+                    note,
+                    env,
+                    record=(op, impl),
+                )
+            )
     for method in ("zoh", "bilinear"):
         inputs = {"dt": dt, "A": Lambda, "B": cplx(4, H, N), "C": cplx(5, 2, H, N)}
-        cases.append(Case("diag_ssm_kernel", dispatcher("vandermonde").auto_impl(device), device, dtype, f"H={H} M={N} L={L}, {method}",
-                          lambda inputs=inputs, method=method: compare(
-                              lambda **kw: K.diag_ssm_kernel(**kw, L=L, method=method),
-                              lambda **kw: K.diag_ssm_kernel_ref(**kw, L=L, method=method), inputs, dtype, device),
-                          TOLERANCE[dtype], _ssm_kernel_avoid("vandermonde", device, False)))
+        cases.append(
+            Case(
+                "diag_ssm_kernel",
+                dispatcher("vandermonde").auto_impl(device),
+                device,
+                dtype,
+                f"H={H} M={N} L={L}, {method}",
+                lambda inputs=inputs, method=method: compare(
+                    lambda **kw: K.diag_ssm_kernel(**kw, L=L, method=method),
+                    lambda **kw: K.diag_ssm_kernel_ref(**kw, L=L, method=method),
+                    inputs,
+                    dtype,
+                    device,
+                ),
+                TOLERANCE[dtype],
+                _ssm_kernel_avoid("vandermonde", device, False),
+            )
+        )
     for conj_pairs in (True, False):
-        inputs = {"dt": dt, "Lambda": Lambda, "P": 0.3 * cplx(6, 2, H, N), "Q": 0.3 * cplx(7, 2, H, N), "B": cplx(8, H, N),
-                  "C": cplx(9, 2, H, N)}
-        cases.append(Case("dplr_ssm_kernel", dispatcher("cauchy").auto_impl(device), device, dtype,
-                          f"H={H} N={N} rank 2 L={L}" + (", conjugate pairs" if conj_pairs else ""),
-                          lambda inputs=inputs, conj_pairs=conj_pairs: compare(
-                              lambda **kw: K.dplr_ssm_kernel(**kw, L=L, conj_pairs=conj_pairs),
-                              lambda **kw: K.dplr_ssm_kernel_ref(**kw, L=L, conj_pairs=conj_pairs), inputs, dtype, device),
-                          10 * TOLERANCE[dtype], _ssm_kernel_avoid("cauchy", device, False)))  # dense solves inside
+        inputs = {
+            "dt": dt,
+            "Lambda": Lambda,
+            "P": 0.3 * cplx(6, 2, H, N),
+            "Q": 0.3 * cplx(7, 2, H, N),
+            "B": cplx(8, H, N),
+            "C": cplx(9, 2, H, N),
+        }
+        cases.append(
+            Case(
+                "dplr_ssm_kernel",
+                dispatcher("cauchy").auto_impl(device),
+                device,
+                dtype,
+                f"H={H} N={N} rank 2 L={L}" + (", conjugate pairs" if conj_pairs else ""),
+                lambda inputs=inputs, conj_pairs=conj_pairs: compare(
+                    lambda **kw: K.dplr_ssm_kernel(**kw, L=L, conj_pairs=conj_pairs),
+                    lambda **kw: K.dplr_ssm_kernel_ref(**kw, L=L, conj_pairs=conj_pairs),
+                    inputs,
+                    dtype,
+                    device,
+                ),
+                10 * TOLERANCE[dtype],
+                _ssm_kernel_avoid("cauchy", device, False),
+            )
+        )  # dense solves inside
     return cases
 
 
 def _matrix_state_avoid(op: str, device: str) -> Callable[[list[str]], str]:
     """How to avoid a failing implementation of a matrix-state op: the best one that passed."""
+
     def avoid(passed: list[str]) -> str:
         alt = _preferred_alternative(op, device, passed)
         if alt is None:
             return REPORT
-        return (f"avoid it with impl='{alt}': {op}(..., impl='{alt}'), or for a layer "
-                f"model.primitive_options.impl={alt}")
+        return f"avoid it with impl='{alt}': {op}(..., impl='{alt}'), or for a layer model.primitive_options.impl={alt}"
 
     return avoid
 
@@ -323,21 +458,42 @@ def _matrix_state_inputs(op: str) -> tuple[str, dict[str, Tensor], Callable[...,
         return (y, *state) if isinstance(state, tuple) else (y, state)
 
     def wrap(call: Callable[..., Any], state: Callable[..., Any] = lambda **kw: kw) -> tuple[Callable, Callable]:
-        fn = lambda impl, **kw: flat(call(**state(**kw), output_final_state=True, mask=mask.to(kw["x" if "x" in kw else "q"].device),  # noqa: E731
-                                          chunk_size=4, impl=impl))
+        def fn(impl: str, **kw: Any) -> tuple[Tensor, ...]:
+            device = kw["x" if "x" in kw else "q"].device
+            return flat(call(**state(**kw), output_final_state=True, mask=mask.to(device), chunk_size=4, impl=impl))
+
         ref = lambda **kw: flat(naive(**state(**kw), output_final_state=True, mask=mask))  # noqa: E731
         return fn, ref
 
     if op == "ssd":
-        inputs = {"x": rand(b, l, h, dv), "dt": 0.05 + 0.2 * unit(b, l, h), "A": -0.5 - unit(h), "B": rand(b, l, 1, dk),
-                  "C": rand(b, l, 1, dk), "D": rand(h), "initial_state": rand(b, h, dk, dv)}
+        inputs = {
+            "x": rand(b, l, h, dv),
+            "dt": 0.05 + 0.2 * unit(b, l, h),
+            "A": -0.5 - unit(h),
+            "B": rand(b, l, 1, dk),
+            "C": rand(b, l, 1, dk),
+            "D": rand(h),
+            "initial_state": rand(b, h, dk, dv),
+        }
         return (shape, inputs, *wrap(ms.ssd))
     if op == "mamba3":
         m = 1
-        inputs = {"x": rand(b, l, h, dv), "dt": 0.05 + 0.2 * unit(b, l, h), "A": -0.5 - unit(b, l, h),
-                  "B": rand(b, l, 1, dk), "C": rand(b, l, 1, dk), "trap": rand(b, l, h), "angles": rand(b, l, h, m),
-                  "B_bias": rand(h, dk), "C_bias": rand(h, dk), "D": rand(h), "S0": rand(b, h, dk, dv),
-                  "theta0": unit(b, h, m), "k0": rand(b, h, dk), "v0": rand(b, h, dv)}
+        inputs = {
+            "x": rand(b, l, h, dv),
+            "dt": 0.05 + 0.2 * unit(b, l, h),
+            "A": -0.5 - unit(b, l, h),
+            "B": rand(b, l, 1, dk),
+            "C": rand(b, l, 1, dk),
+            "trap": rand(b, l, h),
+            "angles": rand(b, l, h, m),
+            "B_bias": rand(h, dk),
+            "C_bias": rand(h, dk),
+            "D": rand(h),
+            "S0": rand(b, h, dk, dv),
+            "theta0": unit(b, h, m),
+            "k0": rand(b, h, dk),
+            "v0": rand(b, h, dv),
+        }
 
         def state(S0, theta0, k0, v0, **kw):
             return {**kw, "initial_state": Mamba3State(ssm=S0, angle=theta0, k=k0, v=v0)}
@@ -364,21 +520,37 @@ def matrix_state_cases(device: str, dtype: torch.dtype) -> list[Case]:
     for op in OPS:
         shape, inputs, fn, ref = _matrix_state_inputs(op)
         for impl, note, env in implementations(op, device):
-            cases.append(Case(op, impl, device, dtype, shape,
-                              lambda inputs=inputs, fn=fn, ref=ref, impl=impl: compare(
-                                  lambda **kw: fn(impl, **kw), ref, inputs, dtype, device),
-                              TOLERANCE[dtype], _matrix_state_avoid(op, device), note, env, record=(op, impl)))
+            cases.append(
+                Case(
+                    op,
+                    impl,
+                    device,
+                    dtype,
+                    shape,
+                    lambda inputs=inputs, fn=fn, ref=ref, impl=impl: compare(
+                        lambda **kw: fn(impl, **kw), ref, inputs, dtype, device
+                    ),
+                    TOLERANCE[dtype],
+                    _matrix_state_avoid(op, device),
+                    note,
+                    env,
+                    record=(op, impl),
+                )
+            )
     return cases
 
 
 def _complex_scan_avoid(device: str) -> Callable[[list[str]], str]:
     """How to avoid a failing implementation of the complex diagonal scan: the best one that passed."""
+
     def avoid(passed: list[str]) -> str:
         alt = _preferred_alternative("complex_diag_scan", device, passed)
         if alt is None:
             return REPORT
-        return (f"avoid it with impl='{alt}': complex_diag_scan(..., impl='{alt}'), "
-                f"longrange.ops.complex_scan.set_default_impl('{alt}'), or for LRU layers model.primitive_options.impl={alt}")
+        return (
+            f"avoid it with impl='{alt}': complex_diag_scan(..., impl='{alt}'), "
+            f"longrange.ops.complex_scan.set_default_impl('{alt}'), or for LRU layers model.primitive_options.impl={alt}"
+        )
 
     return avoid
 
@@ -400,23 +572,53 @@ def complex_scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
     for b, l, n, chunk, with_h0, reverse in COMPLEX_SCAN_SHAPES:
         t = random_inputs(l, re=(n,), im=(n,), v_re=(b, l, n), v_im=(b, l, n), h_re=(b, n), h_im=(b, n))
         # |λ| in [exp(-1.05), exp(-0.05)], any phase: a stable recurrence with long and short memories.
-        inputs = {"log_decay": torch.complex(-0.05 - t["re"].abs().clamp(max=1), t["im"]),
-                  "inputs": torch.complex(t["v_re"], t["v_im"])}
+        inputs = {
+            "log_decay": torch.complex(-0.05 - t["re"].abs().clamp(max=1), t["im"]),
+            "inputs": torch.complex(t["v_re"], t["v_im"]),
+        }
         if with_h0:
             inputs["h0"] = torch.complex(t["h_re"], t["h_im"])
-        shape = (f"b={b} l={l} n={n}, chunks of {chunk or 'the default size'}" + (", initial state" if with_h0 else "")
-                 + (", reverse" if reverse else ""))
+        shape = (
+            f"b={b} l={l} n={n}, chunks of {chunk or 'the default size'}"
+            + (", initial state" if with_h0 else "")
+            + (", reverse" if reverse else "")
+        )
         for impl, note, env in implementations("complex_diag_scan", device):
-            def run(inputs=inputs, impl=impl, chunk=chunk, reverse=reverse) -> float:
-                return compare(lambda **kw: complex_scan.complex_diag_scan(**kw, reverse=reverse, chunk_size=chunk, impl=impl),
-                               lambda **kw: complex_scan.complex_diag_scan_ref(**kw, reverse=reverse), inputs, dtype, device)
 
-            cases.append(Case("complex_diag_scan", impl, device, dtype, shape, run, TOLERANCE[dtype],
-                              _complex_scan_avoid(device), note, env, record=("complex_diag_scan", impl)))
+            def run(inputs=inputs, impl=impl, chunk=chunk, reverse=reverse) -> float:
+                return compare(
+                    lambda **kw: complex_scan.complex_diag_scan(**kw, reverse=reverse, chunk_size=chunk, impl=impl),
+                    lambda **kw: complex_scan.complex_diag_scan_ref(**kw, reverse=reverse),
+                    inputs,
+                    dtype,
+                    device,
+                )
+
+            cases.append(
+                Case(
+                    "complex_diag_scan",
+                    impl,
+                    device,
+                    dtype,
+                    shape,
+                    run,
+                    TOLERANCE[dtype],
+                    _complex_scan_avoid(device),
+                    note,
+                    env,
+                    record=("complex_diag_scan", impl),
+                )
+            )
     return cases
 
 
 #: The op families, each ``(device, dtype) -> cases``.
 OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
-    scan_cases, conv_cases, fft_conv_cases, attention_cases, ssm_kernel_cases, matrix_state_cases, complex_scan_cases,
+    scan_cases,
+    conv_cases,
+    fft_conv_cases,
+    attention_cases,
+    ssm_kernel_cases,
+    matrix_state_cases,
+    complex_scan_cases,
 ]

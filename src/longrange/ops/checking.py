@@ -7,11 +7,13 @@ drawn in float64, rounded to the checked dtype, and the reference runs in float6
 the CPU on those rounded values, with the outputs' weights rounded alike, so the error measures the
 implementation, not the rounding of its inputs.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor

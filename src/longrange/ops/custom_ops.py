@@ -30,10 +30,11 @@ kernels run by Triton's CPU interpreter are not (``wrap_triton`` returns them un
 could be neither run nor tested without a GPU; as an opaque ``custom_op`` the same code runs
 compiled on CUDA and interpreted on the CPU.
 """
+
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils.flop_counter import register_flop_formula

@@ -7,6 +7,7 @@ on a tensor without data, skips the check or takes the choice that every batch o
 makes (documented where it does so). :class:`DtypeChecks` adds the dtype checks that the meta
 device's shape functions leave out and CUDA's kernels make.
 """
+
 from __future__ import annotations
 
 import torch
@@ -55,10 +56,31 @@ def fake_mode():
 #: writes of one tensor's values into another by index.
 SAME_DTYPE_OPS = frozenset(
     getattr(torch.ops.aten, name)
-    for name in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "convolution",
-                 "_convolution", "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_flash_attention_for_cpu", "index_put", "index_put_", "_index_put_impl_",
-                 "scatter", "scatter_", "scatter_add", "scatter_add_", "masked_scatter", "masked_scatter_")
+    for name in (
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "dot",
+        "vdot",
+        "convolution",
+        "_convolution",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "index_put",
+        "index_put_",
+        "_index_put_impl_",
+        "scatter",
+        "scatter_",
+        "scatter_add",
+        "scatter_add_",
+        "masked_scatter",
+        "masked_scatter_",
+    )
     if hasattr(torch.ops.aten, name)
 )
 
@@ -70,10 +92,15 @@ class DtypeChecks(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func._overloadpacket in SAME_DTYPE_OPS:
-            dtypes = {t.dtype for t in tree_flatten((args, kwargs))[0]
-                      if isinstance(t, Tensor) and (t.is_floating_point() or t.is_complex())}
+            dtypes = {
+                t.dtype
+                for t in tree_flatten((args, kwargs))[0]
+                if isinstance(t, Tensor) and (t.is_floating_point() or t.is_complex())
+            }
             if len(dtypes) > 1:
                 names = " and ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
-                raise RuntimeError(f"{func}: operands of different dtypes ({names}); CUDA and CPU kernels refuse them "
-                                   "(expected all operands to have the same dtype)")
+                raise RuntimeError(
+                    f"{func}: operands of different dtypes ({names}); CUDA and CPU kernels refuse them "
+                    "(expected all operands to have the same dtype)"
+                )
         return func(*args, **kwargs)

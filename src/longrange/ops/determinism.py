@@ -6,10 +6,11 @@ picks only deterministic implementations, and asking for another by name calls
 :func:`refuse_nondeterministic`: a RuntimeError naming the deterministic ones, or a warning in
 PyTorch's ``warn_only`` mode, as PyTorch does for its own operations.
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -74,15 +74,15 @@ Importing this module imports neither numba nor triton, nor the ops: :data:`DISP
 the modules of :data:`FAMILIES` when it is first read, and those import their kernels only when a
 ``runs`` predicate first asks (:class:`longrange.ops._lazy_kernels.LazyKernels`).
 """
+
 from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -184,8 +184,9 @@ class Dispatcher:
         self.reference = reference
         self.default = "auto"
         self._rule = auto
-        self._auto_ok = {impl.name: impl.auto if callable(impl.auto) else (_everywhere if impl.auto else _nowhere)
-                         for impl in impls}
+        self._auto_ok = {
+            impl.name: impl.auto if callable(impl.auto) else (_everywhere if impl.auto else _nowhere) for impl in impls
+        }
         if register:
             _REGISTRY.add(self)
 
@@ -252,8 +253,10 @@ class Dispatcher:
         order of preference (only those with a deterministic backward if ``deterministic``)."""
         device = torch.device(device)
         return tuple(
-            name for name in self.impls
-            if self._auto_ok[name](device) and self.runs(name, device, **context)
+            name
+            for name in self.impls
+            if self._auto_ok[name](device)
+            and self.runs(name, device, **context)
             and (not deterministic or self.deterministic_backward[name])
         )
 
@@ -267,15 +270,19 @@ class Dispatcher:
         if self._rule is not None:
             return self._rule(self, device, deterministic, **context)
         for name in self.impls:
-            if (self._auto_ok[name](device) and self.runs(name, device, **context)
-                    and (not deterministic or self.deterministic_backward[name])):
+            if (
+                self._auto_ok[name](device)
+                and self.runs(name, device, **context)
+                and (not deterministic or self.deterministic_backward[name])
+            ):
                 return name
         return self.impls[-1]
 
     # ---------------------------------------------------------------------------- a call
 
-    def resolve(self, impl: str | None, device: torch.device | str, dataless: bool = False, stacklevel: int = 3,
-                **context) -> str:
+    def resolve(
+        self, impl: str | None, device: torch.device | str, dataless: bool = False, stacklevel: int = 3, **context
+    ) -> str:
         """The implementation a call with ``impl`` runs on tensors of ``device`` (see the module
         docstring): None is the default, ``"auto"`` :meth:`auto_impl`; a named one must run there
         (RuntimeError: why, and what can) and, under deterministic algorithms, have a deterministic
@@ -288,8 +295,13 @@ class Dispatcher:
             return self.auto_impl(device, **context)
         spec = self.specs[impl]
         if not self.deterministic_backward[impl] and torch.are_deterministic_algorithms_enabled():
-            refuse_nondeterministic(self.function, impl, spec.nondeterministic or "not established as deterministic",
-                                    self.deterministic_impls(device), stacklevel=stacklevel)
+            refuse_nondeterministic(
+                self.function,
+                impl,
+                spec.nondeterministic or "not established as deterministic",
+                self.deterministic_impls(device),
+                stacklevel=stacklevel,
+            )
         if not (dataless and spec.dataless):
             if not spec.runs(device):
                 self._cannot_run(impl, device, self.available_impls(device), context)
@@ -299,8 +311,10 @@ class Dispatcher:
         return impl
 
     def _cannot_run(self, impl: str, device: torch.device, usable: Sequence[str], context: dict) -> None:
-        raise RuntimeError(f"{self.function}: impl={impl!r} {self.unavailable_reason(impl, device, **context)}; "
-                           f"available here: {', '.join(usable) or 'none'}")
+        raise RuntimeError(
+            f"{self.function}: impl={impl!r} {self.unavailable_reason(impl, device, **context)}; "
+            f"available here: {', '.join(usable) or 'none'}"
+        )
 
     def note(self, impl: str) -> None:
         """Report that the op runs ``impl`` (:func:`longrange.ops.used.note`)."""
@@ -329,8 +343,10 @@ def numba_impl(module: ModuleType, **fields) -> Impl:
     """``"numba"``: the kernels of a family's ``numba`` module (its ``numba_available()`` and
     ``unavailable_reason()``, read at each call), on CPU tensors; other :class:`Impl` fields (or
     these) as given."""
-    defaults = dict(runs=lambda device: device.type == "cpu" and module.numba_available(),
-                    reason=lambda device: numba_reason(device, module.unavailable_reason()))
+    defaults = dict(
+        runs=lambda device: device.type == "cpu" and module.numba_available(),
+        reason=lambda device: numba_reason(device, module.unavailable_reason()),
+    )
     return Impl("numba", **{**defaults, **fields})
 
 
@@ -340,8 +356,10 @@ def triton_reason(device: torch.device, import_error: str | None) -> str:
         return f"needs the triton package, which does not import ({import_error})"
     if device.type == "cuda" and not torch.cuda.is_available():
         return "cannot run on cuda: CUDA is not available here"
-    return (f"cannot run on {device.type}: it runs on CUDA tensors, or on CPU tensors in Triton's interpreter with "
-            "TRITON_INTERPRET=1 (slow; for tests)")
+    return (
+        f"cannot run on {device.type}: it runs on CUDA tensors, or on CPU tensors in Triton's interpreter with "
+        "TRITON_INTERPRET=1 (slow; for tests)"
+    )
 
 
 def triton_impl(available: Callable[[torch.device], bool], import_error: Callable[[], str | None], **fields) -> Impl:
@@ -349,8 +367,13 @@ def triton_impl(available: Callable[[torch.device], bool], import_error: Callabl
     the meta device by the operators' fake implementations); ``import_error()``: why triton does
     not import, or None. ``"auto"`` does not pick the interpreter; on tensors without data it is
     accepted anywhere. Other :class:`Impl` fields (or these) as given."""
-    defaults = dict(runs=lambda device: available(device), reason=lambda device: triton_reason(device, import_error()),
-                    auto=_not_on_cpu, dataless=True, interpreter_env={"TRITON_INTERPRET": "1"})
+    defaults = dict(
+        runs=lambda device: available(device),
+        reason=lambda device: triton_reason(device, import_error()),
+        auto=_not_on_cpu,
+        dataless=True,
+        interpreter_env={"TRITON_INTERPRET": "1"},
+    )
     return Impl("triton", **{**defaults, **fields})
 
 

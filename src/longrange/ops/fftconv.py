@@ -23,16 +23,17 @@ Kernel taps beyond the input length cannot reach any output and are dropped; a k
 than the input is zero-padded. Both FFTs are zero-padded to at least ``l + lk`` points so the
 circular convolution of the FFT never wraps around.
 """
+
 from __future__ import annotations
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from longrange.ops.chunking import TEMPORARY_BYTES, group_size
 
-KernelArg = Union[Tensor, Sequence[Tensor]]
+KernelArg = Tensor | Sequence[Tensor]
 
 
 def fast_fft_size(n: int) -> int:
@@ -62,9 +63,7 @@ def _split_kernel(u: Tensor, k: KernelArg) -> tuple[Tensor, Tensor | None]:
             raise ValueError(f"a two-sided kernel is a pair (k_fwd, k_bwd), got {len(k)} tensors")
         k_fwd, k_bwd = k
         if k_fwd.shape != k_bwd.shape:
-            raise ValueError(
-                f"two-sided kernel halves differ in shape: {tuple(k_fwd.shape)} vs {tuple(k_bwd.shape)}"
-            )
+            raise ValueError(f"two-sided kernel halves differ in shape: {tuple(k_fwd.shape)} vs {tuple(k_bwd.shape)}")
     elif isinstance(k, Tensor) and k.dim() == 3:
         if k.shape[0] != 2:
             raise ValueError(f"a stacked two-sided kernel has shape (2, h, lk), got {tuple(k.shape)}")

@@ -1,4 +1,5 @@
 """Padding masks of left-aligned sequences (real positions first, padding at the end)."""
+
 from __future__ import annotations
 
 import torch

@@ -20,6 +20,7 @@ equal ``torch.mm``'s to float32 rounding (another order of the sums), not bitwis
 :func:`onednn_available` says whether this PyTorch has the operator (x86 and ARM builds with
 oneDNN); elsewhere nothing routes to it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,7 +31,7 @@ from torch import Tensor
 from longrange.ops.custom_ops import qualname
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def onednn_available() -> bool:
     """Whether PyTorch was built with oneDNN and has its matrix-product operator."""
     try:
@@ -51,8 +52,9 @@ def _dense(t: Tensor) -> bool:
 
 def _check(a: Tensor, b: Tensor, bias: Tensor | None) -> None:
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"mm_onednn: a (m, k) and b (k, n) must be matrices with equal k, got {tuple(a.shape)} and "
-                         f"{tuple(b.shape)}")
+        raise ValueError(
+            f"mm_onednn: a (m, k) and b (k, n) must be matrices with equal k, got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
     if bias is not None and bias.shape != (b.shape[1],):
         raise ValueError(f"mm_onednn: bias must have shape (n,)=({b.shape[1]},), got {tuple(bias.shape)}")
 
@@ -97,10 +99,13 @@ def mm_onednn(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
     """``a @ b`` (plus ``bias`` on every row) through oneDNN: float32 CPU matrices (see the module docstring)."""
     _check(a, b, bias)
     if not onednn_available():
-        raise RuntimeError("mm_onednn: this PyTorch has no oneDNN matrix product (torch.backends.mkldnn is not "
-                           "available); use torch.mm")
+        raise RuntimeError(
+            "mm_onednn: this PyTorch has no oneDNN matrix product (torch.backends.mkldnn is not "
+            "available); use torch.mm"
+        )
     tensors = (a, b) if bias is None else (a, b, bias)
     if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
-        raise ValueError("mm_onednn: takes float32 CPU tensors, got "
-                         + ", ".join(f"{t.dtype} on {t.device}" for t in tensors))
+        raise ValueError(
+            "mm_onednn: takes float32 CPU tensors, got " + ", ".join(f"{t.dtype} on {t.device}" for t in tensors)
+        )
     return _mm_op(a, b, bias)

@@ -16,6 +16,7 @@ Cost: each query scores at most 3 windows of keys (2 when causal), so time and m
 O(L · window) rather than O(L²). Windows are processed in groups whose temporaries stay below
 :data:`longrange.ops.chunking.TEMPORARY_BYTES`.
 """
+
 from __future__ import annotations
 
 import math
@@ -110,22 +111,25 @@ def sliding_window_attention(
     for a in range(0, n_win, step):
         b = min(a + step, n_win)
         c = b - a
-        keys = torch.cat([kp[:, :, a + s : b + s] for s in range(span)], dim=-2)    # (n, h, c, span·w, d)
+        keys = torch.cat([kp[:, :, a + s : b + s] for s in range(span)], dim=-2)  # (n, h, c, span·w, d)
         values = torch.cat([vp[:, :, a + s : b + s] for s in range(span)], dim=-2)
-        key_real = torch.cat([rp[:, a + s : b + s] for s in range(span)], dim=-1)   # (n, c, span·w)
-        allowed = key_real[:, :, None, :]                                            # (n, c, 1, span·w)
+        key_real = torch.cat([rp[:, a + s : b + s] for s in range(span)], dim=-1)  # (n, c, span·w)
+        allowed = key_real[:, :, None, :]  # (n, c, 1, span·w)
         if positional is not None:
             allowed = allowed & positional
         allowed = allowed.expand(n, c, window, span * window)
-        has_key = allowed.any(-1, keepdim=True)                                      # (n, c, w, 1)
+        has_key = allowed.any(-1, keepdim=True)  # (n, c, w, 1)
         # Fold (n, c) into the batch so SDPA sees 4-D tensors; the mask broadcasts over heads.
         fold = lambda t: t.transpose(1, 2).reshape(n * c, h, t.shape[-2], d)  # noqa: E731
         out = F.scaled_dot_product_attention(
-            fold(qw[:, :, a:b]), fold(keys), fold(values),
-            attn_mask=(allowed | ~has_key).reshape(n * c, 1, window, span * window), dropout_p=dropout_p,
+            fold(qw[:, :, a:b]),
+            fold(keys),
+            fold(values),
+            attn_mask=(allowed | ~has_key).reshape(n * c, 1, window, span * window),
+            dropout_p=dropout_p,
         )
-        keep = has_key & rp[:, a + 1 : b + 1, :, None]                              # real query with a key
+        keep = has_key & rp[:, a + 1 : b + 1, :, None]  # real query with a key
         out = out.reshape(n, c, h, window, d) * keep[:, :, None].to(out.dtype)
         outputs.append(out)
-    out = torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]            # (n, n_win, h, w, d)
+    out = torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]  # (n, n_win, h, w, d)
     return out.transpose(1, 2).reshape(n, h, n_win * window, d)[:, :, :length]

@@ -21,6 +21,7 @@ graph runs. Tracing never reads the counts, so they cause no guard and no recomp
 dictionary update would be replayed by Dynamo with a guard on the counts, recompiling at every
 call), and ``fullgraph=True`` holds.
 """
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict

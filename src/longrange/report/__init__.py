@@ -10,11 +10,12 @@ these five), ``plots`` (PNG figures), ``kernels`` (convolution-kernel decay), ``
 ``extrapolation`` (runs evaluated at other values of a task option: ``longrange extrapolate``),
 ``cli`` (``longrange report``: argument handling only).
 """
+
 from __future__ import annotations
 
+from longrange.report.aggregate import aggregate
 from longrange.report.collect import Run, collect_runs
 from longrange.report.kernels import kernel_decay
-from longrange.report.aggregate import aggregate
 from longrange.report.stats import mean_ci, t_critical
 from longrange.report.writer import write_report
 

@@ -9,10 +9,11 @@ The value of a run is its test metric when the summary has one, else its best va
 metric. A cell uses the test metric only if every seed in it has one (so a cell never mixes the
 two).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from longrange.errors import DataFormatError
 from longrange.report.chance import CHANCE_MARK
@@ -86,7 +87,7 @@ class ResultCell:
         return metric_format(self.metric)
 
     def text(self) -> str:
-        """"mean ± half-width" in display units, or "value (n=1)"."""
+        """ "mean ± half-width" in display units, or "value (n=1)"."""
         return stat_text(self.stat, self.format)
 
     @property
@@ -141,13 +142,13 @@ def aggregate(runs: Iterable[Run]) -> list[ResultCell]:
         for r in group:
             if r.seed in by_seed:
                 raise DataFormatError(
-                    f"seed {r.seed} of {where} appears twice: {by_seed[r.seed].path} and {r.path}; "
-                    "report one of them", r.summary_file)
+                    f"seed {r.seed} of {where} appears twice: {by_seed[r.seed].path} and {r.path}; report one of them",
+                    r.summary_file,
+                )
             by_seed[r.seed] = r
         metrics = {(r.metric, r.higher_is_better) for r in group}
         if len(metrics) > 1:
-            raise DataFormatError(
-                f"the runs of {where} use different metrics {sorted(metrics)}", group[0].summary_file)
+            raise DataFormatError(f"the runs of {where} use different metrics {sorted(metrics)}", group[0].summary_file)
         metric, hib = metrics.pop()
         source = "test" if all(r.has_test() for r in group) else "val"
         cells.append(ResultCell(task, label, regime, kind, metric, hib, source, sorted(group, key=lambda r: r.seed)))

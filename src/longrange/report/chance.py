@@ -11,12 +11,13 @@ seeds contains the chance level, or its mean is at or below it (a single seed ha
 one seed is marked only at or below chance). The tables mark such cells with :data:`CHANCE_MARK`
 and say in a note what it means and each task's chance level; the plots draw a dashed line there.
 """
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from typing import Iterable, Sequence
 
 from longrange.errors import LongrangeError
 from longrange.report.collect import Run
@@ -82,8 +83,10 @@ def chance_note(levels: dict[str, float], marked: bool) -> str:
     shown = "; ".join(f"{task} {chance_text(c)}" for task, c in levels.items())
     text = f"Chance level (guessing uniformly among the task's answers): {shown}."
     if marked:
-        text += (f" {CHANCE_MARK}: the cell's 95% interval contains it, or its mean is at or below it (one seed: "
-                 "marked only at or below it).")
+        text += (
+            f" {CHANCE_MARK}: the cell's 95% interval contains it, or its mean is at or below it (one seed: "
+            "marked only at or below it)."
+        )
     return text
 
 

@@ -6,6 +6,7 @@
 prints the tables and writes ``report.md`` and the PNGs into ``--out`` (default: the first RUNS
 path, when it is a directory).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,15 @@ def _run(args: argparse.Namespace) -> int:
         out = paths[0]
     if args.kernel_length is not None and args.kernel_length < 1:
         raise ConfigError(f"--kernel-length must be positive, got {args.kernel_length}")
-    text = write_report(paths, out, plots=not args.no_plots, kernels=args.kernels,
-                        kernel_length=args.kernel_length, csv_path=args.csv, text_format=args.format)
+    text = write_report(
+        paths,
+        out,
+        plots=not args.no_plots,
+        kernels=args.kernels,
+        kernel_length=args.kernel_length,
+        csv_path=args.csv,
+        text_format=args.format,
+    )
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     print(f"report written to {Path(out) / REPORT_FILE}", file=sys.stderr)
     return 0
@@ -45,11 +53,18 @@ def register(subparsers: Any) -> None:
         description=f"Aggregate finished runs ({SUMMARY_FILE}) over seeds into Markdown/CSV tables and PNG plots.",
     )
     p.add_argument("runs", nargs="+", metavar="RUNS", help="run directories or trees searched recursively")
-    p.add_argument("--out", default=None, help="directory for report.md and the PNGs (default: the first RUNS directory)")
+    p.add_argument(
+        "--out", default=None, help="directory for report.md and the PNGs (default: the first RUNS directory)"
+    )
     p.add_argument("--format", choices=("md", "csv"), default="md", help="what to print on stdout (default md)")
     p.add_argument("--csv", default=None, metavar="PATH", help="also write the per-cell table as CSV to PATH")
     p.add_argument("--no-plots", action="store_true", help="write no PNGs")
     p.add_argument("--kernels", action="store_true", help="analyse the decay of the learned convolution kernels")
-    p.add_argument("--kernel-length", type=int, default=None, metavar="L",
-                   help="kernel length for --kernels (default: the task's seq_len from each run's config, else 1024)")
+    p.add_argument(
+        "--kernel-length",
+        type=int,
+        default=None,
+        metavar="L",
+        help="kernel length for --kernels (default: the task's seq_len from each run's config, else 1024)",
+    )
     p.set_defaults(func=_run)

@@ -26,13 +26,15 @@ null or non-finite metric, is collected as a :class:`FailedRun`
 with its reason (:func:`collect`) and listed in the report's "Failed or unfinished runs" section,
 never in the tables.
 """
+
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from longrange.errors import DataFormatError, DataMissingError
 from longrange.train.logging import read_metrics
@@ -118,7 +120,9 @@ class Run:
         if self._config is None:
             config = RunDir(self.path).read_config()
             if config is None:
-                raise DataMissingError(f"{RunDir(self.path).config}: no such file (every run directory has its resolved configuration)")
+                raise DataMissingError(
+                    f"{RunDir(self.path).config}: no such file (every run directory has its resolved configuration)"
+                )
             self._config = config
         return self._config
 
@@ -252,8 +256,10 @@ def collect_runs(paths: Iterable[str | Path], warn: Callable[[str], None] | None
     """
     found = collect(paths)
     if found.failed:
-        (warn or _warn_stderr)(f"{len(found.failed)} failed or unfinished run(s), not reported as results: "
-                               + "; ".join(f"{f.path} ({f.reason})" for f in found.failed))
+        (warn or _warn_stderr)(
+            f"{len(found.failed)} failed or unfinished run(s), not reported as results: "
+            + "; ".join(f"{f.path} ({f.reason})" for f in found.failed)
+        )
     return found.runs
 
 
@@ -349,9 +355,14 @@ def failed_section(failed: Sequence[FailedRun]) -> str:
     """Markdown section listing the failed or unfinished runs with their reasons ('' if none)."""
     if not failed:
         return ""
-    lines = ["## Failed or unfinished runs", "",
-             f"{len(failed)} run(s) without a result; none of them is in the tables above.", "",
-             "| Run | Reason |", "|---|---|"]
+    lines = [
+        "## Failed or unfinished runs",
+        "",
+        f"{len(failed)} run(s) without a result; none of them is in the tables above.",
+        "",
+        "| Run | Reason |",
+        "|---|---|",
+    ]
 
     def cell(text: object) -> str:
         return str(text).replace("|", "\\|")

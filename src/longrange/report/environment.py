@@ -2,9 +2,10 @@
 :func:`kernels_text`, "unknown" for summaries that do not record it), the seeds under each value,
 and :func:`mixing_warnings`, the cells whose runs differ in either (their seeds may then differ by
 more than chance)."""
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from longrange.report.aggregate import ResultCell
 from longrange.report.collect import Run
@@ -43,8 +44,9 @@ def values_text(values: dict[str, list[int]]) -> str:
     """The one value, or each value with its seeds (``a (seeds 0, 1); b (seed 2)``)."""
     if len(values) == 1:
         return next(iter(values))
-    return "; ".join(f"{v} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
-                     for v, seeds in values.items())
+    return "; ".join(
+        f"{v} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})" for v, seeds in values.items()
+    )
 
 
 def mixing_warnings(cells: Sequence[ResultCell]) -> list[str]:

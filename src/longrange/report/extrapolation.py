@@ -13,23 +13,29 @@ before anything runs; a value a run cannot be evaluated at (a position table sho
 length, more memory than the budget, data that do not fit) is a cell with its reason, and the
 sweep goes on.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import math
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from longrange.errors import ConfigError, LongrangeError
 from longrange.fileio import atomic_write, check_out_dir, write_json
 from longrange.report.formats import metric_format
 from longrange.report.render import Table, render_markdown
 
-FILES = {"markdown": "extrapolation.md", "json": "extrapolation.json", "csv": "extrapolation.csv",
-         "plot": "extrapolation.png"}
+FILES = {
+    "markdown": "extrapolation.md",
+    "json": "extrapolation.json",
+    "csv": "extrapolation.csv",
+    "plot": "extrapolation.png",
+}
 
 
 @dataclass
@@ -68,9 +74,16 @@ class Sweep:
         return self.metric or row.metric
 
 
-def option_sweep(runs: Sequence[Any], option: str, values: Sequence[Any], split: str = "test",
-                 fixed: Mapping[str, Any] | None = None, metric: str | None = None,
-                 progress: Callable[[str], None] | None = None, **evaluate: Any) -> Sweep:
+def option_sweep(
+    runs: Sequence[Any],
+    option: str,
+    values: Sequence[Any],
+    split: str = "test",
+    fixed: Mapping[str, Any] | None = None,
+    metric: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    **evaluate: Any,
+) -> Sweep:
     """Evaluate each of ``runs`` (:class:`~longrange.train.trained.TrainedRun`) at ``option`` = each
     of ``values`` (with the task options ``fixed`` too); ``evaluate`` goes to
     :meth:`~longrange.train.trained.TrainedRun.evaluate` (data_dir, batch_size, memory_budget).
@@ -102,8 +115,11 @@ def option_sweep(runs: Sequence[Any], option: str, values: Sequence[Any], split:
                 row.metric = ev.metric
                 cell.metrics, cell.evaluation = dict(ev.metrics), ev.to_dict()
                 shown = ev.metrics.get(metric or ev.metric)
-                say(f"  {metric or ev.metric} {shown:.4f} ({ev.items} items, batch {ev.batch_size}, {ev.seconds:.1f} s)"
-                    if isinstance(shown, float) else f"  metrics {ev.metrics}")
+                say(
+                    f"  {metric or ev.metric} {shown:.4f} ({ev.items} items, batch {ev.batch_size}, {ev.seconds:.1f} s)"
+                    if isinstance(shown, float)
+                    else f"  metrics {ev.metrics}"
+                )
             row.cells.append(cell)
         if not row.metric:  # no value could be evaluated: the objective's metric from its summary
             row.metric = str(run.summary.get("metric") or "accuracy")
@@ -152,22 +168,51 @@ def sweep_csv(sweep: Sweep) -> str:
     names = sorted({k for r in sweep.rows for c in r.cells for k in (c.metrics or {})})
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["run", "label", "task", "split", "option", "value", "trained_at", *names, "batch_size", "seconds", "error"])
+    writer.writerow(
+        ["run", "label", "task", "split", "option", "value", "trained_at", *names, "batch_size", "seconds", "error"]
+    )
     for row in sweep.rows:
         for cell in row.cells:
             ev = cell.evaluation or {}
-            writer.writerow([row.run, row.label, row.task, sweep.split, sweep.option, cell.value, row.trained_at,
-                             *[(cell.metrics or {}).get(n, "") for n in names], ev.get("batch_size", ""),
-                             f"{ev['seconds']:.3f}" if "seconds" in ev else "", cell.error or ""])
+            writer.writerow(
+                [
+                    row.run,
+                    row.label,
+                    row.task,
+                    sweep.split,
+                    sweep.option,
+                    cell.value,
+                    row.trained_at,
+                    *[(cell.metrics or {}).get(n, "") for n in names],
+                    ev.get("batch_size", ""),
+                    f"{ev['seconds']:.3f}" if "seconds" in ev else "",
+                    cell.error or "",
+                ]
+            )
     return out.getvalue()
 
 
 def sweep_json(sweep: Sweep) -> dict[str, Any]:
     return {
-        "option": sweep.option, "values": sweep.values, "split": sweep.split, "fixed": sweep.fixed, "metric": sweep.metric,
-        "runs": [{"run": r.run, "label": r.label, "task": r.task, "metric": r.metric, "trained_at": r.trained_at,
-                  "cells": [{"value": c.value, "metrics": c.metrics, "error": c.error, "evaluation": c.evaluation}
-                            for c in r.cells]} for r in sweep.rows],
+        "option": sweep.option,
+        "values": sweep.values,
+        "split": sweep.split,
+        "fixed": sweep.fixed,
+        "metric": sweep.metric,
+        "runs": [
+            {
+                "run": r.run,
+                "label": r.label,
+                "task": r.task,
+                "metric": r.metric,
+                "trained_at": r.trained_at,
+                "cells": [
+                    {"value": c.value, "metrics": c.metrics, "error": c.error, "evaluation": c.evaluation}
+                    for c in r.cells
+                ],
+            }
+            for r in sweep.rows
+        ],
     }
 
 
@@ -195,8 +240,9 @@ def sweep_plot(sweep: Sweep, path: str | Path) -> Path:
         scale = metric_format(metric).scale
         ys = [(c.metrics or {}).get(metric) for c in row.cells]
         ys = [y * scale if isinstance(y, (int, float)) and math.isfinite(y) else float("nan") for y in ys]
-        line, = ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], linestyle=LINESTYLES[i % len(LINESTYLES)],
-                        label=row.label)
+        (line,) = ax.plot(
+            xs, ys, marker=MARKERS[i % len(MARKERS)], linestyle=LINESTYLES[i % len(LINESTYLES)], label=row.label
+        )
         if row.trained_at in sweep.values:
             at = sweep.values.index(row.trained_at)
             if not math.isnan(ys[at]):
@@ -213,7 +259,9 @@ def sweep_plot(sweep: Sweep, path: str | Path) -> Path:
     if metrics == ["accuracy"]:
         ax.set_ylim(-2, 102)
     ax.grid(alpha=0.3)
-    ax.set_title(f"{', '.join(metrics)} against {sweep.option} (open circle: the run's training value)", fontsize="medium")
+    ax.set_title(
+        f"{', '.join(metrics)} against {sweep.option} (open circle: the run's training value)", fontsize="medium"
+    )
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
     buffer = io.BytesIO()
     fig.tight_layout()
@@ -227,8 +275,10 @@ def write_sweep(sweep: Sweep, out_dir: str | Path, plot: bool = True) -> dict[st
     """Write the sweep's table (Markdown, with the plot), its JSON and CSV into ``out_dir``; returns the paths."""
     out = check_out_dir(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": write_json(out / FILES["json"], sweep_json(sweep)),
-             "csv": atomic_write(out / FILES["csv"], sweep_csv(sweep).encode())}
+    paths = {
+        "json": write_json(out / FILES["json"], sweep_json(sweep)),
+        "csv": atomic_write(out / FILES["csv"], sweep_csv(sweep).encode()),
+    }
     text = ["# Extrapolation", "", render_markdown(sweep_table(sweep))]
     if plot:
         paths["plot"] = sweep_plot(sweep, out / FILES["plot"])

@@ -1,11 +1,12 @@
 """Numbers as the report shows them: a metric in its display units (:func:`metric_format`:
 accuracy in percent with two decimals, R² and anything else with three), a mean with its interval
 (:func:`stat_text`), a range over seeds (:func:`range_text`) and a duration (:func:`format_duration`)."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from longrange.report.stats import Stat
 

@@ -18,6 +18,7 @@ back; for a two-sided layer's backward kernel, index j weighs the input j + 1 st
 convention of ``ops/fftconv.py``); for a FlipSum backward primitive, index l weighs l steps ahead.
 An all-zero kernel has a zero envelope and NaN centre of mass.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,10 +35,10 @@ DIRECTION_NAMES = ("forward", "backward")
 class KernelProfile:
     """The decay of one layer's kernel in one direction."""
 
-    layer: int           # index in model.backbone.mixers() (a bidirectional Mamba block has one per branch)
-    name: str            # module path inside the model, e.g. "backbone.blocks.0.mixer"
-    primitive: str       # class name, e.g. "S4D"
-    direction: str       # "forward" or "backward"
+    layer: int  # index in model.backbone.mixers() (a bidirectional Mamba block has one per branch)
+    name: str  # module path inside the model, e.g. "backbone.blocks.0.mixer"
+    primitive: str  # class name, e.g. "S4D"
+    direction: str  # "forward" or "backward"
     envelope: np.ndarray  # (L,) float64, max 1 (or all 0)
     centre_of_mass: float
     cutoff: int | None
@@ -62,8 +63,10 @@ class KernelReport:
             return ""
         kinds = sorted({cls for _, _, cls in self.without_kernel})
         if not self.profiles:
-            return (f"no convolution kernels: the model's primitives ({', '.join(kinds)}) have no kernel(L) "
-                    "method (input-dependent or attention layers), so there is no kernel decay to analyse")
+            return (
+                f"no convolution kernels: the model's primitives ({', '.join(kinds)}) have no kernel(L) "
+                "method (input-dependent or attention layers), so there is no kernel decay to analyse"
+            )
         layers = ", ".join(str(i) for i, _, _ in self.without_kernel)
         return f"layers {layers} ({', '.join(kinds)}) have no convolution kernel and are left out"
 
@@ -152,9 +155,16 @@ def kernel_decay(model: nn.Module, length: int, threshold: float = 0.1) -> Kerne
             continue
         env = envelope(K)
         for ch in range(env.shape[0]):
-            profiles.append(KernelProfile(
-                layer=i, name=name, primitive=type(mixer).__name__, direction=DIRECTION_NAMES[ch],
-                envelope=env[ch], centre_of_mass=centre_of_mass(env[ch]),
-                cutoff=cutoff(env[ch], threshold), threshold=threshold,
-            ))
+            profiles.append(
+                KernelProfile(
+                    layer=i,
+                    name=name,
+                    primitive=type(mixer).__name__,
+                    direction=DIRECTION_NAMES[ch],
+                    envelope=env[ch],
+                    centre_of_mass=centre_of_mass(env[ch]),
+                    cutoff=cutoff(env[ch], threshold),
+                    threshold=threshold,
+                )
+            )
     return KernelReport(profiles, without, length)

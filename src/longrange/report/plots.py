@@ -13,13 +13,14 @@ wrapped beside them, titles are wrapped, and the layout is matplotlib's constrai
 with every text inside the image. ``tests/report/test_plot_layout.py`` draws each plot at a large
 grid and checks that no two texts overlap and that no legend covers a panel.
 """
+
 from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import matplotlib
 
@@ -28,9 +29,6 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
 import numpy as np  # noqa: E402
 
 from longrange.errors import DataMissingError  # noqa: E402
-from longrange.report.collect import Run  # noqa: E402
-from longrange.train.rundir import METRICS_FILE  # noqa: E402
-from longrange.report.kernels import DIRECTION_NAMES, KernelReport  # noqa: E402
 from longrange.report.aggregate import (  # noqa: E402
     REGIME_SUFFIX,
     ResultCell,
@@ -38,8 +36,11 @@ from longrange.report.aggregate import (  # noqa: E402
     row_name,
     task_sort_key,
 )
+from longrange.report.collect import Run  # noqa: E402
 from longrange.report.formats import metric_format  # noqa: E402
+from longrange.report.kernels import DIRECTION_NAMES, KernelReport  # noqa: E402
 from longrange.report.stats import CONFIDENCE, mean_ci  # noqa: E402
+from longrange.train.rundir import METRICS_FILE  # noqa: E402
 
 
 def _regime_index(regime: str) -> int:
@@ -63,8 +64,11 @@ def regime_style(regime: str) -> dict:
     """``color``, ``linestyle`` and ``marker`` of a regime: fixed for the known regimes, distinct
     from each other (known regimes differ in all three)."""
     i = _regime_index(regime)
-    return {"color": regime_colour(regime), "linestyle": LINESTYLES[i % len(LINESTYLES)],
-            "marker": MARKERS[i % len(MARKERS)]}
+    return {
+        "color": regime_colour(regime),
+        "linestyle": LINESTYLES[i % len(LINESTYLES)],
+        "marker": MARKERS[i % len(MARKERS)],
+    }
 
 
 #: The range each metric can take, in its raw units (accuracy as a fraction): confidence bands and
@@ -112,8 +116,16 @@ def legend_below(fig, handles: list, labels: list[str], title: str | None = None
     ncol = max(1, min(columns, len(handles), int(width // 3.3)))
     lines = sum(max(label.count("\n") + 1, len(wrap(label, 48).splitlines())) for label in labels[::ncol])
     fig.set_size_inches(width, height + 0.2 * lines + 0.5)  # the panels keep their size; the legend gets its own
-    return fig.legend(handles, [wrap(label, 48) for label in labels], loc="outside lower center", ncol=ncol,
-                      fontsize="small", title=title, title_fontsize="small", frameon=False)
+    return fig.legend(
+        handles,
+        [wrap(label, 48) for label in labels],
+        loc="outside lower center",
+        ncol=ncol,
+        fontsize="small",
+        title=title,
+        title_fontsize="small",
+        frameon=False,
+    )
 
 
 def thin_tick_labels(fig, axes, pad: float = 3.0) -> None:
@@ -125,8 +137,11 @@ def thin_tick_labels(fig, axes, pad: float = 3.0) -> None:
     renderer = fig.canvas.get_renderer()
     for ax in axes:
         lo, hi = sorted(ax.xaxis.get_view_interval())
-        ticks = [t for t in ax.xaxis.get_major_ticks()
-                 if t.label1.get_visible() and t.label1.get_text().strip() and lo - 1e-9 <= t.get_loc() <= hi + 1e-9]
+        ticks = [
+            t
+            for t in ax.xaxis.get_major_ticks()
+            if t.label1.get_visible() and t.label1.get_text().strip() and lo - 1e-9 <= t.get_loc() <= hi + 1e-9
+        ]
         kept = None
         for tick in sorted(ticks, key=lambda t: t.get_loc()):
             box = tick.label1.get_window_extent(renderer)
@@ -261,8 +276,17 @@ def curve_panels(runs: Sequence[Run], split: str = "val") -> tuple[list[CurvePan
             curves = panels[key][regime]
             steps, mean, half = mean_curve(curves)
             lower, upper = clip_band(metric, mean, half)
-            series.append(Series(row_name(label, regime), regime, len(curves), steps, mean * fmt.scale,
-                                 lower * fmt.scale, upper * fmt.scale))
+            series.append(
+                Series(
+                    row_name(label, regime),
+                    regime,
+                    len(curves),
+                    steps,
+                    mean * fmt.scale,
+                    lower * fmt.scale,
+                    upper * fmt.scale,
+                )
+            )
         title = f"{task}: {label}, {'validation' if split == 'val' else split} {fmt.name}"
         from longrange.report.chance import common_chance
 
@@ -338,14 +362,19 @@ def curves_figure(panels: Sequence[CurvePanel], split: str = "val"):
         first.set_ylim(max(bottom, lo * scale), min(top, hi * scale))
         row += rows
     order = sorted((r for r in handles if r != "chance"), key=regime_sort_key) + (["chance"] if chances else [])
-    legend_below(fig, [handles[r] for r in order],
-                 [chance_legend(chances) if r == "chance" else regime_words(r) for r in order],
-                 "mean over seeds (n), 95% CI band", columns=4)
+    legend_below(
+        fig,
+        [handles[r] for r in order],
+        [chance_legend(chances) if r == "chance" else regime_words(r) for r in order],
+        "mean over seeds (n), 95% CI band",
+        columns=4,
+    )
     return fig
 
 
-def learning_curves(runs: Sequence[Run], path: str | Path, split: str = "val",
-                    warn: Callable[[str], None] | None = None) -> Path | None:
+def learning_curves(
+    runs: Sequence[Run], path: str | Path, split: str = "val", warn: Callable[[str], None] | None = None
+) -> Path | None:
     """Metric on ``split`` vs step: per task, one panel per model (label) sharing one x and one y axis,
     one line per regime (mean over seeds, with a 95% CI band clipped to the metric's range; the
     panel's title gives the number of seeds), the regimes in one legend below the panels. Each
@@ -416,15 +445,30 @@ def bars_figure(panels: Sequence[BarPanel]):
     tall as its bars need, the row names (wrapped) beside their bars."""
     sizes = [max(len(p.bars), 1) for p in panels]
     heights = [0.42 * n + 1.1 for n in sizes]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, sum(heights)), squeeze=False, layout="constrained",
-                             gridspec_kw={"height_ratios": heights})
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(8.0, sum(heights)),
+        squeeze=False,
+        layout="constrained",
+        gridspec_kw={"height_ratios": heights},
+    )
     for ax, panel in zip(axes[:, 0], panels):
         for b in panel.bars:
             err = None
             if b.lower is not None and b.upper is not None:
                 err = [[b.mean - b.lower], [b.upper - b.mean]]
-            ax.barh([b.x], [b.mean], height=0.8, xerr=err, capsize=3, color=regime_colour(b.regime),
-                    hatch=HATCHES[_regime_index(b.regime) % len(HATCHES)], edgecolor="white", linewidth=0)
+            ax.barh(
+                [b.x],
+                [b.mean],
+                height=0.8,
+                xerr=err,
+                capsize=3,
+                color=regime_colour(b.regime),
+                hatch=HATCHES[_regime_index(b.regime) % len(HATCHES)],
+                edgecolor="white",
+                linewidth=0,
+            )
         ax.set_yticks([b.x for b in panel.bars])
         ax.set_yticklabels([wrap(f"{b.name} (n={b.n})", 52) for b in panel.bars], fontsize="small")
         ax.invert_yaxis()  # the first row of the table on top
@@ -450,23 +494,31 @@ class KernelLine:
     label: str
     regime: str
     direction: str
-    mean: np.ndarray          # (L,) mean over runs of the normalised envelopes
-    runs: list[np.ndarray]    # one envelope per run (seed)
+    mean: np.ndarray  # (L,) mean over runs of the normalised envelopes
+    runs: list[np.ndarray]  # one envelope per run (seed)
 
 
-def kernel_lines(reports: Mapping[str, tuple[str, KernelReport | Sequence[KernelReport]]]) -> dict[int, list[KernelLine]]:
+def kernel_lines(
+    reports: Mapping[str, tuple[str, KernelReport | Sequence[KernelReport]]],
+) -> dict[int, list[KernelLine]]:
     """Per layer, one :class:`KernelLine` per (row, direction): ``reports`` maps a row's name to (its
     regime, its runs' :class:`KernelReport` or reports, e.g. one per seed)."""
     lines: dict[int, list[KernelLine]] = {}
     for name, (regime, reps) in reports.items():
         reps = [reps] if isinstance(reps, KernelReport) else list(reps)
-        keys = sorted({(p.layer, p.direction) for rep in reps for p in rep.profiles},
-                      key=lambda k: (k[0], DIRECTION_NAMES.index(k[1]) if k[1] in DIRECTION_NAMES else 2))
+        keys = sorted(
+            {(p.layer, p.direction) for rep in reps for p in rep.profiles},
+            key=lambda k: (k[0], DIRECTION_NAMES.index(k[1]) if k[1] in DIRECTION_NAMES else 2),
+        )
         for layer, direction in keys:
             envs = [p.envelope for rep in reps for p in rep.profiles if p.layer == layer and p.direction == direction]
             size = min(len(e) for e in envs)
             envs = [np.asarray(e[:size], dtype=np.float64) for e in envs]
-            label = name + (f" ({direction})" if direction != "forward" else "") + (f", n={len(envs)}" if len(envs) > 1 else "")
+            label = (
+                name
+                + (f" ({direction})" if direction != "forward" else "")
+                + (f", n={len(envs)}" if len(envs) > 1 else "")
+            )
             lines.setdefault(layer, []).append(KernelLine(label, regime, direction, np.mean(envs, axis=0), envs))
     return dict(sorted(lines.items()))
 
@@ -487,8 +539,9 @@ def kernel_figure(panels: Mapping[int, list[KernelLine]], title: str = ""):
             if len(line.runs) > 1:
                 for env in line.runs:
                     ax.plot(lag, np.where(env > 0, env, np.nan), style, color=colour, lw=0.6, alpha=0.25)
-            (drawn,) = ax.plot(lag, np.where(line.mean > 0, line.mean, np.nan), style, color=colour, lw=1.6,
-                               label=line.label)
+            (drawn,) = ax.plot(
+                lag, np.where(line.mean > 0, line.mean, np.nan), style, color=colour, lw=1.6, label=line.label
+            )
             handles.setdefault(line.label, drawn)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -503,8 +556,9 @@ def kernel_figure(panels: Mapping[int, list[KernelLine]], title: str = ""):
     return fig
 
 
-def kernel_decay_plot(reports: Mapping[str, tuple[str, KernelReport | Sequence[KernelReport]]], path: str | Path,
-                      title: str = "") -> Path | None:
+def kernel_decay_plot(
+    reports: Mapping[str, tuple[str, KernelReport | Sequence[KernelReport]]], path: str | Path, title: str = ""
+) -> Path | None:
     """Kernel envelopes on log-log axes, one panel per layer, all panels on the same axes.
 
     ``reports`` maps a row's name (the legend entry, as in the tables) to (its regime, its runs'

@@ -14,14 +14,15 @@ is strictly ordered one way by mean from scratch and strictly the other way unde
 examples (``train_size``), one line per regime with its 95% interval over seeds, all panels on one
 y axis.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from longrange.report.collect import Run
 from longrange.report.aggregate import regime_sort_key, row_name, task_sort_key
+from longrange.report.collect import Run
 from longrange.report.formats import metric_format
 from longrange.report.stats import mean_ci
 
@@ -64,15 +65,15 @@ class Ranking:
         return labels[0] + "".join(f" {'=' if shown[a] == shown[b] else '>'} {b}" for a, b in zip(labels, labels[1:]))
 
 
-def order_reversals(base: Mapping[str, float], now: Mapping[str, float],
-                    higher_is_better: bool = True) -> list[tuple[str, str]]:
+def order_reversals(
+    base: Mapping[str, float], now: Mapping[str, float], higher_is_better: bool = True
+) -> list[tuple[str, str]]:
     """The pairs (a, b) of models that ``base`` orders strictly a before b and ``now`` strictly b before
     a (models of both only): the order changes when there is one. Pass values as displayed (rounded),
     so that means equal on the page are ties and a tie is never a change."""
     sign = 1 if higher_is_better else -1
     common = [m for m in base if m in now]
-    return [(a, b) for a in common for b in common
-            if sign * (base[a] - base[b]) > 0 and sign * (now[b] - now[a]) > 0]
+    return [(a, b) for a in common for b in common if sign * (base[a] - base[b]) > 0 and sign * (now[b] - now[a]) > 0]
 
 
 def _value(run: Run) -> float | None:
@@ -90,7 +91,7 @@ def _ranks(values: dict[str, float], higher_is_better: bool) -> dict[str, float]
         j = i
         while j + 1 < len(ordered) and values[ordered[j + 1]] == values[ordered[i]]:
             j += 1
-        for k in ordered[i:j + 1]:
+        for k in ordered[i : j + 1]:
             ranks[k] = (i + j) / 2 + 1
         i = j + 1
     return ranks
@@ -110,8 +111,9 @@ def rankings(runs: Sequence[Run]) -> list[Ranking]:
         groups.setdefault(key, {}).setdefault(r.label, {})[r.seed] = v
         info[key] = (r.metric, r.higher_is_better)
     out = []
-    for key in sorted(groups, key=lambda k: (task_sort_key(k[0]), k[1], k[2] if k[2] is not None else 0,
-                                             regime_sort_key(k[3]))):
+    for key in sorted(
+        groups, key=lambda k: (task_sort_key(k[0]), k[1], k[2] if k[2] is not None else 0, regime_sort_key(k[3]))
+    ):
         by_model = groups[key]
         if len(by_model) < 2:
             continue
@@ -128,8 +130,16 @@ def rankings(runs: Sequence[Run]) -> list[Ranking]:
                 rank_sum[m] += ranks[m]
             for m in first:
                 best[m] += 1 / len(first)
-        models = [ModelRank(m, sum(by_model[m][s] for s in seeds) / len(seeds), rank_sum[m] / len(seeds),
-                            best[m] / len(seeds), len(seeds)) for m in by_model]
+        models = [
+            ModelRank(
+                m,
+                sum(by_model[m][s] for s in seeds) / len(seeds),
+                rank_sum[m] / len(seeds),
+                best[m] / len(seeds),
+                len(seeds),
+            )
+            for m in by_model
+        ]
         models.sort(key=lambda m: (m.mean_rank, m.label))
         out.append(Ranking(key[0], key[2], key[3], metric, higher, tuple(seeds), tuple(models)))
     return out
@@ -140,21 +150,30 @@ def ranking_section(found: Sequence[Ranking]) -> str:
     which each is best, under each regime; and whether the order changes from scratch."""
     if not found:
         return ""
-    lines = ["## Ranking of the models under each regime", "",
-             "Ranked seed by seed (the same seeds for every model of a row; ties share ranks): mean, mean rank "
-             "(1 is best) and the share of seeds at which the model is best.", ""]
+    lines = [
+        "## Ranking of the models under each regime",
+        "",
+        "Ranked seed by seed (the same seeds for every model of a row; ties share ranks): mean, mean rank "
+        "(1 is best) and the share of seeds at which the model is best.",
+        "",
+    ]
     for (task, _, subset), group in _groups(found).items():
         fmt = metric_format(group[0].metric)
         where = task + ("" if subset is None else f", train subset {subset}")
-        lines += [f"### {where}", "", "| Model | " + " | ".join(row_name("", g.regime).strip() or "scratch" for g in group) + " |",
-                  "|---|" + "---:|" * len(group)]
+        lines += [
+            f"### {where}",
+            "",
+            "| Model | " + " | ".join(row_name("", g.regime).strip() or "scratch" for g in group) + " |",
+            "|---|" + "---:|" * len(group),
+        ]
         labels = sorted({m.label for g in group for m in g.models})
         for label in labels:
             cells = []
             for g in group:
                 m = next((m for m in g.models if m.label == label), None)
-                cells.append("–" if m is None else
-                             f"{fmt.number(m.mean)} (rank {m.mean_rank:.1f}, best {m.best_share:.0%})")
+                cells.append(
+                    "–" if m is None else f"{fmt.number(m.mean)} (rank {m.mean_rank:.1f}, best {m.best_share:.0%})"
+                )
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
         lines += [f"- {line}" for line in _order_lines(group, bold=True)]
@@ -181,9 +200,10 @@ def _order_lines(group: Sequence[Ranking], bold: bool = False) -> list[str]:
             lines.append(f"{g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''})")
         else:
             same = not order_reversals(scratch.shown_means(), g.shown_means(), g.higher_is_better)
-            lines.append(f"{g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''}): "
-                         + ("the same order as from scratch" if same else
-                            f"{changes} from scratch's {scratch.order_text()}"))
+            lines.append(
+                f"{g.regime}: {order} (by mean, {n} seed{'s' if n != 1 else ''}): "
+                + ("the same order as from scratch" if same else f"{changes} from scratch's {scratch.order_text()}")
+            )
     return lines
 
 
@@ -210,7 +230,14 @@ def label_curves(runs: Sequence[Run], path: str | Path) -> Path | None:
     import numpy as np
 
     from longrange.report.chance import common_chance
-    from longrange.report.plots import chance_legend, clip_band, draw_chance, regime_style, regime_words, thin_tick_labels
+    from longrange.report.plots import (
+        chance_legend,
+        clip_band,
+        draw_chance,
+        regime_style,
+        regime_words,
+        thin_tick_labels,
+    )
 
     points: dict[tuple[str, str], dict[str, dict[int, list[float]]]] = {}
     metric = {}
@@ -222,14 +249,18 @@ def label_curves(runs: Sequence[Run], path: str | Path) -> Path | None:
         points.setdefault((r.task, r.label), {}).setdefault(r.regime, {}).setdefault(r.train_size, []).append(v)
         metric[r.task] = r.metric
         members.setdefault((r.task, r.label), []).append(r)
-    panels = [(k, v) for k, v in sorted(points.items(), key=lambda kv: (task_sort_key(kv[0][0]), kv[0][1]))
-              if len({n for per in v.values() for n in per}) >= 2]
+    panels = [
+        (k, v)
+        for k, v in sorted(points.items(), key=lambda kv: (task_sort_key(kv[0][0]), kv[0][1]))
+        if len({n for per in v.values() for n in per}) >= 2
+    ]
     if not panels:
         return None
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.0 * rows + 0.8), sharey=True, squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.6 * cols, 3.0 * rows + 0.8), sharey=True, squeeze=False, layout="constrained"
+    )
     handles = {}
     chances: list[float] = []
     for ax, ((task, label), per_regime) in zip(axes.flat, panels):
@@ -255,14 +286,19 @@ def label_curves(runs: Sequence[Run], path: str | Path) -> Path | None:
         ax.set_title(f"{label} ({task})", fontsize=9)
         ax.set_xlabel("labelled training examples", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel(metric_format(next(iter(metric.values()))).name, fontsize=8)
     order = [r for r in handles if r != "chance"] + (["chance"] if chances else [])
-    fig.legend([handles[r] for r in order], [chance_legend(chances) if r == "chance" else regime_words(r) for r in order],
-               loc="outside lower center", ncol=min(4, len(order)), fontsize=8)
-    thin_tick_labels(fig, axes.flat[:len(panels)])  # close training sizes: each keeps its tick, labels that fit
+    fig.legend(
+        [handles[r] for r in order],
+        [chance_legend(chances) if r == "chance" else regime_words(r) for r in order],
+        loc="outside lower center",
+        ncol=min(4, len(order)),
+        fontsize=8,
+    )
+    thin_tick_labels(fig, axes.flat[: len(panels)])  # close training sizes: each keeps its tick, labels that fit
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -10,12 +10,13 @@ the table mixes both. Pretraining runs are listed apart, with their pretraining 
 loss). The runs-per-cell table says where each cell's runs trained and which implementation each
 op ran (``report/environment.py``).
 """
+
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from longrange.report.aggregate import ResultCell, regime_sort_key, row_name, task_sort_key
 from longrange.report.chance import CHANCE_MARK
@@ -89,7 +90,9 @@ def results_table(cells: Sequence[ResultCell]) -> Table:
             more = f" (and {len(missing) - 1} more missing cells)" if len(missing) > 1 else ""
             notes.append(f"Avg. omitted: {name} has no result for {t}{more}.")
         else:
-            notes.append("Avg. omitted: the tasks use different metrics (" + ", ".join(sorted(f.name for f in formats)) + ").")
+            notes.append(
+                "Avg. omitted: the tasks use different metrics (" + ", ".join(sorted(f.name for f in formats)) + ")."
+            )
     if show_avg:
         headers.append("Avg.")
 
@@ -116,8 +119,7 @@ def results_table(cells: Sequence[ResultCell]) -> Table:
         what = "best validation metric (no test results)"
     else:
         what = f"test metric; cells marked {VAL_MARK} have no test result and show the best validation metric"
-    title = (f"Results: {what}, mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds "
-             "(Student t, n−1 d.o.f.)")
+    title = f"Results: {what}, mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds (Student t, n−1 d.o.f.)"
     if show_avg:
         notes.append("Avg. is the mean over tasks of the per-task means.")
     from longrange.report.chance import chance_note, levels_of
@@ -140,21 +142,34 @@ def details_table(cells: Sequence[ResultCell], kind: str = "final") -> Table:
     """Seeds, steps, parameters, recurrent state, mean wall time, device and kernels per cell (ranges
     where seeds differ; each value with its seeds where they differ)."""
     chosen = [c for c in cells if c.kind == kind]
-    headers = ["Model", "Task", "Seeds", "Steps", "Params (total)", "Params (in primitives)", "State",
-               "Wall time (mean)", "Device", "Kernels"]
+    headers = [
+        "Model",
+        "Task",
+        "Seeds",
+        "Steps",
+        "Params (total)",
+        "Params (in primitives)",
+        "State",
+        "Wall time (mean)",
+        "Device",
+        "Kernels",
+    ]
     rows = []
     for c in sorted(chosen, key=lambda c: (c.label, regime_sort_key(c.regime), task_sort_key(c.task))):
-        rows.append([
-            c.row, c.task,
-            f"{len(c.runs)} ({', '.join(str(s) for s in c.seeds)})",
-            range_text([r.steps for r in c.runs]),
-            range_text([r.params_total for r in c.runs]),
-            range_text([r.params_in_primitives for r in c.runs]),
-            state_text(c.runs),
-            format_duration(sum(r.seconds for r in c.runs) / len(c.runs)),
-            values_text(seeds_by_value(c, device_text)),
-            values_text(seeds_by_value(c, kernels_text)),
-        ])
+        rows.append(
+            [
+                c.row,
+                c.task,
+                f"{len(c.runs)} ({', '.join(str(s) for s in c.seeds)})",
+                range_text([r.steps for r in c.runs]),
+                range_text([r.params_total for r in c.runs]),
+                range_text([r.params_in_primitives for r in c.runs]),
+                state_text(c.runs),
+                format_duration(sum(r.seconds for r in c.runs) / len(c.runs)),
+                values_text(seeds_by_value(c, device_text)),
+                values_text(seeds_by_value(c, kernels_text)),
+            ]
+        )
     stage = "final-stage" if kind == "final" else "pretraining"
     return Table(f"Runs per cell ({stage})", headers, rows)
 
@@ -168,12 +183,17 @@ def pretrain_table(cells: Sequence[ResultCell]) -> Table | None:
     rows = []
     for c in sorted(chosen, key=lambda c: (c.label, regime_sort_key(c.regime), task_sort_key(c.task))):
         better = "higher" if c.higher_is_better else "lower"
-        rows.append([
-            c.row, c.task, f"{_source_words(c.source)} {c.format.name} ({better} is better)", c.text(),
-            f"{len(c.runs)} ({', '.join(str(s) for s in c.seeds)})",
-            range_text([r.steps for r in c.runs]),
-            format_duration(sum(r.seconds for r in c.runs) / len(c.runs)),
-        ])
+        rows.append(
+            [
+                c.row,
+                c.task,
+                f"{_source_words(c.source)} {c.format.name} ({better} is better)",
+                c.text(),
+                f"{len(c.runs)} ({', '.join(str(s) for s in c.seeds)})",
+                range_text([r.steps for r in c.runs]),
+                format_duration(sum(r.seconds for r in c.runs) / len(c.runs)),
+            ]
+        )
     return Table(f"Pretraining runs: mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds", headers, rows)
 
 
@@ -187,10 +207,16 @@ def further_metrics_table(cells: Sequence[ResultCell]) -> Table | None:
     headers = ["Model", "Task", "Source"] + [metric_format(m).name for m in names]
     rows = []
     for c in sorted(chosen, key=lambda c: (c.label, regime_sort_key(c.regime), task_sort_key(c.task))):
-        rows.append([c.row, c.task, _source_words(c.source)]
-                    + [c.further_text(m) if m in c.further_metrics else "—" for m in names])
-    return Table(f"Further metrics: mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds (the runs' "
-                 "values beside the metric of the table above, from the same evaluation)", headers, rows)
+        rows.append(
+            [c.row, c.task, _source_words(c.source)]
+            + [c.further_text(m) if m in c.further_metrics else "—" for m in names]
+        )
+    return Table(
+        f"Further metrics: mean ± {int(CONFIDENCE * 100)}% confidence interval over seeds (the runs' "
+        "values beside the metric of the table above, from the same evaluation)",
+        headers,
+        rows,
+    )
 
 
 def markdown_tables(cells: Sequence[ResultCell]) -> str:
@@ -211,8 +237,24 @@ def markdown_tables(cells: Sequence[ResultCell]) -> str:
 
 
 CSV_COLUMNS = [
-    "kind", "task", "label", "regime", "row", "metric", "source", "n", "seeds", "mean", "ci95_half_width",
-    "std", "display", "steps_mean", "params_total", "params_in_primitives", "state", "seconds_mean",
+    "kind",
+    "task",
+    "label",
+    "regime",
+    "row",
+    "metric",
+    "source",
+    "n",
+    "seeds",
+    "mean",
+    "ci95_half_width",
+    "std",
+    "display",
+    "steps_mean",
+    "params_total",
+    "params_in_primitives",
+    "state",
+    "seconds_mean",
 ]
 
 
@@ -224,14 +266,26 @@ def csv_text(cells: Sequence[ResultCell]) -> str:
     w.writerow(CSV_COLUMNS)
     for c in cells:
         s = c.stat
-        w.writerow([
-            c.kind, c.task, c.label, c.regime, c.row, c.metric, c.source, s.n,
-            " ".join(str(x) for x in c.seeds), repr(s.mean),
-            "" if s.half_width is None else repr(s.half_width),
-            "" if s.std is None else repr(s.std), c.text(),
-            sum(r.steps for r in c.runs) / len(c.runs),
-            max(r.params_total for r in c.runs), max(r.params_in_primitives for r in c.runs),
-            max((r.state for r in c.runs if r.state is not None), default=""),
-            sum(r.seconds for r in c.runs) / len(c.runs),
-        ])
+        w.writerow(
+            [
+                c.kind,
+                c.task,
+                c.label,
+                c.regime,
+                c.row,
+                c.metric,
+                c.source,
+                s.n,
+                " ".join(str(x) for x in c.seeds),
+                repr(s.mean),
+                "" if s.half_width is None else repr(s.half_width),
+                "" if s.std is None else repr(s.std),
+                c.text(),
+                sum(r.steps for r in c.runs) / len(c.runs),
+                max(r.params_total for r in c.runs),
+                max(r.params_in_primitives for r in c.runs),
+                max((r.state for r in c.runs if r.state is not None), default=""),
+                sum(r.seconds for r in c.runs) / len(c.runs),
+            ]
+        )
     return buf.getvalue()

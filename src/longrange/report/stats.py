@@ -1,10 +1,11 @@
 """Statistics of the report: the mean of a cell's seeds with the half-width of its Student-t
 confidence interval (:func:`mean_ci`, ``t_{n-1} · s / √n``), and the t quantiles behind it."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 #: The confidence of every interval in the report.
 CONFIDENCE = 0.95

@@ -14,21 +14,21 @@ subset, the usual tables under a ``## Train subset`` heading, and a plot of the 
 when some subsets are counts (log scale); one line per model + regime, the mean over seeds with
 its 95% confidence band clipped to the metric's range.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
-from longrange.report.collect import Run
 from longrange.report.aggregate import ResultCell, aggregate, regime_sort_key, row_name, task_sort_key
+from longrange.report.collect import Run
+from longrange.report.plots import METRIC_RANGE
 from longrange.report.render import Table, csv_text, markdown_tables, render_markdown
 from longrange.report.stats import CONFIDENCE
-
-from longrange.report.plots import METRIC_RANGE
 
 
 def metric_range(metric: str) -> tuple[float, float]:
@@ -116,9 +116,10 @@ def final_subsets(groups: Sequence[SubsetGroup]) -> int:
 def sweep_table(groups: Sequence[SubsetGroup], task: str) -> Table:
     """The final-stage metric of ``task`` against the subset: rows model + regime, columns subsets."""
     cols = [g for g in groups if any(c.kind == "final" and c.task == task for c in g.cells)]
-    rows: list[tuple[str, str]] = sorted({(c.label, c.regime) for g in cols for c in g.cells
-                                          if c.kind == "final" and c.task == task},
-                                         key=lambda k: (k[0], regime_sort_key(k[1])))
+    rows: list[tuple[str, str]] = sorted(
+        {(c.label, c.regime) for g in cols for c in g.cells if c.kind == "final" and c.task == task},
+        key=lambda k: (k[0], regime_sort_key(k[1])),
+    )
     headers = ["Model"]
     for g in cols:
         size = g.train_size(task)
@@ -127,16 +128,24 @@ def sweep_table(groups: Sequence[SubsetGroup], task: str) -> Table:
     for label, regime in rows:
         line = [row_name(label, regime)]
         for g in cols:
-            cell = next((c for c in g.cells if c.kind == "final" and c.task == task
-                         and c.label == label and c.regime == regime), None)
+            cell = next(
+                (
+                    c
+                    for c in g.cells
+                    if c.kind == "final" and c.task == task and c.label == label and c.regime == regime
+                ),
+                None,
+            )
             line.append("—" if cell is None else cell.marked_text())
             if cell is not None:
                 sources.add(cell.source)
                 names.add(cell.format.name)
         body.append(line)
     what = "test" if sources == {"test"} else "best validation" if sources == {"val"} else "test / best validation"
-    title = (f"{task}: {what} {' / '.join(sorted(names))} against the training subset, mean ± "
-             f"{int(CONFIDENCE * 100)}% confidence interval over seeds")
+    title = (
+        f"{task}: {what} {' / '.join(sorted(names))} against the training subset, mean ± "
+        f"{int(CONFIDENCE * 100)}% confidence interval over seeds"
+    )
     from longrange.report.chance import chance_note, levels_of
 
     cells = [c for g in cols for c in g.cells if c.kind == "final" and c.task == task]
@@ -152,8 +161,10 @@ def sweep_tables(groups: Sequence[SubsetGroup]) -> str:
     parts = []
     tasks = sorted({c.task for g in groups for c in g.cells if c.kind == "final"}, key=task_sort_key)
     if tasks and final_subsets(groups) > 1:
-        parts.append("## Metric against the training subset\n\n"
-                     + "\n".join(render_markdown(sweep_table(groups, t)) for t in tasks))
+        parts.append(
+            "## Metric against the training subset\n\n"
+            + "\n".join(render_markdown(sweep_table(groups, t)) for t in tasks)
+        )
     parts += [f"## {g.title}\n\n" + markdown_tables(g.cells) for g in groups]
     return "\n".join(parts)
 
@@ -201,8 +212,9 @@ def _n_text(ns: Sequence[int]) -> str:
     return f"n={lo}" if lo == hi else f"n={lo}–{hi}"
 
 
-def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
-               warn: Callable[[str], None] | None = None) -> Path | None:
+def sweep_plot(
+    groups: Sequence[SubsetGroup], path: str | Path, warn: Callable[[str], None] | None = None
+) -> Path | None:
     """The final-stage metric against the training subset: one panel per task, one line per model +
     regime (mean over seeds, 95% confidence band clipped to the metric's range, the number of seeds
     in the legend). None without a sweep (two or more subsets with final-stage runs)."""
@@ -211,8 +223,16 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
     import numpy as np
 
     from longrange.report.chance import common_chance
-    from longrange.report.plots import (_grid, _save, chance_legend, draw_chance, legend_below, regime_colour,
-                                        thin_tick_labels, wrap)
+    from longrange.report.plots import (
+        _grid,
+        _save,
+        chance_legend,
+        draw_chance,
+        legend_below,
+        regime_colour,
+        thin_tick_labels,
+        wrap,
+    )
 
     tasks = sorted({c.task for g in groups for c in g.cells if c.kind == "final"}, key=task_sort_key)
     if not tasks:
@@ -225,8 +245,11 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
     chances: list[float] = []
     for ax, task in zip(axes, tasks):
         kind, xs = _x_of(groups, task)
-        left_out = [subset_text(g.subset) for i, g in enumerate(groups) if i not in xs
-                    and any(c.task == task and c.kind == "final" for c in g.cells)]
+        left_out = [
+            subset_text(g.subset)
+            for i, g in enumerate(groups)
+            if i not in xs and any(c.task == task and c.kind == "final" for c in g.cells)
+        ]
         if left_out and warn is not None:
             warn(f"{task}: the training set size of subset(s) {', '.join(left_out)} is not recorded; not plotted")
         lines: dict[tuple[str, str], list[tuple[float, ResultCell]]] = {}
@@ -238,18 +261,26 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
                     lines.setdefault((c.label, c.regime), []).append((xs[i], c))
         labels = sorted({label for label, _ in lines})
         names, sources = set(), set()
-        for (label, regime) in sorted(lines, key=lambda k: (k[0], regime_sort_key(k[1]))):
+        for label, regime in sorted(lines, key=lambda k: (k[0], regime_sort_key(k[1]))):
             points = sorted(lines[(label, regime)], key=lambda p: p[0])
             x = np.array([p[0] for p in points])
             stats = [c.stat for _, c in points]
             fmt = points[0][1].format
             mean = np.array([s.mean for s in stats])
-            low, high = np.array([confidence_band(s.mean, s.half_width, c.metric) for s, (_, c) in zip(stats, points)]).T
+            low, high = np.array(
+                [confidence_band(s.mean, s.half_width, c.metric) for s, (_, c) in zip(stats, points)]
+            ).T
             k = labels.index(label)
             colour = regime_colour(regime)
             name = row_name(label, regime)
-            (line,) = ax.plot(x, mean * fmt.scale, linestyle=styles[k % len(styles)], marker=markers[k % len(markers)],
-                              color=colour, label=name)
+            (line,) = ax.plot(
+                x,
+                mean * fmt.scale,
+                linestyle=styles[k % len(styles)],
+                marker=markers[k % len(markers)],
+                color=colour,
+                label=name,
+            )
             handles.setdefault(name, line)
             seeds.setdefault(name, []).extend(s.n for s in stats)
             band = np.isfinite(low)
@@ -270,8 +301,9 @@ def sweep_plot(groups: Sequence[SubsetGroup], path: str | Path,
         ax.minorticks_off()
         ax.set_xlabel("fraction of the training set" if kind == "fraction" else "training examples")
         ax.set_ylabel(" / ".join(sorted(names)))
-        ax.set_title(wrap(f"{task}: {what} {' / '.join(sorted(names))} against the training subset", 44),
-                     fontsize="medium")
+        ax.set_title(
+            wrap(f"{task}: {what} {' / '.join(sorted(names))} against the training subset", 44), fontsize="medium"
+        )
         ax.grid(alpha=0.3, which="both")
     names = [f"{name} ({_n_text(seeds[name])})" for name in handles]
     shown = list(handles.values())

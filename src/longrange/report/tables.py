@@ -26,6 +26,7 @@ Where each job lives:
 * ``report/environment.py``: each run's device and kernels, and the cells that mix them;
 * ``report/render.py``: the tables themselves, in Markdown and CSV.
 """
+
 from __future__ import annotations
 
 from longrange.report.aggregate import (
@@ -55,9 +56,35 @@ from longrange.report.render import (
 from longrange.report.stats import CONFIDENCE, Stat, mean_ci, t_critical, t_quantile
 
 __all__ = [
-    "CONFIDENCE", "CSV_COLUMNS", "MetricFormat", "REGIME_SUFFIX", "ResultCell", "Stat", "TASK_ORDER", "Table",
-    "UNKNOWN", "VAL_MARK", "aggregate", "csv_text", "details_table", "device_text", "format_duration",
-    "further_metrics_table", "kernels_text", "markdown_tables", "mean_ci", "metric_format", "mixing_warnings",
-    "pretrain_table", "regime_sort_key", "render_markdown", "results_table", "row_name", "stat_text", "state_text",
-    "t_critical", "t_quantile", "task_sort_key",
+    "CONFIDENCE",
+    "CSV_COLUMNS",
+    "MetricFormat",
+    "REGIME_SUFFIX",
+    "ResultCell",
+    "Stat",
+    "TASK_ORDER",
+    "Table",
+    "UNKNOWN",
+    "VAL_MARK",
+    "aggregate",
+    "csv_text",
+    "details_table",
+    "device_text",
+    "format_duration",
+    "further_metrics_table",
+    "kernels_text",
+    "markdown_tables",
+    "mean_ci",
+    "metric_format",
+    "mixing_warnings",
+    "pretrain_table",
+    "regime_sort_key",
+    "render_markdown",
+    "results_table",
+    "row_name",
+    "stat_text",
+    "state_text",
+    "t_critical",
+    "t_quantile",
+    "task_sort_key",
 ]

@@ -24,15 +24,16 @@ is negative). The interval is always of SPT minus scratch in the metric's displa
 (accuracy in percent, so X is in percentage points). The value of a run is its test metric; when
 some run of a comparison has none, the comparison uses the best validation metric and says so.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from longrange.errors import DataFormatError
-from longrange.report.collect import Run
 from longrange.report.aggregate import regime_sort_key, row_name, task_sort_key
+from longrange.report.collect import Run
 from longrange.report.formats import metric_format
 from longrange.report.render import Table, render_markdown
 from longrange.report.stats import CONFIDENCE
@@ -101,13 +102,13 @@ class Comparison:
     task: str
     label: str
     subset: float | int | None
-    regime: str          # the SPT regime
-    baseline: str        # scratch or scratch-matched
+    regime: str  # the SPT regime
+    baseline: str  # scratch or scratch-matched
     metric: str
     higher_is_better: bool
-    source: str          # test or val
+    source: str  # test or val
     seeds: list[int]
-    differences: list[float]   # SPT - baseline per paired seed, in the metric's own units
+    differences: list[float]  # SPT - baseline per paired seed, in the metric's own units
     #: Seeds left out, each with the reason (no SPT run, no baseline run, no finite value).
     unpaired: dict[int, str] = field(default_factory=dict)
 
@@ -146,13 +147,17 @@ class Comparison:
         elif outcome == "none":
             text = f"no difference detectable at this scale ({ci} contains 0, {seeds})"
         elif s.n == 1:
-            text = (f"cannot tell from one seed (SPT − {base} = {fmt.number(s.mean)}{unit} on seed {self.seeds[0]}; "
-                    "at least 2 seeds with both runs are needed)")
+            text = (
+                f"cannot tell from one seed (SPT − {base} = {fmt.number(s.mean)}{unit} on seed {self.seeds[0]}; "
+                "at least 2 seeds with both runs are needed)"
+            )
         else:
             text = f"cannot tell: no seed has both the SPT and the {base} run"
         if 2 <= s.n < RELIABLE_SEEDS:
-            text += (f"; with {s.n} seeds the interval is unreliable (its width rests on {s.n - 1} degree of freedom): "
-                     f"run {RELIABLE_SEEDS} or more seeds")
+            text += (
+                f"; with {s.n} seeds the interval is unreliable (its width rests on {s.n - 1} degree of freedom): "
+                f"run {RELIABLE_SEEDS} or more seeds"
+            )
         if self.unpaired:
             left = ", ".join(f"seed {k}: {why}" for k, why in sorted(self.unpaired.items()))
             n = len(self.unpaired)
@@ -171,8 +176,11 @@ def comparisons(runs: Sequence[Run]) -> list[Comparison]:
         key = (r.task, r.label, type(r.train_subset).__name__, r.train_subset, r.regime)
         seeds = cells.setdefault(key, {})
         if r.seed in seeds:
-            raise DataFormatError(f"seed {r.seed} of (task {r.task!r}, label {r.label!r}, regime {r.regime!r}) "
-                                  f"appears twice: {seeds[r.seed].path} and {r.path}", r.summary_file)
+            raise DataFormatError(
+                f"seed {r.seed} of (task {r.task!r}, label {r.label!r}, regime {r.regime!r}) "
+                f"appears twice: {seeds[r.seed].path} and {r.path}",
+                r.summary_file,
+            )
         seeds[r.seed] = r
     out = []
     groups = sorted({k[:4] for k in cells}, key=lambda k: (task_sort_key(k[0]), k[1], k[2], _subset_order(k[3])))
@@ -202,8 +210,10 @@ def _compare(group: tuple, spt: dict[int, Run], base: dict[int, Run], regime: st
     both = list(spt.values()) + list(base.values())
     metrics = {(r.metric, r.higher_is_better) for r in both}
     if len(metrics) > 1:
-        raise DataFormatError(f"the runs of {label} on {task} ({regime} and {baseline}) use different metrics "
-                              f"{sorted(metrics)}", both[0].summary_file)
+        raise DataFormatError(
+            f"the runs of {label} on {task} ({regime} and {baseline}) use different metrics {sorted(metrics)}",
+            both[0].summary_file,
+        )
     metric, hib = metrics.pop()
     source = "test" if all(r.has_test() for r in both) else "val"
     seeds, diffs, unpaired = [], [], {}
@@ -238,12 +248,16 @@ def holm_lines(found: Sequence[Comparison]) -> list[str]:
     if not holm_of:
         return []
     kept = sum(ok for _, ok in holm_of.values())
-    lines = [f"Holm-adjusted over the {len(holm_of)} comparisons above (family-wise error {FAMILY_ALPHA:.0%}): "
-             f"{kept} of {len(holm_of)} significant"]
+    lines = [
+        f"Holm-adjusted over the {len(holm_of)} comparisons above (family-wise error {FAMILY_ALPHA:.0%}): "
+        f"{kept} of {len(holm_of)} significant"
+    ]
     for i, (p_adj, ok) in holm_of.items():
         c = found[i]
-        lines.append(f"  {c.title}: p = {_p(c.stat.p)}, adjusted p = {_p(p_adj)}: "
-                     + ("significant" if ok else "not significant"))
+        lines.append(
+            f"  {c.title}: p = {_p(c.stat.p)}, adjusted p = {_p(p_adj)}: "
+            + ("significant" if ok else "not significant")
+        )
     return lines
 
 
@@ -265,31 +279,53 @@ def verdict_text(runs: Sequence[Run]) -> str:
 def verdict_table(found: Sequence[Comparison]) -> Table:
     subsets = any(c.subset is not None for c in found)
     holm_of = adjusted(found)
-    headers = ["SPT", "Baseline", "Task"] + (["Train subset"] if subsets else []) + [
-        "Paired seeds", "Mean difference", "95% CI", "p"] + (
-        [f"Holm-adjusted p ({len(holm_of)} tests)"] if holm_of else []) + ["Verdict"]
+    headers = (
+        ["SPT", "Baseline", "Task"]
+        + (["Train subset"] if subsets else [])
+        + ["Paired seeds", "Mean difference", "95% CI", "p"]
+        + ([f"Holm-adjusted p ({len(holm_of)} tests)"] if holm_of else [])
+        + ["Verdict"]
+    )
     rows = []
     for i, c in enumerate(found):
         s, fmt = c.stat, metric_format(c.metric)
         holm_cell = []
         if holm_of:
-            holm_cell = [f"{_p(holm_of[i][0])} ({'significant' if holm_of[i][1] else 'not significant'})"
-                         if i in holm_of else "—"]
-        rows.append([row_name(c.label, c.regime), row_name(c.label, c.baseline), c.task]
-                    + (["all" if c.subset is None else repr(c.subset)] if subsets else [])
-                    + [str(s.n), "—" if s.n == 0 else fmt.number(s.mean),
-                       f"[{fmt.number(s.low)}, {fmt.number(s.high)}]" if s.n >= 2 else "—",
-                       _p(s.p) if s.p is not None else "—"] + holm_cell + [c.sentence()])
-    notes = ["Differences are SPT − baseline in the tables' units (accuracy in percentage points); “better” follows "
-             "whether the metric is higher or lower is better. p: the two-sided paired t-test (p < 0.05 exactly when "
-             f"the 95% CI excludes 0). Fewer than {RELIABLE_SEEDS} seeds give an unreliable interval."]
+            holm_cell = [
+                f"{_p(holm_of[i][0])} ({'significant' if holm_of[i][1] else 'not significant'})"
+                if i in holm_of
+                else "—"
+            ]
+        rows.append(
+            [row_name(c.label, c.regime), row_name(c.label, c.baseline), c.task]
+            + (["all" if c.subset is None else repr(c.subset)] if subsets else [])
+            + [
+                str(s.n),
+                "—" if s.n == 0 else fmt.number(s.mean),
+                f"[{fmt.number(s.low)}, {fmt.number(s.high)}]" if s.n >= 2 else "—",
+                _p(s.p) if s.p is not None else "—",
+            ]
+            + holm_cell
+            + [c.sentence()]
+        )
+    notes = [
+        "Differences are SPT − baseline in the tables' units (accuracy in percentage points); “better” follows "
+        "whether the metric is higher or lower is better. p: the two-sided paired t-test (p < 0.05 exactly when "
+        f"the 95% CI excludes 0). Fewer than {RELIABLE_SEEDS} seeds give an unreliable interval."
+    ]
     if holm_of:
         kept = sum(ok for _, ok in holm_of.values())
-        notes.append(f"This report holds {len(holm_of)} tests: each decision alone errs 5% of the time, so some "
-                     f"effect is found by chance more often; Holm's adjustment keeps the chance of any false finding "
-                     f"at {FAMILY_ALPHA:.0%}: {kept} of {len(holm_of)} remain significant.")
-    return Table("SPT minus scratch, paired by seed: mean and 95% confidence interval (Student t, n−1 d.o.f.)",
-                 headers, rows, notes)
+        notes.append(
+            f"This report holds {len(holm_of)} tests: each decision alone errs 5% of the time, so some "
+            f"effect is found by chance more often; Holm's adjustment keeps the chance of any false finding "
+            f"at {FAMILY_ALPHA:.0%}: {kept} of {len(holm_of)} remain significant."
+        )
+    return Table(
+        "SPT minus scratch, paired by seed: mean and 95% confidence interval (Student t, n−1 d.o.f.)",
+        headers,
+        rows,
+        notes,
+    )
 
 
 def verdict_markdown(runs: Sequence[Run]) -> str:

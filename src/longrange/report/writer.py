@@ -1,21 +1,23 @@
 """The report of finished runs: ``report.md`` with the tables, the plots and the kernel analysis.
 
-    from longrange.report import write_report
-    print(write_report(["runs/"], out_dir="runs/"))     # also writes runs/report.md and PNGs
+from longrange.report import write_report
+print(write_report(["runs/"], out_dir="runs/"))     # also writes runs/report.md and PNGs
 """
+
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from longrange.errors import ConfigError, LongrangeError
-from longrange.report.collect import Run, collect, failed_section
-from longrange.train.rundir import other_versions_line
 from longrange.report.aggregate import regime_sort_key, row_name, task_sort_key
+from longrange.report.collect import Run, collect, failed_section
 from longrange.report.environment import mixing_warnings
 from longrange.report.render import Table, render_markdown
+from longrange.train.rundir import other_versions_line
 
 REPORT_FILE = "report.md"
 DEFAULT_KERNEL_LENGTH = 1024
@@ -41,15 +43,18 @@ def kernel_length_of(run: Run, default: int = DEFAULT_KERNEL_LENGTH) -> int:
     return default
 
 
-def kernel_section(runs: Sequence[Run], out_dir: Path | None, length: int | None,
-                   warn: Callable[[str], None], plots: bool = True) -> str:
+def kernel_section(
+    runs: Sequence[Run], out_dir: Path | None, length: int | None, warn: Callable[[str], None], plots: bool = True
+) -> str:
     """Markdown of the kernel decay analysis of final-stage runs, grouped by (task, label), with a
     log-log plot per group in ``out_dir``. Runs whose model cannot be loaded are named in the text."""
-    from longrange.train.trained import load_model
     from longrange.report.kernels import kernel_decay
+    from longrange.train.trained import load_model
 
-    final = sorted((r for r in runs if r.is_final),
-                   key=lambda r: (task_sort_key(r.task), r.label, regime_sort_key(r.regime), r.seed))
+    final = sorted(
+        (r for r in runs if r.is_final),
+        key=lambda r: (task_sort_key(r.task), r.label, regime_sort_key(r.regime), r.seed),
+    )
     groups: dict[tuple[str, str], list[tuple[Run, Any]]] = {}
     problems = []
     for r in final:
@@ -62,11 +67,19 @@ def kernel_section(runs: Sequence[Run], out_dir: Path | None, length: int | None
             continue
         groups.setdefault((r.task, r.label), []).append((r, rep))
 
-    lines = ["## Convolution kernel decay", "",
-             "Per layer: envelope e_l = mean over channels of |K_l|, divided by its maximum; "
-             "centre of mass Σ l·e_l / Σ e_l (in steps); cutoff = first lag after the peak with "
-             "e_l < 0.1 (— if none within the kernel length L).", ""]
-    table = Table("Kernel decay per run", ["Model", "Task", "Seed", "L", "Layer", "Direction", "Centre of mass", "Cutoff (0.1)"], [])
+    lines = [
+        "## Convolution kernel decay",
+        "",
+        "Per layer: envelope e_l = mean over channels of |K_l|, divided by its maximum; "
+        "centre of mass Σ l·e_l / Σ e_l (in steps); cutoff = first lag after the peak with "
+        "e_l < 0.1 (— if none within the kernel length L).",
+        "",
+    ]
+    table = Table(
+        "Kernel decay per run",
+        ["Model", "Task", "Seed", "L", "Layer", "Direction", "Centre of mass", "Cutoff (0.1)"],
+        [],
+    )
     notes = []
     for (task, label), items in groups.items():
         for r, rep in items:
@@ -76,10 +89,18 @@ def kernel_section(runs: Sequence[Run], out_dir: Path | None, length: int | None
             if rep.without_kernel:
                 notes.append(f"- {row_name(r.label, r.regime)}, {task}, seed {r.seed}: {rep.message()}")
             for p in rep.profiles:
-                table.rows.append([
-                    row_name(r.label, r.regime), task, str(r.seed), str(rep.length), f"{p.layer} ({p.primitive})",
-                    p.direction, f"{p.centre_of_mass:.1f}", "—" if p.cutoff is None else str(p.cutoff),
-                ])
+                table.rows.append(
+                    [
+                        row_name(r.label, r.regime),
+                        task,
+                        str(r.seed),
+                        str(rep.length),
+                        f"{p.layer} ({p.primitive})",
+                        p.direction,
+                        f"{p.centre_of_mass:.1f}",
+                        "—" if p.cutoff is None else str(p.cutoff),
+                    ]
+                )
         if plots and out_dir is not None:
             from longrange.report.plots import kernel_decay_plot
 
@@ -88,8 +109,9 @@ def kernel_section(runs: Sequence[Run], out_dir: Path | None, length: int | None
             for r, rep in items:  # one legend entry per row of the tables (and subset), its seeds as thin lines
                 name = row_name(r.label, r.regime) + (f", subset {r.train_subset!r}" if sweep else "")
                 rows.setdefault(name, (r.regime, []))[1].append(rep)
-            png = kernel_decay_plot(rows, out_dir / f"kernels_{_slug(task)}_{_slug(label)}.png",
-                                    title=f"{task}: {label}, kernel envelope")
+            png = kernel_decay_plot(
+                rows, out_dir / f"kernels_{_slug(task)}_{_slug(label)}.png", title=f"{task}: {label}, kernel envelope"
+            )
             if png is not None:
                 lines.append(f"![kernel decay, {task}, {label}]({png.name})")
                 lines.append("")
@@ -116,12 +138,21 @@ def write_report(
     ``out_dir`` None writes nothing but the CSV. Warnings (unfinished runs, runs without curves)
     go to ``warn`` (default: stderr) and into ``report.md``.
     """
-    return _write_report(paths, out_dir, plots=plots, kernels=kernels, kernel_length=kernel_length,
-                         csv_path=csv_path, warn=warn, text_format=text_format)[0]
+    return _write_report(
+        paths,
+        out_dir,
+        plots=plots,
+        kernels=kernels,
+        kernel_length=kernel_length,
+        csv_path=csv_path,
+        warn=warn,
+        text_format=text_format,
+    )[0]
 
 
-def _write_report(paths, out_dir, *, plots=True, kernels=False, kernel_length=None, csv_path=None, warn=None,
-                  text_format="md") -> tuple[str, list, list]:
+def _write_report(
+    paths, out_dir, *, plots=True, kernels=False, kernel_length=None, csv_path=None, warn=None, text_format="md"
+) -> tuple[str, list, list]:
     """:func:`write_report`, returning also the runs it collected and their rankings."""
     from longrange.report.ranking import rankings
 
@@ -139,7 +170,9 @@ def _write_report(paths, out_dir, *, plots=True, kernels=False, kernel_length=No
     found = collect(paths)  # failed or unfinished runs: listed apart with their reason, never in the tables
     runs = found.runs
     if found.failed:
-        note(f"{len(found.failed)} failed or unfinished run(s) left out of the tables (see 'Failed or unfinished runs')")
+        note(
+            f"{len(found.failed)} failed or unfinished run(s) left out of the tables (see 'Failed or unfinished runs')"
+        )
     other = other_versions_line([r.version for r in runs], "runs")
     if other:
         note(other)
@@ -165,17 +198,31 @@ def _write_report(paths, out_dir, *, plots=True, kernels=False, kernel_length=No
     if plots:
         from longrange.report import plots as P
 
-        images = [("metric against the training subset", sweep.sweep_plot(groups, out / "sweep.png", warn=note)),
-                  ("metric against the labelled examples, per model", label_curves(runs, out / "labels.png"))]
+        images = [
+            ("metric against the training subset", sweep.sweep_plot(groups, out / "sweep.png", warn=note)),
+            ("metric against the labelled examples, per model", label_curves(runs, out / "labels.png")),
+        ]
         for g in groups:  # per subset when the runs are a sweep
             suffix, what = (g.file_suffix, f", {g.title.lower()}") if sweep.is_sweep(groups) else ("", "")
             final = [r for r in g.runs if r.is_final]
             pre = [r for r in g.runs if not r.is_final]
             if final:
-                images.append((f"learning curves{what}", P.learning_curves(final, out / f"learning_curves{suffix}.png", warn=note)))
+                images.append(
+                    (
+                        f"learning curves{what}",
+                        P.learning_curves(final, out / f"learning_curves{suffix}.png", warn=note),
+                    )
+                )
             if pre:
-                images.append((f"pretraining curves{what}", P.learning_curves(pre, out / f"pretraining_curves{suffix}.png", warn=note)))
-            images.append((f"scratch vs self-pretraining{what}", P.scratch_vs_spt_bars(g.cells, out / f"bars{suffix}.png")))
+                images.append(
+                    (
+                        f"pretraining curves{what}",
+                        P.learning_curves(pre, out / f"pretraining_curves{suffix}.png", warn=note),
+                    )
+                )
+            images.append(
+                (f"scratch vs self-pretraining{what}", P.scratch_vs_spt_bars(g.cells, out / f"bars{suffix}.png"))
+            )
         shown = [f"![{name}]({png.name})" for name, png in images if png is not None]
         if shown:
             body.append("## Plots\n\n" + "\n\n".join(shown) + "\n")

@@ -46,6 +46,7 @@ size over widths) is the tool for a matched comparison.
 modelling of the inputs: there, causal SPT adds a stage of the same objective before the same
 training. ``train_targets="answers"`` trains on the answers alone, which separates the two.
 """
+
 from __future__ import annotations
 
 import csv
@@ -53,9 +54,10 @@ import io
 import itertools
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from longrange.errors import ConfigError
 from longrange.experiment.config import (
@@ -68,8 +70,13 @@ from longrange.experiment.config import (
 from longrange.experiment.plan import Plan, Stage, slug
 
 #: MAD's tasks that are registered tasks (compression is not: ``longrange.data.mad.NOT_REGISTERED``).
-MAD_TASKS = ("mad-in-context-recall", "mad-fuzzy-recall", "mad-noisy-recall", "mad-selective-copying",
-             "mad-memorization")
+MAD_TASKS = (
+    "mad-in-context-recall",
+    "mad-fuzzy-recall",
+    "mad-noisy-recall",
+    "mad-selective-copying",
+    "mad-memorization",
+)
 #: MAD's learning rates and weight decays (athms/mad-lab ``mad/configs.py:160-161``).
 MAD_LRS = (1e-4, 5e-4, 1e-3)
 MAD_WDS = (0.0, 0.1)
@@ -113,8 +120,15 @@ CPU_PROTOCOL: dict[str, Any] = {
     "levels": ("baseline", "n_train=800"),
     "lrs": (5e-4, 1e-3),
     "wds": (0.0,),
-    "overrides": ("model.d_model=64", "train.batch_size=32", "pretrain.batch_size=32", "train.max_steps=500",
-                  "pretrain.max_steps=500", "train.eval_every=100", "pretrain.eval_every=100"),
+    "overrides": (
+        "model.d_model=64",
+        "train.batch_size=32",
+        "pretrain.batch_size=32",
+        "train.max_steps=500",
+        "pretrain.max_steps=500",
+        "train.eval_every=100",
+        "pretrain.eval_every=100",
+    ),
 }
 #: The models the CPU protocol's budget was fixed for: MAD's attention, Hyena, Mamba and gated linear
 #: attention, and Mamba-2, Gated DeltaNet, the LRU and H3 in MAD's stack.
@@ -151,8 +165,9 @@ class MadSettings:
             if name not in known:
                 from longrange.typed import did_you_mean
 
-                raise ConfigError(f"--models: unknown model {name!r}{did_you_mean(name, known)}; known: "
-                                  + ", ".join(known))
+                raise ConfigError(
+                    f"--models: unknown model {name!r}{did_you_mean(name, known)}; known: " + ", ".join(known)
+                )
         _no_repeats("--models", self.models)
         for task in self.tasks:
             if task not in MAD_TASKS:
@@ -164,8 +179,10 @@ class MadSettings:
             every = {name for task in self.tasks for name in mad_levels(task)}
             unknown = [name for name in self.levels if name not in every]
             if unknown:
-                raise ConfigError(f"--levels: {', '.join(map(repr, unknown))} is no level of "
-                                  f"{', '.join(self.tasks)}; their levels: {', '.join(sorted(every))}")
+                raise ConfigError(
+                    f"--levels: {', '.join(map(repr, unknown))} is no level of "
+                    f"{', '.join(self.tasks)}; their levels: {', '.join(sorted(every))}"
+                )
             if not any(self.task_levels(task) for task in self.tasks):
                 raise ConfigError("--levels: none of the levels belongs to the tasks chosen")
         for name, values in (("--lrs", self.lrs), ("--wds", self.wds)):
@@ -202,7 +219,7 @@ class MadSettings:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MadSettings":
+    def from_dict(cls, data: Mapping[str, Any]) -> MadSettings:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
@@ -219,12 +236,15 @@ def model_preset(name: str) -> dict[str, Any]:
         return deep_merge(stack, load_preset(f"mad/layers/_{name}"))
     # A toolkit primitive in MAD's stack X swiglu X swiglu (its channel mixer's width from the fragment).
     stack = deep_merge(stack, load_preset("mad/layers/_swiglu"))
-    return deep_merge(stack, {
-        "source": "MAD's stack (athms/mad-lab README.md: --layers X swiglu X swiglu) with the toolkit's "
-                  f"{name} at its defaults",
-        "description": f"{name} in MAD's stack {name}, swiglu, {name}, swiglu at width 128",
-        "model": {"layers": [{"primitive": name}, "swiglu", {"primitive": name}, "swiglu"]},
-    })
+    return deep_merge(
+        stack,
+        {
+            "source": "MAD's stack (athms/mad-lab README.md: --layers X swiglu X swiglu) with the toolkit's "
+            f"{name} at its defaults",
+            "description": f"{name} in MAD's stack {name}, swiglu, {name}, swiglu at width 128",
+            "model": {"layers": [{"primitive": name}, "swiglu", {"primitive": name}, "swiglu"]},
+        },
+    )
 
 
 def _lengths_follow(model: dict[str, Any], seq_len: int) -> dict[str, Any]:
@@ -250,19 +270,24 @@ def cell_experiment(settings: MadSettings, model: str, task: str, level: str, lr
     for override in settings.overrides:
         name = override.split("=", 1)[0].strip()
         if name.startswith("task.options.") and name.removeprefix("task.options.") in options:
-            raise ConfigError(f"the setting {override!r} changes {name.removeprefix('task.options.')}, which the "
-                              f"level {level!r} of {task} varies; run that level without it, or leave it out")
+            raise ConfigError(
+                f"the setting {override!r} changes {name.removeprefix('task.options.')}, which the "
+                f"level {level!r} of {task} varies; run that level without it, or leave it out"
+            )
     if task in RECALL_TASKS and settings.train_targets != "next-token":
         options["train_targets"] = settings.train_targets
     seq_len = int(options.get("seq_len", task_options(task)["seq_len"]))
     preset = model_preset(model)
-    data = deep_merge(preset, {
-        "label": model,
-        "task": {"name": task, "options": options},
-        "train": _optimiser(lr, wd),
-        "pretrain": _optimiser(settings.pretrain_lr, settings.pretrain_wd),
-        "compare": {"objectives": ["causal"], "compute_matched": False, "seeds": list(settings.seeds)},
-    })
+    data = deep_merge(
+        preset,
+        {
+            "label": model,
+            "task": {"name": task, "options": options},
+            "train": _optimiser(lr, wd),
+            "pretrain": _optimiser(settings.pretrain_lr, settings.pretrain_wd),
+            "compare": {"objectives": ["causal"], "compute_matched": False, "seeds": list(settings.seeds)},
+        },
+    )
     data["model"] = _lengths_follow(data["model"], seq_len)
     if settings.screen:
         data["train"]["test_split"] = False
@@ -310,8 +335,14 @@ def mad_plan(settings: MadSettings) -> tuple[Plan, dict[str, Point]]:
                 for seed in settings.seeds:
                     pre = None
                     if "causal-spt" in settings.regimes:
-                        pre = Stage(f"{base}/causal-spt/seed{seed}/pretrain", index[settings.grid()[0]], "pretrain",
-                                    seed, "causal-spt", objective="causal")
+                        pre = Stage(
+                            f"{base}/causal-spt/seed{seed}/pretrain",
+                            index[settings.grid()[0]],
+                            "pretrain",
+                            seed,
+                            "causal-spt",
+                            objective="causal",
+                        )
                         stages.append(pre)
                     for lr, wd in settings.grid():
                         cell = f"{base}/{grid_name(lr, wd)}"
@@ -320,8 +351,15 @@ def mad_plan(settings: MadSettings) -> tuple[Plan, dict[str, Point]]:
                             stages.append(stage)
                             points[stage.id] = Point(model, task, level, "scratch", seed, lr, wd)
                         if pre is not None:
-                            stage = Stage(f"{cell}/causal-spt/seed{seed}/finetune", index[lr, wd], "finetune", seed,
-                                          "causal-spt", init_from=pre.id, after=[pre.id])
+                            stage = Stage(
+                                f"{cell}/causal-spt/seed{seed}/finetune",
+                                index[lr, wd],
+                                "finetune",
+                                seed,
+                                "causal-spt",
+                                init_from=pre.id,
+                                after=[pre.id],
+                            )
                             stages.append(stage)
                             points[stage.id] = Point(model, task, level, "causal-spt", seed, lr, wd)
     return Plan(experiments, stages), points
@@ -341,11 +379,11 @@ class Selected:
     level: str
     regime: str
     seed: int
-    lr: float | None      # None: the grid is incomplete (nothing chosen)
+    lr: float | None  # None: the grid is incomplete (nothing chosen)
     wd: float | None
     val: float | None
-    reported: float | None          # its test accuracy (a screen: its validation accuracy)
-    missing: tuple[str, ...] = ()   # the grid points without a finished result
+    reported: float | None  # its test accuracy (a screen: its validation accuracy)
+    missing: tuple[str, ...] = ()  # the grid points without a finished result
 
 
 def _value(summary: Mapping[str, Any], split: str) -> float | None:
@@ -356,8 +394,9 @@ def _value(summary: Mapping[str, Any], split: str) -> float | None:
     return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
-def select(points: Mapping[str, Point], summaries: Mapping[str, Mapping[str, Any]], screen: bool = False
-           ) -> list[Selected]:
+def select(
+    points: Mapping[str, Point], summaries: Mapping[str, Mapping[str, Any]], screen: bool = False
+) -> list[Selected]:
     """The best grid point of every (model, task, level, regime, seed) by validation accuracy (the
     first in grid order on a tie), with its test accuracy (``screen``: its validation accuracy in
     that place, the test split unread); an incomplete grid (a point without a finished run, or
@@ -368,16 +407,19 @@ def select(points: Mapping[str, Point], summaries: Mapping[str, Mapping[str, Any
         groups.setdefault((p.model, p.task, p.level, p.regime, p.seed), []).append((stage_id, p))
     out = []
     for key, members in groups.items():
-        missing = tuple(grid_name(p.lr, p.wd) for i, p in members
-                        if i not in summaries or _value(summaries[i], "val") is None
-                        or _value(summaries[i], reported) is None)
+        missing = tuple(
+            grid_name(p.lr, p.wd)
+            for i, p in members
+            if i not in summaries or _value(summaries[i], "val") is None or _value(summaries[i], reported) is None
+        )
         if missing:
             out.append(Selected(*key, None, None, None, None, missing))
             continue
         sign = 1.0 if summaries[members[0][0]].get("higher_is_better", True) else -1.0
         best_id, best = max(members, key=lambda m: sign * _value(summaries[m[0]], "val"))  # the first of ties
-        out.append(Selected(*key, best.lr, best.wd, _value(summaries[best_id], "val"),
-                            _value(summaries[best_id], reported)))
+        out.append(
+            Selected(*key, best.lr, best.wd, _value(summaries[best_id], "val"), _value(summaries[best_id], reported))
+        )
     return out
 
 
@@ -433,7 +475,7 @@ def sign_flip_p(differences: Sequence[float]) -> float | None:
     for signs in itertools.product((1.0, -1.0), repeat=n):
         if abs(math.fsum(s * x for s, x in zip(signs, d))) >= observed - 1e-12:
             count += 1
-    return count / 2 ** n
+    return count / 2**n
 
 
 @dataclass
@@ -455,15 +497,19 @@ class MadReport:
 
         st = self.settings
         tasks = [t for t in st.tasks]
-        lines = ["# MAD protocol: scores" + (" (screen: validation accuracy, the test split unread)"
-                                             if st.screen else ""), ""]
+        lines = [
+            "# MAD protocol: scores" + (" (screen: validation accuracy, the test split unread)" if st.screen else ""),
+            "",
+        ]
         what = "validation" if st.screen else "test"
         lines.append(
             f"Models {', '.join(st.models)}; tasks {', '.join(tasks)}; levels: "
-            + ("every level" if not st.levels else ", ".join(st.levels)) + f"; grid lr {', '.join(f'{v:g}' for v in st.lrs)}"
+            + ("every level" if not st.levels else ", ".join(st.levels))
+            + f"; grid lr {', '.join(f'{v:g}' for v in st.lrs)}"
             f" x weight decay {', '.join(f'{v:g}' for v in st.wds)}, the best point by validation accuracy, its {what} "
             f"accuracy reported; seeds {', '.join(map(str, st.seeds))}; training targets of the recall tasks: "
-            f"{st.train_targets}" + (f"; settings {' '.join(st.overrides)}" if st.overrides else "") + ".")
+            f"{st.train_targets}" + (f"; settings {' '.join(st.overrides)}" if st.overrides else "") + "."
+        )
         lines.append("")
 
         def cell(values: list[float | None]) -> str:
@@ -482,8 +528,11 @@ class MadReport:
             lines.append("| model | parameters | state | " + " | ".join(tasks) + " | overall |")
             lines.append("|---|---:|---:|" + "---:|" * (len(tasks) + 1))
             for model in st.models:
-                row = [model, f"{self.sizes.get(model, {}).get('total', 0):,}",
-                       f"{self.sizes.get(model, {}).get('state', 0):,}"]
+                row = [
+                    model,
+                    f"{self.sizes.get(model, {}).get('total', 0):,}",
+                    f"{self.sizes.get(model, {}).get('state', 0):,}",
+                ]
                 for task in tasks:
                     row.append(cell([self._score(model, task, regime, seed) for seed in st.seeds]))
                 row.append(cell([self.overall.get((model, regime, seed)) for seed in st.seeds]))
@@ -499,8 +548,16 @@ class MadReport:
                 for task in tasks + ["overall"]:
                     diffs = []
                     for seed in st.seeds:
-                        a = self._score(model, task, "causal-spt", seed) if task != "overall" else self.overall.get((model, "causal-spt", seed))
-                        b = self._score(model, task, "scratch", seed) if task != "overall" else self.overall.get((model, "scratch", seed))
+                        a = (
+                            self._score(model, task, "causal-spt", seed)
+                            if task != "overall"
+                            else self.overall.get((model, "causal-spt", seed))
+                        )
+                        b = (
+                            self._score(model, task, "scratch", seed)
+                            if task != "overall"
+                            else self.overall.get((model, "scratch", seed))
+                        )
                         if a is not None and b is not None:
                             diffs.append(100 * (a - b))
                     if not diffs:
@@ -510,15 +567,22 @@ class MadReport:
                     ci = f" [{stat.low:+.1f}, {stat.high:+.1f}]" if stat.low is not None else ""
                     p = sign_flip_p(diffs)
                     agree = max(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))
-                    lines.append(f"| {model} | {task} | {stat.mean:+.1f}{ci} | "
-                                 f"{'' if p is None else f'{p:.3f}'} | {agree} of {len(diffs)} |")
+                    lines.append(
+                        f"| {model} | {task} | {stat.mean:+.1f}{ci} | "
+                        f"{'' if p is None else f'{p:.3f}'} | {agree} of {len(diffs)} |"
+                    )
             lines.append("")
         incomplete = [s for s in self.selected if s.lr is None]
         if incomplete:
-            lines.append(f"Missing: {len(incomplete)} (model, task, level, regime, seed) cells have an incomplete "
-                         "grid and are not scored, e.g. " + "; ".join(
-                             f"{s.model} {s.task} {s.level} {s.regime} seed {s.seed} ({', '.join(s.missing)})"
-                             for s in incomplete[:3]) + ".")
+            lines.append(
+                f"Missing: {len(incomplete)} (model, task, level, regime, seed) cells have an incomplete "
+                "grid and are not scored, e.g. "
+                + "; ".join(
+                    f"{s.model} {s.task} {s.level} {s.regime} seed {s.seed} ({', '.join(s.missing)})"
+                    for s in incomplete[:3]
+                )
+                + "."
+            )
             lines.append("")
         return "\n".join(lines)
 
@@ -545,18 +609,35 @@ class MadReport:
             return []
         order = sorted(means, key=lambda m: -means[m])
         seeds_ranked = sum(all(self.overall.get((m, regime, s)) is not None for m in st.models) for s in st.seeds)
-        return [f"Ranking ({regime}, overall score): " + " > ".join(
-            f"{m} ({100 * means[m]:.1f}; best in {wins[m]} of {seeds_ranked} seeds)" for m in order), ""]
+        return [
+            f"Ranking ({regime}, overall score): "
+            + " > ".join(f"{m} ({100 * means[m]:.1f}; best in {wins[m]} of {seeds_ranked} seeds)" for m in order),
+            "",
+        ]
 
     def csv(self) -> str:
         buf = io.StringIO()
         writer = csv.writer(buf)
-        writer.writerow(["model", "task", "level", "regime", "seed", "lr", "weight_decay", "val_accuracy",
-                         "reported_split", "reported_accuracy", "missing"])
+        writer.writerow(
+            [
+                "model",
+                "task",
+                "level",
+                "regime",
+                "seed",
+                "lr",
+                "weight_decay",
+                "val_accuracy",
+                "reported_split",
+                "reported_accuracy",
+                "missing",
+            ]
+        )
         split = "validation" if self.settings.screen else "test"
         for s in self.selected:
-            writer.writerow([s.model, s.task, s.level, s.regime, s.seed, s.lr, s.wd, s.val, split, s.reported,
-                             " ".join(s.missing)])
+            writer.writerow(
+                [s.model, s.task, s.level, s.regime, s.seed, s.lr, s.wd, s.val, split, s.reported, " ".join(s.missing)]
+            )
         return buf.getvalue()
 
 
@@ -586,8 +667,10 @@ def write_report(report: MadReport, out_dir: str | Path) -> dict[str, Path]:
     from longrange.fileio import atomic_write
 
     out = Path(out_dir)
-    paths = {"markdown": atomic_write(out / REPORT_FILES["markdown"], report.markdown().encode()),
-             "csv": atomic_write(out / REPORT_FILES["csv"], report.csv().encode())}
+    paths = {
+        "markdown": atomic_write(out / REPORT_FILES["markdown"], report.markdown().encode()),
+        "csv": atomic_write(out / REPORT_FILES["csv"], report.csv().encode()),
+    }
     plot = scores_plot(report, out / REPORT_FILES["plot"])
     if plot is not None:
         paths["plot"] = plot
@@ -612,8 +695,12 @@ def scores_plot(report: MadReport, path: Path) -> Path | None:
         for k, model in enumerate(st.models):
             means, halves = [], []
             for column in columns:
-                vals = [report.overall.get((model, regime, seed)) if column == "overall" else
-                        report._score(model, column, regime, seed) for seed in st.seeds]
+                vals = [
+                    report.overall.get((model, regime, seed))
+                    if column == "overall"
+                    else report._score(model, column, regime, seed)
+                    for seed in st.seeds
+                ]
                 vals = [100 * v for v in vals if v is not None]
                 stat = mean_ci(vals) if vals else None
                 means.append(stat.mean if stat else math.nan)
@@ -640,8 +727,10 @@ def save_settings(settings: MadSettings, out_dir: str | Path) -> Path:
         earlier = load_settings(out_dir)
         if earlier != settings:
             changed = [k for k in settings.to_dict() if settings.to_dict()[k] != earlier.to_dict()[k]]
-            raise ConfigError(f"{path} holds a MAD study with other settings ({', '.join(changed)} differ); "
-                              "use another --out, or the same settings")
+            raise ConfigError(
+                f"{path} holds a MAD study with other settings ({', '.join(changed)} differ); "
+                "use another --out, or the same settings"
+            )
         return path
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     return atomic_write(path, json.dumps(settings.to_dict(), indent=1).encode())
@@ -650,15 +739,18 @@ def save_settings(settings: MadSettings, out_dir: str | Path) -> Path:
 def load_settings(out_dir: str | Path) -> MadSettings:
     path = Path(out_dir) / SETTINGS_FILE
     if not path.is_file():
-        raise ConfigError(f"{out_dir} holds no MAD study ({SETTINGS_FILE} is missing); run `longrange mad` into it first")
+        raise ConfigError(
+            f"{out_dir} holds no MAD study ({SETTINGS_FILE} is missing); run `longrange mad` into it first"
+        )
     try:
         return MadSettings.from_dict(json.loads(path.read_text()))
     except (ValueError, TypeError) as err:
         raise ConfigError(f"{path}: not a MAD study's settings ({err})") from err
 
 
-def run_mad(settings: MadSettings, out_dir: str | Path, *, executor=None, dry_run: bool = False,
-            overwrite: bool = False) -> MadReport | None:
+def run_mad(
+    settings: MadSettings, out_dir: str | Path, *, executor=None, dry_run: bool = False, overwrite: bool = False
+) -> MadReport | None:
     """Run the study into ``out_dir`` (resumable: finished runs are reused, run again it does only
     the missing work) and write its report; ``dry_run`` prints the plan and runs nothing."""
     from longrange.experiment.compare import StageFailed, run_grid
@@ -667,9 +759,17 @@ def run_mad(settings: MadSettings, out_dir: str | Path, *, executor=None, dry_ru
     if not dry_run:
         save_settings(settings, out_dir)
     try:
-        run_grid(plan, out_dir, executor=executor, overwrite=overwrite, dry_run=dry_run,
-                 notes=[f"MAD protocol: {len(plan.stages)} runs ({sum(s.stage == 'pretrain' for s in plan.stages)} "
-                        "pretrainings)"])
+        run_grid(
+            plan,
+            out_dir,
+            executor=executor,
+            overwrite=overwrite,
+            dry_run=dry_run,
+            notes=[
+                f"MAD protocol: {len(plan.stages)} runs ({sum(s.stage == 'pretrain' for s in plan.stages)} "
+                "pretrainings)"
+            ],
+        )
     except StageFailed:  # the report marks their cells missing; the error still ends the command
         write_report(build_report(settings, out_dir), out_dir)
         raise
@@ -680,7 +780,27 @@ def run_mad(settings: MadSettings, out_dir: str | Path, *, executor=None, dry_ru
     return report
 
 
-__all__ = ["CPU_MODELS", "CPU_PROTOCOL", "MAD_LRS", "MAD_TASKS", "MAD_WDS", "MadReport", "MadSettings", "Point", "Selected", "TaskScore",
-           "build_report", "cell_experiment", "mad_layers", "mad_plan", "model_names", "model_preset",
-           "overall_scores", "run_mad", "select", "sign_flip_p", "task_scores", "write_report"]
-
+__all__ = [
+    "CPU_MODELS",
+    "CPU_PROTOCOL",
+    "MAD_LRS",
+    "MAD_TASKS",
+    "MAD_WDS",
+    "MadReport",
+    "MadSettings",
+    "Point",
+    "Selected",
+    "TaskScore",
+    "build_report",
+    "cell_experiment",
+    "mad_layers",
+    "mad_plan",
+    "model_names",
+    "model_preset",
+    "overall_scores",
+    "run_mad",
+    "select",
+    "sign_flip_p",
+    "task_scores",
+    "write_report",
+]

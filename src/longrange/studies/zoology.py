@@ -15,22 +15,34 @@ size: the numbers a causal model keeps per sequence to go on (``longrange params
 state, attention's cache of keys and values at the task's length); each model is two curves, test
 accuracy against state size from scratch and after SPT (mean over seeds with a 95% interval).
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from longrange.errors import ConfigError
 from longrange.experiment.config import ExperimentConfig, apply_overrides, deep_merge, experiment_from_dict, load_preset
 
 #: The recall study's MQAR with a small vocabulary (``mqar-text``): per-position answers, each value
 #: also after its query in the input.
-DEFAULT_TASK = {"name": "mqar", "options": {"vocab_size": 64, "seq_len": 40, "n_pairs": 8, "answers_in_input": True,
-                                            "n_train": 20000, "n_val": 1000, "n_test": 2000}}
+DEFAULT_TASK = {
+    "name": "mqar",
+    "options": {
+        "vocab_size": 64,
+        "seq_len": 40,
+        "n_pairs": 8,
+        "answers_in_input": True,
+        "n_train": 20000,
+        "n_val": 1000,
+        "n_test": 2000,
+    },
+}
 DEFAULT_WIDTHS = (16, 32, 64, 128)
 REGIMES = ("scratch", "causal-spt")
 
@@ -47,8 +59,11 @@ def model_preset(name: str) -> str:
     from longrange.typed import did_you_mean
 
     recall = [n.removeprefix("demo/recall/") for n in names if n.startswith("demo/recall/")]
-    raise ConfigError(f"--models: unknown model {name!r}{did_you_mean(name, recall)}; the recall study's: "
-                      + ", ".join(recall) + " (or any preset name)")
+    raise ConfigError(
+        f"--models: unknown model {name!r}{did_you_mean(name, recall)}; the recall study's: "
+        + ", ".join(recall)
+        + " (or any preset name)"
+    )
 
 
 #: The model fields a sweep may set (``--field``): the width, or the state's own size.
@@ -59,9 +74,14 @@ def label(model: str, width: int, field: str = "d_model") -> str:
     return f"{model} w{width}" if field == "d_model" else f"{model} {field}{width}"
 
 
-def experiments(models: Sequence[str], widths: Sequence[int], seeds: Sequence[int],
-                task_options: Mapping[str, Any] | None = None, overrides: Sequence[str] = (),
-                field: str = "d_model") -> list[ExperimentConfig]:
+def experiments(
+    models: Sequence[str],
+    widths: Sequence[int],
+    seeds: Sequence[int],
+    task_options: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+    field: str = "d_model",
+) -> list[ExperimentConfig]:
     """One experiment per (model, width): its preset at ``model.<field> = width`` (the width by
     default; ``d_state`` for a model whose state does not grow with its width, as the LRU's) on the
     MQAR task, compared from scratch and after causal SPT over ``seeds``, without a compute-matched run."""
@@ -80,13 +100,21 @@ def experiments(models: Sequence[str], widths: Sequence[int], seeds: Sequence[in
     for model in models:
         preset = load_preset(model_preset(model))
         for width in widths:
-            data = deep_merge(preset, {
-                "label": label(model, width, field),
-                "task": task,
-                "model": {field: width},
-                "compare": {"objectives": ["causal"], "compute_matched": False, "seeds": list(seeds),
-                            "train_subsets": [], "pretrain_data": "all"},
-            })
+            data = deep_merge(
+                preset,
+                {
+                    "label": label(model, width, field),
+                    "task": task,
+                    "model": {field: width},
+                    "compare": {
+                        "objectives": ["causal"],
+                        "compute_matched": False,
+                        "seeds": list(seeds),
+                        "train_subsets": [],
+                        "pretrain_data": "all",
+                    },
+                },
+            )
             data["task"] = task  # the MQAR task replaces the preset's, options and all
             data.pop("base", None)
             out.append(experiment_from_dict(apply_overrides(data, overrides)))
@@ -108,8 +136,9 @@ class Point:
         return math.fsum(self.accuracies) / len(self.accuracies) if self.accuracies else None
 
 
-def points(summaries: Sequence[Mapping[str, Any]], models: Sequence[str], widths: Sequence[int],
-           field: str = "d_model") -> list[Point]:
+def points(
+    summaries: Sequence[Mapping[str, Any]], models: Sequence[str], widths: Sequence[int], field: str = "d_model"
+) -> list[Point]:
     """The points of the finished summaries (``compare``'s), by model, width and regime; a diverged
     run (no finite test accuracy) adds no accuracy."""
     by: dict[tuple[str, int, str], dict[str, Any]] = {}
@@ -117,8 +146,13 @@ def points(summaries: Sequence[Mapping[str, Any]], models: Sequence[str], widths
     for s in summaries:
         if s.get("label") not in names:
             continue
-        regime = "scratch" if s.get("regime") == "scratch" else "causal-spt" if s.get("regime", "").startswith(
-            "causal") else None
+        regime = (
+            "scratch"
+            if s.get("regime") == "scratch"
+            else "causal-spt"
+            if s.get("regime", "").startswith("causal")
+            else None
+        )
         if regime is None:
             continue
         model, width = names[s["label"]]
@@ -126,18 +160,24 @@ def points(summaries: Sequence[Mapping[str, Any]], models: Sequence[str], widths
         value = (s.get("test") or {}).get(s.get("metric", "accuracy"))
         if value is not None and math.isfinite(float(value)):
             entry["accs"].append(float(value))
-    return [Point(m, w, r, int(v["params"].get("state", 0)), int(v["params"].get("total", 0)), tuple(v["accs"]))
-            for (m, w, r), v in by.items()]
+    return [
+        Point(m, w, r, int(v["params"].get("state", 0)), int(v["params"].get("total", 0)), tuple(v["accs"]))
+        for (m, w, r), v in by.items()
+    ]
 
 
 def markdown(pts: Sequence[Point], models: Sequence[str], widths: Sequence[int], field: str = "d_model") -> str:
     from longrange.report.tables import mean_ci
 
-    lines = ["# MQAR accuracy against state size", "",
-             "Test accuracy (%, mean ± 95% CI over seeds) of each model at each width; state: the numbers a "
-             "model keeps per sequence to go on (attention: its keys and values at the task's length).", "",
-             f"| model | {'width' if field == 'd_model' else field} | parameters | state | scratch | causal SPT |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# MQAR accuracy against state size",
+        "",
+        "Test accuracy (%, mean ± 95% CI over seeds) of each model at each width; state: the numbers a "
+        "model keeps per sequence to go on (attention: its keys and values at the task's length).",
+        "",
+        f"| model | {'width' if field == 'd_model' else field} | parameters | state | scratch | causal SPT |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     by = {(p.model, p.width, p.regime): p for p in pts}
 
     def cell(p: Point | None) -> str:
@@ -152,8 +192,10 @@ def markdown(pts: Sequence[Point], models: Sequence[str], widths: Sequence[int],
             if any_point is None:
                 lines.append(f"| {model} | {width} | | | missing | missing |")
                 continue
-            lines.append(f"| {model} | {width} | {any_point.parameters:,} | {any_point.state:,} | "
-                         f"{cell(by.get((model, width, 'scratch')))} | {cell(by.get((model, width, 'causal-spt')))} |")
+            lines.append(
+                f"| {model} | {width} | {any_point.parameters:,} | {any_point.state:,} | "
+                f"{cell(by.get((model, width, 'scratch')))} | {cell(by.get((model, width, 'causal-spt')))} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -179,14 +221,22 @@ def plot(pts: Sequence[Point], models: Sequence[str], path: Path) -> Path | None
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, model in enumerate(models):
         for regime, style in (("scratch", "-"), ("causal-spt", "--")):
-            curve = sorted((p for p in pts if p.model == model and p.regime == regime and p.accuracies),
-                           key=lambda p: p.state)
+            curve = sorted(
+                (p for p in pts if p.model == model and p.regime == regime and p.accuracies), key=lambda p: p.state
+            )
             if not curve:
                 continue
             stats = [mean_ci([100 * a for a in p.accuracies]) for p in curve]
             xs = [max(p.state, 1) for p in curve]
-            ax.errorbar(xs, [s.mean for s in stats], yerr=[s.half_width or 0.0 for s in stats], fmt="o" + style,
-                        color=colours[i % len(colours)], capsize=2, label=f"{model} ({regime})")
+            ax.errorbar(
+                xs,
+                [s.mean for s in stats],
+                yerr=[s.half_width or 0.0 for s in stats],
+                fmt="o" + style,
+                color=colours[i % len(colours)],
+                capsize=2,
+                label=f"{model} ({regime})",
+            )
     ax.set_xscale("log")
     ax.set_xlabel("state size (numbers per sequence)")
     ax.set_ylabel("MQAR test accuracy (%)")
@@ -199,17 +249,32 @@ def plot(pts: Sequence[Point], models: Sequence[str], path: Path) -> Path | None
 FILES = {"markdown": "zoology_report.md", "csv": "zoology_points.csv", "plot": "zoology_state.png"}
 
 
-def run_zoology(models: Sequence[str], widths: Sequence[int], out_dir: str | Path, *, seeds: Sequence[int] = (0,),
-                task_options: Mapping[str, Any] | None = None, overrides: Sequence[str] = (), executor=None,
-                dry_run: bool = False, field: str = "d_model") -> str:
+def run_zoology(
+    models: Sequence[str],
+    widths: Sequence[int],
+    out_dir: str | Path,
+    *,
+    seeds: Sequence[int] = (0,),
+    task_options: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+    executor=None,
+    dry_run: bool = False,
+    field: str = "d_model",
+) -> str:
     """Train every (model, width) from scratch and with causal SPT into ``out_dir`` (resumable) and
     write the report; returns its Markdown (empty for a dry run)."""
     from longrange.experiment.compare import compare
     from longrange.fileio import atomic_write
 
     exps = experiments(models, widths, seeds, task_options, overrides, field)
-    summaries = compare(exps, out_dir, seeds=list(seeds), executor=executor, dry_run=dry_run,
-                        size_note="each model is a curve over its state size at several widths")
+    summaries = compare(
+        exps,
+        out_dir,
+        seeds=list(seeds),
+        executor=executor,
+        dry_run=dry_run,
+        size_note="each model is a curve over its state size at several widths",
+    )
     if dry_run:
         return ""
     pts = points(summaries, models, widths, field)
@@ -221,5 +286,15 @@ def run_zoology(models: Sequence[str], widths: Sequence[int], out_dir: str | Pat
     return text
 
 
-__all__ = ["DEFAULT_TASK", "DEFAULT_WIDTHS", "Point", "csv_text", "experiments", "markdown", "model_preset",
-           "plot", "points", "run_zoology"]
+__all__ = [
+    "DEFAULT_TASK",
+    "DEFAULT_WIDTHS",
+    "Point",
+    "csv_text",
+    "experiments",
+    "markdown",
+    "model_preset",
+    "plot",
+    "points",
+    "run_zoology",
+]

@@ -27,6 +27,7 @@ Using a finished run (below the experiment and report layers, which both read ru
                    predict on new inputs, evaluate on a split at its own or other task options
     memory.py      what an evaluation needs at a length (measured), and the memory budget
 """
+
 from longrange._exports import lazy_exports
 
 # Imported on first use, so that ``import longrange.train.rundir`` (a SLURM job's first step, the

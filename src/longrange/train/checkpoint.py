@@ -8,6 +8,7 @@ Writes are atomic: the bytes go to a temporary file in the same directory, which
 then renamed over the target with ``os.replace``. A crash at any point leaves either the old or the
 new checkpoint, never a truncated one.
 """
+
 from __future__ import annotations
 
 import io
@@ -16,8 +17,9 @@ import pickle
 import random
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,7 +28,7 @@ from torch import Tensor, nn
 from longrange import __version__
 from longrange.errors import CheckpointError
 from longrange.fileio import atomic_write
-from longrange.train.rundir import BEST_WEIGHTS, LAST_CHECKPOINT, RunDir, ways_on
+from longrange.train.rundir import RunDir, ways_on
 
 #: Version of the checkpoint layout written by :func:`save_checkpoint`; a newer one is refused.
 FORMAT_VERSION = 1
@@ -63,7 +65,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
             ) from None
         raise CheckpointError(f"cannot read checkpoint {path}: not a checkpoint or corrupt{ways_on(path)}") from None
     except Exception:  # truncated or corrupt: torch raises RuntimeError, OSError, EOFError, KeyError, ...
-        raise CheckpointError(f"cannot read checkpoint {path}: the file is truncated or corrupt{ways_on(path)}") from None
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: the file is truncated or corrupt{ways_on(path)}"
+        ) from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a checkpoint dict")
     return state
@@ -91,7 +95,9 @@ def save_safetensors(state_dict: Mapping[str, Tensor], path: str | os.PathLike) 
     return atomic_write(path, data)
 
 
-def load_weights(path: str | os.PathLike, model: nn.Module | None = None, map_location: Any = "cpu") -> dict[str, Tensor]:
+def load_weights(
+    path: str | os.PathLike, model: nn.Module | None = None, map_location: Any = "cpu"
+) -> dict[str, Tensor]:
     """Model weights from a ``.pt`` checkpoint (its ``model`` entry) or a ``.safetensors`` file.
 
     With ``model`` given, the weights are also loaded into it (strictly: missing or unexpected
@@ -177,7 +183,9 @@ class Checkpointer:
         """``; the last good checkpoint is ...`` for error messages ('' before the first)."""
         if not self.run.last.is_file():
             return ""
-        return f"; the last good checkpoint is {self.run.last}" + (f" (step {self.step})" if self.step is not None else "")
+        return f"; the last good checkpoint is {self.run.last}" + (
+            f" (step {self.step})" if self.step is not None else ""
+        )
 
 
 # --------------------------------------------------------------------------- RNG state
@@ -205,7 +213,9 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     py = state["python"]
     random.setstate((py["version"], tuple(int(v) for v in py["internal"].tolist()), py["gauss"]))
     npy = state["numpy"]
-    np.random.set_state((npy["kind"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"], npy["gauss"]))
+    np.random.set_state(
+        (npy["kind"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"], npy["gauss"])
+    )
     torch.set_rng_state(state["torch"].to("cpu"))
     cuda = state.get("cuda") or []
     if cuda and torch.cuda.is_available():
@@ -213,7 +223,8 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
             # Another machine: the CUDA streams cannot continue exactly; keep the current ones.
             warnings.warn(
                 f"the checkpoint holds RNG states of {len(cuda)} CUDA devices, this machine has "
-                f"{torch.cuda.device_count()}; CUDA random numbers will not continue the saved run exactly"
+                f"{torch.cuda.device_count()}; CUDA random numbers will not continue the saved run exactly",
+                stacklevel=2,
             )
             return
         torch.cuda.set_rng_state_all([s.to("cpu") for s in cuda])

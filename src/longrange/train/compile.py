@@ -47,6 +47,7 @@ its cache's paths unquoted: where one of them has whitespace (a checkout or envi
 such as ``My Projects``), the build cannot link, and ``train.compile`` on the CPU is a ConfigError
 saying so before any step (:func:`cpp_build_blocker`) rather than a linker error at the first step.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -56,8 +57,15 @@ from torch import nn
 
 from longrange.errors import ConfigError
 
-__all__ = ["Compilation", "RouteMatmuls", "compile_model", "compile_options", "cpp_build_blocker", "is_compiled",
-           "restore"]
+__all__ = [
+    "Compilation",
+    "RouteMatmuls",
+    "compile_model",
+    "compile_options",
+    "cpp_build_blocker",
+    "is_compiled",
+    "restore",
+]
 
 
 def _route_matmuls(graph: torch.fx.Graph) -> int:
@@ -72,7 +80,9 @@ def _route_matmuls(graph: torch.fx.Graph) -> int:
             (a, b), bias = node.args, None
         else:
             bias, a, b = node.args
-        values = [getattr(x, "meta", {}).get("val") for x in (a, b)] + ([bias.meta.get("val")] if bias is not None else [])
+        values = [getattr(x, "meta", {}).get("val") for x in (a, b)] + (
+            [bias.meta.get("val")] if bias is not None else []
+        )
         if any(not isinstance(v, torch.Tensor) or v.device.type != "cpu" or v.dtype != torch.float32 for v in values):
             continue
         if bias is not None and tuple(values[2].shape) != (values[1].shape[1],):
@@ -140,9 +150,12 @@ def build_paths() -> dict[str, str]:
     import sys
     import sysconfig
 
-    paths = {"PyTorch's package": os.path.dirname(torch.__file__), "the environment's prefix": sys.prefix,
-             "Python's headers": sysconfig.get_path("include") or "",
-             "Python's library directory": sysconfig.get_config_var("LIBDIR") or ""}
+    paths = {
+        "PyTorch's package": os.path.dirname(torch.__file__),
+        "the environment's prefix": sys.prefix,
+        "Python's headers": sysconfig.get_path("include") or "",
+        "Python's library directory": sysconfig.get_config_var("LIBDIR") or "",
+    }
     try:
         from torch._inductor.runtime.cache_dir_utils import cache_dir
 
@@ -158,8 +171,10 @@ def cpp_build_blocker() -> str | None:
     ``ld`` as ``-L/a`` and ``b/torch/lib``: "ld: cannot find ...")."""
     for what, path in build_paths().items():
         if any(c.isspace() for c in str(path)):
-            return (f"{what} {path!r} holds whitespace, which PyTorch Inductor's C++ build passes to the compiler "
-                    "and linker unquoted, so compiled CPU code cannot be built")
+            return (
+                f"{what} {path!r} holds whitespace, which PyTorch Inductor's C++ build passes to the compiler "
+                "and linker unquoted, so compiled CPU code cannot be built"
+            )
     return None
 
 
@@ -169,15 +184,20 @@ def _check_supported(device: torch.device | str | None = None) -> None:
     if not torch._dynamo.is_dynamo_supported():  # e.g. a Python that this PyTorch's Dynamo does not support
         import sys
 
-        raise ConfigError(f"train.compile: torch.compile is not supported with Python {sys.version.split()[0]} "
-                          f"and PyTorch {torch.__version__}; set train.compile false")
+        raise ConfigError(
+            f"train.compile: torch.compile is not supported with Python {sys.version.split()[0]} "
+            f"and PyTorch {torch.__version__}; set train.compile false"
+        )
     if device is not None and torch.device(device).type == "cpu" and (why := cpp_build_blocker()) is not None:
-        raise ConfigError(f"train.compile on the CPU: {why}; set train.compile false, or install the environment "
-                          "(and TORCHINDUCTOR_CACHE_DIR) under a path without spaces")
+        raise ConfigError(
+            f"train.compile on the CPU: {why}; set train.compile false, or install the environment "
+            "(and TORCHINDUCTOR_CACHE_DIR) under a path without spaces"
+        )
 
 
-def compile_model(model: nn.Module, device: torch.device | str | None = None, *, fullgraph: bool = False,
-                  dynamic: bool | None = None) -> nn.Module:
+def compile_model(
+    model: nn.Module, device: torch.device | str | None = None, *, fullgraph: bool = False, dynamic: bool | None = None
+) -> nn.Module:
     """Compile ``model``'s forward in place (``nn.Module.compile``) with Inductor and the options of
     ``device`` (default: the device of its first parameter, else the CPU); returns the model."""
     if device is None:

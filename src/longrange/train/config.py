@@ -11,16 +11,18 @@ Conventions:
     weight_decay: X}``, applied in order before the layers' optimiser hints (first match wins;
     see ``train/optim.py``).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from longrange import typed
-from longrange.identity import declare_defaults
 from longrange.errors import ConfigError
+from longrange.identity import declare_defaults
 
 SCHEDULES = ("cosine", "constant", "plateau", "step", "rsqrt")
 CYCLES = ("once", "periodic", "restart")
@@ -178,15 +180,24 @@ class TrainConfig:
         need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
         need(self.cosine_steps >= 0, "cosine_steps", "must be >= 0 (0 = the cosine spans the run)")
         need(self.cycles in CYCLES, "cycles", f"must be one of {', '.join(CYCLES)}")
-        need(self.schedule != "rsqrt" or self.warmup > 0, "warmup",
-             "must be > 0 for schedule 'rsqrt' (it decays as 1 / sqrt(max(step, warmup)))")
-        need(self.schedule != "cosine" or not (self.cosine_steps and self.warmup >= 1 and self.cosine_steps <= self.warmup),
-             "cosine_steps",
-             f"must exceed train.warmup ({self.warmup:g} steps): it counts the steps from 0 to the end of the decay")
+        need(
+            self.schedule != "rsqrt" or self.warmup > 0,
+            "warmup",
+            "must be > 0 for schedule 'rsqrt' (it decays as 1 / sqrt(max(step, warmup)))",
+        )
+        need(
+            self.schedule != "cosine"
+            or not (self.cosine_steps and self.warmup >= 1 and self.cosine_steps <= self.warmup),
+            "cosine_steps",
+            f"must exceed train.warmup ({self.warmup:g} steps): it counts the steps from 0 to the end of the decay",
+        )
         need(0 < self.plateau_factor < 1, "plateau_factor", "must be in (0, 1)")
         need(self.plateau_patience >= 1, "plateau_patience", "must be >= 1")
-        need(self.schedule != "step" or self.step_size >= 1, "step_size",
-             "must be >= 1 (steps, or epochs with step_unit 'epoch', between decays) for schedule 'step'")
+        need(
+            self.schedule != "step" or self.step_size >= 1,
+            "step_size",
+            "must be >= 1 (steps, or epochs with step_unit 'epoch', between decays) for schedule 'step'",
+        )
         need(self.step_size >= 0, "step_size", "must be >= 0")
         need(0 < self.step_gamma <= 1, "step_gamma", "must be in (0, 1]")
         need(self.step_unit in STEP_UNITS, "step_unit", f"must be one of {', '.join(STEP_UNITS)}")
@@ -207,15 +218,23 @@ class TrainConfig:
         need(isinstance(self.test_split, bool), "test_split", "must be true or false")
         if isinstance(self.wandb, Mapping):  # constructed directly with a dict
             self.wandb = typed.from_dict(WandbConfig, self.wandb, "train.wandb")
-        need(all(name in LOGGERS for name in self.loggers) and len(set(self.loggers)) == len(self.loggers), "loggers",
-             f"must be a list of distinct names among {', '.join(LOGGERS)}")
+        need(
+            all(name in LOGGERS for name in self.loggers) and len(set(self.loggers)) == len(self.loggers),
+            "loggers",
+            f"must be a list of distinct names among {', '.join(LOGGERS)}",
+        )
         if self.wandb.mode is not None and self.wandb.mode not in WANDB_MODES:
-            raise ConfigError(f"train.wandb.mode must be one of {', '.join(WANDB_MODES)} (or unset), got {self.wandb.mode!r}")
+            raise ConfigError(
+                f"train.wandb.mode must be one of {', '.join(WANDB_MODES)} (or unset), got {self.wandb.mode!r}"
+            )
         if "wandb" in self.loggers and not _wandb_installed():
             raise ConfigError(WANDB_MISSING)
         need(self.lock_stale_after >= 60, "lock_stale_after", "must be >= 60 seconds (two heartbeats at least)")
-        need(isinstance(self.param_groups, (list, tuple)), "param_groups",
-             "must be a list of rules {match: GLOB, lr | lr_scale, weight_decay}")
+        need(
+            isinstance(self.param_groups, (list, tuple)),
+            "param_groups",
+            "must be a list of rules {match: GLOB, lr | lr_scale, weight_decay}",
+        )
         self.param_groups = [_param_rule(i, rule) for i, rule in enumerate(self.param_groups)]
 
     def per_rank_batch(self, world_size: int) -> int:
@@ -247,7 +266,7 @@ class TrainConfig:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "train") -> "TrainConfig":
+    def from_dict(cls, data: Any, where: str = "train") -> TrainConfig:
         """Build from plain values (e.g. YAML). Unknown fields and wrong types raise ConfigError naming
         the dotted field (see ``longrange.typed``)."""
         return typed.from_dict(cls, data, where)
@@ -273,7 +292,9 @@ def _param_rule(index: int, rule: Any) -> dict[str, Any]:
         raise ConfigError(f"train.{where} must be a mapping {{match: GLOB, lr | lr_scale, weight_decay}}, got {rule!r}")
     unknown = sorted(set(rule) - set(PARAM_RULE_FIELDS))
     if unknown:
-        raise ConfigError(f"train.{where} has unknown key(s) {', '.join(unknown)}; known: {', '.join(PARAM_RULE_FIELDS)}")
+        raise ConfigError(
+            f"train.{where} has unknown key(s) {', '.join(unknown)}; known: {', '.join(PARAM_RULE_FIELDS)}"
+        )
     pattern = rule.get("match")
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"train.{where}.match must be a glob on parameter names (e.g. '*.log_dt'), got {pattern!r}")
@@ -286,7 +307,8 @@ def _param_rule(index: int, rule: Any) -> dict[str, Any]:
         if key in rule:
             value = typed.convert(rule[key], float, f"train.{where}.{key}")
             if not math.isfinite(value) or value < 0 or (key != "weight_decay" and value == 0):
-                raise ConfigError(f"train.{where}.{key} must be {'>= 0' if key == 'weight_decay' else '> 0'}, got {value!r}")
+                raise ConfigError(
+                    f"train.{where}.{key} must be {'>= 0' if key == 'weight_decay' else '> 0'}, got {value!r}"
+                )
             out[key] = value
     return out
-

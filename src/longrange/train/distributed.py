@@ -7,14 +7,16 @@ process and the collective helpers below do nothing.
 
 Only rank 0 writes files and shows progress (:func:`is_main_process`).
 """
+
 from __future__ import annotations
 
 import gc
 import os
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -158,7 +160,8 @@ def all_reduce_sums(sums: Mapping[str, torch.Tensor] | None, device: torch.devic
     keys = sorted(shapes)
     # One flat float64 vector, so a single collective carries every sum (nccl needs CUDA tensors).
     parts = [
-        sums[k].detach().to(device, torch.float64).reshape(-1) if k in sums
+        sums[k].detach().to(device, torch.float64).reshape(-1)
+        if k in sums
         else torch.zeros(shapes[k], dtype=torch.float64, device=device).reshape(-1)
         for k in keys
     ]
@@ -167,7 +170,7 @@ def all_reduce_sums(sums: Mapping[str, torch.Tensor] | None, device: torch.devic
     out, offset = {}, 0
     for k in keys:
         size = int(torch.Size(shapes[k]).numel())
-        out[k] = packed[offset:offset + size].reshape(shapes[k]).to("cpu")
+        out[k] = packed[offset : offset + size].reshape(shapes[k]).to("cpu")
         offset += size
     return out
 

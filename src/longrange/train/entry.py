@@ -1,11 +1,13 @@
 """The one-call entry point: :func:`train` a model on a task's loaded data.
 
-    summary = train(model, objective, data, {"lr": 1e-3, "epochs": 10}, "runs/x")
+summary = train(model, objective, data, {"lr": 1e-3, "epochs": 10}, "runs/x")
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -35,11 +37,23 @@ def _splits(data: Any) -> tuple[Dataset, Dataset | None, Dataset | None]:
     raise ConfigError(f"cannot find train/val/test datasets in a {type(data).__name__}")
 
 
-def train(model: nn.Module, objective: Any, data: Any, cfg: TrainConfig | Mapping[str, Any],
-          run_dir: str | Path | OpenRun, *, collate: Callable[[Sequence[dict]], dict[str, Tensor]] | None = None,
-          extra_config: Mapping[str, Any] | None = None, resume: bool = False, overwrite: bool = False,
-          device: torch.device | str | None = None, evaluate_test: bool = True, tensorboard: bool = True,
-          run_name: str | None = None, run_group: str | None = None) -> dict[str, Any]:
+def train(
+    model: nn.Module,
+    objective: Any,
+    data: Any,
+    cfg: TrainConfig | Mapping[str, Any],
+    run_dir: str | Path | OpenRun,
+    *,
+    collate: Callable[[Sequence[dict]], dict[str, Tensor]] | None = None,
+    extra_config: Mapping[str, Any] | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    device: torch.device | str | None = None,
+    evaluate_test: bool = True,
+    tensorboard: bool = True,
+    run_name: str | None = None,
+    run_group: str | None = None,
+) -> dict[str, Any]:
     """Train ``model`` on ``data`` and return :meth:`Trainer.fit`'s summary.
 
     ``data`` is a task's loaded data (anything with ``train``/``val``/``test`` attributes, e.g.
@@ -52,9 +66,23 @@ def train(model: nn.Module, objective: Any, data: Any, cfg: TrainConfig | Mappin
         collate = getattr(data, "collate", None)
         if collate is None:
             from longrange.data.batch import collate
-    trainer = Trainer(model, objective, train_set, val_set, collate, cfg, run_dir,
-                      test_set=test_set if evaluate_test else None, device=device, extra_config=extra_config,
-                      resume=resume, overwrite=overwrite, tensorboard=tensorboard, run_name=run_name, run_group=run_group)
+    trainer = Trainer(
+        model,
+        objective,
+        train_set,
+        val_set,
+        collate,
+        cfg,
+        run_dir,
+        test_set=test_set if evaluate_test else None,
+        device=device,
+        extra_config=extra_config,
+        resume=resume,
+        overwrite=overwrite,
+        tensorboard=tensorboard,
+        run_name=run_name,
+        run_group=run_group,
+    )
     try:
         return trainer.fit()
     finally:

@@ -19,11 +19,13 @@ These are what a run records (``train/loop.py`` returns them with :meth:`Trainer
 runs that ran on different devices, in another precision or with other kernels can be told apart
 from their records rather than from a prediction.
 """
+
 from __future__ import annotations
 
 import os
 import platform
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,8 +33,16 @@ from torch import nn
 from longrange.ops import used
 
 __all__ = [
-    "CUBLAS_WORKSPACE", "KernelRecord", "cpu_name", "describe_device", "describe_precision", "dtype_name",
-    "library_versions", "merge_kernels", "prepare_deterministic", "set_deterministic",
+    "CUBLAS_WORKSPACE",
+    "KernelRecord",
+    "cpu_name",
+    "describe_device",
+    "describe_precision",
+    "dtype_name",
+    "library_versions",
+    "merge_kernels",
+    "prepare_deterministic",
+    "set_deterministic",
 ]
 
 #: The cuBLAS workspace setting that makes cuBLAS deterministic (NVIDIA's documentation; PyTorch
@@ -146,8 +156,12 @@ def set_deterministic(enabled: bool) -> Callable[[], None]:
         return lambda: None
     prepare_deterministic(True)
     cudnn = torch.backends.cudnn
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              cudnn.deterministic, cudnn.benchmark)
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        cudnn.deterministic,
+        cudnn.benchmark,
+    )
     torch.use_deterministic_algorithms(True)
     cudnn.deterministic, cudnn.benchmark = True, False
 

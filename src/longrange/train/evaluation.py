@@ -1,12 +1,14 @@
 """Evaluation: when to validate, and the metrics of a dataset with every rank's sums added.
 
-    evaluator = Evaluator(objective, precision, loader, env, batch_size=64, every=0, steps_per_epoch=100)
-    if evaluator.due(step, epoch_end, done):
-        metrics = evaluator(model, val_set, "val")
+evaluator = Evaluator(objective, precision, loader, env, batch_size=64, every=0, steps_per_epoch=100)
+if evaluator.due(step, epoch_end, done):
+    metrics = evaluator(model, val_set, "val")
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -26,8 +28,15 @@ def move_to(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
 class Evaluator:
     """``every`` 0: validate at the end of each epoch; N: every N steps; always at the end."""
 
-    def __init__(self, objective: Any, precision: Precision, loader: Callable[[Dataset, Any, int], DataLoader],
-                 env: D.DistEnv, batch_size: int, every: int = 0):
+    def __init__(
+        self,
+        objective: Any,
+        precision: Precision,
+        loader: Callable[[Dataset, Any, int], DataLoader],
+        env: D.DistEnv,
+        batch_size: int,
+        every: int = 0,
+    ):
         self.objective, self.precision, self.loader, self.env = objective, precision, loader, env
         self.batch_size, self.every = batch_size, every
 

@@ -10,11 +10,13 @@ every line is strict JSON.
 Only the main process writes; other ranks get a disabled logger. :func:`open_logger` builds the
 logger of a run from its train config.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from longrange.errors import DataFormatError, DataMissingError
 from longrange.fileio import append_text, finite_or_none
@@ -89,8 +91,13 @@ class MetricsLogger:
     """Appends records to a run directory's ``metrics.jsonl`` (and TensorBoard events when installed),
     and logs them to a W&B run when given one."""
 
-    def __init__(self, run_dir: str | Path | RunDir, enabled: bool = True, tensorboard: bool = True,
-                 wandb: "WandbLogger | None" = None):
+    def __init__(
+        self,
+        run_dir: str | Path | RunDir,
+        enabled: bool = True,
+        tensorboard: bool = True,
+        wandb: WandbLogger | None = None,
+    ):
         run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
         self.enabled = enabled
         self.path = run.metrics
@@ -143,9 +150,17 @@ class MetricsLogger:
             wandb.finish(result, record)
 
 
-def open_logger(run: RunDir, cfg: TrainConfig, *, enabled: bool = True, tensorboard: bool = True, name: str,
-                group: str | None = None, config: Mapping[str, Any] | None = None,
-                state: Mapping[str, Any] | None = None) -> MetricsLogger:
+def open_logger(
+    run: RunDir,
+    cfg: TrainConfig,
+    *,
+    enabled: bool = True,
+    tensorboard: bool = True,
+    name: str,
+    group: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+) -> MetricsLogger:
     """The logger of a run with the loggers of ``cfg.loggers``: TensorBoard (unless ``tensorboard``
     is False), and W&B with the run's ``name``, ``group`` (``cfg.wandb.group`` wins) and ``config``,
     continuing the W&B run of ``state`` (:meth:`MetricsLogger.state_dict` of a resumed checkpoint)."""
@@ -156,7 +171,9 @@ def open_logger(run: RunDir, cfg: TrainConfig, *, enabled: bool = True, tensorbo
         run_id = ((state or {}).get("wandb") or {}).get("id")
         wandb = WandbLogger(cfg.wandb, name=name, group=group, config=config or {}, run_id=run_id)
     try:
-        return MetricsLogger(run, enabled=enabled, tensorboard=tensorboard and "tensorboard" in cfg.loggers, wandb=wandb)
+        return MetricsLogger(
+            run, enabled=enabled, tensorboard=tensorboard and "tensorboard" in cfg.loggers, wandb=wandb
+        )
     except BaseException:
         if wandb is not None:
             wandb.finish()

@@ -13,14 +13,16 @@ A non-finite training loss, validation metric or parameter stops the run with a
 the data order is a pure function of (seed, epoch, position), so a resumed run continues exactly as
 if it had never stopped.
 """
+
 from __future__ import annotations
 
 import math
 import random
 import time
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,8 +36,13 @@ from longrange.train import distributed as D
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
 from longrange.train.compile import Compilation
 from longrange.train.config import TrainConfig
-from longrange.train.environment import (KernelRecord, describe_device, describe_precision, prepare_deterministic,
-                                         set_deterministic)
+from longrange.train.environment import (
+    KernelRecord,
+    describe_device,
+    describe_precision,
+    prepare_deterministic,
+    set_deterministic,
+)
 from longrange.train.evaluation import Evaluator, move_to
 from longrange.train.logging import open_logger, truncate_metrics
 from longrange.train.meter import MetricMeter
@@ -83,12 +90,25 @@ class Trainer:
     the best weights.
     """
 
-    def __init__(self, model: nn.Module, objective: Any, train_set: Dataset, val_set: Dataset | None,
-                 collate: Callable[[Sequence[dict]], dict[str, Tensor]], cfg: TrainConfig | Mapping[str, Any],
-                 run_dir: str | Path | OpenRun, test_set: Dataset | None = None,
-                 device: torch.device | str | None = None, *, extra_config: Mapping[str, Any] | None = None,
-                 resume: bool = False, overwrite: bool = False, tensorboard: bool = True,
-                 run_name: str | None = None, run_group: str | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: Any,
+        train_set: Dataset,
+        val_set: Dataset | None,
+        collate: Callable[[Sequence[dict]], dict[str, Tensor]],
+        cfg: TrainConfig | Mapping[str, Any],
+        run_dir: str | Path | OpenRun,
+        test_set: Dataset | None = None,
+        device: torch.device | str | None = None,
+        *,
+        extra_config: Mapping[str, Any] | None = None,
+        resume: bool = False,
+        overwrite: bool = False,
+        tensorboard: bool = True,
+        run_name: str | None = None,
+        run_group: str | None = None,
+    ):
         self.cfg = cfg = TrainConfig.from_dict(cfg) if isinstance(cfg, Mapping) else cfg
         cfg.validate()
         prepare_deterministic(cfg.deterministic)  # before any CUDA work
@@ -103,12 +123,25 @@ class Trainer:
         self.precision = Precision(cfg.precision, self.device)
         self.compilation = Compilation(cfg.compile, self.device)
         self.micro_batch = cfg.micro_batch(self.env.world_size)
-        self.batches = BatchPlan(train_set, collate, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
-                                 rank=self.env.rank, world_size=self.env.world_size, num_workers=cfg.num_workers,
-                                 pin_memory=self.device.type == "cuda")
+        self.batches = BatchPlan(
+            train_set,
+            collate,
+            batch_size=cfg.batch_size,
+            grad_accum=cfg.grad_accum,
+            rank=self.env.rank,
+            world_size=self.env.world_size,
+            num_workers=cfg.num_workers,
+            pin_memory=self.device.type == "cuda",
+        )
         self.steps_per_epoch = self.batches.steps_per_epoch
-        self.evaluator = Evaluator(objective, self.precision, self.batches.loader, self.env,
-                                   cfg.eval_batch_size or self.micro_batch, cfg.eval_every)
+        self.evaluator = Evaluator(
+            objective,
+            self.precision,
+            self.batches.loader,
+            self.env,
+            cfg.eval_batch_size or self.micro_batch,
+            cfg.eval_every,
+        )
         self.total_steps = cfg.max_steps if cfg.max_steps > 0 else cfg.epochs * self.steps_per_epoch
         seed = cfg.seed + self.env.rank  # dropout and masking differ per rank, else all ranks drop alike
         random.seed(seed)
@@ -116,14 +149,17 @@ class Trainer:
         torch.manual_seed(seed)
         self.model = model.to(self.device)
         #: Where and how the run trains (its record; fit returns it with the deterministic mode and kernels).
-        self.environment = {"device": describe_device(self.device, self.env.world_size),
-                            "precision": describe_precision(self.precision.dtype, self.model)}
+        self.environment = {
+            "device": describe_device(self.device, self.env.world_size),
+            "precision": describe_precision(self.precision.dtype, self.model),
+        }
         self.kernels = KernelRecord()
         self._logger_state: Mapping[str, Any] | None = None
         self.optimizer = build_optimizer(self.model, cfg)
         self.param_report = group_report(self.optimizer.param_groups)
-        self.schedule = build_schedule(cfg, self.total_steps, higher_is_better=objective.higher_is_better,
-                                       steps_per_epoch=self.steps_per_epoch)
+        self.schedule = build_schedule(
+            cfg, self.total_steps, higher_is_better=objective.higher_is_better, steps_per_epoch=self.steps_per_epoch
+        )
         self.state = TrainState(data_seed=cfg.seed, last_lr=cfg.lr * self.schedule.multiplier(0))
         self.meter = MetricMeter()
         self.selector = BestSelector(objective.metric, objective.higher_is_better, cfg.patience)
@@ -140,8 +176,16 @@ class Trainer:
             if self.run.resumes:
                 self._resume()
             tracked = {**config, "record": {**(config.get("record") or {}), **self.environment}}
-            self.logger = open_logger(run, cfg, enabled=self.is_main, tensorboard=tensorboard, name=run_name or run.root.name,
-                                      group=run_group, config=tracked, state=self._logger_state)
+            self.logger = open_logger(
+                run,
+                cfg,
+                enabled=self.is_main,
+                tensorboard=tensorboard,
+                name=run_name or run.root.name,
+                group=run_group,
+                config=tracked,
+                state=self._logger_state,
+            )
             if self.is_main:
                 run.write_config(config)
         except BaseException:
@@ -224,10 +268,18 @@ class Trainer:
             # DDP all-reduces gradients in backward; only the last micro-batch needs it.
             return nullcontext() if i == n - 1 or not self.env.distributed else self.train_model.no_sync()
 
-        step_loss = training_step(self.train_model, self.objective, micro_batches, self.optimizer, self.precision,
-                                  self.cfg.grad_clip, prepare=lambda batch: move_to(batch, self.device), sync=sync,
-                                  after_micro_batch=lambda out: self.meter.add_batch(out.sums),
-                                  clip_parameters=self.model.parameters())
+        step_loss = training_step(
+            self.train_model,
+            self.objective,
+            micro_batches,
+            self.optimizer,
+            self.precision,
+            self.cfg.grad_clip,
+            prepare=lambda batch: move_to(batch, self.device),
+            sync=sync,
+            after_micro_batch=lambda out: self.meter.add_batch(out.sums),
+            clip_parameters=self.model.parameters(),
+        )
         self.meter.add_step(step_loss)
         st.step += 1
         st.batches_done += 1
@@ -238,7 +290,9 @@ class Trainer:
         done = st.step >= self.total_steps
         metrics = self._log_train() if st.step % cfg.log_every == 0 or done else None
         self.progress.trained(st.step, st.last_lr, metrics)
-        evaluate = self.val_set is not None and self.evaluator.due(st.step, st.batches_done == self.steps_per_epoch, done)
+        evaluate = self.val_set is not None and self.evaluator.due(
+            st.step, st.batches_done == self.steps_per_epoch, done
+        )
         improved = self._validate() if evaluate else False
         over = done or self.selector.stopped_early
         if evaluate or over or (cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0):
@@ -258,8 +312,11 @@ class Trainer:
             self._log("test", test_metrics)
             kill_point("after-test-metrics")
         st = self.state
-        record = {**self.environment, "deterministic": torch.are_deterministic_algorithms_enabled(),
-                  "kernels": self.kernels.result()}
+        record = {
+            **self.environment,
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "kernels": self.kernels.result(),
+        }
         result = {
             "metric": self.objective.metric,
             "best": self.selector.result(),
@@ -329,20 +386,23 @@ class Trainer:
         st.elapsed = self._elapsed()
         st.metrics_lines = self.logger.lines if self.is_main else 0
         if self.is_main:
-            self.checkpointer.save({
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "schedule": self.schedule.state_dict(),
-                "scaler": self.precision.state_dict(),
-                "rng": rng,
-                # The trainer's own state and that of its selector and meter, in one entry.
-                "trainer": {**st.state_dict(), **self.selector.state_dict(), **self.meter.state_dict()},
-                "data": {"batch_size": self.cfg.batch_size, "n_items": len(self.train_set)},
-                "config": self.cfg.to_dict(),
-                "world_size": self.env.world_size,
-                "kernels": self.kernels.state_dict(),
-                "loggers": self.logger.state_dict(),
-            }, best=best)
+            self.checkpointer.save(
+                {
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "schedule": self.schedule.state_dict(),
+                    "scaler": self.precision.state_dict(),
+                    "rng": rng,
+                    # The trainer's own state and that of its selector and meter, in one entry.
+                    "trainer": {**st.state_dict(), **self.selector.state_dict(), **self.meter.state_dict()},
+                    "data": {"batch_size": self.cfg.batch_size, "n_items": len(self.train_set)},
+                    "config": self.cfg.to_dict(),
+                    "world_size": self.env.world_size,
+                    "kernels": self.kernels.state_dict(),
+                    "loggers": self.logger.state_dict(),
+                },
+                best=best,
+            )
         D.barrier()
         if self.on_checkpoint is not None:
             self.on_checkpoint(st.step, self.run.dir.last)
@@ -351,8 +411,10 @@ class Trainer:
         last = self.run.dir.last
         ckpt = self.checkpointer.load(map_location=self.device)
         if "trainer" not in ckpt:
-            raise CheckpointError(f"{last} was written by an older version of longrange and cannot be resumed; "
-                                  "start afresh with --overwrite")
+            raise CheckpointError(
+                f"{last} was written by an older version of longrange and cannot be resumed; "
+                "start afresh with --overwrite"
+            )
         data = ckpt["data"]
         if data["batch_size"] != self.cfg.batch_size or data["n_items"] != len(self.train_set):
             raise ConfigError(
@@ -368,8 +430,10 @@ class Trainer:
         self.precision.load_state_dict(ckpt["scaler"])
         saved = ckpt["trainer"]
         if not isinstance(saved, Mapping) or set(saved) != {*STATE_FIELDS, *BestSelector.FIELDS, *MetricMeter.FIELDS}:
-            raise CheckpointError(f"{last} was written by another version of the trainer (its state fields differ); "
-                                  "start afresh with --overwrite")
+            raise CheckpointError(
+                f"{last} was written by another version of the trainer (its state fields differ); "
+                "start afresh with --overwrite"
+            )
         self.state = TrainState(**{k: saved[k] for k in STATE_FIELDS})
         self.checkpointer.step = self.state.step
         self.selector.load_state_dict(saved)

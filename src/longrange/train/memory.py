@@ -14,14 +14,16 @@ scores, none where PyTorch's fused kernels run). What PyTorch's fused kernels al
 themselves is not seen, nor memory the allocator keeps: the budget reserves :data:`MARGIN` times
 the counted need (``benchmarks/eval_memory.py`` compares the two with the peak resident memory).
 """
+
 from __future__ import annotations
 
 import os
 import re
 import weakref
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -46,8 +48,22 @@ QUADRATIC_SHARE = 0.02
 #: attention (``benchmarks/eval_memory.py``); the margin covers the usual case, not every one.
 MARGIN = 1.5
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
-          "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 class MemoryBudgetError(ConfigError):
@@ -177,7 +193,7 @@ def forward_peak(model: nn.Module, head: Mapping[str, Any], length: int, autocas
     device = next(model.parameters()).device
     batch = probe_batch(head, length, device)
     meter = TensorMemory()
-    with (autocast or nullcontext()):
+    with autocast or nullcontext():
         with meter:
             out = model(batch["inputs"], batch["lengths"], batch.get("inputs2"), batch.get("lengths2"))
     return meter.peak + 2 * out.numel() * 4
@@ -216,7 +232,8 @@ class MemoryNeed:
             raise MemoryBudgetError(
                 f"{what} needs about {self.describe(length)}, more than the memory budget of "
                 f"{format_bytes(budget.bytes)} ({budget.source}); evaluate at a shorter length, or raise the budget "
-                f"with --memory-budget SIZE (or ${BUDGET_ENV}) if the machine has the memory")
+                f"with --memory-budget SIZE (or ${BUDGET_ENV}) if the machine has the memory"
+            )
         return max(1, min(most, budget.bytes // one))
 
 
@@ -226,7 +243,7 @@ def fit_need(points: Sequence[tuple[int, int]]) -> MemoryNeed:
     longest (a constant per position for one point); coefficients are never negative."""
     pts = sorted(set(points))
     if len(pts) == 1:
-        (l0, m0), = pts
+        ((l0, m0),) = pts
         return MemoryNeed(0.0, m0 / l0, 0.0, tuple(pts))
     if len(pts) >= 3:
         (l1, m1), (l2, m2), (l3, m3) = pts[-3:]

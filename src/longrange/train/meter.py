@@ -4,9 +4,11 @@ Step losses are added as tensors, so a step never waits for the device; :meth:`M
 synchronises once per log line, adding every rank's sums. The meter's state is saved in
 checkpoints: a run resumed between two log lines logs the same numbers as an uninterrupted one.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -50,8 +52,11 @@ class MetricMeter:
     FIELDS = ("train_sums", "loss_sum", "loss_steps")
 
     def state_dict(self) -> dict[str, Any]:
-        return {"train_sums": {k: v.detach().to("cpu") if isinstance(v, Tensor) else v for k, v in self.sums.items()},
-                "loss_sum": float(self.loss_sum), "loss_steps": self.steps}
+        return {
+            "train_sums": {k: v.detach().to("cpu") if isinstance(v, Tensor) else v for k, v in self.sums.items()},
+            "loss_sum": float(self.loss_sum),
+            "loss_steps": self.steps,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.sums = dict(state["train_sums"])

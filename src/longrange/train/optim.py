@@ -19,6 +19,7 @@ as above. Its group is named ``match:<glob>`` (``match:<glob>+<hint group>`` whe
 a value to the hints). A rule that matches no trainable parameter, or only parameters that an
 earlier rule took, is an error naming it, so a misspelt name never silently does nothing.
 """
+
 from __future__ import annotations
 
 from fnmatch import fnmatchcase

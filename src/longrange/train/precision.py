@@ -9,10 +9,12 @@
 ``fp32`` runs as is; ``bf16`` autocasts to bfloat16 (CPU or CUDA); ``fp16`` autocasts to float16 with
 a gradient scaler (CUDA only), whose state is saved in checkpoints.
 """
+
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Any, ContextManager, Iterable
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -36,7 +38,7 @@ class Precision:
         self.dtype = DTYPES[precision]
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
-    def autocast(self) -> ContextManager[Any]:
+    def autocast(self) -> AbstractContextManager[Any]:
         if self.dtype is None:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)

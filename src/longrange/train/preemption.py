@@ -8,6 +8,7 @@ optimiser step finishes, a checkpoint is written, the lock is released and the r
 comparison run again, continues exactly). A second signal exits at once (Ctrl-C: a
 KeyboardInterrupt; others: status 128 + the signal's number), as the default handler would.
 """
+
 from __future__ import annotations
 
 import signal
@@ -16,8 +17,9 @@ import threading
 from typing import Any
 
 #: The signals that ask a run to stop (those the platform has).
-SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None), signal.SIGINT)
-                if s is not None)
+SIGNALS = tuple(
+    s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None), signal.SIGINT) if s is not None
+)
 
 
 class StopOnSignal:
@@ -41,10 +43,13 @@ class StopOnSignal:
             raise SystemExit(128 + signum)
         self.signal = signum
         again = "Ctrl-C again" if signum == signal.SIGINT else "a second signal"
-        print(f"received {name}: stopping after this step with a checkpoint ({again} stops at once)",
-              file=sys.stderr, flush=True)
+        print(
+            f"received {name}: stopping after this step with a checkpoint ({again} stops at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    def __enter__(self) -> "StopOnSignal":
+    def __enter__(self) -> StopOnSignal:
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:

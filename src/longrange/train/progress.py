@@ -5,12 +5,13 @@ line every ``every`` seconds with step/total, loss, lr, the last validation metr
 Validation metrics are printed after each evaluation in both cases, accuracy in percent as in the
 reports.
 """
+
 from __future__ import annotations
 
 import math
 import sys
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def format_seconds(seconds: float) -> str:
@@ -81,8 +82,10 @@ class Progress:
         rate = (self.step - self._start_step) / max(now - self._start, 1e-9)
         eta = (self.total - self.step) / rate if rate > 0 else float("inf")
         loss = f"{self.loss:.4g}" if self.loss is not None else "-"
-        return (f"step {self.step}/{self.total} ({100 * self.step / self.total:.0f}%)  loss {loss}  lr {self.lr:.3g}"
-                f"{'  ' + self.val if self.val else ''}  eta {format_seconds(eta)}")
+        return (
+            f"step {self.step}/{self.total} ({100 * self.step / self.total:.0f}%)  loss {loss}  lr {self.lr:.3g}"
+            f"{'  ' + self.val if self.val else ''}  eta {format_seconds(eta)}"
+        )
 
     def validated(self, step: int, metrics: Mapping[str, float]) -> None:
         if not self.enabled:

@@ -11,9 +11,11 @@ batches it already consumed and sees exactly the batches the uninterrupted run w
 whatever the number of ranks. :class:`BatchPlan` turns this order into the loaders of a run: the
 micro-batches of each optimiser step, from a data position onwards.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -79,7 +81,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
         for b in range(self.start_batch, self.batches_per_epoch):
             lo = b * self.batch_size + self.rank * per_rank
             for m in range(self.grad_accum):
-                yield order[lo + m * micro: lo + (m + 1) * micro].tolist()
+                yield order[lo + m * micro : lo + (m + 1) * micro].tolist()
 
 
 def eval_shards(n_items: int, batch_size: int, rank: int = 0, world_size: int = 1) -> list[list[int]]:
@@ -103,8 +105,15 @@ def _seed_worker(worker_id: int) -> None:
     np.random.seed(torch.initial_seed() % 2**32)
 
 
-def make_loader(dataset: Dataset, batch_sampler: Any, collate: Callable[[Sequence[dict]], dict], *,
-                num_workers: int = 0, pin_memory: bool = False, generator_seed: int = 0) -> DataLoader:
+def make_loader(
+    dataset: Dataset,
+    batch_sampler: Any,
+    collate: Callable[[Sequence[dict]], dict],
+    *,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    generator_seed: int = 0,
+) -> DataLoader:
     """A loader of ``batch_sampler``'s batches. It has a private generator: creating it never draws
     from the global RNG, whose stream belongs to the model (dropout) and continues exactly across a
     resume."""
@@ -141,9 +150,18 @@ class BatchPlan:
     """The training batches of a run: ``steps_per_epoch`` global batches of ``batch_size`` items per
     epoch, each split over ``world_size`` ranks and ``grad_accum`` micro-batches."""
 
-    def __init__(self, train_set: Dataset, collate: Callable[[Sequence[dict]], dict], *, batch_size: int,
-                 grad_accum: int = 1, rank: int = 0, world_size: int = 1, num_workers: int = 0,
-                 pin_memory: bool = False):
+    def __init__(
+        self,
+        train_set: Dataset,
+        collate: Callable[[Sequence[dict]], dict],
+        *,
+        batch_size: int,
+        grad_accum: int = 1,
+        rank: int = 0,
+        world_size: int = 1,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ):
         self.train_set, self.collate = train_set, collate
         self.batch_size, self.grad_accum = batch_size, grad_accum
         self.rank, self.world_size = rank, world_size
@@ -152,14 +170,23 @@ class BatchPlan:
         if self.steps_per_epoch == 0:
             why = "no complete batch; lower train.batch_size"
             if isinstance(train_set, Subset):  # task.train_subset kept part of the training set
-                why = (f"task.train_subset kept {len(train_set)} of its {len(train_set.dataset)} items; raise "
-                       "task.train_subset (null keeps them all) or lower train.batch_size")
-            raise ConfigError(f"train.batch_size {batch_size} is larger than the training set ({len(train_set)} "
-                              f"items): {why}")
+                why = (
+                    f"task.train_subset kept {len(train_set)} of its {len(train_set.dataset)} items; raise "
+                    "task.train_subset (null keeps them all) or lower train.batch_size"
+                )
+            raise ConfigError(
+                f"train.batch_size {batch_size} is larger than the training set ({len(train_set)} items): {why}"
+            )
 
     def loader(self, dataset: Dataset, batch_sampler: Any, generator_seed: int) -> DataLoader:
-        return make_loader(dataset, batch_sampler, self.collate, num_workers=self.num_workers,
-                           pin_memory=self.pin_memory, generator_seed=generator_seed)
+        return make_loader(
+            dataset,
+            batch_sampler,
+            self.collate,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            generator_seed=generator_seed,
+        )
 
     def steps(self, position: DataPosition) -> Iterator[list[dict[str, Any]]]:
         """The micro-batches of each optimiser step from ``position`` onwards, without end. The caller
@@ -171,8 +198,13 @@ class BatchPlan:
             if hasattr(self.train_set, "set_epoch"):
                 self.train_set.set_epoch(position.epoch)
             sampler = ShardedBatchSampler(
-                len(self.train_set), self.batch_size, position.data_seed, position.epoch,
-                rank=self.rank, world_size=self.world_size, grad_accum=self.grad_accum,
+                len(self.train_set),
+                self.batch_size,
+                position.data_seed,
+                position.epoch,
+                rank=self.rank,
+                world_size=self.world_size,
+                grad_accum=self.grad_accum,
                 start_batch=position.batches_done,
             )
             seed = derived_seed(position.data_seed, position.epoch, position.batches_done, self.rank)

@@ -25,6 +25,7 @@
 
 Only the plateau scale is state; :meth:`state_dict` holds it so a resumed run continues exactly.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,7 +61,9 @@ class LRSchedule:
         if warmup_steps < 0:
             raise ConfigError(f"train.warmup must give >= 0 steps, got {warmup_steps}")
         if kind == "rsqrt" and warmup_steps < 1:
-            raise ConfigError("the rsqrt schedule needs train.warmup >= 1 step (it decays as 1 / sqrt(max(step, warmup)))")
+            raise ConfigError(
+                "the rsqrt schedule needs train.warmup >= 1 step (it decays as 1 / sqrt(max(step, warmup)))"
+            )
         if cycles not in CYCLES:
             raise ConfigError(f"train.cycles must be one of {', '.join(CYCLES)}, got {cycles!r}")
         if kind == "cosine" and cosine_steps and cosine_steps <= warmup_steps:
@@ -136,7 +139,9 @@ class LRSchedule:
         self.bad_evals = int(state["bad_evals"])
 
 
-def build_schedule(cfg, total_steps: int, higher_is_better: bool = True, steps_per_epoch: int | None = None) -> LRSchedule:
+def build_schedule(
+    cfg, total_steps: int, higher_is_better: bool = True, steps_per_epoch: int | None = None
+) -> LRSchedule:
     """The schedule a :class:`~longrange.train.config.TrainConfig` asks for.
 
     ``steps_per_epoch`` converts ``train.step_size`` from epochs to steps (``step_unit: epoch``).

@@ -8,15 +8,16 @@
 Its state (the best value, step and metrics, evaluations without improvement, the history of
 evaluations) is saved in checkpoints; the best weights are saved apart (``best.safetensors``).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from torch import Tensor, nn
-
 
 
 @dataclass

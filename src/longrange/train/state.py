@@ -1,4 +1,5 @@
 """Where a run is: the training loop's own part of every checkpoint, and nothing more."""
+
 from __future__ import annotations
 
 import dataclasses

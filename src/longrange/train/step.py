@@ -9,10 +9,12 @@ hooks (moving a micro-batch to the device, DDP's ``no_sync`` for all but the las
 metric meter); a dry run takes the same step without them, so that it allocates and fails as one
 of the trainer's steps would.
 """
+
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -20,13 +22,20 @@ from torch import Tensor, nn
 from longrange.train.precision import Precision
 
 
-def training_step(model: nn.Module, objective: Any, micro_batches: Sequence[Mapping[str, Any]],
-                  optimizer: torch.optim.Optimizer, precision: Precision, grad_clip: float = 0.0,
-                  before_micro_batch: Callable[[int], None] | None = None, *,
-                  prepare: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
-                  sync: Callable[[int], ContextManager[Any]] | None = None,
-                  after_micro_batch: Callable[[Any], None] | None = None,
-                  clip_parameters: Iterable[Tensor] | None = None) -> Tensor:
+def training_step(
+    model: nn.Module,
+    objective: Any,
+    micro_batches: Sequence[Mapping[str, Any]],
+    optimizer: torch.optim.Optimizer,
+    precision: Precision,
+    grad_clip: float = 0.0,
+    before_micro_batch: Callable[[int], None] | None = None,
+    *,
+    prepare: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    sync: Callable[[int], AbstractContextManager[Any]] | None = None,
+    after_micro_batch: Callable[[Any], None] | None = None,
+    clip_parameters: Iterable[Tensor] | None = None,
+) -> Tensor:
     """Forward, objective and backward of each micro-batch, then the optimiser step; returns the
     step's loss (detached, the sum of each micro-batch's loss over their number).
 
@@ -43,7 +52,7 @@ def training_step(model: nn.Module, objective: Any, micro_batches: Sequence[Mapp
             before_micro_batch(i)
         if prepare is not None:
             batch = prepare(batch)
-        with (sync(i) if sync is not None else nullcontext()):
+        with sync(i) if sync is not None else nullcontext():
             with precision.autocast():
                 out = objective(model, batch)
             loss = out.loss / n

@@ -17,12 +17,14 @@ batch is split into smaller ones, down to one sequence, and a length whose singl
 more than the budget is refused with the need and the budget named. A model that cannot take the
 length asked for (a learned position table shorter than it) is refused naming its limit.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -31,8 +33,8 @@ from longrange.errors import CheckpointError, ConfigError
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import PositionalEmbedding
 from longrange.models.model import SequenceModel, build_model
-from longrange.train.checkpoint import load_weights
 from longrange.train import memory as M
+from longrange.train.checkpoint import load_weights
 from longrange.train.memory import Budget, MemoryNeed
 from longrange.train.rundir import RunDir
 
@@ -231,8 +233,10 @@ class TrainedRun:
             else:
                 self._vocab = self._load_data(self.options()).vocab
                 if self._vocab is not None and len(self._vocab) != self.head.get("vocab_size"):
-                    raise ConfigError(f"the data's vocabulary ({len(self._vocab)} ids) is not the run's "
-                                      f"({self.head.get('vocab_size')} ids): {self.root} saved none of its own")
+                    raise ConfigError(
+                        f"the data's vocabulary ({len(self._vocab)} ids) is not the run's "
+                        f"({self.head.get('vocab_size')} ids): {self.root} saved none of its own"
+                    )
         return self._vocab
 
     # -- checks of other task options
@@ -245,17 +249,24 @@ class TrainedRun:
         own = self.spec
         changed = {k: v for k, v in opts.items() if self.options().get(k) != v}
         shown = ", ".join(f"{k}={v}" for k, v in changed.items())
-        for what, mine, theirs in (("input kind", own.input_kind, spec.input_kind), ("classes", own.n_classes, spec.n_classes),
-                                   ("input channels", own.d_input, spec.d_input), ("targets", own.n_targets, spec.n_targets)):
+        for what, mine, theirs in (
+            ("input kind", own.input_kind, spec.input_kind),
+            ("classes", own.n_classes, spec.n_classes),
+            ("input channels", own.d_input, spec.d_input),
+            ("targets", own.n_targets, spec.n_targets),
+        ):
             if mine != theirs:
-                raise ConfigError(f"task option(s) {shown} change the task's {what} from {mine} to {theirs}; "
-                                  f"the model of {self.root} was made for {mine}")
+                raise ConfigError(
+                    f"task option(s) {shown} change the task's {what} from {mine} to {theirs}; "
+                    f"the model of {self.root} was made for {mine}"
+                )
         limit = input_length_limit(self.model)
         if limit is not None and spec.seq_len > limit[0] and spec.seq_len != own.seq_len:
             raise ConfigError(
                 f"the model of {self.root} cannot take inputs of {spec.seq_len} positions ({shown}): {limit[1]}, "
                 f"so it reads at most {limit[0]}; evaluate at a length of at most {limit[0]}, or train a model "
-                "whose positions do not end (model.pos_embedding=sinusoidal or none, or model.rope=true)")
+                "whose positions do not end (model.pos_embedding=sinusoidal or none, or model.rope=true)"
+            )
         return spec
 
     # -- memory
@@ -297,8 +308,9 @@ class TrainedRun:
         return read_inputs(self.task_name, path, self.vocab, spec, **opts)
 
     @torch.no_grad()
-    def predict(self, records: Sequence[Any], batch_size: int | None = None,
-                memory_budget: str | int | None = None) -> list[Prediction]:
+    def predict(
+        self, records: Sequence[Any], batch_size: int | None = None, memory_budget: str | int | None = None
+    ) -> list[Prediction]:
         """The model's prediction for each record (:class:`~longrange.data.inputs.InputRecord`), in order."""
         from longrange.data.batch import collate
         from longrange.train.evaluation import move_to
@@ -310,14 +322,19 @@ class TrainedRun:
         limit = input_length_limit(self.model)
         if limit is not None and longest > limit[0]:
             at = next(r.id for r in records if _length(r.item) == longest)
-            raise ConfigError(f"input {at} has {longest} positions, but the model of {self.root} reads at most "
-                              f"{limit[0]}: {limit[1]}")
-        size = self.batch_size(longest, batch_size or self.default_batch_size(), memory_budget,
-                               f"predicting with {self.root} on inputs of {longest} positions")
+            raise ConfigError(
+                f"input {at} has {longest} positions, but the model of {self.root} reads at most {limit[0]}: {limit[1]}"
+            )
+        size = self.batch_size(
+            longest,
+            batch_size or self.default_batch_size(),
+            memory_budget,
+            f"predicting with {self.root} on inputs of {longest} positions",
+        )
         precision = self._precision()
         out: list[Prediction] = []
         for start in range(0, len(records), size):
-            chunk = records[start:start + size]
+            chunk = records[start : start + size]
             items = [{**r.item, "target": r.item.get("target", torch.tensor(0))} for r in chunk]
             batch = move_to(collate(items, pad_id=pad), self.device)
             with precision.autocast():
@@ -338,8 +355,14 @@ class TrainedRun:
     def _load_data(self, opts: Mapping[str, Any], data_dir: str | Path | None = None):
         from longrange.data.tasks import load_task
 
-        return load_task(self.task_name, self._data_dir(data_dir), seed=int(self.task.get("seed", 0)),
-                         skip_bad=bool(self.task.get("skip_bad", False)), generate=self.task.get("generate"), **opts)
+        return load_task(
+            self.task_name,
+            self._data_dir(data_dir),
+            seed=int(self.task.get("seed", 0)),
+            skip_bad=bool(self.task.get("skip_bad", False)),
+            generate=self.task.get("generate"),
+            **opts,
+        )
 
     def objective(self, data: Any):
         """The objective the run was trained with, built on ``data`` (its metrics are the evaluation's)."""
@@ -350,9 +373,15 @@ class TrainedRun:
         kind, reverse = section.pop("kind", "supervised"), bool(section.pop("reverse", False))
         return make_objective(kind, data, typed.from_dict(ObjectiveConfig, section, "objective"), reverse=reverse)[0]
 
-    def evaluate(self, split: str = "test", options: Mapping[str, Any] | None = None, *,
-                 data_dir: str | Path | None = None, batch_size: int | None = None,
-                 memory_budget: str | int | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        split: str = "test",
+        options: Mapping[str, Any] | None = None,
+        *,
+        data_dir: str | Path | None = None,
+        batch_size: int | None = None,
+        memory_budget: str | int | None = None,
+    ) -> Evaluation:
         """The run's metrics on ``split`` of its task at its own options changed by ``options``.
 
         Batches are the run's evaluation batches, made smaller where the memory budget requires;
@@ -372,12 +401,18 @@ class TrainedRun:
         shown = ", ".join(f"{k}={v}" for k, v in changed.items()) or "its own options"
         data = self._load_data(opts, data_dir)
         if self.vocab is not None and data.vocab is not None and data.vocab != self.vocab:
-            raise ConfigError(f"at {shown} task {self.task_name} builds another vocabulary ({len(data.vocab)} ids) "
-                              f"than the run's ({len(self.vocab)} ids): its token ids would not mean what the model learned")
+            raise ConfigError(
+                f"at {shown} task {self.task_name} builds another vocabulary ({len(data.vocab)} ids) "
+                f"than the run's ({len(self.vocab)} ids): its token ids would not mean what the model learned"
+            )
         dataset = getattr(data, split)
         length = min(spec.seq_len, _longest(dataset) or spec.seq_len)  # the longest batch the split makes
-        size = self.batch_size(length, batch_size or self.default_batch_size(), budget,
-                               f"evaluating {self.root} on {self.task_name} at {shown}")
+        size = self.batch_size(
+            length,
+            batch_size or self.default_batch_size(),
+            budget,
+            f"evaluating {self.root} on {self.task_name} at {shown}",
+        )
         objective = self.objective(data)
         precision = self._precision()
 
@@ -396,10 +431,23 @@ class TrainedRun:
             if recorded is not None:
                 same = data_state(self.task_name, self._data_dir(data_dir), **opts).identity()["files"] == recorded
         return Evaluation(
-            run=str(self.root), task=self.task_name, split=split, options=dict(opts), changed=changed,
-            metric=objective.metric, metrics=metrics, items=len(dataset), length=length, batch_size=size,
-            memory=self.need(length).describe(length), device=str(self.device), precision=precision.name,
-            seconds=seconds, summary=summary, same_data=same)
+            run=str(self.root),
+            task=self.task_name,
+            split=split,
+            options=dict(opts),
+            changed=changed,
+            metric=objective.metric,
+            metrics=metrics,
+            items=len(dataset),
+            length=length,
+            batch_size=size,
+            memory=self.need(length).describe(length),
+            device=str(self.device),
+            precision=precision.name,
+            seconds=seconds,
+            summary=summary,
+            same_data=same,
+        )
 
 
 def _checked_option(task: str, key: str, value: Any, default: Any) -> Any:
@@ -409,7 +457,9 @@ def _checked_option(task: str, key: str, value: Any, default: Any) -> Any:
         return value
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(type(default), type(default).__name__)
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        type(default), type(default).__name__
+    )
     raise ConfigError(f"task option {key} of task {task} takes {kind}, got {value!r}")
 
 
@@ -427,7 +477,9 @@ def _longest(dataset: Any) -> int | None:
     columns = [c for c in columns if isinstance(c, list)]
     if not columns:
         return None
-    lengths = [max(int(c[i].shape[0]) for c in columns) for i in (indices if indices is not None else range(len(columns[0])))]
+    lengths = [
+        max(int(c[i].shape[0]) for c in columns) for i in (indices if indices is not None else range(len(columns[0])))
+    ]
     return max(lengths, default=None)
 
 
@@ -439,14 +491,18 @@ def _prediction(record: Any, value: Any) -> Prediction:
     positions = getattr(record, "positions", None)
     if positions is not None:
         if not isinstance(value, list):
-            raise ConfigError(f"input {record.id} asks for predictions at positions, but the model of this run "
-                              "predicts one class per input (not a per-position head)")
+            raise ConfigError(
+                f"input {record.id} asks for predictions at positions, but the model of this run "
+                "predicts one class per input (not a per-position head)"
+            )
         value = [value[p] for p in positions]
         target = None if target is None else [target[p] for p in positions]
     name = getattr(record, "name_class", None)
     if name is not None and positions is None and isinstance(value, list):
-        raise ConfigError(f"input {record.id} asks for one class, but the model of this run predicts at every "
-                          "position (a pretraining run?): predict with the run of a train or finetune stage")
+        raise ConfigError(
+            f"input {record.id} asks for one class, but the model of this run predicts at every "
+            "position (a pretraining run?): predict with the run of a train or finetune stage"
+        )
     if name is not None:
         value = [name(v) for v in value] if isinstance(value, list) else name(value)
         if target is not None:
@@ -477,7 +533,9 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
     from longrange.train.distributed import default_device
 
     run = RunDir(Path(run_dir))
-    summary = run.require_finished("run directory", f"finish it first (the same command with --resume --out {run.root})")
+    summary = run.require_finished(
+        "run directory", f"finish it first (the same command with --resume --out {run.root})"
+    )
     config = _model_record(run)
     model = _load_weights_of(run, build_from_record(config["model"], config["head"]), which)
     try:

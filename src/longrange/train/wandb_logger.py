@@ -12,9 +12,11 @@ are logged as data; a comparison's worker keeps its output in ``stage.log``).
 
 Only the main process logs (the trainer creates this logger on rank 0 only).
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from longrange.errors import ConfigError
 from longrange.train.config import WANDB_MISSING, WandbConfig
@@ -42,13 +44,27 @@ class WandbLogger:
     """A W&B run: started here (or resumed, given the ``run_id`` of :meth:`state_dict`), logged to by
     :meth:`log`, finished by :meth:`finish`."""
 
-    def __init__(self, settings: WandbConfig, *, name: str, group: str | None, config: Mapping[str, Any],
-                 run_id: str | None = None):
+    def __init__(
+        self,
+        settings: WandbConfig,
+        *,
+        name: str,
+        group: str | None,
+        config: Mapping[str, Any],
+        run_id: str | None = None,
+    ):
         wandb = import_wandb()
         self.run = wandb.init(
-            project=settings.project, entity=settings.entity, group=settings.group or group, name=name,
-            mode=settings.mode, id=run_id, resume="allow" if run_id else None, config=dict(config),
-            reinit="create_new", settings=wandb.Settings(console="off"),
+            project=settings.project,
+            entity=settings.entity,
+            group=settings.group or group,
+            name=name,
+            mode=settings.mode,
+            id=run_id,
+            resume="allow" if run_id else None,
+            config=dict(config),
+            reinit="create_new",
+            settings=wandb.Settings(console="off"),
         )
         self.id = self.run.id
 

@@ -13,6 +13,7 @@ The sequence tasks (selective copying, induction heads, associative recall) draw
 ``example_rng(seed, task, split, epoch, index)``: any split, process or data-loader worker builds
 the same example for the same key, whatever it built before.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,14 +36,14 @@ def option_range(low: float | None, high: float | None, integer: bool) -> str:
     return f"{kind} <= {high}" if high is not None else kind
 
 
-def check_int(owner: str, name: str, value: Any, low: int | None = None, high: int | None = None,
-              why: str = "") -> int:
+def check_int(owner: str, name: str, value: Any, low: int | None = None, high: int | None = None, why: str = "") -> int:
     """``value`` as an int, or a ConfigError naming ``owner``'s option ``name``, its range and ``why``."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
     if ok and (low is None or value >= low) and (high is None or value <= high):
         return int(value)
-    raise ConfigError(f"{owner} option {name} must be {option_range(low, high, True)}"
-                      f"{f' ({why})' if why else ''}, got {value!r}")
+    raise ConfigError(
+        f"{owner} option {name} must be {option_range(low, high, True)}{f' ({why})' if why else ''}, got {value!r}"
+    )
 
 
 def check_positive(owner: str, name: str, value: Any, why: str = "") -> float:

@@ -17,13 +17,14 @@ Output (LRA format, byte for byte for a given seed): ``basic_{train,val,test}.ts
 header ``Source<TAB>Target``, CRLF line endings (LRA writes with Python's default ``csv`` dialect),
 sources fully parenthesised, e.g. ``( ( ( [MAX 4 ) 5 ) ] )`` for MAX(4, 5).
 """
+
 from __future__ import annotations
 
 import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from longrange.data.generate.base import Generator, check_int
 from longrange.data.listops import CLOSE, OPERATORS, SPLITS
@@ -35,10 +36,11 @@ OPERATOR_PROB = 0.25
 #: Attempts without a new distinct sample after which the window is declared exhausted.
 MAX_STALL = 1_000_000
 
-Tree = Union[int, tuple]  # a value, or (operator, [argument trees])
+Tree = int | tuple  # a value, or (operator, [argument trees])
 
-DEFAULTS = dict(n_train=96000, n_val=2000, n_test=2000, min_length=500, max_length=2000,
-                max_depth=10, max_args=10, seed=0)
+DEFAULTS = dict(
+    n_train=96000, n_val=2000, n_test=2000, min_length=500, max_length=2000, max_depth=10, max_args=10, seed=0
+)
 
 
 class _TooLong(Exception):
@@ -61,8 +63,9 @@ def _sample_tree(rng: random.Random, depth: int, max_depth: int, max_args: int, 
     return (OPERATORS[rng.randrange(len(OPERATORS))], args)
 
 
-def sample_tree(rng: random.Random, max_depth: int = 10, max_args: int = 10,
-                max_length: int | None = None) -> tuple[Tree, int] | None:
+def sample_tree(
+    rng: random.Random, max_depth: int = 10, max_args: int = 10, max_length: int | None = None
+) -> tuple[Tree, int] | None:
     """A tree and its length, or None if its length would reach ``max_length``."""
     used = [0]
     limit = (max_length - 1) if max_length is not None else float("inf")
@@ -130,12 +133,19 @@ class ListOpsTrees(Generator):
         check_int(self.name, "max_depth", self.max_depth, 1)
         check_int(self.name, "max_args", self.max_args, 2)
         check_int(self.name, "min_length", self.min_length, 0)
-        check_int(self.name, "max_length", self.max_length, self.min_length + 2,
-                  why="lengths strictly between min_length and max_length are kept: min_length + 1 < max_length")
+        check_int(
+            self.name,
+            "max_length",
+            self.max_length,
+            self.min_length + 2,
+            why="lengths strictly between min_length and max_length are kept: min_length + 1 < max_length",
+        )
         longest = max_tree_length(self.max_depth, self.max_args)
         if longest <= self.min_length:
-            raise ConfigError(f"{self.name}: trees of max_depth {self.max_depth} and max_args {self.max_args} have at "
-                              f"most {longest} tokens, not more than min_length {self.min_length}")
+            raise ConfigError(
+                f"{self.name}: trees of max_depth {self.max_depth} and max_args {self.max_args} have at "
+                f"most {longest} tokens, not more than min_length {self.min_length}"
+            )
 
     def draw(self, rng: random.Random) -> tuple[Tree, int] | None:
         return sample_tree(rng, self.max_depth, self.max_args, self.max_length)
@@ -147,8 +157,15 @@ def _check_counts(n_train: int, n_val: int, n_test: int, seed: int) -> None:
     check_int(ListOpsTrees.name, "seed", seed)
 
 
-def sample_dataset(n: int, min_length: int = 500, max_length: int = 2000, max_depth: int = 10,
-                   max_args: int = 10, seed: int = 0, quiet: bool = True) -> list[tuple[str, int]]:
+def sample_dataset(
+    n: int,
+    min_length: int = 500,
+    max_length: int = 2000,
+    max_depth: int = 10,
+    max_args: int = 10,
+    seed: int = 0,
+    quiet: bool = True,
+) -> list[tuple[str, int]]:
     """``n`` distinct (source, label) pairs with lengths strictly inside the window."""
     trees = ListOpsTrees(min_length, max_length, max_depth, max_args)
     rng = random.Random(seed)
@@ -167,7 +184,8 @@ def sample_dataset(n: int, min_length: int = 500, max_length: int = 2000, max_de
             if stall > MAX_STALL:
                 raise ConfigError(
                     f"listops generator: found only {len(pool)} distinct samples of the {n} requested with lengths "
-                    f"in ({min_length}, {max_length}); widen the window or request fewer samples")
+                    f"in ({min_length}, {max_length}); widen the window or request fewer samples"
+                )
     return list(pool.items())
 
 
@@ -179,9 +197,18 @@ def _write_tsv(path: Path, rows: list[tuple[str, int]]) -> None:
     os.replace(tmp, path)
 
 
-def generate(out_dir: str | os.PathLike, n_train: int = 96000, n_val: int = 2000, n_test: int = 2000,
-             min_length: int = 500, max_length: int = 2000, max_depth: int = 10, max_args: int = 10,
-             seed: int = 0, quiet: bool = False) -> dict[str, Path]:
+def generate(
+    out_dir: str | os.PathLike,
+    n_train: int = 96000,
+    n_val: int = 2000,
+    n_test: int = 2000,
+    min_length: int = 500,
+    max_length: int = 2000,
+    max_depth: int = 10,
+    max_args: int = 10,
+    seed: int = 0,
+    quiet: bool = False,
+) -> dict[str, Path]:
     """Write ``basic_{train,val,test}.tsv`` to ``out_dir`` and return ``{split: path}``.
 
     The defaults are LRA's (96000/2000/2000 samples, 500 < length < 2000, depth 10, 2-10 arguments).
@@ -194,8 +221,11 @@ def generate(out_dir: str | os.PathLike, n_train: int = 96000, n_val: int = 2000
     rows = sample_dataset(n_train + n_val + n_test, min_length, max_length, max_depth, max_args, seed, quiet)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    bounds = {"train": (0, n_train), "val": (n_train, n_train + n_val),
-              "test": (n_train + n_val, n_train + n_val + n_test)}
+    bounds = {
+        "train": (0, n_train),
+        "val": (n_train, n_train + n_val),
+        "test": (n_train + n_val, n_train + n_val + n_test),
+    }
     paths = {}
     for split, name in SPLITS.items():
         lo, hi = bounds[split]

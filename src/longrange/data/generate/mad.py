@@ -43,6 +43,7 @@ Layouts (``V`` = ``vocab_size``, ``L`` = ``seq_len``; docs/data.md has the setti
   ``0 .. V-2`` and the compression token ``V - 1``; the target at every position is its input token
   (mad-lab reconstructs them through an autoencoder that reads the last position only).
 """
+
 from __future__ import annotations
 
 import functools
@@ -164,15 +165,24 @@ class InContextRecall(MADGenerator):
         check_bool(self.name, "multi_query", self.multi_query)
         noise = check_int(self.name, "noise_vocab_size", self.noise_vocab_size, 0)
         special = 0 if self.multi_query else 1
-        check_int(self.name, "vocab_size", self.vocab_size, 2 + noise + special,
-                  why=f"at least one key and one value besides {noise} noise tokens"
-                      f"{'' if self.multi_query else ' and the copy prefix'}")
-        check_int(self.name, "seq_len", self.seq_len, 4, why="an even length: key-value pairs, at least one before the query")
+        check_int(
+            self.name,
+            "vocab_size",
+            self.vocab_size,
+            2 + noise + special,
+            why=f"at least one key and one value besides {noise} noise tokens"
+            f"{'' if self.multi_query else ' and the copy prefix'}",
+        )
+        check_int(
+            self.name, "seq_len", self.seq_len, 4, why="an even length: key-value pairs, at least one before the query"
+        )
         if self.seq_len % 2:
             raise ConfigError(f"{self.name} option seq_len must be even (key-value pairs), got {self.seq_len}")
         frac = check_fraction(self.name, "frac_noise", self.frac_noise)
         if frac > 0 and noise == 0:
-            raise ConfigError(f"{self.name} option frac_noise={self.frac_noise} needs noise tokens: set noise_vocab_size >= 1")
+            raise ConfigError(
+                f"{self.name} option frac_noise={self.frac_noise} needs noise tokens: set noise_vocab_size >= 1"
+            )
         check_choice(self.name, "train_targets", self.train_targets, TRAIN_TARGETS)
 
     def draw(self, rng: np.random.Generator, training: bool = True, seed: int = 0) -> Example:
@@ -226,8 +236,10 @@ class InContextRecall(MADGenerator):
                 seen[key] = int(x[i + 1])
         if not self.multi_query:
             if len(x) < 4 or x[-2] != self.copy_prefix:
-                raise ValueError(f"the input does not end in the copy prefix {self.copy_prefix} and a query key after "
-                                 "key-value pairs")
+                raise ValueError(
+                    f"the input does not end in the copy prefix {self.copy_prefix} and a query key after "
+                    "key-value pairs"
+                )
             key = int(x[-1])
             if key not in seen:
                 raise ValueError(f"the query {key} at the last position is not a key shown before")
@@ -293,11 +305,21 @@ class FuzzyInContextRecall(MADGenerator):
         K = check_int(self.name, "k_motif_size", self.k_motif_size, 1)
         W = check_int(self.name, "v_motif_size", self.v_motif_size, 1)
         special = 1 if self.multi_query else 2
-        check_int(self.name, "vocab_size", self.vocab_size, special + max(2 * K, 2 * W - 1),
-                  why=f"{K} distinct key tokens in the lower half of the vocabulary, {W} distinct value tokens in "
-                      f"the rest, and {'the pad' if self.multi_query else 'the pad and the copy prefix'}")
-        check_int(self.name, "seq_len", self.seq_len, 2 * (K + W) + 1,
-                  why=f"a probe pair of up to {K + W} tokens twice, the room mad-lab's generator keeps for it")
+        check_int(
+            self.name,
+            "vocab_size",
+            self.vocab_size,
+            special + max(2 * K, 2 * W - 1),
+            why=f"{K} distinct key tokens in the lower half of the vocabulary, {W} distinct value tokens in "
+            f"the rest, and {'the pad' if self.multi_query else 'the pad and the copy prefix'}",
+        )
+        check_int(
+            self.name,
+            "seq_len",
+            self.seq_len,
+            2 * (K + W) + 1,
+            why=f"a probe pair of up to {K + W} tokens twice, the room mad-lab's generator keeps for it",
+        )
         check_choice(self.name, "train_targets", self.train_targets, TRAIN_TARGETS)
 
     def draw(self, rng: np.random.Generator, training: bool = True, seed: int = 0) -> Example:
@@ -432,10 +454,17 @@ class SelectiveCopying(MADGenerator):
         return 0, self.vocab_size - 3
 
     def check(self) -> None:
-        check_int(self.name, "vocab_size", self.vocab_size, 3, why="the blank, the copy token and at least one data token")
+        check_int(
+            self.name, "vocab_size", self.vocab_size, 3, why="the blank, the copy token and at least one data token"
+        )
         n = check_int(self.name, "n_tokens", self.n_tokens, 1)
-        check_int(self.name, "seq_len", self.seq_len, 2 * n + 2,
-                  why=f"{n} data tokens, at least one blank, the copy token and {n} blanks after it")
+        check_int(
+            self.name,
+            "seq_len",
+            self.seq_len,
+            2 * n + 2,
+            why=f"{n} data tokens, at least one blank, the copy token and {n} blanks after it",
+        )
 
     def draw(self, rng: np.random.Generator, training: bool = True, seed: int = 0) -> Example:
         n, L = self.n_tokens, self.seq_len
@@ -444,7 +473,7 @@ class SelectiveCopying(MADGenerator):
         body = np.insert(data, before, self.blank)
         inputs = np.concatenate([body, [self.copy_token], np.full(n, self.blank)]).astype(np.int64)
         targets = np.full(L, IGNORE_INDEX, dtype=np.int64)
-        targets[L - n:] = data
+        targets[L - n :] = data
         return Example(inputs, targets)
 
     def solve(self, inputs: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -471,7 +500,7 @@ def _key_values(n_symbols: int, seed: int) -> np.ndarray:
     rng.shuffle(keys)
     rng.shuffle(values)
     out = np.empty(n_symbols // 2, dtype=np.int64)
-    out[keys] = values[:len(keys)]
+    out[keys] = values[: len(keys)]
     out.flags.writeable = False
     return out
 
@@ -510,8 +539,9 @@ class Memorization(MADGenerator):
         check_int(self.name, "vocab_size", self.vocab_size, 3, why="the insert token, at least one key and one value")
         check_int(self.name, "seq_len", self.seq_len, 2, why="an even length: pairs of a key and the insert token")
         if self.seq_len % 2:
-            raise ConfigError(f"{self.name} option seq_len must be even (pairs of a key and the insert token), "
-                              f"got {self.seq_len}")
+            raise ConfigError(
+                f"{self.name} option seq_len must be even (pairs of a key and the insert token), got {self.seq_len}"
+            )
 
     def table(self, seed: int) -> np.ndarray:
         """The value of each key ``0 .. S//2 - 1`` under the map of data seed ``seed`` (mad-lab's

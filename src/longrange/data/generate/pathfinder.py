@@ -34,6 +34,7 @@ Determinism: sample ``i`` is drawn from ``numpy.random.default_rng([seed, R, C, 
 balanced labels from ``default_rng([seed, n_samples])``; PNGs are written without timestamps, so a
 seed gives byte-identical files.
 """
+
 from __future__ import annotations
 
 import functools
@@ -87,12 +88,18 @@ class SceneParams(Generator):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{self.name} option {name} must be a number >= 0, got {getattr(self, name)!r}")
 
-    def draw(self, rng: np.random.Generator, label: int) -> "Scene":
+    def draw(self, rng: np.random.Generator, label: int) -> Scene:
         return sample_scene(rng, label, self)
 
     @classmethod
-    def for_resolution(cls, resolution: int, contour_length: int = 14, n_distractors: int | None = None,
-                       distractor_length: int | None = None, **overrides) -> "SceneParams":
+    def for_resolution(
+        cls,
+        resolution: int,
+        contour_length: int = 14,
+        n_distractors: int | None = None,
+        distractor_length: int | None = None,
+        **overrides,
+    ) -> SceneParams:
         """Defaults scaled by ``resolution / 32``."""
         s = resolution / 32.0
         base = dict(
@@ -132,8 +139,15 @@ class Scene:
 def _disc_offsets(radius: float) -> np.ndarray:
     """Integer (dx, dy) offsets within ``radius`` of the origin."""
     rr = int(math.ceil(radius))
-    return np.array([(dx, dy) for dx in range(-rr, rr + 1) for dy in range(-rr, rr + 1)
-                     if dx * dx + dy * dy <= radius * radius + 1e-9], dtype=np.int64)
+    return np.array(
+        [
+            (dx, dy)
+            for dx in range(-rr, rr + 1)
+            for dy in range(-rr, rr + 1)
+            if dx * dx + dy * dy <= radius * radius + 1e-9
+        ],
+        dtype=np.int64,
+    )
 
 
 class _Occupancy:
@@ -172,8 +186,9 @@ def _inside(p: np.ndarray, params: SceneParams) -> bool:
     return bool(lo <= p[0] <= hi and lo <= p[1] <= hi)
 
 
-def _walk(rng: np.random.Generator, n_dashes: int, occ: _Occupancy, owner: int, params: SceneParams,
-          reserve_ends: bool) -> np.ndarray | None:
+def _walk(
+    rng: np.random.Generator, n_dashes: int, occ: _Occupancy, owner: int, params: SceneParams, reserve_ends: bool
+) -> np.ndarray | None:
     """Try to place one contour; returns (n_dashes, 2, 2) or None. Claims its pixels on success."""
     lo, hi = params.margin, params.resolution - 1 - params.margin
     # Strokes must stay ``clearance`` plus half their own width away from other contours.
@@ -294,9 +309,18 @@ def _write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def generate(out_dir: str | Path, resolution: int = 32, n_samples: int = 1000, contour_length: int = 14,
-             n_distractors: int | None = None, seed: int = 0, samples_per_dir: int = 1000,
-             distractor_length: int | None = None, quiet: bool = False, **geometry) -> Path:
+def generate(
+    out_dir: str | Path,
+    resolution: int = 32,
+    n_samples: int = 1000,
+    contour_length: int = 14,
+    n_distractors: int | None = None,
+    seed: int = 0,
+    samples_per_dir: int = 1000,
+    distractor_length: int | None = None,
+    quiet: bool = False,
+    **geometry,
+) -> Path:
     """Generate ``n_samples`` images in the LRA layout under ``out_dir``; returns the difficulty dir.
 
     Args:
@@ -323,7 +347,9 @@ def generate(out_dir: str | Path, resolution: int = 32, n_samples: int = 1000, c
     check_int(SceneParams.name, "samples_per_dir", samples_per_dir, 1)
     unknown = sorted(set(geometry) - set(SceneParams.__dataclass_fields__))
     if unknown:
-        raise ConfigError(f"unknown geometry option {unknown[0]!r}; valid: {', '.join(SceneParams.__dataclass_fields__)}")
+        raise ConfigError(
+            f"unknown geometry option {unknown[0]!r}; valid: {', '.join(SceneParams.__dataclass_fields__)}"
+        )
     params = SceneParams.for_resolution(resolution, contour_length, n_distractors, distractor_length, **geometry)
     root = Path(out_dir) / f"pathfinder{resolution}" / difficulty_dirname(contour_length)
     (root / "metadata").mkdir(parents=True, exist_ok=True)
@@ -347,8 +373,15 @@ def generate(out_dir: str | Path, resolution: int = 32, n_samples: int = 1000, c
 
 #: The generator's options (``task.generate``) with their defaults; resolution and contour length
 #: come from the task's options ``resolution`` and ``difficulty``.
-GENERATE_DEFAULTS = dict(resolution=32, n_samples=1000, contour_length=14, n_distractors=None, seed=0,
-                         samples_per_dir=1000, distractor_length=None)
+GENERATE_DEFAULTS = dict(
+    resolution=32,
+    n_samples=1000,
+    contour_length=14,
+    n_distractors=None,
+    seed=0,
+    samples_per_dir=1000,
+    distractor_length=None,
+)
 
 
 def _from_task(options: dict) -> dict:
@@ -358,11 +391,12 @@ def _from_task(options: dict) -> dict:
     name, prefix = difficulty_dirname(difficulty), "curv_contour_length_"
     if name == "curv_baseline":
         length = 6
-    elif name.startswith(prefix) and name[len(prefix):].isdigit():
-        length = int(name[len(prefix):])
+    elif name.startswith(prefix) and name[len(prefix) :].isdigit():
+        length = int(name[len(prefix) :])
     else:
-        raise ConfigError(f"task.generate: the Pathfinder generator needs a contour length as the difficulty, "
-                          f"got {difficulty!r}")
+        raise ConfigError(
+            f"task.generate: the Pathfinder generator needs a contour length as the difficulty, got {difficulty!r}"
+        )
     return {"resolution": int(options.get("resolution", 32)), "contour_length": length}
 
 

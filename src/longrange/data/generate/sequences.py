@@ -28,6 +28,7 @@ Layouts (``L`` = ``seq_len``; docs/data.md gives the published settings and wher
   among the values (``value - V//2``). With ``n_recalls`` other keys are recalled before the
   query, each followed by its value, at random even offsets after the pairs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -84,8 +85,14 @@ class SelectiveCopying(Generator):
     def check(self) -> None:
         check_int(self.name, "vocab_size", self.vocab_size, 3, why="noise, marker and at least one data token")
         check_int(self.name, "seq_len", self.seq_len, 2)
-        check_int(self.name, "n_tokens", self.n_tokens, 1, self.seq_len // 2,
-                  why=f"the data tokens and their markers take 2 * n_tokens of the seq_len {self.seq_len} positions")
+        check_int(
+            self.name,
+            "n_tokens",
+            self.n_tokens,
+            1,
+            self.seq_len // 2,
+            why=f"the data tokens and their markers take 2 * n_tokens of the seq_len {self.seq_len} positions",
+        )
 
     def draw(self, rng: np.random.Generator) -> Example:
         L, M = self.seq_len, self.n_tokens
@@ -93,7 +100,7 @@ class SelectiveCopying(Generator):
         positions = np.sort(rng.choice(L - M, size=M, replace=False))
         inputs = np.full(L, self.NOISE, dtype=np.int64)
         inputs[positions] = tokens
-        inputs[L - M:] = self.marker
+        inputs[L - M :] = self.marker
         return Example(inputs, _answers_at(np.arange(L - M, L), tokens, L))
 
     def solve(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,12 +136,12 @@ class InductionHeads(Generator):
         inputs = rng.integers(0, self.trigger, size=L)
         p = int(rng.integers(0, L - 2))
         inputs[p] = inputs[L - 1] = self.trigger
-        return Example(inputs, _answers_at(np.array([L - 1]), inputs[p + 1:p + 2], L))
+        return Example(inputs, _answers_at(np.array([L - 1]), inputs[p + 1 : p + 2], L))
 
     def solve(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions asked, answers): the last position, and the token after the first trigger."""
         first = int(np.flatnonzero(inputs == self.trigger)[0])
-        return np.array([len(inputs) - 1]), inputs[first + 1:first + 2]
+        return np.array([len(inputs) - 1]), inputs[first + 1 : first + 2]
 
 
 # -------------------------------------------------------------------------------------- recall
@@ -150,9 +157,14 @@ class _KeyValues(Generator):
 
     def check(self) -> None:
         n = check_int(self.name, "n_pairs", self.n_pairs, 1)
-        check_int(self.name, "vocab_size", self.vocab_size, 2 * n + 2,
-                  why=f"keys 1 .. vocab_size // 2 - 1 and values vocab_size // 2 .. vocab_size - 1 for {n} "
-                      "distinct keys and values")
+        check_int(
+            self.name,
+            "vocab_size",
+            self.vocab_size,
+            2 * n + 2,
+            why=f"keys 1 .. vocab_size // 2 - 1 and values vocab_size // 2 .. vocab_size - 1 for {n} "
+            "distinct keys and values",
+        )
         check_bool(self.name, "random_filler", self.random_filler)
 
     @property
@@ -170,7 +182,7 @@ class _KeyValues(Generator):
         keys = rng.choice(self.first_value - 1, size=n, replace=False) + 1
         values = rng.choice(self.vocab_size - self.first_value, size=n, replace=False) + self.first_value
         inputs = np.zeros(self.seq_len, dtype=np.int64)
-        inputs[0:2 * n:2], inputs[1:2 * n:2] = keys, values
+        inputs[0 : 2 * n : 2], inputs[1 : 2 * n : 2] = keys, values
         return keys, values, inputs
 
     def fill(self, rng: np.random.Generator, inputs: np.ndarray, free: np.ndarray) -> None:
@@ -181,7 +193,7 @@ class _KeyValues(Generator):
     def lookup(self, inputs: np.ndarray) -> dict[int, int]:
         """The reference solver's dictionary: key -> value of the pairs in front."""
         n = self.n_pairs
-        return dict(zip(inputs[0:2 * n:2].tolist(), inputs[1:2 * n:2].tolist()))
+        return dict(zip(inputs[0 : 2 * n : 2].tolist(), inputs[1 : 2 * n : 2].tolist()))
 
 
 @dataclass(frozen=True)
@@ -197,8 +209,13 @@ class MultiQueryAR(_KeyValues):
 
     def check(self) -> None:
         super().check()
-        check_int(self.name, "seq_len", self.seq_len, 4 * self.n_pairs,
-                  why=f"{self.n_pairs} key-value pairs, then {self.n_pairs} queries at even offsets after them")
+        check_int(
+            self.name,
+            "seq_len",
+            self.seq_len,
+            4 * self.n_pairs,
+            why=f"{self.n_pairs} key-value pairs, then {self.n_pairs} queries at even offsets after them",
+        )
         check_positive(self.name, "power_a", self.power_a, why="the queries' gaps have probability ∝ a k^(a-1)")
         check_bool(self.name, "answers_in_input", self.answers_in_input)
 
@@ -218,7 +235,7 @@ class MultiQueryAR(_KeyValues):
         (as ``numpy.random.choice(..., replace=False, p=...)``), by the Gumbel top-k trick: the
         ``n_pairs`` largest ``log p + Gumbel noise``, in decreasing order, are such draws."""
         scores = self._log_gap_probabilities + rng.gumbel(size=self._log_gap_probabilities.shape)
-        top = np.argpartition(-scores, self.n_pairs - 1)[:self.n_pairs]
+        top = np.argpartition(-scores, self.n_pairs - 1)[: self.n_pairs]
         return top[np.argsort(-scores[top])]
 
     def draw(self, rng: np.random.Generator) -> Example:
@@ -227,7 +244,7 @@ class MultiQueryAR(_KeyValues):
         queries = 2 * self.n_pairs + 2 * gaps
         inputs[queries] = keys
         free = np.ones(self.seq_len, dtype=bool)
-        free[:2 * self.n_pairs] = free[queries] = False
+        free[: 2 * self.n_pairs] = free[queries] = False
         recalled = None
         if self.answers_in_input:
             inputs[queries + 1] = values
@@ -265,20 +282,36 @@ class AssociativeRecall(_KeyValues):
 
     def check(self) -> None:
         super().check()
-        check_int(self.name, "seq_len", self.seq_len, 2 * self.n_pairs + 1,
-                  why=f"{self.n_pairs} key-value pairs and the query")
-        check_int(self.name, "n_recalls", self.n_recalls, 0, self.n_pairs - 1,
-                  why=f"recalled keys are other keys than the query's, of {self.n_pairs} pairs")
+        check_int(
+            self.name,
+            "seq_len",
+            self.seq_len,
+            2 * self.n_pairs + 1,
+            why=f"{self.n_pairs} key-value pairs and the query",
+        )
+        check_int(
+            self.name,
+            "n_recalls",
+            self.n_recalls,
+            0,
+            self.n_pairs - 1,
+            why=f"recalled keys are other keys than the query's, of {self.n_pairs} pairs",
+        )
         if self.n_recalls > self.recall_slots:
-            check_int(self.name, "seq_len", self.seq_len, 2 * self.n_pairs + 2 * self.n_recalls + 1,
-                      why=f"{self.n_pairs} key-value pairs, {self.n_recalls} recalled pairs and the query")
+            check_int(
+                self.name,
+                "seq_len",
+                self.seq_len,
+                2 * self.n_pairs + 2 * self.n_recalls + 1,
+                why=f"{self.n_pairs} key-value pairs, {self.n_recalls} recalled pairs and the query",
+            )
 
     def draw(self, rng: np.random.Generator) -> Example:
         keys, values, inputs = self.pairs(rng)
         i = int(rng.integers(self.n_pairs))
         inputs[-1] = keys[i]
         free = np.zeros(self.seq_len, dtype=bool)
-        free[2 * self.n_pairs:-1] = True
+        free[2 * self.n_pairs : -1] = True
         recalled = None
         if self.n_recalls:
             others = np.delete(np.arange(self.n_pairs), i)

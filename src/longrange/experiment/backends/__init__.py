@@ -9,6 +9,7 @@ Every backend runs a stage through the same function (``execute.execute_stage``,
 worker process), so the stage lock, reuse by fingerprint, resume from the last checkpoint and
 ``failed.json`` work the same under all of them.
 """
+
 from __future__ import annotations
 
 from longrange.experiment.backends.inprocess import InProcess
@@ -16,8 +17,18 @@ from longrange.experiment.backends.local import LocalWorkers, auto_jobs, resolve
 from longrange.experiment.backends.slurm import SlurmLauncher, jobs_file, read_jobs
 from longrange.experiment.config import LauncherConfig
 
-__all__ = ["InProcess", "LocalWorkers", "SlurmLauncher", "auto_jobs", "jobs_file", "make_backend", "read_jobs",
-           "resolve_jobs", "usable_cores", "visible_gpus"]
+__all__ = [
+    "InProcess",
+    "LocalWorkers",
+    "SlurmLauncher",
+    "auto_jobs",
+    "jobs_file",
+    "make_backend",
+    "read_jobs",
+    "resolve_jobs",
+    "usable_cores",
+    "visible_gpus",
+]
 
 
 def make_backend(settings: LauncherConfig):

@@ -1,9 +1,11 @@
 """The in-process backend: one stage after another in this process (``compare`` without ``--jobs``)."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from longrange.experiment.plan import Plan, Stage
 from longrange.experiment.scheduler import Outcome, execute_here, say

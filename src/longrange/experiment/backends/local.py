@@ -7,15 +7,17 @@ command ``python -m longrange.experiment.worker OUT STAGE_ID`` does, with its ou
 ``OUT/<stage>/stage.log``, its own threads (``threads_per_job``; torch threads and OMP/MKL) or its
 own GPU (``CUDA_VISIBLE_DEVICES``, round-robin over the visible GPUs).
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from longrange.errors import ConfigError
 from longrange.experiment import worker as W
@@ -65,8 +67,9 @@ def visible_gpus() -> list[str]:
         return []
 
 
-def _worker_process(target: Callable[[list[str]], int], argv: list[str], log: str, env: dict[str, str],
-                    threads: int) -> None:
+def _worker_process(
+    target: Callable[[list[str]], int], argv: list[str], log: str, env: dict[str, str], threads: int
+) -> None:
     """The body of a local worker process: output to the stage's log, its GPU and threads, then the worker.
 
     The worker ignores Ctrl-C (the terminal sends it to the whole process group): the coordinator,
@@ -134,8 +137,10 @@ class LocalWorkers:
         self._gpus = list(visible_gpus() if self.gpus is None else self.gpus)
         self._free = list(range(self.jobs))
         where = f"GPU {', '.join(self._gpus)} round-robin" if self._gpus else f"{self.threads} thread(s) each"
-        say(f"{len(plan.stages)} stages, up to {self.jobs} at once as worker processes ({where}); "
-            f"logs in OUT/<stage>/{RunDir(out_dir).log.name}")
+        say(
+            f"{len(plan.stages)} stages, up to {self.jobs} at once as worker processes ({where}); "
+            f"logs in OUT/<stage>/{RunDir(out_dir).log.name}"
+        )
 
     def slots(self) -> int | None:
         return len(self._free)
@@ -163,8 +168,11 @@ class LocalWorkers:
         env = {v: str(threads) for v in W.THREAD_VARS}
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        proc = self._context().Process(target=_worker_process, args=(self.target or W.main, argv, str(log), env, threads),
-                                       name=f"longrange-worker-{slot}")
+        proc = self._context().Process(
+            target=_worker_process,
+            args=(self.target or W.main, argv, str(log), env, threads),
+            name=f"longrange-worker-{slot}",
+        )
         proc.start()
         say(f"started {stage.id} ({how}, PID {proc.pid}; log {log})")
         return _Worker(stage, proc, slot, time.time(), run)
@@ -177,9 +185,17 @@ class LocalWorkers:
         self._free.sort()
         result = W.outcome(rc)
         if result is None:
-            raise RunMismatchError(W.error_line(job.run.log) or f"{job.stage.id}: a run made with other settings (see {job.run.log})")
-        return after_exit(self.plan, job.stage, self.out_dir, result, job.start,
-                          lambda: (W.error_line(job.run.log) if rc == W.FAILED else "") or W.exit_reason(rc))
+            raise RunMismatchError(
+                W.error_line(job.run.log) or f"{job.stage.id}: a run made with other settings (see {job.run.log})"
+            )
+        return after_exit(
+            self.plan,
+            job.stage,
+            self.out_dir,
+            result,
+            job.start,
+            lambda: (W.error_line(job.run.log) if rc == W.FAILED else "") or W.exit_reason(rc),
+        )
 
     def cancel(self, job: _Worker) -> None:
         self.stop({job.stage.id: job}, interrupted=False)
@@ -192,8 +208,10 @@ class LocalWorkers:
             if job.proc.is_alive():
                 job.proc.terminate()
         if running:
-            say(f"stopping {len(running)} worker(s) after their current step, with a checkpoint "
-                f"(Ctrl-C again stops them at once)")
+            say(
+                f"stopping {len(running)} worker(s) after their current step, with a checkpoint "
+                f"(Ctrl-C again stops them at once)"
+            )
         deadline = time.time() + self.grace
         killed = []
         try:
@@ -210,8 +228,10 @@ class LocalWorkers:
         if kept:
             say(f"stopped {len(kept)} worker(s) with their checkpoints: {', '.join(kept)} resume from them")
         if killed:
-            say(f"killed {len(killed)} worker(s) at once: {', '.join(killed)} resume from their last periodic "
-                "checkpoints, or start again where they wrote none")
+            say(
+                f"killed {len(killed)} worker(s) at once: {', '.join(killed)} resume from their last periodic "
+                "checkpoints, or start again where they wrote none"
+            )
 
     def end(self, handles: dict[str, Any]) -> None:
         pass

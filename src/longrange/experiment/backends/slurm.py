@@ -12,14 +12,16 @@ A job records the worker's exit status in submitit's folder (``<job id>_exit.jso
 this process learns each stage's outcome; the job ids are kept in ``OUT/jobs.json`` for
 ``compare --status``.
 """
+
 from __future__ import annotations
 
 import json
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from longrange.errors import ConfigError
 from longrange.experiment import worker as W
@@ -70,7 +72,9 @@ class SlurmLauncher:
         if self.cluster not in ("slurm", "local"):
             raise ConfigError(f"unknown submitit cluster {self.cluster!r}; expected slurm or local")
         if self.cluster == "local" and not self.settings.wait:
-            raise ConfigError("--no-wait needs SLURM to order the jobs; submitit's local executor runs only while compare waits")
+            raise ConfigError(
+                "--no-wait needs SLURM to order the jobs; submitit's local executor runs only while compare waits"
+            )
 
     @property
     def submits_ahead(self) -> bool:
@@ -93,8 +97,10 @@ class SlurmLauncher:
     def _executor(self, out_dir: Path):
         submitit = require_submitit()
         if self.cluster == "slurm" and shutil.which("sbatch") is None:
-            raise ConfigError("--launcher slurm needs SLURM's sbatch on PATH, and this host has none; "
-                              "run compare on a SLURM login node, or use --jobs N on this machine")
+            raise ConfigError(
+                "--launcher slurm needs SLURM's sbatch on PATH, and this host has none; "
+                "run compare on a SLURM login node, or use --jobs N on this machine"
+            )
         s = self.settings
         folder = Path(self.folder) if self.folder else out_dir / "slurm"
         ex = submitit.AutoExecutor(folder=str(folder / "%j"), cluster=self.cluster)
@@ -143,8 +149,17 @@ class SlurmLauncher:
 
     def _submit(self, stages: Sequence[Stage], dependency: str | None) -> dict[str, _Job]:
         s, ex = self.settings, self._ex
-        fns = [StageJob(str(self.out_dir), st.id, self.intent.replace_stale, self.intent.rerun_other_versions,
-                        max(1, s.gpus_per_job), s.threads_per_job) for st in stages]
+        fns = [
+            StageJob(
+                str(self.out_dir),
+                st.id,
+                self.intent.replace_stale,
+                self.intent.rerun_other_versions,
+                max(1, s.gpus_per_job),
+                s.threads_per_job,
+            )
+            for st in stages
+        ]
         if self.cluster == "slurm":
             ex.update_parameters(slurm_additional_parameters=self._extra(dependency))
         if s.array and len(stages) > 1:
@@ -175,14 +190,18 @@ class SlurmLauncher:
         rc = json.loads(status.read_text())["rc"] if status.is_file() else None
         result = W.outcome(rc) if rc is not None else Outcome.FAILED
         if result is None:
-            raise RunMismatchError(W.error_line(run.log) or f"{stage.id}: a run made with other settings (see {run.log})")
+            raise RunMismatchError(
+                W.error_line(run.log) or f"{stage.id}: a run made with other settings (see {run.log})"
+            )
 
         def reason() -> str:  # the job was killed, timed out, never started or ended without a summary
             if rc == W.DONE:
                 return f"job {job.job_id}: the job ended without a summary"
             return f"job {job.job_id}: {W.error_line(run.log) or (W.exit_reason(rc) if rc is not None else job.state)}"
 
-        return after_exit(self.plan, stage, self.out_dir, result, handle.submitted, reason, where=f"(job {job.job_id}) ")
+        return after_exit(
+            self.plan, stage, self.out_dir, result, handle.submitted, reason, where=f"(job {job.job_id}) "
+        )
 
     def cancel(self, handle: _Job) -> None:
         self._running -= 1
@@ -192,8 +211,10 @@ class SlurmLauncher:
         running = [h for h in handles.values() if not h.job.done()]
         if interrupted and self.cluster == "slurm":  # SLURM jobs run on; the next compare reuses their stages
             if running:
-                say(f"interrupted: {len(running)} SLURM job(s) keep running ({' '.join(h.job.job_id for h in running)}); "
-                    f"`longrange compare --status {self.out_dir}` shows them, scancel stops them")
+                say(
+                    f"interrupted: {len(running)} SLURM job(s) keep running ({' '.join(h.job.job_id for h in running)}); "
+                    f"`longrange compare --status {self.out_dir}` shows them, scancel stops them"
+                )
             return
         if interrupted:
             say(f"interrupted: cancelling {len(running)} job(s)")
@@ -203,5 +224,7 @@ class SlurmLauncher:
     def end(self, handles: dict[str, _Job]) -> None:
         if self.cluster == "slurm" and not self.wait:
             ids = sorted({h.job.job_id.split("_")[0] for h in handles.values()})
-            say(f"submitted {len(handles)} job(s): {' '.join(ids)}; `longrange compare --status {self.out_dir}` shows "
-                f"progress, and compare again (or `longrange report {self.out_dir}`) writes the report once they are done")
+            say(
+                f"submitted {len(handles)} job(s): {' '.join(ids)}; `longrange compare --status {self.out_dir}` shows "
+                f"progress, and compare again (or `longrange report {self.out_dir}`) writes the report once they are done"
+            )

@@ -38,6 +38,7 @@ backward). Every implementation is deterministic wherever PyTorch's own operatio
 scan :func:`longrange.ops.scan.linear_scan` takes a decay per position and element, and its
 hand-written backward is for real tensors only.)
 """
+
 from longrange.ops.complex_scan.chunked import DEFAULT_CHUNK_SIZE, complex_diag_scan_chunk, complex_diag_scan_loop
 from longrange.ops.complex_scan.dispatch import (
     DETERMINISTIC_BACKWARD,
@@ -53,7 +54,17 @@ from longrange.ops.complex_scan.dispatch import (
 from longrange.ops.complex_scan.reference import complex_diag_scan_ref
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE", "DETERMINISTIC_BACKWARD", "DISPATCHER", "IMPLS", "auto_impl", "available_impls", "check_impl",
-    "complex_diag_scan", "complex_diag_scan_chunk", "complex_diag_scan_loop", "complex_diag_scan_ref", "default_impl",
+    "DEFAULT_CHUNK_SIZE",
+    "DETERMINISTIC_BACKWARD",
+    "DISPATCHER",
+    "IMPLS",
+    "auto_impl",
+    "available_impls",
+    "check_impl",
+    "complex_diag_scan",
+    "complex_diag_scan_chunk",
+    "complex_diag_scan_loop",
+    "complex_diag_scan_ref",
+    "default_impl",
     "set_default_impl",
 ]

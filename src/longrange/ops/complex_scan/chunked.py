@@ -5,6 +5,7 @@ Both cut the length into chunks of T positions and differ only in how they compu
 inside the chunks: ``"chunk"`` by one product with the (T x T) matrix of powers, ``"loop"`` by T
 sequential steps over all chunks at once.
 """
+
 from __future__ import annotations
 
 import torch
@@ -100,8 +101,15 @@ class _ComplexDiagScan(torch.autograd.Function):
         return grad_log, g, grad_h0, None, None
 
 
-def chunked_scan(impl: str, log_decay: Tensor, inputs: Tensor, h0: Tensor | None = None, reverse: bool = False,
-                 chunk_size: int | None = None, where: str | None = None) -> Tensor:
+def chunked_scan(
+    impl: str,
+    log_decay: Tensor,
+    inputs: Tensor,
+    h0: Tensor | None = None,
+    reverse: bool = False,
+    chunk_size: int | None = None,
+    where: str | None = None,
+) -> Tensor:
     """The chunked scan with the states inside the chunks computed as ``impl`` (``"chunk"`` or
     ``"loop"``) does; ``where``: the function named in errors."""
     where = where or f"complex_diag_scan_{impl}"
@@ -116,15 +124,17 @@ def chunked_scan(impl: str, log_decay: Tensor, inputs: Tensor, h0: Tensor | None
     return _ComplexDiagScan.apply(log_decay, inputs, h0, T, impl)
 
 
-def complex_diag_scan_chunk(log_decay: Tensor, inputs: Tensor, h0: Tensor | None = None, reverse: bool = False,
-                            chunk_size: int | None = None) -> Tensor:
+def complex_diag_scan_chunk(
+    log_decay: Tensor, inputs: Tensor, h0: Tensor | None = None, reverse: bool = False, chunk_size: int | None = None
+) -> Tensor:
     """``impl="chunk"``: the states inside each chunk by one product with the chunk's (T x T) matrix
     of powers. ``chunk_size`` T (>= 2; None: :data:`DEFAULT_CHUNK_SIZE`)."""
     return chunked_scan("chunk", log_decay, inputs, h0, reverse, chunk_size)
 
 
-def complex_diag_scan_loop(log_decay: Tensor, inputs: Tensor, h0: Tensor | None = None, reverse: bool = False,
-                           chunk_size: int | None = None) -> Tensor:
+def complex_diag_scan_loop(
+    log_decay: Tensor, inputs: Tensor, h0: Tensor | None = None, reverse: bool = False, chunk_size: int | None = None
+) -> Tensor:
     """``impl="loop"``: the states inside each chunk by T steps over all chunks at once.
     ``chunk_size`` T (>= 2; None: :data:`DEFAULT_CHUNK_SIZE`)."""
     return chunked_scan("loop", log_decay, inputs, h0, reverse, chunk_size)

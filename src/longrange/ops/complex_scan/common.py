@@ -1,4 +1,5 @@
 """What the implementations of the complex diagonal scan share: the arguments' checks."""
+
 from __future__ import annotations
 
 from torch import Tensor

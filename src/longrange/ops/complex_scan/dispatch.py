@@ -14,6 +14,7 @@ Determinism (:data:`DETERMINISTIC_BACKWARD`): every implementation is PyTorch op
 atomic accumulation, so deterministic wherever PyTorch's own operations are; ``"auto"`` picks the
 same under ``torch.use_deterministic_algorithms(True)``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,11 +32,15 @@ def _auto(d: Dispatcher, device: torch.device, deterministic: bool, **context) -
 
 
 #: The implementations, ``"auto"``'s choice on accelerators first.
-DISPATCHER = Dispatcher("complex_diag_scan", [
-    Impl("chunk", note="matrix products within chunks"),
-    Impl("loop", note="steps within chunks"),
-    Impl("ref", auto=False, note="loop over time"),
-], auto=_auto)
+DISPATCHER = Dispatcher(
+    "complex_diag_scan",
+    [
+        Impl("chunk", note="matrix products within chunks"),
+        Impl("loop", note="steps within chunks"),
+        Impl("ref", auto=False, note="loop over time"),
+    ],
+    auto=_auto,
+)
 
 IMPLS = DISPATCHER.IMPLS
 #: Whether each implementation's backward gives the same bits for the same inputs: all do.

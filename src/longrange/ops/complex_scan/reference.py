@@ -1,5 +1,6 @@
 """``impl="ref"``: the complex diagonal scan by a loop over time (the ground truth; see the
 package docstring)."""
+
 from __future__ import annotations
 
 import torch

@@ -35,6 +35,7 @@ Determinism (:data:`DETERMINISTIC_BACKWARD`): with ``torch.use_deterministic_alg
 rather than the causal-conv1d kernel, whose backward adds each batch element's weight and bias
 gradients with atomic additions; asking for ``"cuda"`` by name raises (warns in ``warn_only`` mode).
 """
+
 from longrange.ops.conv.common import ACTIVATIONS
 from longrange.ops.conv.dispatch import (
     CUDA_WIDTHS,
@@ -51,6 +52,16 @@ from longrange.ops.conv.reference import causal_conv1d_ref
 from longrange.ops.conv.step import causal_conv1d_update
 
 __all__ = [
-    "ACTIVATIONS", "CUDA_WIDTHS", "DETERMINISTIC_BACKWARD", "DISPATCHER", "IMPLS", "auto_impl", "available_impls",
-    "causal_conv1d", "causal_conv1d_ref", "causal_conv1d_update", "default_impl", "set_default_impl",
+    "ACTIVATIONS",
+    "CUDA_WIDTHS",
+    "DETERMINISTIC_BACKWARD",
+    "DISPATCHER",
+    "IMPLS",
+    "auto_impl",
+    "available_impls",
+    "causal_conv1d",
+    "causal_conv1d_ref",
+    "causal_conv1d_update",
+    "default_impl",
+    "set_default_impl",
 ]

@@ -14,6 +14,7 @@ channels, contiguous in memory. The backward recomputes the pre-activation outpu
 storing it, and walks back from the last position keeping the last ``w`` gradients w.r.t. the
 pre-activation output in a ring of ``w`` rows.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -77,12 +78,12 @@ def conv_forward(x, weight, bias, silu, W, y):  # pragma: no cover - compiled
         bi = task // per_batch
         c0 = (task % per_batch) * W
         acc = np.empty(W, dtype=x.dtype)
-        br = bias[c0:c0 + W]
+        br = bias[c0 : c0 + W]
         for t in range(l):
             _row_fill(acc, br, W)
             for k in range(max(0, K - 1 - t), K):
-                _row_tap(acc, weight[k, c0:c0 + W], x[bi, t - (K - 1) + k, c0:c0 + W], W)
-            _row_out(y[bi, t, c0:c0 + W], acc, silu, W)
+                _row_tap(acc, weight[k, c0 : c0 + W], x[bi, t - (K - 1) + k, c0 : c0 + W], W)
+            _row_out(y[bi, t, c0 : c0 + W], acc, silu, W)
 
 
 @njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
@@ -108,7 +109,7 @@ def conv_backward(x, weight, bias, silu, gy, W, gx, gweight, gbias):  # pragma: 
         for k in range(K):
             for j in range(W):
                 wb[k, j] = weight[k, c0 + j]
-        br = bias[c0:c0 + W]
+        br = bias[c0 : c0 + W]
         t1 = l
         while t1 > 0:
             t0 = max(0, t1 - T)
@@ -119,17 +120,17 @@ def conv_backward(x, weight, bias, silu, gy, W, gx, gweight, gbias):  # pragma: 
             for t in range(t0, t1):
                 _row_fill(acc, br, W)
                 for k in range(max(0, K - 1 - t), K):
-                    _row_tap(acc, wb[k], x[bi, t - (K - 1) + k, c0:c0 + W], W)
-                _row_pre_grad(g[t - t0], acc, gy[bi, t, c0:c0 + W], silu, W)
+                    _row_tap(acc, wb[k], x[bi, t - (K - 1) + k, c0 : c0 + W], W)
+                _row_pre_grad(g[t - t0], acc, gy[bi, t, c0 : c0 + W], silu, W)
             for t in range(t0, t1):
                 gr = g[t - t0]
                 for j in range(W):
                     gb[j] += gr[j]
-                gxr = gx[bi, t, c0:c0 + W]
+                gxr = gx[bi, t, c0 : c0 + W]
                 for j in range(W):
                     gxr[j] = zero
                 for s in range(min(K, l - t)):  # input t feeds the outputs t + s through tap K - 1 - s
-                    _row_tap_backward(gxr, gw[K - 1 - s], wb[K - 1 - s], g[t - t0 + s], x[bi, t, c0:c0 + W], W)
+                    _row_tap_backward(gxr, gw[K - 1 - s], wb[K - 1 - s], g[t - t0 + s], x[bi, t, c0 : c0 + W], W)
             t1 = t0
         for k in range(K):
             for j in range(W):

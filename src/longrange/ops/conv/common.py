@@ -1,4 +1,5 @@
 """What the implementations of the causal convolution share: the activations and the arguments' checks."""
+
 from __future__ import annotations
 
 import torch.nn.functional as F

@@ -7,6 +7,7 @@ device here. Every call reports the implementation it ran to :mod:`longrange.ops
 ``"causal_conv1d"``). The choice follows the convention of :mod:`longrange.ops.dispatch`
 (:data:`DISPATCHER`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,10 @@ def _cuda_runs(device: torch.device) -> bool:
 def _cuda_reason(device: torch.device) -> str:
     if _optional.causal_conv1d_cuda_fn is None:
         reason = _optional.status()["causal_conv1d"].get("reason", "")
-        return ("needs the causal-conv1d package with its compiled extension causal_conv1d_cuda"
-                f"{f' ({reason})' if reason else ''} and CUDA tensors")
+        return (
+            "needs the causal-conv1d package with its compiled extension causal_conv1d_cuda"
+            f"{f' ({reason})' if reason else ''} and CUDA tensors"
+        )
     return f"cannot run on {device.type}: it needs CUDA tensors"
 
 
@@ -58,13 +61,24 @@ def _numba_misfit(dtype: torch.dtype = torch.float32, **_) -> str:
 #: gradients of the batch elements' thread blocks with atomic additions, whose order can change
 #: from run to run; the others are deterministic (numba sums the batch elements' partial
 #: gradients in a fixed order).
-DISPATCHER = Dispatcher("causal_conv1d", [
-    Impl("cuda", runs=_cuda_runs, reason=_cuda_reason, fits=_cuda_fits, misfit=_cuda_misfit, deterministic=False,
-         nondeterministic="atomic additions of the weight and bias gradients", note="causal-conv1d; widths 2-4, not float64"),
-    numba_impl(numba_conv, fits=_numba_fits, misfit=_numba_misfit, note="float32, float64"),
-    Impl("torch"),
-    Impl("ref", auto=False),
-])
+DISPATCHER = Dispatcher(
+    "causal_conv1d",
+    [
+        Impl(
+            "cuda",
+            runs=_cuda_runs,
+            reason=_cuda_reason,
+            fits=_cuda_fits,
+            misfit=_cuda_misfit,
+            deterministic=False,
+            nondeterministic="atomic additions of the weight and bias gradients",
+            note="causal-conv1d; widths 2-4, not float64",
+        ),
+        numba_impl(numba_conv, fits=_numba_fits, misfit=_numba_misfit, note="float32, float64"),
+        Impl("torch"),
+        Impl("ref", auto=False),
+    ],
+)
 
 IMPLS = DISPATCHER.IMPLS
 #: Whether each implementation's backward gives the same bits for the same inputs (see above).
@@ -73,8 +87,9 @@ set_default_impl = DISPATCHER.set_default_impl
 default_impl = DISPATCHER.default_impl
 
 
-def auto_impl(device: torch.device | str, width: int = 4, dtype: torch.dtype = torch.float32,
-              deterministic: bool | None = None) -> str:
+def auto_impl(
+    device: torch.device | str, width: int = 4, dtype: torch.dtype = torch.float32, deterministic: bool | None = None
+) -> str:
     """The implementation ``impl="auto"`` runs: ``"cuda"`` (the ``causal-conv1d`` kernel) for
     CUDA inputs when its compiled extension ``causal_conv1d_cuda`` imports (see
     :mod:`longrange._optional`), the width is 2 to 4 and the dtype not float64; ``"numba"``

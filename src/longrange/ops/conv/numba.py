@@ -14,12 +14,14 @@ for float64 inputs and in float32 for the others (bfloat16 and float16 are conve
 output converted back). Without numba (:func:`numba_available` False)
 ``impl="auto"`` runs PyTorch's convolution instead.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from longrange.ops._lazy_kernels import LazyKernels, block_width, divisors, use_threads as _use_threads
+from longrange.ops._lazy_kernels import LazyKernels, block_width, divisors
+from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 
 #: The widest block of channels per task.
@@ -53,7 +55,9 @@ def warm_up(dtypes: tuple[torch.dtype, ...] = DTYPES) -> None:
 def _kernels():
     k = _KERNELS.load()
     if k is None:
-        raise RuntimeError(f"causal_conv1d: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
+        raise RuntimeError(
+            f"causal_conv1d: impl='numba' needs the numba package, which does not import ({_KERNELS.error})"
+        )
     return k
 
 
@@ -93,7 +97,11 @@ def _(x, weight, bias, silu):
 
 @torch.library.custom_op(qualname("causal_conv1d_numba_backward"), mutates_args=(), device_types="cpu")
 def _conv_backward_op(
-    x: Tensor, weight: Tensor, bias: Tensor | None, silu: bool, gy: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    silu: bool,
+    gy: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients (x, weight, bias) of :func:`_conv_op` for the output gradient ``gy``."""
     k = _kernels()
@@ -103,8 +111,17 @@ def _conv_backward_op(
     gx = torch.empty_like(x)
     gw, gb = x.new_empty(b, weight.shape[0], d), x.new_empty(b, d)
     bias_ = bias if bias is not None else x.new_zeros(d)
-    k.conv_backward(x.detach().numpy(), weight.detach().numpy(), bias_.detach().numpy(), silu, gy.detach().numpy(),
-                    width, gx.numpy(), gw.numpy(), gb.numpy())
+    k.conv_backward(
+        x.detach().numpy(),
+        weight.detach().numpy(),
+        bias_.detach().numpy(),
+        silu,
+        gy.detach().numpy(),
+        width,
+        gx.numpy(),
+        gw.numpy(),
+        gb.numpy(),
+    )
     return gx, gw.sum(0), gb.sum(0)
 
 
@@ -128,7 +145,9 @@ def _backward(ctx, gy: Tensor):
 
 _conv_op.register_autograd(_backward, setup_context=_setup_context)
 register_flops(_conv_op, lambda x, w, bias, silu: conv_flops(*x, w[0], bias is not None, silu))
-register_flops(_conv_backward_op, lambda x, w, bias, silu, gy: conv_flops(*x, w[0], bias is not None, silu, backward=True))
+register_flops(
+    _conv_backward_op, lambda x, w, bias, silu, gy: conv_flops(*x, w[0], bias is not None, silu, backward=True)
+)
 
 
 def causal_conv1d_numba(x: Tensor, weight: Tensor, bias: Tensor | None = None, silu: bool = False) -> Tensor:
@@ -140,7 +159,9 @@ def causal_conv1d_numba(x: Tensor, weight: Tensor, bias: Tensor | None = None, s
         raise RuntimeError(f"causal_conv1d: impl='numba' takes floating CPU tensors, got {x.dtype} on {x.device}")
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = _conv_op(
-        x.to(dtype).transpose(1, 2).contiguous(), weight.to(dtype).t().contiguous(),
-        None if bias is None else bias.to(dtype).contiguous(), bool(silu),
+        x.to(dtype).transpose(1, 2).contiguous(),
+        weight.to(dtype).t().contiguous(),
+        None if bias is None else bias.to(dtype).contiguous(),
+        bool(silu),
     )
     return y.transpose(1, 2).to(x.dtype)

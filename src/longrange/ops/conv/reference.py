@@ -1,4 +1,5 @@
 """``impl="ref"``: the causal convolution as an explicit sum over the kernel taps."""
+
 from __future__ import annotations
 
 import torch
@@ -8,9 +9,7 @@ from torch import Tensor
 from longrange.ops.conv.common import activate, check_conv_inputs
 
 
-def causal_conv1d_ref(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None
-) -> Tensor:
+def causal_conv1d_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = None) -> Tensor:
     """Reference: an explicit sum over the kernel taps."""
     check_conv_inputs(x, weight, bias, activation)
     w = weight.shape[1]

@@ -1,4 +1,5 @@
 """Generation steps of the causal convolution: :func:`causal_conv1d_update` (see the package docstring)."""
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,9 @@ def causal_conv1d_update(
     single = x.dim() == 2
     xs = x[..., None] if single else x
     if xs.dim() != 3:
-        raise ValueError(f"causal_conv1d_update: x must have shape (batch, d) or (batch, d, steps), got {tuple(x.shape)}")
+        raise ValueError(
+            f"causal_conv1d_update: x must have shape (batch, d) or (batch, d, steps), got {tuple(x.shape)}"
+        )
     b, d, _ = xs.shape
     check_weight_bias(weight, bias, d)
     check_activation(activation)

@@ -11,6 +11,7 @@ Conventions of the family (see the package docstring):
 * computation runs in float64 if a floating input is float64, else float32; outputs come back in
   ``v``'s dtype, states in the compute dtype.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,7 +35,9 @@ def check_qkv(op: str, q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int, 
         raise ValueError(f"{op}: k must have shape (batch, length, heads, dk), got {shape_of(k)}")
     b, l, h, dk = k.shape
     if not isinstance(q, Tensor) or q.shape != k.shape:
-        raise ValueError(f"{op}: q must have the shape of k (batch, length, heads, dk)={tuple(k.shape)}, got {shape_of(q)}")
+        raise ValueError(
+            f"{op}: q must have the shape of k (batch, length, heads, dk)={tuple(k.shape)}, got {shape_of(q)}"
+        )
     if not isinstance(v, Tensor) or v.dim() != 4 or v.shape[:3] != (b, l, h):
         raise ValueError(f"{op}: v must have shape (batch, length, heads, dv)=({b}, {l}, {h}, dv), got {shape_of(v)}")
     return b, l, h, dk, v.shape[3]
@@ -73,8 +76,9 @@ def keep(mask: Tensor | None, t: Tensor) -> Tensor:
     return t * mask.reshape(*mask.shape, *([1] * (t.dim() - 2))).to(t.dtype)
 
 
-def initial(op: str, initial_state: Tensor | None, b: int, h: int, dk: int, dv: int, dtype: torch.dtype,
-            device: torch.device) -> Tensor:
+def initial(
+    op: str, initial_state: Tensor | None, b: int, h: int, dk: int, dv: int, dtype: torch.dtype, device: torch.device
+) -> Tensor:
     """The starting state (b, h, dk, dv) in ``dtype``: ``initial_state`` checked, or zeros."""
     if initial_state is None:
         return torch.zeros(b, h, dk, dv, dtype=dtype, device=device)
@@ -90,4 +94,4 @@ def check_chunk_size(op: str, chunk_size: int) -> int:
 
 def default_scale(scale: float | None, dk: int) -> float:
     """``scale`` or dk^-1/2 (the attention-like default of GLA and the delta rule)."""
-    return dk ** -0.5 if scale is None else float(scale)
+    return dk**-0.5 if scale is None else float(scale)

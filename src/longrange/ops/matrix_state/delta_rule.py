@@ -90,6 +90,7 @@ whose temporaries stay below ``chunking.TEMPORARY_BYTES``; at length 4096 (batch
 Dtypes: computation in float64 if any floating input is float64, else float32; outputs in ``v``'s
 dtype, states in the compute dtype. Device: the inputs'.
 """
+
 from __future__ import annotations
 
 import torch
@@ -124,9 +125,18 @@ __all__ = [
 # argument checks and preparation
 
 
-def _prepare(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, gated: bool,
-             scale: float | None, initial_state: Tensor | None, mask: Tensor | None
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor, float, Tensor | None]:
+def _prepare(
+    op: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None,
+    gated: bool,
+    scale: float | None,
+    initial_state: Tensor | None,
+    mask: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor, float, Tensor | None]:
     """Checked inputs in the compute dtype, ``beta`` and ``g`` zeroed at padded positions, the
     starting state and the scale."""
     b, l, h, dk, dv = check_qkv(op, q, k, v)
@@ -142,15 +152,22 @@ def _prepare(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor |
     return q.to(dtype), k.to(dtype), v.to(dtype), beta, g, state, default_scale(scale, dk), mask
 
 
-def _prepare_step(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, gated: bool,
-                  state: Tensor | None, scale: float | None
-                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor, float]:
+def _prepare_step(
+    op: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None,
+    gated: bool,
+    state: Tensor | None,
+    scale: float | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor, float]:
     if not isinstance(k, Tensor) or k.dim() != 3:
         raise ValueError(f"{op}: k must have shape (batch, heads, dk), got {shape_of(k)}")
     b, h, dk = k.shape
     if not isinstance(q, Tensor) or q.shape != k.shape:
-        raise ValueError(f"{op}: q must have the shape of k (batch, heads, dk)={tuple(k.shape)}, "
-                         f"got {shape_of(q)}")
+        raise ValueError(f"{op}: q must have the shape of k (batch, heads, dk)={tuple(k.shape)}, got {shape_of(q)}")
     if not isinstance(v, Tensor) or v.dim() != 3 or v.shape[:2] != (b, h):
         raise ValueError(f"{op}: v must have shape (batch, heads, dv)=({b}, {h}, dv), got {shape_of(v)}")
     dv = v.shape[2]
@@ -163,16 +180,22 @@ def _prepare_step(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Ten
     else:
         check_shape(op, "state", state, (b, h, dk, dv), "(batch, heads, dk, dv)")
         state = state.to(dtype)
-    return (q.to(dtype), k.to(dtype), v.to(dtype), beta.to(dtype), None if g is None else g.to(dtype), state,
-            default_scale(scale, dk))
+    return (
+        q.to(dtype),
+        k.to(dtype),
+        v.to(dtype),
+        beta.to(dtype),
+        None if g is None else g.to(dtype),
+        state,
+        default_scale(scale, dk),
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # one position
 
 
-def _update(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, state: Tensor
-            ) -> tuple[Tensor, Tensor]:
+def _update(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, state: Tensor) -> tuple[Tensor, Tensor]:
     """One step of the (gated) delta rule, in the compute dtype, ``q`` already scaled: q, k (..., dk),
     v (..., dv), beta, g (...), state (..., dk, dv) -> (o (..., dv), new state). Computed as
     ``u = beta (v - exp(g) k S)``, ``S' = exp(g) S + k^T u``: one new state-sized tensor per step."""
@@ -187,16 +210,26 @@ def _update(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, sta
     return (q.unsqueeze(-2) @ state).squeeze(-2), state
 
 
-def _step(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, gated: bool,
-          state: Tensor | None, scale: float | None) -> tuple[Tensor, Tensor]:
+def _step(
+    op: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None,
+    gated: bool,
+    state: Tensor | None,
+    scale: float | None,
+) -> tuple[Tensor, Tensor]:
     out_dtype = v.dtype
     q, k, v, beta, g, state, scale = _prepare_step(op, q, k, v, beta, g, gated, state, scale)
     o, state = _update(q * scale, k, v, beta, g, state)
     return o.to(out_dtype), state
 
 
-def delta_rule_step(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor | None,
-                    scale: float | None = None) -> tuple[Tensor, Tensor]:
+def delta_rule_step(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor | None, scale: float | None = None
+) -> tuple[Tensor, Tensor]:
     """One position of the delta rule: ``S = (I - beta k^T k) state + beta k^T v``, ``o = scale q S``.
 
     q, k (batch, heads, dk), v (batch, heads, dv), beta (batch, heads), state (batch, heads, dk, dv)
@@ -205,8 +238,9 @@ def delta_rule_step(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor
     return _step("delta_rule_step", q, k, v, beta, None, False, state, scale)
 
 
-def gated_delta_rule_step(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None,
-                          scale: float | None = None) -> tuple[Tensor, Tensor]:
+def gated_delta_rule_step(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None, scale: float | None = None
+) -> tuple[Tensor, Tensor]:
     """One position of the gated delta rule:
     ``S = exp(g) (I - beta k^T k) state + beta k^T v``, ``o = scale q S``.
 
@@ -221,9 +255,19 @@ def gated_delta_rule_step(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tens
 # the loop over time (ground truth)
 
 
-def _naive(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, gated: bool,
-           scale: float | None, initial_state: Tensor | None, output_final_state: bool,
-           mask: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
+def _naive(
+    op: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None,
+    gated: bool,
+    scale: float | None,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+    mask: Tensor | None,
+) -> Tensor | tuple[Tensor, Tensor]:
     out_dtype = v.dtype
     q, k, v, beta, g, state, scale, mask = _prepare(op, q, k, v, beta, g, gated, scale, initial_state, mask)
     # unbind, not q[:, t]: the backward of L selects would fill L full-size zero tensors (quadratic).
@@ -237,9 +281,16 @@ def _naive(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | N
     return (o, state) if output_final_state else o
 
 
-def delta_rule_naive(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float | None = None,
-                     initial_state: Tensor | None = None, output_final_state: bool = False,
-                     mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def delta_rule_naive(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """The delta rule (DeltaNet, Yang et al. 2024, arXiv:2406.06484) as a loop over time::
 
         S_t = (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t,    o_t = scale * q_t S_t
@@ -253,9 +304,17 @@ def delta_rule_naive(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float
     return _naive("delta_rule_naive", q, k, v, beta, None, False, scale, initial_state, output_final_state, mask)
 
 
-def gated_delta_rule_naive(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float | None = None,
-                           initial_state: Tensor | None = None, output_final_state: bool = False,
-                           mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def gated_delta_rule_naive(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """The gated delta rule (Gated DeltaNet, Yang, Kautz & Hatamizadeh 2024, arXiv:2412.06464) as a
     loop over time::
 
@@ -305,8 +364,9 @@ def _blocks(x: Tensor, n: int, c: int) -> Tensor:
     return x.reshape(n, b * h, c, *rest)
 
 
-def _chunk_core(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, state: Tensor, scale: float,
-                c: int) -> tuple[Tensor, Tensor]:
+def _chunk_core(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, state: Tensor, scale: float, c: int
+) -> tuple[Tensor, Tensor]:
     """The chunked (gated) delta rule on prepared inputs, q, k (b, l, h, dk), v (b, l, h, dv),
     beta and g (b, l, h), state (b, h, dk, dv), all in the compute dtype, in chunks of ``c``
     positions; returns (o (b, l, h, dv) unmasked, final state). ``g`` None: the ungated rule, which
@@ -362,15 +422,20 @@ def _chunk_core(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None,
     return (o if n * c == l else o[:, :l]), s.reshape(b, h, dk, dv)
 
 
-def _cut(x: Tensor, bg: int, hg: int, seg: int, head_dim: int | None, length_dim: int | None
-         ) -> list[list[list[Tensor]]]:
+def _cut(
+    x: Tensor, bg: int, hg: int, seg: int, head_dim: int | None, length_dim: int | None
+) -> list[list[list[Tensor]]]:
     """``x`` cut into groups of ``bg`` batch elements, those into groups of ``hg`` heads along
     ``head_dim`` and those into segments of ``seg`` positions along ``length_dim`` (a None dim is
     not cut). ``split``, not slicing, so that the backward assembles each gradient in one ``cat``
     instead of filling a full-size zero tensor per piece."""
-    return [[list(xh.split(seg, length_dim)) if length_dim is not None else [xh]
-             for xh in (xb.split(hg, head_dim) if head_dim is not None else [xb])]
-            for xb in x.split(bg, 0)]
+    return [
+        [
+            list(xh.split(seg, length_dim)) if length_dim is not None else [xh]
+            for xh in (xb.split(hg, head_dim) if head_dim is not None else [xb])
+        ]
+        for xb in x.split(bg, 0)
+    ]
 
 
 def _join(pieces: list[list[Tensor]], head_dim: int) -> Tensor:
@@ -379,9 +444,20 @@ def _join(pieces: list[list[Tensor]], head_dim: int) -> Tensor:
     return rows[0] if len(rows) == 1 else torch.cat(rows, 0)
 
 
-def _chunk(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None, gated: bool,
-           scale: float | None, initial_state: Tensor | None, output_final_state: bool,
-           mask: Tensor | None, chunk_size: int) -> Tensor | tuple[Tensor, Tensor]:
+def _chunk(
+    op: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None,
+    gated: bool,
+    scale: float | None,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+    mask: Tensor | None,
+    chunk_size: int,
+) -> Tensor | tuple[Tensor, Tensor]:
     c = check_chunk_size(op, chunk_size)
     out_dtype = v.dtype
     q, k, v, beta, g, state, scale, mask = _prepare(op, q, k, v, beta, g, gated, scale, initial_state, mask)
@@ -415,8 +491,16 @@ def _chunk(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | N
             s = states[i][j][0]
             parts = []
             for r in range(len(segments)):
-                o, s = _chunk_core(qs[i][j][r], ks[i][j][r], vs[i][j][r], betas[i][j][r],
-                                   None if gs is None else gs[i][j][r], s, scale, c)
+                o, s = _chunk_core(
+                    qs[i][j][r],
+                    ks[i][j][r],
+                    vs[i][j][r],
+                    betas[i][j][r],
+                    None if gs is None else gs[i][j][r],
+                    s,
+                    scale,
+                    c,
+                )
                 parts.append(keep(None if masks is None else masks[i][0][r], o).to(out_dtype))
             outs[i].append(parts[0] if len(parts) == 1 else torch.cat(parts, 1))
             finals[i].append(s)
@@ -424,25 +508,44 @@ def _chunk(op: str, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | N
     return (o, _join(finals, 1)) if output_final_state else o
 
 
-def delta_rule_chunk(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float | None = None,
-                     initial_state: Tensor | None = None, output_final_state: bool = False,
-                     mask: Tensor | None = None, chunk_size: int = 64) -> Tensor | tuple[Tensor, Tensor]:
+def delta_rule_chunk(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    chunk_size: int = 64,
+) -> Tensor | tuple[Tensor, Tensor]:
     """The delta rule of :func:`delta_rule_naive`, chunkwise-parallel: the WY/UT representation
     within chunks of ``chunk_size`` positions (a unit-lower-triangular solve and matmuls), a loop
     over chunks for the state (see the module docstring). Same arguments and results; the length
     need not be a multiple of ``chunk_size``, and any ``chunk_size >= 1`` gives the same result up
     to rounding (32 was faster than 64 on a CPU, see the module docstring).
     """
-    return _chunk("delta_rule_chunk", q, k, v, beta, None, False, scale, initial_state, output_final_state,
-                  mask, chunk_size)
+    return _chunk(
+        "delta_rule_chunk", q, k, v, beta, None, False, scale, initial_state, output_final_state, mask, chunk_size
+    )
 
 
-def gated_delta_rule_chunk(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float | None = None,
-                           initial_state: Tensor | None = None, output_final_state: bool = False,
-                           mask: Tensor | None = None, chunk_size: int = 64) -> Tensor | tuple[Tensor, Tensor]:
+def gated_delta_rule_chunk(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    chunk_size: int = 64,
+) -> Tensor | tuple[Tensor, Tensor]:
     """The gated delta rule of :func:`gated_delta_rule_naive`, chunkwise-parallel with decays
     relative to each chunk's start (no positive exponent is ever taken; see the module docstring).
     Same arguments and results; the length need not be a multiple of ``chunk_size``.
     """
-    return _chunk("gated_delta_rule_chunk", q, k, v, beta, g, True, scale, initial_state, output_final_state,
-                  mask, chunk_size)
+    return _chunk(
+        "gated_delta_rule_chunk", q, k, v, beta, g, True, scale, initial_state, output_final_state, mask, chunk_size
+    )

@@ -24,6 +24,7 @@ strengths at padded positions (the state is then carried unchanged) and the outp
 their implementations need not know masks; Mamba-3's mask goes to its implementation (a padded
 position also keeps the previous input that the trapezoidal write pairs with the next one).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -62,8 +63,14 @@ def _external_impl(op: str) -> Impl:
 
     # Their backward passes add partial gradients with atomic additions in places; not established
     # as deterministic here.
-    return Impl(name, runs=runs, reason=reason, deterministic=False,
-                nondeterministic="its Triton backward is not established as deterministic", note=what)
+    return Impl(
+        name,
+        runs=runs,
+        reason=reason,
+        deterministic=False,
+        nondeterministic="its Triton backward is not established as deterministic",
+        note=what,
+    )
 
 
 def _dispatcher(op: str) -> Dispatcher:
@@ -99,8 +106,7 @@ def _module(op: str) -> Any:
     return _FAMILIES["delta_rule" if op == "gated_delta_rule" else op]
 
 
-def _run(op: str, impl: str | None, device: torch.device, args: tuple, chunk_size: int | None,
-         **kwargs: Any) -> Any:
+def _run(op: str, impl: str | None, device: torch.device, args: tuple, chunk_size: int | None, **kwargs: Any) -> Any:
     d = DISPATCHERS[op]
     impl = d.resolve(impl, device, stacklevel=4)
     d.note(impl)
@@ -123,9 +129,20 @@ def _masked_output(out: Any, mask: Tensor | None) -> Any:
     return keep(mask, out)
 
 
-def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
-        initial_state: Tensor | None = None, output_final_state: bool = False, mask: Tensor | None = None, *,
-        chunk_size: int | None = None, impl: str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def ssd(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    impl: str | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba-2's SSD (see :mod:`longrange.ops.matrix_state.ssd`): x (b, l, h, p), dt (b, l, h)
     positive, A (h,) negative, B and C (b, l, g, n), D (h,); state (b, h, n, p)."""
     b, l = x.shape[:2] if isinstance(x, Tensor) and x.dim() == 4 else (None, None)
@@ -137,9 +154,19 @@ def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None
     return _masked_output(out, mask)
 
 
-def gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float | None = None, initial_state: Tensor | None = None,
-        output_final_state: bool = False, mask: Tensor | None = None, *, chunk_size: int | None = None,
-        impl: str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def gla(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    impl: str | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Gated linear attention (see :mod:`longrange.ops.matrix_state.gla`): q, k, g (b, l, h, dk),
     v (b, l, h, dv); state (b, h, dk, dv)."""
     b, l, *_ = common.check_qkv("gla", q, k, v)
@@ -150,9 +177,19 @@ def gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float | None = None, 
     return _masked_output(out, mask)
 
 
-def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float | None = None,
-               initial_state: Tensor | None = None, output_final_state: bool = False, mask: Tensor | None = None, *,
-               chunk_size: int | None = None, impl: str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def delta_rule(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    impl: str | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """The delta rule (see :mod:`longrange.ops.matrix_state.delta_rule`): q, k (b, l, h, dk),
     v (b, l, h, dv), beta (b, l, h); state (b, h, dk, dv)."""
     b, l, *_ = common.check_qkv("delta_rule", q, k, v)
@@ -163,30 +200,62 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float | Non
     return _masked_output(out, mask)
 
 
-def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float | None = None,
-                     initial_state: Tensor | None = None, output_final_state: bool = False,
-                     mask: Tensor | None = None, *, chunk_size: int | None = None,
-                     impl: str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def gated_delta_rule(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    impl: str | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """The gated delta rule (see :mod:`longrange.ops.matrix_state.delta_rule`): q, k (b, l, h, dk),
     v (b, l, h, dv), g and beta (b, l, h); state (b, h, dk, dv)."""
     b, l, *_ = common.check_qkv("gated_delta_rule", q, k, v)
     mask = common.check_mask("gated_delta_rule", mask, b, l)
     if mask is not None:
         g, beta = keep(mask, g), keep(mask, beta)
-    out = _run("gated_delta_rule", impl, q.device, (q, k, v, g, beta, scale, initial_state, output_final_state), chunk_size)
+    out = _run(
+        "gated_delta_rule", impl, q.device, (q, k, v, g, beta, scale, initial_state, output_final_state), chunk_size
+    )
     return _masked_output(out, mask)
 
 
-def mamba3(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: Tensor, angles: Tensor,
-           B_bias: Tensor | None = None, C_bias: Tensor | None = None, D: Tensor | None = None,
-           initial_state: Any = None, output_final_state: bool = False, mask: Tensor | None = None, *,
-           chunk_size: int | None = None, impl: str | None = None) -> Any:
+def mamba3(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    B_bias: Tensor | None = None,
+    C_bias: Tensor | None = None,
+    D: Tensor | None = None,
+    initial_state: Any = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    impl: str | None = None,
+) -> Any:
     """Mamba-3 SISO (see :mod:`longrange.ops.matrix_state.mamba3`): x (b, l, h, p), dt (b, l, h),
     A (h,) or (b, l, h), B and C (b, l, g, n), trap (b, l, h), angles (b, l, h, m); its state is a
     :class:`~longrange.ops.matrix_state.mamba3.Mamba3State`. The mask goes to the implementation:
     a padded position keeps all four parts of the state, the previous input included."""
-    return _run("mamba3", impl, x.device, (x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state,
-                                           output_final_state), chunk_size, mask=mask)
+    return _run(
+        "mamba3",
+        impl,
+        x.device,
+        (x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, output_final_state),
+        chunk_size,
+        mask=mask,
+    )
 
 
 def mamba3_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Any]:

@@ -12,9 +12,11 @@ imports can still fail on a given GPU, or in one dtype, or in its backward only)
 is kept per op and device, and :func:`reason` says why one is not usable (``longrange info``).
 ``longrange check --device cuda`` compares every usable kernel with the float64 reference.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,6 +42,7 @@ PROBE_DTYPES = (torch.float32, torch.bfloat16)
 def _wrap(op: str, fn: Callable) -> Callable:
     """``fn`` with the signature of our entry points' positional arguments."""
     if op == "ssd":
+
         def ssd(x, dt, A, B, C, D=None, initial_state=None, output_final_state=False):
             init = None if initial_state is None else initial_state.transpose(-1, -2).contiguous()
             out = fn(x, dt, A, B, C, chunk_size=64, D=D, initial_states=init, return_final_states=output_final_state)
@@ -52,8 +55,9 @@ def _wrap(op: str, fn: Callable) -> Callable:
 
     def run(*args: Any) -> Any:
         *tensors, scale, initial_state, output_final_state = args
-        o, final = fn(*fla_dtypes(op, tensors), scale=scale, initial_state=initial_state,
-                      output_final_state=output_final_state)
+        o, final = fn(
+            *fla_dtypes(op, tensors), scale=scale, initial_state=initial_state, output_final_state=output_final_state
+        )
         return (o, final) if output_final_state else o
 
     return run
@@ -67,9 +71,9 @@ def fla_dtypes(op: str, tensors: list[Tensor]) -> list[Tensor]:
     q, k, v, *rest = tensors
     low = min((t.dtype for t in (q, k, v)), key=lambda dt: torch.finfo(dt).bits)
     out = [q.to(low), k.to(low), v.to(low)]
-    if op == "delta_rule":            # beta
+    if op == "delta_rule":  # beta
         return out + [rest[0].to(low)]
-    if op == "gla":                   # gk
+    if op == "gla":  # gk
         return out + [rest[0].float()]
     return out + [rest[0].float(), rest[1].to(low)]  # gated: g, beta
 
@@ -78,17 +82,26 @@ def _probe_inputs(op: str, device: torch.device, dtype: torch.dtype = torch.floa
     """A small input of ``op`` (batch 1, length 16) at ``dtype`` (SSD's A stays float32, as Mamba-2
     keeps it), every tensor a leaf that requires grad."""
     inputs = _probe_values(op, device)
-    return tuple(t if not isinstance(t, Tensor) else
-                 t.to(torch.float32 if op == "ssd" and i == 2 else dtype).requires_grad_()
-                 for i, t in enumerate(inputs))
+    return tuple(
+        t if not isinstance(t, Tensor) else t.to(torch.float32 if op == "ssd" and i == 2 else dtype).requires_grad_()
+        for i, t in enumerate(inputs)
+    )
 
 
 def _probe_values(op: str, device: torch.device) -> tuple:
     b, l, h, d = 1, 16, 1, 16
     r = lambda *s: torch.randn(*s, device=device)  # noqa: E731
     if op == "ssd":
-        return (r(b, l, h, d), torch.rand(b, l, h, device=device) * 0.1, -torch.ones(h, device=device), r(b, l, 1, d),
-                r(b, l, 1, d), None, None, False)
+        return (
+            r(b, l, h, d),
+            torch.rand(b, l, h, device=device) * 0.1,
+            -torch.ones(h, device=device),
+            r(b, l, 1, d),
+            r(b, l, 1, d),
+            None,
+            None,
+            False,
+        )
     q, k, v = r(b, l, h, d), torch.nn.functional.normalize(r(b, l, h, d), dim=-1), r(b, l, h, d)
     if op == "gla":
         return (q, k, v, -torch.rand(b, l, h, d, device=device), None, None, False)
@@ -115,12 +128,15 @@ def _probe(op: str, device: torch.device) -> tuple[Callable | None, str | None]:
             out = wrapped(*inputs)
             out.float().square().sum().backward()
             grads = [t.grad for t in inputs if isinstance(t, Tensor) and t.requires_grad]
-            if not bool(torch.isfinite(out).all()) or not all(g is not None and bool(torch.isfinite(g).all())
-                                                               for g in grads):
+            if not bool(torch.isfinite(out).all()) or not all(
+                g is not None and bool(torch.isfinite(g).all()) for g in grads
+            ):
                 return None, f"{module}.{name} gave non-finite outputs or gradients on a small {dtype} input"
         except Exception as err:  # Triton compilation errors, unsupported GPUs, refused Triton versions
-            return None, (f"{module}.{name} failed on a small {str(dtype).replace('torch.', '')} input, forward and "
-                          f"backward ({type(err).__name__}: {str(err)[:200]})")
+            return None, (
+                f"{module}.{name} failed on a small {str(dtype).replace('torch.', '')} input, forward and "
+                f"backward ({type(err).__name__}: {str(err)[:200]})"
+            )
     return wrapped, None
 
 
@@ -142,4 +158,3 @@ def reason(op: str, device: torch.device) -> str:
         return f"{SOURCES[op][0]}'s kernel runs on CUDA tensors only"
     kernel(op, device)
     return _probed[(op, str(device))][1] or "usable"
-

@@ -56,6 +56,7 @@ needed); dry runs without data (meta or fake tensors) take the first way everywh
 Dtypes: computation in float64 if a floating input is float64, else float32 (the naive loop always
 in float64); outputs in ``v``'s dtype, states in the compute dtype. Device: the inputs'.
 """
+
 from __future__ import annotations
 
 import math
@@ -85,8 +86,9 @@ __all__ = ["gla_naive", "gla_chunk", "gla_step"]
 SUB_CHUNK = 16
 
 
-def _prepare(op: str, q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | None,
-             mask: Tensor | None) -> tuple[int, int, int, int, int, torch.dtype, Tensor | None]:
+def _prepare(
+    op: str, q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | None, mask: Tensor | None
+) -> tuple[int, int, int, int, int, torch.dtype, Tensor | None]:
     b, l, h, dk, dv = check_qkv(op, q, k, v)
     require_shape(op, "g", g, (b, l, h, dk), "(batch, length, heads, dk)")
     mask = check_mask(op, mask, b, l)
@@ -94,9 +96,16 @@ def _prepare(op: str, q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state:
     return b, l, h, dk, dv, compute_dtype(q, k, v, g, initial_state), mask
 
 
-def gla_naive(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float | None = None,
-              initial_state: Tensor | None = None, output_final_state: bool = False,
-              mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def gla_naive(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Gated linear attention by a Python loop over time, in float64 (the ground truth).
 
     ``S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t``, ``o_t = scale * q_t S_t`` (Yang et al. 2023,
@@ -136,8 +145,9 @@ def gla_naive(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float | None = 
     return (o, S.to(dtype)) if output_final_state else o
 
 
-def gla_step(q: Tensor, k: Tensor, v: Tensor, g: Tensor, state: Tensor | None,
-             scale: float | None = None) -> tuple[Tensor, Tensor]:
+def gla_step(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, state: Tensor | None, scale: float | None = None
+) -> tuple[Tensor, Tensor]:
     """One position of gated linear attention, for decoding.
 
     ``q``, ``k``, ``g`` (batch, heads, dk), ``v`` (batch, heads, dv), ``state`` (batch, heads, dk, dv)
@@ -171,8 +181,8 @@ class _DiagonalBlocks(torch.autograd.Function):
         N, c, _ = q.shape
         A = q.new_zeros(N, c, c)
         for s in range(c):
-            E = (G[:, s:] - G[:, s:s + 1]).exp_()
-            A[:, s:, s] = (E.mul_(q[:, s:]).mul_(k[:, s:s + 1])).sum(-1)
+            E = (G[:, s:] - G[:, s : s + 1]).exp_()
+            A[:, s:, s] = (E.mul_(q[:, s:]).mul_(k[:, s : s + 1])).sum(-1)
         ctx.save_for_backward(q, k, G)
         return A
 
@@ -183,13 +193,13 @@ class _DiagonalBlocks(torch.autograd.Function):
         c = q.shape[1]
         dq, dk, dG = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(G)
         for s in range(c):
-            E = (G[:, s:] - G[:, s:s + 1]).exp_()
-            w = dA[:, s:, s, None]                     # (N, c - s, 1)
+            E = (G[:, s:] - G[:, s : s + 1]).exp_()
+            w = dA[:, s:, s, None]  # (N, c - s, 1)
             wE = E.mul_(w)
-            dq[:, s:].addcmul_(wE, k[:, s:s + 1])
-            P = wE.mul_(q[:, s:])                      # dA_ts q_t exp(G_t - G_s), then times k_s
+            dq[:, s:].addcmul_(wE, k[:, s : s + 1])
+            P = wE.mul_(q[:, s:])  # dA_ts q_t exp(G_t - G_s), then times k_s
             dk[:, s] += P.sum(1)
-            P.mul_(k[:, s:s + 1])
+            P.mul_(k[:, s : s + 1])
             dG[:, s:] += P
             dG[:, s] -= P.sum(1)
         return dq, dk, dG
@@ -211,14 +221,14 @@ def _within_chunks_exact(q: Tensor, k: Tensor, v: Tensor, G: Tensor) -> Tensor:
     A = _DiagonalBlocks.apply(qs.reshape(-1, c, dk), ks.reshape(-1, c, dk), Gs.reshape(-1, c, dk))
     o = A.view(N, ns, c, c) @ vs
     if ns > 1:
-        end = Gs[..., -1, :]                                       # E_J (N, ns, dk)
-        before = F.pad(end[..., :-1, :], (0, 0, 1, 0))              # R_I = E_{I-1}, 0 before the first
+        end = Gs[..., -1, :]  # E_J (N, ns, dk)
+        before = F.pad(end[..., :-1, :], (0, 0, 1, 0))  # R_I = E_{I-1}, 0 before the first
         qh = qs * (Gs - before.unsqueeze(-2)).exp()
         kh = ks * (end.unsqueeze(-2) - Gs).exp()
-        for d in range(1, ns):                                     # the blocks (I, I - d)
-            mid = (before[..., d:, :] - end[..., :ns - d, :]).exp().unsqueeze(-2)
-            blocks = (qh[..., d:, :, :] * mid) @ kh[..., :ns - d, :, :].transpose(-1, -2)
-            o = o + F.pad(blocks @ vs[..., :ns - d, :, :], (0, 0, 0, 0, d, 0))
+        for d in range(1, ns):  # the blocks (I, I - d)
+            mid = (before[..., d:, :] - end[..., : ns - d, :]).exp().unsqueeze(-2)
+            blocks = (qh[..., d:, :, :] * mid) @ kh[..., : ns - d, :, :].transpose(-1, -2)
+            o = o + F.pad(blocks @ vs[..., : ns - d, :, :], (0, 0, 0, 0, d, 0))
     return o.reshape(N, T, -1)
 
 
@@ -236,7 +246,7 @@ def _within_chunks(qe: Tensor, q: Tensor, k: Tensor, v: Tensor, G: Tensor, eG: T
     T = q.shape[1]
     limit = _exp_limit(G.dtype)
     upper = torch.ones(T, T, dtype=torch.bool, device=q.device).triu_(1)
-    scores = qe @ (k / eG.clamp(min=math.exp(-limit))).transpose(-1, -2)   # exp(-G), bounded by exp(limit)
+    scores = qe @ (k / eG.clamp(min=math.exp(-limit))).transpose(-1, -2)  # exp(-G), bounded by exp(limit)
     o = scores.masked_fill_(upper, 0.0) @ v
     if not holds_data(G):  # dry runs (meta or fake tensors): the usual case, every chunk within the limit
         return o
@@ -249,9 +259,17 @@ def _within_chunks(qe: Tensor, q: Tensor, k: Tensor, v: Tensor, G: Tensor, eG: T
     return o
 
 
-def gla_chunk(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float | None = None,
-              initial_state: Tensor | None = None, output_final_state: bool = False,
-              mask: Tensor | None = None, chunk_size: int = 64) -> Tensor | tuple[Tensor, Tensor]:
+def gla_chunk(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    chunk_size: int = 64,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Gated linear attention, chunkwise parallel (see the module docstring for the algorithm).
 
     Same arguments and results as :func:`gla_naive`, plus ``chunk_size`` (a positive integer; it
@@ -277,15 +295,16 @@ def gla_chunk(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float | None = 
         q, k, v, g = (F.pad(t, (0, 0, 0, 0, 0, pad)) for t in (q, k, v, g))
     # (b h nc, T, d): chunks (batch, head, chunk) and the positions in a chunk
     N = b * h * nc
-    qc, kc, vc, gc = (t.reshape(b, nc, T, h, t.shape[-1]).permute(0, 3, 1, 2, 4).reshape(N, T, t.shape[-1])
-                      for t in (q, k, v, g))
-    G = gc.cumsum(1)                                               # log decay from the chunk start
+    qc, kc, vc, gc = (
+        t.reshape(b, nc, T, h, t.shape[-1]).permute(0, 3, 1, 2, 4).reshape(N, T, t.shape[-1]) for t in (q, k, v, g)
+    )
+    G = gc.cumsum(1)  # log decay from the chunk start
     eG = G.exp()
     qe = qc * eG
     o = _within_chunks(qe, qc, kc, vc, G, eG)
 
     # between chunks: the carry of the states
-    last = G[:, -1]                                                # (N, dk)
+    last = G[:, -1]  # (N, dk)
     writes = ((kc * (last.unsqueeze(1) - G).exp()).transpose(1, 2) @ vc).view(b, h, nc, dk, dv)
     entering = []
     for w, d in zip(writes.unbind(2), last.exp().view(b, h, nc, dk, 1).unbind(2)):

@@ -62,6 +62,7 @@ position ``c = 0`` and ``S' = S``, the final state.
 Dtypes: computation in float64 if a floating input is float64, else float32; outputs in ``x``'s
 dtype, states in the compute dtype. Device: the inputs'.
 """
+
 from __future__ import annotations
 
 import math
@@ -96,10 +97,10 @@ TWO_PI = 2 * math.pi
 class Mamba3State(NamedTuple):
     """The recurrent state of Mamba-3 SISO (all in the compute dtype)."""
 
-    ssm: Tensor    #: (batch, heads, n, p), read by ``y = q S``
+    ssm: Tensor  #: (batch, heads, n, p), read by ``y = q S``
     angle: Tensor  #: (batch, heads, m), cumulative rotation angles in [0, 2 pi)
-    k: Tensor      #: (batch, heads, n), the previous position's rotated, biased key ``R(theta)(B + b_B)``
-    v: Tensor      #: (batch, heads, p), the previous position's input ``x``
+    k: Tensor  #: (batch, heads, n), the previous position's rotated, biased key ``R(theta)(B + b_B)``
+    v: Tensor  #: (batch, heads, p), the previous position's input ``x``
 
 
 def rotate_pairs(t: Tensor, theta: Tensor) -> Tensor:
@@ -108,36 +109,42 @@ def rotate_pairs(t: Tensor, theta: Tensor) -> Tensor:
     m = theta.shape[-1]
     if m == 0:
         return t
-    pairs = t[..., :2 * m].unflatten(-1, (m, 2))
+    pairs = t[..., : 2 * m].unflatten(-1, (m, 2))
     u, w = pairs[..., 0], pairs[..., 1]
     cos, sin = theta.cos(), theta.sin()
     rotated = torch.stack((u * cos - w * sin, u * sin + w * cos), dim=-1).flatten(-2)
-    return torch.cat((rotated, t[..., 2 * m:]), dim=-1) if 2 * m < t.shape[-1] else rotated
+    return torch.cat((rotated, t[..., 2 * m :]), dim=-1) if 2 * m < t.shape[-1] else rotated
 
 
 # ----------------------------------------------------------------------------------------------
 # checks
 
 
-def _check_common(op: str, h: int, n: int, p: int, m: int, B_bias: Tensor | None, C_bias: Tensor | None,
-                  D: Tensor | None) -> None:
+def _check_common(
+    op: str, h: int, n: int, p: int, m: int, B_bias: Tensor | None, C_bias: Tensor | None, D: Tensor | None
+) -> None:
     if 2 * m > n:
-        raise ValueError(f"{op}: angles must have at most n / 2 = {n // 2} entries per head (pairs of B and C "
-                         f"entries to rotate), got {m}")
+        raise ValueError(
+            f"{op}: angles must have at most n / 2 = {n // 2} entries per head (pairs of B and C "
+            f"entries to rotate), got {m}"
+        )
     check_shape(op, "B_bias", B_bias, (h, n), "(heads, n)")
     check_shape(op, "C_bias", C_bias, (h, n), "(heads, n)")
     check_skip(op, D, h, p)
 
 
-def _check_state(op: str, name: str, state: object, b: int, h: int, n: int, p: int, m: int
-                 ) -> Mamba3State | None:
+def _check_state(op: str, name: str, state: object, b: int, h: int, n: int, p: int, m: int) -> Mamba3State | None:
     if state is None:
         return None
     if not isinstance(state, tuple) or len(state) != 4:
         raise ValueError(f"{op}: {name} must be a Mamba3State (ssm, angle, k, v) or None, got {type(state).__name__}")
     state = Mamba3State(*state)
-    for part, shape, what in (("ssm", (b, h, n, p), "(batch, heads, n, p)"), ("angle", (b, h, m), "(batch, heads, m)"),
-                              ("k", (b, h, n), "(batch, heads, n)"), ("v", (b, h, p), "(batch, heads, p)")):
+    for part, shape, what in (
+        ("ssm", (b, h, n, p), "(batch, heads, n, p)"),
+        ("angle", (b, h, m), "(batch, heads, m)"),
+        ("k", (b, h, n), "(batch, heads, n)"),
+        ("v", (b, h, p), "(batch, heads, p)"),
+    ):
         t = getattr(state, part)
         if not isinstance(t, Tensor):
             raise ValueError(f"{op}: {name}.{part} must have shape {what}={shape}, got {shape_of(t)}")
@@ -145,19 +152,33 @@ def _check_state(op: str, name: str, state: object, b: int, h: int, n: int, p: i
     return state
 
 
-def _check(op: str, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: Tensor, angles: Tensor,
-           B_bias: Tensor | None, C_bias: Tensor | None, D: Tensor | None, initial_state: object,
-           mask: Tensor | None) -> tuple[int, int, int, int, int, int, Mamba3State | None, Tensor | None]:
+def _check(
+    op: str,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    B_bias: Tensor | None,
+    C_bias: Tensor | None,
+    D: Tensor | None,
+    initial_state: object,
+    mask: Tensor | None,
+) -> tuple[int, int, int, int, int, int, Mamba3State | None, Tensor | None]:
     b, l, h, g, n, p = check_grouped(op, C, B, x, qk=("C", "B"), vname="x")
     for name, t in (("dt", dt), ("trap", trap)):
         if not isinstance(t, Tensor) or tuple(t.shape) != (b, l, h):
             raise ValueError(f"{op}: {name} must have shape (batch, length, heads)=({b}, {l}, {h}), got {shape_of(t)}")
     if not isinstance(A, Tensor) or tuple(A.shape) not in ((h,), (b, l, h)):
-        raise ValueError(f"{op}: A must have shape (heads,)=({h},) or (batch, length, heads)=({b}, {l}, {h}), "
-                         f"got {shape_of(A)}")
+        raise ValueError(
+            f"{op}: A must have shape (heads,)=({h},) or (batch, length, heads)=({b}, {l}, {h}), got {shape_of(A)}"
+        )
     if not isinstance(angles, Tensor) or angles.dim() != 4 or tuple(angles.shape[:3]) != (b, l, h):
-        raise ValueError(f"{op}: angles must have shape (batch, length, heads, m)=({b}, {l}, {h}, m), "
-                         f"got {shape_of(angles)}")
+        raise ValueError(
+            f"{op}: angles must have shape (batch, length, heads, m)=({b}, {l}, {h}, m), got {shape_of(angles)}"
+        )
     m = angles.shape[3]
     _check_common(op, h, n, p, m, B_bias, C_bias, D)
     state = _check_state(op, "initial_state", initial_state, b, h, n, p, m)
@@ -173,8 +194,9 @@ def _zero_state(b: int, h: int, n: int, p: int, m: int, dtype: torch.dtype, devi
     return Mamba3State(z(b, h, n, p), z(b, h, m), z(b, h, n), z(b, h, p))
 
 
-def _state_in(state: Mamba3State | None, b: int, h: int, n: int, p: int, m: int, dtype: torch.dtype,
-              device: torch.device) -> Mamba3State:
+def _state_in(
+    state: Mamba3State | None, b: int, h: int, n: int, p: int, m: int, dtype: torch.dtype, device: torch.device
+) -> Mamba3State:
     if state is None:
         return _zero_state(b, h, n, p, m, dtype, device)
     return Mamba3State(*(t.to(dtype) for t in state))
@@ -194,19 +216,30 @@ def _rotate_by(t: Tensor, turn: Tensor) -> Tensor:
     """:func:`rotate_pairs` by the complex numbers ``turn = exp(i theta)`` (..., m): the pairs as
     complex numbers times ``turn`` (one multiplication); ``t`` (..., n), ``n`` even."""
     m = turn.shape[-1]
-    z = torch.view_as_complex(t[..., :2 * m].unflatten(-1, (m, 2)))
+    z = torch.view_as_complex(t[..., : 2 * m].unflatten(-1, (m, 2)))
     rotated = torch.view_as_real(z * turn).flatten(-2)
-    return torch.cat((rotated, t[..., 2 * m:]), dim=-1) if 2 * m < t.shape[-1] else rotated
+    return torch.cat((rotated, t[..., 2 * m :]), dim=-1) if 2 * m < t.shape[-1] else rotated
 
 
 # ----------------------------------------------------------------------------------------------
 # naive and step
 
 
-def mamba3_naive(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: Tensor, angles: Tensor,
-                 B_bias: Tensor | None = None, C_bias: Tensor | None = None, D: Tensor | None = None,
-                 initial_state: Mamba3State | None = None, output_final_state: bool = False,
-                 mask: Tensor | None = None) -> Tensor | tuple[Tensor, Mamba3State]:
+def mamba3_naive(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    B_bias: Tensor | None = None,
+    C_bias: Tensor | None = None,
+    D: Tensor | None = None,
+    initial_state: Mamba3State | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Mamba3State]:
     """Mamba-3 SISO by a Python loop over time, in float64 (the ground truth; see the module
     docstring for the recurrence and its source).
 
@@ -245,8 +278,11 @@ def mamba3_naive(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: T
         alpha = (d * As[:, t]).exp()
         prev_w = (alpha * d * (1 - lam[:, t]))[..., None, None]
         cur_w = (d * lam[:, t])[..., None, None]
-        new = alpha[..., None, None] * S + prev_w * k_prev[..., :, None] * v_prev[..., None, :] \
+        new = (
+            alpha[..., None, None] * S
+            + prev_w * k_prev[..., :, None] * v_prev[..., None, :]
             + cur_w * k[..., :, None] * xs[:, t, :, None, :]
+        )
         y = torch.einsum("bhn,bhnp->bhp", q, new)
         if Ds is not None:
             y = y + skip(Ds, xs[:, t])
@@ -264,9 +300,19 @@ def mamba3_naive(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: T
     return y, Mamba3State(S.to(dtype), theta.to(dtype), k_prev.to(dtype), v_prev.to(dtype))
 
 
-def mamba3_step(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: Tensor, angles: Tensor,
-                state: Mamba3State | None, B_bias: Tensor | None = None, C_bias: Tensor | None = None,
-                D: Tensor | None = None) -> tuple[Tensor, Mamba3State]:
+def mamba3_step(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    state: Mamba3State | None,
+    B_bias: Tensor | None = None,
+    C_bias: Tensor | None = None,
+    D: Tensor | None = None,
+) -> tuple[Tensor, Mamba3State]:
     """One position of Mamba-3 SISO, for decoding (the recurrence of the module docstring).
 
     ``x`` (batch, heads, p), ``dt`` and ``trap`` (batch, heads), ``A`` (heads,) or (batch, heads),
@@ -314,7 +360,7 @@ def _next_real(w: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
     pos = torch.arange(l, device=w.device).expand(b, l)
     first_from = torch.where(mask, pos, l).flip(1).cummin(1).values.flip(1)  # first real position >= t, l if none
     after = F.pad(first_from[:, 1:], (0, 1), value=l)
-    wp = F.pad(w, (0, 0, 0, 1))                                               # index l: 0
+    wp = F.pad(w, (0, 0, 0, 1))  # index l: 0
     nxt = wp.gather(1, after.unsqueeze(-1).expand(b, l, h)) * mask.unsqueeze(-1).to(w.dtype)
     first = wp.gather(1, first_from[:, :1, None].expand(b, 1, h)).squeeze(1)
     return nxt, first
@@ -330,11 +376,22 @@ def _last_real(t: Tensor, mask: Tensor | None, before: Tensor) -> Tensor:
     return torch.where((pos >= 0).view(b, 1, 1), sel, before)
 
 
-def mamba3_chunk(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: Tensor, angles: Tensor,
-                 B_bias: Tensor | None = None, C_bias: Tensor | None = None, D: Tensor | None = None,
-                 initial_state: Mamba3State | None = None, output_final_state: bool = False,
-                 mask: Tensor | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE
-                 ) -> Tensor | tuple[Tensor, Mamba3State]:
+def mamba3_chunk(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    B_bias: Tensor | None = None,
+    C_bias: Tensor | None = None,
+    D: Tensor | None = None,
+    initial_state: Mamba3State | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> Tensor | tuple[Tensor, Mamba3State]:
     """Mamba-3 SISO, chunkwise parallel: the scalar-decay core on the rotated keys and queries with
     the trapezoidal write folded into one write per position (see the module docstring).
 
@@ -354,8 +411,8 @@ def mamba3_chunk(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: T
     dts = keep(mask, dt.to(dtype))
     lam = torch.sigmoid(trap.to(dtype))
     f64 = torch.float64
-    steps = (math.pi * torch.tanh(angles.to(dtype)) * dts.unsqueeze(-1)).to(f64)    # summed in float64
-    theta = torch.remainder(theta0.to(f64).unsqueeze(1) + steps.cumsum(1), TWO_PI).to(dtype)   # (b, l, h, m)
+    steps = (math.pi * torch.tanh(angles.to(dtype)) * dts.unsqueeze(-1)).to(f64)  # summed in float64
+    theta = torch.remainder(theta0.to(f64).unsqueeze(1) + steps.cumsum(1), TWO_PI).to(dtype)  # (b, l, h, m)
     Bs, Cs = _biased(B.to(dtype), B_bias, h, 2), _biased(C.to(dtype), C_bias, h, 2)
     if m == 0:
         k, q = Bs, Cs
@@ -365,7 +422,7 @@ def mamba3_chunk(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, trap: T
     else:
         k, q = rotate_pairs(Bs, theta), rotate_pairs(Cs, theta)
 
-    ahead, first = _next_real(dts * (1 - lam), mask)       # c_t, and c before the first position
+    ahead, first = _next_real(dts * (1 - lam), mask)  # c_t, and c before the first position
     write = dts * lam + ahead
     S_start = None if state is None else S0 + first[..., None, None] * k0.unsqueeze(-1) * v0.unsqueeze(-2)
     y, S = scalar_decay_chunked_core(q, k, xs, dts * A.to(dtype), S_start, chunk_size, v_scale=write)

@@ -45,6 +45,7 @@ are zeroed there), and the output is zero.
 Dtypes: computation in float64 if a floating input is float64, else float32 (the naive loop always
 in float64); outputs in ``v``'s dtype, states in the compute dtype. Device: the inputs'.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,7 +59,6 @@ from longrange.ops.chunking import TEMPORARY_BYTES, group_size
 from longrange.ops.matrix_state.common import (
     check_chunk_size,
     check_mask,
-    check_shape,
     compute_dtype,
     initial,
     keep,
@@ -80,8 +80,9 @@ DEFAULT_CHUNK_SIZE = 64
 # checks
 
 
-def check_grouped(op: str, q: Tensor, k: Tensor, v: Tensor, qk: tuple[str, str] = ("q", "k"),
-                  vname: str = "v") -> tuple[int, int, int, int, int, int]:
+def check_grouped(
+    op: str, q: Tensor, k: Tensor, v: Tensor, qk: tuple[str, str] = ("q", "k"), vname: str = "v"
+) -> tuple[int, int, int, int, int, int]:
     """(b, l, h, hk, dk, dv) of ``q``, ``k`` (b, l, hk, dk) and ``v`` (b, l, h, dv) with ``hk``
     dividing ``h``; a ValueError naming the argument that does not fit (``qk`` and ``vname`` are the
     names the caller knows them by)."""
@@ -90,27 +91,31 @@ def check_grouped(op: str, q: Tensor, k: Tensor, v: Tensor, qk: tuple[str, str] 
         raise ValueError(f"{op}: {kn} must have shape (batch, length, groups, dk), got {shape_of(k)}")
     b, l, hk, dk = k.shape
     if not isinstance(q, Tensor) or q.shape != k.shape:
-        raise ValueError(f"{op}: {qn} must have the shape of {kn} (batch, length, groups, dk)={tuple(k.shape)}, "
-                         f"got {shape_of(q)}")
+        raise ValueError(
+            f"{op}: {qn} must have the shape of {kn} (batch, length, groups, dk)={tuple(k.shape)}, got {shape_of(q)}"
+        )
     if not isinstance(v, Tensor) or v.dim() != 4 or v.shape[:2] != (b, l):
-        raise ValueError(f"{op}: {vname} must have shape (batch, length, heads, dv)=({b}, {l}, heads, dv), "
-                         f"got {shape_of(v)}")
+        raise ValueError(
+            f"{op}: {vname} must have shape (batch, length, heads, dv)=({b}, {l}, heads, dv), got {shape_of(v)}"
+        )
     h = v.shape[2]
     if hk < 1 or h % hk != 0:
         raise ValueError(f"{op}: the groups of {kn} and {qn} ({hk}) must divide the heads of {vname} ({h})")
     return b, l, h, hk, dk, v.shape[3]
 
 
-def check_step_grouped(op: str, q: Tensor, k: Tensor, v: Tensor, qk: tuple[str, str] = ("q", "k"),
-                        vname: str = "v") -> tuple[int, int, int, int, int]:
+def check_step_grouped(
+    op: str, q: Tensor, k: Tensor, v: Tensor, qk: tuple[str, str] = ("q", "k"), vname: str = "v"
+) -> tuple[int, int, int, int, int]:
     """(b, h, hk, dk, dv) of one position: ``q``, ``k`` (b, hk, dk), ``v`` (b, h, dv)."""
     qn, kn = qk
     if not isinstance(k, Tensor) or k.dim() != 3:
         raise ValueError(f"{op}: {kn} must have shape (batch, groups, dk), got {shape_of(k)}")
     b, hk, dk = k.shape
     if not isinstance(q, Tensor) or q.shape != k.shape:
-        raise ValueError(f"{op}: {qn} must have the shape of {kn} (batch, groups, dk)={tuple(k.shape)}, "
-                         f"got {shape_of(q)}")
+        raise ValueError(
+            f"{op}: {qn} must have the shape of {kn} (batch, groups, dk)={tuple(k.shape)}, got {shape_of(q)}"
+        )
     if not isinstance(v, Tensor) or v.dim() != 3 or v.shape[0] != b:
         raise ValueError(f"{op}: {vname} must have shape (batch, heads, dv)=({b}, heads, dv), got {shape_of(v)}")
     h = v.shape[1]
@@ -129,9 +134,16 @@ def expand_groups(t: Tensor, h: int, dim: int = 2) -> Tensor:
 # naive and step
 
 
-def scalar_decay_naive(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, scale: float = 1.0,
-                       initial_state: Tensor | None = None, output_final_state: bool = False,
-                       mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def scalar_decay_naive(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_decay: Tensor,
+    scale: float = 1.0,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """The scalar-decay recurrence by a Python loop over time, in float64 (the ground truth).
 
     ``S_t = exp(a_t) S_{t-1} + k_t^T v_t``, ``o_t = scale * q_t S_t`` (see the module docstring).
@@ -172,8 +184,9 @@ def scalar_decay_naive(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, scale
     return (o, S.to(dtype)) if output_final_state else o
 
 
-def scalar_decay_step(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, state: Tensor | None,
-                      scale: float = 1.0) -> tuple[Tensor, Tensor]:
+def scalar_decay_step(
+    q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, state: Tensor | None, scale: float = 1.0
+) -> tuple[Tensor, Tensor]:
     """One position of the scalar-decay recurrence: ``q``, ``k`` (batch, hk, dk), ``v`` (batch, heads,
     dv), ``log_decay`` (batch, heads), ``state`` (batch, heads, dk, dv) or None (zeros). Returns
     ``(o (batch, heads, dv) in v's dtype, new_state in the compute dtype)``."""
@@ -224,13 +237,13 @@ def _piece(t: Tensor, c0: int, c1: int, T: int, shape: tuple[int, ...], order: t
     """Chunks ``c0:c1`` of ``t`` (b, l, ...) as a contiguous tensor in a chunk-major layout: ``t``'s
     positions viewed as (b, c1 - c0, T, *shape), then permuted by ``order`` (a view of ``t`` where
     that is already contiguous: not to be modified in place)."""
-    return t[:, c0 * T:c1 * T].reshape(t.shape[0], c1 - c0, T, *shape).permute(order).contiguous()
+    return t[:, c0 * T : c1 * T].reshape(t.shape[0], c1 - c0, T, *shape).permute(order).contiguous()
 
 
 def _values(v: Tensor, w: Tensor | None, c0: int, c1: int, T: int, hk: int, r: int) -> Tensor:
     """Chunks ``c0:c1`` of ``w o v`` (``v`` (b, l, h, dv), ``w`` (b, l, h) or None) as (n, b, hk, r,
     T, dv)."""
-    vp = _piece(v, c0, c1, T, (hk, r, v.shape[-1]), (1, 0, 3, 4, 2, 5))   # may be a view of v: not in place
+    vp = _piece(v, c0, c1, T, (hk, r, v.shape[-1]), (1, 0, 3, 4, 2, 5))  # may be a view of v: not in place
     return vp if w is None else vp * _piece(w, c0, c1, T, (hk, r), (1, 0, 3, 4, 2)).unsqueeze(-1)
 
 
@@ -259,11 +272,11 @@ def linear_scan_(x: Tensor, d: Tensor, reverse: bool = False) -> Tensor:
         return x
     rem = N - nb * B
     if not reverse:
-        xb, db = x[1:nb * B + 1].unflatten(0, (nb, B)), d[:nb * B].unflatten(0, (nb, B))
-        for i in range(1, B):                                  # within blocks, from zero
+        xb, db = x[1 : nb * B + 1].unflatten(0, (nb, B)), d[: nb * B].unflatten(0, (nb, B))
+        for i in range(1, B):  # within blocks, from zero
             xb[:, i].addcmul_(db[:, i], xb[:, i - 1])
-        run = db.cumprod(1)                                    # d products from the block's start
-        enter = torch.empty_like(x[:nb])                       # x before each block
+        run = db.cumprod(1)  # d products from the block's start
+        enter = torch.empty_like(x[:nb])  # x before each block
         enter[0] = x[0]
         for j in range(nb - 1):
             torch.addcmul(xb[j, B - 1], run[j, B - 1], enter[j], out=enter[j + 1])
@@ -274,8 +287,8 @@ def linear_scan_(x: Tensor, d: Tensor, reverse: bool = False) -> Tensor:
         xb, db = x[rem:N].unflatten(0, (nb, B)), d[rem:N].unflatten(0, (nb, B))
         for i in range(B - 2, -1, -1):
             xb[:, i].addcmul_(db[:, i], xb[:, i + 1])
-        run = db.flip(1).cumprod(1).flip(1)                    # d products to the block's end
-        after = torch.empty_like(x[:nb])                       # x after each block
+        run = db.flip(1).cumprod(1).flip(1)  # d products to the block's end
+        after = torch.empty_like(x[:nb])  # x after each block
         after[nb - 1] = x[N]
         for j in range(nb - 1, 0, -1):
             torch.addcmul(xb[j, 0], run[j, 0], after[j], out=after[j - 1])
@@ -304,14 +317,22 @@ class _Chunked(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, w: Tensor | None, a: Tensor,  # type: ignore[override]
-                state: Tensor | None, T: int) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        w: Tensor | None,
+        a: Tensor,  # type: ignore[override]
+        state: Tensor | None,
+        T: int,
+    ) -> tuple[Tensor, Tensor]:
         b, l, hk, dk = k.shape
         h, dv = v.shape[2], v.shape[3]
         r, nc = h // hk, l // T
-        qo = (1, 0, 3, 2, 4)                     # chunk-major order of (b, n, T, hk, dk)
+        qo = (1, 0, 3, 2, 4)  # chunk-major order of (b, n, T, hk, dk)
         cs = a.reshape(b, nc, T, hk, r).permute(1, 0, 3, 4, 2).contiguous().cumsum(-1)  # (nc, b, hk, r, T)
-        decay = cs[..., -1].exp()                                                        # (nc, b, hk, r)
+        decay = cs[..., -1].exp()  # (nc, b, hk, r)
         S_all = torch.empty(nc + 1, b, hk, dk, r, dv, dtype=v.dtype, device=v.device)  # entering chunk c; final
         if state is None:
             S_all[0].zero_()
@@ -327,13 +348,19 @@ class _Chunked(torch.autograd.Function):
             qp, kp = _piece(q, c0, c1, T, (hk, dk), qo), _piece(k, c0, c1, T, (hk, dk), qo)
             vp = _values(v, w, c0, c1, T, hk, r)
             csp = cs[c0:c1]
-            M = (qp @ kp.transpose(-1, -2)).unsqueeze(3).mul_(_decay_matrix(csp)) if r == 1 else \
-                (qp @ kp.transpose(-1, -2)).unsqueeze(3) * _decay_matrix(csp)
+            M = (
+                (qp @ kp.transpose(-1, -2)).unsqueeze(3).mul_(_decay_matrix(csp))
+                if r == 1
+                else (qp @ kp.transpose(-1, -2)).unsqueeze(3) * _decay_matrix(csp)
+            )
             out6[:, c0:c1].copy_((M @ vp).permute(1, 0, 4, 2, 3, 5))
             del M
             vdec = (vp * (csp[..., -1:] - csp).exp_().unsqueeze(-1)).transpose(3, 4)
-            torch.bmm(kp.reshape(n * b * hk, T, dk).transpose(1, 2), vdec.reshape(n * b * hk, T, r * dv),
-                      out=S_all[c0 + 1:c1 + 1].view(n * b * hk, dk, r * dv))
+            torch.bmm(
+                kp.reshape(n * b * hk, T, dk).transpose(1, 2),
+                vdec.reshape(n * b * hk, T, r * dv),
+                out=S_all[c0 + 1 : c1 + 1].view(n * b * hk, dk, r * dv),
+            )
 
         # the carry S_{i+1} = exp(c_T) S_i + W_i, in place over the writes
         decay6 = decay.view(nc, b, hk, 1, r, 1)
@@ -354,14 +381,17 @@ class _Chunked(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, dout: Tensor | None, dfinal: Tensor | None  # type: ignore[override]
-                 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor | None, None]:
+    def backward(
+        ctx,
+        dout: Tensor | None,
+        dfinal: Tensor | None,  # type: ignore[override]
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor | None, None]:
         q, k, v, w, cs, S_all, decay = ctx.saved_tensors
         T, pieces = ctx.T, ctx.pieces
         b, l, hk, dk = k.shape
         h, dv = v.shape[2], v.shape[3]
         r, nc = h // hk, l // T
-        qo, V = (1, 0, 3, 2, 4), (1, 0, 3, 4, 2, 5)   # chunk-major orders of (b, n, T, hk[, r], d)
+        qo, V = (1, 0, 3, 2, 4), (1, 0, 3, 4, 2, 5)  # chunk-major orders of (b, n, T, hk[, r], d)
         kw = dict(dtype=v.dtype, device=v.device)
         if dout is None:
             dout = torch.zeros(b, l, h, dv, **kw)
@@ -379,28 +409,30 @@ class _Chunked(torch.autograd.Function):
             qp, kp = _piece(q, c0, c1, T, (hk, dk), qo), _piece(k, c0, c1, T, (hk, dk), qo)
             vp = _values(v, w, c0, c1, T, hk, r)
             csp = cs[c0:c1]
-            dyp = dout6[:, c0:c1].permute(V).contiguous()                      # (n, b, hk, r, T, dv)
+            dyp = dout6[:, c0:c1].permute(V).contiguous()  # (n, b, hk, r, T, dv)
             L = _decay_matrix(csp)
             M = (qp @ kp.transpose(-1, -2)).unsqueeze(3) * L
             dM = dyp @ vp.transpose(-1, -2)
             dv6[:, c0:c1].copy_((M.transpose(-1, -2) @ dyp).permute(1, 0, 4, 2, 3, 5))
-            M.mul_(dM)                                   # d/d(c_t - c_s) of the (t, s) entries
+            M.mul_(dM)  # d/d(c_t - c_s) of the (t, s) entries
             dcsp = M.sum(-1) - M.sum(-2)
             del M
-            dG = dM.mul_(L).sum(3) if r > 1 else dM.mul_(L).squeeze(3)          # (n, b, hk, T, T)
+            dG = dM.mul_(L).sum(3) if r > 1 else dM.mul_(L).squeeze(3)  # (n, b, hk, T, T)
             del L
             dqp = dG @ kp
             dk5[:, c0:c1].copy_((dG.transpose(-1, -2) @ qp).permute(1, 0, 3, 2, 4))
             del dG, dM
-            dyE = torch.empty(n, b, hk, T, r, dv, **kw)                          # dy o exp(c_t)
-            torch.mul(dout6[:, c0:c1].permute(1, 0, 3, 2, 4, 5), cs[c0:c1].exp().transpose(3, 4).unsqueeze(-1),
-                      out=dyE)
+            dyE = torch.empty(n, b, hk, T, r, dv, **kw)  # dy o exp(c_t)
+            torch.mul(dout6[:, c0:c1].permute(1, 0, 3, 2, 4, 5), cs[c0:c1].exp().transpose(3, 4).unsqueeze(-1), out=dyE)
             dyE = dyE.view(n, b, hk, T, r * dv)
             Sp = S_all[c0:c1].view(n, b, hk, dk, r * dv)
             dqp.add_(dyE @ Sp.transpose(-1, -2))
             dq5[:, c0:c1].copy_(dqp.permute(1, 0, 3, 2, 4))
-            torch.bmm(qp.reshape(n * b * hk, T, dk).transpose(1, 2), dyE.reshape(n * b * hk, T, r * dv),
-                      out=dS[c0:c1].view(n * b * hk, dk, r * dv))
+            torch.bmm(
+                qp.reshape(n * b * hk, T, dk).transpose(1, 2),
+                dyE.reshape(n * b * hk, T, r * dv),
+                out=dS[c0:c1].view(n * b * hk, dk, r * dv),
+            )
             qS = (qp @ Sp).view(n, b, hk, T, r, dv).mul_(dyE.view(n, b, hk, T, r, dv))
             dcs[c0:c1] = dcsp.add_(qS.sum(-1).transpose(3, 4))
 
@@ -422,16 +454,16 @@ class _Chunked(torch.autograd.Function):
             csp = cs[c0:c1]
             u = (csp[..., -1:] - csp).exp_()
             vdec = (vp * u.unsqueeze(-1)).transpose(3, 4).reshape(n, b, hk, T, r * dv)
-            dW = dS[c0 + 1:c1 + 1].view(n, b, hk, dk, r * dv)
-            dlast = (dS[c0 + 1:c1 + 1] * S_all[c0:c1]).sum((3, 5)).mul_(decay[c0:c1])
+            dW = dS[c0 + 1 : c1 + 1].view(n, b, hk, dk, r * dv)
+            dlast = (dS[c0 + 1 : c1 + 1] * S_all[c0:c1]).sum((3, 5)).mul_(decay[c0:c1])
             dk5[:, c0:c1] += (vdec @ dW.transpose(-1, -2)).permute(1, 0, 3, 2, 4)
-            dvdec = (kp @ dW).view(n, b, hk, T, r, dv).transpose(3, 4)           # (n, b, hk, r, T, dv)
+            dvdec = (kp @ dW).view(n, b, hk, T, r, dv).transpose(3, 4)  # (n, b, hk, r, T, dv)
             du = (vp * dvdec).sum(-1).mul_(u)
             dv6[:, c0:c1] += (dvdec * u.unsqueeze(-1)).permute(1, 0, 4, 2, 3, 5)
             dcsp = dcs[c0:c1]
             dcsp.sub_(du)
             dcsp[..., -1] += du.sum(-1) + dlast
-            if w is not None:                            # d/dv so far is d/d(w v): split it
+            if w is not None:  # d/dv so far is d/d(w v): split it
                 dvw = dv6[:, c0:c1]
                 dw.view(b, nc, T, hk, r)[:, c0:c1] = (dvw * v.view(b, nc, T, hk, r, dv)[:, c0:c1]).sum(-1)
                 dvw.mul_(w.view(b, nc, T, hk, r, 1)[:, c0:c1])
@@ -441,9 +473,16 @@ class _Chunked(torch.autograd.Function):
         return dq, dk_, dv_, dw, da, dstate, None
 
 
-def scalar_decay_chunked_core(q: Tensor, k: Tensor, v: Tensor, a: Tensor, state: Tensor | None,
-                              chunk_size: int, scale: float = 1.0, v_scale: Tensor | None = None
-                              ) -> tuple[Tensor, Tensor]:
+def scalar_decay_chunked_core(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    state: Tensor | None,
+    chunk_size: int,
+    scale: float = 1.0,
+    v_scale: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
     """The chunked algorithm on checked inputs, without checks or mask handling (for SSD and Mamba-3).
 
     ``q``, ``k`` (b, l, hk, dk), ``v`` (b, l, h, dv), ``a`` (b, l, h), ``v_scale`` (b, l, h) or None
@@ -467,10 +506,17 @@ def scalar_decay_chunked_core(q: Tensor, k: Tensor, v: Tensor, a: Tensor, state:
     return out, final
 
 
-def scalar_decay_chunk(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, scale: float = 1.0,
-                       initial_state: Tensor | None = None, output_final_state: bool = False,
-                       mask: Tensor | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE
-                       ) -> Tensor | tuple[Tensor, Tensor]:
+def scalar_decay_chunk(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_decay: Tensor,
+    scale: float = 1.0,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> Tensor | tuple[Tensor, Tensor]:
     """The scalar-decay recurrence, chunkwise parallel (see the module docstring for the algorithm).
 
     Same arguments and results as :func:`scalar_decay_naive`, plus ``chunk_size`` (a positive

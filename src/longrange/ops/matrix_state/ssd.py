@@ -30,6 +30,7 @@ are used per group, never repeated over the heads) and :func:`ssd_step` (one pos
 computation in float64 if a floating input is float64, else float32; outputs in ``x``'s dtype,
 states in the compute dtype. Device: the inputs'.
 """
+
 from __future__ import annotations
 
 import torch
@@ -68,8 +69,17 @@ def skip(D: Tensor | None, x: Tensor) -> Tensor | None:
     return x * (D.to(x.dtype).unsqueeze(-1) if D.dim() == 1 else D.to(x.dtype))
 
 
-def _check(op: str, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None,
-           initial_state: Tensor | None, mask: Tensor | None) -> tuple[int, int, int, int, int, int, Tensor | None]:
+def _check(
+    op: str,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None,
+    initial_state: Tensor | None,
+    mask: Tensor | None,
+) -> tuple[int, int, int, int, int, int, Tensor | None]:
     b, l, h, g, n, p = check_grouped(op, C, B, x, qk=("C", "B"), vname="x")
     for name, t, shape, what in (("dt", dt, (b, l, h), "(batch, length, heads)"), ("A", A, (h,), "(heads,)")):
         if t is None:
@@ -80,9 +90,17 @@ def _check(op: str, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: T
     return b, l, h, g, n, p, check_mask(op, mask, b, l)
 
 
-def ssd_naive(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
-              initial_state: Tensor | None = None, output_final_state: bool = False,
-              mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+def ssd_naive(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
     """SSD by a Python loop over time, in float64 (the ground truth).
 
     ``S_t = exp(dt_t A) S_{t-1} + dt_t B_t^T x_t``, ``y_t = C_t S_t + D x_t`` (Dao & Gu 2024,
@@ -113,7 +131,7 @@ def ssd_naive(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor 
     Ds = None if D is None else D.to(f64)
     ys = []
     for t in range(l):
-        d = dts[:, t, :, None, None]                                        # (b, h, 1, 1)
+        d = dts[:, t, :, None, None]  # (b, h, 1, 1)
         new = (d * As[:, None, None]).exp() * S + d * Bs[:, t, :, :, None] * xs[:, t, :, None, :]
         y = torch.einsum("bhn,bhnp->bhp", Cs[:, t], new)
         if Ds is not None:
@@ -128,9 +146,18 @@ def ssd_naive(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor 
     return (y, S.to(dtype)) if output_final_state else y
 
 
-def ssd_chunk(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None = None,
-              initial_state: Tensor | None = None, output_final_state: bool = False,
-              mask: Tensor | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Tensor | tuple[Tensor, Tensor]:
+def ssd_chunk(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> Tensor | tuple[Tensor, Tensor]:
     """SSD, chunkwise parallel: the scalar-decay core (:func:`.scalar_decay.scalar_decay_chunk`) on
     ``q = C``, ``k = B`` (per group), ``v = dt x``, log decay ``dt A``, plus ``D x``.
 
@@ -148,16 +175,16 @@ def ssd_chunk(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor 
         return (y, S) if output_final_state else y
     xs = x.to(dtype)
     dts = keep(mask, dt.to(dtype))
-    y, S = scalar_decay_chunked_core(C.to(dtype), B.to(dtype), xs, dts * A.to(dtype), state, chunk_size,
-                                     v_scale=dts)
+    y, S = scalar_decay_chunked_core(C.to(dtype), B.to(dtype), xs, dts * A.to(dtype), state, chunk_size, v_scale=dts)
     if D is not None:
         y = torch.addcmul(y, D.to(dtype).unsqueeze(-1), xs) if D.dim() == 1 else y + skip(D, xs)
     y = keep(mask, y).to(x.dtype)
     return (y, S) if output_final_state else y
 
 
-def ssd_step(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Tensor | None,
-             D: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def ssd_step(
+    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Tensor | None, D: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """One position of SSD, for decoding.
 
     ``x`` (batch, heads, p), ``dt`` (batch, heads), ``A`` (heads,), ``B``, ``C`` (batch, groups, n),

@@ -42,6 +42,7 @@ Determinism of the backward: "ref", "chunked" and "numba" are deterministic; "tr
 are not (atomic additions); under ``torch.use_deterministic_algorithms(True)`` "auto" picks only
 deterministic ones and naming another raises (see :data:`DETERMINISTIC_BACKWARD`).
 """
+
 from longrange.ops.scan.chunked import CHUNK_METHODS, DEFAULT_CHUNK_SIZE, linear_scan, selective_scan_chunked
 from longrange.ops.scan.dispatch import (
     DETERMINISTIC_BACKWARD,
@@ -56,6 +57,17 @@ from longrange.ops.scan.dispatch import (
 from longrange.ops.scan.reference import selective_scan_ref
 
 __all__ = [
-    "CHUNK_METHODS", "DEFAULT_CHUNK_SIZE", "DETERMINISTIC_BACKWARD", "DISPATCHER", "IMPLS", "auto_impl", "available_impls",
-    "default_impl", "linear_scan", "selective_scan", "selective_scan_chunked", "selective_scan_ref", "set_default_impl",
+    "CHUNK_METHODS",
+    "DEFAULT_CHUNK_SIZE",
+    "DETERMINISTIC_BACKWARD",
+    "DISPATCHER",
+    "IMPLS",
+    "auto_impl",
+    "available_impls",
+    "default_impl",
+    "linear_scan",
+    "selective_scan",
+    "selective_scan_chunked",
+    "selective_scan_ref",
+    "set_default_impl",
 ]

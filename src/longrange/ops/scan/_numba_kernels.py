@@ -19,6 +19,7 @@ The exponential is computed inline (:func:`fast_exp`: range reduction by powers 
 polynomial, exact to about one unit in the last place) because a call to the C library's ``exp``
 would stop the compiler from vectorising the loop over the state.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,6 @@ from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
 from longrange.ops._numba_common import ERROR_MODEL, FASTMATH, like, set_threads  # noqa: F401  (set_threads: this module's interface)
-
 
 # --------------------------------------------------------------------------------------------
 # Helpers generic over float32 / float64
@@ -84,8 +84,11 @@ _F32, _F64 = np.float32, np.float64
 @njit(inline="always")
 def _poly32(f):  # pragma: no cover - compiled
     """Cephes' expf minimax polynomial (relative error ~1e-7 on |f| <= ln2/2)."""
-    return (((((_F32(1.9875691500e-4) * f + _F32(1.3981999507e-3)) * f + _F32(8.3334519073e-3)) * f
-              + _F32(4.1665795894e-2)) * f + _F32(1.6666665459e-1)) * f + _F32(5.0000001201e-1))
+    return (
+        (((_F32(1.9875691500e-4) * f + _F32(1.3981999507e-3)) * f + _F32(8.3334519073e-3)) * f + _F32(4.1665795894e-2))
+        * f
+        + _F32(1.6666665459e-1)
+    ) * f + _F32(5.0000001201e-1)
 
 
 @njit(inline="always")
@@ -166,8 +169,26 @@ def scan_forward(u, dt, A, B, C, D, z, h0, has_z, out, last):  # pragma: no cove
 
 @njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def scan_backward(
-    u, dt, A, B, C, D, z, h0, has_z, gout, glast, channels_per_task,
-    gu, gdt, gA, gB, gC, gD, gz, gh0,
+    u,
+    dt,
+    A,
+    B,
+    C,
+    D,
+    z,
+    h0,
+    has_z,
+    gout,
+    glast,
+    channels_per_task,
+    gu,
+    gdt,
+    gA,
+    gB,
+    gC,
+    gD,
+    gz,
+    gh0,
 ):  # pragma: no cover - compiled
     """Gradients of the scan, one task per (batch element, run of ``channels_per_task`` channels).
 
@@ -377,20 +398,20 @@ def scan_forward_cl(u, dt, At, B, C, D, z, h0, has_z, W, T, out, last, ck):  # p
             for w in range(W):
                 h[i, w] = h0[bi, c0 + w, i]
                 a[i, w] = At[i, c0 + w]
-        Dr = D[c0:c0 + W]
+        Dr = D[c0 : c0 + W]
         for t in range(l):
             if t % T == 0:
                 for i in range(n):
-                    _row_copy(ck[bi, t // T, i, c0:c0 + W], h[i], W)
-            dtr = dt[bi, t, c0:c0 + W]
-            ur = u[bi, t, c0:c0 + W]
+                    _row_copy(ck[bi, t // T, i, c0 : c0 + W], h[i], W)
+            dtr = dt[bi, t, c0 : c0 + W]
+            ur = u[bi, t, c0 : c0 + W]
             _row_start(x, acc, dtr, ur, Dr, W)
             for i in range(n):
                 _row_advance(h[i], dtr, a[i], x, B[bB, gB, t, i], C[bC, gC, t, i], acc, W)
             if has_z:
-                _row_gate(out[bi, t, c0:c0 + W], acc, z[bi, t, c0:c0 + W], W)
+                _row_gate(out[bi, t, c0 : c0 + W], acc, z[bi, t, c0 : c0 + W], W)
             else:
-                _row_copy(out[bi, t, c0:c0 + W], acc, W)
+                _row_copy(out[bi, t, c0 : c0 + W], acc, W)
         for i in range(n):
             for w in range(W):
                 last[bi, c0 + w, i] = h[i, w]
@@ -398,7 +419,27 @@ def scan_forward_cl(u, dt, At, B, C, D, z, h0, has_z, W, T, out, last, ck):  # p
 
 @njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def scan_backward_cl(
-    u, dt, At, B, C, D, z, ck, has_z, gout, glast, W, T, gu, gdt, gA, gB, gC, gD, gz, gh0,
+    u,
+    dt,
+    At,
+    B,
+    C,
+    D,
+    z,
+    ck,
+    has_z,
+    gout,
+    glast,
+    W,
+    T,
+    gu,
+    gdt,
+    gA,
+    gB,
+    gC,
+    gD,
+    gz,
+    gh0,
 ):  # pragma: no cover - compiled
     """Gradients of :func:`scan_forward_cl` from its chunk-start states ``ck``. Per task, chunk by
     chunk from the last: the chunk's states are recomputed into a scratch buffer of (T + 1) n W
@@ -433,36 +474,72 @@ def scan_backward_cl(
             for w in range(W):
                 a[i, w] = At[i, c0 + w]
                 gh[i, w] = glast[bi, c0 + w, i]
-        Dr = D[c0:c0 + W]
+        Dr = D[c0 : c0 + W]
         for ch in range(chunks - 1, -1, -1):
             t0 = ch * T
             t1 = min(l, t0 + T)
             for i in range(n):
-                _row_copy(hs[i], ck[bi, ch, i, c0:c0 + W], W)
+                _row_copy(hs[i], ck[bi, ch, i, c0 : c0 + W], W)
             for t in range(t0, t1):  # recompute
                 j = t - t0
-                dtr = dt[bi, t, c0:c0 + W]
-                _row_start(xs[j], y, dtr, u[bi, t, c0:c0 + W], Dr, W)
+                dtr = dt[bi, t, c0 : c0 + W]
+                _row_start(xs[j], y, dtr, u[bi, t, c0 : c0 + W], Dr, W)
                 for i in range(n):
-                    _row_recompute(dec[j * n + i], hs[(j + 1) * n + i], hs[j * n + i], dtr, a[i], xs[j],
-                                   B[bB, gBi, t, i], C[bC, gCi, t, i], y, W)
+                    _row_recompute(
+                        dec[j * n + i],
+                        hs[(j + 1) * n + i],
+                        hs[j * n + i],
+                        dtr,
+                        a[i],
+                        xs[j],
+                        B[bB, gBi, t, i],
+                        C[bC, gCi, t, i],
+                        y,
+                        W,
+                    )
                 if has_z:
-                    _row_gate_backward(gz[bi, t, c0:c0 + W], gys[j], gout[bi, t, c0:c0 + W], y, z[bi, t, c0:c0 + W], W)
+                    _row_gate_backward(
+                        gz[bi, t, c0 : c0 + W], gys[j], gout[bi, t, c0 : c0 + W], y, z[bi, t, c0 : c0 + W], W
+                    )
                 else:
-                    _row_copy(gys[j], gout[bi, t, c0:c0 + W], W)
+                    _row_copy(gys[j], gout[bi, t, c0 : c0 + W], W)
             for t in range(t1 - 1, t0 - 1, -1):  # the adjoint recurrence
                 j = t - t0
-                dtr = dt[bi, t, c0:c0 + W]
+                dtr = dt[bi, t, c0 : c0 + W]
                 for w in range(W):
                     gx[w] = zero
                     gstep[w] = zero
                 for i in range(n):
-                    sc, sb = _row_adjoint(gh[i], hs[(j + 1) * n + i], hs[j * n + i], dec[j * n + i], gys[j], xs[j],
-                                          a[i], dtr, B[bB, gBi, t, i], C[bC, gCi, t, i], gx, gstep, gAc[i], W)
+                    sc, sb = _row_adjoint(
+                        gh[i],
+                        hs[(j + 1) * n + i],
+                        hs[j * n + i],
+                        dec[j * n + i],
+                        gys[j],
+                        xs[j],
+                        a[i],
+                        dtr,
+                        B[bB, gBi, t, i],
+                        C[bC, gCi, t, i],
+                        gx,
+                        gstep,
+                        gAc[i],
+                        W,
+                    )
                     gC[bi, k, t, i] += sc
                     gB[bi, k, t, i] += sb
-                _row_inputs_backward(gu[bi, t, c0:c0 + W], gdt[bi, t, c0:c0 + W], gDc, gx, gstep, gys[j], dtr,
-                                     u[bi, t, c0:c0 + W], Dr, W)
+                _row_inputs_backward(
+                    gu[bi, t, c0 : c0 + W],
+                    gdt[bi, t, c0 : c0 + W],
+                    gDc,
+                    gx,
+                    gstep,
+                    gys[j],
+                    dtr,
+                    u[bi, t, c0 : c0 + W],
+                    Dr,
+                    W,
+                )
         for i in range(n):
             for w in range(W):
                 gA[bi, c0 + w, i] = gAc[i, w]

@@ -23,6 +23,7 @@ The kernels are plain functions here; :func:`kernels` wraps them for compilation
 or for Triton's CPU interpreter (``InterpretedFunction``) on request, so that the choice does not
 depend on the environment at import time.
 """
+
 import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
@@ -52,15 +53,46 @@ if not isinstance(_SUM, JITFunction):
 
 
 def _fwd(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, h0_ptr,
-    out_ptr, last_ptr, states_ptr,
-    d, L, n, n_chunks,
-    sBb, sBg, sBn, sBl, B_GROUP,
-    sCb, sCg, sCn, sCl, C_GROUP,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
-    B_VARIES: tl.constexpr, C_VARIES: tl.constexpr, B_ONE_GROUP: tl.constexpr, C_ONE_GROUP: tl.constexpr,
-    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_H0: tl.constexpr,
-    SOFTPLUS: tl.constexpr, STORE_STATES: tl.constexpr, ACC: tl.constexpr,
+    u_ptr,
+    delta_ptr,
+    A_ptr,
+    B_ptr,
+    C_ptr,
+    D_ptr,
+    z_ptr,
+    bias_ptr,
+    h0_ptr,
+    out_ptr,
+    last_ptr,
+    states_ptr,
+    d,
+    L,
+    n,
+    n_chunks,
+    sBb,
+    sBg,
+    sBn,
+    sBl,
+    B_GROUP,
+    sCb,
+    sCg,
+    sCn,
+    sCl,
+    C_GROUP,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNK: tl.constexpr,
+    B_VARIES: tl.constexpr,
+    C_VARIES: tl.constexpr,
+    B_ONE_GROUP: tl.constexpr,
+    C_ONE_GROUP: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_H0: tl.constexpr,
+    SOFTPLUS: tl.constexpr,
+    STORE_STATES: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     pid_b = tl.program_id(0).to(tl.int64)
     ch0 = tl.program_id(1) * BLOCK_D
@@ -140,16 +172,54 @@ def _fwd(
 
 
 def _bwd(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, states_ptr,
-    dout_ptr, dlast_ptr,
-    du_ptr, ddelta_ptr, dz_ptr, dA_ptr, dB_ptr, dC_ptr, dD_ptr, dbias_ptr, dh0_ptr,
-    d, L, n, n_chunks,
-    sBb, sBg, sBn, sBl, B_GROUP, B_NG,
-    sCb, sCg, sCn, sCl, C_GROUP, C_NG,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
-    B_VARIES: tl.constexpr, C_VARIES: tl.constexpr, B_ONE_GROUP: tl.constexpr, C_ONE_GROUP: tl.constexpr,
-    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SOFTPLUS: tl.constexpr, ACC: tl.constexpr,
+    u_ptr,
+    delta_ptr,
+    A_ptr,
+    B_ptr,
+    C_ptr,
+    D_ptr,
+    z_ptr,
+    bias_ptr,
+    states_ptr,
+    dout_ptr,
+    dlast_ptr,
+    du_ptr,
+    ddelta_ptr,
+    dz_ptr,
+    dA_ptr,
+    dB_ptr,
+    dC_ptr,
+    dD_ptr,
+    dbias_ptr,
+    dh0_ptr,
+    d,
+    L,
+    n,
+    n_chunks,
+    sBb,
+    sBg,
+    sBn,
+    sBl,
+    B_GROUP,
+    B_NG,
+    sCb,
+    sCg,
+    sCn,
+    sCl,
+    C_GROUP,
+    C_NG,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNK: tl.constexpr,
+    B_VARIES: tl.constexpr,
+    C_VARIES: tl.constexpr,
+    B_ONE_GROUP: tl.constexpr,
+    C_ONE_GROUP: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SOFTPLUS: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     pid_b = tl.program_id(0).to(tl.int64)
     ch0 = tl.program_id(1) * BLOCK_D
@@ -234,7 +304,9 @@ def _bwd(
             Ct = Cv
 
         # the chunk's states, from the state stored at its start
-        h_start = tl.load(states_ptr + ((pid_b * d + ch[:, None]) * n_chunks + c) * n + ns[None, :], mask=m_dn, other=0.0)
+        h_start = tl.load(
+            states_ptr + ((pid_b * d + ch[:, None]) * n_chunks + c) * n + ns[None, :], mask=m_dn, other=0.0
+        )
         a = tl.exp(dt[:, None, :] * A[:, :, None])
         inp = (dt * u)[:, None, :] * Bt
         pa, hx = tl.associative_scan((a, inp), 2, _combine)

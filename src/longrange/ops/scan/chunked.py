@@ -12,6 +12,7 @@ Deterministic: forward and backward are PyTorch operations without atomic accumu
 runs give the same bits wherever PyTorch's own operations do (on CPUs at equal thread counts; on
 GPUs under ``torch.use_deterministic_algorithms``, which PyTorch enforces op by op).
 """
+
 from __future__ import annotations
 
 import math
@@ -219,8 +220,18 @@ def selective_scan_chunked(
             part = slice(s, s + seg)
             time_varying = lambda M: M[..., part] if M.dim() > 2 else M  # noqa: E731
             y_part, state = _selective_scan_segment(
-                u[..., part], delta[..., part], A, time_varying(B), time_varying(C), D,
-                None if z is None else z[..., part], delta_bias, delta_softplus, state, chunk_size, chunk_method,
+                u[..., part],
+                delta[..., part],
+                A,
+                time_varying(B),
+                time_varying(C),
+                D,
+                None if z is None else z[..., part],
+                delta_bias,
+                delta_softplus,
+                state,
+                chunk_size,
+                chunk_method,
             )
             outs.append(y_part)
         out = torch.cat(outs, dim=-1)
@@ -231,7 +242,9 @@ def selective_scan_chunked(
     return (out, last) if return_last_state else out
 
 
-def _selective_scan_segment(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, chunk_size, chunk_method):
+def _selective_scan_segment(
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, chunk_size, chunk_method
+):
     """One segment of :func:`selective_scan_chunked`: (output, last state)."""
     dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
     b, d, l = u.shape

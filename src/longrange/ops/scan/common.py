@@ -10,6 +10,7 @@ package docstring for the shapes and the semantics they check.
 - :func:`per_channel`: B or C broadcastable to (b, d, n, l);
 - :func:`finish`: the skip term D, the SiLU gate z and the output dtype.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,10 +26,14 @@ def shape_of(t: Tensor) -> tuple[int, ...]:
 def check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state) -> None:
     """Raise a ValueError naming the first argument whose shape does not fit u's (batch, d, length)."""
     if not isinstance(u, Tensor) or u.dim() != 3:
-        raise ValueError(f"selective_scan: u must have shape (batch, d, length), got {shape_of(u) if isinstance(u, Tensor) else type(u)}")
+        raise ValueError(
+            f"selective_scan: u must have shape (batch, d, length), got {shape_of(u) if isinstance(u, Tensor) else type(u)}"
+        )
     b, d, l = u.shape
     if delta.shape != u.shape:
-        raise ValueError(f"selective_scan: delta must have the shape of u (batch, d, length)={shape_of(u)}, got {shape_of(delta)}")
+        raise ValueError(
+            f"selective_scan: delta must have the shape of u (batch, d, length)={shape_of(u)}, got {shape_of(delta)}"
+        )
     if A.is_complex():
         raise ValueError("selective_scan: complex A is not supported; pass a real A of shape (d, n)")
     if A.dim() != 2 or A.shape[0] != d:
@@ -51,9 +56,13 @@ def check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state) -> None:
         if v is not None and v.shape != (d,):
             raise ValueError(f"selective_scan: {name} must have shape (d,)={(d,)}, got {shape_of(v)}")
     if z is not None and z.shape != u.shape:
-        raise ValueError(f"selective_scan: z must have the shape of u (batch, d, length)={shape_of(u)}, got {shape_of(z)}")
+        raise ValueError(
+            f"selective_scan: z must have the shape of u (batch, d, length)={shape_of(u)}, got {shape_of(z)}"
+        )
     if initial_state is not None and initial_state.shape != (b, d, n):
-        raise ValueError(f"selective_scan: initial_state must have shape (batch, d, n)={(b, d, n)}, got {shape_of(initial_state)}")
+        raise ValueError(
+            f"selective_scan: initial_state must have shape (batch, d, n)={(b, d, n)}, got {shape_of(initial_state)}"
+        )
 
 
 def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
@@ -61,8 +70,9 @@ def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def prepare_delta(delta: Tensor, delta_bias: Tensor | None, delta_softplus: bool, dtype: torch.dtype,
-                  channel_dim: int = 1) -> Tensor:
+def prepare_delta(
+    delta: Tensor, delta_bias: Tensor | None, delta_softplus: bool, dtype: torch.dtype, channel_dim: int = 1
+) -> Tensor:
     """delta in ``dtype``, plus ``delta_bias`` (per channel: ``delta``'s dimension ``channel_dim``,
     1 for (b, d, l), -1 for (b, l, d)), through softplus if asked."""
     delta = delta.to(dtype)
@@ -93,8 +103,16 @@ def finish(y: Tensor, u: Tensor, D: Tensor | None, z: Tensor | None, out_dtype: 
 
 
 def scan_flops(
-    b: int, d: int, l: int, n: int, has_D: bool, has_z: bool, *, backward: bool = False,
-    has_bias: bool = False, softplus: bool = False,
+    b: int,
+    d: int,
+    l: int,
+    n: int,
+    has_D: bool,
+    has_z: bool,
+    *,
+    backward: bool = False,
+    has_bias: bool = False,
+    softplus: bool = False,
 ) -> int:
     """Floating-point operations of the fused scan's forward (or, with ``backward``, its backward)
     pass, counted as :mod:`longrange.ops.custom_ops` says (one per add, multiply, divide or exp).

@@ -12,17 +12,18 @@ Determinism (:data:`DETERMINISTIC_BACKWARD`): with ``torch.use_deterministic_alg
 by name raises a RuntimeError naming the deterministic ones (a warning instead in PyTorch's
 ``warn_only`` mode).
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+import longrange.ops.scan.numba as numba_scan
+import longrange.ops.scan.triton as triton_scan
 from longrange import _optional
 from longrange.ops import used
 from longrange.ops.dataless import holds_data
 from longrange.ops.dispatch import Dispatcher, Impl, numba_impl, triton_impl
-import longrange.ops.scan.numba as numba_scan
-import longrange.ops.scan.triton as triton_scan
 from longrange.ops.scan.chunked import selective_scan_chunked
 from longrange.ops.scan.common import check_shapes, compute_dtype
 from longrange.ops.scan.reference import selective_scan_ref
@@ -45,8 +46,10 @@ def _cuda_runs(device: torch.device) -> bool:
 def _cuda_reason(device: torch.device) -> str:
     if _optional.selective_scan_cuda_fn is None:
         reason = _optional.status()["mamba_ssm"].get("reason", "")
-        return ("needs mamba_ssm with its compiled extension selective_scan_cuda"
-                f"{f' ({reason})' if reason else ''} and CUDA tensors")
+        return (
+            "needs mamba_ssm with its compiled extension selective_scan_cuda"
+            f"{f' ({reason})' if reason else ''} and CUDA tensors"
+        )
     return f"cannot run on {device.type}: it needs CUDA tensors"
 
 
@@ -59,8 +62,13 @@ def _cuda_misfit(has_initial_state: bool = False, dtype: torch.dtype = torch.flo
     return f"needs float32/float16/bfloat16 inputs and no initial_state, got {got}"
 
 
-def _auto(d: Dispatcher, device: torch.device, deterministic: bool, has_initial_state: bool = False,
-          dtype: torch.dtype = torch.float32) -> str:
+def _auto(
+    d: Dispatcher,
+    device: torch.device,
+    deterministic: bool,
+    has_initial_state: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> str:
     """The selective scan's rule for ``"auto"`` (see :func:`auto_impl`)."""
     if device.type == "meta":
         return "chunked" if deterministic else "triton"
@@ -83,15 +91,31 @@ def _auto(d: Dispatcher, device: torch.device, deterministic: bool, has_initial_
 #: additions, whose order, and so the last bits, can change from run to run on a GPU. The forward
 #: passes of all five are deterministic.
 _ATOMIC = "atomic additions of the gradients of B and C"
-DISPATCHER = Dispatcher("selective_scan", [
-    Impl("cuda", runs=_cuda_runs, reason=_cuda_reason, fits=_cuda_fits, misfit=_cuda_misfit, deterministic=False,
-         nondeterministic=_ATOMIC, note="mamba_ssm; no initial state, not float64"),
-    triton_impl(lambda device: triton_scan.triton_available(device), lambda: triton_scan.unavailable_reason(),
-                deterministic=False, nondeterministic=_ATOMIC),
-    numba_impl(numba_scan),
-    Impl("chunked"),
-    Impl("ref", auto=False),
-], auto=_auto)
+DISPATCHER = Dispatcher(
+    "selective_scan",
+    [
+        Impl(
+            "cuda",
+            runs=_cuda_runs,
+            reason=_cuda_reason,
+            fits=_cuda_fits,
+            misfit=_cuda_misfit,
+            deterministic=False,
+            nondeterministic=_ATOMIC,
+            note="mamba_ssm; no initial state, not float64",
+        ),
+        triton_impl(
+            lambda device: triton_scan.triton_available(device),
+            lambda: triton_scan.unavailable_reason(),
+            deterministic=False,
+            nondeterministic=_ATOMIC,
+        ),
+        numba_impl(numba_scan),
+        Impl("chunked"),
+        Impl("ref", auto=False),
+    ],
+    auto=_auto,
+)
 
 IMPLS = DISPATCHER.IMPLS
 #: Whether each implementation's backward gives the same bits for the same inputs (see above).
@@ -170,8 +194,9 @@ def selective_scan(
     check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     args = (u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
     dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
-    impl = DISPATCHER.resolve(impl, u.device, dataless=not holds_data(u), has_initial_state=initial_state is not None,
-                              dtype=dtype)
+    impl = DISPATCHER.resolve(
+        impl, u.device, dataless=not holds_data(u), has_initial_state=initial_state is not None, dtype=dtype
+    )
     if impl == "cuda":
         return _ran(impl, _optional.selective_scan_cuda_fn(*args))
     if impl == "triton":
@@ -180,6 +205,7 @@ def selective_scan(
         return _ran(impl, numba_scan.selective_scan_numba(*args, initial_state=initial_state))
     if impl == "ref":
         return _ran(impl, selective_scan_ref(*args, initial_state=initial_state))
-    return _ran(impl, selective_scan_chunked(
-        *args, initial_state=initial_state, chunk_size=chunk_size, chunk_method=chunk_method
-    ))
+    return _ran(
+        impl,
+        selective_scan_chunked(*args, initial_state=initial_state, chunk_size=chunk_size, chunk_method=chunk_method),
+    )

@@ -39,6 +39,7 @@ Deterministic: every (task, element) of the backward's partial sums is written b
 the partial sums are added in a fixed order, so two runs give the same bits at the same number of
 threads (the division of the channels into tasks follows the thread count).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,7 +47,8 @@ import math
 import torch
 from torch import Tensor
 
-from longrange.ops._lazy_kernels import LazyKernels, block_width, divisors, use_threads as _use_threads
+from longrange.ops._lazy_kernels import LazyKernels, block_width, divisors
+from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 from longrange.ops.scan.common import check_shapes, compute_dtype, prepare_delta, scan_flops
 
@@ -118,7 +120,9 @@ def _or_zeros(t: Tensor | None, like: Tensor, *shape: int) -> Tensor:
 def _kernels():
     k = _load()
     if k is None:
-        raise RuntimeError(f"selective_scan: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
+        raise RuntimeError(
+            f"selective_scan: impl='numba' needs the numba package, which does not import ({_KERNELS.error})"
+        )
     return k
 
 
@@ -129,7 +133,14 @@ def _kernels():
 
 @torch.library.custom_op(qualname("selective_scan_numba"), mutates_args=(), device_types="cpu")
 def _scan_op(
-    u: Tensor, dt: Tensor, A: Tensor, B4: Tensor, C4: Tensor, D: Tensor | None, z: Tensor | None, h0: Tensor | None,
+    u: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B4: Tensor,
+    C4: Tensor,
+    D: Tensor | None,
+    z: Tensor | None,
+    h0: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """(u, dt, A, B4, C4, D, z, h0) -> (out, last), contiguous, in one floating dtype (the compute
     dtype); B4, C4 in the kernel layout (:func:`_as_4d`). See the module docstring."""
@@ -142,8 +153,17 @@ def _scan_op(
     out = torch.empty_like(u)
     last = u.new_empty(b, d, n)
     k.scan_forward(
-        _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_),
-        z is not None, _np(out), _np(last),
+        _np(u),
+        _np(dt),
+        _np(A),
+        _np(B4),
+        _np(C4),
+        _np(D_),
+        _np(z_),
+        _np(h0_),
+        z is not None,
+        _np(out),
+        _np(last),
     )
     return out, last
 
@@ -155,8 +175,16 @@ def _(u, dt, A, B4, C4, D, z, h0):
 
 @torch.library.custom_op(qualname("selective_scan_numba_backward"), mutates_args=(), device_types="cpu")
 def _scan_backward_op(
-    u: Tensor, dt: Tensor, A: Tensor, B4: Tensor, C4: Tensor, D: Tensor | None, z: Tensor | None, h0: Tensor | None,
-    gout: Tensor, glast: Tensor,
+    u: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B4: Tensor,
+    C4: Tensor,
+    D: Tensor | None,
+    z: Tensor | None,
+    h0: Tensor | None,
+    gout: Tensor,
+    glast: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Gradients (u, dt, A, B4, C4, D, z, h0) of :func:`_scan_op` for the output gradients
     ``gout``, ``glast``; those of an absent D or z are computed as for zeros (D) or empty (z)."""
@@ -178,13 +206,36 @@ def _scan_backward_op(
     gA, gD, gh0 = u.new_empty(b, d, n), u.new_empty(b, d), u.new_empty(b, d, n)
     gB, gC = partial(B4), partial(C4)
     k.scan_backward(
-        _np(u), _np(dt), _np(A), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_), z is not None,
-        _np(gout), _np(glast), per_task,
-        _np(gu), _np(gdt), _np(gA), _np(gB), _np(gC), _np(gD), _np(gz), _np(gh0),
+        _np(u),
+        _np(dt),
+        _np(A),
+        _np(B4),
+        _np(C4),
+        _np(D_),
+        _np(z_),
+        _np(h0_),
+        z is not None,
+        _np(gout),
+        _np(glast),
+        per_task,
+        _np(gu),
+        _np(gdt),
+        _np(gA),
+        _np(gB),
+        _np(gC),
+        _np(gD),
+        _np(gz),
+        _np(gh0),
     )
     return (
-        gu, gdt, gA.sum(0), _reduce_partial(gB, B4).contiguous(), _reduce_partial(gC, C4).contiguous(), gD.sum(0),
-        gz if z is not None else u.new_empty(0), gh0,
+        gu,
+        gdt,
+        gA.sum(0),
+        _reduce_partial(gB, B4).contiguous(),
+        _reduce_partial(gC, C4).contiguous(),
+        gD.sum(0),
+        gz if z is not None else u.new_empty(0),
+        gh0,
     )
 
 
@@ -192,8 +243,14 @@ def _scan_backward_op(
 def _(u, dt, A, B4, C4, D, z, h0, gout, glast):
     b, d, l = u.shape
     return (
-        torch.empty_like(u), torch.empty_like(u), A.new_empty(A.shape), B4.new_empty(B4.shape), C4.new_empty(C4.shape),
-        u.new_empty(d), torch.empty_like(u) if z is not None else u.new_empty(0), u.new_empty(b, d, A.shape[1]),
+        torch.empty_like(u),
+        torch.empty_like(u),
+        A.new_empty(A.shape),
+        B4.new_empty(B4.shape),
+        C4.new_empty(C4.shape),
+        u.new_empty(d),
+        torch.empty_like(u) if z is not None else u.new_empty(0),
+        u.new_empty(b, d, A.shape[1]),
     )
 
 
@@ -257,7 +314,14 @@ def _cl_width(b: int, d: int, B4: Tensor, C4: Tensor, threads: int) -> int:
 
 @torch.library.custom_op(qualname("selective_scan_numba_cl"), mutates_args=(), device_types="cpu")
 def _scan_cl_op(
-    u: Tensor, dt: Tensor, A: Tensor, B4: Tensor, C4: Tensor, D: Tensor | None, z: Tensor | None, h0: Tensor | None,
+    u: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B4: Tensor,
+    C4: Tensor,
+    D: Tensor | None,
+    z: Tensor | None,
+    h0: Tensor | None,
     chunk: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(u, dt, A, B4, C4, D, z, h0) with u, dt, z (b, l, d) -> (out (b, l, d), last (b, d, n), the
@@ -274,8 +338,20 @@ def _scan_cl_op(
     last = u.new_empty(b, d, n)
     states = u.new_empty(b, -(-l // chunk), n, d)
     k.scan_forward_cl(
-        _np(u), _np(dt), _np(A.t().contiguous()), _np(B4), _np(C4), _np(D_), _np(z_), _np(h0_),
-        z is not None, width, chunk, _np(out), _np(last), _np(states),
+        _np(u),
+        _np(dt),
+        _np(A.t().contiguous()),
+        _np(B4),
+        _np(C4),
+        _np(D_),
+        _np(z_),
+        _np(h0_),
+        z is not None,
+        width,
+        chunk,
+        _np(out),
+        _np(last),
+        _np(states),
     )
     return out, last, states
 
@@ -289,8 +365,17 @@ def _(u, dt, A, B4, C4, D, z, h0, chunk):
 
 @torch.library.custom_op(qualname("selective_scan_numba_cl_backward"), mutates_args=(), device_types="cpu")
 def _scan_cl_backward_op(
-    u: Tensor, dt: Tensor, A: Tensor, B4: Tensor, C4: Tensor, D: Tensor | None, z: Tensor | None, states: Tensor,
-    gout: Tensor, glast: Tensor, chunk: int,
+    u: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B4: Tensor,
+    C4: Tensor,
+    D: Tensor | None,
+    z: Tensor | None,
+    states: Tensor,
+    gout: Tensor,
+    glast: Tensor,
+    chunk: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Gradients (u, dt, A, B4, C4, D, z, h0) of :func:`_scan_cl_op` from its stored ``states``."""
     k = _kernels()
@@ -304,13 +389,37 @@ def _scan_cl_backward_op(
     gA, gD, gh0 = u.new_empty(b, d, n), u.new_empty(b, d), u.new_empty(b, d, n)
     gB, gC = u.new_zeros(b, d // width, l, n), u.new_zeros(b, d // width, l, n)
     k.scan_backward_cl(
-        _np(u), _np(dt), _np(A.t().contiguous()), _np(B4), _np(C4), _np(D_), _np(z_), _np(states), z is not None,
-        _np(gout), _np(glast), width, chunk,
-        _np(gu), _np(gdt), _np(gA), _np(gB), _np(gC), _np(gD), _np(gz), _np(gh0),
+        _np(u),
+        _np(dt),
+        _np(A.t().contiguous()),
+        _np(B4),
+        _np(C4),
+        _np(D_),
+        _np(z_),
+        _np(states),
+        z is not None,
+        _np(gout),
+        _np(glast),
+        width,
+        chunk,
+        _np(gu),
+        _np(gdt),
+        _np(gA),
+        _np(gB),
+        _np(gC),
+        _np(gD),
+        _np(gz),
+        _np(gh0),
     )
     return (
-        gu, gdt, gA.sum(0), _reduce_partial(gB, B4).contiguous(), _reduce_partial(gC, C4).contiguous(), gD.sum(0),
-        gz if z is not None else u.new_empty(0), gh0,
+        gu,
+        gdt,
+        gA.sum(0),
+        _reduce_partial(gB, B4).contiguous(),
+        _reduce_partial(gC, C4).contiguous(),
+        gD.sum(0),
+        gz if z is not None else u.new_empty(0),
+        gh0,
     )
 
 
@@ -318,8 +427,14 @@ def _scan_cl_backward_op(
 def _(u, dt, A, B4, C4, D, z, states, gout, glast, chunk):
     b, l, d = u.shape
     return (
-        torch.empty_like(u), torch.empty_like(u), A.new_empty(A.shape), B4.new_empty(B4.shape), C4.new_empty(C4.shape),
-        u.new_empty(d), torch.empty_like(u) if z is not None else u.new_empty(0), u.new_empty(b, d, A.shape[1]),
+        torch.empty_like(u),
+        torch.empty_like(u),
+        A.new_empty(A.shape),
+        B4.new_empty(B4.shape),
+        C4.new_empty(C4.shape),
+        u.new_empty(d),
+        torch.empty_like(u) if z is not None else u.new_empty(0),
+        u.new_empty(b, d, A.shape[1]),
     )
 
 
@@ -397,7 +512,15 @@ def selective_scan_numba(
         # that layout too, row-major for the product that made delta)
         dt = prepare_delta(delta.transpose(1, 2), delta_bias, delta_softplus, dtype, channel_dim=-1)
         out, last, _ = _scan_cl_op(
-            prep_cl(u), dt.contiguous(), prep(A), B4, C4, prep(D), prep_cl(z), prep(initial_state), chunk,
+            prep_cl(u),
+            dt.contiguous(),
+            prep(A),
+            B4,
+            C4,
+            prep(D),
+            prep_cl(z),
+            prep(initial_state),
+            chunk,
         )
         out = out.transpose(1, 2)
     else:

@@ -5,6 +5,7 @@ the shapes and the recurrence).
 Its backward is PyTorch's autograd through elementwise operations and sums, so it is
 deterministic wherever PyTorch's own operations are.
 """
+
 from __future__ import annotations
 
 import torch

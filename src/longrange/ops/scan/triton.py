@@ -25,8 +25,8 @@ Determinism: the forward is deterministic; the backward is not: the gradients of
 and C (the S6 case) are summed over blocks of channels with atomic additions, whose order varies
 from run to run on a GPU (see :data:`longrange.ops.scan.dispatch.DETERMINISTIC_BACKWARD`).
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 from torch import Tensor
@@ -70,7 +70,9 @@ def triton_available(device: torch.device | str) -> bool:
 def _check_runnable(u: Tensor, tensors: dict[str, Tensor | None]) -> None:
     for name, t in tensors.items():
         if t is not None and t.device != u.device:
-            raise ValueError(f"selective_scan_triton: {name} is on {t.device}, u on {u.device}; all must share a device")
+            raise ValueError(
+                f"selective_scan_triton: {name} is on {t.device}, u on {u.device}; all must share a device"
+            )
     if not holds_data(u):  # meta or fake tensors: the operator's fake implementation runs, nothing is launched
         return
     if _kernel_module() is None:
@@ -86,8 +88,9 @@ def _interpreting(device: torch.device) -> bool:
     return device.type != "cuda" or triton_interpret_requested()
 
 
-def _config(device: torch.device, block_d: int | None, chunk: int | None, num_warps: int | None,
-            dataless: bool = False) -> dict:
+def _config(
+    device: torch.device, block_d: int | None, chunk: int | None, num_warps: int | None, dataless: bool = False
+) -> dict:
     """The kernel settings; tensors without data (dry runs, plans) stand for a GPU's and take its settings."""
     cfg = dict(DEFAULT_CONFIG["interpret" if _interpreting(device) and not dataless else "gpu"])
     for key, value in (("block_d", block_d), ("chunk", chunk), ("num_warps", num_warps)):
@@ -120,8 +123,19 @@ def _acc_dtype(dtype: torch.dtype):
 
 @torch.library.custom_op(qualname("selective_scan_triton"), mutates_args=())
 def _scan_op(
-    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, z: Tensor | None,
-    delta_bias: Tensor | None, initial_state: Tensor | None, softplus: bool, block_d: int, chunk: int, num_warps: int,
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None,
+    z: Tensor | None,
+    delta_bias: Tensor | None,
+    initial_state: Tensor | None,
+    softplus: bool,
+    block_d: int,
+    chunk: int,
+    num_warps: int,
     store_states: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(out in u's dtype, last state and, with ``store_states``, the states at chunk starts
@@ -146,16 +160,46 @@ def _scan_op(
     BD = block_d
     grid = (b, -(-d // BD))
     fwd[grid](
-        u, delta, A, B, C, u if D is None else D, u if z is None else z,
-        u if delta_bias is None else delta_bias, last if h0 is None else h0,
-        out, last, states,
-        d, L, n, n_chunks,
-        sBb, sBg, sBn, sBl, B_group,
-        sCb, sCg, sCn, sCl, C_group,
-        BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=T,
-        B_VARIES=B_varies, C_VARIES=C_varies, B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
-        HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None, HAS_H0=h0 is not None,
-        SOFTPLUS=bool(softplus), STORE_STATES=store_states, ACC=_acc_dtype(dtype),
+        u,
+        delta,
+        A,
+        B,
+        C,
+        u if D is None else D,
+        u if z is None else z,
+        u if delta_bias is None else delta_bias,
+        last if h0 is None else h0,
+        out,
+        last,
+        states,
+        d,
+        L,
+        n,
+        n_chunks,
+        sBb,
+        sBg,
+        sBn,
+        sBl,
+        B_group,
+        sCb,
+        sCg,
+        sCn,
+        sCl,
+        C_group,
+        BLOCK_D=BD,
+        BLOCK_N=_next_power_of_2(n),
+        CHUNK=T,
+        B_VARIES=B_varies,
+        C_VARIES=C_varies,
+        B_ONE_GROUP=B_group % BD == 0,
+        C_ONE_GROUP=C_group % BD == 0,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_BIAS=delta_bias is not None,
+        HAS_H0=h0 is not None,
+        SOFTPLUS=bool(softplus),
+        STORE_STATES=store_states,
+        ACC=_acc_dtype(dtype),
         num_warps=num_warps,
     )
     return out, last, states if store_states else u.new_empty(0, dtype=dtype)
@@ -172,9 +216,22 @@ def _(u, delta, A, B, C, D, z, delta_bias, initial_state, softplus, block_d, chu
 
 @torch.library.custom_op(qualname("selective_scan_triton_backward"), mutates_args=())
 def _scan_backward_op(
-    u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor | None, z: Tensor | None,
-    delta_bias: Tensor | None, initial_state: Tensor | None, states: Tensor, dout: Tensor, dlast: Tensor,
-    softplus: bool, block_d: int, chunk: int, num_warps: int,
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None,
+    z: Tensor | None,
+    delta_bias: Tensor | None,
+    initial_state: Tensor | None,
+    states: Tensor,
+    dout: Tensor,
+    dlast: Tensor,
+    softplus: bool,
+    block_d: int,
+    chunk: int,
+    num_warps: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients (u, delta, A, B, C, D, z, delta_bias, initial_state) of :func:`_scan_op`, each
     in its input's dtype (an empty tensor for an absent input), from the stored ``states``."""
@@ -195,26 +252,70 @@ def _scan_backward_op(
     ddelta = torch.empty_like(delta)
     dz = torch.empty_like(z) if z is not None else du
     dA = torch.empty(b, d, n, dtype=dtype, device=dev)
-    dB = torch.zeros(b, B_ng, n, L, dtype=dtype, device=dev) if B_varies else torch.empty(b, d, n, dtype=dtype, device=dev)
-    dC = torch.zeros(b, C_ng, n, L, dtype=dtype, device=dev) if C_varies else torch.empty(b, d, n, dtype=dtype, device=dev)
+    dB = (
+        torch.zeros(b, B_ng, n, L, dtype=dtype, device=dev)
+        if B_varies
+        else torch.empty(b, d, n, dtype=dtype, device=dev)
+    )
+    dC = (
+        torch.zeros(b, C_ng, n, L, dtype=dtype, device=dev)
+        if C_varies
+        else torch.empty(b, d, n, dtype=dtype, device=dev)
+    )
     dD = torch.empty(b, d, dtype=dtype, device=dev) if D is not None else dA
     dbias = torch.empty(b, d, dtype=dtype, device=dev) if delta_bias is not None else dA
     dh0 = torch.empty(b, d, n, dtype=dtype, device=dev)
     BD = block_d
     _, bwd = _kernel_module().kernels(_interpreting(dev))
     bwd[(b, -(-d // BD))](
-        u, delta, A, B, C, u if D is None else D, u if z is None else z,
-        u if delta_bias is None else delta_bias, states,
-        dout, dlast,
-        du, ddelta, dz, dA, dB, dC, dD, dbias, dh0,
-        d, L, n, n_chunks,
-        sBb, sBg, sBn, sBl, B_group, B_ng,
-        sCb, sCg, sCn, sCl, C_group, C_ng,
-        BLOCK_D=BD, BLOCK_N=_next_power_of_2(n), CHUNK=chunk,
-        B_VARIES=B_varies, C_VARIES=C_varies,
-        B_ONE_GROUP=B_group % BD == 0, C_ONE_GROUP=C_group % BD == 0,
-        HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
-        SOFTPLUS=bool(softplus), ACC=_acc_dtype(dtype),
+        u,
+        delta,
+        A,
+        B,
+        C,
+        u if D is None else D,
+        u if z is None else z,
+        u if delta_bias is None else delta_bias,
+        states,
+        dout,
+        dlast,
+        du,
+        ddelta,
+        dz,
+        dA,
+        dB,
+        dC,
+        dD,
+        dbias,
+        dh0,
+        d,
+        L,
+        n,
+        n_chunks,
+        sBb,
+        sBg,
+        sBn,
+        sBl,
+        B_group,
+        B_ng,
+        sCb,
+        sCg,
+        sCn,
+        sCl,
+        C_group,
+        C_ng,
+        BLOCK_D=BD,
+        BLOCK_N=_next_power_of_2(n),
+        CHUNK=chunk,
+        B_VARIES=B_varies,
+        C_VARIES=C_varies,
+        B_ONE_GROUP=B_group % BD == 0,
+        C_ONE_GROUP=C_group % BD == 0,
+        HAS_D=D is not None,
+        HAS_Z=z is not None,
+        HAS_BIAS=delta_bias is not None,
+        SOFTPLUS=bool(softplus),
+        ACC=_acc_dtype(dtype),
         num_warps=num_warps,
     )
 
@@ -246,9 +347,13 @@ def _(u, delta, A, B, C, D, z, delta_bias, initial_state, states, dout, dlast, s
     return (
         torch.empty_like(u, memory_format=torch.contiguous_format),
         torch.empty_like(delta, memory_format=torch.contiguous_format),
-        like(A), like(B), like(C), like(D),
+        like(A),
+        like(B),
+        like(C),
+        like(D),
         u.new_empty(0) if z is None else torch.empty_like(z, memory_format=torch.contiguous_format),
-        like(delta_bias), like(initial_state),
+        like(delta_bias),
+        like(initial_state),
     )
 
 
@@ -265,7 +370,17 @@ def _backward(ctx, dout: Tensor, dlast: Tensor, dstates: Tensor):
     dout = torch.zeros_like(u) if dout is None else dout
     dlast = states.new_zeros(*u.shape[:2], A.shape[1]) if dlast is None else dlast
     grads = _scan_backward_op(u, delta, A, B, C, D, z, delta_bias, initial_state, states, dout, dlast, *ctx.meta)
-    present = (True, True, True, True, True, D is not None, z is not None, delta_bias is not None, initial_state is not None)
+    present = (
+        True,
+        True,
+        True,
+        True,
+        True,
+        D is not None,
+        z is not None,
+        delta_bias is not None,
+        initial_state is not None,
+    )
     grads = tuple(g if has and need else None for g, has, need in zip(grads, present, ctx.needs_input_grad))
     return (*grads, None, None, None, None, None)
 
@@ -275,14 +390,27 @@ _scan_op.register_autograd(_backward, setup_context=_setup_context)
 
 def _flops(u, A, D, z, delta_bias, softplus: bool, backward: bool) -> int:
     b, d, L = u
-    return scan_flops(b, d, L, A[1], D is not None, z is not None, backward=backward,
-                      has_bias=delta_bias is not None, softplus=bool(softplus))
+    return scan_flops(
+        b,
+        d,
+        L,
+        A[1],
+        D is not None,
+        z is not None,
+        backward=backward,
+        has_bias=delta_bias is not None,
+        softplus=bool(softplus),
+    )
 
 
-register_flops(_scan_op, lambda u, delta, A, B, C, D, z, bias, h0, softplus, *config: _flops(u, A, D, z, bias, softplus, False))
+register_flops(
+    _scan_op, lambda u, delta, A, B, C, D, z, bias, h0, softplus, *config: _flops(u, A, D, z, bias, softplus, False)
+)
 register_flops(
     _scan_backward_op,
-    lambda u, delta, A, B, C, D, z, bias, h0, states, dout, dlast, softplus, *config: _flops(u, A, D, z, bias, softplus, True),
+    lambda u, delta, A, B, C, D, z, bias, h0, states, dout, dlast, softplus, *config: _flops(
+        u, A, D, z, bias, softplus, True
+    ),
 )
 
 
@@ -330,6 +458,4 @@ def selective_scan_triton(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The selective scan by Triton kernels; the semantics of :func:`longrange.ops.scan.selective_scan`
     (see the module docstrings). Needs :func:`triton_available` for u's device, else RuntimeError."""
-    return _selective_scan_triton(
-        u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
-    )
+    return _selective_scan_triton(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state)

@@ -34,6 +34,7 @@ Layout of the package::
 The same discretisation helpers are used by the layers' recurrent (step) modes, so the
 convolutional and recurrent modes agree by construction.
 """
+
 from longrange.ops.ssm_kernels.chunked import CAUCHY_CHUNK_ELEMENTS
 from longrange.ops.ssm_kernels.diag import DISCRETIZATIONS, diag_ssm_kernel, diag_ssm_kernel_ref, discretize_diag
 from longrange.ops.ssm_kernels.dispatch import (

@@ -24,13 +24,13 @@ Every output element is written by exactly one task, and every sum has a fixed o
 sums across tasks go to separate slots that the caller adds up, so results do not depend on the
 number of threads or on their timing (the backward passes are deterministic).
 """
+
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
 from longrange.ops._numba_common import FASTMATH, like, set_threads  # noqa: F401  (set_threads: this module's interface)
-
 
 # --------------------------------------------------------------------------------------------
 # Vandermonde
@@ -104,7 +104,9 @@ def vandermonde_forward(d_re, d_im, D_re, D_im, w_re, w_im, block, j_group, out)
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def vandermonde_backward(d_re, d_im, D_re, D_im, w_re, w_im, g, block, j_group, gw_re, gw_im, ga_re, ga_im):  # pragma: no cover - compiled
+def vandermonde_backward(
+    d_re, d_im, D_re, D_im, w_re, w_im, g, block, j_group, gw_re, gw_im, ga_re, ga_im
+):  # pragma: no cover - compiled
     """Gradients of :func:`vandermonde_forward` for the output gradient ``g`` (J, R, L).
 
     ``gw`` (J, R, M) = sum_l g[j, r, l] conj(d^l); ``ga`` (R, groups, M): per task, the sum over
@@ -261,7 +263,9 @@ def _row(x, r, k0, nk, dtype):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def cauchy_forward(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs, k_block, out_re, out_im):  # pragma: no cover - compiled
+def cauchy_forward(
+    v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs, k_block, out_re, out_im
+):  # pragma: no cover - compiled
     """``out[j, r, k]``; one task per (r, block of ``k_block`` points), vectorised over the points.
 
     Computed in float64 whatever the inputs' dtype, the output rounded once: the resolvents of
@@ -337,8 +341,22 @@ PARTIAL_SUM_DTYPE = np.float64
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
 def cauchy_backward(
-    v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj_pairs, k_block,
-    gv_re, gv_im, gw_re, gw_im, gz_re, gz_im,
+    v_re,
+    v_im,
+    z_re,
+    z_im,
+    w_re,
+    w_im,
+    g_re,
+    g_im,
+    conj_pairs,
+    k_block,
+    gv_re,
+    gv_im,
+    gw_re,
+    gw_im,
+    gz_re,
+    gz_im,
 ):  # pragma: no cover - compiled
     """Gradients of :func:`cauchy_forward` for the output gradient ``g`` (J, R, K), PyTorch's
     convention for complex inputs (the gradient of a real loss is dL/dRe + i dL/dIm).
@@ -380,8 +398,9 @@ def cauchy_backward(
         t_re = np.zeros((J, nk), dtype=np.float64)  # sum_n v ρ² + conj(v) σ²
         t_im = np.zeros((J, nk), dtype=np.float64)
         for n in range(N):
-            _squared_resolvents(zr, zi, np.float64(w_re[r, n]), np.float64(w_im[r, n]), conj_pairs,
-                                a, b, c, e, a2, b2, c2, e2)
+            _squared_resolvents(
+                zr, zi, np.float64(w_re[r, n]), np.float64(w_im[r, n]), conj_pairs, a, b, c, e, a2, b2, c2, e2
+            )
             sw_re = 0.0
             sw_im = 0.0
             for j in range(J):

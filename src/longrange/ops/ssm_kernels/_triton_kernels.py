@@ -25,6 +25,7 @@ builtins and the device functions of this module only; :func:`kernels` wraps the
 functions included, for compilation (``JITFunction``) or for Triton's CPU interpreter
 (``InterpretedFunction``), and plain sums are ``tl.reduce(x, axis, _SUM)``.
 """
+
 import types
 
 import triton
@@ -183,8 +184,23 @@ def _mix_squares(rr, rr_lo, ri, ri_lo, sr, sr_lo, si, si_lo):
 
 
 def _pole_sums(
-    v_re_ptr, v_im_ptr, w_re_ptr, w_im_ptr, zr, zi, k_ok, js, j_ok, r, R, N,
-    SQUARED: tl.constexpr, CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    v_re_ptr,
+    v_im_ptr,
+    w_re_ptr,
+    w_im_ptr,
+    zr,
+    zi,
+    k_ok,
+    js,
+    j_ok,
+    r,
+    R,
+    N,
+    SQUARED: tl.constexpr,
+    CONJ: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     """sum_n v ρ + conj(v) σ (with ``SQUARED``: v ρ² + conj(v) σ²) over the poles of row r, one
     pole at a time, for the vectors ``js`` at the points zr + i zi (a (BLOCK_J, BLOCK_K) tile):
@@ -220,8 +236,22 @@ def _sum_last(hi, lo, A: tl.constexpr, B: tl.constexpr, LEVELS: tl.constexpr):
 
 _HELPERS = {
     f.__name__: f
-    for f in (_seed, _powers_at, _local_powers, _add, _two_sum, _add2, _reciprocal, _resolvents, _square2, _round_sum,
-              _mix, _mix_squares, _pole_sums, _sum_last)
+    for f in (
+        _seed,
+        _powers_at,
+        _local_powers,
+        _add,
+        _two_sum,
+        _add2,
+        _reciprocal,
+        _resolvents,
+        _square2,
+        _round_sum,
+        _mix,
+        _mix_squares,
+        _pole_sums,
+        _sum_last,
+    )
 }
 
 
@@ -231,9 +261,20 @@ _HELPERS = {
 
 
 def _vandermonde_fwd(
-    a_re_ptr, a_im_ptr, w_re_ptr, w_im_ptr, out_ptr,
-    J, R, M, L,
-    BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr,
+    a_re_ptr,
+    a_im_ptr,
+    w_re_ptr,
+    w_im_ptr,
+    out_ptr,
+    J,
+    R,
+    M,
+    L,
+    BLOCK_J: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     js = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
@@ -263,10 +304,25 @@ def _vandermonde_fwd(
 
 
 def _vandermonde_bwd(
-    a_re_ptr, a_im_ptr, w_re_ptr, w_im_ptr, g_ptr,
-    gw_re_ptr, gw_im_ptr, ga_re_ptr, ga_im_ptr,
-    J, R, M, L, J_BLOCKS,
-    BLOCK_J: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr,
+    a_re_ptr,
+    a_im_ptr,
+    w_re_ptr,
+    w_im_ptr,
+    g_ptr,
+    gw_re_ptr,
+    gw_im_ptr,
+    ga_re_ptr,
+    ga_im_ptr,
+    J,
+    R,
+    M,
+    L,
+    J_BLOCKS,
+    BLOCK_J: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     jb = tl.program_id(1)
@@ -286,7 +342,9 @@ def _vandermonde_bwd(
         p_re = seed_re[None, :] * loc_re - seed_im[None, :] * loc_im  # (BLOCK_L, BLOCK_M)
         p_im = seed_re[None, :] * loc_im + seed_im[None, :] * loc_re
         l_ok = (l0 + s) < L
-        g = tl.load(g_ptr + (js[:, None] * R + r) * L + l0 + s[None, :], mask=j_ok[:, None] & l_ok[None, :], other=0.0).to(ACC)
+        g = tl.load(
+            g_ptr + (js[:, None] * R + r) * L + l0 + s[None, :], mask=j_ok[:, None] & l_ok[None, :], other=0.0
+        ).to(ACC)
         lg = g * (l0 + s).to(ACC)[None, :]
         s0_re, c0_re = _add(s0_re, c0_re, tl.reduce(g[:, :, None] * p_re[None, :, :], 1, _SUM))
         s0_im, c0_im = _add(s0_im, c0_im, -tl.reduce(g[:, :, None] * p_im[None, :, :], 1, _SUM))
@@ -328,9 +386,22 @@ def _vandermonde_bwd(
 
 
 def _cauchy_fwd(
-    v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, out_re_ptr, out_im_ptr,
-    J, R, N, K,
-    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    v_re_ptr,
+    v_im_ptr,
+    z_re_ptr,
+    z_im_ptr,
+    w_re_ptr,
+    w_im_ptr,
+    out_re_ptr,
+    out_im_ptr,
+    J,
+    R,
+    N,
+    K,
+    CONJ: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -339,8 +410,9 @@ def _cauchy_fwd(
     j_ok = js < J
     zr = tl.load(z_re_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
     zi = tl.load(z_im_ptr + r * K + ks, mask=k_ok, other=0.0).to(ACC)
-    re, re_lo, im, im_lo = _pole_sums(v_re_ptr, v_im_ptr, w_re_ptr, w_im_ptr, zr, zi, k_ok, js, j_ok, r, R, N,
-                                      False, CONJ, BLOCK_J, BLOCK_K, ACC)
+    re, re_lo, im, im_lo = _pole_sums(
+        v_re_ptr, v_im_ptr, w_re_ptr, w_im_ptr, zr, zi, k_ok, js, j_ok, r, R, N, False, CONJ, BLOCK_J, BLOCK_K, ACC
+    )
     out_off = (js[:, None] * R + r) * K + ks[None, :]
     om = j_ok[:, None] & k_ok[None, :]
     tl.store(out_re_ptr + out_off, (re + re_lo).to(out_re_ptr.dtype.element_ty), mask=om)
@@ -348,9 +420,24 @@ def _cauchy_fwd(
 
 
 def _cauchy_bwd_z(
-    v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, g_re_ptr, g_im_ptr, gz_re_ptr, gz_im_ptr,
-    J, R, N, K,
-    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, ACC: tl.constexpr,
+    v_re_ptr,
+    v_im_ptr,
+    z_re_ptr,
+    z_im_ptr,
+    w_re_ptr,
+    w_im_ptr,
+    g_re_ptr,
+    g_im_ptr,
+    gz_re_ptr,
+    gz_im_ptr,
+    J,
+    R,
+    N,
+    K,
+    CONJ: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ACC: tl.constexpr,
 ):
     """gz[r, k] = -sum_j g[j, r, k] conj(sum_n v ρ² + conj(v) σ²)."""
     r = tl.program_id(0).to(tl.int64)
@@ -363,8 +450,9 @@ def _cauchy_bwd_z(
     for j0 in range(0, J, BLOCK_J):
         js = j0 + tl.arange(0, BLOCK_J)
         j_ok = js < J
-        t_re, t_re_lo, t_im, t_im_lo = _pole_sums(v_re_ptr, v_im_ptr, w_re_ptr, w_im_ptr, zr, zi, k_ok, js, j_ok, r, R, N,
-                                                  True, CONJ, BLOCK_J, BLOCK_K, ACC)
+        t_re, t_re_lo, t_im, t_im_lo = _pole_sums(
+            v_re_ptr, v_im_ptr, w_re_ptr, w_im_ptr, zr, zi, k_ok, js, j_ok, r, R, N, True, CONJ, BLOCK_J, BLOCK_K, ACC
+        )
         t_re, t_im = t_re + t_re_lo, t_im + t_im_lo
         g_off = (js[:, None] * R + r) * K + ks[None, :]
         gm = j_ok[:, None] & k_ok[None, :]
@@ -377,10 +465,27 @@ def _cauchy_bwd_z(
 
 
 def _cauchy_bwd_vw(
-    v_re_ptr, v_im_ptr, z_re_ptr, z_im_ptr, w_re_ptr, w_im_ptr, g_re_ptr, g_im_ptr,
-    gv_re_ptr, gv_im_ptr, gw_re_ptr, gw_im_ptr,
-    J, R, N, K,
-    CONJ: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, LOG2_BLOCK_K: tl.constexpr,
+    v_re_ptr,
+    v_im_ptr,
+    z_re_ptr,
+    z_im_ptr,
+    w_re_ptr,
+    w_im_ptr,
+    g_re_ptr,
+    g_im_ptr,
+    gv_re_ptr,
+    gv_im_ptr,
+    gw_re_ptr,
+    gw_im_ptr,
+    J,
+    R,
+    N,
+    K,
+    CONJ: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    LOG2_BLOCK_K: tl.constexpr,
     ACC: tl.constexpr,
 ):
     """gv[j, r, n] = sum_k g conj(ρ) + conj(g) σ; gw[r, n] = sum_j conj(v) sum_k g conj(ρ²) + conj(g) σ².
@@ -449,7 +554,11 @@ def _rebind(fn, scope: dict):
     out = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     out.__annotations__ = dict(fn.__annotations__)
     out.__kwdefaults__, out.__qualname__, out.__module__, out.__doc__ = (
-        fn.__kwdefaults__, fn.__qualname__, fn.__module__, fn.__doc__)
+        fn.__kwdefaults__,
+        fn.__qualname__,
+        fn.__module__,
+        fn.__doc__,
+    )
     return out
 
 

@@ -10,6 +10,7 @@
 These were the only implementations before the fused CPU and GPU kernels; they remain the
 fallback on every device and the baseline the benchmarks compare with.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,9 @@ def vandermonde_chunked(log_dA: Tensor, W: Tensor, L: int, chunk_bytes: int = TE
     ``chunk_bytes``."""
     pos = torch.arange(L, device=log_dA.device, dtype=log_dA.real.dtype)
     H, M = W.shape[-2], W.shape[-1]
-    group = H if log_dA.shape[0] == 1 or W.device.type == "meta" else group_size(M * L * log_dA.element_size(), chunk_bytes)
+    group = (
+        H if log_dA.shape[0] == 1 or W.device.type == "meta" else group_size(M * L * log_dA.element_size(), chunk_bytes)
+    )
     parts = []
     for c in range(0, H, group):
         modes = log_dA if log_dA.shape[0] == 1 else log_dA[c : c + group]
@@ -92,7 +95,9 @@ def _cauchy_chunked(v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None)
     return _ChunkedCauchy.apply(v, z, w, chunk)
 
 
-def cauchy_chunked(v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool = False, chunk_elements: int | None = None) -> Tensor:
+def cauchy_chunked(
+    v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool = False, chunk_elements: int | None = None
+) -> Tensor:
     """``sum_n v[..., n] / (z[..., k] - w[..., n])`` over chunks of z holding at most
     ``chunk_elements`` (default :data:`CAUCHY_CHUNK_ELEMENTS`) entries of the (..., K, N) matrix,
     plus the sum over (conj(v), conj(w)) when ``conj_pairs`` (arguments checked by the caller)."""

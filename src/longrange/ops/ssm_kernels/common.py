@@ -15,6 +15,7 @@ weight rows of index r (R = H, J = the product of W's leading dimensions; or R =
 of W when the modes are shared); the Cauchy product as ``v`` (J, R, N), ``z`` (R, K), ``w`` (R, N)
 -> (J, R, K), where r runs over the leading dimensions of z and w and j over those that only v has.
 """
+
 from __future__ import annotations
 
 import math
@@ -95,7 +96,9 @@ def check_cauchy_args(v: Tensor, z: Tensor, w: Tensor) -> tuple[int, ...]:
     broadcast leading shape."""
     for name, t in (("v", v), ("z", z), ("w", w)):
         if not isinstance(t, Tensor) or t.dim() < 1:
-            raise ValueError(f"cauchy: {name} must be a tensor with at least one dimension, got {getattr(t, 'shape', type(t))}")
+            raise ValueError(
+                f"cauchy: {name} must be a tensor with at least one dimension, got {getattr(t, 'shape', type(t))}"
+            )
     if v.shape[-1] != w.shape[-1]:
         raise ValueError(f"cauchy: v {tuple(v.shape)} and w {tuple(w.shape)} differ in their last dimension")
     try:
@@ -157,7 +160,12 @@ def cauchy_layout(v: Tensor, z: Tensor, w: Tensor) -> CauchyLayout:
     if lead[split:] != zw:  # z and w vary within v's dimensions: expand them
         split, zw_shape = 0, lead
     return CauchyLayout(
-        lead=lead, split=split, zw_shape=zw_shape, N=v.shape[-1], K=z.shape[-1], real=real_dtype(v, z, w),
+        lead=lead,
+        split=split,
+        zw_shape=zw_shape,
+        N=v.shape[-1],
+        K=z.shape[-1],
+        real=real_dtype(v, z, w),
         complex_inputs=any(t.is_complex() for t in (v, z, w)),
     )
 
@@ -209,8 +217,14 @@ def register_vandermonde_operators(op, backward_op) -> None:
     from longrange.ops.custom_ops import register_flops
 
     op.register_fake(lambda a_re, a_im, w_re, w_im, L: w_re.new_empty(*w_re.shape[:2], L))
-    backward_op.register_fake(lambda a_re, a_im, w_re, w_im, grad, L: (
-        a_re.new_empty(a_re.shape), a_re.new_empty(a_re.shape), w_re.new_empty(w_re.shape), w_re.new_empty(w_re.shape)))
+    backward_op.register_fake(
+        lambda a_re, a_im, w_re, w_im, grad, L: (
+            a_re.new_empty(a_re.shape),
+            a_re.new_empty(a_re.shape),
+            w_re.new_empty(w_re.shape),
+            w_re.new_empty(w_re.shape),
+        )
+    )
 
     def setup_context(ctx, inputs, output) -> None:
         ctx.save_for_backward(*inputs[:4])

@@ -12,6 +12,7 @@ Discretisations (per channel, elementwise):
 The same discretisation helpers are used by the layers' recurrent (step) modes, so the
 convolutional and recurrent modes agree by construction.
 """
+
 from __future__ import annotations
 
 import torch

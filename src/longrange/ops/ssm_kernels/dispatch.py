@@ -35,11 +35,12 @@ a RuntimeError naming the deterministic alternatives (a warning in ``warn_only``
 Each call reports the implementation it runs to :func:`longrange.ops.used.note` (ops
 ``"vandermonde"`` and ``"cauchy"``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -86,19 +87,29 @@ def _impls(op: str) -> list[Impl]:
     write every output from one task or program and add partial sums in a fixed order, the PyTorch
     implementations use deterministic reductions) except pykeops': KeOps' reductions are its own,
     and no test here established their bits."""
+
     def runs(impl: str):
         return lambda device: _runs(impl, device)
 
     impls = [triton_impl(triton_kernels.triton_available, _triton_import_error, runs=runs("triton"))]
     if op == CAUCHY:
-        impls.append(Impl(
-            "pykeops", runs=runs("pykeops"),
-            reason=lambda device: (f"cannot run on {device.type}: it " if device.type != "cuda" else "")
-            + f"needs CUDA tensors and a usable pykeops ({keops.unavailable_reason()})",
-            deterministic=False, nondeterministic="KeOps' reductions, whose bits are not established here",
-        ))
-    return impls + [numba_impl(numba_kernels, runs=runs("numba")), Impl("chunked", runs=runs("chunked")),
-                    Impl("ref", runs=runs("ref"), auto=False)]
+        impls.append(
+            Impl(
+                "pykeops",
+                runs=runs("pykeops"),
+                reason=lambda device: (
+                    (f"cannot run on {device.type}: it " if device.type != "cuda" else "")
+                    + f"needs CUDA tensors and a usable pykeops ({keops.unavailable_reason()})"
+                ),
+                deterministic=False,
+                nondeterministic="KeOps' reductions, whose bits are not established here",
+            )
+        )
+    return impls + [
+        numba_impl(numba_kernels, runs=runs("numba")),
+        Impl("chunked", runs=runs("chunked")),
+        Impl("ref", runs=runs("ref"), auto=False),
+    ]
 
 
 VANDERMONDE_DISPATCHER = Dispatcher(VANDERMONDE, _impls(VANDERMONDE), function="vandermonde_kernel")
@@ -204,7 +215,13 @@ def vandermonde_kernel(
 
 
 def cauchy(
-    v: Tensor, z: Tensor, w: Tensor, chunk_elements: int | None = None, *, conj_pairs: bool = False, impl: str | None = None
+    v: Tensor,
+    z: Tensor,
+    w: Tensor,
+    chunk_elements: int | None = None,
+    *,
+    conj_pairs: bool = False,
+    impl: str | None = None,
 ) -> Tensor:
     """Cauchy kernel ``out[..., k] = sum_n v[..., n] / (z[..., k] - w[..., n])``.
 

@@ -7,6 +7,7 @@ the resolvent of the DPLR matrix follows from the Woodbury identity and Cauchy s
 the kernel (:func:`dplr_generating_kernel`). :func:`dplr_ssm_kernel` does the same from the true
 output vector C; the ``*_ref`` functions run the dense recurrence.
 """
+
 from __future__ import annotations
 
 import math

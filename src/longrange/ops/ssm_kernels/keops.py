@@ -6,6 +6,7 @@ Usable when :mod:`longrange._optional` found ``pykeops.torch`` and KeOps found i
 map-reduce accumulates every output row in one thread, without atomics), for the values and for
 the gradients, which KeOps computes as further reductions of the same kind.
 """
+
 from __future__ import annotations
 
 import torch

@@ -29,6 +29,7 @@ of the reference's dtype (real for the Vandermonde kernel). Without numba (:func
 False) ``impl="auto"`` runs the chunked PyTorch code, and calling these functions raises an error
 saying why.
 """
+
 from __future__ import annotations
 
 from types import ModuleType
@@ -36,7 +37,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from longrange.ops._lazy_kernels import LazyKernels, use_threads as _use_threads
+from longrange.ops._lazy_kernels import LazyKernels
+from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 from longrange.ops.ssm_kernels.common import (
     VANDERMONDE,
@@ -128,14 +130,20 @@ def _vandermonde_op(a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, L: i
     d, D = _steps(a_re, a_im, min(VANDERMONDE_BLOCK, L))
     out = w_re.new_empty(J, R, L)
     _use_threads(k)
-    k.vandermonde_forward(*d, *D, _np(w_re.contiguous()), _np(w_im.contiguous()), VANDERMONDE_BLOCK,
-                          VANDERMONDE_ROWS_PER_TASK, _np(out))
+    k.vandermonde_forward(
+        *d, *D, _np(w_re.contiguous()), _np(w_im.contiguous()), VANDERMONDE_BLOCK, VANDERMONDE_ROWS_PER_TASK, _np(out)
+    )
     return out
 
 
 @torch.library.custom_op(qualname("vandermonde_numba_backward"), mutates_args=(), device_types="cpu")
 def _vandermonde_backward_op(
-    a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, grad: Tensor, L: int,
+    a_re: Tensor,
+    a_im: Tensor,
+    w_re: Tensor,
+    w_im: Tensor,
+    grad: Tensor,
+    L: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The gradients (a_re, a_im, w_re, w_im) of :func:`_vandermonde_op` for the output gradient ``grad``."""
     k = _kernels()
@@ -147,8 +155,17 @@ def _vandermonde_backward_op(
     ga_re, ga_im = (torch.empty(R, groups, M, dtype=torch.float64) for _ in range(2))
     _use_threads(k)
     k.vandermonde_backward(
-        *d, *D, _np(w_re.contiguous()), _np(w_im.contiguous()), _np(grad.to(real).contiguous()), VANDERMONDE_BLOCK,
-        VANDERMONDE_ROWS_PER_TASK, _np(gw_re), _np(gw_im), _np(ga_re), _np(ga_im),
+        *d,
+        *D,
+        _np(w_re.contiguous()),
+        _np(w_im.contiguous()),
+        _np(grad.to(real).contiguous()),
+        VANDERMONDE_BLOCK,
+        VANDERMONDE_ROWS_PER_TASK,
+        _np(gw_re),
+        _np(gw_im),
+        _np(ga_re),
+        _np(ga_im),
     )
     return ga_re.sum(1).to(real), ga_im.sum(1).to(real), gw_re, gw_im
 
@@ -190,7 +207,13 @@ def _points_per_task(R: int, K: int) -> int:
 
 @torch.library.custom_op(qualname("cauchy_numba"), mutates_args=(), device_types="cpu")
 def _cauchy_op(
-    v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, conj_pairs: bool,
+    v_re: Tensor,
+    v_im: Tensor,
+    z_re: Tensor,
+    z_im: Tensor,
+    w_re: Tensor,
+    w_im: Tensor,
+    conj_pairs: bool,
 ) -> tuple[Tensor, Tensor]:
     """v (J, R, N), z (R, K), w (R, N) as real and imaginary parts of one real dtype -> the real
     and imaginary parts of the (J, R, K) sum."""
@@ -200,13 +223,22 @@ def _cauchy_op(
     _use_threads(k)
     block = _points_per_task(R, K)
     out_re, out_im = (v_re.new_empty(J, R, K) for _ in range(2))
-    k.cauchy_forward(*_contiguous(v_re, v_im, z_re, z_im, w_re, w_im), bool(conj_pairs), block, _np(out_re), _np(out_im))
+    k.cauchy_forward(
+        *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im), bool(conj_pairs), block, _np(out_re), _np(out_im)
+    )
     return out_re, out_im
 
 
 @torch.library.custom_op(qualname("cauchy_numba_backward"), mutates_args=(), device_types="cpu")
 def _cauchy_backward_op(
-    v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, g_re: Tensor, g_im: Tensor,
+    v_re: Tensor,
+    v_im: Tensor,
+    z_re: Tensor,
+    z_im: Tensor,
+    w_re: Tensor,
+    w_im: Tensor,
+    g_re: Tensor,
+    g_im: Tensor,
     conj_pairs: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients (v_re, v_im, z_re, z_im, w_re, w_im) of :func:`_cauchy_op` for the output
@@ -222,8 +254,15 @@ def _cauchy_backward_op(
     gw_re, gw_im = (v_re.new_empty(blocks, R, N, dtype=partial) for _ in range(2))
     gz_re, gz_im = (v_re.new_empty(R, K) for _ in range(2))
     k.cauchy_backward(
-        *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im), bool(conj_pairs), block,
-        _np(gv_re), _np(gv_im), _np(gw_re), _np(gw_im), _np(gz_re), _np(gz_im),
+        *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im),
+        bool(conj_pairs),
+        block,
+        _np(gv_re),
+        _np(gv_im),
+        _np(gw_re),
+        _np(gw_im),
+        _np(gz_re),
+        _np(gz_im),
     )
     real = v_re.dtype
     return gv_re.sum(0).to(real), gv_im.sum(0).to(real), gz_re, gz_im, gw_re.sum(0).to(real), gw_im.sum(0).to(real)
@@ -235,7 +274,8 @@ def _(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj_pairs):
 
 
 register_cauchy_operator(
-    _cauchy_op, lambda ctx, saved, g_re, g_im: _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs),
+    _cauchy_op,
+    lambda ctx, saved, g_re, g_im: _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs),
 )
 register_flops(
     _cauchy_backward_op,

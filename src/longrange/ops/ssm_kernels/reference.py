@@ -8,6 +8,7 @@ Both are plain PyTorch, differentiable by autograd, on any device and dtype; ``i
 :func:`longrange.ops.ssm_kernels.vandermonde_kernel` and :func:`~longrange.ops.ssm_kernels.cauchy`
 runs them.
 """
+
 from __future__ import annotations
 
 import torch

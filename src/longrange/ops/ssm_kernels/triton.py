@@ -16,8 +16,8 @@ Devices: CUDA tensors run compiled kernels; CPU tensors run in Triton's interpre
 environment variable ``TRITON_INTERPRET=1`` is set (slow; for tests). :func:`triton_available`
 says whether a device can run them.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 from torch import Tensor
@@ -127,7 +127,9 @@ def _cauchy_constants(J: int, N: int, cfg: dict) -> dict[str, dict]:
     return {
         "cauchy_fwd": points,
         "cauchy_bwd_z": points,
-        "cauchy_bwd_vw": dict(BLOCK_J=block_j, BLOCK_N=block_n, BLOCK_K=block_kv, LOG2_BLOCK_K=block_kv.bit_length() - 1),
+        "cauchy_bwd_vw": dict(
+            BLOCK_J=block_j, BLOCK_N=block_n, BLOCK_K=block_kv, LOG2_BLOCK_K=block_kv.bit_length() - 1
+        ),
     }
 
 
@@ -149,15 +151,33 @@ def _vandermonde_op(a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, L: i
     out = torch.empty(J, R, L, dtype=real, device=w_re.device)
     k = _kernel_module().kernels(interpreting)["vandermonde_fwd"]
     k[(R, -(-J // bj), -(-L // bl))](
-        a_re, a_im, w_re, w_im, out, J, R, M, L,
-        BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, BLOCK_S=min(16, bl), ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
+        a_re,
+        a_im,
+        w_re,
+        w_im,
+        out,
+        J,
+        R,
+        M,
+        L,
+        BLOCK_J=bj,
+        BLOCK_L=bl,
+        BLOCK_M=bm,
+        BLOCK_S=min(16, bl),
+        ACC=_acc(real, cfg),
+        num_warps=cfg["num_warps"],
     )
     return out
 
 
 @torch.library.custom_op(qualname("vandermonde_triton_backward"), mutates_args=())
 def _vandermonde_backward_op(
-    a_re: Tensor, a_im: Tensor, w_re: Tensor, w_im: Tensor, grad: Tensor, L: int,
+    a_re: Tensor,
+    a_im: Tensor,
+    w_re: Tensor,
+    w_im: Tensor,
+    grad: Tensor,
+    L: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The gradients (a_re, a_im, w_re, w_im) of :func:`_vandermonde_op` for the output gradient ``grad``."""
     real = w_re.dtype
@@ -171,8 +191,26 @@ def _vandermonde_backward_op(
     ga_re, ga_im = (torch.empty(R, j_blocks, M, dtype=real, device=w_re.device) for _ in range(2))
     k = _kernel_module().kernels(interpreting)["vandermonde_bwd"]
     k[(R, j_blocks, -(-M // bm))](
-        a_re, a_im, w_re, w_im, grad.to(real).contiguous(), gw_re, gw_im, ga_re, ga_im, J, R, M, L, j_blocks,
-        BLOCK_J=bj, BLOCK_L=bl, BLOCK_M=bm, BLOCK_S=min(16, bl), ACC=_acc(real, cfg), num_warps=cfg["num_warps"],
+        a_re,
+        a_im,
+        w_re,
+        w_im,
+        grad.to(real).contiguous(),
+        gw_re,
+        gw_im,
+        ga_re,
+        ga_im,
+        J,
+        R,
+        M,
+        L,
+        j_blocks,
+        BLOCK_J=bj,
+        BLOCK_L=bl,
+        BLOCK_M=bm,
+        BLOCK_S=min(16, bl),
+        ACC=_acc(real, cfg),
+        num_warps=cfg["num_warps"],
     )
     return ga_re.sum(1), ga_im.sum(1), gw_re, gw_im
 
@@ -198,7 +236,13 @@ def vandermonde_triton(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
 
 @torch.library.custom_op(qualname("cauchy_triton"), mutates_args=())
 def _cauchy_op(
-    v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, conj_pairs: bool,
+    v_re: Tensor,
+    v_im: Tensor,
+    z_re: Tensor,
+    z_im: Tensor,
+    w_re: Tensor,
+    w_im: Tensor,
+    conj_pairs: bool,
 ) -> tuple[Tensor, Tensor]:
     """v (J, R, N), z (R, K), w (R, N) as real and imaginary parts of one real dtype -> the real
     and imaginary parts of the (J, R, K) sum."""
@@ -210,16 +254,35 @@ def _cauchy_op(
     out_re, out_im = (torch.empty(J, R, K, dtype=real, device=v_re.device) for _ in range(2))
     k = _kernel_module().kernels(interpreting)["cauchy_fwd"]
     k[(R, -(-K // blocks["BLOCK_K"]), -(-J // blocks["BLOCK_J"]))](
-        *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im), out_re, out_im, J, R, N, K,
-        CONJ=bool(conj_pairs), ACC=_acc(real, cfg), num_warps=cfg["num_warps"], **blocks, **CAUCHY_OPTIONS,
+        *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im),
+        out_re,
+        out_im,
+        J,
+        R,
+        N,
+        K,
+        CONJ=bool(conj_pairs),
+        ACC=_acc(real, cfg),
+        num_warps=cfg["num_warps"],
+        **blocks,
+        **CAUCHY_OPTIONS,
     )
     return out_re, out_im
 
 
 @torch.library.custom_op(qualname("cauchy_triton_backward"), mutates_args=())
 def _cauchy_backward_op(
-    v_re: Tensor, v_im: Tensor, z_re: Tensor, z_im: Tensor, w_re: Tensor, w_im: Tensor, g_re: Tensor, g_im: Tensor,
-    conj_pairs: bool, need_vw: bool, need_z: bool,
+    v_re: Tensor,
+    v_im: Tensor,
+    z_re: Tensor,
+    z_im: Tensor,
+    w_re: Tensor,
+    w_im: Tensor,
+    g_re: Tensor,
+    g_im: Tensor,
+    conj_pairs: bool,
+    need_vw: bool,
+    need_z: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients (v_re, v_im, z_re, z_im, w_re, w_im) of :func:`_cauchy_op` for the output
     gradients ``g_re``, ``g_im``: those of v and w only with ``need_vw``, of z only with ``need_z``
@@ -240,7 +303,17 @@ def _cauchy_backward_op(
     if need_vw:
         vw_blocks = blocks["cauchy_bwd_vw"]
         ks["cauchy_bwd_vw"][(R, -(-N // vw_blocks["BLOCK_N"]))](
-            *args, gv_re, gv_im, gw_re, gw_im, J, R, N, K, **vw_blocks, **meta,
+            *args,
+            gv_re,
+            gv_im,
+            gw_re,
+            gw_im,
+            J,
+            R,
+            N,
+            K,
+            **vw_blocks,
+            **meta,
         )
     return gv_re, gv_im, gz_re, gz_im, gw_re, gw_im
 
@@ -248,10 +321,18 @@ def _cauchy_backward_op(
 def _cauchy_grads(v: Tensor, z: Tensor, w: Tensor, need_vw: bool, need_z: bool) -> tuple[Tensor, ...]:
     """Empty gradients (v_re, v_im, z_re, z_im, w_re, w_im) for :func:`_cauchy_backward_op`: of
     the inputs' shapes where asked for, of none otherwise."""
+
     def empty(t: Tensor, needed: bool) -> Tensor:
         return t.new_empty(t.shape if needed else (0,))
 
-    return (empty(v, need_vw), empty(v, need_vw), empty(z, need_z), empty(z, need_z), empty(w, need_vw), empty(w, need_vw))
+    return (
+        empty(v, need_vw),
+        empty(v, need_vw),
+        empty(z, need_z),
+        empty(z, need_z),
+        empty(w, need_vw),
+        empty(w, need_vw),
+    )
 
 
 @_cauchy_backward_op.register_fake

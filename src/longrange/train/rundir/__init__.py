@@ -22,23 +22,60 @@ each of its jobs is one module here:
 Each module imports only those above it in this list (``tests/test_layering.py`` fails on an
 import circle). Importing this package does not import torch (a SLURM job's first step, the report).
 """
+
 from longrange.fileio import check_out_dir
 from longrange.identity import differences, fingerprint, identity
 from longrange.train.rundir.decide import Decision, Intent, RunMismatchError
 from longrange.train.rundir.directory import OpenRun, RunDir
 from longrange.train.rundir.files import YAML_LOADER, plain, summary_version
 from longrange.train.rundir.layout import (
-    BEST_WEIGHTS, CHECKPOINT_DIR, CONFIG_FILE, FAILED_FILE, LAST_CHECKPOINT, LOCK_FILE, LOG_FILE, METRICS_FILE,
-    SUMMARY_FILE, TENSORBOARD_DIR, RunLayout,
+    BEST_WEIGHTS,
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    FAILED_FILE,
+    LAST_CHECKPOINT,
+    LOCK_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    TENSORBOARD_DIR,
+    RunLayout,
 )
 from longrange.train.rundir.lock import HEARTBEAT_EVERY, STALE_AFTER, RunLock, RunLockedError
 from longrange.train.rundir.messages import other_versions_line, ways_on
 from longrange.train.rundir.state import RunState, State, UnfinishedRunError
 
 __all__ = [
-    "RunDir", "RunLayout", "OpenRun", "Intent", "Decision", "RunState", "State", "RunLock", "RunLockedError",
-    "RunMismatchError", "UnfinishedRunError", "check_out_dir", "identity", "fingerprint", "differences",
-    "YAML_LOADER", "plain", "summary_version", "other_versions_line", "ways_on", "STALE_AFTER", "HEARTBEAT_EVERY",
-    "CONFIG_FILE", "SUMMARY_FILE", "METRICS_FILE", "FAILED_FILE", "LOG_FILE", "LOCK_FILE", "CHECKPOINT_DIR",
-    "LAST_CHECKPOINT", "BEST_WEIGHTS", "TENSORBOARD_DIR",
+    "RunDir",
+    "RunLayout",
+    "OpenRun",
+    "Intent",
+    "Decision",
+    "RunState",
+    "State",
+    "RunLock",
+    "RunLockedError",
+    "RunMismatchError",
+    "UnfinishedRunError",
+    "check_out_dir",
+    "identity",
+    "fingerprint",
+    "differences",
+    "YAML_LOADER",
+    "plain",
+    "summary_version",
+    "other_versions_line",
+    "ways_on",
+    "STALE_AFTER",
+    "HEARTBEAT_EVERY",
+    "CONFIG_FILE",
+    "SUMMARY_FILE",
+    "METRICS_FILE",
+    "FAILED_FILE",
+    "LOG_FILE",
+    "LOCK_FILE",
+    "CHECKPOINT_DIR",
+    "LAST_CHECKPOINT",
+    "BEST_WEIGHTS",
+    "TENSORBOARD_DIR",
 ]

@@ -13,19 +13,28 @@ the error (:class:`RunMismatchError`) names every field that differs. The traine
 opened run directory and acts on its decision; nobody else decides. docs/reliability.md writes the
 rule down.
 """
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from longrange import __version__
 from longrange.errors import CheckpointError, ConfigError
 from longrange.faults import kill_point
 from longrange.fileio import check_out_dir
 from longrange.identity import differences
-from longrange.train.rundir.files import clear, clear_failure, read_config, read_summary, remove_leftovers, summary_version
+from longrange.train.rundir.files import (
+    clear,
+    clear_failure,
+    read_config,
+    read_summary,
+    remove_leftovers,
+    summary_version,
+)
 from longrange.train.rundir.layout import RunLayout
 from longrange.train.rundir.lock import STALE_AFTER, RunLock, RunLockedError
 from longrange.train.rundir.messages import ways_on
@@ -58,9 +67,11 @@ class Intent:
             raise ValueError(f"unknown intent {self.mode!r}; expected one of {', '.join(self.MODES)}")
 
     @classmethod
-    def from_flags(cls, resume: bool = False, overwrite: bool = False, continue_: bool = False) -> "Intent":
+    def from_flags(cls, resume: bool = False, overwrite: bool = False, continue_: bool = False) -> Intent:
         """The intent of the command line's ``--resume`` / ``--overwrite`` / ``--continue`` (none: new)."""
-        given = [flag for flag, on in (("--resume", resume), ("--overwrite", overwrite), ("--continue", continue_)) if on]
+        given = [
+            flag for flag, on in (("--resume", resume), ("--overwrite", overwrite), ("--continue", continue_)) if on
+        ]
         if len(given) > 1:
             if set(given) == {"--resume", "--overwrite"}:
                 raise ConfigError("--resume and --overwrite contradict each other: resume a run, or replace it")
@@ -71,9 +82,9 @@ class Intent:
 class Decision(Enum):
     """What a run does, decided once by :meth:`RunDir.open`."""
 
-    FRESH = "fresh"    # train from the start (the directory was cleared)
+    FRESH = "fresh"  # train from the start (the directory was cleared)
     RESUME = "resume"  # continue from checkpoints/last.pt
-    REUSE = "reuse"    # finished with the same settings: its summary is the result
+    REUSE = "reuse"  # finished with the same settings: its summary is the result
 
 
 def mismatch(run: RunLayout, config: Mapping[str, Any]) -> list[str]:
@@ -116,8 +127,9 @@ def decide(run: RunLayout, config: Mapping[str, Any], intent: Intent, state: Sta
     if intent.mode == "resume":
         if not done and (state.restart or not state.checkpoint):
             if run.last.is_file():  # damaged
-                raise CheckpointError(f"cannot resume from {run.last}: the file is truncated or corrupt"
-                                      f"{ways_on(run.last)}")
+                raise CheckpointError(
+                    f"cannot resume from {run.last}: the file is truncated or corrupt{ways_on(run.last)}"
+                )
             why = f" ({'; '.join(state.damaged)})" if state.damaged else ""
             raise CheckpointError(f"cannot resume: no checkpoint at {run.last}{why}")
         check_same_run(run, config, "resume")

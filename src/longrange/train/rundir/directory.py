@@ -5,11 +5,13 @@ Each method is a call into the module of this package whose job it is (the table
 ``longrange/train/rundir/__init__.py``); callers use the methods and never those modules, so that
 ``RunDir(path)`` is the whole interface to a run directory.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from longrange.train.rundir import decide as _decide
 from longrange.train.rundir import files as _files
@@ -112,7 +114,7 @@ class RunDir(RunLayout):
         takes it, reads the state and then decides)."""
         return _decide.decide(self, config, intent, state)
 
-    def open(self, config: Mapping[str, Any], intent: Intent) -> "OpenRun":
+    def open(self, config: Mapping[str, Any], intent: Intent) -> OpenRun:
         """Lock the directory, decide what the run does and clear it for a fresh start
         (:func:`.decide.open_run`; under ``torchrun`` rank 0 decides for every rank)."""
         decision, lock = _decide.open_run(self, config, intent)
@@ -142,7 +144,7 @@ class OpenRun:
             self.lock.release()
             self.lock = None
 
-    def __enter__(self) -> "OpenRun":
+    def __enter__(self) -> OpenRun:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -7,14 +7,16 @@ naming it, never as a smaller configuration; ``summary.json`` is the run's commi
 last. A reader returns None for a file that is not there and raises a :class:`DataFormatError`
 naming the file (and the line) for one that cannot be read.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -87,8 +89,11 @@ def read_config(run: RunLayout, required: bool = False) -> dict[str, Any] | None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         seal_line = 1 if raw.startswith(SEAL_PREFIX) else 0  # lines are counted in the file, seal included
-        raise DataFormatError(f"not valid YAML: {getattr(err, 'problem', err)}", path,
-                              mark.line + 1 + seal_line if mark is not None else None) from None
+        raise DataFormatError(
+            f"not valid YAML: {getattr(err, 'problem', err)}",
+            path,
+            mark.line + 1 + seal_line if mark is not None else None,
+        ) from None
     if not isinstance(data, dict):
         raise DataFormatError(f"expected a mapping at the top level, got {type(data).__name__}", path)
     return data
@@ -137,8 +142,13 @@ def write_summary(run: RunLayout, summary: Mapping[str, Any]) -> None:
 
 def record_failure(run: RunLayout, error: str, *, stage: str | None = None, trace: str | None = None) -> None:
     """Write ``failed.json``: the error, its traceback and where the log is."""
-    record = {"stage": stage, "error": error, "traceback": trace,
-              "log": str(run.log) if run.log.is_file() else None, "time": time.time()}
+    record = {
+        "stage": stage,
+        "error": error,
+        "traceback": trace,
+        "log": str(run.log) if run.log.is_file() else None,
+        "time": time.time(),
+    }
     try:
         write_json(run.failure, record, indent=1)
     except DiskWriteError as err:  # the failure itself is raised by the caller; say why it is not on record

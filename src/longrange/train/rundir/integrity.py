@@ -5,6 +5,7 @@ checkpoint. Each check reads only what tells a whole file from a cut one (a zip 
 directory at its end; a safetensors file's header and size), so that reading a run's state stays
 cheap for a grid of thousands of runs. Each returns why the file cannot be read, or None.
 """
+
 from __future__ import annotations
 
 import json

@@ -16,6 +16,7 @@ This module is the only one that spells these names (``tests/test_layering.py`` 
 module reaches the files through a run directory's paths. Nothing here reads or writes a file
 except :meth:`RunLayout.holds_run`, which asks whether some exist.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

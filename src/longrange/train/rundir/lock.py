@@ -5,6 +5,7 @@ by a process that died is detected (same host, PID gone; or no heartbeat for ``S
 seconds when the holder is on another host, e.g. a SLURM node that went down) and taken over
 safely.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from longrange.errors import LongrangeError
 from longrange.train.rundir.layout import LOCK_FILE
@@ -51,8 +53,14 @@ class RunLock:
     its PID is gone) and taken over; :attr:`took_over` then describes the holder it replaced.
     """
 
-    def __init__(self, directory: str | os.PathLike, name: str = LOCK_FILE, what: str = "run directory",
-                 stale_after: float = STALE_AFTER, heartbeat_every: float = HEARTBEAT_EVERY):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        name: str = LOCK_FILE,
+        what: str = "run directory",
+        stale_after: float = STALE_AFTER,
+        heartbeat_every: float = HEARTBEAT_EVERY,
+    ):
         self.path = Path(directory) / name
         self.what = what
         self.stale_after = stale_after
@@ -62,7 +70,12 @@ class RunLock:
         self._stop: threading.Event | None = None
 
     def _info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "stale_after": self.stale_after}
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.time(),
+            "stale_after": self.stale_after,
+        }
 
     def _read(self) -> dict[str, Any] | None:
         try:
@@ -95,7 +108,7 @@ class RunLock:
         except FileNotFoundError:
             return True
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(20):
             try:
@@ -109,7 +122,7 @@ class RunLock:
                     raise RunLockedError(
                         f"{self.what} {self.path.parent} is in use by PID {info.get('pid')} on host "
                         f"{info.get('host')} (since {since}); wait for it to finish, or choose another --out"
-                    )
+                    ) from None
                 self._take_over_stale()
                 continue
             with os.fdopen(fd, "w") as f:
@@ -142,12 +155,20 @@ class RunLock:
                 except FileNotFoundError:
                     silent = None
                 self.path.unlink(missing_ok=True)
-                self.took_over = {"pid": info.get("pid"), "host": info.get("host"), "started": info.get("started"),
-                                  "silent_seconds": silent, "taken": time.time()}
-                print(f"taking over the lock of {self.what} {self.path.parent}: its holder (PID {info.get('pid')} on "
-                      f"host {info.get('host')}) is gone"
-                      + (f" (no heartbeat for {silent} s)" if info.get("host") != socket.gethostname() else ""),
-                      file=sys.stderr, flush=True)
+                self.took_over = {
+                    "pid": info.get("pid"),
+                    "host": info.get("host"),
+                    "started": info.get("started"),
+                    "silent_seconds": silent,
+                    "taken": time.time(),
+                }
+                print(
+                    f"taking over the lock of {self.what} {self.path.parent}: its holder (PID {info.get('pid')} on "
+                    f"host {info.get('host')}) is gone"
+                    + (f" (no heartbeat for {silent} s)" if info.get("host") != socket.gethostname() else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             guard.unlink(missing_ok=True)
 
@@ -178,7 +199,7 @@ class RunLock:
             self.path.unlink(missing_ok=True)
         self.held = False
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc: Any) -> None:

@@ -2,6 +2,7 @@
 cannot be read (checkpoint loading, ``--resume``), and how many runs another longrange version made
 (``compare`` and the report).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +25,7 @@ def ways_on(path: Path) -> str:
 
 
 def other_versions_line(versions: list[str | None], noun: str = "stages") -> str:
-    """"3 of 20 stages were made by longrange 0.1.0" for the finished runs among ``versions`` (each
+    """ "3 of 20 stages were made by longrange 0.1.0" for the finished runs among ``versions`` (each
     run's :meth:`RunDir.made_by`, None when unfinished) made by another longrange; '' when none."""
     others: dict[str, int] = {}
     for version in versions:

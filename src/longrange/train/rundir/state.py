@@ -8,6 +8,7 @@ the commit point, written last and atomically), held (a live process holds the l
 (``failed.json``) or resumable (anything else written); files that cannot be read are named.
 docs/reliability.md writes the rule down.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,11 +29,11 @@ class RunState(Enum):
     again, or the command line's ``--resume``) moves each to FINISHED without manual steps.
     """
 
-    PENDING = "pending"        # nothing written yet: a rerun starts it
-    FINISHED = "finished"      # summary.json, the commit point, is there and readable: the result
-    RESUMABLE = "resumable"    # started, not finished, nobody writing: a rerun continues it (from last.pt, or afresh)
-    FAILED = "failed"          # its last attempt failed (failed.json): a rerun tries again, as RESUMABLE
-    HELD = "held"              # a live process holds its lock: it is running there
+    PENDING = "pending"  # nothing written yet: a rerun starts it
+    FINISHED = "finished"  # summary.json, the commit point, is there and readable: the result
+    RESUMABLE = "resumable"  # started, not finished, nobody writing: a rerun continues it (from last.pt, or afresh)
+    FAILED = "failed"  # its last attempt failed (failed.json): a rerun tries again, as RESUMABLE
+    HELD = "held"  # a live process holds its lock: it is running there
 
 
 @dataclass(frozen=True)
@@ -113,13 +114,19 @@ def read_state(run: RunLayout, *, locked_here: bool = False) -> State:
     restart = not (checkpoint and config_ok and weights_ok)
     common = dict(failure=failure, checkpoint=checkpoint, restart=restart, damaged=tuple(damaged))
     if summary is not None and config_ok and weights_ok:
-        return State(RunState.FINISHED, f"{SUMMARY_FILE} written", summary=summary,
-                     stale_failure=failure is not None, **{**common, "restart": False})
+        return State(
+            RunState.FINISHED,
+            f"{SUMMARY_FILE} written",
+            summary=summary,
+            stale_failure=failure is not None,
+            **{**common, "restart": False},
+        )
     holder = None if locked_here else RunLock(run.root).holder()
     if holder is not None:
-        return State(RunState.HELD, f"held by PID {holder.get('pid')} on host {holder.get('host')}",
-                     holder=holder, **common)
-    resume = ("starts afresh" if restart else "resumes from its last checkpoint")
+        return State(
+            RunState.HELD, f"held by PID {holder.get('pid')} on host {holder.get('host')}", holder=holder, **common
+        )
+    resume = "starts afresh" if restart else "resumes from its last checkpoint"
     why = f" ({'; '.join(damaged)})" if damaged else ""
     if failure is not None:
         error = failure.get("error") or f"unreadable {FAILED_FILE}"
@@ -146,8 +153,10 @@ def progress(run: RunLayout) -> tuple[int, int] | None:
 
 
 #: Where a directory that holds a finished run comes from.
-_GIVE_ONE = ("give the directory of a finished run (the --out of the command that made it, or a stage's "
-             "directory under a comparison's --out)")
+_GIVE_ONE = (
+    "give the directory of a finished run (the --out of the command that made it, or a stage's "
+    "directory under a comparison's --out)"
+)
 
 
 def require_finished(run: RunLayout, role: str, how: str) -> dict[str, Any]:
