@@ -53,7 +53,7 @@ def test_builtin_names():
         ]
     )
     assert block_names() == list(BLOCKS) == ["hf", "mamba", "residual", "simple", "transformer"]
-    assert head_names() == ["classify", "regress", "retrieval", "tokens"]
+    assert head_names() == ["classify", "decode-last", "regress", "retrieval", "tokens"]
     assert OBJECTIVES.names() == ["causal", "classification", "masked", "positions", "regression"]
     assert {
         "listops",

@@ -44,6 +44,7 @@ SMALL = {
     "mad-fuzzy-recall": dict(vocab_size=11, seq_len=40, k_motif_size=2, v_motif_size=2),
     "mad-selective-copying": dict(vocab_size=8, seq_len=24, n_tokens=4),
     "mad-memorization": dict(vocab_size=33, seq_len=16),
+    "mad-compression": dict(vocab_size=8, seq_len=12),
 }
 CLASSES = {
     "mad-in-context-recall": InContextRecall,
@@ -51,6 +52,7 @@ CLASSES = {
     "mad-fuzzy-recall": FuzzyInContextRecall,
     "mad-selective-copying": SelectiveCopying,
     "mad-memorization": Memorization,
+    "mad-compression": Compression,
 }
 
 
@@ -63,20 +65,22 @@ def asked(ex) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ registration
-def test_the_five_tasks_are_registered_with_mads_baseline():
-    assert set(MAD_TASKS) <= set(list_tasks()) and "mad-compression" not in list_tasks()
-    assert set(MAD_TASKS) | set(NOT_REGISTERED) == set(MAD_LEVELS)
+def test_the_six_tasks_are_registered_with_mads_baseline():
+    assert set(MAD_TASKS) <= set(list_tasks()) and not NOT_REGISTERED
+    assert set(MAD_TASKS) == set(MAD_LEVELS)
     want = {  # (input length, classes, causal, chance): mad-lab's lengths, 1 / the answers possible
         "mad-in-context-recall": (127, 21, True, 1 / 8),  # 8 keys 0..7, 8 values 8..15
         "mad-fuzzy-recall": (128, 21, True, 1 / 8),  # 15 symbols: keys 0..6, values 7..14, pad 15
         "mad-noisy-recall": (127, 37, True, 1 / 8),  # 32 - 16 noise: keys 0..7, values 8..15
         "mad-selective-copying": (256, 21, False, 1 / 14),  # data 0..13, blank 14, copy 15
         "mad-memorization": (32, 261, False, 1 / 127),  # 127 keys onto values 127..254, insert 255
+        "mad-compression": (32, 21, False, 1 / 16),  # 15 data tokens, the compression token 15
     }
     for task, (length, classes, causal, chance) in want.items():
         spec = get_spec(task)
         assert (spec.seq_len, spec.n_classes, spec.causal, spec.per_position) == (length, classes, causal, True)
         assert spec.chance == pytest.approx(chance)
+        assert spec.head == ("decode-last" if task == "mad-compression" else None)  # mad-lab's autoencoder
         data = load_task(task)
         n_train = 256 if task == "mad-memorization" else 12800
         assert (len(data.train), len(data.val), len(data.test)) == (n_train, 1280, 1280)
@@ -222,7 +226,7 @@ def test_compression_generator_layout():
         assert (ex.targets == ex.inputs).all()  # mad-lab returns (inputs, inputs)
         where, answers = gen.solve(ex.inputs)
         assert (answers[where] == ex.targets).all()
-    assert "autoencoder" in NOT_REGISTERED["mad-compression"]
+    assert Compression.head == "decode-last"
 
 
 # ------------------------------------------------------------------------------- reference solvers
@@ -391,6 +395,7 @@ def test_predict_reads_json_lines_and_scores_the_held_out_positions(task, tmp_pa
         ("mad-memorization", [3, 4, 5, 6], r"no insert token \(32\)"),
         ("mad-memorization", [3, 32, 20, 32], r"position 3: the insert token does not follow a key \(0..15\)"),
         ("mad-fuzzy-recall", [10, 0, 1, 5, 2, 6], r"no key is shown twice"),
+        ("mad-compression", [0, 1, 2, 3], r"expected 12 tokens ending in the compression token 7"),
     ],
 )
 def test_bad_new_inputs_name_the_line_and_what_is_wrong(task, tokens, error, tmp_path):

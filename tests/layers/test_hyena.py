@@ -314,3 +314,27 @@ def test_builds_and_trains_one_step_in_blocks(block, extra):
             y, state = model.backbone.step(h[:, t], state)
             steps.append(y)
         torch.testing.assert_close(torch.stack(steps, 1), model.backbone(h), rtol=1e-9, atol=1e-10)
+
+
+def test_hyena_builds_on_meta_after_another_library_patched_linspace(monkeypatch):
+    """PyTorch lists the functions a ``torch.device(...)`` context redirects once and caches the
+    list; transformers' ``from_pretrained`` patches ``torch.linspace`` meanwhile, so that afterwards
+    linspace is not redirected. Hyena names the device of its linspace calls itself."""
+    import torch.utils._device as device_mod
+
+    from longrange.layers.hyena import positional_features
+
+    real = torch.linspace
+    device_mod._device_constructors.cache_clear()
+    try:
+        monkeypatch.setattr(torch, "linspace", lambda *a, **k: real(*a, **k))
+        device_mod._device_constructors()  # cached with the patched function
+        monkeypatch.setattr(torch, "linspace", real)
+        with torch.device("meta"):
+            assert torch.linspace(0.0, 1.0, 3).device.type == "cpu"  # the fault this guards against
+            z, t = positional_features(16, 5)
+            layer = Hyena(8, l_max=16)
+        assert z.device.type == t.device.type == "meta"
+        assert all(p.device.type == "meta" for p in layer.parameters())
+    finally:
+        device_mod._device_constructors.cache_clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -185,3 +187,46 @@ def test_token_head_stays_linear_and_replace_head_follows_the_config():
 def test_head_config_errors_name_the_field(kw, match):
     with pytest.raises(ConfigError, match=match):
         small(**kw)
+
+
+def test_sincos_positions_follow_fairseqs_formula():
+    from longrange.models.heads import sincos_positions
+
+    emb = sincos_positions(5, 7)
+    half, rate = 3, math.log(10000) / 2
+    angle = torch.arange(5.0)[:, None] * torch.exp(torch.arange(3.0) * -rate)[None]
+    torch.testing.assert_close(emb[:, :half], torch.sin(angle))
+    torch.testing.assert_close(emb[:, half : 2 * half], torch.cos(angle))
+    assert (emb[:, -1] == 0).all() and emb.shape == (5, 7)  # odd width: a zero column
+
+
+def test_the_decode_last_head_reads_the_last_real_position_only():
+    """MAD's autoencoder head: every output comes from the last real position's features (plus its
+    own position's embedding), so no output can read its own input token."""
+    from longrange.models.heads import LastPositionDecoder
+
+    torch.manual_seed(0)
+    head = LastPositionDecoder(8, 5)
+    h = torch.randn(2, 6, 8)
+    out = head(h)
+    assert out.shape == (2, 6, 5)
+    changed = h.clone()
+    changed[:, :-1] = torch.randn(2, 5, 8)  # every position but the last
+    torch.testing.assert_close(head(changed), out)
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])  # the second sequence ends at position 3
+    masked = head(h, mask)
+    torch.testing.assert_close(masked[0], out[0])
+    moved = h.clone()
+    moved[1, 3], moved[1, 5] = h[1, 5], torch.randn(8)  # its last real position now holds the old last
+    torch.testing.assert_close(head(moved, mask)[1], out[1])
+    assert not torch.allclose(out[:, 0], out[:, 1])  # positions differ by their embeddings
+
+
+def test_a_model_with_the_decode_last_head_selects_positions_and_has_no_step():
+    model = build_model(small(direction="causal"), input_kind="tokens", vocab_size=12, head="decode-last", n_out=12)
+    x = torch.randint(0, 12, (3, 7))
+    full = model(x)
+    positions = torch.rand(3, 7) > 0.5
+    torch.testing.assert_close(model(x, positions=positions), full[positions])
+    with pytest.raises(RuntimeError, match="decode-last.*no recurrent step"):
+        model.step(x[:, 0], model.default_state(3))

@@ -142,7 +142,7 @@ def test_sign_flip_p_is_exact():
         ({"models": ("hyenna",)}, r"unknown model 'hyenna' \(did you mean hyena\?\)"),
         ({"models": ()}, "name at least one model"),
         ({"models": ("hyena", "hyena")}, "--models: 'hyena' is given twice"),
-        ({"tasks": ("mad-compression",)}, "not one of MAD's tasks here"),
+        ({"tasks": ("mad-copying",)}, "not one of MAD's tasks here"),
         ({"levels": ("n_train=7",)}, r"--levels: 'n_train=7' is no level of"),
         ({"lrs": ()}, "--lrs: give one or more finite numbers"),
         ({"wds": (-0.1,)}, "weight decays must be >= 0"),
@@ -172,7 +172,7 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
         "--models",
         "gated-deltanet",
         "--tasks",
-        "mad-memorization",
+        "mad-memorization,mad-compression",  # compression: self-pretrained, then finetuned with its decode-last head
         "--levels",
         "baseline",
         "--lrs",
@@ -188,7 +188,7 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
     assert rows[0].startswith(
         "model,task,level,regime,seed,lr,weight_decay,val_accuracy,reported_split,reported_accuracy"
     )
-    assert len(rows) == 3  # scratch and causal-spt for seed 0
+    assert len(rows) == 5  # scratch and causal-spt for seed 0, each task
     for row in rows[1:]:
         fields = row.split(",")
         assert fields[5] in ("0.001", "0.0005") and fields[8] == "test" and 0 <= float(fields[9]) <= 1
@@ -226,6 +226,7 @@ def test_the_cpu_protocol_is_its_rule():
     )
     st = settings_from_args(args)
     assert st.models == M.CPU_MODELS and len(st.models) == 8 and st.seeds == (0, 1)
+    assert st.tasks == M.MAD_TASKS[:5] and "mad-compression" in M.MAD_TASKS  # fixed before compression was added
     assert (st.levels, st.lrs, st.wds) == (("baseline", "n_train=800"), (5e-4, 1e-3), (0.0,))
     assert st.overrides[-1] == "train.max_steps=10" and "train.max_steps=500" in st.overrides  # the user's last
     plan, _ = M.mad_plan(M.MadSettings(**{**st.to_dict(), "seeds": (0,), "overrides": M.CPU_PROTOCOL["overrides"]}))

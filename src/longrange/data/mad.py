@@ -19,7 +19,8 @@ Defaults are MAD's baseline (``configs/tasks/*.yml`` ``baseline``, with ``mad/co
 (``changes``), as ``make_benchmark_mad_configs`` enumerates them. Option names are the toolkit's:
 ``n_train`` is MAD's ``num_train_examples``, ``n_tokens`` its ``num_tokens_to_copy``.
 
-MAD's compression is not a task here (:data:`NOT_REGISTERED` says why); its generator is.
+MAD's compression is answered from the last position alone: its spec names the head that does so
+(``TaskSpec.head``, ``"decode-last"``: mad-lab's autoencoder), which its supervised stage builds.
 """
 
 from __future__ import annotations
@@ -105,17 +106,9 @@ MAD_NAMES = {
     "mad-compression": "compression",
 }
 
-#: MAD's tasks that are not registered tasks, and why.
-NOT_REGISTERED: dict[str, str] = {
-    "mad-compression": (
-        "mad-lab scores compression through an autoencoder (mad/model/auto_encoder.py, chosen for this task in "
-        "benchmark.py): the sequence layers encode the input, the last position alone is decoded, by a two-layer "
-        "MLP on it plus a sinusoidal embedding of each position, into every input token. The toolkit's models "
-        "answer a per-position task with a head at every position, which reads each token at its own position: "
-        "the task would be the identity map. Its generator (longrange.data.generate.mad.Compression) and levels "
-        "are here; the task needs a head that decodes the last position only"
-    ),
-}
+#: MAD's tasks that are not registered tasks, and why (none: compression, the last, is registered
+#: with the head that decodes every token from the last position, as mad-lab's autoencoder does).
+NOT_REGISTERED: dict[str, str] = {}
 
 _SPECS = {
     InContextRecall: (
@@ -143,6 +136,13 @@ _SPECS = {
     Memorization: (
         "MAD memorization: the value of each key under a key-value map fixed by the data seed",
         "generated: pairs of a key and the insert token; answers at the insert tokens",
+    ),
+    Compression: (
+        "MAD compression: reproduce every token of the sequence from its last position alone",
+        (
+            "generated: L-1 uniform tokens and the compression token; answers: every input token, decoded from "
+            "the last position (the decode-last head, mad-lab's autoencoder)"
+        ),
     ),
 }
 
@@ -187,6 +187,7 @@ def _register(cls: type[MADGenerator]) -> None:
             per_position=True,
             causal=cls.causal,
             chance=1.0 / generator.n_answers,
+            head=getattr(cls, "head", None),
         )
 
     def load(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, **opts: Any) -> TaskData:
@@ -209,10 +210,17 @@ def _register(cls: type[MADGenerator]) -> None:
 #: The registered MAD tasks' generators, by task name.
 MAD_TASKS: dict[str, type[MADGenerator]] = {
     cls.name: cls
-    for cls in (InContextRecall, FuzzyInContextRecall, NoisyInContextRecall, SelectiveCopying, Memorization)
+    for cls in (
+        InContextRecall,
+        FuzzyInContextRecall,
+        NoisyInContextRecall,
+        SelectiveCopying,
+        Memorization,
+        Compression,
+    )
 }
-#: Every MAD generator, the unregistered compression's too.
-MAD_GENERATORS: dict[str, type[Generator]] = {**MAD_TASKS, Compression.name: Compression}
+#: Every MAD generator (every one is a registered task now).
+MAD_GENERATORS: dict[str, type[Generator]] = dict(MAD_TASKS)
 
 for _cls in MAD_TASKS.values():
     _register(_cls)
@@ -237,6 +245,7 @@ def _register_readers() -> None:
         FuzzyInContextRecall: "a value token",
         SelectiveCopying: "a data token",
         Memorization: "a value",
+        Compression: "a token",
     }
 
     def scored(tokens, obj, gen, path, number) -> list[int]:

@@ -32,6 +32,10 @@ class TaskSpec:
     #: The accuracy of guessing uniformly among the task's possible answers, where it is not
     #: 1 / n_classes (per-position tasks, whose classes are the whole vocabulary); see :func:`chance_level`.
     chance: float | None = None
+    #: The head the supervised objective needs, where it is not the default for the task's kind
+    #: (``"tokens"`` for per-position tasks): e.g. ``"decode-last"`` for MAD's compression, whose
+    #: answers must come from the last position alone (a head at every position would copy its input).
+    head: str | None = None
 
     def __post_init__(self) -> None:
         if self.input_kind not in ("tokens", "numeric"):

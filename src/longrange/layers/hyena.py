@@ -114,10 +114,14 @@ _WHERE = "Hyena"
 def positional_features(l_max: int, emb_dim: int) -> tuple[Tensor, Tensor]:
     """(z (l_max, emb_dim), t (l_max, 1)), float64: the normalised time t_j = j / (l_max - 1) and
     the complex-exponential features of the module docstring."""
-    t = torch.linspace(0.0, 1.0, l_max, dtype=torch.float64)[:, None]
+    # linspace with its device named: torch.device(...) contexts can miss linspace once another
+    # library has patched it while PyTorch first listed the functions they redirect (seen after
+    # transformers' from_pretrained: a Hyena built on meta then got CPU tensors here).
+    device = torch.get_default_device()
+    t = torch.linspace(0.0, 1.0, l_max, dtype=torch.float64, device=device)[:, None]
     bands = (emb_dim - 1) // 2
     omega = 2 * math.pi * torch.arange(l_max, dtype=torch.float64) / l_max
-    f = torch.linspace(1e-4, bands - 1, bands, dtype=torch.float64)
+    f = torch.linspace(1e-4, bands - 1, bands, dtype=torch.float64, device=device)
     phase = omega[:, None] * f[None, :]
     return torch.cat([t, torch.cos(phase), -torch.sin(phase)], dim=-1), t
 
@@ -160,7 +164,12 @@ class ImplicitFilter(nn.Module):
         self.register_buffer("t", t.to(dtype))
         max_decay = math.log(target) / fast_decay_pct
         min_decay = math.log(target) / slow_decay_pct
-        self.register_buffer("deltas", torch.linspace(min_decay, max_decay, channels, dtype=torch.float64).to(dtype))
+        self.register_buffer(
+            "deltas",
+            torch.linspace(min_decay, max_decay, channels, dtype=torch.float64, device=torch.get_default_device()).to(
+                dtype
+            ),
+        )
         self.first = nn.Linear(emb_dim, width)
         self.inner = nn.ModuleList(nn.Linear(width, width) for _ in range(num_inner_mlps))
         self.last = nn.Linear(width, kernels * channels, bias=False)

@@ -16,9 +16,12 @@ CLS vector).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
+from longrange.blocks.norms import RMSNorm
 from longrange.errors import ConfigError
 from longrange.models.config import HEAD_LAYERS, POOLINGS
 from longrange.models.registry import register_head
@@ -156,6 +159,58 @@ class RetrievalHead(nn.Module):
         b = pool(h2, mask2, self.pooling, cls2)
         features = [a, b, a * b, a - b] if self.interaction else [a, b]
         return self.mlp(torch.cat(features, dim=-1))
+
+
+def sincos_positions(length: int, dim: int, device=None, dtype=None) -> Tensor:
+    """Sinusoidal position embeddings (length, dim) as fairseq writes them and mad-lab's
+    ``posemb_sincos_1d`` copies: sines then cosines of ``position * 10000^(-i / (dim/2 - 1))``,
+    a zero column for odd ``dim``."""
+    half = dim // 2
+    rate = math.log(10000) / max(half - 1, 1)
+    angle = torch.arange(length, dtype=torch.float32)[:, None] * torch.exp(torch.arange(half) * -rate)[None, :]
+    emb = torch.cat([torch.sin(angle), torch.cos(angle), torch.zeros(length, dim % 2)], dim=1)
+    return emb.to(device=device, dtype=dtype)
+
+
+@register_head("decode-last")
+class LastPositionDecoder(nn.Module):
+    """Every position's output decoded from the last real position alone: MAD's autoencoder head
+    (athms/mad-lab ``mad/model/auto_encoder.py``, the backbone it uses for its compression task).
+
+    The features at the last real position (b, d) plus a sinusoidal embedding of each position
+    (:func:`sincos_positions`) go through MAD's "non-expanding MLP decoder", ``RMSNorm -> Linear(d, d)
+    -> GELU -> RMSNorm -> Linear(d, d) -> GELU``, then ``RMSNorm -> Linear(d, n_out)``: logits
+    (b, l, n_out) at every position, none of which can read its own input token. The sequence
+    layers run as the model's (mad-lab pools the last position of its own residual stream, without
+    the final norm the toolkit's backbone applies). It has no recurrent step: it needs the whole
+    sequence's last position before its first output."""
+
+    per_position = True
+    #: Reads the whole sequence (its last position), not each position's own features.
+    reads_sequence = True
+
+    def __init__(self, d_model: int, n_out: int):
+        super().__init__()
+        self.decoder = nn.Sequential(
+            RMSNorm(d_model),
+            nn.Linear(d_model, d_model),
+            nn.GELU(),
+            RMSNorm(d_model),
+            nn.Linear(d_model, d_model),
+            nn.GELU(),
+        )
+        self.unembed = nn.Sequential(RMSNorm(d_model), nn.Linear(d_model, n_out))
+
+    def forward(self, h: Tensor, mask: Tensor | None = None, cls_index: Tensor | None = None) -> Tensor:
+        b, length, d = h.shape
+        last = (
+            torch.full((b,), length - 1, device=h.device, dtype=torch.long)
+            if mask is None
+            else mask.long().sum(dim=1).clamp(min=1) - 1
+        )
+        code = h[torch.arange(b, device=h.device), last]  # (b, d)
+        x = code[:, None, :] + sincos_positions(length, d, h.device, h.dtype)[None]
+        return self.unembed(self.decoder(x))
 
 
 @register_head("tokens")

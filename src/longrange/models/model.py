@@ -22,8 +22,8 @@ from longrange.ops.masks import padding_mask
 
 def make_head(kind: str, d_model: int, n_out: int, pooling: str = "mean", **settings: Any) -> nn.Module:
     """A head by kind (see :data:`~longrange.models.registry.HEADS`): "classify" and "regress"
-    (pooled), "retrieval" (two sequences), "tokens" (per position). ``pooling`` and ``settings``
-    go to the heads whose constructors take them."""
+    (pooled), "retrieval" (two sequences), "tokens" (per position), "decode-last" (every position
+    from the last). ``pooling`` and ``settings`` go to the heads whose constructors take them."""
     if n_out < 1:
         raise ConfigError(f"head {kind!r} needs a positive output size, got {n_out}")
     return HEADS.build_from(kind, (d_model, n_out), offered={"pooling": pooling, **settings})
@@ -142,6 +142,8 @@ class SequenceModel(nn.Module):
                     f"positions must be a boolean mask of the inputs' shape {tuple(inputs.shape[:2])}, "
                     f"got {positions.dtype} {tuple(positions.shape)}"
                 )
+            if getattr(self.head, "reads_sequence", False):  # every output needs the whole sequence
+                return self.head(h, mask, cls_index)[positions.to(h.device)]
             return self.head(h[positions.to(h.device)])
         return self.head(h, mask, cls_index)
 
@@ -155,6 +157,10 @@ class SequenceModel(nn.Module):
         """One position: x_t (batch,) token ids or (batch, channels) values -> head output (batch, n_out)."""
         if not self.per_position:
             raise RuntimeError(f"step() produces per-position outputs; the model has a {self.head_kind!r} head")
+        if getattr(self.head, "reads_sequence", False):
+            raise RuntimeError(
+                f"the {self.head_kind!r} head decodes every position from the last one: it has no recurrent step"
+            )
         h, backbone_state = self.backbone.step(self.embed_step(x_t, state["pos"]), state["backbone"])
         return self.head(h), {"pos": state["pos"] + 1, "backbone": backbone_state}
 

@@ -49,7 +49,7 @@ def supervised_head(spec) -> tuple[str, int]:
     """The head kind and output size of a task's supervised objective (per-position tasks: a
     token head over the answers' classes)."""
     if getattr(spec, "per_position", False):
-        return "tokens", spec.n_classes
+        return getattr(spec, "head", None) or "tokens", spec.n_classes
     if spec.two_sequences:
         return "retrieval", spec.n_classes
     if spec.n_classes == 0:

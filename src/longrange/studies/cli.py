@@ -120,7 +120,7 @@ def register(sub: Any) -> None:
         help="comma-separated: MAD layers (hyena, mamba, mh-attention, ...) or any primitive "
         "(gated-deltanet, mamba2, lru, ...), each in MAD's stack X swiglu X swiglu",
     )
-    p.add_argument("--tasks", help="comma-separated MAD tasks (default: all five registered)")
+    p.add_argument("--tasks", help="comma-separated MAD tasks (default: all six; --cpu: the five but compression)")
     p.add_argument(
         "--levels",
         help="comma-separated level names to run where a task has them (baseline, "

@@ -6,8 +6,9 @@ from scratch and after causal self-pretraining.
     longrange mad --out runs/mad --report          # the tables again from finished runs
 
 **The grid.** For every model, MAD task (``mad-in-context-recall``, ``mad-fuzzy-recall``,
-``mad-noisy-recall``, ``mad-selective-copying``, ``mad-memorization``; MAD's compression is not a
-task here, ``longrange.data.mad.NOT_REGISTERED`` says why) and level of that task (MAD's
+``mad-noisy-recall``, ``mad-selective-copying``, ``mad-memorization``, ``mad-compression``, whose
+answers the ``decode-last`` head gives from the last position, as mad-lab's autoencoder) and
+level of that task (MAD's
 baseline, then each of ``configs/tasks/<task>.yml``'s changes alone: :func:`~longrange.data.mad.mad_levels`),
 MAD's learning rates 1e-4, 5e-4, 1e-3 by weight decays 0, 0.1 (``mad/configs.py:160-161``), each
 seed, in each regime:
@@ -69,13 +70,14 @@ from longrange.experiment.config import (
 )
 from longrange.experiment.plan import Plan, Stage, slug
 
-#: MAD's tasks that are registered tasks (compression is not: ``longrange.data.mad.NOT_REGISTERED``).
+#: MAD's six tasks.
 MAD_TASKS = (
     "mad-in-context-recall",
     "mad-fuzzy-recall",
     "mad-noisy-recall",
     "mad-selective-copying",
     "mad-memorization",
+    "mad-compression",
 )
 #: MAD's learning rates and weight decays (athms/mad-lab ``mad/configs.py:160-161``).
 MAD_LRS = (1e-4, 5e-4, 1e-3)
@@ -117,6 +119,9 @@ def model_names() -> list[str]:
 #: ``benchmarks/mad_cpu.py --width 64 --batch-size 32`` measured (61.7 s for one step of every run,
 #: times 1.2 for evaluation, over two workers: 500 steps, 5.2 hours); validation every 100 steps.
 CPU_PROTOCOL: dict[str, Any] = {
+    # The five tasks the protocol's budget was fixed for; compression was registered after the rule
+    # and a study under it had started, so it runs on its own: --cpu --tasks mad-compression.
+    "tasks": MAD_TASKS[:5],
     "levels": ("baseline", "n_train=800"),
     "lrs": (5e-4, 1e-3),
     "wds": (0.0,),

@@ -574,10 +574,13 @@ class Memorization(MADGenerator):
 # ---------------------------------------------------------------------------------- compression
 @dataclass(frozen=True)
 class Compression(MADGenerator):
-    """MAD's compression: every input token is its own target (module docstring; not a registered
-    task: mad-lab scores it through an autoencoder that reads the last position only)."""
+    """MAD's compression: every input token is its own target (module docstring), answered from the
+    last position alone (:attr:`head`: mad-lab scores it through an autoencoder that decodes every
+    token from the last position; a head at every position would copy its input)."""
 
     name: ClassVar[str] = "mad-compression"
+    #: The supervised head the task needs (:class:`~longrange.models.heads.LastPositionDecoder`).
+    head: ClassVar[str] = "decode-last"
 
     vocab_size: int = 16
     seq_len: int = 32
@@ -607,3 +610,6 @@ class Compression(MADGenerator):
         if len(x) != self.length or x[-1] != self.compression_token:
             raise ValueError(f"expected {self.length} tokens ending in the compression token {self.compression_token}")
         return np.arange(len(x)), x.astype(np.int64)
+
+    def asked(self, inputs: np.ndarray) -> np.ndarray:
+        return self.solve(inputs)[0]
