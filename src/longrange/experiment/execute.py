@@ -114,7 +114,7 @@ def train_stage(
         for k, v in parameter_report(built.model, seq_len=data.spec.seq_len).items()
         if k in ("total", "in_primitives", "state")
     }
-    summary = finite_or_none(stage_summary(stage, built.objective, params, result, record, run.dir.root))
+    summary = finite_or_none(stage_summary(stage, built.objective, params, result, record, run.dir.root).to_json())
     if D.is_main_process():
         try:
             run.dir.write_summary(summary)

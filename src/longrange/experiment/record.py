@@ -17,6 +17,7 @@ from longrange.experiment.stage import ResolvedStage
 from longrange.experiment.taskdata import data_identity
 from longrange.train.environment import library_versions, merge_kernels
 from longrange.train.rundir import RunDir
+from longrange.train.rundir.summary import ParamCounts, RunSummary
 
 #: What the trainer reports of how the run ran (:meth:`Trainer.fit`'s result), recorded at the end.
 RAN = ("device", "precision", "deterministic", "kernels")
@@ -83,32 +84,32 @@ def stage_summary(
     result: dict[str, Any],
     record: dict[str, Any],
     run_dir: Path,
-) -> dict[str, Any]:
-    """The stage's ``summary.json`` (see ``longrange.report.collect`` for its fields)."""
-    return {
-        "task": stage.exp.task.name,
-        "label": stage.exp.label,
-        "regime": stage.regime,
-        "stage": stage.stage,
-        "seed": stage.seed,
-        "metric": result["metric"],
-        "higher_is_better": objective.higher_is_better,
-        "best_val": result["best"]["metrics"],
-        "test": result["test"],
-        "steps": result["step"],
-        "epochs": result["epochs"],
-        "stopped_early": result["stopped_early"],
-        "params": params,
-        "pretrain_run": os.path.relpath(stage.init_from, run_dir) if stage.init_from else None,
-        "pretrain": _source(stage.init_from, run_dir),
-        "pretrain_reverse": _source(stage.reverse_from, run_dir),
-        "train_subset": stage.task.train_subset,
-        "train_size": record["train_size"],
-        "seconds": result["seconds"],
-        "fingerprint": stage.fingerprint(),
-        "data_dir": record["data_dir"],
-        "skip_bad": record["skip_bad"],
-        "skipped": record["skipped"],
-        "versions": record["versions"],
+) -> RunSummary:
+    """The stage's ``summary.json`` (:class:`~longrange.train.rundir.summary.RunSummary`)."""
+    return RunSummary(
+        task=stage.exp.task.name,
+        label=stage.exp.label,
+        regime=stage.regime,
+        stage=stage.stage,
+        seed=stage.seed,
+        metric=result["metric"],
+        higher_is_better=objective.higher_is_better,
+        best_val=result["best"]["metrics"],
+        test=result["test"],
+        steps=result["step"],
+        epochs=result["epochs"],
+        stopped_early=result["stopped_early"],
+        params=ParamCounts(**params),
+        pretrain_run=os.path.relpath(stage.init_from, run_dir) if stage.init_from else None,
+        pretrain=_source(stage.init_from, run_dir),
+        pretrain_reverse=_source(stage.reverse_from, run_dir),
+        train_subset=stage.task.train_subset,
+        train_size=record["train_size"],
+        seconds=result["seconds"],
+        fingerprint=stage.fingerprint(),
+        data_dir=record["data_dir"],
+        skip_bad=record["skip_bad"],
+        skipped=record["skipped"],
+        versions=record["versions"],
         **{k: record.get(k) for k in RAN},
-    }
+    )

@@ -2,23 +2,11 @@
 
 A finished run directory holds ``summary.json`` (written by the experiment runner at the end of a
 stage), ``config.yaml`` and ``metrics.jsonl`` (written by the trainer, see ``train/loop.py`` and
-``train/logging.py``) and the best weights. ``summary.json`` fields::
-
-    task, label, regime, stage (train | pretrain | finetune): str;  seed: int
-    metric: str (accuracy, r2, loss, ...);  higher_is_better: bool
-    best_val: {metric: value};  test: {metric: value} or null
-    steps: int;  params: {"total": int, "in_primitives": int, "state": int or null (optional)}
-    pretrain_run: str or null (finetune stages: the pretraining run, relative path)
-    seconds: float
-    train_subset: float (a fraction) or int (a count) or null;  train_size: int or null
-                 (the task's train_subset and the number of training examples it left)
-    device: {type, name, count, ...} or null;  kernels: {op: implementation} or null
-                 (where the run trained and which implementation each op ran; see
-                 ``experiment/record.py``)
-
-``test``, ``pretrain_run``, ``train_subset``, ``train_size``, ``device`` and ``kernels`` are
-optional (absent = null: summaries written before they were recorded);
-everything else is required and a missing or mistyped field is a :class:`DataFormatError` naming the file and the field.
+``train/logging.py``) and the best weights. ``summary.json`` is a
+:class:`~longrange.train.rundir.summary.RunSummary` (its ``FIELDS`` list every field, its type and
+whether a summary must hold it); :func:`read_run` reads it through that type, so a missing or
+mistyped field is a :class:`DataFormatError` naming the file and the field, and a summary of a
+newer format than this longrange reads is an error saying so.
 A run that did not finish is never a result: a run directory whose state (``RunDir.state``, the
 one reading of a run directory used everywhere) is not finished -- running, failed (``failed.json``:
 a stage that raised, e.g. diverged), unfinished or interrupted -- or whose ``summary.json`` holds a
@@ -38,11 +26,13 @@ from typing import Any
 
 from longrange.errors import DataFormatError, DataMissingError
 from longrange.train.logging import read_metrics
-from longrange.train.rundir import CONFIG_FILE, FAILED_FILE, SUMMARY_FILE, RunDir, RunState, summary_version
+from longrange.train.rundir import CONFIG_FILE, FAILED_FILE, SUMMARY_FILE, RunDir, RunState
+from longrange.train.rundir.summary import STAGES as _ALL_STAGES
+from longrange.train.rundir.summary import RunSummary
 
 #: Stages whose runs are compared in the main table; pretraining stages are listed apart.
 FINAL_STAGES = ("train", "finetune")
-STAGES = FINAL_STAGES + ("pretrain",)
+STAGES = _ALL_STAGES  # ("train", "finetune", "pretrain")
 
 
 @dataclass
@@ -146,32 +136,9 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _field(d: dict, name: str, kinds: tuple[type, ...], path: Path, *, optional: bool = False) -> Any:
-    if name not in d or d[name] is None:
-        if optional:
-            return None
-        raise DataFormatError(f"missing field '{name}'", path)
-    v = d[name]
-    # bool is an int subclass: a flag is never a count and a count never a flag.
-    ok = isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
-    if not ok:
-        names = " or ".join(k.__name__ for k in kinds)
-        raise DataFormatError(f"field '{name}' must be {names}, got {type(v).__name__} {v!r}", path)
-    return v
-
-
-def _metrics_dict(d: dict, name: str, path: Path, *, optional: bool = False) -> dict[str, float] | None:
-    m = _field(d, name, (dict,), path, optional=optional)
-    if m is None:
-        return None
-    for k, v in m.items():
-        if v is not None and not _is_number(v):
-            raise DataFormatError(f"field '{name}.{k}' must be a number or null, got {v!r}", path)
-    return dict(m)
-
-
 def read_run(run_dir: str | Path) -> Run:
-    """The :class:`Run` described by the run directory's ``summary.json``, its fields checked."""
+    """The :class:`Run` described by the run directory's ``summary.json``, its fields checked
+    (:meth:`RunSummary.from_json`)."""
     run = RunDir(Path(run_dir))
     run_dir, path = run.root, run.summary
     try:
@@ -180,37 +147,29 @@ def read_run(run_dir: str | Path) -> Run:
         raise DataMissingError(f"{path}: cannot read ({err.strerror})") from None
     if d is None:
         raise DataMissingError(f"{path}: no such file")
-    stage = _field(d, "stage", (str,), path)
-    if stage not in STAGES:
-        raise DataFormatError(f"field 'stage' must be one of {', '.join(STAGES)}, got {stage!r}", path)
-    params = _field(d, "params", (dict,), path)
-    metric = _field(d, "metric", (str,), path)
-    best_val = _metrics_dict(d, "best_val", path)
-    assert best_val is not None
-    if metric not in best_val:
-        raise DataFormatError(f"field 'best_val' has no '{metric}' (the run's metric); it has {sorted(best_val)}", path)
+    s = RunSummary.from_json(d, path)
     return Run(
         path=run_dir,
-        task=_field(d, "task", (str,), path),
-        label=_field(d, "label", (str,), path),
-        regime=_field(d, "regime", (str,), path),
-        stage=stage,
-        seed=_field(d, "seed", (int,), path),
-        metric=metric,
-        higher_is_better=_field(d, "higher_is_better", (bool,), path),
-        best_val=best_val,
-        test=_metrics_dict(d, "test", path, optional=True),
-        steps=_field(d, "steps", (int,), path),
-        params_total=_field(params, "total", (int,), path),
-        params_in_primitives=_field(params, "in_primitives", (int,), path),
-        seconds=float(_field(d, "seconds", (int, float), path)),
-        state=_field(params, "state", (int,), path, optional=True),
-        pretrain_run=_field(d, "pretrain_run", (str,), path, optional=True),
-        train_subset=_field(d, "train_subset", (float, int), path, optional=True),
-        train_size=_field(d, "train_size", (int,), path, optional=True),
-        version=summary_version(d),
-        device=_field(d, "device", (dict,), path, optional=True),
-        kernels=_field(d, "kernels", (dict,), path, optional=True),
+        task=s.task,
+        label=s.label,
+        regime=s.regime,
+        stage=s.stage,
+        seed=s.seed,
+        metric=s.metric,
+        higher_is_better=s.higher_is_better,
+        best_val=dict(s.best_val),
+        test=dict(s.test) if s.test is not None else None,
+        steps=s.steps,
+        params_total=s.params.total,
+        params_in_primitives=s.params.in_primitives,
+        seconds=s.seconds,
+        state=s.params.state,
+        pretrain_run=s.pretrain_run,
+        train_subset=s.train_subset,
+        train_size=s.train_size,
+        version=s.version,
+        device=s.device,
+        kernels=s.kernels,
     )
 
 

@@ -10,6 +10,7 @@
 each of its jobs is one module here:
 
     layout.py     the files' names and paths (RunLayout): the only module that spells them
+    summary.py    RunSummary: summary.json as a type (what a finished stage recorded), written and read
     lock.py       RunLock: one writer at a time, across hosts, with a heartbeat
     integrity.py  whether a checkpoint file is whole, without loading it
     files.py      reading and writing config.yaml, summary.json, failed.json, stage.log; clearing a run
@@ -44,9 +45,12 @@ from longrange.train.rundir.layout import (
 from longrange.train.rundir.lock import HEARTBEAT_EVERY, STALE_AFTER, RunLock, RunLockedError
 from longrange.train.rundir.messages import other_versions_line, ways_on
 from longrange.train.rundir.state import RunState, State, UnfinishedRunError
+from longrange.train.rundir.summary import ParamCounts, RunSummary
 
 __all__ = [
     "RunDir",
+    "RunSummary",
+    "ParamCounts",
     "RunLayout",
     "OpenRun",
     "Intent",
