@@ -1,7 +1,7 @@
 import importlib.util
 
 import pytest
-from conftest import write_listops
+from lra_fixtures import write_listops
 
 import longrange.cli
 from longrange.data.cli import parse_task_options

@@ -2,7 +2,7 @@ import os
 
 import pytest
 import torch
-from conftest import write_listops
+from lra_fixtures import write_listops
 
 from longrange.data import listops, load_task, task_status
 from longrange.data.listops import LISTOPS_TOKENS, tokenize_source

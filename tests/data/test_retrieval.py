@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import write_aan
+from lra_fixtures import write_aan
 
 from longrange.data import load_task, retrieval, task_status
 from longrange.errors import DataFormatError, DataMissingError

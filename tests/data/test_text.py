@@ -2,7 +2,7 @@ import importlib.util
 
 import pytest
 import torch
-from conftest import write_imdb
+from lra_fixtures import write_imdb
 
 from longrange.data import load_task, task_status, text
 from longrange.errors import ConfigError, DataFormatError, DataMissingError

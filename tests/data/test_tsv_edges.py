@@ -4,7 +4,7 @@ cannot change a record); a blank line between records is named."""
 from __future__ import annotations
 
 import pytest
-from conftest import write_aan, write_listops
+from lra_fixtures import write_aan, write_listops
 
 from longrange.data import load_task
 from longrange.errors import DataFormatError
