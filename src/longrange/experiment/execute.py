@@ -12,6 +12,7 @@ depends only on its settings and seed. Both go through :func:`train_stage`.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,11 @@ from longrange.experiment.weights import load_pretrained
 from longrange.faults import kill_point
 from longrange.fileio import check_out_dir, finite_or_none
 from longrange.models.model import SequenceModel, parameter_report
+from longrange.models.record import HeadRecord
 from longrange.objectives.factory import make_objective, supervised_head
 from longrange.train import distributed as D
 from longrange.train.entry import train
 from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunLockedError, RunMismatchError
-from longrange.train.trained import build_from_record
 
 #: A comparison's default intent: reuse finished stages, resume interrupted ones, start the others.
 CONTINUE = Intent("continue")
@@ -54,7 +55,7 @@ class BuiltStage:
 
     model: SequenceModel
     objective: Any
-    head: dict[str, Any]
+    head: HeadRecord
 
 
 def build_stage(stage: ResolvedStage, data: Any) -> BuiltStage:
@@ -64,20 +65,20 @@ def build_stage(stage: ResolvedStage, data: Any) -> BuiltStage:
     spec = data.spec
     objective, token_head = make_objective(stage.objective, data, stage.exp.objective, reverse=stage.reverse)
     head_kind, n_out = supervised_head(spec) if token_head is None else ("tokens", token_head)
-    head = {
-        "kind": head_kind,
-        "n_out": n_out,
-        "input_kind": spec.input_kind,
-        "vocab_size": data.vocab_size,
-        "d_input": spec.d_input,
-        "mask_channel": stage.objective == "masked" and spec.input_kind == "numeric",
-    }
-    if stage.model.block == "hf" and data.vocab is not None:
-        head["vocab"] = list(data.vocab.tokens)  # mapped to a pretrained LM's tokens
+    head = HeadRecord(
+        kind=head_kind,
+        n_out=n_out,
+        input_kind=spec.input_kind,
+        vocab_size=data.vocab_size,
+        d_input=spec.d_input,
+        mask_channel=stage.objective == "masked" and spec.input_kind == "numeric",
+        # block hf: the task's tokens, mapped to a pretrained LM's
+        vocab=tuple(data.vocab.tokens) if stage.model.block == "hf" and data.vocab is not None else None,
+    )
     torch.manual_seed(stage.seed)
-    model = build_from_record(stage.model.to_dict(), head)
-    if hasattr(model, "rebuild_info"):
-        head["hf_resolved"] = model.rebuild_info()  # rebuilds the LM without its snapshot
+    model = head.build(stage.model.to_dict())
+    if hasattr(model, "rebuild_info"):  # rebuilds the LM without its snapshot
+        head = dataclasses.replace(head, hf_resolved=model.rebuild_info())
     return BuiltStage(model, objective, head)
 
 
@@ -100,7 +101,7 @@ def train_stage(
         data,
         stage.train,
         run,
-        extra_config={**config, "head": built.head, "record": record},
+        extra_config={**config, "head": built.head.to_json(), "record": record},
         evaluate_test=stage.stage != "pretrain" and stage.train.test_split,
         run_name=run_name,
         run_group=run_group,

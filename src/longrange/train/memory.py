@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
 from longrange.errors import ConfigError
+from longrange.models.record import HeadRecord
 
 #: Environment variable with the default memory budget of evaluation (e.g. "8GiB").
 BUDGET_ENV = "LONGRANGE_MEMORY_BUDGET"
@@ -167,11 +168,15 @@ class TensorMemory(TorchDispatchMode):
         return out
 
 
-def probe_batch(head: Mapping[str, Any], length: int, device: torch.device) -> dict[str, Tensor]:
+def probe_batch(head: HeadRecord | Mapping[str, Any], length: int, device: torch.device) -> dict[str, Tensor]:
     """A batch of one synthetic sequence of ``length`` positions of the kind the model reads
-    (token ids, or numeric channels), two sequences for a retrieval head."""
+    (token ids, or numeric channels), two sequences for a retrieval head. ``head``: a run's
+    :class:`~longrange.models.record.HeadRecord`, or a mapping with the fields the probe reads
+    (``kind``, ``input_kind``, ``vocab_size``, ``d_input``, ``mask_channel``)."""
     from longrange.data.tokenize import FIRST_TOKEN_ID
 
+    if isinstance(head, HeadRecord):
+        head = head.to_json()
     if head.get("input_kind") == "tokens":
         vocab = int(head.get("vocab_size") or FIRST_TOKEN_ID + 1)
         low = FIRST_TOKEN_ID if vocab > FIRST_TOKEN_ID else 0
@@ -187,7 +192,7 @@ def probe_batch(head: Mapping[str, Any], length: int, device: torch.device) -> d
 
 
 @torch.no_grad()
-def forward_peak(model: nn.Module, head: Mapping[str, Any], length: int, autocast: Any = None) -> int:
+def forward_peak(model: nn.Module, head: HeadRecord | Mapping[str, Any], length: int, autocast: Any = None) -> int:
     """Peak bytes that one forward pass of ``model`` on one sequence of ``length`` allocates, plus
     twice its output (the objective's loss over it)."""
     device = next(model.parameters()).device
@@ -257,7 +262,9 @@ def fit_need(points: Sequence[tuple[int, int]]) -> MemoryNeed:
     return MemoryNeed(max(m1 - b * l1, 0.0), b, 0.0, tuple(pts))
 
 
-def measure_need(model: nn.Module, head: Mapping[str, Any], length: int, autocast: Any = None) -> MemoryNeed:
+def measure_need(
+    model: nn.Module, head: HeadRecord | Mapping[str, Any], length: int, autocast: Any = None
+) -> MemoryNeed:
     """The :class:`MemoryNeed` of ``model``, measured at ``length`` itself when it is no longer than
     the :data:`PROBE_LENGTHS`, else at those and extrapolated."""
     lengths = [length] if length <= PROBE_LENGTHS[-1] else list(PROBE_LENGTHS)

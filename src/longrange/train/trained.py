@@ -30,9 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from longrange.errors import CheckpointError, ConfigError
-from longrange.models.config import ModelConfig
 from longrange.models.encoders import PositionalEmbedding
-from longrange.models.model import SequenceModel, build_model
+from longrange.models.model import SequenceModel
+from longrange.models.record import HeadRecord
 from longrange.train import memory as M
 from longrange.train.checkpoint import load_weights
 from longrange.train.memory import Budget, MemoryNeed
@@ -43,19 +43,10 @@ SPLITS = ("train", "val", "test")
 SUMMARY_SPLIT = {"test": "test", "val": "best_val"}
 
 
-def build_from_record(model_cfg: dict, head: dict) -> SequenceModel:
-    """A freshly initialised model from a run's ``model`` and ``head`` sections."""
-    return build_model(
-        ModelConfig.from_dict(model_cfg),
-        input_kind=head["input_kind"],
-        head=head["kind"],
-        n_out=head["n_out"],
-        vocab_size=head.get("vocab_size"),
-        d_input=head.get("d_input", 1),
-        mask_channel=head.get("mask_channel", False),
-        vocab=head.get("vocab"),  # block hf: the task's tokens, mapped to a pretrained LM's
-        hf_resolved=head.get("hf_resolved"),  # block hf: rebuilds the LM without its snapshot
-    )
+def build_from_record(model_cfg: Mapping[str, Any], head: HeadRecord | Mapping[str, Any]) -> SequenceModel:
+    """A freshly initialised model from a run's ``model`` and ``head`` sections
+    (:class:`~longrange.models.record.HeadRecord`, or its saved form)."""
+    return HeadRecord.from_json(head).build(model_cfg)
 
 
 def _model_record(run: RunDir) -> dict[str, Any]:
@@ -175,8 +166,9 @@ class TrainedRun:
 
     # -- what the run is
     @property
-    def head(self) -> dict[str, Any]:
-        return self.config["head"]
+    def head(self) -> HeadRecord:
+        """What the model was built for (the ``head`` section of its ``config.yaml``)."""
+        return HeadRecord.from_json(self.config["head"], RunDir(self.root).config)
 
     @property
     def task(self) -> dict[str, Any]:
@@ -224,7 +216,7 @@ class TrainedRun:
     def vocab(self):
         """The run's vocabulary (token tasks; None for numeric inputs): the one saved in its record,
         or for runs that saved none, the task data's, which must be as large as the model's."""
-        if self._vocab is None and self.head.get("input_kind") == "tokens":
+        if self._vocab is None and self.head.input_kind == "tokens":
             from longrange.data.tokenize import Vocabulary
 
             saved = (self.config.get("record") or {}).get("vocabulary")
@@ -232,10 +224,10 @@ class TrainedRun:
                 self._vocab = Vocabulary.from_dict(saved, RunDir(self.root).config)
             else:
                 self._vocab = self._load_data(self.options()).vocab
-                if self._vocab is not None and len(self._vocab) != self.head.get("vocab_size"):
+                if self._vocab is not None and len(self._vocab) != self.head.vocab_size:
                     raise ConfigError(
                         f"the data's vocabulary ({len(self._vocab)} ids) is not the run's "
-                        f"({self.head.get('vocab_size')} ids): {self.root} saved none of its own"
+                        f"({self.head.vocab_size} ids): {self.root} saved none of its own"
                     )
         return self._vocab
 
