@@ -117,104 +117,136 @@ def run_plan(
 ) -> dict[str, Outcome]:
     """Run the plan's stages on ``backend``; returns each stage's outcome, in plan order. ``intent``
     (mode continue) says what to do with stages made with other settings or another version."""
-    out_dir = Path(out_dir)
-    outcome: dict[str, Outcome] = {}
-    running: dict[str, Any] = {}  # submitted, no outcome yet
-    submitted: dict[str, Any] = {}  # every handle, for the backend's end
-    waiting = {s.id: s for s in plan.stages}  # in plan order; removal in O(1)
-    n, start = len(plan.stages), time.time()
-    done = 0  # stages DONE so far
-    changed = True  # whether an outcome arrived since the waiting stages were last looked at
-    state: dict[str, RunState] = {}  # each stage's run directory, read once (RunDir.state)
-    numbers = iter(range(1, n + 1))  # stages are numbered in the order they are announced
-    began: dict[str, float] = {}  # when each submitted stage started
-    took: list[float] = []  # how long each stage run by the backend took
-    peak = 1  # the most stages that ran at once
-
-    def eta() -> float:
-        """Seconds left: the mean stage so far for each stage not started, less what the running ones
-        have done, spread over as many stages at once as have run."""
-        if not took:
-            return float("inf")
-        mean, now = sum(took) / len(took), time.time()
-        left = sum(max(mean - (now - began[sid]), 0.0) for sid in running) + mean * (n - len(outcome) - len(running))
-        return left / peak
-
-    backend.begin(plan, out_dir, intent)
-
-    def settle(sid: str, result: Outcome) -> None:
-        nonlocal done, changed
-        changed = True
-        outcome[sid] = result
-        done += result is Outcome.DONE
-        say(f"[{done}/{n} done, {format_seconds(time.time() - start)}] {sid}: {result.value}")
-        if result.blocks:  # its dependents will not run: cancel those already submitted
-            for dep in plan.dependents(sid):
-                if dep.id in running:
-                    backend.cancel(running.pop(dep.id))
-                    outcome[dep.id] = Outcome.SKIPPED
-
+    walk = _Walk(plan, Path(out_dir), backend, intent)
+    backend.begin(plan, walk.out_dir, intent)
     with terminate_as_interrupt():  # SIGTERM stops the walk as Ctrl-C does
         try:
-            while waiting or running:
-                ready: list[Stage] = []
-                ready_ids: set[str] = set()
-                free = backend.slots() if changed else 0
-                for stage in list(waiting.values()) if changed else ():
-                    blocked = [a for a in stage.after if a in outcome and outcome[a].blocks]
-                    deps_done = all(outcome.get(a) is Outcome.DONE for a in stage.after)
-                    ahead = backend.submits_ahead and all(
-                        outcome.get(a) is Outcome.DONE or a in running or a in ready_ids for a in stage.after
-                    )
-                    if (deps_done or ahead) and stage.id not in state:  # read once, when it may first run
-                        state[stage.id] = RunDir(out_dir / stage.id).state().kind
-                    if blocked:
-                        outcome[stage.id] = Outcome.SKIPPED
-                        say(f"stage {next(numbers)} of {n}: skipping {stage.id} (needs {', '.join(blocked)})")
-                    elif deps_done and state[stage.id] is RunState.FINISHED:
-                        outcome[stage.id] = _reuse(plan, stage, out_dir, intent, f"stage {next(numbers)} of {n}")
-                    elif (deps_done or ahead) and state[stage.id] is RunState.HELD:
-                        outcome[stage.id] = Outcome.HELD
-                        say(f"stage {next(numbers)} of {n}: {stage.id} is running in another process; leaving it")
-                    elif (deps_done or ahead) and (free is None or len(ready) < free):
-                        ready.append(stage)
-                        ready_ids.add(stage.id)
-                    else:
-                        continue
-                    del waiting[stage.id]
-                    if stage.id in outcome:
-                        done += outcome[stage.id] is Outcome.DONE
-                changed = False
-                for level in _by_level(plan, ready):
-                    for stage in level:
-                        say(f"stage {next(numbers)} of {n}: {stage.id} ({overall_eta(eta())})")
-                    handles = backend.submit(level, {a: running[a] for s in level for a in s.after if a in running})
-                    began.update({sid: time.time() for sid in handles})
-                    running.update(handles)
-                    submitted.update(handles)
-                    peak = max(peak, len(running))
+            while walk.waiting or walk.running:
+                walk.submit(walk.ready_stages())
                 if not backend.wait:
                     break
-                if not running:
-                    if waiting:  # pragma: no cover - the plan lists stages after their dependencies
-                        raise RuntimeError(f"stages {[s.id for s in waiting]} wait on stages that never ran")
+                if not walk.running:
+                    if walk.waiting:  # pragma: no cover - the plan lists stages after their dependencies
+                        raise RuntimeError(f"stages {list(walk.waiting)} wait on stages that never ran")
                     break
-                polled = False
-                for sid, handle in list(running.items()):
-                    result = backend.poll(handle)
-                    if result is None or sid not in running:
-                        continue
-                    del running[sid]
-                    took.append(time.time() - began[sid])
-                    polled = True
-                    settle(sid, result)
-                if running and not polled:
+                if not walk.poll() and walk.running:
                     time.sleep(backend.poll_interval)
         except BaseException as err:
-            backend.stop(running, interrupted=isinstance(err, KeyboardInterrupt))
+            backend.stop(walk.running, interrupted=isinstance(err, KeyboardInterrupt))
             raise
-    backend.end(submitted)
-    return {s.id: outcome.get(s.id, Outcome.SUBMITTED if s.id in running else Outcome.SKIPPED) for s in plan.stages}
+    backend.end(walk.submitted)
+    return walk.outcomes()
+
+
+class _Walk:
+    """The state of one :func:`run_plan`: which stages wait, run and ended, and the numbers it shows."""
+
+    def __init__(self, plan: Plan, out_dir: Path, backend: Backend, intent: Intent):
+        self.plan, self.out_dir, self.backend, self.intent = plan, out_dir, backend, intent
+        self.outcome: dict[str, Outcome] = {}
+        self.running: dict[str, Any] = {}  # submitted, no outcome yet
+        self.submitted: dict[str, Any] = {}  # every handle, for the backend's end
+        self.waiting = {s.id: s for s in plan.stages}  # in plan order; removal in O(1)
+        self.state: dict[str, RunState] = {}  # each stage's run directory, read once (RunDir.state)
+        self.n, self.start = len(plan.stages), time.time()
+        self.done = 0  # stages DONE so far
+        self.changed = True  # whether an outcome arrived since the waiting stages were last looked at
+        self.numbers = iter(range(1, self.n + 1))  # stages are numbered in the order they are announced
+        self.began: dict[str, float] = {}  # when each submitted stage started
+        self.took: list[float] = []  # how long each stage run by the backend took
+        self.peak = 1  # the most stages that ran at once
+
+    def eta(self) -> float:
+        """Seconds left: the mean stage so far for each stage not started, less what the running ones
+        have done, spread over as many stages at once as have run."""
+        if not self.took:
+            return float("inf")
+        mean, now = sum(self.took) / len(self.took), time.time()
+        started = sum(max(mean - (now - self.began[sid]), 0.0) for sid in self.running)
+        return (started + mean * (self.n - len(self.outcome) - len(self.running))) / self.peak
+
+    def _announce(self, what: str) -> str:
+        return f"stage {next(self.numbers)} of {self.n}: {what}"
+
+    def ready_stages(self) -> list[Stage]:
+        """Look at the waiting stages (once an outcome has arrived): skip those whose dependency
+        failed, reuse the finished ones, leave those another process holds; the stages to submit
+        now, as the backend's free slots allow."""
+        if not self.changed:
+            return []
+        self.changed = False
+        free = self.backend.slots()
+        ready: list[Stage] = []
+        ready_ids: set[str] = set()
+        for stage in list(self.waiting.values()):
+            blocked = [a for a in stage.after if a in self.outcome and self.outcome[a].blocks]
+            deps_done = all(self.outcome.get(a) is Outcome.DONE for a in stage.after)
+            ahead = self.backend.submits_ahead and all(
+                self.outcome.get(a) is Outcome.DONE or a in self.running or a in ready_ids for a in stage.after
+            )
+            if (deps_done or ahead) and stage.id not in self.state:  # read once, when it may first run
+                self.state[stage.id] = RunDir(self.out_dir / stage.id).state().kind
+            if blocked:
+                self.outcome[stage.id] = Outcome.SKIPPED
+                say(self._announce(f"skipping {stage.id} (needs {', '.join(blocked)})"))
+            elif deps_done and self.state[stage.id] is RunState.FINISHED:
+                where = f"stage {next(self.numbers)} of {self.n}"
+                self.outcome[stage.id] = _reuse(self.plan, stage, self.out_dir, self.intent, where)
+            elif (deps_done or ahead) and self.state[stage.id] is RunState.HELD:
+                self.outcome[stage.id] = Outcome.HELD
+                say(self._announce(f"{stage.id} is running in another process; leaving it"))
+            elif (deps_done or ahead) and (free is None or len(ready) < free):
+                ready.append(stage)
+                ready_ids.add(stage.id)
+            else:
+                continue
+            del self.waiting[stage.id]
+            if stage.id in self.outcome:
+                self.done += self.outcome[stage.id] is Outcome.DONE
+        return ready
+
+    def submit(self, ready: list[Stage]) -> None:
+        """Hand ``ready`` to the backend, one dependency level at a time."""
+        for level in _by_level(self.plan, ready):
+            for stage in level:
+                say(self._announce(f"{stage.id} ({overall_eta(self.eta())})"))
+            after = {a: self.running[a] for s in level for a in s.after if a in self.running}
+            handles = self.backend.submit(level, after)
+            self.began.update({sid: time.time() for sid in handles})
+            self.running.update(handles)
+            self.submitted.update(handles)
+            self.peak = max(self.peak, len(self.running))
+
+    def poll(self) -> bool:
+        """Ask the backend for the outcome of every running stage; whether any arrived."""
+        polled = False
+        for sid, handle in list(self.running.items()):
+            result = self.backend.poll(handle)
+            if result is None or sid not in self.running:
+                continue
+            del self.running[sid]
+            self.took.append(time.time() - self.began[sid])
+            polled = True
+            self._settle(sid, result)
+        return polled
+
+    def _settle(self, sid: str, result: Outcome) -> None:
+        self.changed = True
+        self.outcome[sid] = result
+        self.done += result is Outcome.DONE
+        say(f"[{self.done}/{self.n} done, {format_seconds(time.time() - self.start)}] {sid}: {result.value}")
+        if result.blocks:  # its dependents will not run: cancel those already submitted
+            for dep in self.plan.dependents(sid):
+                if dep.id in self.running:
+                    self.backend.cancel(self.running.pop(dep.id))
+                    self.outcome[dep.id] = Outcome.SKIPPED
+
+    def outcomes(self) -> dict[str, Outcome]:
+        """Each stage's outcome in plan order (submitted: handed over and not waited for)."""
+        return {
+            s.id: self.outcome.get(s.id, Outcome.SUBMITTED if s.id in self.running else Outcome.SKIPPED)
+            for s in self.plan.stages
+        }
 
 
 def execute_here(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str = "") -> Outcome:
