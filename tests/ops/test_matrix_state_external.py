@@ -58,7 +58,9 @@ def test_a_kernel_is_usable_only_if_it_runs_forward_and_backward_in_float32_and_
         seen.append((q.dtype, k.dtype, v.dtype, beta.dtype))
         if failure == "bf16" and q.dtype == torch.bfloat16:
             raise TypeError("Both operands must be same dtype. Got fp32 and bf16")
-        o = (q * k).sum(-1, keepdim=True) * v * beta[..., None]
+        from longrange.ops.matrix_state.delta_rule import delta_rule_chunk
+
+        o = delta_rule_chunk(q, k, v, beta, scale)  # the same function as ours
         return (_RefusesBackward.apply(o) if failure == "backward" else o), None
 
     _fake_fla(monkeypatch, chunk_delta_rule)
@@ -81,3 +83,27 @@ def test_a_kernel_with_non_finite_gradients_is_not_usable(monkeypatch):
     _fake_fla(monkeypatch, chunk_delta_rule)
     fn, reason = external._probe("delta_rule", torch.device("cpu"))
     assert fn is None and "non-finite outputs or gradients" in reason
+
+
+def test_a_kernel_that_computes_another_function_is_not_usable(monkeypatch):
+    """A maintained kernel must agree with our chunked form on the probe's float32 input: one whose
+    layout or definition differs (here: the keys and values swapped) is not used, and says why."""
+    from longrange.ops.matrix_state import delta_rule
+
+    def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
+        return delta_rule.delta_rule_chunk(q, v, k, beta), None  # keys and values swapped
+
+    _fake_fla(monkeypatch, chunk_delta_rule)
+    fn, reason = external._probe("delta_rule", torch.device("cpu"))
+    assert fn is None and "differs from the chunked PyTorch form" in reason
+
+
+def test_a_kernel_that_agrees_with_the_chunked_form_is_usable(monkeypatch):
+    from longrange.ops.matrix_state import delta_rule
+
+    def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
+        return delta_rule.delta_rule_chunk(q, k, v, beta, scale), None
+
+    _fake_fla(monkeypatch, chunk_delta_rule)
+    fn, reason = external._probe("delta_rule", torch.device("cpu"))
+    assert reason is None and fn is not None

@@ -8,8 +8,9 @@
 
 A kernel counts as usable on a device only after it imported and ran once there on a small input,
 forward and backward, in float32 and in bfloat16 (Triton compiles on first use, so a package that
-imports can still fail on a given GPU, or in one dtype, or in its backward only); the result
-is kept per op and device, and :func:`reason` says why one is not usable (``longrange info``).
+imports can still fail on a given GPU, or in one dtype, or in its backward only), and its float32
+output matched our chunked form's on that input (:data:`AGREEMENT`: a kernel whose layout or
+definition differs from ours is never used); the result is kept per op and device, and :func:`reason` says why one is not usable (``longrange info``).
 ``longrange check --device cuda`` compares every usable kernel with the float64 reference.
 """
 
@@ -132,12 +133,38 @@ def _probe(op: str, device: torch.device) -> tuple[Callable | None, str | None]:
                 g is not None and bool(torch.isfinite(g).all()) for g in grads
             ):
                 return None, f"{module}.{name} gave non-finite outputs or gradients on a small {dtype} input"
+            if dtype == torch.float32:
+                error = _error_against_chunk(op, out, inputs)
+                if not error <= AGREEMENT:
+                    return None, (
+                        f"{module}.{name} differs from the chunked PyTorch form by {error:.1e} (relative) on a small "
+                        f"float32 input (at most {AGREEMENT:g} expected): its layouts or its definition differ from "
+                        "ours here"
+                    )
         except Exception as err:  # Triton compilation errors, unsupported GPUs, refused Triton versions
             return None, (
                 f"{module}.{name} failed on a small {str(dtype).replace('torch.', '')} input, forward and "
                 f"backward ({type(err).__name__}: {str(err)[:200]})"
             )
     return wrapped, None
+
+
+#: The largest relative difference (``|a - b| / |b|``, all entries) from the chunked PyTorch form on
+#: the probe's float32 input for which a maintained kernel counts as computing the same function
+#: (Triton's float32 products run in TF32: about 1e-3; a layout or definition mismatch: order 1).
+AGREEMENT = 2e-2
+
+
+def _error_against_chunk(op: str, out: Tensor, inputs: tuple) -> float:
+    """The relative difference of a maintained kernel's output ``out`` from our chunked form's on
+    the same ``inputs``."""
+    from longrange.ops.matrix_state.dispatch import _module
+
+    plain = tuple(t.detach() if isinstance(t, Tensor) else t for t in inputs)
+    with torch.no_grad():
+        ref = getattr(_module(op), f"{op}_chunk")(*plain)
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    return float((out.detach().float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
 
 
 def kernel(op: str, device: torch.device) -> Callable | None:
