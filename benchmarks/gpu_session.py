@@ -73,8 +73,8 @@ SCRIPT = Path(__file__).resolve()
 #: The order of the steps, which is the order they run in: the most needed first, so that a
 #: session cut short by its ``--budget`` has measured what matters most.
 STEPS = ("info", "check", "kernels", "scan", "ssm_kernels", "families", "train", "planner", "pathx", "tests", "bench")
-#: Seconds each step may run (the ``--timeout-scale`` multiplies them): sized so that the steps
-#: before ``tests`` fit a 10-minute call on an H100 with room to spare.
+#: Seconds each step may run (the ``--timeout-scale`` multiplies them): ceilings, not estimates (on
+#: an H100 the steps that finished took 14-81 s); a call with a time limit also gives ``--budget``.
 TIMEOUTS = {
     "info": 60,
     "check": 120,
