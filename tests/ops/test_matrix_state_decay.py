@@ -485,6 +485,28 @@ def test_strong_decay_stays_finite_and_exact(op):
     check_against(case, inp, case.call(case.chunk, inp, chunk_size=64), case.call(case.naive, inp))
 
 
+@pytest.mark.parametrize("strength", [10.0, 50.0])
+def test_strong_decay_gradients_stay_finite_and_exact_in_float32(strength):
+    """GLA's gradients in float32 where chunks decay beyond the factorisation's limit (the decays a
+    training run meets when a gate saturates): finite, and those of the loop. Once a clamp there made
+    the log decays' gradient 0 x inf = NaN, and GLA diverged on induction heads."""
+    from longrange.ops.matrix_state.gla import gla_chunk, gla_naive
+
+    gen = torch.Generator().manual_seed(0)
+    b, l, h, dk, dv = 2, 64, 2, 16, 16
+    q, k = torch.randn(b, l, h, dk, generator=gen), torch.randn(b, l, h, dk, generator=gen)
+    v, g = torch.randn(b, l, h, dv, generator=gen), -torch.rand(b, l, h, dk, generator=gen) * strength
+    leaves32 = [t.clone().requires_grad_() for t in (q, k, v, g)]
+    leaves64 = [t.double().requires_grad_() for t in (q, k, v, g)]
+    y32, y64 = gla_chunk(*leaves32, chunk_size=64), gla_naive(*leaves64)
+    weight = torch.randn(y64.shape, generator=gen, dtype=F64)
+    (y32.double() * weight).sum().backward()
+    (y64 * weight).sum().backward()
+    for name, a32, a64 in zip("qkvg", leaves32, leaves64):
+        assert torch.isfinite(a32.grad).all(), name
+        torch.testing.assert_close(a32.grad.double(), a64.grad, rtol=1e-3, atol=1e-3 * a64.grad.abs().max().item())
+
+
 # ----------------------------------------------------------------------------------------------
 # the loops against independent references
 

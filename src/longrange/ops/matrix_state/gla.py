@@ -244,14 +244,20 @@ def _within_chunks(qe: Tensor, q: Tensor, k: Tensor, v: Tensor, G: Tensor, eG: T
     computed for every chunk and kept where needed.
     """
     T = q.shape[1]
-    limit = _exp_limit(G.dtype)
     upper = torch.ones(T, T, dtype=torch.bool, device=q.device).triu_(1)
-    scores = qe @ (k / eG.clamp(min=math.exp(-limit))).transpose(-1, -2)  # exp(-G), bounded by exp(limit)
-    o = scores.masked_fill_(upper, 0.0) @ v
     if not holds_data(G):  # dry runs (meta or fake tensors): the usual case, every chunk within the limit
-        return o
-    strong = (-G[:, -1]).amax(-1) > limit
-    if torch.compiler.is_compiling():  # no data-dependent branch in a graph: the exact path where needed
+        return (qe @ (k / eG).transpose(-1, -2)).masked_fill_(upper, 0.0) @ v
+    strong = (-G[:, -1]).amax(-1) > _exp_limit(G.dtype)
+    compiling = torch.compiler.is_compiling()
+    if compiling or bool(strong.any()):
+        # The factorisation runs on G = 0 in the strong chunks, whose results the exact path replaces:
+        # their values and gradients are then finite and discarded. (Clamping exp(-G) instead kept the
+        # forward finite, but its gradient, k / exp(-2 limit), overflowed and reached the log decays as
+        # 0 x inf = NaN: GLA diverged where a gate saturated.)
+        eS = torch.where(strong[:, None, None], torch.zeros_like(G), G).exp()
+        qe, eG = q * eS, eS
+    o = (qe @ (k / eG).transpose(-1, -2)).masked_fill_(upper, 0.0) @ v  # exp(-G) <= exp(limit) where used
+    if compiling:  # no data-dependent branch in a graph: the exact path where needed
         return torch.where(strong[:, None, None], _within_chunks_exact(q, k, v, G), o)
     if bool(strong.any()):
         idx = strong.nonzero().squeeze(1)
