@@ -507,6 +507,28 @@ def test_strong_decay_gradients_stay_finite_and_exact_in_float32(strength):
         torch.testing.assert_close(a32.grad.double(), a64.grad, rtol=1e-3, atol=1e-3 * a64.grad.abs().max().item())
 
 
+def test_gradients_stay_finite_just_within_the_factorisations_limit_in_float32():
+    """Chunks whose decay stays just within the limit take the factorisation, with exp(-G) up to
+    e^44 in float32. Its gradient must not divide by exp(G) squared (e^-88, where float32 runs out:
+    an output gradient of order 1 gave inf in the log decays' gradient). Seen in a GLA training run on
+    induction heads: a chunk at G = -44.1 against the limit 44.4, NaN in the gate's projection, the
+    run diverged."""
+    from longrange.ops.matrix_state.gla import _exp_limit, gla_chunk, gla_naive
+
+    gen = torch.Generator().manual_seed(2)
+    b, l, h, dk, dv = 2, 64, 2, 16, 32
+    q, k, v = (torch.randn(b, l, h, d, generator=gen) for d in (dk, dk, dv))
+    g = torch.full((b, l, h, dk), -0.995 * _exp_limit(torch.float32) / l)  # the chunk's decay: 99.5% of the limit
+    leaves32 = [t.clone().requires_grad_() for t in (q, k, v, g)]
+    leaves64 = [t.double().requires_grad_() for t in (q, k, v, g)]
+    weight = torch.randn(b, l, h, dv, generator=gen, dtype=F64)
+    (gla_chunk(*leaves32, chunk_size=64).double() * weight).sum().backward()
+    (gla_naive(*leaves64) * weight).sum().backward()
+    for name, a32, a64 in zip("qkvg", leaves32, leaves64):
+        assert torch.isfinite(a32.grad).all(), name
+        torch.testing.assert_close(a32.grad.double(), a64.grad, rtol=1e-3, atol=1e-3 * a64.grad.abs().max().item())
+
+
 # ----------------------------------------------------------------------------------------------
 # the loops against independent references
 

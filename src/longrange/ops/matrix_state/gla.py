@@ -232,9 +232,9 @@ def _within_chunks_exact(q: Tensor, k: Tensor, v: Tensor, G: Tensor) -> Tensor:
     return o.reshape(N, T, -1)
 
 
-def _within_chunks(qe: Tensor, q: Tensor, k: Tensor, v: Tensor, G: Tensor, eG: Tensor) -> Tensor:
+def _within_chunks(qe: Tensor, q: Tensor, k: Tensor, v: Tensor, G: Tensor) -> Tensor:
     """``A V`` within each chunk, ``A[t, s] = sum_d q_td k_sd exp(G_td - G_sd)`` for ``s <= t``;
-    ``q``, ``k``, ``G`` (N, T, dk), ``v`` (N, T, dv), ``eG = exp(G)``, ``qe = q o eG``.
+    ``q``, ``k``, ``G`` (N, T, dk), ``v`` (N, T, dv), ``qe = q o exp(G)``.
 
     A chunk whose total decay ``-G_T`` stays within :func:`_exp_limit` in every key dimension takes
     the factorisation relative to the chunk start, ``A = lower((Q o exp(G)) (K o exp(-G))^T)``: one
@@ -246,17 +246,20 @@ def _within_chunks(qe: Tensor, q: Tensor, k: Tensor, v: Tensor, G: Tensor, eG: T
     T = q.shape[1]
     upper = torch.ones(T, T, dtype=torch.bool, device=q.device).triu_(1)
     if not holds_data(G):  # dry runs (meta or fake tensors): the usual case, every chunk within the limit
-        return (qe @ (k / eG).transpose(-1, -2)).masked_fill_(upper, 0.0) @ v
+        return (qe @ (k * (-G).exp()).transpose(-1, -2)).masked_fill_(upper, 0.0) @ v
     strong = (-G[:, -1]).amax(-1) > _exp_limit(G.dtype)
     compiling = torch.compiler.is_compiling()
+    Gf = G  # the log decays the factorisation runs on
     if compiling or bool(strong.any()):
         # The factorisation runs on G = 0 in the strong chunks, whose results the exact path replaces:
         # their values and gradients are then finite and discarded. (Clamping exp(-G) instead kept the
-        # forward finite, but its gradient, k / exp(-2 limit), overflowed and reached the log decays as
-        # 0 x inf = NaN: GLA diverged where a gate saturated.)
-        eS = torch.where(strong[:, None, None], torch.zeros_like(G), G).exp()
-        qe, eG = q * eS, eS
-    o = (qe @ (k / eG).transpose(-1, -2)).masked_fill_(upper, 0.0) @ v  # exp(-G) <= exp(limit) where used
+        # forward finite, but its gradient overflowed and reached the log decays as 0 x inf = NaN.)
+        Gf = torch.where(strong[:, None, None], torch.zeros_like(G), G)
+        qe = q * Gf.exp()
+    # exp(-G) <= exp(limit) where used. It is exponentiated, not 1 / exp(G): the gradient of a quotient
+    # squares the divisor, exp(2 limit), which overflowed float32 (inf into the log decays, NaN in the
+    # gate's projection: GLA diverged where a gate saturated).
+    o = (qe @ (k * (-Gf).exp()).transpose(-1, -2)).masked_fill_(upper, 0.0) @ v
     if compiling:  # no data-dependent branch in a graph: the exact path where needed
         return torch.where(strong[:, None, None], _within_chunks_exact(q, k, v, G), o)
     if bool(strong.any()):
@@ -307,7 +310,7 @@ def gla_chunk(
     G = gc.cumsum(1)  # log decay from the chunk start
     eG = G.exp()
     qe = qc * eG
-    o = _within_chunks(qe, qc, kc, vc, G, eG)
+    o = _within_chunks(qe, qc, kc, vc, G)
 
     # between chunks: the carry of the states
     last = G[:, -1]  # (N, dk)
