@@ -161,3 +161,21 @@ def unseal(data: bytes, path: str | os.PathLike) -> str:
     if _digest(body) != digest:
         raise DataFormatError("damaged: its content does not match the hash written with it", path)
     return body.decode()
+
+
+def json_field(
+    d: Any, name: str, kinds: tuple[type, ...], path: object = None, *, optional: bool = False, prefix: str = ""
+) -> Any:
+    """Field ``name`` of a record read from JSON or YAML (``d``, read from ``path``), checked to be of
+    one of ``kinds``: a missing or mistyped field is a :class:`DataFormatError` naming the file and
+    the field (``prefix``: its section, e.g. ``"head."``); None for an absent or null ``optional``
+    field. A flag is never a count and a count never a flag (``bool`` is not taken for ``int``)."""
+    if name not in d or d[name] is None:
+        if optional:
+            return None
+        raise DataFormatError(f"missing field '{prefix}{name}'", path)
+    v = d[name]
+    if not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise DataFormatError(f"field '{prefix}{name}' must be {names}, got {type(v).__name__} {v!r}", path)
+    return v

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from longrange.errors import DataFormatError
+from longrange.fileio import json_field
 
 #: The fields of a head record: name -> (JSON types, required).
 HEAD_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -71,18 +72,13 @@ class HeadRecord:
             return d
         if not isinstance(d, Mapping):
             raise DataFormatError(f"section 'head' must be a mapping, got {type(d).__name__}", path)
-        values: dict[str, Any] = {}
-        for name, (kinds, required) in HEAD_FIELDS.items():
-            if name not in d or d[name] is None:
-                if required:
-                    raise DataFormatError(f"missing field 'head.{name}'", path)
-                continue
-            v = d[name]
-            if not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds):
-                names = " or ".join(k.__name__ for k in kinds)
-                raise DataFormatError(f"field 'head.{name}' must be {names}, got {type(v).__name__} {v!r}", path)
-            values[name] = tuple(str(t) for t in v) if name == "vocab" else v
-        return cls(**values)
+        values = {
+            name: json_field(d, name, kinds, path, optional=not required, prefix="head.")
+            for name, (kinds, required) in HEAD_FIELDS.items()
+        }
+        if values["vocab"] is not None:
+            values["vocab"] = tuple(str(t) for t in values["vocab"])
+        return cls(**{k: v for k, v in values.items() if v is not None})
 
     def build(self, model_cfg: Mapping[str, Any]) -> Any:
         """A freshly initialised model from a ``model`` section (a mapping, as saved) and this head."""

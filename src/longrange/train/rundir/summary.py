@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from longrange.errors import DataFormatError
+from longrange.fileio import json_field
 
 #: The layout of ``summary.json`` this module writes and reads.
 SUMMARY_FORMAT = 1
@@ -50,9 +51,9 @@ class ParamCounts:
     @classmethod
     def from_json(cls, d: Mapping[str, Any], path: Path | str | None = None) -> ParamCounts:
         return cls(
-            total=_field(d, "total", (int,), path),
-            in_primitives=_field(d, "in_primitives", (int,), path),
-            state=_field(d, "state", (int,), path, optional=True),
+            total=json_field(d, "total", (int,), path),
+            in_primitives=json_field(d, "in_primitives", (int,), path),
+            state=json_field(d, "state", (int,), path, optional=True),
         )
 
 
@@ -158,7 +159,7 @@ class RunSummary:
         """The summary ``d`` (read from ``path``, named in errors), every field checked."""
         if not isinstance(d, Mapping):
             raise DataFormatError(f"expected a JSON object, got {type(d).__name__}", path)
-        fmt = _field(d, "format", (int,), path, optional=True) or 1
+        fmt = json_field(d, "format", (int,), path, optional=True) or 1
         if fmt > SUMMARY_FORMAT:
             raise DataFormatError(
                 f"summary format {fmt} is newer than this longrange reads ({SUMMARY_FORMAT}); upgrade longrange "
@@ -166,7 +167,7 @@ class RunSummary:
                 path,
             )
         values = {
-            name: _field(d, name, kinds, path, optional=not required) for name, (kinds, required) in FIELDS.items()
+            name: json_field(d, name, kinds, path, optional=not required) for name, (kinds, required) in FIELDS.items()
         }
         if values["stage"] not in STAGES:
             raise DataFormatError(f"field 'stage' must be one of {', '.join(STAGES)}, got {values['stage']!r}", path)
@@ -184,28 +185,6 @@ class RunSummary:
         values["format"] = fmt
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
-
-
-def _field(
-    d: Mapping[str, Any],
-    name: str,
-    kinds: tuple[type, ...],
-    path: Path | str | None,
-    *,
-    optional: bool = False,
-) -> Any:
-    """``d[name]`` checked to be of ``kinds``; None for an absent or null optional field."""
-    if name not in d or d[name] is None:
-        if optional:
-            return None
-        raise DataFormatError(f"missing field '{name}'", path)
-    v = d[name]
-    # bool is an int subclass: a flag is never a count and a count never a flag.
-    ok = isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
-    if not ok:
-        names = " or ".join(k.__name__ for k in kinds)
-        raise DataFormatError(f"field '{name}' must be {names}, got {type(v).__name__} {v!r}", path)
-    return v
 
 
 __all__ = ["FIELDS", "STAGES", "SUMMARY_FORMAT", "ParamCounts", "RunSummary"]
