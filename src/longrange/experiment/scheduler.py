@@ -165,8 +165,12 @@ class _Walk:
         started = sum(max(mean - (now - self.began[sid]), 0.0) for sid in self.running)
         return (started + mean * (self.n - len(self.outcome) - len(self.running))) / self.peak
 
+    def _where(self) -> str:
+        """The next stage's number, as its announcement starts."""
+        return f"stage {next(self.numbers)} of {self.n}"
+
     def _announce(self, what: str) -> str:
-        return f"stage {next(self.numbers)} of {self.n}: {what}"
+        return f"{self._where()}: {what}"
 
     def ready_stages(self) -> list[Stage]:
         """Look at the waiting stages (once an outcome has arrived): skip those whose dependency
@@ -190,8 +194,7 @@ class _Walk:
                 self.outcome[stage.id] = Outcome.SKIPPED
                 say(self._announce(f"skipping {stage.id} (needs {', '.join(blocked)})"))
             elif deps_done and self.state[stage.id] is RunState.FINISHED:
-                where = f"stage {next(self.numbers)} of {self.n}"
-                self.outcome[stage.id] = _reuse(self.plan, stage, self.out_dir, self.intent, where)
+                self.outcome[stage.id] = _reuse(self.plan, stage, self.out_dir, self.intent, self._where())
             elif (deps_done or ahead) and self.state[stage.id] is RunState.HELD:
                 self.outcome[stage.id] = Outcome.HELD
                 say(self._announce(f"{stage.id} is running in another process; leaving it"))

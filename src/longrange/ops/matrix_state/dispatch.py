@@ -33,8 +33,9 @@ import torch
 from torch import Tensor
 
 from longrange.ops.dispatch import Dispatcher, Impl
-from longrange.ops.matrix_state import common, delta_rule, gla, mamba3, ssd
+from longrange.ops.matrix_state import common
 from longrange.ops.matrix_state.common import keep
+from longrange.ops.matrix_state.families import family
 
 #: The maintained CUDA kernel of each op that has one: (implementation name, what it is).
 EXTERNAL = {
@@ -97,13 +98,7 @@ def check_impl(op: str, impl: str | None, where: str | None = None) -> None:
     raise ValueError(message)
 
 
-_FAMILIES = {"delta_rule": delta_rule, "gla": gla, "mamba3": mamba3, "ssd": ssd}
-
-
-def _module(op: str) -> Any:
-    """The module of ``op``'s family (the delta rules share one); imported with this module, so that
-    a compiled model's graph does not break at an import."""
-    return _FAMILIES["delta_rule" if op == "gated_delta_rule" else op]
+_module = family  # the module of op's family (families.py)
 
 
 def _run(op: str, impl: str | None, device: torch.device, args: tuple, chunk_size: int | None, **kwargs: Any) -> Any:

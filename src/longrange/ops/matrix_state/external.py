@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from longrange import _optional
-from longrange.ops.matrix_state import delta_rule, gla, ssd
+from longrange.ops.matrix_state.families import family
 
 #: op -> (package, module, function)
 SOURCES: dict[str, tuple[str, str, str]] = {
@@ -159,10 +159,9 @@ AGREEMENT = 2e-2
 def _error_against_chunk(op: str, out: Tensor, inputs: tuple) -> float:
     """The relative difference of a maintained kernel's output ``out`` from our chunked form's on
     the same ``inputs``."""
-    module = {"ssd": ssd, "gla": gla, "delta_rule": delta_rule, "gated_delta_rule": delta_rule}[op]
     plain = tuple(t.detach() if isinstance(t, Tensor) else t for t in inputs)
     with torch.no_grad():
-        ref = getattr(module, f"{op}_chunk")(*plain)
+        ref = getattr(family(op), f"{op}_chunk")(*plain)
     ref = ref[0] if isinstance(ref, tuple) else ref
     return float((out.detach().float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
 

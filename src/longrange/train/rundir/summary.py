@@ -14,7 +14,6 @@ were this one.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -136,15 +135,6 @@ class RunSummary:
         """The longrange version that made the run (None where the summary does not say)."""
         version = (self.versions or {}).get("longrange")
         return str(version) if version is not None else None
-
-    def value(self, split: str) -> float | None:
-        """The run's metric on ``split`` ("val": the best validation value, "test"), None where
-        there is none or it was not finite."""
-        metrics = self.best_val if split == "val" else self.test if split == "test" else None
-        if metrics is None and split not in ("val", "test"):
-            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
-        v = (metrics or {}).get(self.metric)
-        return float(v) if _is_number(v) and math.isfinite(v) else None
 
     def to_json(self) -> dict[str, Any]:
         """The ``summary.json`` object, fields in :data:`FIELDS`' order."""
