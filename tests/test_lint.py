@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ["src", "tests", "benchmarks"]
+FOLDERS = ["src", "tests", "benchmarks", "tools"]
 
 pytest.importorskip("ruff", reason="ruff is not installed (pip install -e '.[dev]')")
 
