@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from longrange.studies import tables
+
 SCREEN_SEEDS = [0, 1, 2]
 CONFIRM_SEEDS = [5, 6, 7, 8, 9]
 LABEL_COUNTS = [250, 1000, 4000]
@@ -350,117 +352,20 @@ def run(names: list[str], out: Path, jobs: int, seeds: list[int]) -> None:
 
 # --------------------------------------------------------------------------------------- tables
 def results(out: Path, names: list[str]) -> list[dict[str, Any]]:
-    """Every finished final run of the settings, flat (setting, model, regime, labels, seed, metrics)."""
-    from longrange.report.collect import collect_runs
-
-    rows = []
-    for name in names:
-        if not (out / name).is_dir():
-            continue
-        for r in collect_runs([out / name], warn=lambda m: print(f"warning: {m}", file=sys.stderr)):
-            rows.append(
-                {
-                    "setting": name,
-                    "model": r.label,
-                    "regime": r.regime,
-                    "stage": r.stage,
-                    "labels": r.train_subset,
-                    "seed": r.seed,
-                    "params": r.params_total,
-                    "steps": r.steps,
-                    "seconds": round(r.seconds, 1),
-                    "val": r.best_val,
-                    "test": r.test,
-                    "metric": r.metric,
-                    "run": str(r.path.relative_to(out)),
-                }
-            )
-    return rows
+    """Every finished run of the settings, flat (setting, model, regime, labels, seed, metrics)."""
+    return tables.study_rows(out, names, warn=lambda m: print(f"warning: {m}", file=sys.stderr))
 
 
 def paired_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None = None) -> str:
     """Per setting, model and label count: each regime's mean, and SPT minus scratch and minus matched
-    (paired by seed, 95% CI), in points of accuracy."""
-    from longrange.report.verdict import paired_stat
-
-    def value(r):
-        v = (r["val"] if split == "val" else r["test"]) or {}
-        return None if v.get(r["metric"]) is None else 100 * v[r["metric"]]
-
-    by: dict[tuple, dict[int, float]] = {}
-    params: dict[tuple, int] = {}
-    for r in rows:
-        if r["stage"] == "pretrain" or (seeds is not None and r["seed"] not in seeds):
-            continue
-        v = value(r)
-        if v is not None:
-            by.setdefault((r["setting"], r["model"], r["labels"], r["regime"]), {})[r["seed"]] = v
-            params[r["setting"], r["model"]] = r["params"]
-    lines = [
-        "| setting | model (params) | labels | scratch | matched | causal SPT | masked SPT | causal − scratch | "
-        "masked − scratch | causal − matched | masked − matched | n |",
-        "|---|---|---:|---:|---:|---:|---:|---|---|---|---|---:|",
-    ]
-    groups = sorted(
-        {k[:3] for k in by},
-        key=lambda k: (k[0], list(MODELS).index(k[1].split(" ")[0]) if k[1].split(" ")[0] in MODELS else 9, k[2] or 0),
-    )
-    for setting_, model, labels in groups:
-        cell = lambda regime: by.get((setting_, model, labels, regime), {})  # noqa: E731
-        mean = lambda d: f"{sum(d.values()) / len(d):.1f}" if d else "–"  # noqa: E731
-
-        def diff(a: str, b: str) -> str:
-            x, y = cell(a), cell(b)
-            common = sorted(set(x) & set(y))
-            if len(common) < 2:
-                return "–"
-            st = paired_stat([x[s] - y[s] for s in common])
-            return f"{st.mean:+.1f} [{st.low:+.1f}, {st.high:+.1f}]"
-
-        n = len(cell("scratch"))
-        lines.append(
-            f"| {setting_} | {model} ({params[setting_, model] / 1000:.0f}k) | {labels} | {mean(cell('scratch'))} | "
-            f"{mean(cell('scratch-matched'))} | {mean(cell('causal-spt-all') or cell('causal-spt'))} | "
-            f"{mean(cell('masked-spt-all') or cell('masked-spt'))} | "
-            f"{diff(_spt(cell, 'causal'), 'scratch')} | {diff(_spt(cell, 'masked'), 'scratch')} | "
-            f"{diff(_spt(cell, 'causal'), 'scratch-matched')} | {diff(_spt(cell, 'masked'), 'scratch-matched')} | {n} |"
-        )
-    return "\n".join(lines)
+    (paired by seed, 95% CI), in points of accuracy; the models in :data:`MODELS`' order."""
+    return tables.paired_table(rows, split, seeds=seeds, model_order=list(MODELS))
 
 
 def ranking_table(rows: list[dict[str, Any]], split: str, seeds: list[int] | None = None) -> str:
     """Per setting and label count, the models in order of their mean under each regime (best first),
-    and whether the order differs from scratch's."""
-    from longrange.report.ranking import order_reversals
-
-    means: dict[tuple, dict[str, list[float]]] = {}
-    for r in rows:
-        v = (r["val"] if split == "val" else r["test"]) or {}
-        if r["stage"] == "pretrain" or (seeds is not None and r["seed"] not in seeds) or v.get(r["metric"]) is None:
-            continue
-        means.setdefault((_same_runs(r["setting"]), r["labels"], r["regime"]), {}).setdefault(r["model"], []).append(
-            100 * v[r["metric"]]
-        )
-    lines = ["| setting | labels | regime | order by mean (best first) | vs scratch |", "|---|---:|---|---|---|"]
-    regimes = ["scratch", "scratch-matched", "causal-spt-all", "causal-spt", "masked-spt-all", "masked-spt"]
-    for setting_, labels, regime in sorted(
-        means, key=lambda k: (k[0], k[1] or 0, regimes.index(k[2]) if k[2] in regimes else 9)
-    ):
-
-        def order(regime_: str) -> list[tuple[str, float]]:
-            got = means.get((setting_, labels, regime_), {})
-            return sorted(((m, round(sum(v) / len(v), 1)) for m, v in got.items()), key=lambda mv: -mv[1])
-
-        now = order(regime)
-        # the order changes when a pair of models is strictly reversed from scratch's (means equal to 0.1
-        # point are ties, written "=")
-        flipped = order_reversals(dict(order("scratch")), dict(now))
-        same = "–" if regime == "scratch" or len(now) < 2 else ("**changes**" if flipped else "same")
-        text = f"{now[0][0]} {now[0][1]:.1f}"
-        for (_, prev), (m, v) in zip(now, now[1:]):
-            text += f" {'=' if prev == v else '>'} {m} {v:.1f}"
-        lines.append(f"| {setting_} | {labels} | {regime} | {text} | {same} |")
-    return "\n".join(lines)
+    and whether the order differs from scratch's; settings that run the same runs ranked together."""
+    return tables.ranking_table(rows, split, seeds=seeds, same_as=_same_runs)
 
 
 def _same_runs(name: str) -> str:
@@ -477,47 +382,15 @@ def _same_runs(name: str) -> str:
 def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows with each setting named as the first setting that runs the same experiments
     (:func:`_same_runs`); a (model, regime, labels, seed) found under two such settings is an error."""
-    out, seen = [], {}
-    for r in rows:
-        name = _same_runs(r["setting"])
-        key = (name, r["model"], r["regime"], r["stage"], r["labels"], r["seed"])
-        if key in seen:
-            raise ValueError(f"{r['run']} and {seen[key]} are the same run of {name} (seed {r['seed']})")
-        seen[key] = r["run"]
-        out.append({**r, "setting": name})
-    return out
+    return tables.pooled(rows, same_as=_same_runs)
 
 
-def complete(rows: list[dict[str, Any]], seeds: list[int]) -> list[dict[str, Any]]:
-    """The rows of the (setting, model, labels) groups whose every final regime ran at all of ``seeds``:
-    a pooled table or ranking never compares means over different seeds."""
-    have: dict[tuple, dict[str, set[int]]] = {}
-    for r in rows:
-        if r["stage"] != "pretrain":
-            have.setdefault((r["setting"], r["model"], r["labels"]), {}).setdefault(r["regime"], set()).add(r["seed"])
-    full = {k for k, regimes in have.items() if all(set(seeds) <= got for got in regimes.values())}
-    return [r for r in rows if r["stage"] != "pretrain" and (r["setting"], r["model"], r["labels"]) in full]
-
-
-def _spt(cell, objective: str) -> str:
-    return f"{objective}-spt-all" if cell(f"{objective}-spt-all") else f"{objective}-spt"
+complete = tables.complete
 
 
 def pretraining_curves(out: Path, names: list[str], last: int = 3) -> str:
     """The last validation losses of every pretraining run (has it flattened?)."""
-    from longrange.train.logging import read_metrics
-    from longrange.train.rundir import RunDir
-
-    lines = ["| setting | pretraining run | steps | last validation losses |", "|---|---|---:|---|"]
-    for name in names:
-        for summary in sorted((out / name).rglob("pretrain/summary.json")):
-            run = RunDir(summary.parent)
-            vals = [r for r in read_metrics(run.metrics) if r["split"] == "val"]
-            tail = ", ".join(f"{r['metrics']['loss']:.3f}@{r['step']}" for r in vals[-last:])
-            lines.append(
-                f"| {name} | {summary.parent.relative_to(out / name)} | {vals[-1]['step'] if vals else 0} | {tail} |"
-            )
-    return "\n".join(lines)
+    return tables.pretraining_losses(out, names, last=last)
 
 
 def _style(regime: str) -> dict[str, Any]:

@@ -208,36 +208,9 @@ def screen(names: list[str], out: Path, jobs: int, seeds: list[int]) -> None:
 
 def _paired(out: Path, name: str, split: str) -> list[dict[str, Any]]:
     """Per regime against scratch: paired differences of the chosen split's metric over seeds."""
-    from longrange.report.collect import collect_runs
-    from longrange.report.verdict import paired_stat
+    from longrange.studies.tables import paired_rows, study_rows
 
-    runs = [r for r in collect_runs([out / name]) if r.stage != "pretrain"]
-    rows = []
-    by: dict[tuple[str, str], dict[int, float | None]] = {}
-    for r in runs:
-        value = (r.test if split == "test" else r.best_val) or {}
-        by.setdefault((r.label, r.regime), {})[r.seed] = value.get(r.metric)
-    for label, regime in sorted(k for k in by if k[1] != "scratch"):
-        base = by.get((label, "scratch"), {})
-        seeds = sorted(
-            s for s in by[(label, regime)] if s in base and by[(label, regime)][s] is not None and base[s] is not None
-        )
-        diffs = [100 * (by[(label, regime)][s] - base[s]) for s in seeds]
-        stat = paired_stat(diffs)
-        rows.append(
-            {
-                "setting": name,
-                "label": label,
-                "regime": regime,
-                "n": stat.n,
-                "scratch": [100 * base[s] for s in seeds],
-                "spt": [100 * by[(label, regime)][s] for s in seeds],
-                "mean": stat.mean,
-                "low": stat.low,
-                "high": stat.high,
-            }
-        )
-    return rows
+    return paired_rows(study_rows(out, [name]), split)
 
 
 def rows_markdown(names: list[str], out: Path, split: str) -> str:

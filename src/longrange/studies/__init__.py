@@ -5,5 +5,8 @@ their results, and write their tables.
 * :mod:`longrange.studies.mad`: MAD's synthetic protocol (Poli et al. 2024), from scratch and with
   causal self-pretraining (``longrange mad``);
 * :mod:`longrange.studies.zoology`: MQAR accuracy against state size over widths (Zoology's axis),
-  both regimes (``longrange zoology``).
+  both regimes (``longrange zoology``);
+* :mod:`longrange.studies.tables`: a study's runs as rows and the tables the study scripts print
+  (SPT against scratch paired by seed, rankings and their reversals, pooled settings), so that
+  ``benchmarks/recall_spt.py`` and ``small_scale_spt.py`` only name their settings.
 """
