@@ -210,6 +210,7 @@ def _wandb_available() -> bool:
 
 def test_a_resumed_stage_merges_the_kernels_of_the_record_its_earlier_segment_saved():
     from longrange.experiment.record import finish_record
+    from longrange.train.rundir.record import RunRecord
 
     result = {
         "device": {"type": "cpu"},
@@ -218,12 +219,12 @@ def test_a_resumed_stage_merges_the_kernels_of_the_record_its_earlier_segment_sa
         "kernels": {"selective_scan": "numba"},
         "step": 3,
     }
-    earlier = {"kernels": {"selective_scan": "chunked", "causal_conv1d": "torch"}}
-    assert finish_record({"host": "h"}, result, earlier) == {
+    earlier = RunRecord(kernels={"selective_scan": "chunked", "causal_conv1d": "torch"})
+    assert finish_record(RunRecord(host="h"), result, earlier).to_json() == {
         "host": "h",
         "device": {"type": "cpu"},
         "precision": {"autocast": None},
         "deterministic": True,
         "kernels": {"causal_conv1d": "torch", "selective_scan": "chunked+numba"},
     }
-    assert finish_record({}, result, None)["kernels"] == {"selective_scan": "numba"}
+    assert finish_record(RunRecord(), result, None).kernels == {"selective_scan": "numba"}

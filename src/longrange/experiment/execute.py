@@ -33,6 +33,7 @@ from longrange.objectives.factory import make_objective, supervised_head
 from longrange.train import distributed as D
 from longrange.train.entry import train
 from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunLockedError, RunMismatchError
+from longrange.train.rundir.record import RunRecord
 
 #: A comparison's default intent: reuse finished stages, resume interrupted ones, start the others.
 CONTINUE = Intent("continue")
@@ -87,13 +88,13 @@ def train_stage(
 ) -> dict[str, Any]:
     """Train ``stage`` in its opened run directory (fresh or resumed, as decided) and write its
     ``summary.json``; returns the summary. ``run_name`` and ``run_group`` name the run in W&B."""
-    earlier = (run.dir.read_config() or {}).get("record") if run.resumes else None
+    earlier = RunRecord.from_json((run.dir.read_config() or {}).get("record"), run.dir.config) if run.resumes else None
     data = load_data(stage.task)
     built = build_stage(stage, data)
     transfer = load_pretrained(built.model, stage.init_from, stage.reverse_from) if stage.stage == "finetune" else None
     record = run_record(stage, data, transfer)
     if run.took_over is not None:  # a stale lock of a process that died was taken over
-        record["lock_taken_over"] = run.took_over
+        record = dataclasses.replace(record, lock_taken_over=run.took_over)
     config = {k: v for k, v in stage.config().items() if k != "train"}
     result = train(
         built.model,
@@ -101,14 +102,14 @@ def train_stage(
         data,
         stage.train,
         run,
-        extra_config={**config, "head": built.head.to_json(), "record": record},
+        extra_config={**config, "head": built.head.to_json(), "record": record.to_json()},
         evaluate_test=stage.stage != "pretrain" and stage.train.test_split,
         run_name=run_name,
         run_group=run_group,
     )
     record = finish_record(record, result, earlier)
     if D.is_main_process():  # the record is not part of the fingerprint: config.yaml is rewritten with it
-        run.dir.write_config({**(run.dir.read_config() or {}), "record": record})
+        run.dir.write_config({**(run.dir.read_config() or {}), "record": record.to_json()})
         kill_point("after-record")
     params = {
         k: v

@@ -10,20 +10,22 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longrange.experiment.stage import ResolvedStage
 from longrange.experiment.taskdata import data_identity
 from longrange.train.environment import library_versions, merge_kernels
 from longrange.train.rundir import RunDir
+from longrange.train.rundir.record import RAN, RunRecord
 from longrange.train.rundir.summary import ParamCounts, RunSummary
 
-#: What the trainer reports of how the run ran (:meth:`Trainer.fit`'s result), recorded at the end.
-RAN = ("device", "precision", "deterministic", "kernels")
+if TYPE_CHECKING:
+    from longrange.train.loop import FitResult
 
 
-def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None) -> dict[str, Any]:
+def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None) -> RunRecord:
     """Where the data came from, what was skipped, software versions, what was transferred, the
     vocabulary of token tasks. Not part of the fingerprint."""
     import torch
@@ -31,27 +33,26 @@ def run_record(stage: ResolvedStage, data: Any, transfer: dict[str, Any] | None)
     from longrange import __version__
 
     skipped = {str(k): int(v) for k, v in (getattr(data, "skipped", None) or {}).items()}
-    return {
-        "data_dir": data_identity(stage.task)["dir"],
-        "skip_bad": stage.task.skip_bad,
-        "skipped": skipped,
-        "train_size": len(data.train),
-        "versions": {
+    return RunRecord(
+        data_dir=data_identity(stage.task)["dir"],
+        skip_bad=stage.task.skip_bad,
+        skipped=skipped,
+        train_size=len(data.train),
+        versions={
             "longrange": __version__,
             "torch": str(torch.__version__),
             "cuda": torch.version.cuda,
             "python": platform.python_version(),
             **library_versions(),
         },
-        "host": socket.gethostname(),
-        "init": {
+        host=socket.gethostname(),
+        init={
             "from": str(stage.init_from) if stage.init_from else None,
             "reverse_from": str(stage.reverse_from) if stage.reverse_from else None,
         },
-        "transfer": transfer,
-        # the task's tokens and their ids, so that new inputs are encoded as the model learned them
-        "vocabulary": data.vocab.to_dict() if getattr(data, "vocab", None) is not None else None,
-    }
+        transfer=transfer,
+        vocabulary=data.vocab.to_dict() if getattr(data, "vocab", None) is not None else None,
+    )
 
 
 def _source(run_dir: Path | None, relative_to: Path) -> dict[str, Any] | None:
@@ -67,22 +68,20 @@ def _source(run_dir: Path | None, relative_to: Path) -> dict[str, Any] | None:
     }
 
 
-def finish_record(
-    record: dict[str, Any], result: dict[str, Any], earlier: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def finish_record(record: RunRecord, result: FitResult, earlier: RunRecord | None = None) -> RunRecord:
     """``record`` with how the run ran (:data:`RAN`, from fit's ``result``); a resumed run's kernels
     also include those of ``earlier``, the record saved by an earlier segment that finished training."""
     ran = {k: result[k] for k in RAN if k in result}
-    ran["kernels"] = merge_kernels((earlier or {}).get("kernels"), result.get("kernels"))
-    return {**record, **ran}
+    ran["kernels"] = merge_kernels(earlier.kernels if earlier is not None else None, result.get("kernels"))
+    return replace(record, **ran)
 
 
 def stage_summary(
     stage: ResolvedStage,
     objective: Any,
     params: dict[str, int],
-    result: dict[str, Any],
-    record: dict[str, Any],
+    result: FitResult,
+    record: RunRecord,
     run_dir: Path,
 ) -> RunSummary:
     """The stage's ``summary.json`` (:class:`~longrange.train.rundir.summary.RunSummary`)."""
@@ -104,12 +103,12 @@ def stage_summary(
         pretrain=_source(stage.init_from, run_dir),
         pretrain_reverse=_source(stage.reverse_from, run_dir),
         train_subset=stage.task.train_subset,
-        train_size=record["train_size"],
+        train_size=record.train_size,
         seconds=result["seconds"],
         fingerprint=stage.fingerprint(),
-        data_dir=record["data_dir"],
-        skip_bad=record["skip_bad"],
-        skipped=record["skipped"],
-        versions=record["versions"],
-        **{k: record.get(k) for k in RAN},
+        data_dir=record.data_dir,
+        skip_bad=record.skip_bad,
+        skipped=record.skipped,
+        versions=record.versions,
+        **{k: getattr(record, k) for k in RAN},
     )

@@ -36,7 +36,7 @@ _EXPORTS = {
     **dict.fromkeys(("load_checkpoint", "load_weights", "save_checkpoint"), "longrange.train.checkpoint"),
     "TrainConfig": "longrange.train.config",
     "train": "longrange.train.entry",
-    "Trainer": "longrange.train.loop",
+    **dict.fromkeys(("FitResult", "Trainer"), "longrange.train.loop"),
     **dict.fromkeys(("build_optimizer", "group_report", "param_groups"), "longrange.train.optim"),
     "RunDir": "longrange.train.rundir",
     **dict.fromkeys(("LRSchedule", "build_schedule"), "longrange.train.schedules"),

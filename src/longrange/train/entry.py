@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 from longrange.errors import ConfigError
 from longrange.train import distributed as D
 from longrange.train.config import TrainConfig
-from longrange.train.loop import Trainer
+from longrange.train.loop import FitResult, Trainer
 from longrange.train.rundir import OpenRun
 
 
@@ -53,8 +53,8 @@ def train(
     tensorboard: bool = True,
     run_name: str | None = None,
     run_group: str | None = None,
-) -> dict[str, Any]:
-    """Train ``model`` on ``data`` and return :meth:`Trainer.fit`'s summary.
+) -> FitResult:
+    """Train ``model`` on ``data`` and return :meth:`Trainer.fit`'s result (a :class:`FitResult`).
 
     ``data`` is a task's loaded data (anything with ``train``/``val``/``test`` attributes, e.g.
     ``longrange.data.tasks.TaskData``), a dict with those keys, or a tuple (train, val, test).

@@ -1,7 +1,7 @@
 """The training loop: plain PyTorch, readable top to bottom.
 
     trainer = Trainer(model, objective, train_set, val_set, collate, cfg, run_dir, test_set=test_set)
-    summary = trainer.fit()          # {"best": ..., "final": ..., "test": ..., ...}
+    result = trainer.fit()           # a FitResult: result["best"], result["test"], ...
 
 ``fit`` is one loop: a step, then maybe a log line, maybe an evaluation, maybe a checkpoint. Its
 parts are components in modules of their own, each with a narrow interface (the table is in
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -57,7 +57,40 @@ from longrange.train.selection import BestSelector
 from longrange.train.state import STATE_FIELDS, TrainState
 from longrange.train.step import training_step
 
-__all__ = ["Trainer"]
+__all__ = ["BestPoint", "FitResult", "Trainer"]
+
+
+class BestPoint(TypedDict):
+    """The best validation point: its step, the selection metric's value there and every metric."""
+
+    step: int
+    value: float | None
+    metrics: dict[str, float]
+
+
+class FitResult(TypedDict):
+    """What :meth:`Trainer.fit` returns: the run's result, before the experiment layer records it
+    (``experiment/record.stage_summary`` makes ``summary.json`` of it)."""
+
+    #: The selection metric's name, and the best validation point (the last, without validation).
+    metric: str
+    best: BestPoint
+    #: The metrics of the last validation, and of the test set with the best weights (None: not tested).
+    final: dict[str, float]
+    test: dict[str, float] | None
+    #: Optimiser steps done, epochs (fractional), whether early stopping ended the run.
+    step: int
+    epochs: float
+    stopped_early: bool
+    #: Per optimiser parameter group (``optim.group_report``), and seconds of training, resumes included.
+    param_groups: dict[str, dict[str, Any]]
+    seconds: float
+    #: Where it ran and how (``train/environment.py``): device, precision, deterministic mode, the
+    #: implementation each op ran.
+    device: dict[str, Any]
+    precision: dict[str, Any]
+    deterministic: bool
+    kernels: dict[str, str]
 
 
 class Trainer:
@@ -212,13 +245,11 @@ class Trainer:
             self.run.close()
 
     # ------------------------------------------------------------------ the loop
-    def fit(self) -> dict[str, Any]:
+    def fit(self) -> FitResult:
         """Train to the end (or early stop), then evaluate the best weights on the test set.
 
         Leaves the model holding the best weights (the last ones when there is no validation set).
-        Returns ``{"metric", "best": {"step", "value", "metrics"}, "final", "test", "step",
-        "epochs", "stopped_early", "param_groups", "seconds", "device", "precision", "deterministic",
-        "kernels"}`` (the last four: see ``train/environment.py``).
+        Returns a :class:`FitResult`.
         """
         self._segment_start = time.time()
         restore = set_deterministic(self.cfg.deterministic)
@@ -302,7 +333,7 @@ class Trainer:
             self._save(best=improved)
         return over
 
-    def _finish(self) -> dict[str, Any]:
+    def _finish(self) -> FitResult:
         if self.selector.best_weights is not None:
             self.model.load_state_dict(self.selector.best_weights)
         kill_point("after-checkpoint")
@@ -317,7 +348,7 @@ class Trainer:
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "kernels": self.kernels.result(),
         }
-        result = {
+        result: FitResult = {
             "metric": self.objective.metric,
             "best": self.selector.result(),
             "final": dict(self.selector.state.final_val),
@@ -327,7 +358,10 @@ class Trainer:
             "stopped_early": self.selector.stopped_early,
             "param_groups": self.param_report,
             "seconds": self._elapsed(),
-            **record,
+            "device": record["device"],
+            "precision": record["precision"],
+            "deterministic": record["deterministic"],
+            "kernels": record["kernels"],
         }
         self.logger.close(result, record)
         return result

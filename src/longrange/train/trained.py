@@ -37,6 +37,7 @@ from longrange.train import memory as M
 from longrange.train.checkpoint import load_weights
 from longrange.train.memory import Budget, MemoryNeed
 from longrange.train.rundir import RunDir
+from longrange.train.rundir.record import RunRecord
 
 SPLITS = ("train", "val", "test")
 #: The summary's metrics of each split, where it has them.
@@ -171,6 +172,11 @@ class TrainedRun:
         return HeadRecord.from_json(self.config["head"], RunDir(self.root).config)
 
     @property
+    def record(self) -> RunRecord:
+        """What the run recorded beside its settings (the ``record`` section of its ``config.yaml``)."""
+        return RunRecord.from_json(self.config.get("record"), RunDir(self.root).config)
+
+    @property
     def task(self) -> dict[str, Any]:
         """The run's ``task`` section: name, options, data_dir, seed, skip_bad, train_subset."""
         return self.config["task"]
@@ -219,7 +225,7 @@ class TrainedRun:
         if self._vocab is None and self.head.input_kind == "tokens":
             from longrange.data.tokenize import Vocabulary
 
-            saved = (self.config.get("record") or {}).get("vocabulary")
+            saved = self.record.vocabulary
             if saved is not None:
                 self._vocab = Vocabulary.from_dict(saved, RunDir(self.root).config)
             else:
@@ -339,7 +345,7 @@ class TrainedRun:
     def _data_dir(self, data_dir: str | Path | None) -> str | None:
         if data_dir is not None:
             return str(data_dir)
-        recorded = (self.config.get("record") or {}).get("data_dir")  # where the run read its data, resolved
+        recorded = self.record.data_dir  # where the run read its data, resolved
         if recorded and Path(recorded).is_dir():
             return str(recorded)
         return self.task.get("data_dir")

@@ -11,6 +11,7 @@ each of its jobs is one module here:
 
     layout.py     the files' names and paths (RunLayout): the only module that spells them
     summary.py    RunSummary: summary.json as a type (what a finished stage recorded), written and read
+    record.py     RunRecord: config.yaml's record section as a type (data, versions, how the run ran)
     lock.py       RunLock: one writer at a time, across hosts, with a heartbeat
     integrity.py  whether a checkpoint file is whole, without loading it
     files.py      reading and writing config.yaml, summary.json, failed.json, stage.log; clearing a run
