@@ -41,12 +41,15 @@ import math
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SEED = 0
+from longrange.report.plots import accuracy_against
+from longrange.studies import tables
+from longrange.studies.grid import SEED, GridRun, run_dir, run_grid
+from longrange.studies.tables import minutes_text, percent_text, seeds_text
+
 RESULTS = Path(__file__).resolve().parent / "results"
 TASK_DIRS = {"copying": "selective-copying", "induction": "induction-heads", "mqar": "mqar"}
 
@@ -259,42 +262,24 @@ TINY = Scale(
 )
 
 
-@dataclass
-class GridCell:
-    """One training run of a grid: a preset with overrides, under its own label, from one seed (the
-    runs of one label with different seeds are one experiment of the plan)."""
-
-    model: str
-    preset: str
-    label: str
-    overrides: list[str]
-    info: dict[str, Any]
-    seed: int = SEED
-
-    def experiment(self):
-        from longrange.experiment.config import resolve
-
-        return resolve(self.preset, overrides=[*self.overrides, f"label={self.label}"])
-
-
 def _label(preset: str) -> str:
     from longrange.experiment.config import resolve
 
     return resolve(preset).label
 
 
-def copying_cell(model: str, length: int, scale: Scale) -> GridCell:
+def copying_cell(model: str, length: int, scale: Scale) -> GridRun:
     preset = f"mamba/selective-copying/cpu/{model}"
     over = [f"task.options.seq_len={length}", *scale.copying]
     if model.endswith(("-s4", "hyena")):  # S4's kernel and Hyena's filters are defined at the task's length
         over.append(f"model.primitive_options.l_max={length}")
-    cell = GridCell(model, preset, f"{_label(preset)} L={length}", over, {"seq_len": length})
+    cell = GridRun(model, preset, f"{_label(preset)} L={length}", over, {"seq_len": length})
     options = cell.experiment().task.options
     cell.info.update(n_tokens=options["n_tokens"], vocab_size=options["vocab_size"])
     return cell
 
 
-def copying_cells(scale: Scale, which: str) -> list[GridCell]:
+def copying_cells(scale: Scale, which: str) -> list[GridRun]:
     """table1: every model at the table's length; lengths: the length models at every length, the
     shortest first (attention at the longest last: the dearest run)."""
     if which == "table1":
@@ -302,7 +287,7 @@ def copying_cells(scale: Scale, which: str) -> list[GridCell]:
     return [copying_cell(m, length, scale) for length in scale.lengths for m in scale.length_models]
 
 
-def induction_cells(scale: Scale) -> list[GridCell]:
+def induction_cells(scale: Scale) -> list[GridRun]:
     """Every model at every training length and seed: the shorter length first, each model's seeds
     together. S4's kernel is defined at the training length; a layer defined over at most ``l_max``
     positions (Hyena's filter) gets the longest test length, so that it can be evaluated there."""
@@ -316,15 +301,15 @@ def induction_cells(scale: Scale) -> list[GridCell]:
             if m in FIXED_SPAN_MODELS:
                 over.append(f"model.primitive_options.l_max={max(scale.extrapolation)}")
             label = f"{_label(preset)} L={length}"
-            vocab = GridCell(m, preset, label, over, {}).experiment().task.options["vocab_size"]
+            vocab = GridRun(m, preset, label, over, {}).experiment().task.options["vocab_size"]
             cells += [
-                GridCell(m, preset, label, over, {"seq_len": length, "vocab_size": vocab}, seed)
+                GridRun(m, preset, label, over, {"seq_len": length, "vocab_size": vocab}, seed)
                 for seed in scale.induction_seeds
             ]
     return cells
 
 
-def mqar_cells(scale: Scale, widths: list[int]) -> list[GridCell]:
+def mqar_cells(scale: Scale, widths: list[int]) -> list[GridRun]:
     cells = []
     for width in widths:
         for length, pairs in scale.mqar_cells:
@@ -340,7 +325,7 @@ def mqar_cells(scale: Scale, widths: list[int]) -> list[GridCell]:
                 if m == "attention":
                     over.append(f"model.max_len={length}")
                 cells.append(
-                    GridCell(
+                    GridRun(
                         m,
                         preset,
                         f"{_label(preset)} L={length} d={width}",
@@ -351,58 +336,15 @@ def mqar_cells(scale: Scale, widths: list[int]) -> list[GridCell]:
     return cells
 
 
-# ------------------------------------------------------------------------------ running a grid
-def plan_of(cells: list[GridCell]):
-    """The grid's plan: each cell's training from scratch at its seed, no self-pretraining."""
-    from longrange.experiment.plan import Plan, plan_grid
-
-    experiments = list({c.label: c for c in cells}.values())  # one experiment per label, in grid order
-    plan = plan_grid(
-        [c.experiment() for c in experiments], seeds=sorted({c.seed for c in cells}), compute_matched=False
-    )
-    wanted = {(c.label, c.seed) for c in cells}
-    return Plan(
-        plan.experiments,
-        [s for s in plan.stages if s.regime == "scratch" and (plan.experiments[s.experiment].label, s.seed) in wanted],
-    )
-
-
-def run_grid(cells: list[GridCell], grid: list[GridCell], out_dir: Path, jobs: int) -> list[str]:
-    """Train ``cells`` (a part of ``grid``, whose plan is saved) with ``jobs`` local workers of one
-    thread each; returns the ids of the stages that did not finish."""
-    from longrange.experiment.backends import LocalWorkers
-    from longrange.experiment.compare import check_reuse
-    from longrange.experiment.plan import Plan
-    from longrange.experiment.scheduler import Outcome, run_plan
-    from longrange.train.rundir import Intent
-
-    plan = plan_of(grid)
-    chosen = {(c.label, c.seed) for c in cells}
-    part = Plan(plan.experiments, [s for s in plan.stages if (plan.experiments[s.experiment].label, s.seed) in chosen])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    check_reuse(part, out_dir)
-    plan.save(out_dir)
-    start = time.time()
-    outcome = run_plan(part, out_dir, LocalWorkers(jobs=jobs, threads_per_job=1), intent=Intent("continue"))
-    print(f"== {out_dir}: {len(part.stages)} stages, {(time.time() - start) / 60:.1f} min", file=sys.stderr, flush=True)
-    return [i for i, o in outcome.items() if o is not Outcome.DONE]
-
-
-def stage_dir(out_dir: Path, cell: GridCell) -> Path:
-    from longrange.experiment.plan import slug
-
-    exp = cell.experiment()
-    return out_dir / slug(exp.task.name) / slug(exp.label) / "scratch" / f"seed{cell.seed}"
-
-
-def run_row(table: str, cell: GridCell, out_dir: Path) -> dict[str, Any]:
+# ------------------------------------------------------------------------------ reading a grid
+def run_row(table: str, cell: GridRun, out_dir: Path) -> dict[str, Any]:
     """A cell's settings and, once finished, its result (None fields while it is not)."""
     from longrange.report.collect import read_run
     from longrange.train.rundir import RunDir, RunState
 
     exp = cell.experiment()
     train = exp.train_config("train")
-    path = stage_dir(out_dir, cell)
+    path = run_dir(out_dir, cell)
     row = {
         "table": table,
         "model": cell.model,
@@ -459,7 +401,7 @@ def evaluated(out_dir: Path) -> set[tuple[str, int]]:
     return done
 
 
-def extrapolation_groups(cells: list[GridCell], out_dir: Path, scale: Scale) -> list[tuple[list[int], int, list[str]]]:
+def extrapolation_groups(cells: list[GridRun], out_dir: Path, scale: Scale) -> list[tuple[list[int], int, list[str]]]:
     """(lengths, test sequences, runs) of each ``longrange extrapolate`` command: the finished runs
     (attention up to ``attention_max``) not yet evaluated at a length, at consecutive lengths that
     share the runs and the number of sequences."""
@@ -467,11 +409,11 @@ def extrapolation_groups(cells: list[GridCell], out_dir: Path, scale: Scale) -> 
     done = evaluated(out_dir)
     for length in scale.extrapolation:
         runs = [
-            str(stage_dir(out_dir, c))
+            str(run_dir(out_dir, c))
             for c in cells
-            if (stage_dir(out_dir, c) / "summary.json").is_file()
+            if (run_dir(out_dir, c) / "summary.json").is_file()
             and not (is_attention(c.model) and length > scale.attention_max)
-            and (str(stage_dir(out_dir, c).resolve()), length) not in done
+            and (str(run_dir(out_dir, c).resolve()), length) not in done
         ]
         n = eval_count(length, scale)
         if not runs:
@@ -489,7 +431,7 @@ def extrapolation_dir(out_dir: Path, lengths: list[int], part: int = 1) -> Path:
     return out_dir / "extrapolation" / ("L" + "-".join(str(n) for n in lengths) + ("" if part == 1 else f"-part{part}"))
 
 
-def extrapolate(cells: list[GridCell], out_dir: Path, scale: Scale) -> list[str]:
+def extrapolate(cells: list[GridRun], out_dir: Path, scale: Scale) -> list[str]:
     """``longrange extrapolate`` of the finished runs at every length they have not been evaluated at
     (however the output directory was named), one command per group of :func:`extrapolation_groups`,
     each into a folder of its own. Returns the groups whose command failed."""
@@ -527,11 +469,11 @@ def extrapolate(cells: list[GridCell], out_dir: Path, scale: Scale) -> list[str]
     return failed
 
 
-def extrapolation_rows(cells: list[GridCell], out_dir: Path, scale: Scale) -> list[dict[str, Any]]:
+def extrapolation_rows(cells: list[GridRun], out_dir: Path, scale: Scale) -> list[dict[str, Any]]:
     """One row per run and length: the test accuracy, the sequences and seconds, or why none."""
     # matched however the output directory was named; each row names its run as the grid's rows do
-    by_run = {str(stage_dir(out_dir, c).resolve()): c for c in cells}
-    named = {key: str(stage_dir(out_dir, c)) for key, c in by_run.items()}
+    by_run = {str(run_dir(out_dir, c).resolve()): c for c in cells}
+    named = {key: str(run_dir(out_dir, c)) for key, c in by_run.items()}
     rows = []
     seen = set()
     # the newest evaluation of a run at a length wins (a group re-run with more runs supersedes an older one)
@@ -566,14 +508,6 @@ def extrapolation_rows(cells: list[GridCell], out_dir: Path, scale: Scale) -> li
 
 
 # ---------------------------------------------------------------------------------- tables
-def pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:.1f}"
-
-
-def minutes(s: float | None) -> str:
-    return "—" if s is None else f"{s / 60:.1f}"
-
-
 def table1_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| model | block | layer | params | Table 1 | ours: test accuracy | val accuracy | steps | train min |",
@@ -587,7 +521,7 @@ def table1_markdown(rows: list[dict[str, Any]]) -> str:
         )
         lines.append(
             f"| {r['label']}{' *' if r.get('earlier') else ''} | {block} | {layer} | {r['params'] or '—'} | {'—' if paper is None else paper} | "
-            f"{pct(r['test_accuracy'])} | {pct(r['val_accuracy'])} | {r['steps'] or '—'} | {minutes(r['seconds'])} |"
+            f"{percent_text(r['test_accuracy'])} | {percent_text(r['val_accuracy'])} | {r['steps'] or '—'} | {minutes_text(r['seconds'])} |"
         )
     lines.append("")
     if any(r.get("earlier") for r in rows):
@@ -618,19 +552,10 @@ def lengths_markdown(rows: list[dict[str, Any]], lengths: list[int]) -> str:
             cells.append(
                 "—"
                 if r is None or r["test_accuracy"] is None
-                else f"{pct(r['test_accuracy'])} ({minutes(r['seconds'])})"
+                else f"{percent_text(r['test_accuracy'])} ({minutes_text(r['seconds'])})"
             )
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def seeds_text(values: list[float | None], star: bool = False) -> str:
-    """The mean over seeds of the values that exist, then each seed's (— where missing): ``99.6 (99.2, 100.0)``."""
-    have = [v for v in values if v is not None]
-    if not have:
-        return "—"
-    mean = pct(sum(have) / len(have)) + ("*" if star else "")
-    return mean if len(values) == 1 else f"{mean} ({', '.join(pct(v) for v in values)})"
 
 
 def induction_groups(train_rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
@@ -662,8 +587,8 @@ def induction_markdown(
         lines.append(
             f"| {label}{star} | {at} | {r['params'] or '—'} | {r['lr']:g} | {r['batch_size']} | "
             f"{r['steps'] or '—'} | {seeds_text([x['val_accuracy'] for x in runs])} | "
-            f"{minutes(sum(secs) / len(secs)) if secs else '—'} | "
-            f"{minutes(sum(spent)) if spent else '—'} |"
+            f"{minutes_text(sum(secs) / len(secs)) if secs else '—'} | "
+            f"{minutes_text(sum(spent)) if spent else '—'} |"
         )
     if any(r.get("earlier") for r in train_rows):
         lines += [
@@ -733,7 +658,7 @@ def mqar_markdown(rows: list[dict[str, Any]], cells: list[tuple[int, int]]) -> s
             out.append(
                 "—"
                 if r is None or r["test_accuracy"] is None
-                else f"{pct(r['test_accuracy'])} ({minutes(r['seconds'])})"
+                else f"{percent_text(r['test_accuracy'])} ({minutes_text(r['seconds'])})"
             )
         lines.append(f"| {label} | {width} | " + " | ".join(out) + " |")
     if [c for c in cells] == MQAR_CELLS:
@@ -743,66 +668,14 @@ def mqar_markdown(rows: list[dict[str, Any]], cells: list[tuple[int, int]]) -> s
     return "\n".join(lines)
 
 
-def accuracy_plot(
-    series: dict[str, list[tuple[int, float | None]]],
-    path: Path,
-    xlabel: str,
-    title: str,
-    mark: int | None = None,
-    chance: float | None = None,
-) -> Path:
-    """Accuracy (%) against a length on a log2 axis, one line per model; ``mark``: a dotted vertical
-    line there; ``chance`` (a fraction): a dashed horizontal line at chance accuracy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from longrange.report.plots import LINESTYLES, MARKERS
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.0))
-    xs_all = sorted({x for pts in series.values() for x, _ in pts})
-    for i, (name, pts) in enumerate(series.items()):
-        pts = [(x, 100 * y) for x, y in pts if y is not None]
-        if pts:
-            ax.plot(
-                [x for x, _ in pts],
-                [y for _, y in pts],
-                marker=MARKERS[i % len(MARKERS)],
-                linestyle=LINESTYLES[i % len(LINESTYLES)],
-                label=name,
-            )
-    if mark is not None:
-        ax.axvline(mark, color="grey", linestyle=":", linewidth=1)
-    if chance is not None:
-        ax.axhline(100 * chance, color="black", linestyle="--", linewidth=1, label=f"chance ({100 * chance:.1f}%)")
-    ax.set_xscale("log", base=2)
-    if xs_all and len(xs_all) <= 8:
-        ax.set_xticks(xs_all, [str(x) for x in xs_all])
-        ax.minorticks_off()
-    ax.set_ylim(-2, 102)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.set_title(title, fontsize="medium")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
 # ------------------------------------------------------------------------------- the commands
 def write_results(name: str, data: dict[str, Any], markdown: str, results: Path) -> None:
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"synthetic_{name}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (results / f"synthetic_{name}.md").write_text(markdown + "\n")
+    raw, _ = tables.write_results(results, f"synthetic_{name}", data, markdown)
     print(markdown)
-    print(f"wrote {results / f'synthetic_{name}.json'} and .md", file=sys.stderr)
+    print(f"wrote {raw} and .md", file=sys.stderr)
 
 
-def copying_grid(scale: Scale) -> list[GridCell]:
+def copying_grid(scale: Scale) -> list[GridRun]:
     grid = copying_cells(scale, "table1")
     labels = {c.label for c in grid}
     return grid + [c for c in copying_cells(scale, "lengths") if c.label not in labels]
@@ -846,7 +719,7 @@ def do_lengths(args, scale: Scale) -> list[str]:
     for r in rows:
         series.setdefault(r["label"], []).append((r["seq_len"], r["test_accuracy"]))
     if any(y is not None for pts in series.values() for _, y in pts):
-        png = accuracy_plot(
+        png = accuracy_against(
             series,
             args.results / "synthetic_lengths.png",
             "sequence length (16 data tokens)",
@@ -891,7 +764,7 @@ def do_induction(args, scale: Scale) -> list[str]:
     series = {label: [(n, sum(v) / len(v)) for n, v in sorted(pts.items())] for label, pts in by.items()}
     if series:
         chance = 1 / (rows[0]["vocab_size"] - 1)
-        png = accuracy_plot(
+        png = accuracy_against(
             series,
             args.results / "synthetic_induction.png",
             "test length",

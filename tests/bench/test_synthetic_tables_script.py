@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from longrange.studies.grid import grid_plan
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "synthetic_tables.py"
 
 
@@ -113,7 +115,7 @@ def test_the_budget_helpers():
             assert exp.model.primitive_options["l_max"] == 2**16
         if c.model.endswith("-s4"):  # the kernel at the training length
             assert exp.model.primitive_options["l_max"] == c.info["seq_len"]
-    plan = st.plan_of(induction[:4])  # two experiments (labels), two seeds each
+    plan = grid_plan(induction[:4])  # two experiments (labels), two seeds each
     assert [s.id.split("/", 2)[2] for s in plan.stages] == [f"scratch/seed{s}" for s in (0, 1, 0, 1)]
     assert s4.model.primitive_options["l_max"] == 512 and s4.task.options["seq_len"] == 512
 

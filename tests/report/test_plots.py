@@ -112,3 +112,24 @@ def test_regime_words_keep_inner_parentheses():
     assert regime_words("scratch-matched") == "scratch, matched compute"
     assert regime_words("scratch") == "scratch"
     assert regime_words("masked-spt") == "masked SPT"
+
+
+def test_accuracy_against_length_draws_each_series_its_mark_and_chance(tmp_path, monkeypatch):
+    from longrange.report import plots
+
+    path = plots.accuracy_against(
+        {"S6": [(64, 1.0), (128, None), (256, 0.5)], "attention": [(64, None)]},
+        tmp_path / "img" / "acc.png",
+        "test length",
+        "induction heads",
+        mark=64,
+        chance=0.0625,
+    )
+    assert path.is_file() and path.stat().st_size > 1000
+    kept = {}
+    monkeypatch.setattr(plots, "save_figure", lambda fig, p: kept.setdefault("fig", fig))
+    plots.accuracy_against({"S6": [(64, 1.0), (128, None), (256, 0.5)]}, tmp_path / "x.png", "L", "t", chance=0.0625)
+    ax = kept["fig"].axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["S6"].get_xdata()) == [64, 256] and list(lines["S6"].get_ydata()) == [100.0, 50.0]
+    assert list(lines["chance"].get_ydata()) == [6.25, 6.25] and ax.get_xscale() == "log"

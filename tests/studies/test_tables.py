@@ -123,3 +123,18 @@ def test_complete_keeps_the_groups_run_at_every_seed_and_drops_pretraining():
     rows += [row("A", "causal-spt", 0, 0.5, stage="pretrain")]
     kept = tables.complete(rows, [0, 1, 2])
     assert {r["model"] for r in kept} == {"A"} and len(kept) == 6
+
+
+def test_texts_of_fractions_minutes_and_seeds():
+    assert tables.percent_text(0.1234) == "12.3" and tables.percent_text(None) == "—"
+    assert tables.minutes_text(90) == "1.5" and tables.minutes_text(None) == "—"
+    assert tables.seeds_text([0.992, 1.0]) == "99.6 (99.2, 100.0)"
+    assert tables.seeds_text([0.5, None], star=True) == "50.0* (50.0, —)"  # the mean of the seeds that ran
+    assert tables.seeds_text([0.5]) == "50.0" and tables.seeds_text([None, None]) == "—"
+
+
+def test_results_are_written_whole_and_side_by_side(tmp_path):
+    raw, text = tables.write_results(tmp_path / "results", "study_x", {"runs": [1, 2]}, "| a |")
+    assert raw == tmp_path / "results" / "study_x.json" and text.read_text() == "| a |\n"
+    assert raw.read_text() == '{\n "runs": [\n  1,\n  2\n ]\n}\n'
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["study_x.json", "study_x.md"]  # no temporaries

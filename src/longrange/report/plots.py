@@ -571,3 +571,43 @@ def kernel_decay_plot(
     if not panels:
         return None
     return _save(kernel_figure(panels, title), path)
+
+
+def accuracy_against(
+    series: Mapping[str, Sequence[tuple[int, float | None]]],
+    path: str | Path,
+    xlabel: str,
+    title: str,
+    mark: int | None = None,
+    chance: float | None = None,
+) -> Path:
+    """Test accuracy (%) against a length or size on a log2 axis, one line per series (points of
+    None left out); ``mark``: a dotted vertical line there (a training length); ``chance`` (a
+    fraction): the dashed chance line. The studies' plots of accuracy against length draw with it."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    xs_all = sorted({x for pts in series.values() for x, _ in pts})
+    for i, (name, pts) in enumerate(series.items()):
+        shown = [(x, 100 * y) for x, y in pts if y is not None]
+        if shown:
+            ax.plot(
+                [x for x, _ in shown],
+                [y for _, y in shown],
+                marker=MARKERS[i % len(MARKERS)],
+                linestyle=LINESTYLES[i % len(LINESTYLES)],
+                label=name,
+            )
+    if mark is not None:
+        ax.axvline(mark, color="grey", linestyle=":", linewidth=1)
+    draw_chance(ax, chance)
+    ax.set_xscale("log", base=2)
+    if xs_all and len(xs_all) <= 8:
+        ax.set_xticks(xs_all, [str(x) for x in xs_all])
+        ax.minorticks_off()
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize="medium")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -7,6 +7,11 @@ their results, and write their tables.
 * :mod:`longrange.studies.zoology`: MQAR accuracy against state size over widths (Zoology's axis),
   both regimes (``longrange zoology``);
 * :mod:`longrange.studies.tables`: a study's runs as rows and the tables the study scripts print
-  (SPT against scratch paired by seed, rankings and their reversals, pooled settings), so that
-  ``benchmarks/recall_spt.py`` and ``small_scale_spt.py`` only name their settings.
+  (SPT against scratch paired by seed, rankings and their reversals, pooled settings, texts of
+  results over seeds, results written atomically);
+* :mod:`longrange.studies.grid`: a grid of single training runs (presets with overrides, at seeds)
+  on the scheduler, as the synthetic tables train them;
+
+so that the study scripts (``benchmarks/recall_spt.py``, ``small_scale_spt.py``,
+``synthetic_tables.py``) only name their settings and lay out their own tables.
 """

@@ -256,3 +256,36 @@ def pretraining_losses(root: Path, settings: Iterable[str], last: int = 3) -> st
                 f"| {name} | {summary.parent.relative_to(root / name)} | {vals[-1]['step'] if vals else 0} | {tail} |"
             )
     return "\n".join(lines)
+
+
+def percent_text(x: float | None) -> str:
+    """A fraction in percent to 0.1 ("—" for None)."""
+    return "—" if x is None else f"{100 * x:.1f}"
+
+
+def minutes_text(seconds: float | None) -> str:
+    """Seconds in minutes to 0.1 ("—" for None)."""
+    return "—" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def seeds_text(values: Sequence[float | None], star: bool = False) -> str:
+    """The mean over seeds of the fractions that exist, in percent, then each seed's ("—" where
+    missing): ``99.6 (99.2, 100.0)``; one seed is its value alone. ``star`` marks the mean."""
+    have = [v for v in values if v is not None]
+    if not have:
+        return "—"
+    mean = percent_text(sum(have) / len(have)) + ("*" if star else "")
+    return mean if len(values) == 1 else f"{mean} ({', '.join(percent_text(v) for v in values)})"
+
+
+def write_results(directory: Path, stem: str, data: Any, markdown: str) -> tuple[Path, Path]:
+    """A study's raw results (``stem.json``) and its tables (``stem.md``), each written atomically
+    (a reader never sees half a file); returns both paths."""
+    import json
+
+    from longrange.fileio import atomic_write
+
+    directory.mkdir(parents=True, exist_ok=True)
+    raw = atomic_write(directory / f"{stem}.json", (json.dumps(data, indent=1) + "\n").encode())
+    text = atomic_write(directory / f"{stem}.md", (markdown + "\n").encode())
+    return raw, text

@@ -1,0 +1,95 @@
+"""A grid of single training runs: presets with overrides, each under a label of its own, trained
+from scratch at given seeds on the comparison's scheduler (resumable, on local workers).
+
+The synthetic tables (``benchmarks/synthetic_tables.py``) are such grids: every cell of a published
+table is a preset with a few settings changed (a length, a width), trained once per seed, then read
+back and set beside the paper's number. ::
+
+    runs = [GridRun("s6", "mamba/induction-heads/cpu/mamba-s6", "Mamba-S6 L=64", ["task.options.seq_len=64"])]
+    unfinished = run_grid(runs, runs, Path("runs/induction"), jobs=2)
+    summary_dir = run_dir(Path("runs/induction"), runs[0])
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The seed of a run that names none.
+SEED = 0
+
+
+@dataclass
+class GridRun:
+    """One training run of a grid: a preset with overrides, under its own label, from one seed (the
+    runs of one label with different seeds are one experiment of the plan). ``model`` names it in
+    the study's tables; ``info`` holds what the study records beside its result (a length, a width)."""
+
+    model: str
+    preset: str
+    label: str
+    overrides: list[str]
+    info: dict[str, Any] = field(default_factory=dict)
+    seed: int = SEED
+
+    def experiment(self):
+        """The run's experiment: the preset with its overrides and its label."""
+        from longrange.experiment.config import resolve
+
+        return resolve(self.preset, overrides=[*self.overrides, f"label={self.label}"])
+
+
+def grid_plan(runs: Sequence[GridRun]):
+    """The grid's plan: each run's training from scratch at its seed, no self-pretraining."""
+    from longrange.errors import ConfigError
+    from longrange.experiment.plan import Plan, plan_grid
+
+    experiments = list({r.label: r for r in runs}.values())  # one experiment per label, in grid order
+    resolved = [r.experiment() for r in experiments]
+    for run, exp in zip(experiments, resolved):
+        if exp.compare.train_subsets:
+            raise ConfigError(
+                f"{run.label}: {run.preset} sweeps compare.train_subsets ({exp.compare.train_subsets}); a grid run "
+                "is one training run: set one task.train_subset and compare.train_subsets=[] in its overrides"
+            )
+    plan = plan_grid(resolved, seeds=sorted({r.seed for r in runs}), compute_matched=False)
+    wanted = {(r.label, r.seed) for r in runs}
+    return Plan(
+        plan.experiments,
+        [s for s in plan.stages if s.regime == "scratch" and (plan.experiments[s.experiment].label, s.seed) in wanted],
+    )
+
+
+def run_grid(runs: Sequence[GridRun], grid: Sequence[GridRun], out_dir: Path, jobs: int) -> list[str]:
+    """Train ``runs`` (a part of ``grid``, whose whole plan is saved in ``out_dir``) with ``jobs``
+    local workers of one thread each, reusing finished runs and resuming interrupted ones (a run
+    made with other settings stops the grid, naming it); returns the ids of the stages that did not
+    finish."""
+    from longrange.experiment.backends import LocalWorkers
+    from longrange.experiment.compare import check_reuse
+    from longrange.experiment.plan import Plan
+    from longrange.experiment.scheduler import Outcome, run_plan
+    from longrange.train.rundir import Intent
+
+    plan = grid_plan(grid)
+    chosen = {(r.label, r.seed) for r in runs}
+    part = Plan(plan.experiments, [s for s in plan.stages if (plan.experiments[s.experiment].label, s.seed) in chosen])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    check_reuse(part, out_dir)
+    plan.save(out_dir)
+    start = time.time()
+    outcome = run_plan(part, out_dir, LocalWorkers(jobs=jobs, threads_per_job=1), intent=Intent("continue"))
+    print(f"== {out_dir}: {len(part.stages)} stages, {(time.time() - start) / 60:.1f} min", file=sys.stderr, flush=True)
+    return [i for i, o in outcome.items() if o is not Outcome.DONE]
+
+
+def run_dir(out_dir: Path, run: GridRun) -> Path:
+    """Where ``run`` trains under the grid's ``out_dir`` (the plan's stage directory)."""
+    from longrange.experiment.plan import slug
+
+    exp = run.experiment()
+    return out_dir / slug(exp.task.name) / slug(exp.label) / "scratch" / f"seed{run.seed}"

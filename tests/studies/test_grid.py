@@ -1,0 +1,51 @@
+"""longrange.studies.grid: a grid of single scratch runs (presets with overrides under labels of
+their own, at seeds) as a plan of the comparison's scheduler, and where each run trains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from longrange.errors import ConfigError
+from longrange.studies.grid import GridRun, grid_plan, run_dir
+
+PRESET = "mamba/induction-heads/cpu/{}"
+
+
+def _runs():
+    over = ["task.options.seq_len=24"]
+    return [
+        GridRun("dlr", PRESET.format("simple-dlr"), "DLR L=24", over, {"seq_len": 24}, seed=0),
+        GridRun("dlr", PRESET.format("simple-dlr"), "DLR L=24", over, {"seq_len": 24}, seed=1),
+        GridRun("s4d", PRESET.format("simple-s4d"), "S4D L=24", over, {"seq_len": 24}, seed=1),
+    ]
+
+
+def test_the_plan_trains_each_label_from_scratch_at_its_own_seeds_only():
+    plan = grid_plan(_runs())
+    got = sorted((plan.experiments[s.experiment].label, s.seed, s.regime, s.stage) for s in plan.stages)
+    # S4D runs at seed 1 only, though the grid's seeds are 0 and 1; nothing is pretrained
+    assert got == [
+        ("DLR L=24", 0, "scratch", "train"),
+        ("DLR L=24", 1, "scratch", "train"),
+        ("S4D L=24", 1, "scratch", "train"),
+    ]
+    assert all(plan.experiments[s.experiment].task.options["seq_len"] == 24 for s in plan.stages)
+
+
+def test_a_run_trains_in_its_plan_stage_directory():
+    runs = _runs()
+    plan = grid_plan(runs)
+    ids = {s.id for s in plan.stages}
+    for r in runs:
+        path = run_dir(Path("out"), r)
+        assert path.parts[0] == "out" and str(path.relative_to("out")) in ids
+
+
+def test_a_preset_that_sweeps_training_subsets_is_refused_naming_it():
+    run = GridRun("dlr", "demo/recall/dlr", "DLR", [])  # the recall study's presets sweep 250 and 1,000 labels
+    with pytest.raises(ConfigError, match="DLR: demo/recall/dlr sweeps compare.train_subsets"):
+        grid_plan([run])
+    fixed = GridRun("dlr", "demo/recall/dlr", "DLR", ["compare.train_subsets=[]", "task.train_subset=250"])
+    assert len(grid_plan([fixed]).stages) == 1
