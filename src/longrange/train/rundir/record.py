@@ -75,14 +75,12 @@ class RunRecord:
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None, path: Path | str | None = None) -> RunRecord:
         """The record ``d`` (from ``path``'s ``record`` section, named in errors), every field
-        present checked; None or an empty mapping is an empty record."""
+        present checked; None or an empty mapping is an empty record. A field this version does not
+        know (a newer version's) is not read, as :meth:`RunSummary.from_json` does."""
         if d is None:
             return cls()
         if not isinstance(d, Mapping):
             raise DataFormatError(f"the 'record' section must be a mapping, got {type(d).__name__}", path)
-        unknown = sorted(set(d) - set(FIELDS))
-        if unknown:
-            raise DataFormatError(f"unknown field(s) {', '.join(unknown)} in 'record'", path)
         return cls(
             **{
                 name: json_field(d, name, kinds, path, optional=True, prefix="record.")
