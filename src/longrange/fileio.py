@@ -163,6 +163,11 @@ def unseal(data: bytes, path: str | os.PathLike) -> str:
     return body.decode()
 
 
+def is_number(v: Any) -> bool:
+    """Whether ``v`` read from JSON or YAML is a number: an int or a float, never a flag (``bool``)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def json_field(
     d: Any, name: str, kinds: tuple[type, ...], path: object = None, *, optional: bool = False, prefix: str = ""
 ) -> Any:

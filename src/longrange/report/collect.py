@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from longrange.errors import DataFormatError, DataMissingError
+from longrange.fileio import is_number
 from longrange.train.logging import read_metrics
 from longrange.train.rundir import CONFIG_FILE, FAILED_FILE, SUMMARY_FILE, RunDir, RunState
 from longrange.train.rundir.summary import STAGES as _ALL_STAGES
@@ -81,14 +82,14 @@ class Run:
         return (self.task, self.label, self.regime)
 
     def has_test(self) -> bool:
-        return self.test is not None and _is_number(self.test.get(self.metric))
+        return self.test is not None and is_number(self.test.get(self.metric))
 
     def value(self, source: str, metric: str | None = None) -> float:
         """The run's ``metric`` (default: its own metric) from ``source`` "test" or "val" (best
         validation); NaN if logged as null."""
         metric = metric or self.metric
         if source == "test":
-            if self.test is None or not _is_number(self.test.get(metric)):
+            if self.test is None or not is_number(self.test.get(metric)):
                 raise DataFormatError(f"no test value of '{metric}'", self.summary_file)
             return float(self.test[metric])
         if source == "val":
@@ -130,10 +131,6 @@ class Run:
                 if v is not None:
                     out.append((rec["step"], float(v)))
         return out
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def read_run(run_dir: str | Path) -> Run:

@@ -20,16 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from longrange.errors import DataFormatError
-from longrange.fileio import json_field
+from longrange.fileio import is_number, json_field
 
 #: The layout of ``summary.json`` this module writes and reads.
 SUMMARY_FORMAT = 1
 #: The stages a run can be.
 STAGES = ("train", "finetune", "pretrain")
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -163,7 +159,7 @@ class RunSummary:
             raise DataFormatError(f"field 'stage' must be one of {', '.join(STAGES)}, got {values['stage']!r}", path)
         for name in ("best_val", "test"):
             for k, v in (values[name] or {}).items():
-                if v is not None and not _is_number(v):
+                if v is not None and not is_number(v):
                     raise DataFormatError(f"field '{name}.{k}' must be a number or null, got {v!r}", path)
         if values["metric"] not in values["best_val"]:
             raise DataFormatError(
