@@ -247,3 +247,41 @@ def test_bad_inputs():
         rope(torch.randn(2, 3, 4), offset=torch.tensor([0, -1]))
     with pytest.raises(ValueError, match=r"rotate_at.*\(\.\.\., 4\)"):
         rope.rotate_at(torch.randn(2, 5), 0)
+
+
+@pytest.mark.parametrize("dim", [8, 7])
+def test_the_complex_product_and_the_strided_form_agree_in_values_and_gradients(dim, monkeypatch):
+    """float32/float64 rotate the pairs as complex numbers; compiled code and half precision take the
+    products of the even and odd views. Both against the dense rotation, on a transposed input (the
+    attention heads' layout), values and gradients, float64."""
+    torch.manual_seed(1)
+    theta = rope_frequencies(dim, 100.0, dtype=DT)
+    angles = torch.arange(6, dtype=DT)[:, None] * theta
+    cos, sin = angles.cos(), angles.sin()
+    base = torch.randn(2, 6, 3, dim, dtype=DT)  # (batch, length, heads, dim), used as (batch, heads, length, dim)
+    grad = torch.randn(2, 3, 6, dim, dtype=DT)
+
+    def run():
+        x = base.clone().requires_grad_(True)
+        y = apply_rotary(x.transpose(1, 2), cos, sin)
+        y.backward(grad)
+        return y.detach(), x.grad
+
+    complex_y, complex_g = run()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    strided_y, strided_g = run()
+    x = base.clone().requires_grad_(True)
+    want = dense_rope(x.transpose(1, 2), theta, range(6))
+    want.backward(grad)
+    for y, g in ((complex_y, complex_g), (strided_y, strided_g)):
+        torch.testing.assert_close(y, want.detach(), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g, x.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_half_precision_takes_the_strided_form():
+    torch.manual_seed(2)
+    x = torch.randn(2, 4, 5, 8)
+    cos, sin = torch.rand(5, 4), torch.rand(5, 4)
+    y = apply_rotary(x.bfloat16(), cos.bfloat16(), sin.bfloat16())
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), apply_rotary(x, cos, sin), rtol=2e-2, atol=2e-2)

@@ -185,3 +185,15 @@ def test_bad_config_raises(kwargs, field):
         S4D(3, **kwargs)
     with pytest.raises(ConfigError, match="d_model"):
         S4D(0)
+
+
+@pytest.mark.parametrize("name", ["s4", "s4d", "dlr"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_the_convolutional_layers_return_their_output_laid_out_as_it_is_shaped(name, bidirectional):
+    """(batch, length, d_model) in memory as well as in shape: a transposed view here made the GELU of
+    the Simple block after it, and its backward, several times slower (docs/performance.md)."""
+    from longrange.models.backbone import make_primitive
+
+    layer = make_primitive(name, 8, d_state=4, bidirectional=bidirectional)
+    y = layer(torch.randn(2, 16, 8))
+    assert y.shape == (2, 16, 8) and y.is_contiguous()

@@ -195,7 +195,9 @@ class ConvolutionalSSM(SequencePrimitive):
         u = apply_mask(x, mask).transpose(1, 2)
         K = self.kernel(x.shape[1])
         y = fft_conv(u, K if self.bidirectional else K[0], self.D)
-        return y.transpose(1, 2)
+        # (batch, length, d_model) in memory too: the pointwise ops after the layer (a block's GELU and
+        # its backward) run up to 10x slower on a transposed view mixed with contiguous operands
+        return y.transpose(1, 2).contiguous()
 
     def zero_state(self, batch_size: int, modes: int, device=None, dtype=None) -> Tensor:
         """A complex zero state (batch, d_model, modes); dtype: the complex type of ``dtype``, by
