@@ -1,0 +1,144 @@
+"""Layouts that made pointwise ops crawl: each change against the code it replaced, in one process.
+
+Usage:
+    python benchmarks/layout_ab.py [--steps 7] [--batch-size 64] [--seq-len 256] [--json OUT]
+
+Three changes of the small models' training step (docs/performance.md, "Small models of the
+synthetic studies"), each measured as the recall study's model trains it (``demo/recall/<name>``,
+one thread, batch 64 x length 256; ``experiment/dryrun.py::prepare_step``), the previous code path
+and the current one alternating step by step in this process, so that a loaded machine slows both
+alike; the table gives the median CPU time of a step (``time.process_time``) of each:
+
+* ``s4d``, ``dlr``: the convolutional layers returned a transposed view of their output, which the
+  Simple block's GELU then read mixed with contiguous operands (its backward about 10x slower);
+  now their output is laid out as it is shaped;
+* ``lru``: the chunked complex scan summed its chunks' states and their starting states through a
+  permuted view; now it keeps the chunks position first until one copy at the end;
+* ``transformer``: rotary positions multiplied the strided even and odd views of the heads; now
+  they rotate the pairs as complex numbers (float32 and float64).
+
+The "before" paths are kept here, small copies of the code as it was, and only here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+import longrange.layers.rope as rope
+import longrange.layers.ssm as ssm
+import longrange.ops.complex_scan.chunked as complex_chunked
+from longrange.layers.base import apply_mask
+from longrange.ops.fftconv import fft_conv
+
+
+def conv_forward_before(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    self._check_input(x)
+    u = apply_mask(x, mask).transpose(1, 2)
+    K = self.kernel(x.shape[1])
+    return fft_conv(u, K if self.bidirectional else K[0], self.D).transpose(1, 2)
+
+
+def lru_scan_before(log_decay: Tensor, v: Tensor, h0: Tensor | None, T: int, impl: str) -> Tensor:
+    L = v.shape[-2]
+    local_states = complex_chunked._LOCAL[impl]
+    if L <= T:
+        x = local_states(log_decay, v)
+        return x if h0 is None else x + complex_chunked._powers(log_decay, L) * h0.unsqueeze(-2)
+    pad = (-L) % T
+    if pad:
+        v = torch.cat([v, v.new_zeros(*v.shape[:-2], pad, v.shape[-1])], dim=-2)
+    nc = (L + pad) // T
+    local = local_states(log_decay, v.unflatten(-2, (nc, T)))
+    ends = lru_scan_before(T * log_decay, local[..., -1, :], h0, T, impl)
+    first = torch.zeros_like(ends[..., :1, :]) if h0 is None else h0.unsqueeze(-2)
+    starts = torch.cat([first, ends[..., :-1, :]], dim=-2)
+    x = local + complex_chunked._powers(log_decay, T) * starts.unsqueeze(-2)
+    return x.flatten(-3, -2)[..., :L, :]
+
+
+def rotary_before(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    n_pairs = cos.shape[-1]
+    even = x[..., 0 : 2 * n_pairs : 2]
+    odd = x[..., 1 : 2 * n_pairs : 2]
+    rotated = torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-2)
+    return rotated if x.shape[-1] == 2 * n_pairs else torch.cat((rotated, x[..., 2 * n_pairs :]), dim=-1)
+
+
+#: model -> (module, attribute, the code it replaced).
+CHANGES = {
+    "s4d": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
+    "dlr": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
+    "lru": (complex_chunked, "_scan", lru_scan_before),
+    "transformer": (rope, "apply_rotary", rotary_before),
+}
+
+
+@contextmanager
+def before(model: str):
+    owner, name, old = CHANGES[model]
+    new = getattr(owner, name)
+    setattr(owner, name, old)
+    try:
+        yield
+    finally:
+        setattr(owner, name, new)
+
+
+def measure(model: str, steps: int, batch_size: int, seq_len: int) -> dict:
+    from longrange.experiment.config import resolve
+    from longrange.experiment.dryrun import prepare_step
+
+    exp = resolve(f"demo/recall/{model}", overrides=[f"task.options.seq_len={seq_len}"])
+    prepared = {}
+    for which in ("before", "now"):
+        torch.manual_seed(0)
+        prepared[which] = prepare_step(exp, "train", device="cpu", batch_size=batch_size, seq_len=seq_len)
+    times: dict[str, list[float]] = {"before": [], "now": []}
+
+    def step(which: str, record: bool) -> None:
+        start = time.process_time()
+        if which == "before":
+            with before(model):
+                prepared[which].step()
+        else:
+            prepared[which].step()
+        if record:
+            times[which].append(time.process_time() - start)
+
+    for i in range(2 + steps):  # two untimed steps of each first
+        for which in ("before", "now") if i % 2 else ("now", "before"):
+            step(which, record=i >= 2)
+    row = {k: 1000 * statistics.median(v) for k, v in times.items()}
+    return {"model": model, "before_ms": round(row["before"], 1), "now_ms": round(row["now"], 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(CHANGES), choices=list(CHANGES))
+    p.add_argument("--steps", type=int, default=7)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    rows = [measure(m, args.steps, args.batch_size, args.seq_len) for m in args.models]
+    print(f"Training step, batch {args.batch_size} x length {args.seq_len}, one thread; median CPU ms of {args.steps}")
+    print("\n| model | before | now | speed-up |\n|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['model']} | {r['before_ms']:.1f} | {r['now_ms']:.1f} | {r['before_ms'] / r['now_ms']:.2f}x |")
+    if args.json:
+        args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""benchmarks/layout_ab.py: each "before" path it times computes what the current code computes (so
+the A/B compares the same work), and one tiny measurement runs end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "layout_ab.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("layout_ab", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_before_paths_compute_what_the_current_code_computes():
+    ab = _module()
+    from longrange.models.backbone import make_primitive
+
+    torch.manual_seed(0)
+    for name in ("s4d", "dlr"):
+        layer = make_primitive(name, 8, d_state=4).double()
+        x = torch.randn(2, 12, 8, dtype=torch.float64)
+        now = layer(x)
+        with ab.before(name):
+            then = layer(x)
+        assert now.is_contiguous() and not then.is_contiguous()
+        torch.testing.assert_close(now, then, rtol=0, atol=0)
+    log_decay = torch.complex(-torch.rand(5, dtype=torch.float64), torch.rand(5, dtype=torch.float64))
+    v = torch.randn(2, 37, 5, dtype=torch.complex128)
+    for h0 in (None, torch.randn(2, 5, dtype=torch.complex128)):
+        got = ab.complex_chunked._scan(log_decay, v, h0, 4, "loop")
+        torch.testing.assert_close(got, ab.lru_scan_before(log_decay, v, h0, 4, "loop"), rtol=1e-12, atol=1e-12)
+    x = torch.randn(2, 3, 6, 7, dtype=torch.float64)
+    cos, sin = torch.rand(6, 3, dtype=torch.float64), torch.rand(6, 3, dtype=torch.float64)
+    torch.testing.assert_close(ab.rope.apply_rotary(x, cos, sin), ab.rotary_before(x, cos, sin), rtol=1e-12, atol=1e-12)
+
+
+def test_a_tiny_measurement_restores_the_current_code(tmp_path):
+    ab = _module()
+    current, threads = ab.rope.apply_rotary, torch.get_num_threads()
+    args = ["--models", "transformer", "--steps", "1", "--batch-size", "2", "--seq-len", "16"]
+    try:
+        assert ab.main([*args, "--json", str(tmp_path / "ab.json")]) == 0
+    finally:
+        torch.set_num_threads(threads)  # main() measures on one thread
+    assert ab.rope.apply_rotary is current
+    assert "transformer" in (tmp_path / "ab.json").read_text()
