@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import longrange.ops.matrix_state.delta_rule as dr
 from longrange.ops.matrix_state.delta_rule import (
+    default_chunk_size,
     delta_rule_chunk,
     delta_rule_naive,
     delta_rule_step,
@@ -87,6 +88,18 @@ def assert_same(a, b, x, **tol):
 def test_chunk_matches_naive(gated, l, chunk_size):
     x = inputs(l=l, gated=gated)
     assert_same(run("chunk", gated, x, chunk_size=chunk_size), run("naive", gated, x), x)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_the_default_chunk_matches_naive(gated):
+    x = inputs(l=70, gated=gated)  # 16-position chunks on a CPU at this key width: 5 chunks, the last short
+    assert default_chunk_size(x["k"]) == 16
+    assert_same(run("chunk", gated, x), run("naive", gated, x), x)
+
+
+def test_default_chunk_sizes_by_device_and_key_width():
+    assert [default_chunk_size(torch.empty(1, 1, 1, dk)) for dk in (8, 32, 33, 64, 128)] == [16, 16, 32, 32, 32]
+    assert default_chunk_size(torch.empty(1, 1, 1, 8, device="meta")) == 64  # not a CPU: flash-linear-attention's
 
 
 @pytest.mark.parametrize("gated", [False, True])

@@ -62,10 +62,11 @@ class _DeltaLayer(QKVMixer):
         use_gate: bool,
         allow_neg_eigval: bool,
         norm_eps: float,
-        chunk_size: int,
+        chunk_size: int | None,
         impl: str | None,
     ) -> None:
-        check_positive_int("chunk_size", chunk_size, where=self.where)
+        if chunk_size is not None:
+            check_positive_int("chunk_size", chunk_size, where=self.where)
         check_positive_int("conv_size", conv_size, where=self.where)
         matrix_state.check_impl("gated_delta_rule" if self.gated else "delta_rule", impl, self.where)
         self.d_model, self.n_heads, self.dk, self.dv = d_model, n_heads, dk, dv
@@ -132,7 +133,7 @@ class DeltaNet(_DeltaLayer):
         use_gate: bool = False,
         allow_neg_eigval: bool = False,
         norm_eps: float = 1e-5,
-        chunk_size: int = 64,
+        chunk_size: int | None = None,
         bidirectional: bool = False,
         impl: str | None = None,
     ):
@@ -184,7 +185,7 @@ class GatedDeltaNet(_DeltaLayer):
         dt_max: float = 0.1,
         dt_init_floor: float = 1e-4,
         norm_eps: float = 1e-5,
-        chunk_size: int = 64,
+        chunk_size: int | None = None,
         bidirectional: bool = False,
         impl: str | None = None,
     ):

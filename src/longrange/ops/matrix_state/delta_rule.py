@@ -77,9 +77,12 @@ Cost: per position the chunked form does the three (dk x dv) products of the loo
 operations than the loop; it is faster because they are batched matrix products rather than
 per-position small ones. Measured on this project's 2-core CPU, one thread, forward + backward,
 float32, length 4096, dk = dv = 64: with batch 8 and 4 heads the chunked forms take 0.6 to 0.7 s
-(chunks of 32) or 0.7 to 0.9 s (chunks of 64, the default; 128: 1.2 to 1.4 s) against 3.1 to 3.8 s
-for the loop, about 4 to 5 times faster; with one sequence and one head, 0.02 to 0.03 s against
-1.1 to 1.2 s, 40 to 60 times. Chunks of 32 were the fastest on this CPU for dk = dv = 64 and below.
+(chunks of 32, the CPU default at this width) or 0.7 to 0.9 s (chunks of 64; 128: 1.2 to 1.4 s)
+against 3.1 to 3.8 s for the loop, about 4 to 5 times faster; with one sequence and one head, 0.02
+to 0.03 s against 1.1 to 1.2 s, 40 to 60 times. Chunks of 32 were the fastest on this CPU for
+dk = dv = 64, and chunks of 16 for the small models' key widths (8 to 32: at batch 32, length 128,
+8 heads of 8, 41 ms with chunks of 16, 68 with 32 and 126 with 64), hence
+:func:`default_chunk_size`.
 
 On CPUs, fresh allocations above glibc's mmap threshold are zeroed page by page every time (see
 :mod:`longrange.ops.chunking`): the chunked form therefore works through groups of batch elements
@@ -456,9 +459,9 @@ def _chunk(
     initial_state: Tensor | None,
     output_final_state: bool,
     mask: Tensor | None,
-    chunk_size: int,
+    chunk_size: int | None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    c = check_chunk_size(op, chunk_size)
+    c = check_chunk_size(op, default_chunk_size(k) if chunk_size is None else chunk_size)
     out_dtype = v.dtype
     q, k, v, beta, g, state, scale, mask = _prepare(op, q, k, v, beta, g, gated, scale, initial_state, mask)
     b, l, h, dk = k.shape
@@ -508,6 +511,16 @@ def _chunk(
     return (o, _join(finals, 1)) if output_final_state else o
 
 
+def default_chunk_size(k: Tensor) -> int:
+    """The chunk length the chunked forms use unless told: on a CPU 16 for key widths up to 32 and
+    32 above (measured the fastest there, forward and backward: the triangular solve within a chunk
+    costs C^3, and at the small models' widths chunks of 64 took 1.4-3x as long as chunks of 16;
+    see the module docstring), elsewhere 64, the chunk of flash-linear-attention's kernels."""
+    if k.device.type != "cpu":
+        return 64
+    return 16 if k.shape[-1] <= 32 else 32
+
+
 def delta_rule_chunk(
     q: Tensor,
     k: Tensor,
@@ -517,13 +530,13 @@ def delta_rule_chunk(
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
     mask: Tensor | None = None,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The delta rule of :func:`delta_rule_naive`, chunkwise-parallel: the WY/UT representation
     within chunks of ``chunk_size`` positions (a unit-lower-triangular solve and matmuls), a loop
     over chunks for the state (see the module docstring). Same arguments and results; the length
     need not be a multiple of ``chunk_size``, and any ``chunk_size >= 1`` gives the same result up
-    to rounding (32 was faster than 64 on a CPU, see the module docstring).
+    to rounding (None: :func:`default_chunk_size`).
     """
     return _chunk(
         "delta_rule_chunk", q, k, v, beta, None, False, scale, initial_state, output_final_state, mask, chunk_size
@@ -540,11 +553,12 @@ def gated_delta_rule_chunk(
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
     mask: Tensor | None = None,
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The gated delta rule of :func:`gated_delta_rule_naive`, chunkwise-parallel with decays
     relative to each chunk's start (no positive exponent is ever taken; see the module docstring).
-    Same arguments and results; the length need not be a multiple of ``chunk_size``.
+    Same arguments and results; the length need not be a multiple of ``chunk_size`` (None:
+    :func:`default_chunk_size`).
     """
     return _chunk(
         "gated_delta_rule_chunk", q, k, v, beta, g, True, scale, initial_state, output_final_state, mask, chunk_size

@@ -1,10 +1,10 @@
-"""Layouts that made pointwise ops crawl: each change against the code it replaced, in one process.
+"""Changes to the small models' training step, each against the code it replaced, in one process.
 
 Usage:
-    python benchmarks/layout_ab.py [--steps 7] [--batch-size 64] [--seq-len 256] [--json OUT]
+    python benchmarks/step_ab.py [--models ...] [--steps 7] [--batch-size 64] [--seq-len 256] [--json OUT]
 
-Three changes of the small models' training step (docs/performance.md, "Small models of the
-synthetic studies"), each measured as the recall study's model trains it (``demo/recall/<name>``,
+Changes of the small models' training step (docs/performance.md, "Small models of the synthetic
+studies"), each measured as the recall study's model trains it (``demo/recall/<name>``,
 one thread, batch 64 x length 256; ``experiment/dryrun.py::prepare_step``), the previous code path
 and the current one alternating step by step in this process, so that a loaded machine slows both
 alike; the table gives the median CPU time of a step (``time.process_time``) of each:
@@ -15,7 +15,10 @@ alike; the table gives the median CPU time of a step (``time.process_time``) of 
 * ``lru``: the chunked complex scan summed its chunks' states and their starting states through a
   permuted view; now it keeps the chunks position first until one copy at the end;
 * ``transformer``: rotary positions multiplied the strided even and odd views of the heads; now
-  they rotate the pairs as complex numbers (float32 and float64).
+  they rotate the pairs as complex numbers (float32 and float64);
+* ``deltanet``, ``gated-deltanet``: the chunked delta rules used chunks of 64 positions everywhere;
+  now on a CPU 16 for key widths up to 32 and 32 above
+  (``ops/matrix_state/delta_rule.py::default_chunk_size``).
 
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
@@ -36,6 +39,7 @@ from torch import Tensor
 import longrange.layers.rope as rope
 import longrange.layers.ssm as ssm
 import longrange.ops.complex_scan.chunked as complex_chunked
+import longrange.ops.matrix_state.delta_rule as delta_rule
 from longrange.layers.base import apply_mask
 from longrange.ops.fftconv import fft_conv
 
@@ -79,6 +83,8 @@ CHANGES = {
     "dlr": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
     "lru": (complex_chunked, "_scan", lru_scan_before),
     "transformer": (rope, "apply_rotary", rotary_before),
+    "deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
+    "gated-deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
 }
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/layout_ab.py: each "before" path it times computes what the current code computes (so
+"""benchmarks/step_ab.py: each "before" path it times computes what the current code computes (so
 the A/B compares the same work), and one tiny measurement runs end to end."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "layout_ab.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "step_ab.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("layout_ab", SCRIPT)
+    spec = importlib.util.spec_from_file_location("step_ab", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -41,6 +41,15 @@ def test_the_before_paths_compute_what_the_current_code_computes():
     x = torch.randn(2, 3, 6, 7, dtype=torch.float64)
     cos, sin = torch.rand(6, 3, dtype=torch.float64), torch.rand(6, 3, dtype=torch.float64)
     torch.testing.assert_close(ab.rope.apply_rotary(x, cos, sin), ab.rotary_before(x, cos, sin), rtol=1e-12, atol=1e-12)
+    from longrange.ops.matrix_state.dispatch import gated_delta_rule
+
+    q, k, v = (torch.randn(2, 40, 2, 8, dtype=torch.float64) for _ in range(3))
+    g, beta = -torch.rand(2, 40, 2, dtype=torch.float64), torch.rand(2, 40, 2, dtype=torch.float64)
+    k = torch.nn.functional.normalize(k, dim=-1)
+    now = gated_delta_rule(q, k, v, g, beta)
+    with ab.before("gated-deltanet"):
+        assert ab.delta_rule.default_chunk_size(k) == 64
+        torch.testing.assert_close(gated_delta_rule(q, k, v, g, beta), now, rtol=1e-10, atol=1e-10)
 
 
 def test_a_tiny_measurement_restores_the_current_code(tmp_path):
