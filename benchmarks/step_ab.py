@@ -18,7 +18,8 @@ alike; the table gives the median CPU time of a step (``time.process_time``) of 
   they rotate the pairs as complex numbers (float32 and float64);
 * ``deltanet``, ``gated-deltanet``: the chunked delta rules used chunks of 64 positions everywhere;
   now on a CPU 16 for key widths up to 32 and 32 above
-  (``ops/matrix_state/delta_rule.py::default_chunk_size``).
+  (``ops/matrix_state/delta_rule.py::default_chunk_size``);
+* ``gla``: likewise, chunks of 16 for key widths up to 32 on a CPU (``ops/matrix_state/gla.py``).
 
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
@@ -40,6 +41,7 @@ import longrange.layers.rope as rope
 import longrange.layers.ssm as ssm
 import longrange.ops.complex_scan.chunked as complex_chunked
 import longrange.ops.matrix_state.delta_rule as delta_rule
+import longrange.ops.matrix_state.gla as gla
 from longrange.layers.base import apply_mask
 from longrange.ops.fftconv import fft_conv
 
@@ -85,6 +87,7 @@ CHANGES = {
     "transformer": (rope, "apply_rotary", rotary_before),
     "deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
     "gated-deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
+    "gla": (gla, "default_chunk_size", lambda k: 64),
 }
 
 

@@ -306,6 +306,17 @@ def test_chunk_matches_naive(op, length, chunk, masked, device):
     )
 
 
+def test_gla_default_chunk_matches_naive_and_depends_on_device_and_key_width():
+    from longrange.ops.matrix_state.gla import default_chunk_size
+
+    case = CASES["gla"]
+    inp = case.make(2, 37, seed=3)  # key width 4 on a CPU: chunks of 16, the last short
+    assert default_chunk_size(inp["k"]) == 16
+    check_against(case, inp, case.call(case.chunk, inp), case.call(case.naive, inp))
+    assert [default_chunk_size(torch.empty(1, 1, 1, dk)) for dk in (8, 32, 33, 128)] == [16, 16, 64, 64]
+    assert default_chunk_size(torch.empty(1, 1, 1, 8, device="meta")) == 64
+
+
 @pytest.mark.parametrize("op", ALL)
 def test_chunk_without_initial_state(op):
     case = CASES[op]

@@ -43,7 +43,7 @@ class GLA(QKVMixer):
         conv_size: int = 4,
         use_output_gate: bool = True,
         norm_eps: float = 1e-5,
-        chunk_size: int = 64,
+        chunk_size: int | None = None,
         bidirectional: bool = False,
         impl: str | None = None,
     ):
@@ -53,7 +53,7 @@ class GLA(QKVMixer):
             ("d_model", d_model),
             ("gate_low_rank_dim", gate_low_rank_dim),
             ("conv_size", conv_size),
-            ("chunk_size", chunk_size),
+            *([("chunk_size", chunk_size)] if chunk_size is not None else []),
         ):
             check_positive_int(name, value, where=where)
         key_dim, value_dim = int(d_model * expand_k), int(d_model * expand_v)
