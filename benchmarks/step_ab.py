@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/step_ab.py [--models ...] [--steps 7] [--batch-size 64] [--seq-len 256] [--json OUT]
+    python benchmarks/step_ab.py --mad --models gated-deltanet gla lru h3   # MAD's layers in its CPU cell
 
 Changes of the small models' training step (docs/performance.md, "Small models of the synthetic
 studies"), each measured as the recall study's model trains it (``demo/recall/<name>``,
@@ -102,11 +103,30 @@ def before(model: str):
         setattr(owner, name, new)
 
 
-def measure(model: str, steps: int, batch_size: int, seq_len: int) -> dict:
-    from longrange.experiment.config import resolve
+#: ``--mad``: MAD's layer of each change (the CPU protocol's cell, ``studies/mad.py``).
+MAD_LAYERS = {"gated-deltanet": "gated-deltanet", "gla": "mh-gated-linear-attention", "lru": "lru", "h3": "h3"}
+
+
+def experiment(model: str, seq_len: int, mad: bool):
+    """The recall study's model at ``seq_len``, or with ``mad`` MAD's layer in the CPU protocol's
+    in-context recall cell (its own length and batch)."""
+    if not mad:
+        from longrange.experiment.config import resolve
+
+        return resolve(f"demo/recall/{model}", overrides=[f"task.options.seq_len={seq_len}"])
+    from longrange.studies import mad as M
+
+    protocol = {k: v for k, v in M.CPU_PROTOCOL.items() if k in ("tasks", "levels", "lrs", "wds", "overrides")}
+    settings = M.MadSettings(models=(MAD_LAYERS[model],), **protocol)
+    return M.cell_experiment(settings, MAD_LAYERS[model], "mad-in-context-recall", "baseline", 5e-4, 0.0)
+
+
+def measure(model: str, steps: int, batch_size: int, seq_len: int, mad: bool = False) -> dict:
     from longrange.experiment.dryrun import prepare_step
 
-    exp = resolve(f"demo/recall/{model}", overrides=[f"task.options.seq_len={seq_len}"])
+    exp = experiment(model, seq_len, mad)
+    if mad:  # the stage's own batch and the task's length
+        batch_size, seq_len = None, None
     prepared = {}
     for which in ("before", "now"):
         torch.manual_seed(0)
@@ -127,7 +147,8 @@ def measure(model: str, steps: int, batch_size: int, seq_len: int) -> dict:
         for which in ("before", "now") if i % 2 else ("now", "before"):
             step(which, record=i >= 2)
     row = {k: 1000 * statistics.median(v) for k, v in times.items()}
-    return {"model": model, "before_ms": round(row["before"], 1), "now_ms": round(row["now"], 1)}
+    name = f"{MAD_LAYERS[model]} (MAD's cell)" if mad else model
+    return {"model": name, "before_ms": round(row["before"], 1), "now_ms": round(row["now"], 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,10 +158,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument(
+        "--mad", action="store_true", help=f"MAD's layers in the CPU protocol's cell instead ({', '.join(MAD_LAYERS)})"
+    )
     args = p.parse_args(argv)
+    if args.mad and not set(args.models) <= set(MAD_LAYERS):
+        p.error(f"--mad measures {', '.join(MAD_LAYERS)}; name those with --models")
     torch.set_num_threads(1)
-    rows = [measure(m, args.steps, args.batch_size, args.seq_len) for m in args.models]
-    print(f"Training step, batch {args.batch_size} x length {args.seq_len}, one thread; median CPU ms of {args.steps}")
+    rows = [measure(m, args.steps, args.batch_size, args.seq_len, args.mad) for m in args.models]
+    shape = (
+        "MAD's CPU cell (in-context recall, its batch and length)"
+        if args.mad
+        else (f"batch {args.batch_size} x length {args.seq_len}")
+    )
+    print(f"Training step, {shape}, one thread; median CPU ms of {args.steps}")
     print("\n| model | before | now | speed-up |\n|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['before_ms']:.1f} | {r['now_ms']:.1f} | {r['before_ms'] / r['now_ms']:.2f}x |")

@@ -62,3 +62,13 @@ def test_a_tiny_measurement_restores_the_current_code(tmp_path):
         torch.set_num_threads(threads)  # main() measures on one thread
     assert ab.rope.apply_rotary is current
     assert "transformer" in (tmp_path / "ab.json").read_text()
+
+
+def test_mad_mode_names_the_layers_it_measures():
+    import pytest
+
+    ab = _module()
+    with pytest.raises(SystemExit):
+        ab.main(["--mad", "--models", "transformer"])
+    exp = ab.experiment("gla", 256, mad=True)
+    assert exp.task.name == "mad-in-context-recall" and exp.model.n_heads == 8  # MAD's mh-gated-linear-attention
