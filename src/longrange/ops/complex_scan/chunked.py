@@ -52,49 +52,36 @@ def _local_loop(log_decay: Tensor, v: Tensor) -> Tensor:
 _LOCAL = {"chunk": _local_matmul, "loop": _local_loop}
 
 
-def _scan_position_first(log_decay: Tensor, v: Tensor, h0: Tensor | None, T: int) -> Tensor:
-    """``impl="loop"``'s scan with the chunks' states kept position first in memory, (T, ..., nc, N):
-    the steps, the chunks' starting states and their sum then read and write contiguous tensors, and
-    the result is laid out as (..., L, N) by one copy at the end. (The same sum over a permuted
-    view of the states mixed with contiguous operands ran several times slower on a CPU.)"""
-    L = v.shape[-2]
-    if L <= T:
-        x = _local_loop(log_decay, v)
-        return x if h0 is None else x + _powers(log_decay, L) * h0.unsqueeze(-2)
-    pad = (-L) % T
-    if pad:  # zero inputs after the end: the padded states are discarded and the real ones unaffected
-        v = torch.cat([v, v.new_zeros(*v.shape[:-2], pad, v.shape[-1])], dim=-2)
-    nc = (L + pad) // T
-    lam = torch.exp(log_decay)
-    local = v.unflatten(-2, (nc, T)).movedim(-2, 0).contiguous()  # (T, ..., nc, N)
-    for t in range(1, T):
-        local[t].addcmul_(lam, local[t - 1])
-    ends = _scan_position_first(T * log_decay, local[-1], h0, T)  # (..., nc, N)
-    first = torch.zeros_like(ends[..., :1, :]) if h0 is None else h0.unsqueeze(-2)
-    starts = torch.cat([first, ends[..., :-1, :]], dim=-2)  # the state before each chunk
-    powers = _powers(log_decay, T).view(T, *([1] * (starts.dim() - 1)), -1)
-    local.addcmul_(powers, starts)
-    return local.movedim(0, -2).flatten(-3, -2)[..., :L, :]
-
-
 def _scan(log_decay: Tensor, v: Tensor, h0: Tensor | None, T: int, impl: str) -> Tensor:
-    if impl == "loop":
-        return _scan_position_first(log_decay, v, h0, T)
     L = v.shape[-2]
-    local_states = _LOCAL[impl]
     if L <= T:
-        x = local_states(log_decay, v)
+        x = _LOCAL[impl](log_decay, v)
         return x if h0 is None else x + _powers(log_decay, L) * h0.unsqueeze(-2)
     pad = (-L) % T
     if pad:  # zero inputs after the end: the padded states are discarded and the real ones unaffected
         v = torch.cat([v, v.new_zeros(*v.shape[:-2], pad, v.shape[-1])], dim=-2)
     nc = (L + pad) // T
-    local = local_states(log_decay, v.unflatten(-2, (nc, T)))  # (..., nc, T, N)
+    if impl == "loop":
+        # position first in memory, (T, ..., nc, N), until one copy at the end: the steps and the sum
+        # with the starting states below then read and write contiguous tensors (the same sum over a
+        # permuted view mixed with contiguous operands ran several times slower on a CPU)
+        local = v.unflatten(-2, (nc, T)).movedim(-2, 0).contiguous()
+        lam = torch.exp(log_decay)
+        for t in range(1, T):
+            local[t].addcmul_(lam, local[t - 1])
+        last = local[-1]
+    else:
+        local = _local_matmul(log_decay, v.unflatten(-2, (nc, T)))  # (..., nc, T, N)
+        last = local[..., -1, :]
     # The state at the end of each chunk: E_c = λ^T E_{c-1} + local_c[T-1], E_{-1} = h0.
-    ends = _scan(T * log_decay, local[..., -1, :], h0, T, impl)  # (..., nc, N)
+    ends = _scan(T * log_decay, last, h0, T, impl)  # (..., nc, N)
     first = torch.zeros_like(ends[..., :1, :]) if h0 is None else h0.unsqueeze(-2)
     starts = torch.cat([first, ends[..., :-1, :]], dim=-2)  # the state before each chunk
-    x = local + _powers(log_decay, T) * starts.unsqueeze(-2)
+    if impl == "loop":
+        local.addcmul_(_powers(log_decay, T).view(T, *([1] * (starts.dim() - 1)), -1), starts)
+        x = local.movedim(0, -2)
+    else:
+        x = local + _powers(log_decay, T) * starts.unsqueeze(-2)
     return x.flatten(-3, -2)[..., :L, :]
 
 
