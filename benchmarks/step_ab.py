@@ -10,7 +10,7 @@ one thread, batch 64 x length 256; ``experiment/dryrun.py::prepare_step``), the 
 and the current one alternating step by step in this process, so that a loaded machine slows both
 alike; the table gives the median CPU time of a step (``time.process_time``) of each:
 
-* ``s4d``, ``dlr``: the convolutional layers returned a transposed view of their output, which the
+* ``s4d``, ``dlr``, ``h3`` (its inner S4D): the convolutional layers returned a transposed view of their output, which the
   Simple block's GELU then read mixed with contiguous operands (its backward about 10x slower);
   now their output is laid out as it is shaped;
 * ``lru``: the chunked complex scan summed its chunks' states and their starting states through a
@@ -84,6 +84,7 @@ def rotary_before(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 CHANGES = {
     "s4d": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
     "dlr": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
+    "h3": (ssm.ConvolutionalSSM, "forward", conv_forward_before),  # its inner S4D
     "lru": (complex_chunked, "_scan", lru_scan_before),
     "transformer": (rope, "apply_rotary", rotary_before),
     "deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
