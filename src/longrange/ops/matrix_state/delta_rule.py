@@ -461,9 +461,11 @@ def _chunk(
     mask: Tensor | None,
     chunk_size: int | None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    c = check_chunk_size(op, default_chunk_size(k) if chunk_size is None else chunk_size)
+    if chunk_size is not None:
+        check_chunk_size(op, chunk_size)
     out_dtype = v.dtype
     q, k, v, beta, g, state, scale, mask = _prepare(op, q, k, v, beta, g, gated, scale, initial_state, mask)
+    c = default_chunk_size(k) if chunk_size is None else chunk_size
     b, l, h, dk = k.shape
     dv = v.shape[-1]
     if l == 0:
