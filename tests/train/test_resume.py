@@ -103,6 +103,24 @@ def test_sigterm_mid_epoch_checkpoints_and_resume_matches_an_uninterrupted_run(t
     assert sa == sb
 
 
+def test_sigterm_during_the_last_step_still_stops_and_resume_finishes(tmp_path):
+    """A stop asked for during the last step (its final evaluation and checkpoint) is not lost: the run
+    ends preempted at step 18 of 18 with no summary, so a comparison stops there instead of going on
+    to its next stage; --resume then writes the summary an uninterrupted run writes."""
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    p_whole, p_stopped = _start(whole), _start(stopped, "--signal-at-step", "18", "--signal", "TERM")
+    code, err = _finish(p_stopped)
+    assert code == 75, err
+    assert "preempted at step 18 of 18, its checkpoint written" in err
+    assert not (stopped / "summary.json").exists()
+    assert _finish(p_whole)[0] == 0
+    code, err = _finish(_start(stopped, "--resume"))
+    assert code == 0, err
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, stopped))
+    sa.pop("seconds"), sb.pop("seconds")
+    assert sa == sb
+
+
 def test_sigusr1_stops_too_and_a_second_signal_stops_at_once(tmp_path):
     code, err = _finish(_start(tmp_path / "usr1", "--signal-at-step", "5", "--signal", "USR1"))
     assert code == 75 and "received SIGUSR1" in err and "preempted at step 5 of 18" in err, err

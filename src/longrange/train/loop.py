@@ -260,12 +260,15 @@ class Trainer:
                 with StopOnSignal() as stop:
                     for micro_batches in self.batches.steps(self.state):
                         self._step(micro_batches)
-                        if self._after_step():
-                            break
-                        if self._stop_requested(stop):  # preemption: checkpoint, then stop
+                        over = self._after_step()
+                        # preemption: checkpoint, then stop; also when the signal came during the last
+                        # step, so that the request is never lost (a comparison stops, a resume finishes)
+                        if self._stop_requested(stop):
                             if self.checkpointer.step != self.state.step:
                                 self._save(best=False)
                             raise Preempted(self.state.step, self.total_steps, signal=stop.signal)
+                        if over:
+                            break
             return self._finish()
         except DiskWriteError as err:  # a full disk: which file, why, and what is safe
             good = self.checkpointer.last_good().lstrip("; ") or "no checkpoint was written yet"
