@@ -70,10 +70,19 @@ def _outside_targets(page: Path, text: str, docs: Path, root: Path):
         yield target, path.relative_to(root)
 
 
+_FENCED = re.compile(r"(^(?:`{3,}|~{3,}).*?^(?:`{3,}|~{3,})\s*$)", re.M | re.S)
+
+
+def _outside_code(text: str, change) -> str:
+    """``text`` with ``change`` applied to what lies outside its fenced blocks (a link shown in a code
+    block is not a link), the blocks kept as they are."""
+    parts = _FENCED.split(text)
+    return "".join(part if i % 2 else change(part) for i, part in enumerate(parts))
+
+
 def _without_code(text: str) -> str:
-    """``text`` with its fenced blocks blanked (a link shown in a code block is not a link)."""
-    parts = re.split(r"(^(?:`{3,}|~{3,}).*?^(?:`{3,}|~{3,})\s*$)", text, flags=re.M | re.S)
-    return "".join("" if i % 2 else part for i, part in enumerate(parts))
+    """``text`` with its fenced blocks blanked."""
+    return "".join(part for i, part in enumerate(_FENCED.split(text)) if not i % 2)
 
 
 def api_page(package: str) -> str:
@@ -102,7 +111,7 @@ def home_page(root: Path) -> str:
         target = match["target"]
         if "://" not in target and not target.startswith(("docs/", "mailto:")):
             raise ValueError(f"README.md links to {target!r}, outside docs/: the site's home page cannot follow it")
-    return re.sub(r"(!?\[[^\]\n]*\]\()docs/", r"\1", text)
+    return _outside_code(text, lambda part: re.sub(r"(!?\[[^\]\n]*\]\()docs/", r"\1", part))
 
 
 def on_files(files: Files, config) -> Files:
@@ -146,5 +155,4 @@ def on_page_markdown(markdown: str, page, config, files: Files) -> str:
         new = rewrites.get(match["target"])
         return match.group(0) if new is None else f"{match['head']}{new}{match['tail']}"
 
-    parts = re.split(r"(^(?:`{3,}|~{3,}).*?^(?:`{3,}|~{3,})\s*$)", markdown, flags=re.M | re.S)
-    return "".join(part if i % 2 else _LINK.sub(replace, part) for i, part in enumerate(parts))
+    return _outside_code(markdown, lambda part: _LINK.sub(replace, part))
