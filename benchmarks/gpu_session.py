@@ -945,7 +945,9 @@ def step_train(args: argparse.Namespace) -> int:
 
     from longrange.experiment.config import resolve
     from longrange.experiment.execute import run_stage
+    from longrange.experiment.stage import resolve_stage
     from longrange.experiment.taskdata import load_data
+    from longrange.train.rundir import Intent
 
     device = _device(args)
     data_dir = Path(args.out) / "data"
@@ -981,7 +983,7 @@ def step_train(args: argparse.Namespace) -> int:
                 if device.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(device)
                 t0 = time.perf_counter()
-                summary = run_stage(exp, "train", run_dir, overwrite=True)
+                summary = run_stage(resolve_stage(exp, "train"), run_dir, Intent("overwrite"))
                 row["seconds"] = time.perf_counter() - t0
                 row.update(_train_metrics(run_dir))
                 row["batch_size"] = batch = exp.train_config("train").batch_size

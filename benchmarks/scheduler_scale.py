@@ -46,7 +46,7 @@ class InstantBackend:
         from longrange.experiment.scheduler import Outcome
         from longrange.train.rundir import RunDir
 
-        resolved = self.plan.resolve(stage, self.out_dir, self.plan.summaries(self.out_dir, stage.after))
+        resolved = self.plan.resolve(stage, self.out_dir)
         run = RunDir(self.out_dir / stage.id)
         run.root.mkdir(parents=True, exist_ok=True)
         config = run.write_config(resolved.config())

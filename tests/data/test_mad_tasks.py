@@ -411,6 +411,7 @@ def test_bad_new_inputs_name_the_line_and_what_is_wrong(task, tokens, error, tmp
 def test_a_tiny_model_trains_on_each_task(tmp_path):
     from longrange.experiment.config import experiment_from_dict
     from longrange.experiment.execute import run_stage
+    from longrange.experiment.stage import resolve_stage
 
     for task, options in SMALL.items():
         exp = {
@@ -427,7 +428,7 @@ def test_a_tiny_model_trains_on_each_task(tmp_path):
                 "eval_every": 3,
             },
         }
-        summary = run_stage(experiment_from_dict(exp), "train", tmp_path / task)
+        summary = run_stage(resolve_stage(experiment_from_dict(exp), "train"), tmp_path / task)
         assert summary["steps"] == 3 and summary["metric"] == "accuracy"
         assert 0.0 <= summary["test"]["accuracy"] <= 1.0 and "sequence_accuracy" in summary["test"]
         assert (tmp_path / task / "summary.json").is_file()

@@ -13,6 +13,7 @@ from longrange.experiment.compare import StageFailed, compare, stage_statuses
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
 from longrange.experiment.plan import Plan, plan_grid
+from longrange.experiment.stage import resolve_stage
 from longrange.train.rundir import RunMismatchError
 
 
@@ -64,14 +65,14 @@ def test_compare_refuses_stale_reuse_and_overwrite_reruns(tiny_listops_dir, tmp_
 def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_dir, tmp_path, monkeypatch):
     import longrange.experiment.execute as C
 
-    real = C.train_stage
+    real = C._train
 
     def failing(stage, run, **kw):
         if stage.stage == "pretrain":
             raise ValueError("boom")
         return real(stage, run, **kw)
 
-    monkeypatch.setattr(C, "train_stage", failing)
+    monkeypatch.setattr(C, "_train", failing)
     exp = experiment_from_dict(tiny(tiny_listops_dir))
     with pytest.raises(
         StageFailed,
@@ -84,7 +85,7 @@ def test_a_failed_stage_is_reported_and_the_rest_of_the_grid_runs(tiny_listops_d
     assert statuses["listops/tiny/masked-spt/seed0/finetune"] == "pending"
     failure = json.loads((tmp_path / "listops/tiny/masked-spt/seed0/pretrain/failed.json").read_text())
     assert failure["error"] == "ValueError: boom"
-    monkeypatch.setattr(C, "train_stage", real)
+    monkeypatch.setattr(C, "_train", real)
     compare([exp], tmp_path, seeds=[0], objectives=["masked"])  # only the missing work
     assert set(stage_statuses(tmp_path).values()) == {"finished"}
 
@@ -124,4 +125,4 @@ def test_resume_refuses_other_settings_and_never_rewrites_a_finished_run(tiny_li
     with pytest.raises(
         ConfigError, match=r"already holds a finished run \(its result: .*summary.json\); pass --overwrite"
     ):
-        run_stage(experiment_from_dict(tiny(tiny_listops_dir)), "train", run, seed=3)
+        run_stage(resolve_stage(experiment_from_dict(tiny(tiny_listops_dir)), "train", seed=3), run)

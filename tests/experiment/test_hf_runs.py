@@ -13,6 +13,7 @@ import yaml
 
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
+from longrange.experiment.stage import resolve_stage
 from longrange.experiment.taskdata import load_data
 from longrange.experiment.weights import load_model
 from longrange.models.model import parameter_report
@@ -43,13 +44,13 @@ def test_pretrain_causal_then_finetune_and_load_without_the_snapshot(tiny_listop
     lm_dir = tmp_path / "snapshot"
     write_tiny_lm(lm_dir)
     exp = experiment(tiny_listops_dir, lm_dir)
-    pre = run_stage(exp, "pretrain", tmp_path / "pre", objective="causal")
+    pre = run_stage(resolve_stage(exp, "pretrain", objective="causal"), tmp_path / "pre")
     assert pre["steps"] == 4 and pre["params"]["total"] > 0  # 64 training sequences (tiny_listops_dir), batch 16
     record = yaml.safe_load((tmp_path / "pre" / "config.yaml").read_text())
     assert (
         record["head"]["vocab"][:3] == ["0", "1", "2"] and record["head"]["hf_resolved"]["config"]["hidden_size"] == 32
     )
-    fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
+    fine = run_stage(resolve_stage(exp, "finetune", init_from=tmp_path / "pre"), tmp_path / "fine")
     assert fine["regime"] == "causal-spt" and 0 <= fine["test"]["accuracy"] <= 1
     transfer = yaml.safe_load((tmp_path / "fine" / "config.yaml").read_text())["record"]["transfer"]
     assert transfer["newly_initialised"] == [
@@ -81,7 +82,7 @@ def test_scratch_training_of_a_random_init_lm(tiny_listops_dir, tmp_path):
     lm_dir = tmp_path / "config-only"
     write_tiny_lm(lm_dir, weights=False, tokenizer=False)
     exp = experiment(tiny_listops_dir, lm_dir, pretrained=False)
-    summary = run_stage(exp, "train", tmp_path / "scratch")
+    summary = run_stage(resolve_stage(exp, "train"), tmp_path / "scratch")
     assert summary["steps"] == 4 and summary["regime"] == "scratch"
     model = load_model(tmp_path / "scratch")
     assert model.encoder.sub_ids[:, 0].tolist() == list(range(model.encoder.vocab_size))

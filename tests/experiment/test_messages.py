@@ -15,7 +15,7 @@ from longrange.cli import main
 from longrange.errors import ConfigError, Preempted
 from longrange.experiment import scheduler as S
 from longrange.experiment.config import experiment_from_dict
-from longrange.experiment.execute import open_run
+from longrange.experiment.execute import run_stage
 from longrange.experiment.plan import plan_grid
 from longrange.experiment.scheduler import Outcome, run_plan
 from longrange.experiment.stage import resolve_stage
@@ -44,7 +44,7 @@ def test_a_mismatch_is_named_as_the_experiment_sets_it(tmp_path):
     run.write_summary({"steps": 1})
     new = resolve_stage(_exp(pretrain={"epochs": 30}, pretrain_model={"dropout": 0.2}), "pretrain", objective="masked")
     with pytest.raises(RunMismatchError) as err:
-        open_run(run, new, Intent("continue"))
+        run_stage(new, run.root, Intent("continue"))
     text = str(err.value)
     assert "pretrain.epochs: 20 -> 30" in text and "pretrain_model.dropout: 0.0 -> 0.2" in text
     assert "train.epochs" not in text.replace("pretrain.epochs", "")
@@ -63,7 +63,7 @@ def test_compare_names_a_stale_pretraining_stage_by_its_section(tmp_path):
     plan = plan_grid([exp], seeds=[0], objectives=["masked"], compute_matched=False)
     stage = next(s for s in plan.stages if s.stage == "pretrain")
     run = RunDir(tmp_path / stage.id)
-    run.write_config(plan.resolve(stage, tmp_path, {}).config())
+    run.write_config(plan.resolve(stage, tmp_path).config())
     run.write_summary({"steps": 1})
     changed = plan_grid([_exp(pretrain={"epochs": 30})], seeds=[0], objectives=["masked"], compute_matched=False)
     with pytest.raises(RunMismatchError, match=r"seed0/pretrain: pretrain.epochs: 20 -> 30"):
@@ -96,7 +96,7 @@ def test_a_stopped_compare_stage_says_compare_resumes_it(tmp_path, monkeypatch, 
     def stopped(*args, **kwargs):
         raise Preempted(12, 300)
 
-    monkeypatch.setattr(execute, "execute_stage", stopped)
+    monkeypatch.setattr(execute, "run_stage", stopped)
     assert worker.main([str(tmp_path), plan.stages[0].id]) == worker.INTERRUPTED
     err = capsys.readouterr().err
     assert (

@@ -17,7 +17,8 @@ from tiny_experiment import tiny
 
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
-from longrange.train.rundir import RunDir, RunLock, RunState
+from longrange.experiment.stage import resolve_stage
+from longrange.train.rundir import Intent, RunDir, RunLock, RunState
 
 #: Fields of a summary that depend on when it ran, not on what it computed.
 VOLATILE = ("seconds",)
@@ -32,7 +33,7 @@ def finished(tiny_listops_dir, tmp_path_factory):
     """A finished tiny run (checkpoint every step), and its experiment."""
     exp = experiment_from_dict(tiny(tiny_listops_dir, checkpoint_every=1))
     run = tmp_path_factory.mktemp("finished") / "run"
-    run_stage(exp, "train", run, seed=0)
+    run_stage(resolve_stage(exp, "train", seed=0), run)
     return exp, run
 
 
@@ -224,7 +225,7 @@ def test_every_combination_is_one_state_and_a_rerun_finishes_it(finished, tmp_pa
         lock.release()
     before = run.summary.read_bytes() if run.summary.is_file() else None
     capsys.readouterr()
-    summary = run_stage(exp, "train", run.root, seed=0, continue_=True)  # a comparison's rerun
+    summary = run_stage(resolve_stage(exp, "train", seed=0), run.root, Intent("continue"))  # a comparison's rerun
     err = capsys.readouterr().err
     assert run.state().kind is RunState.FINISHED and not run.failure.exists()
     assert result(run.root) == result(source)  # the result of the uninterrupted run
@@ -264,7 +265,7 @@ def test_resume_from_the_command_line_refuses_a_damaged_checkpoint_naming_the_be
     run.summary.unlink()
     _cut(run.last)
     with pytest.raises(CheckpointError, match=r"truncated or corrupt.*best weights so far are intact.*--overwrite"):
-        run_stage(exp, "train", run.root, seed=0, resume=True)
+        run_stage(resolve_stage(exp, "train", seed=0), run.root, Intent("resume"))
 
 
 def test_a_fresh_start_killed_after_it_removed_the_old_summary_is_finished_by_the_same_command(finished, tmp_path):

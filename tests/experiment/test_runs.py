@@ -11,6 +11,7 @@ from longrange.errors import CheckpointError, ConfigError
 from longrange.experiment.compare import compare
 from longrange.experiment.config import apply_overrides, experiment_from_dict, resolve
 from longrange.experiment.execute import run_stage
+from longrange.experiment.stage import resolve_stage
 from longrange.experiment.weights import load_model, transfer_pretrained
 from longrange.models.config import ModelConfig
 from longrange.models.model import build_model
@@ -53,13 +54,13 @@ def test_pretrain_then_finetune_transfers_encoder_and_backbone(listops_dir, tmp_
     config["pretrain_model"] = {"dropout": 0.0}
     config["pretrain_task"] = {"options": {"truncate": True}}
     exp = experiment_from_dict(config)
-    pre = run_stage(exp, "pretrain", tmp_path / "pre", objective="masked")
+    pre = run_stage(resolve_stage(exp, "pretrain", objective="masked"), tmp_path / "pre")
     assert pre["stage"] == "pretrain" and pre["metric"] == "loss" and pre["test"] is None
     pretrained = load_model(tmp_path / "pre")
     # Stage-specific model and task settings are used for pretraining only.
     assert yaml_of(tmp_path / "pre")["model"]["dropout"] == 0.0
     assert yaml_of(tmp_path / "pre")["task"]["options"] == {"seq_len": 64, "truncate": True}
-    fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
+    fine = run_stage(resolve_stage(exp, "finetune", init_from=tmp_path / "pre"), tmp_path / "fine")
     assert fine["regime"] == "masked-spt" and fine["test"]["accuracy"] >= 0
     record = json.loads(json.dumps(__import__("yaml").safe_load((tmp_path / "fine" / "config.yaml").read_text())))
     transfer = record["record"]["transfer"]
@@ -110,14 +111,16 @@ def test_numeric_pretraining_mask_channel_is_stripped_for_finetuning():
 
 def test_causal_pretraining_of_bidirectional_mamba_is_morphed_f1(listops_dir, tmp_path):
     exp = experiment_from_dict(tiny(listops_dir, block="mamba", primitive="s6"))
-    run_stage(exp, "pretrain", tmp_path / "pre", objective="causal")
+    run_stage(resolve_stage(exp, "pretrain", objective="causal"), tmp_path / "pre")
     assert yaml_of(tmp_path / "pre")["model"]["direction"] == "causal"
-    fine = run_stage(exp, "finetune", tmp_path / "fine", init_from=tmp_path / "pre")
+    fine = run_stage(resolve_stage(exp, "finetune", init_from=tmp_path / "pre"), tmp_path / "fine")
     assert fine["regime"] == "f1-spt"
     assert yaml_of(tmp_path / "fine")["record"]["transfer"]["morph"] == "f1"
     # Causal pretraining of a bidirectional Simple-S4D model is refused with a clear reason.
     with pytest.raises(ConfigError, match="reverse"):
-        run_stage(experiment_from_dict(tiny(listops_dir)), "pretrain", tmp_path / "x", objective="causal")
+        run_stage(
+            resolve_stage(experiment_from_dict(tiny(listops_dir)), "pretrain", objective="causal"), tmp_path / "x"
+        )
 
 
 def yaml_of(run_dir):

@@ -16,7 +16,7 @@ from longrange.errors import CheckpointError
 from longrange.experiment.compare import compare
 from longrange.experiment.config import experiment_from_dict
 from longrange.identity import differences, fingerprint
-from longrange.train.rundir import RunDir, RunMismatchError
+from longrange.train.rundir import Intent, RunDir, RunMismatchError
 
 
 def tiny(data_dir, **train) -> dict:
@@ -97,6 +97,7 @@ def test_stages_of_another_version_are_reused_with_a_line_and_rerun_on_request(f
 def test_resume_refuses_a_checkpoint_format_it_cannot_read(finished):
     exp, out = finished
     from longrange.experiment.execute import run_stage
+    from longrange.experiment.stage import resolve_stage
 
     run = RunDir(out / "listops/tiny/scratch/seed0")
     state = torch.load(run.last, weights_only=True)
@@ -108,4 +109,4 @@ def test_resume_refuses_a_checkpoint_format_it_cannot_read(finished):
         match=rf"checkpoint format 99 \(written by longrange 7.0.0\).*this longrange "
         rf"{__version__} reads formats up to 1",
     ):
-        run_stage(exp, "train", run.root, resume=True)
+        run_stage(resolve_stage(exp, "train"), run.root, Intent("resume"))

@@ -16,6 +16,7 @@ from longrange.data.tokenize import EOS_ID, Vocabulary
 from longrange.errors import ConfigError
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
+from longrange.experiment.stage import resolve_stage
 from longrange.report.extrapolation import RunRow, Sweep, ValueResult, option_sweep, sweep_table, write_sweep
 from longrange.train.trained import load_run
 
@@ -58,18 +59,22 @@ def runs(tmp_path_factory):
             }
         )
 
-    run_stage(experiment(label="S6", block="simple", primitive="s6", direction="causal"), "train", root / "s6")
     run_stage(
-        experiment(
-            label="attention",
-            block="transformer",
-            primitive="attention",
-            n_heads=2,
-            direction="causal",
-            pos_embedding="learned",
-            max_len=16,
+        resolve_stage(experiment(label="S6", block="simple", primitive="s6", direction="causal"), "train"), root / "s6"
+    )
+    run_stage(
+        resolve_stage(
+            experiment(
+                label="attention",
+                block="transformer",
+                primitive="attention",
+                n_heads=2,
+                direction="causal",
+                pos_embedding="learned",
+                max_len=16,
+            ),
+            "train",
         ),
-        "train",
         root / "attention",
     )
     yield root

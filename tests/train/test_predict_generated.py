@@ -20,6 +20,7 @@ from longrange.data.tokenize import FIRST_TOKEN_ID, SPECIALS
 from longrange.errors import ConfigError, DataFormatError
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
+from longrange.experiment.stage import resolve_stage
 from longrange.train.trained import load_run
 
 SMALL = {"n_train": 16, "n_val": 8, "n_test": 8}
@@ -59,7 +60,7 @@ def runs(tmp_path_factory):
     """One tiny finished run per generated sequence task (a few steps: predictions, not accuracy, are tested)."""
     root = tmp_path_factory.mktemp("generated-runs")
     for task, (options, direction) in SEQUENCE_TASKS.items():
-        run_stage(experiment_from_dict(tiny(task, options, direction)), "train", root / task)
+        run_stage(resolve_stage(experiment_from_dict(tiny(task, options, direction)), "train"), root / task)
     return root
 
 
@@ -293,7 +294,7 @@ def test_pathfinder_images_are_read_as_the_task_reads_them(tmp_path):
     options = {"resolution": 16, "difficulty": 6, "input_kind": "tokens"}
     exp = tiny("pathfinder", options, "bidirectional", tmp_path / "data")
     exp["model"]["pooling"] = "mean"
-    run_stage(experiment_from_dict(exp), "train", tmp_path / "run")
+    run_stage(resolve_stage(experiment_from_dict(exp), "train"), tmp_path / "run")
     run = load_run(tmp_path / "run", device="cpu")
     folder = difficulty / "imgs" / "0"
     records = run.read_inputs(folder)
@@ -368,7 +369,10 @@ def test_the_documented_examples_read_and_their_answers_are_the_solvers(tmp_path
 def test_a_pretraining_run_is_refused_for_a_classification(tmp_path):
     """Associative recall asks one class per input; a causally pretrained model answers at every position."""
     options, direction = SEQUENCE_TASKS["associative-recall"]
-    run_stage(experiment_from_dict(tiny("associative-recall", options, direction)), "pretrain", tmp_path / "pre")
+    run_stage(
+        resolve_stage(experiment_from_dict(tiny("associative-recall", options, direction)), "pretrain"),
+        tmp_path / "pre",
+    )
     run = load_run(tmp_path / "pre", device="cpu")
     path = write_jsonl(tmp_path / "in.jsonl", ['{"id": "a", "tokens": [1, 9, 2, 10, 0, 0, 0, 0, 0, 1]}'])
     with pytest.raises(

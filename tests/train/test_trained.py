@@ -14,6 +14,7 @@ from longrange.data.listops import listops_vocabulary
 from longrange.errors import ConfigError, DataFormatError, DataMissingError
 from longrange.experiment.config import experiment_from_dict
 from longrange.experiment.execute import run_stage
+from longrange.experiment.stage import resolve_stage
 from longrange.train.memory import MemoryBudgetError
 from longrange.train.rundir import RunDir, UnfinishedRunError
 from longrange.train.trained import TrainedRun, input_length_limit, load_model, load_run
@@ -49,20 +50,22 @@ def runs(tmp_path_factory):
         seed=0,
         quiet=True,
     )
-    run_stage(experiment_from_dict(tiny(root / "data")), "train", root / "s4d")
+    run_stage(resolve_stage(experiment_from_dict(tiny(root / "data")), "train"), root / "s4d")
     run_stage(
-        experiment_from_dict(
-            tiny(
-                root / "data",
-                block="transformer",
-                primitive="attention",
-                n_heads=2,
-                direction="bidirectional",
-                pos_embedding="learned",
-                max_len=32,
-            )
+        resolve_stage(
+            experiment_from_dict(
+                tiny(
+                    root / "data",
+                    block="transformer",
+                    primitive="attention",
+                    n_heads=2,
+                    direction="bidirectional",
+                    pos_embedding="learned",
+                    max_len=32,
+                )
+            ),
+            "train",
         ),
-        "train",
         root / "attention",
     )
     return root
@@ -111,7 +114,7 @@ def test_a_run_on_generated_data_is_evaluated_on_that_data(tmp_path):
     # its files are under <data dir>/generated/, not where the task's own files would be
     exp = tiny(tmp_path / "data")
     exp["task"].update(generate={"config": "short", "n_train": 48, "n_val": 16, "n_test": 20}, options={"seq_len": 128})
-    run_stage(experiment_from_dict(exp), "train", tmp_path / "run")
+    run_stage(resolve_stage(experiment_from_dict(exp), "train"), tmp_path / "run")
     assert not (tmp_path / "data" / "listops").exists()
     run = load_run(tmp_path / "run")
     summary = RunDir(tmp_path / "run").read_summary()

@@ -80,60 +80,32 @@ def _print_summary(summary: dict) -> None:
         print(json.dumps(summary, indent=2))
 
 
-def _train(args: argparse.Namespace) -> int:
+def _run_stage(args: argparse.Namespace, exp, stage: str, **options) -> int:
+    """``longrange train|pretrain|finetune``: resolve ``stage`` of ``exp``, run it in ``--out`` as
+    ``--resume``/``--overwrite``/``--continue`` ask, and print its summary."""
     from longrange.experiment.execute import run_stage
+    from longrange.experiment.stage import resolve_stage
+    from longrange.train.rundir import Intent
 
-    _print_summary(
-        run_stage(
-            _resolve(args),
-            "train",
-            args.out,
-            seed=args.seed,
-            resume=args.resume,
-            overwrite=args.overwrite,
-            continue_=args.continue_run,
-        )
-    )
+    intent = Intent.from_flags(args.resume, args.overwrite, args.continue_run)
+    _print_summary(run_stage(resolve_stage(exp, stage, seed=args.seed, **options), args.out, intent))
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    return _run_stage(args, _resolve(args), "train")
+
+
 def _pretrain(args: argparse.Namespace) -> int:
-    from longrange.experiment.execute import run_stage
     from longrange.objectives.factory import natural_objective
 
     exp = _resolve(args)
     objective = args.objective or natural_objective(exp.model.direction)  # as compare chooses
-    summary = run_stage(
-        exp,
-        "pretrain",
-        args.out,
-        seed=args.seed,
-        objective=objective,
-        reverse=args.reverse,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        continue_=args.continue_run,
-    )
-    _print_summary(summary)
-    return 0
+    return _run_stage(args, exp, "pretrain", objective=objective, reverse=args.reverse)
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from longrange.experiment.execute import run_stage
-
-    summary = run_stage(
-        _resolve(args),
-        "finetune",
-        args.out,
-        seed=args.seed,
-        init_from=args.init_from,
-        reverse_from=args.reverse_from,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        continue_=args.continue_run,
-    )
-    _print_summary(summary)
-    return 0
+    return _run_stage(args, _resolve(args), "finetune", init_from=args.init_from, reverse_from=args.reverse_from)
 
 
 def _compare_status(out: str) -> int:

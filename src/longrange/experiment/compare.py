@@ -27,15 +27,14 @@ from typing import Any
 from longrange.errors import DataMissingError, LongrangeError
 from longrange.experiment.backends import InProcess
 from longrange.experiment.config import ExperimentConfig, TaskConfig
-from longrange.experiment.execute import StageFailed, execute_stage
 from longrange.experiment.params import WIDTH, match_field, model_size, size_warning, with_value
-from longrange.experiment.plan import Plan, default_objectives, describe, plan_grid, slug
+from longrange.experiment.plan import Plan, StageFailed, StageNotReady, default_objectives, describe, plan_grid, slug
 from longrange.experiment.scheduler import Backend, Outcome, run_plan
 from longrange.experiment.taskdata import data_state, prepare_generated, unread_files_note
 from longrange.fileio import check_out_dir
 from longrange.train.rundir import Intent, RunDir, RunMismatchError, other_versions_line
 
-__all__ = ["compare", "default_objectives", "execute_stage", "run_grid", "slug", "stage_statuses", "StageFailed"]
+__all__ = ["compare", "default_objectives", "run_grid", "slug", "stage_statuses", "StageFailed"]
 
 
 def stage_statuses(out_dir: str | Path, plan: Plan | None = None) -> dict[str, str]:
@@ -53,10 +52,10 @@ def check_reuse(plan: Plan, out_dir: Path, overwrite: bool = False) -> list[str]
         run = RunDir(out_dir / stage.id)
         if not run.finished():
             continue
-        deps = plan.summaries(out_dir, stage.after)
-        if len(deps) < len(stage.after):
+        try:
+            resolved = plan.resolve(stage, out_dir)
+        except StageNotReady:
             continue  # its inputs are not finished: checked when it is reached
-        resolved = plan.resolve(stage, out_dir, deps)
         diff = run.mismatch(resolved.config())
         if diff:
             stale.append(resolved.name_fields(f"{stage.id}: {'; '.join(diff[:4])}{' ...' if len(diff) > 4 else ''}"))

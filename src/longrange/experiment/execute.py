@@ -1,13 +1,16 @@
-"""Running a stage: in its run directory, from its resolved settings to its ``summary.json``.
+"""The three steps of a stage: resolve, build, run.
 
-    resolve (stage.py) -> open the run directory (train/rundir/decide.py: fresh, resume or reuse)
-        -> load the data, build the model and objective -> load pretrained weights (finetuning)
-        -> the training loop -> summary.json
+    resolve_stage (stage.py; Plan.resolve for a stage of a comparison): the settings, checked, no data
+    build_stage: the objective and a freshly initialised model (and its head) on the task's data
+    run_stage: open the run directory (train/rundir: fresh, resume or reuse, under its lock), load
+        the data, build, load pretrained weights (finetuning), train, write summary.json
 
-:func:`run_stage` is one stage of the command line (``longrange train|pretrain|finetune``), with its
-``--resume`` and ``--overwrite``; :func:`execute_stage` is one stage of a comparison's plan, which
-every backend (in process, local workers, SLURM) runs the same way, so that a stage's outcome
-depends only on its settings and seed. Both go through :func:`train_stage`.
+The command line (``longrange train|pretrain|finetune``) resolves a stage from its experiment and
+runs it; every backend of a comparison (in process, local workers, SLURM) resolves a stage from the
+plan and runs it the same way, so that a stage's outcome depends only on its settings and seed::
+
+    from longrange.experiment import resolve, resolve_stage, run_stage
+    summary = run_stage(resolve_stage(resolve("demo/s4d"), "train", seed=0), "runs/s4d")
 """
 
 from __future__ import annotations
@@ -18,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from longrange.errors import DiskWriteError, LongrangeError, Preempted
-from longrange.experiment.config import ExperimentConfig
-from longrange.experiment.plan import Plan
+from longrange.errors import DiskWriteError, Preempted
 from longrange.experiment.record import finish_record, run_record, stage_summary
-from longrange.experiment.stage import ResolvedStage, resolve_stage
+from longrange.experiment.stage import ResolvedStage
 from longrange.experiment.taskdata import load_data
 from longrange.experiment.weights import load_pretrained
 from longrange.faults import kill_point
@@ -32,22 +33,12 @@ from longrange.models.record import HeadRecord
 from longrange.objectives.factory import make_objective, supervised_head
 from longrange.train import distributed as D
 from longrange.train.entry import train
-from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunLockedError, RunMismatchError
+from longrange.train.rundir import Decision, Intent, OpenRun, RunDir, RunMismatchError
 from longrange.train.rundir.record import RunRecord
 
-#: A comparison's default intent: reuse finished stages, resume interrupted ones, start the others.
-CONTINUE = Intent("continue")
 #: What stops a whole comparison rather than fail one stage (none is recorded as the stage's failure):
 #: Ctrl-C, a preemption signal, a stage holding a run made with other settings.
 STOPS_THE_GRID = (KeyboardInterrupt, Preempted, RunMismatchError)
-
-
-class StageFailed(LongrangeError):
-    """Stages of a comparison failed or could not run; the message names them."""
-
-
-class StageNotReady(StageFailed):
-    """A stage that this one needs is not finished."""
 
 
 @dataclass
@@ -83,7 +74,7 @@ def build_stage(stage: ResolvedStage, data: Any) -> BuiltStage:
     return BuiltStage(model, objective, head)
 
 
-def train_stage(
+def _train(
     stage: ResolvedStage, run: OpenRun, *, run_name: str | None = None, run_group: str | None = None
 ) -> dict[str, Any]:
     """Train ``stage`` in its opened run directory (fresh or resumed, as decided) and write its
@@ -129,96 +120,55 @@ def train_stage(
     return summary
 
 
-def open_run(run: RunDir, stage: ResolvedStage, intent: Intent) -> OpenRun:
-    """``run.open`` for ``stage``; a run made with other settings is an error naming each field as the
-    experiment sets it for this stage (``pretrain.epochs``, not the resolved ``train.epochs``)."""
-    try:
-        return run.open(stage.config(), intent)
-    except RunMismatchError as err:
-        raise RunMismatchError(stage.name_fields(str(err))) from None
-
-
 def run_stage(
-    exp: ExperimentConfig,
-    stage: str,
+    stage: ResolvedStage,
     run_dir: str | Path,
+    intent: Intent = Intent("new"),
     *,
-    seed: int = 0,
-    objective: str | None = None,
-    reverse: bool = False,
-    init_from: str | Path | None = None,
-    reverse_from: str | Path | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    continue_: bool = False,
+    plan_id: str | None = None,
 ) -> dict[str, Any]:
-    """Run one stage in ``run_dir`` and write its ``summary.json``; returns the summary.
+    """Run ``stage`` (:func:`~longrange.experiment.stage.resolve_stage`) in ``run_dir`` and write its
+    ``summary.json``; returns the summary. The one way a stage runs: the command line
+    (``longrange train|pretrain|finetune``) and every backend of a comparison call it.
 
-    stage "train": supervised from scratch; "pretrain": SPT with ``objective`` causal or masked;
-    "finetune": supervised from the pretrained run ``init_from`` (and, for F1R1, the reverse-
-    pretrained run ``reverse_from``).
+    ``intent`` says what to do with what ``run_dir`` holds (:class:`~longrange.train.rundir.Intent`):
+    ``new`` (the default) starts a run and is an error if the directory holds one; ``resume``
+    continues it from its last checkpoint, only if it was made with the same settings (its
+    fingerprint), and returns a finished run as it is, never rewritten; ``overwrite`` replaces it;
+    ``continue`` reuses, resumes or starts, as a comparison does. A run made with other settings is
+    an error naming each field as the experiment sets it for this stage (``pretrain.epochs``, not
+    the resolved ``train.epochs``). The directory is locked while the stage runs: a directory
+    another live process holds raises :class:`~longrange.train.rundir.RunLockedError`.
 
-    ``resume`` continues the run in ``run_dir`` from its last checkpoint, only if it was made with
-    the same settings (its fingerprint); a finished run is returned as it is, never rewritten.
-    ``overwrite`` replaces whatever ``run_dir`` holds; ``continue_`` resumes the run if there is one
-    made with the same settings (returning it if finished) and starts it otherwise, as a comparison
-    does (for scripts that may be requeued); without any, a directory that holds a run is an error.
-    The run directory is locked while the stage runs.
-    """
-    intent = Intent.from_flags(resume, overwrite, continue_)
-    resolved = resolve_stage(
-        exp, stage, seed=seed, objective=objective, reverse=reverse, init_from=init_from, reverse_from=reverse_from
-    )
-    with D.process_group():
-        with open_run(RunDir(check_out_dir(run_dir)), resolved, intent) as run:
-            if run.decision is Decision.REUSE:
-                print(f"{run.dir.root} already finished; its summary is unchanged", file=sys.stderr)
-                return run.dir.read_summary()
-            return train_stage(resolved, run)
-
-
-def execute_stage(
-    plan: Plan, stage_id: str, out_dir: str | Path, *, intent: Intent = CONTINUE
-) -> dict[str, Any] | None:
-    """Run, resume or reuse one stage of ``plan`` under its lock; returns its summary.
-
-    Returns None when another live process holds the stage (it is running there). A stage whose
-    finished run was made with other settings is an error, unless ``intent.replace_stale``
-    (``compare --overwrite``) starts it afresh; ``intent.rerun_other_versions`` starts afresh a
-    stage finished by another longrange version. When the
-    stage fails, the failure is recorded in its ``failed.json`` and the error raised (opening the run
-    directory removes an earlier attempt's).
+    ``plan_id``: the stage's id in a comparison's plan (resolved by
+    :meth:`~longrange.experiment.plan.Plan.resolve`), whose run directory is ``OUT/<plan_id>``.
+    Then the comparison's walk announces a reuse, not this, and this says whether the stage runs or
+    resumes (a worker's ``stage.log`` holds every attempt); a failure is recorded in the run's ``failed.json`` (opening the directory again
+    removes it), except what stops the whole comparison (:data:`STOPS_THE_GRID`); and in W&B the
+    run is named by its id and grouped by the comparison's folder.
 
     Under ``torchrun`` every rank calls this: rank 0 takes the lock and decides, the other ranks
     follow its decision, and only rank 0 writes.
     """
-    out_dir = Path(out_dir)
-    stage = plan.by_id[stage_id]
-    run = RunDir(out_dir / stage.id)
-    deps = plan.summaries(out_dir, stage.after)
-    missing = [a for a in stage.after if a not in deps]
-    if missing:
-        raise StageNotReady(f"stage {stage.id} needs {', '.join(missing)} finished first")
-    resolved = plan.resolve(stage, out_dir, deps)
+    run = RunDir(check_out_dir(run_dir))
+    group = run.root.resolve().parents[len(Path(plan_id).parts) - 1].name if plan_id else None
     with D.process_group():
         try:
-            opened = open_run(run, resolved, intent)
-        except RunLockedError:
-            return None
+            opened = run.open(stage.config(), intent)
+        except RunMismatchError as err:
+            raise RunMismatchError(stage.name_fields(str(err))) from None
         with opened:
-            if opened.decision is Decision.REUSE:
-                return run.read_summary()
             main = D.is_main_process()
-            if main:
-                print(
-                    f"{'resuming' if opened.decision is Decision.RESUME else 'running'} {run.root}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            if opened.decision is Decision.REUSE:
+                if main and plan_id is None:
+                    print(f"{run.root} already finished; its summary is unchanged", file=sys.stderr)
+                return run.read_summary()
+            if main and plan_id is not None:  # in a worker's stage.log: which attempt this is
+                doing = "resuming" if opened.decision is Decision.RESUME else "running"
+                print(f"{doing} {run.root}", file=sys.stderr, flush=True)
             try:
-                summary = train_stage(resolved, opened, run_name=stage.id, run_group=out_dir.resolve().name)
+                return _train(stage, opened, run_name=plan_id, run_group=group)
             except BaseException as err:
-                if main and not isinstance(err, (SystemExit, *STOPS_THE_GRID)):
-                    run.record_exception(err, stage.id)
+                if plan_id and main and not isinstance(err, (SystemExit, *STOPS_THE_GRID)):
+                    run.record_exception(err, plan_id)
                 raise
-            return summary

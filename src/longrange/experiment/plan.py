@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from longrange import smoke
-from longrange.errors import ConfigError
+from longrange.errors import ConfigError, LongrangeError
 from longrange.experiment.config import SPT_OBJECTIVES, ExperimentConfig, check_train_subsets, experiment_from_dict
 from longrange.experiment.stage import ResolvedStage, pretraining_model_config, resolve_stage
 from longrange.fileio import atomic_write
@@ -43,6 +43,14 @@ from longrange.objectives.factory import natural_objective
 from longrange.train.rundir import RunDir, RunState
 
 PLAN_FILE = "plan.json"
+
+
+class StageFailed(LongrangeError):
+    """Stages of a comparison failed or could not run; the message names them."""
+
+
+class StageNotReady(StageFailed):
+    """A stage that this one needs is not finished."""
 
 
 def slug(text: str) -> str:
@@ -131,8 +139,18 @@ class Plan:
                 out[i] = state.summary
         return out
 
-    def resolve(self, stage: Stage, out_dir: str | Path, summaries: Mapping[str, Mapping[str, Any]]) -> ResolvedStage:
-        """The resolved settings of ``stage``, whose dependencies' ``summaries`` are given."""
+    def resolve(
+        self, stage: Stage, out_dir: str | Path, summaries: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> ResolvedStage:
+        """The resolved settings of ``stage``, whose run directory is ``out_dir / stage.id``; a
+        :class:`StageNotReady` error when a stage it needs is not finished (a compute-matched stage's
+        steps and a finetuning's starting point come from them). ``summaries``: those stages'
+        summaries by id (default: read from their run directories in ``out_dir``)."""
+        if summaries is None:
+            summaries = self.summaries(out_dir, stage.after)
+        missing = [a for a in stage.after if a not in summaries]
+        if missing:
+            raise StageNotReady(f"stage {stage.id} needs {', '.join(missing)} finished first")
         exp = with_subset(self.experiments[stage.experiment], stage.train_subset)
         if stage.whole_train:
             exp = dataclasses.replace(exp, task=dataclasses.replace(exp.task, train_subset=None))

@@ -4,7 +4,7 @@
 
 * a stage whose dependency failed, was skipped or is held elsewhere is **skipped**;
 * a stage whose dependencies are done and whose run directory holds a finished run is **reused** in
-  this process (its fingerprint checked, see ``execute.execute_stage``);
+  this process (its fingerprint checked, see ``execute.run_stage``);
 * a stage that another live process holds is **held** (left alone);
 * otherwise it is **submitted** to the backend once its dependencies are done (or, for a backend
   that orders jobs itself, such as SLURM with ``afterok``, once they are submitted), as capacity
@@ -252,20 +252,24 @@ class _Walk:
         }
 
 
-def execute_here(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str = "") -> Outcome:
-    """Run (or reuse) ``stage`` in this process: DONE, HELD (another process holds it) or FAILED
-    (said on the terminal; recorded in its failed.json). What stops the whole comparison
+def run_here(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str = "") -> Outcome:
+    """Run (or reuse) ``stage`` in this process (:func:`~longrange.experiment.execute.run_stage`):
+    DONE, HELD (another process holds it) or FAILED (said on the terminal; recorded in its
+    failed.json). What stops the whole comparison
     (:data:`~longrange.experiment.execute.STOPS_THE_GRID`) is raised."""
-    from longrange.experiment.execute import STOPS_THE_GRID, execute_stage
+    from longrange.experiment.execute import STOPS_THE_GRID, run_stage
+    from longrange.train.rundir import RunLockedError
 
     try:
-        summary = execute_stage(plan, stage.id, out_dir, intent=intent)
+        run_stage(plan.resolve(stage, out_dir), out_dir / stage.id, intent, plan_id=stage.id)
+    except RunLockedError:
+        return Outcome.HELD
     except STOPS_THE_GRID:
         raise
     except Exception as err:  # the grid goes on
         say(f"{where}{stage.id} FAILED: {type(err).__name__}: {err}")
         return Outcome.FAILED
-    return Outcome.HELD if summary is None else Outcome.DONE
+    return Outcome.DONE
 
 
 def after_exit(
@@ -307,7 +311,7 @@ def _planned(plan: Plan, stage: Stage, out_dir: Path, summary: dict[str, Any] | 
     from longrange.errors import LongrangeError
 
     try:
-        expected = plan.resolve(stage, out_dir, plan.summaries(out_dir, stage.after)).fingerprint()
+        expected = plan.resolve(stage, out_dir).fingerprint()
     except LongrangeError:
         return False
     return (summary or {}).get("fingerprint") == expected
@@ -315,7 +319,7 @@ def _planned(plan: Plan, stage: Stage, out_dir: Path, summary: dict[str, Any] | 
 
 def _reuse(plan: Plan, stage: Stage, out_dir: Path, intent: Intent, where: str) -> Outcome:
     """A finished stage, checked and reused in this process (no backend needed)."""
-    result = execute_here(plan, stage, out_dir, intent, f"{where}: ")
+    result = run_here(plan, stage, out_dir, intent, f"{where}: ")
     if result is not Outcome.FAILED:
         say(f"{where}: {'reusing' if result is Outcome.DONE else 'held elsewhere:'} {stage.id}")
     return result

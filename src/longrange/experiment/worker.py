@@ -1,8 +1,8 @@
 """One stage of a comparison in a process of its own: ``python -m longrange.experiment.worker OUT STAGE_ID``.
 
-The worker loads ``OUT/plan.json`` and calls :func:`~longrange.experiment.execute.execute_stage`, the
-same function the in-process backend calls, so a stage's outcome does not depend on how it was
-launched. The local-worker and SLURM backends (``experiment/backends/``) start it; under ``torchrun``
+The worker loads ``OUT/plan.json``, resolves its stage (``Plan.resolve``) and runs it with
+:func:`~longrange.experiment.execute.run_stage`, as the in-process backend does, so a stage's
+outcome does not depend on how it was launched. The local-worker and SLURM backends (``experiment/backends/``) start it; under ``torchrun``
 every rank runs it (rank 0 decides and writes). Its exit status says what happened
 (:func:`outcome` reads it, for every backend):
 
@@ -123,10 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from longrange.errors import LongrangeError, Preempted
-    from longrange.experiment.execute import StageNotReady, execute_stage
-    from longrange.experiment.plan import Plan
+    from longrange.experiment.execute import run_stage
+    from longrange.experiment.plan import Plan, StageNotReady
     from longrange.faults import kill_point
-    from longrange.train.rundir import Intent, RunMismatchError
+    from longrange.train.rundir import Intent, RunLockedError, RunMismatchError
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -136,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{ERROR_PREFIX}{args.out}/plan.json has no stage {args.stage}", file=sys.stderr, flush=True)
             return FAILED
         intent = Intent("continue", replace_stale=args.overwrite, rerun_other_versions=args.rerun_other_versions)
-        summary = execute_stage(plan, args.stage, args.out, intent=intent)
+        stage = plan.by_id[args.stage]
+        run_stage(plan.resolve(stage, args.out), Path(args.out) / stage.id, intent, plan_id=stage.id)
+    except RunLockedError:
+        print(f"worker: {args.stage} is running in another process; leaving it", file=sys.stderr, flush=True)
+        return HELD
     except KeyboardInterrupt:
         print(
             f"worker: interrupted; {args.stage} resumes from its last checkpoint when the same "
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     except StageNotReady as err:
         print(f"{ERROR_PREFIX}{err}", file=sys.stderr, flush=True)
         return NOT_READY
-    except Exception as err:  # recorded in failed.json by execute_stage
+    except Exception as err:  # recorded in failed.json by run_stage
         if not isinstance(err, LongrangeError):
             import traceback
 
@@ -167,9 +171,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{ERROR_PREFIX}{type(err).__name__}: {err}", file=sys.stderr, flush=True)
         return FAILED
     kill_point("after-unlock")
-    if summary is None:
-        print(f"worker: {args.stage} is running in another process; leaving it", file=sys.stderr, flush=True)
-        return HELD
     print(f"worker: {args.stage} done", file=sys.stderr, flush=True)
     return DONE
 

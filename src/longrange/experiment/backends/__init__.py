@@ -5,8 +5,8 @@
   (``--jobs auto``: one per GPU, else one per core: :func:`~longrange.experiment.backends.local.auto_jobs`).
 * :class:`SlurmLauncher` (``compare --launcher slurm``): SLURM jobs through submitit.
 
-Every backend runs a stage through the same function (``execute.execute_stage``, directly or in a
-worker process), so the stage lock, reuse by fingerprint, resume from the last checkpoint and
+Every backend runs a stage through the same function (``execute.run_stage``, in this process or
+in a worker process), so the stage lock, reuse by fingerprint, resume from the last checkpoint and
 ``failed.json`` work the same under all of them.
 """
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from longrange.experiment.plan import Plan, Stage
-from longrange.experiment.scheduler import Outcome, execute_here, say
+from longrange.experiment.scheduler import Outcome, run_here, say
 from longrange.train.rundir import Intent
 
 
@@ -38,7 +38,7 @@ class InProcess:
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
-            result = execute_here(self.plan, stage, self.out_dir, self.intent)
+            result = run_here(self.plan, stage, self.out_dir, self.intent)
         finally:
             torch.set_num_threads(before)
         if result is Outcome.HELD:
