@@ -107,3 +107,157 @@ def test_a_kernel_that_agrees_with_the_chunked_form_is_usable(monkeypatch):
     _fake_fla(monkeypatch, chunk_delta_rule)
     fn, reason = external._probe("delta_rule", torch.device("cpu"))
     assert reason is None and fn is not None
+
+
+# ---------------------------------------------------------------------------------------------- Mamba-3
+
+
+def _authors_siso(calls=None):
+    """A stand-in for mamba-ssm's ``mamba3_siso_combined`` with the authors' layouts (Q = C, K = B,
+    V = x; ADT, DT, Trap as (batch, heads, length); states (angle, ssm transposed, k, v)), computed by
+    our loop over time, without a padding mask as the kernel has none: a padded position (dt = 0) still
+    becomes the previous key and input, which the wrapper must correct."""
+    from longrange.ops.matrix_state.mamba3 import Mamba3State, mamba3_naive
+
+    def mamba3_siso_combined(
+        Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, Input_States=None, chunk_size=64,
+        return_final_states=False, cu_seqlens=None,
+    ):  # fmt: skip
+        assert (
+            Z is None
+            and cu_seqlens is None
+            and ADT.shape == DT.shape == Trap.shape == (V.shape[0], V.shape[2], V.shape[1])
+        )
+        if calls is not None:
+            calls.append({"Q": Q, "K": K, "V": V, "states": Input_States})
+        dt = DT.transpose(1, 2)
+        A = torch.where(DT > 0, ADT / DT.clamp_min(1e-30), torch.zeros_like(ADT)).transpose(1, 2)
+        init = None
+        if Input_States is not None:
+            theta, S, k, v = Input_States
+            init = Mamba3State(ssm=S.transpose(-1, -2), angle=theta, k=k, v=v)
+        out = mamba3_naive(V, dt, A, K, Q, Trap.transpose(1, 2), Angles, K_bias, Q_bias, D, init, return_final_states)
+        if not return_final_states:
+            return out
+        y, st = out
+        return y, st.angle, st.ssm.transpose(-1, -2), st.k, st.v
+
+    return mamba3_siso_combined
+
+
+def _mamba3_inputs(b=3, l=9, h=4, g=2, n=8, p=4, m=2, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=dtype)  # noqa: E731
+    u = lambda *s: torch.rand(*s, generator=gen, dtype=dtype)  # noqa: E731
+    from longrange.ops.matrix_state.mamba3 import Mamba3State
+
+    args = (r(b, l, h, p), 0.05 + 0.3 * u(b, l, h), -0.5 - u(b, l, h), r(b, l, g, n), r(b, l, g, n), r(b, l, h))
+    args += (r(b, l, h, m), 0.3 * r(h, n), 0.3 * r(h, n), r(h))
+    state = Mamba3State(ssm=r(b, h, n, p), angle=6 * u(b, h, m), k=r(b, h, n), v=r(b, h, p))
+    return args, state
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_the_mamba3_kernel_wrapper_gives_our_op_values_and_gradients_with_left_aligned_padding(with_state):
+    """Through the wrapper, the authors' function (here a stand-in in its layouts) computes our op:
+    outputs zero at padding, the final state of each sequence's last real position (its key and input
+    rebuilt: the kernel's are those of the last padded position), gradients as the loop's."""
+    from longrange.ops.matrix_state.mamba3 import mamba3_naive
+
+    args, state = _mamba3_inputs()
+    lengths = torch.tensor([9, 5, 0])  # one sequence whole, one padded at its end, one all padding
+    mask = torch.arange(9)[None, :] < lengths[:, None]
+    init = state if with_state else None
+    leaves = [a.clone().requires_grad_() for a in args]
+    wrapped = external._wrap("mamba3", _authors_siso())
+    y, final = wrapped(*leaves, init, True, mask=mask)
+    ref_leaves = [a.clone().requires_grad_() for a in args]
+    y_ref, final_ref = mamba3_naive(*ref_leaves, init, True, mask=mask)
+    torch.testing.assert_close(y, y_ref)
+    for name in final_ref._fields:
+        torch.testing.assert_close(getattr(final, name), getattr(final_ref, name), msg=name)
+    weights = [torch.randn_like(t) for t in (y_ref, *final_ref)]
+    sum((w * t).sum() for w, t in zip(weights, (y, *final))).backward()
+    sum((w * t).sum() for w, t in zip(weights, (y_ref, *final_ref))).backward()
+    for i, (a, b_) in enumerate(zip(leaves, ref_leaves)):
+        torch.testing.assert_close(a.grad, b_.grad, msg=f"gradient of argument {i}")
+    assert external._wrap("mamba3", _authors_siso())(*args, init, False).shape == y.shape  # no mask, no state out
+
+
+def test_the_mamba3_kernel_gets_the_authors_layouts():
+    calls = []
+    args, state = _mamba3_inputs(b=2, l=5)
+    external._wrap("mamba3", _authors_siso(calls))(*args, state, False)
+    x, _, _, B, C, *_ = args
+    (call,) = calls
+    assert call["Q"] is C and call["K"] is B and call["V"] is x
+    theta, S, k, v = call["states"]
+    torch.testing.assert_close(S, state.ssm.transpose(-1, -2))  # transposed, as the kernel keeps it
+    assert theta.shape == state.angle.shape and k.shape == state.k.shape and v.shape == state.v.shape
+
+
+def test_mamba3s_kernel_runs_only_where_it_fits_and_auto_picks_it_on_half_precision_only(monkeypatch):
+    """mamba-ssm's Mamba-3 kernel computes in bfloat16: "auto" leaves float32 inputs to the chunked
+    form; it takes power-of-two widths and left-aligned sequences, and impl='mamba' says so."""
+    from longrange.ops.matrix_state import dispatch
+
+    cuda = torch.device("cuda")
+    monkeypatch.setitem(external._probed, ("mamba3", str(cuda)), (lambda *a, **k: None, None))
+    d = dispatch.DISPATCHERS["mamba3"]
+    fits = {"p": 16, "n": 32, "prefix_mask": True}
+    assert d.auto_impl(cuda, dtype=torch.bfloat16, **fits) == "mamba"
+    assert d.auto_impl(cuda, dtype=torch.float16, **fits) == "mamba"
+    assert d.auto_impl(cuda, dtype=torch.float32, **fits) == "chunk"
+    assert d.auto_impl(cuda, dtype=torch.bfloat16, **{**fits, "p": 12}) == "chunk"
+    assert d.auto_impl(cuda, dtype=torch.bfloat16, **{**fits, "prefix_mask": False}) == "chunk"
+    assert d.auto_impl(cuda, deterministic=True, dtype=torch.bfloat16, **fits) == "chunk"
+    assert d.auto_impl("cpu", dtype=torch.bfloat16, **fits) == "chunk"
+    assert d.resolve("mamba", cuda, dtype=torch.float32, **fits) == "mamba"  # asked for: float32 too
+    with pytest.raises(RuntimeError, match=r"mamba3: impl='mamba' needs power-of-two head and state widths; got p=12"):
+        d.resolve("mamba", cuda, **{**fits, "p": 12})
+    with pytest.raises(RuntimeError, match="takes left-aligned sequences only"):
+        d.resolve("mamba", cuda, **{**fits, "prefix_mask": False})
+
+
+def test_a_padding_mask_is_left_aligned_when_each_row_is_real_positions_then_padding():
+    assert external.is_prefix_mask(None)
+    assert external.is_prefix_mask(torch.tensor([[True, True, False], [False, False, False], [True] * 3]))
+    assert not external.is_prefix_mask(torch.tensor([[True, False, True]]))
+    assert not external.is_prefix_mask(torch.tensor([[False, True, True]]))
+
+
+def test_mamba3s_probe_runs_the_kernel_through_the_wrapper_and_compares_it(monkeypatch):
+    """The probe's Mamba-3 input (float32 dt, A, biases and D at either dtype) goes through the wrapper
+    to the kernel, forward and backward, and its float32 output is compared with the chunked form."""
+    module = types.ModuleType("fake_mamba3")
+    module.mamba3_siso_combined = _authors_siso()
+    monkeypatch.setitem(sys.modules, "fake_mamba3", module)
+    monkeypatch.setitem(external.SOURCES, "mamba3", ("mamba_ssm", "fake_mamba3", "mamba3_siso_combined"))
+    monkeypatch.setattr(external._optional, "installed", lambda package: True)
+    fn, reason = external._probe("mamba3", torch.device("cpu"))
+    assert reason is None and fn is not None
+
+    def swapped(Q, K, *rest, **kw):  # B and C exchanged: another function
+        return _authors_siso()(K, Q, *rest, **kw)
+
+    module.mamba3_siso_combined = swapped
+    fn, reason = external._probe("mamba3", torch.device("cpu"))
+    assert fn is None and "differs from the chunked PyTorch form" in reason
+
+
+def test_longrange_check_gives_mamba3s_kernel_inputs_it_takes_and_the_bf16_tolerance(monkeypatch):
+    """On CUDA, ``longrange check`` compares mamba-ssm's Mamba-3 kernel (where it runs) with the loop
+    on power-of-two widths and a left-aligned mask, at bfloat16's tolerance in every dtype (the kernel
+    computes in bfloat16), the parameters in float32 as the layer keeps them."""
+    from longrange.ops import check_cases
+    from longrange.ops.checking import TOLERANCE
+
+    for op in external.SOURCES:  # no package is probed: the others' kernels do not run here
+        monkeypatch.setitem(external._probed, (op, "cuda"), (None, "not installed"))
+    monkeypatch.setitem(external._probed, ("mamba3", "cuda"), (lambda *a, **k: None, None))
+    cases = {(c.op, c.impl): c for c in check_cases.matrix_state_cases("cuda", torch.float32)}
+    kernel, chunk = cases["mamba3", "mamba"], cases["mamba3", "chunk"]
+    assert "dk=16 dv=16" in kernel.shape and "dk=4 dv=3" in chunk.shape
+    assert kernel.tol == TOLERANCE[torch.bfloat16] and chunk.tol == TOLERANCE[torch.float32]
+    _, inputs, _, _ = check_cases._matrix_state_inputs("mamba3", 16, 16)
+    assert set(check_cases.MAMBA3_FLOAT32) <= set(inputs)

@@ -9,7 +9,8 @@ name        what                                                        devices
 ``chunk``   chunkwise-parallel PyTorch (``*_chunk``)                    any
 ``fla``     flash-linear-attention's Triton chunk kernels (GLA, the     CUDA, when ``fla`` imports
             delta rules)                                                and its kernel ran once
-``mamba``   mamba-ssm's ``mamba_chunk_scan_combined`` (SSD)              CUDA, likewise
+``mamba``   mamba-ssm's ``mamba_chunk_scan_combined`` (SSD) and          CUDA, likewise
+            ``mamba3_siso_combined`` (Mamba-3)
 ==========  ==========================================================  ========================
 
 Each op has its :class:`~longrange.ops.dispatch.Dispatcher` (:data:`DISPATCHERS`, registered with
@@ -23,6 +24,13 @@ are applied here, before any implementation runs, by zeroing the log-decays and 
 strengths at padded positions (the state is then carried unchanged) and the outputs there, so
 their implementations need not know masks; Mamba-3's mask goes to its implementation (a padded
 position also keeps the previous input that the trapezoidal write pairs with the next one).
+
+Mamba-3's kernel computes in bfloat16 whatever its inputs' dtype, so ``"auto"`` runs it only on
+half-precision inputs (under bf16 or fp16 autocast) and float32 inputs run ``chunk``; it takes
+power-of-two head and state widths and left-aligned sequences only (``"auto"`` falls back to
+``chunk`` otherwise; ``impl="mamba"`` is then an error saying why). Whether a mask is left-aligned
+is read from its values, which compiled code cannot do without a graph break: under
+``torch.compile`` a masked call runs ``chunk``.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ EXTERNAL = {
     "gla": ("fla", "flash-linear-attention's chunk_gla (Triton)"),
     "delta_rule": ("fla", "flash-linear-attention's chunk_delta_rule (Triton)"),
     "gated_delta_rule": ("fla", "flash-linear-attention's chunk_gated_delta_rule (Triton)"),
+    "mamba3": ("mamba", "mamba-ssm's mamba3_siso_combined (Triton; computes in bfloat16)"),
 }
 OPS = ("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3")
 
@@ -64,20 +73,35 @@ def _external_impl(op: str) -> Impl:
 
     # Their backward passes add partial gradients with atomic additions in places; not established
     # as deterministic here.
+    fits = misfit = None
+    if op == "mamba3":
+        from longrange.ops.matrix_state.external import mamba3_fits as fits
+        from longrange.ops.matrix_state.external import mamba3_misfit as misfit
     return Impl(
         name,
         runs=runs,
         reason=reason,
+        fits=fits,
+        misfit=misfit,
         deterministic=False,
         nondeterministic="its Triton backward is not established as deterministic",
         note=what,
     )
 
 
+def _mamba3_auto(d: Dispatcher, device: torch.device, deterministic: bool, dtype: Any = None, **context: Any) -> str:
+    """Mamba-3's ``"auto"``: the kernel on half-precision inputs it takes (it computes in bfloat16),
+    else ``chunk``."""
+    half = dtype in (torch.bfloat16, torch.float16)
+    if half and not deterministic and d.runs("mamba", device, **context):
+        return "mamba"
+    return "chunk"
+
+
 def _dispatcher(op: str) -> Dispatcher:
     impls = [_external_impl(op)] if op in EXTERNAL else []
     impls += [Impl("chunk", note="chunkwise-parallel PyTorch"), Impl("naive", auto=False, note="loop over time")]
-    return Dispatcher(op, impls, reference="naive")
+    return Dispatcher(op, impls, reference="naive", auto=_mamba3_auto if op == "mamba3" else None)
 
 
 DISPATCHERS: dict[str, Dispatcher] = {op: _dispatcher(op) for op in OPS}
@@ -101,9 +125,19 @@ def check_impl(op: str, impl: str | None, where: str | None = None) -> None:
 _module = family  # the module of op's family (families.py)
 
 
-def _run(op: str, impl: str | None, device: torch.device, args: tuple, chunk_size: int | None, **kwargs: Any) -> Any:
+def _run(
+    op: str,
+    impl: str | None,
+    device: torch.device,
+    args: tuple,
+    chunk_size: int | None,
+    context: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """``op`` by the implementation ``impl`` resolves to (``context``: what the dispatcher's ``fits``
+    and ``"auto"`` read of the inputs); ``kwargs`` go to every implementation."""
     d = DISPATCHERS[op]
-    impl = d.resolve(impl, device, stacklevel=4)
+    impl = d.resolve(impl, device, stacklevel=4, **(context or {}))
     d.note(impl)
     module = _module(op)
     if impl == "naive":
@@ -113,7 +147,7 @@ def _run(op: str, impl: str | None, device: torch.device, args: tuple, chunk_siz
         return getattr(module, f"{op}_chunk")(*args, **kwargs, **extra)
     from longrange.ops.matrix_state import external  # pragma: no cover - CUDA with the maintained kernels
 
-    return external.kernel(op, device)(*args)  # pragma: no cover
+    return external.kernel(op, device)(*args, **kwargs)  # pragma: no cover
 
 
 def _masked_output(out: Any, mask: Tensor | None) -> Any:
@@ -243,12 +277,24 @@ def mamba3(
     A (h,) or (b, l, h), B and C (b, l, g, n), trap (b, l, h), angles (b, l, h, m); its state is a
     :class:`~longrange.ops.matrix_state.mamba3.Mamba3State`. The mask goes to the implementation:
     a padded position keeps all four parts of the state, the previous input included."""
+    context = None
+    if x.device.type == "cuda" and isinstance(B, Tensor):  # what mamba-ssm's kernel takes (a mask: one check)
+        from longrange.ops.matrix_state.external import is_prefix_mask
+
+        half = x.dtype in (torch.bfloat16, torch.float16)
+        explicit = impl == "mamba" or (impl is None and DISPATCHERS["mamba3"].default == "mamba")
+        if torch.compiler.is_compiling():  # reading the mask's values would break the graph
+            prefix = mask is None
+        else:
+            prefix = is_prefix_mask(mask) if (half or explicit) else True
+        context = {"dtype": x.dtype, "p": x.shape[-1], "n": B.shape[-1], "prefix_mask": prefix}
     return _run(
         "mamba3",
         impl,
         x.device,
         (x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, output_final_state),
         chunk_size,
+        context,
         mask=mask,
     )
 

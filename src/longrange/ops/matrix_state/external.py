@@ -4,7 +4,10 @@
   ``chunk_gla``, ``chunk_delta_rule``, ``chunk_gated_delta_rule``, Triton kernels in our layout
   (batch, length, heads, features) with states (batch, heads, dk, dv);
 - mamba-ssm (``.[cuda]``): ``mamba_chunk_scan_combined`` for SSD, whose state is (batch, heads,
-  headdim, d_state), the transpose of ours.
+  headdim, d_state), the transpose of ours; ``mamba3_siso_combined`` for Mamba-3 SISO (its Triton
+  kernels: the op is defined at the level of this function, see :mod:`.mamba3`), which computes in
+  bfloat16 whatever its inputs' dtype, takes no padding mask, and wants power-of-two head widths
+  (:func:`mamba3_fits`).
 
 A kernel counts as usable on a device only after it imported and ran once there on a small input,
 forward and backward, in float32 and in bfloat16 (Triton compiles on first use, so a package that
@@ -31,6 +34,7 @@ SOURCES: dict[str, tuple[str, str, str]] = {
     "delta_rule": ("fla", "fla.ops.delta_rule", "chunk_delta_rule"),
     "gated_delta_rule": ("fla", "fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
     "ssd": ("mamba_ssm", "mamba_ssm.ops.triton.ssd_combined", "mamba_chunk_scan_combined"),
+    "mamba3": ("mamba_ssm", "mamba_ssm.ops.triton.mamba3.mamba3_siso_combined", "mamba3_siso_combined"),
 }
 
 _probed: dict[tuple[str, str], tuple[Callable | None, str | None]] = {}
@@ -43,6 +47,8 @@ PROBE_DTYPES = (torch.float32, torch.bfloat16)
 
 def _wrap(op: str, fn: Callable) -> Callable:
     """``fn`` with the signature of our entry points' positional arguments."""
+    if op == "mamba3":
+        return _mamba3_adapter(fn)
     if op == "ssd":
 
         def ssd(x, dt, A, B, C, D=None, initial_state=None, output_final_state=False):
@@ -65,6 +71,94 @@ def _wrap(op: str, fn: Callable) -> Callable:
     return run
 
 
+def is_prefix_mask(mask: Tensor | None) -> bool:
+    """Whether every row of ``mask`` (batch, length) is real positions then padding (or none): the
+    sequences are left-aligned, as the toolkit's batches are."""
+    if mask is None:
+        return True
+    lengths = mask.sum(1, keepdim=True)
+    return bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all())
+
+
+def mamba3_fits(p: int | None = None, n: int | None = None, prefix_mask: bool = True, **_: Any) -> bool:
+    """Whether mamba-ssm's Mamba-3 kernel takes inputs of head width ``p``, state width ``n`` (both
+    powers of two, as its tensor descriptors need) and this padding mask (left-aligned sequences:
+    :func:`is_prefix_mask`)."""
+    pow2 = lambda v: v is None or (v > 0 and v & (v - 1) == 0)  # noqa: E731
+    return pow2(p) and pow2(n) and prefix_mask
+
+
+def mamba3_misfit(p: int | None = None, n: int | None = None, prefix_mask: bool = True, **_: Any) -> str:
+    if not prefix_mask:
+        return "takes left-aligned sequences only (a padding mask of real positions, then padding)"
+    return f"needs power-of-two head and state widths; got p={p}, n={n}"
+
+
+def _mamba3_adapter(fn: Callable) -> Callable:
+    """mamba-ssm's ``mamba3_siso_combined`` with our arguments and state (:mod:`.mamba3`): Q = C,
+    K = B, V = x, ADT = dt A, DT = dt and Trap as (batch, heads, length), the SSM state transposed,
+    the states in the order (angle, ssm, k, v). A padding mask of left-aligned sequences zeroes dt
+    at padded positions (no decay, no write, no rotation: the state is carried) and the outputs
+    there; as the kernel's previous key and input are then those of the last padded position, the
+    final state's ``k`` and ``v`` are rebuilt from the last real one (the rotation angles are
+    carried unchanged, so ``k = R(theta)(B + b_B)`` there)."""
+    from longrange.ops.matrix_state.common import keep
+    from longrange.ops.matrix_state.mamba3 import Mamba3State, rotate_pairs
+    from longrange.ops.matrix_state.scalar_decay import expand_groups
+
+    def mamba3(
+        x, dt, A, B, C, trap, angles, B_bias=None, C_bias=None, D=None, initial_state=None,
+        output_final_state=False, mask=None,
+    ):  # fmt: skip
+        b, l, h, p = x.shape
+        n = B.shape[-1]
+        if mask is not None:
+            dt = keep(mask, dt)
+        f32 = torch.float64 if x.dtype == torch.float64 else torch.float32  # the kernel's float32 inputs
+        dtf = dt.to(f32)
+        zeros = torch.zeros(h, n, device=x.device, dtype=f32)
+        states = None
+        if initial_state is not None:
+            S0, theta0, k0, v0 = initial_state
+            states = (theta0.to(f32), S0.transpose(-1, -2).to(f32).contiguous(), k0.to(f32), v0.to(f32))
+        out = fn(
+            C,
+            B,
+            x,
+            (dtf * A.to(f32)).transpose(1, 2).contiguous(),
+            dtf.transpose(1, 2).contiguous(),
+            trap.transpose(1, 2).contiguous(),
+            zeros if C_bias is None else C_bias.to(f32),
+            zeros if B_bias is None else B_bias.to(f32),
+            angles.to(f32),
+            D=None if D is None else D.to(f32),
+            Z=None,
+            Input_States=states,
+            chunk_size=64,
+            return_final_states=output_final_state,
+        )
+        y = out[0] if output_final_state else out
+        y = y.to(x.dtype) if mask is None else keep(mask, y.to(x.dtype))
+        if not output_final_state:
+            return y
+        theta, S, k, v = out[1], out[2].transpose(-1, -2), out[3], out[4]
+        if mask is not None and not bool(mask.all()):
+            last = mask.sum(1) - 1  # the last real position of each sequence (-1: none)
+            rows = torch.arange(b, device=x.device)
+            at = last.clamp_min(0)
+            real = (last >= 0).view(b, 1, 1)
+            Bh = expand_groups(B[rows, at].unsqueeze(1), h, dim=2).squeeze(1).to(k.dtype)  # (b, h, n)
+            bias = 0 if B_bias is None else B_bias.to(k.dtype)
+            k_last = rotate_pairs(Bh + bias, theta.to(k.dtype))
+            k0 = torch.zeros_like(k) if initial_state is None else initial_state[2].to(k.dtype)
+            v0 = torch.zeros_like(v) if initial_state is None else initial_state[3].to(v.dtype)
+            k = torch.where(real, k_last, k0)
+            v = torch.where(real, x[rows, at].to(v.dtype), v0)
+        return y, Mamba3State(ssm=S, angle=theta, k=k, v=v)
+
+    return mamba3
+
+
 def fla_dtypes(op: str, tensors: list[Tensor]) -> list[Tensor]:
     """The inputs in the dtypes flash-linear-attention's kernels take: q, k, v and the delta rules'
     beta in one dtype (the lowest precision among q, k and v: under bf16 autocast the normalised
@@ -80,12 +174,19 @@ def fla_dtypes(op: str, tensors: list[Tensor]) -> list[Tensor]:
     return out + [rest[0].float(), rest[1].to(low)]  # gated: g, beta
 
 
+#: The positions of each op's probe inputs that stay float32 whatever the probe's dtype (parameters
+#: and decays that the layers keep in float32, as Mamba-2 and Mamba-3 do): SSD's A; Mamba-3's dt, A,
+#: biases and D.
+PROBE_FLOAT32 = {"ssd": (2,), "mamba3": (1, 2, 7, 8, 9)}
+
+
 def _probe_inputs(op: str, device: torch.device, dtype: torch.dtype = torch.float32) -> tuple:
-    """A small input of ``op`` (batch 1, length 16) at ``dtype`` (SSD's A stays float32, as Mamba-2
-    keeps it), every tensor a leaf that requires grad."""
+    """A small input of ``op`` (batch 1, length 16) at ``dtype`` (but :data:`PROBE_FLOAT32`), every
+    tensor a leaf that requires grad."""
     inputs = _probe_values(op, device)
+    keep32 = PROBE_FLOAT32.get(op, ())
     return tuple(
-        t if not isinstance(t, Tensor) else t.to(torch.float32 if op == "ssd" and i == 2 else dtype).requires_grad_()
+        t if not isinstance(t, Tensor) else t.to(torch.float32 if i in keep32 else dtype).requires_grad_()
         for i, t in enumerate(inputs)
     )
 
@@ -101,6 +202,21 @@ def _probe_values(op: str, device: torch.device) -> tuple:
             r(b, l, 1, d),
             r(b, l, 1, d),
             None,
+            None,
+            False,
+        )
+    if op == "mamba3":  # x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial state, final state
+        return (
+            r(b, l, h, d),
+            torch.rand(b, l, h, device=device) * 0.1 + 0.01,
+            -torch.ones(h, device=device),
+            r(b, l, 1, d),
+            r(b, l, 1, d),
+            r(b, l, h),
+            r(b, l, h, d // 4),
+            0.1 * r(h, d),
+            0.1 * r(h, d),
+            r(h),
             None,
             False,
         )
