@@ -236,6 +236,34 @@ def test_stages_are_announced_in_order_with_a_steady_eta(tmp_path, monkeypatch):
         assert 0.75 * (seconds(a) - (t1 - t0)) <= seconds(b) <= 1.25 * seconds(a) + 1, (a, b)
 
 
+class _BlockingBackend(_TimedBackend):
+    """Runs each stage inside ``submit``, as the in-process backend does, one at a time."""
+
+    def slots(self):
+        return 1
+
+    def submit(self, stages, after):
+        for s in stages:
+            self.clock.t += self.durations[s.stage]
+        return {s.id: s.id for s in stages}
+
+    def poll(self, handle):
+        return Outcome.DONE
+
+
+def test_the_eta_counts_stages_that_run_inside_submit(tmp_path, monkeypatch):
+    """In process, a stage runs inside the backend's submit: its time counts (an estimate of 0 s
+    while stages of 10 s remain would be a lie)."""
+    clock, said = _Clock(), []
+    monkeypatch.setattr(S, "time", clock)
+    monkeypatch.setattr(S, "say", lambda message: said.append((clock.t, message)))
+    plan = plan_grid([_exp()], seeds=[0, 1], objectives=["masked"], compute_matched=False)
+    run_plan(plan, tmp_path, _BlockingBackend(clock, {"train": 10, "pretrain": 10, "finetune": 10}))
+    etas = [re.search(r"\(overall eta (\d+)s\)", m) for _, m in said]
+    etas = [int(e.group(1)) for e in etas if e]
+    assert etas == [50, 40, 30, 20, 10]  # six stages of 10 s, one at a time
+
+
 def test_validation_accuracy_is_shown_in_percent(capsys):
     from longrange.train.progress import Progress
 

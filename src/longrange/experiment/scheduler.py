@@ -214,8 +214,9 @@ class _Walk:
             for stage in level:
                 say(self._announce(f"{stage.id} ({overall_eta(self.eta())})"))
             after = {a: self.running[a] for s in level for a in s.after if a in self.running}
+            began = time.time()  # before submit: the in-process backend runs the stage inside it
             handles = self.backend.submit(level, after)
-            self.began.update({sid: time.time() for sid in handles})
+            self.began.update(dict.fromkeys(handles, began))
             self.running.update(handles)
             self.submitted.update(handles)
             self.peak = max(self.peak, len(self.running))
