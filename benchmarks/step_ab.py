@@ -1,14 +1,16 @@
 """Changes to the small models' training step, each against the code it replaced, in one process.
 
 Usage:
-    python benchmarks/step_ab.py [--models ...] [--steps 7] [--batch-size 64] [--seq-len 256] [--json OUT]
-    python benchmarks/step_ab.py --mad --models gated-deltanet gla lru h3   # MAD's layers in its CPU cell
+    python benchmarks/step_ab.py [--round R] [--models ...] [--steps 7] [--batch-size 64] [--seq-len 256] [--json OUT]
+    python benchmarks/step_ab.py --round layouts --mad --models gated-deltanet gla lru h3   # MAD's layers in its CPU cell
 
 Changes of the small models' training step (docs/performance.md, "Small models of the synthetic
 studies"), each measured as the recall study's model trains it (``demo/recall/<name>``,
 one thread, batch 64 x length 256; ``experiment/dryrun.py::prepare_step``), the previous code path
 and the current one alternating step by step in this process, so that a loaded machine slows both
-alike; the table gives the median CPU time of a step (``time.process_time``) of each:
+alike; the table gives the median CPU time of a step (``time.process_time``) of each.
+
+Round ``layouts`` (the second round of docs/performance.md):
 
 * ``s4d``, ``dlr``, ``h3`` (its inner S4D): the convolutional layers returned a transposed view of their output, which the
   Simple block's GELU then read mixed with contiguous operands (its backward about 10x slower);
@@ -21,6 +23,12 @@ alike; the table gives the median CPU time of a step (``time.process_time``) of 
   now on a CPU 16 for key widths up to 32 and 32 above
   (``ops/matrix_state/delta_rule.py::default_chunk_size``);
 * ``gla``: likewise, chunks of 16 for key widths up to 32 on a CPU (``ops/matrix_state/gla.py``).
+
+Round ``fft-backward`` (the third):
+
+* ``s4d``, ``dlr``, ``h3``, ``hyena``: the FFT convolution's backward was PyTorch's (the backward
+  of ``rfft``, a full complex FFT of the padded length); now its own, with real FFTs only
+  (``ops/fftconv.py::_FFTConv``).
 
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
@@ -41,6 +49,7 @@ from torch import Tensor
 import longrange.layers.rope as rope
 import longrange.layers.ssm as ssm
 import longrange.ops.complex_scan.chunked as complex_chunked
+import longrange.ops.fftconv as fftconv
 import longrange.ops.matrix_state.delta_rule as delta_rule
 import longrange.ops.matrix_state.gla as gla
 from longrange.layers.base import apply_mask
@@ -80,22 +89,33 @@ def rotary_before(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return rotated if x.shape[-1] == 2 * n_pairs else torch.cat((rotated, x[..., 2 * n_pairs :]), dim=-1)
 
 
-#: model -> (module, attribute, the code it replaced).
-CHANGES = {
-    "s4d": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
-    "dlr": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
-    "h3": (ssm.ConvolutionalSSM, "forward", conv_forward_before),  # its inner S4D
-    "lru": (complex_chunked, "_scan", lru_scan_before),
-    "transformer": (rope, "apply_rotary", rotary_before),
-    "deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
-    "gated-deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
-    "gla": (gla, "default_chunk_size", lambda k: 64),
+def fft_core_before(u: Tensor, k: Tensor, n: int) -> Tensor:
+    """The FFT convolution with PyTorch's own backward."""
+    return torch.fft.irfft(torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n), n=n)[..., : u.shape[-1]]
+
+
+_FFT_BACKWARD = (fftconv, "_fft_conv_core", fft_core_before)
+
+#: round -> model -> (module, attribute, the code it replaced).
+ROUNDS = {
+    "layouts": {
+        "s4d": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
+        "dlr": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
+        "h3": (ssm.ConvolutionalSSM, "forward", conv_forward_before),  # its inner S4D
+        "lru": (complex_chunked, "_scan", lru_scan_before),
+        "transformer": (rope, "apply_rotary", rotary_before),
+        "deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
+        "gated-deltanet": (delta_rule, "default_chunk_size", lambda k: 64),
+        "gla": (gla, "default_chunk_size", lambda k: 64),
+    },
+    "fft-backward": {"s4d": _FFT_BACKWARD, "dlr": _FFT_BACKWARD, "h3": _FFT_BACKWARD, "hyena": _FFT_BACKWARD},
 }
+LATEST = "fft-backward"
 
 
 @contextmanager
-def before(model: str):
-    owner, name, old = CHANGES[model]
+def before(model: str, round_: str = LATEST):
+    owner, name, old = ROUNDS[round_][model]
     new = getattr(owner, name)
     setattr(owner, name, old)
     try:
@@ -105,7 +125,13 @@ def before(model: str):
 
 
 #: ``--mad``: MAD's layer of each change (the CPU protocol's cell, ``studies/mad.py``).
-MAD_LAYERS = {"gated-deltanet": "gated-deltanet", "gla": "mh-gated-linear-attention", "lru": "lru", "h3": "h3"}
+MAD_LAYERS = {
+    "gated-deltanet": "gated-deltanet",
+    "gla": "mh-gated-linear-attention",
+    "lru": "lru",
+    "h3": "h3",
+    "hyena": "hyena",
+}
 
 
 def experiment(model: str, seq_len: int, mad: bool):
@@ -114,7 +140,10 @@ def experiment(model: str, seq_len: int, mad: bool):
     if not mad:
         from longrange.experiment.config import resolve
 
-        return resolve(f"demo/recall/{model}", overrides=[f"task.options.seq_len={seq_len}"])
+        lengths = [f"task.options.seq_len={seq_len}"]
+        if model == "hyena":  # its filters span the task's length
+            lengths.append(f"model.primitive_options.l_max={seq_len}")
+        return resolve(f"demo/recall/{model}", overrides=lengths)
     from longrange.studies import mad as M
 
     protocol = {k: v for k, v in M.CPU_PROTOCOL.items() if k in ("tasks", "levels", "lrs", "wds", "overrides")}
@@ -122,7 +151,7 @@ def experiment(model: str, seq_len: int, mad: bool):
     return M.cell_experiment(settings, MAD_LAYERS[model], "mad-in-context-recall", "baseline", 5e-4, 0.0)
 
 
-def measure(model: str, steps: int, batch_size: int, seq_len: int, mad: bool = False) -> dict:
+def measure(model: str, steps: int, batch_size: int, seq_len: int, mad: bool = False, round_: str = LATEST) -> dict:
     from longrange.experiment.dryrun import prepare_step
 
     exp = experiment(model, seq_len, mad)
@@ -137,7 +166,7 @@ def measure(model: str, steps: int, batch_size: int, seq_len: int, mad: bool = F
     def step(which: str, record: bool) -> None:
         start = time.process_time()
         if which == "before":
-            with before(model):
+            with before(model, round_):
                 prepared[which].step()
         else:
             prepared[which].step()
@@ -154,7 +183,8 @@ def measure(model: str, steps: int, batch_size: int, seq_len: int, mad: bool = F
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(CHANGES), choices=list(CHANGES))
+    p.add_argument("--round", default=LATEST, choices=list(ROUNDS), help=f"which changes (default {LATEST})")
+    p.add_argument("--models", nargs="+", default=None, help="default: every model of the round")
     p.add_argument("--steps", type=int, default=7)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seq-len", type=int, default=256)
@@ -163,16 +193,20 @@ def main(argv: list[str] | None = None) -> int:
         "--mad", action="store_true", help=f"MAD's layers in the CPU protocol's cell instead ({', '.join(MAD_LAYERS)})"
     )
     args = p.parse_args(argv)
+    changes = ROUNDS[args.round]
+    args.models = args.models or list(changes)
+    if not set(args.models) <= set(changes):
+        p.error(f"round {args.round} changes {', '.join(changes)}; name those with --models")
     if args.mad and not set(args.models) <= set(MAD_LAYERS):
         p.error(f"--mad measures {', '.join(MAD_LAYERS)}; name those with --models")
     torch.set_num_threads(1)
-    rows = [measure(m, args.steps, args.batch_size, args.seq_len, args.mad) for m in args.models]
+    rows = [measure(m, args.steps, args.batch_size, args.seq_len, args.mad, args.round) for m in args.models]
     shape = (
         "MAD's CPU cell (in-context recall, its batch and length)"
         if args.mad
         else (f"batch {args.batch_size} x length {args.seq_len}")
     )
-    print(f"Training step, {shape}, one thread; median CPU ms of {args.steps}")
+    print(f"Round {args.round}: training step, {shape}, one thread; median CPU ms of {args.steps}")
     print("\n| model | before | now | speed-up |\n|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['before_ms']:.1f} | {r['now_ms']:.1f} | {r['before_ms'] / r['now_ms']:.2f}x |")

@@ -29,7 +29,7 @@ def test_the_before_paths_compute_what_the_current_code_computes():
         layer = make_primitive(name, 8, d_state=4).double()
         x = torch.randn(2, 12, 8, dtype=torch.float64)
         now = layer(x)
-        with ab.before(name):
+        with ab.before(name, "layouts"):
             then = layer(x)
         assert now.is_contiguous() and not then.is_contiguous()
         torch.testing.assert_close(now, then, rtol=0, atol=0)
@@ -47,15 +47,31 @@ def test_the_before_paths_compute_what_the_current_code_computes():
     g, beta = -torch.rand(2, 40, 2, dtype=torch.float64), torch.rand(2, 40, 2, dtype=torch.float64)
     k = torch.nn.functional.normalize(k, dim=-1)
     now = gated_delta_rule(q, k, v, g, beta)
-    with ab.before("gated-deltanet"):
+    with ab.before("gated-deltanet", "layouts"):
         assert ab.delta_rule.default_chunk_size(k) == 64
         torch.testing.assert_close(gated_delta_rule(q, k, v, g, beta), now, rtol=1e-10, atol=1e-10)
+
+
+def test_the_fft_convolutions_before_path_computes_its_values_and_gradients():
+    ab = _module()
+    u, k = torch.randn(2, 3, 10, dtype=torch.float64), torch.randn(3, 20, dtype=torch.float64)
+    now = [t.clone().requires_grad_() for t in (u, k)]
+    then = [t.clone().requires_grad_() for t in (u, k)]
+    y_now, y_then = ab.fftconv._fft_conv_core(*now, 20), ab.fft_core_before(*then, 20)
+    torch.testing.assert_close(y_now, y_then, rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(y_now)
+    y_now.backward(g), y_then.backward(g)
+    for a, b in zip(now, then):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-10, atol=1e-12)
+    with ab.before("s4d"):
+        assert ab.fftconv._fft_conv_core is ab.fft_core_before
+    assert ab.fftconv._fft_conv_core is not ab.fft_core_before
 
 
 def test_a_tiny_measurement_restores_the_current_code(tmp_path):
     ab = _module()
     current, threads = ab.rope.apply_rotary, torch.get_num_threads()
-    args = ["--models", "transformer", "--steps", "1", "--batch-size", "2", "--seq-len", "16"]
+    args = ["--round", "layouts", "--models", "transformer", "--steps", "1", "--batch-size", "2", "--seq-len", "16"]
     try:
         assert ab.main([*args, "--json", str(tmp_path / "ab.json")]) == 0
     finally:
@@ -69,6 +85,8 @@ def test_mad_mode_names_the_layers_it_measures():
 
     ab = _module()
     with pytest.raises(SystemExit):
-        ab.main(["--mad", "--models", "transformer"])
+        ab.main(["--round", "layouts", "--mad", "--models", "transformer"])
+    with pytest.raises(SystemExit):
+        ab.main(["--models", "transformer"])  # not a change of the latest round
     exp = ab.experiment("gla", 256, mad=True)
     assert exp.task.name == "mad-in-context-recall" and exp.model.n_heads == 8  # MAD's mh-gated-linear-attention

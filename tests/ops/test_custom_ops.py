@@ -468,3 +468,23 @@ def test_compiled_equals_eager(monkeypatch):
     for c, e in zip(compiled[1], eager[1]):
         torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
     assert compiled[2] == eager[2] == {"cauchy": "numba", "selective_scan": "numba", "vandermonde": "numba"}
+
+
+def test_compiled_code_is_keyed_by_the_operators_source(monkeypatch):
+    """Inductor's and AOTAutograd's disk caches do not see a custom operator's Python definition: a
+    changed fake implementation could be served code compiled for the old one. The operators' source
+    is in the cache key's tag, after any tag the user set, once."""
+    from pathlib import Path
+
+    from longrange.ops import custom_ops
+
+    package = Path(custom_ops.__file__).resolve().parents[1]
+    for name in custom_ops.DEFINING_MODULES:  # every module named is a file here (none drops out unseen)
+        path = package.joinpath(*name.split(".")[1:])
+        assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), name
+    ours = f"longrange-ops-{custom_ops.operators_digest()}"
+    assert ours in torch.compiler.config.cache_key_tag.split("|")  # set on import
+    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "mine")
+    assert custom_ops.tag_compile_caches() == f"mine|{ours}"
+    assert custom_ops.tag_compile_caches() == f"mine|{ours}"  # once
+    assert custom_ops.operators_digest(custom_ops.DEFINING_MODULES[:-1]) != custom_ops.operators_digest()

@@ -24,6 +24,14 @@ multiply-add; the formulas are in :func:`longrange.ops.scan.common.scan_flops` a
 :func:`~longrange.ops.ssm_kernels.common.cauchy_flops`). PyTorch's own counter counts only
 matrix products, convolutions and attention, not elementwise operations.
 
+**Compiled code and the operators' versions.** Inductor and AOTAutograd cache compiled graphs on
+disk with keys that do not cover a custom operator's Python definition: after an operator's fake
+implementation changes (its outputs' shapes, say), a warm cache can hand back code compiled for the
+old one, which fails its own shape assertions. Importing this module therefore adds a digest of the
+operators' source files to ``torch.compiler.config.cache_key_tag`` (:func:`tag_compile_caches`),
+after whatever tag is already set, so that compiled code is reused only with the operators it was
+compiled for.
+
 The Triton kernels are ``custom_op``s too, not ``torch.library.triton_op``s: a ``triton_op`` lets
 Inductor see into the kernel, but its launches must be traceable (``wrap_triton``), which the
 kernels run by Triton's CPU interpreter are not (``wrap_triton`` returns them unwrapped), so it
@@ -52,6 +60,46 @@ OPERATORS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The modules whose source defines the operators, their fake implementations and their backward
+#: passes: their digest keys compiled code (:func:`tag_compile_caches`).
+DEFINING_MODULES = (
+    __name__,
+    *OPERATORS,
+    "longrange.ops.scan.common",
+    "longrange.ops.ssm_kernels.common",
+    "longrange.ops.matmul",
+    "longrange.ops.used",
+)
+
+
+def operators_digest(modules: tuple[str, ...] = DEFINING_MODULES) -> str:
+    """A digest of the source files of ``modules`` (modules of this package, read from its folder:
+    nothing is imported)."""
+    import hashlib
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1]  # the longrange folder
+    digest = hashlib.sha256()
+    for name in modules:
+        path = package.joinpath(*name.split(".")[1:])
+        source = path.with_suffix(".py") if path.with_suffix(".py").is_file() else path / "__init__.py"
+        digest.update(name.encode())
+        if source.is_file():
+            digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def tag_compile_caches() -> str:
+    """Add ``longrange-ops-<digest>`` to ``torch.compiler.config.cache_key_tag`` (once, after any tag
+    already set); returns the tag."""
+    ours = f"longrange-ops-{operators_digest()}"
+    config = torch.compiler.config
+    tag = config.cache_key_tag
+    if ours not in tag.split("|"):
+        config.cache_key_tag = f"{tag}|{ours}" if tag else ours
+    return config.cache_key_tag
+
+
 def qualname(name: str) -> str:
     """``"longrange::<name>"``, the name ``torch.library`` registers an operator under."""
     return f"{NAMESPACE}::{name}"
@@ -75,3 +123,6 @@ def register_flops(op: torch.library.CustomOpDef, formula: Callable[..., int]) -
     @register_flop_formula(packet)
     def _count(*args, out_shape=None, **kwargs) -> int:
         return int(formula(*args, **kwargs))
+
+
+tag_compile_caches()

@@ -241,17 +241,17 @@ def _cauchy_backward_op(
     g_im: Tensor,
     conj_pairs: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The gradients (v_re, v_im, z_re, z_im, w_re, w_im) of :func:`_cauchy_op` for the output
-    gradients ``g_re``, ``g_im``."""
+    """The gradients of :func:`_cauchy_op` for the output gradients ``g_re``, ``g_im``: those of
+    ``z_re``, ``z_im``, and those of ``v`` and ``w`` as the kernels leave them, float64 partial sums
+    over the blocks of points (blocks, J, R, N) and (blocks, R, N), which :func:`_cauchy_backward`
+    adds. The partial sums are outputs so that a plan made on fake tensors (``longrange plan``)
+    counts them: at small sizes they are the training step's peak."""
     k = _kernels()
     J, R, N = v_re.shape
     K = z_re.shape[1]
     _use_threads(k)
     block = _points_per_task(R, K)
-    blocks = -(-K // block)
-    partial = torch.float64  # the kernels' partial sums over blocks of points (PARTIAL_SUM_DTYPE)
-    gv_re, gv_im = (v_re.new_empty(blocks, J, R, N, dtype=partial) for _ in range(2))
-    gw_re, gw_im = (v_re.new_empty(blocks, R, N, dtype=partial) for _ in range(2))
+    gv_re, gv_im, gw_re, gw_im = _cauchy_partials(v_re, R, K)
     gz_re, gz_im = (v_re.new_empty(R, K) for _ in range(2))
     k.cauchy_backward(
         *_contiguous(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im),
@@ -264,19 +264,33 @@ def _cauchy_backward_op(
         _np(gz_re),
         _np(gz_im),
     )
-    real = v_re.dtype
-    return gv_re.sum(0).to(real), gv_im.sum(0).to(real), gz_re, gz_im, gw_re.sum(0).to(real), gw_im.sum(0).to(real)
+    return gv_re, gv_im, gz_re, gz_im, gw_re, gw_im
+
+
+def _cauchy_partials(v_re: Tensor, R: int, K: int) -> list[Tensor]:
+    """The backward kernels' partial sums of the gradients of v (re, im) and w (re, im), float64
+    (PARTIAL_SUM_DTYPE), one per block of points."""
+    J, _, N = v_re.shape
+    blocks = -(-K // _points_per_task(R, K))
+    return [v_re.new_empty(blocks, *shape, dtype=torch.float64) for shape in ((J, R, N),) * 2 + ((R, N),) * 2]
 
 
 @_cauchy_backward_op.register_fake
 def _(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj_pairs):
-    return tuple(t.new_empty(t.shape) for t in (v_re, v_im, z_re, z_im, w_re, w_im))
+    R, K = z_re.shape
+    gv_re, gv_im, gw_re, gw_im = _cauchy_partials(v_re, R, K)
+    return gv_re, gv_im, z_re.new_empty(R, K), z_im.new_empty(R, K), gw_re, gw_im
 
 
-register_cauchy_operator(
-    _cauchy_op,
-    lambda ctx, saved, g_re, g_im: _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs),
-)
+def _cauchy_backward(ctx, saved: tuple[Tensor, ...], g_re: Tensor, g_im: Tensor) -> tuple[Tensor, ...]:
+    """The gradients (v_re, v_im, z_re, z_im, w_re, w_im) of :func:`_cauchy_op`: the kernels'
+    partial sums added in float64 and rounded to the inputs' dtype."""
+    gv_re, gv_im, gz_re, gz_im, gw_re, gw_im = _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs)
+    real = saved[0].dtype
+    return gv_re.sum(0).to(real), gv_im.sum(0).to(real), gz_re, gz_im, gw_re.sum(0).to(real), gw_im.sum(0).to(real)
+
+
+register_cauchy_operator(_cauchy_op, _cauchy_backward)
 register_flops(
     _cauchy_backward_op,
     lambda v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj: cauchy_flops(*v_re, z_re[1], conj, backward=True),
