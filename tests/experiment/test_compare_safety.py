@@ -126,3 +126,17 @@ def test_resume_refuses_other_settings_and_never_rewrites_a_finished_run(tiny_li
         ConfigError, match=r"already holds a finished run \(its result: .*summary.json\); pass --overwrite"
     ):
         run_stage(resolve_stage(experiment_from_dict(tiny(tiny_listops_dir)), "train", seed=3), run)
+
+
+def test_a_model_that_cannot_be_built_stops_the_comparison_before_any_stage(tiny_listops_dir, tmp_path):
+    """Mamba-2 at width 16 has 32 inner channels, fewer than one head of 64: said when the comparison
+    is planned, naming the experiment, not after the stages before it have trained."""
+    good = experiment_from_dict(tiny(tiny_listops_dir))
+    data = tiny(tiny_listops_dir)
+    data["label"] = "mamba2-w16"
+    data["model"] = dict(block="residual", primitive="mamba2", n_layers=1, d_model=16, direction="causal")
+    with pytest.raises(
+        ConfigError, match=r"mamba2-w16: Mamba-2: expand \* d_model = 32 is not divisible by headdim=64"
+    ):
+        compare([good, experiment_from_dict(data)], tmp_path / "out", seeds=[0], objectives=["masked"])
+    assert not (tmp_path / "out" / "listops").exists()

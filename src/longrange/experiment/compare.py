@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from longrange.errors import DataMissingError, LongrangeError
+from longrange.errors import ConfigError, DataMissingError, LongrangeError
 from longrange.experiment.backends import InProcess
 from longrange.experiment.config import ExperimentConfig, TaskConfig
 from longrange.experiment.params import WIDTH, match_field, model_size, size_warning, with_value
@@ -79,7 +79,9 @@ def size_lines(
     for exp in experiments:
         try:
             totals.append(int(model_size(exp)["total"]))
-        except LongrangeError:  # e.g. a pretrained LM not at hand: the stage itself will say so
+        except ConfigError as err:  # a model that cannot be built: said before any stage runs
+            raise ConfigError(f"{exp.label}: {err}") from None
+        except LongrangeError:  # e.g. a pretrained LM's files not at hand: the stage itself will say so
             totals.append(None)
     lines = [
         "parameters: "
