@@ -71,12 +71,12 @@ def _external_impl(op: str) -> Impl:
 
         return f"cannot run on {device.type}: {external.reason(op, device)}"
 
-    # Their backward passes add partial gradients with atomic additions in places; not established
-    # as deterministic here.
     fits = misfit = None
     if op == "mamba3":
         from longrange.ops.matrix_state.external import mamba3_fits as fits
         from longrange.ops.matrix_state.external import mamba3_misfit as misfit
+    # Their backward passes add partial gradients with atomic additions in places; not established
+    # as deterministic here.
     return Impl(
         name,
         runs=runs,
