@@ -130,10 +130,12 @@ def test_scores_are_means_over_levels_then_tasks_and_missing_propagates():
 
 
 def test_sign_flip_p_is_exact():
-    assert M.sign_flip_p([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)  # only all-positive and all-negative reach 6
-    assert M.sign_flip_p([1.0, -1.0]) == 1.0
-    assert M.sign_flip_p([5.0, 5.0, 5.0, 5.0, 5.0]) == pytest.approx(2 / 32)  # five seeds: 0.0625 at best
-    assert M.sign_flip_p([]) is None
+    from longrange.report.verdict import sign_flip_p
+
+    assert sign_flip_p([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)  # only all-positive and all-negative reach 6
+    assert sign_flip_p([1.0, -1.0]) == 1.0
+    assert sign_flip_p([5.0, 5.0, 5.0, 5.0, 5.0]) == pytest.approx(2 / 32)  # five seeds: 0.0625 at best
+    assert sign_flip_p([]) is None
 
 
 @pytest.mark.parametrize(

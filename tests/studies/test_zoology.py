@@ -76,6 +76,38 @@ def test_points_average_over_seeds_and_skip_diverged_runs():
     assert "| lru | 8 | 100 | 32 | 30.0 ± " in text and "| lru | 16 | | | missing | missing |" in text
 
 
+def test_the_report_pairs_the_regimes_by_seed():
+    """SPT minus scratch per (model, width), paired by seed (a seed with one regime only is left
+    out of the pairs), with its interval, the exact sign-flip p and the seeds agreeing in sign."""
+
+    def summary(regime, seed, acc):
+        return {
+            "label": "lru w8",
+            "regime": regime,
+            "seed": seed,
+            "metric": "accuracy",
+            "test": {"accuracy": acc},
+            "params": {"total": 100, "state": 32},
+        }
+
+    scratch = [0.10, 0.20, 0.30, 0.40, 0.50, 0.60]
+    spt = [0.90, 0.80, 0.95, 0.35, 1.00]  # seed 5 has no SPT run
+    summaries = [summary("scratch", s, a) for s, a in enumerate(scratch)]
+    summaries += [summary("causal-spt-all", s, a) for s, a in enumerate(spt)]
+    pts = Z.points(summaries, ["lru"], [8, 16])
+    lines = Z.paired_lines(pts, ["lru"], [8, 16])
+    diffs = [100 * (b - a) for a, b in zip(scratch, spt)]
+    from longrange.report.verdict import paired_stat, sign_flip_p
+
+    stat = paired_stat(diffs)
+    assert (
+        f"| lru | 8 | {stat.mean:+.1f} [{stat.low:+.1f}, {stat.high:+.1f}] | {sign_flip_p(diffs):.3f} | 4 of 5 |"
+        in lines
+    )
+    assert "| lru | 16 | missing | | |" in lines
+    assert "## Causal SPT minus scratch (points of test accuracy, paired by seed)" in Z.markdown(pts, ["lru"], [8])
+
+
 def test_a_tiny_axis_runs_and_reports(tmp_path, capsys):
     from longrange.cli import main
 
@@ -93,6 +125,7 @@ def test_a_tiny_axis_runs_and_reports(tmp_path, capsys):
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "# MQAR accuracy against state size" in text
+    assert "| simple-s6 | 4 | " in text.split("paired by seed")[1]  # the paired table, from the runs' seeds
     rows = (tmp_path / "zoology_points.csv").read_text().splitlines()
     assert len(rows) == 5  # 2 widths x 2 regimes
     states = {int(r.split(",")[1]): int(r.split(",")[4]) for r in rows[1:]}

@@ -467,22 +467,6 @@ def overall_scores(scores: Iterable[TaskScore], tasks: Sequence[str]) -> dict[tu
     return out
 
 
-def sign_flip_p(differences: Sequence[float]) -> float | None:
-    """Two-sided p-value of the mean of paired ``differences`` under the sign-flip permutation
-    test: every assignment of signs is equally likely under no difference (exact over the 2^n
-    assignments for n <= 16). With five seeds the smallest p it can give is 2/32 = 0.0625."""
-    d = [float(x) for x in differences]
-    n = len(d)
-    if n == 0 or n > 16:
-        return None
-    observed = abs(math.fsum(d))
-    count = 0
-    for signs in itertools.product((1.0, -1.0), repeat=n):
-        if abs(math.fsum(s * x for s, x in zip(signs, d))) >= observed - 1e-12:
-            count += 1
-    return count / 2**n
-
-
 @dataclass
 class MadReport:
     """The study's results: what was selected, the scores, and the text of its tables."""
@@ -498,7 +482,7 @@ class MadReport:
 
     def markdown(self) -> str:
         from longrange.report.tables import mean_ci
-        from longrange.report.verdict import paired_stat
+        from longrange.report.verdict import paired_stat, sign_flip_p
 
         st = self.settings
         tasks = [t for t in st.tasks]
@@ -805,7 +789,6 @@ __all__ = [
     "overall_scores",
     "run_mad",
     "select",
-    "sign_flip_p",
     "task_scores",
     "write_report",
 ]

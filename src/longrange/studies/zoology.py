@@ -13,7 +13,9 @@ vocabulary (64 tokens, length 40, 8 key-value pairs, answers in the inputs: ``mq
 (docs/synthetic-tasks.md); ``--task-option`` changes it. Each (model, width) is a point at its state
 size: the numbers a causal model keeps per sequence to go on (``longrange params``: a recurrence's
 state, attention's cache of keys and values at the task's length); each model is two curves, test
-accuracy against state size from scratch and after SPT (mean over seeds with a 95% interval).
+accuracy against state size from scratch and after SPT (mean over seeds with a 95% interval), and
+the report gives each point's paired difference (SPT minus scratch by seed, with its Student-t
+interval, the exact sign-flip p-value and how many seeds agree in sign).
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ class Point:
     state: int
     parameters: int
     accuracies: tuple[float, ...]
+    #: The seed of each accuracy (paired with the other regime's by seed).
+    seeds: tuple[int, ...] = ()
 
     def mean(self) -> float | None:
         return math.fsum(self.accuracies) / len(self.accuracies) if self.accuracies else None
@@ -156,14 +160,54 @@ def points(
         if regime is None:
             continue
         model, width = names[s["label"]]
-        entry = by.setdefault((model, width, regime), {"accs": [], "params": s.get("params") or {}})
+        entry = by.setdefault((model, width, regime), {"accs": [], "seeds": [], "params": s.get("params") or {}})
         value = (s.get("test") or {}).get(s.get("metric", "accuracy"))
         if value is not None and math.isfinite(float(value)):
             entry["accs"].append(float(value))
+            entry["seeds"].append(int(s.get("seed", len(entry["seeds"]))))
     return [
-        Point(m, w, r, int(v["params"].get("state", 0)), int(v["params"].get("total", 0)), tuple(v["accs"]))
+        Point(
+            m,
+            w,
+            r,
+            int(v["params"].get("state", 0)),
+            int(v["params"].get("total", 0)),
+            tuple(v["accs"]),
+            tuple(v["seeds"]),
+        )
         for (m, w, r), v in by.items()
     ]
+
+
+def paired_lines(pts: Sequence[Point], models: Sequence[str], widths: Sequence[int]) -> list[str]:
+    """The table of causal SPT minus scratch per (model, width), in points of test accuracy, paired
+    by seed: the mean difference with its 95% Student-t interval, the exact sign-flip p-value and
+    how many seeds agree in sign ("missing" where no seed has both)."""
+    from longrange.report.verdict import paired_stat, sign_flip_p
+
+    by = {(p.model, p.width, p.regime): dict(zip(p.seeds, p.accuracies)) for p in pts}
+    lines = [
+        "## Causal SPT minus scratch (points of test accuracy, paired by seed)",
+        "",
+        "| model | width | difference [95% CI] | sign-flip p | seeds agreeing in sign |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for model in models:
+        for width in widths:
+            spt, scratch = by.get((model, width, "causal-spt"), {}), by.get((model, width, "scratch"), {})
+            diffs = [100 * (spt[seed] - scratch[seed]) for seed in sorted(set(spt) & set(scratch))]
+            if not diffs:
+                lines.append(f"| {model} | {width} | missing | | |")
+                continue
+            stat = paired_stat(diffs)
+            ci = f" [{stat.low:+.1f}, {stat.high:+.1f}]" if stat.low is not None else ""
+            p = sign_flip_p(diffs)
+            agree = max(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))
+            lines.append(
+                f"| {model} | {width} | {stat.mean:+.1f}{ci} | {'' if p is None else f'{p:.3f}'} | "
+                f"{agree} of {len(diffs)} |"
+            )
+    return lines
 
 
 def markdown(pts: Sequence[Point], models: Sequence[str], widths: Sequence[int], field: str = "d_model") -> str:
@@ -196,6 +240,7 @@ def markdown(pts: Sequence[Point], models: Sequence[str], widths: Sequence[int],
                 f"| {model} | {width} | {any_point.parameters:,} | {any_point.state:,} | "
                 f"{cell(by.get((model, width, 'scratch')))} | {cell(by.get((model, width, 'causal-spt')))} |"
             )
+    lines += ["", *paired_lines(pts, models, widths)]
     return "\n".join(lines) + "\n"
 
 
@@ -294,6 +339,7 @@ __all__ = [
     "experiments",
     "markdown",
     "model_preset",
+    "paired_lines",
     "plot",
     "points",
     "run_zoology",
