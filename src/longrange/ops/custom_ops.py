@@ -89,11 +89,14 @@ def operators_digest(modules: tuple[str, ...] = DEFINING_MODULES) -> str:
     return digest.hexdigest()[:16]
 
 
-def tag_compile_caches() -> str:
+def tag_compile_caches() -> str | None:
     """Add ``longrange-ops-<digest>`` to ``torch.compiler.config.cache_key_tag`` (once, after any tag
-    already set); returns the tag."""
+    already set); returns the tag, or None on a PyTorch without that setting (before 2.6), whose
+    caches cannot be told apart this way."""
+    config = getattr(torch.compiler, "config", None)
+    if config is None or not hasattr(config, "cache_key_tag"):
+        return None
     ours = f"longrange-ops-{operators_digest()}"
-    config = torch.compiler.config
     tag = config.cache_key_tag
     if ours not in tag.split("|"):
         config.cache_key_tag = f"{tag}|{ours}" if tag else ours
