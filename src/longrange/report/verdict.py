@@ -98,6 +98,20 @@ def sign_flip_p(differences: Sequence[float]) -> float | None:
     return count / 2**n
 
 
+def paired_cells(differences: Sequence[float]) -> str:
+    """Three Markdown table cells for paired ``differences`` (points): the mean with its 95%
+    Student-t interval, the exact sign-flip p-value, and how many agree in sign (``missing`` and two
+    empty cells when there are none)."""
+    d = [float(x) for x in differences]
+    if not d:
+        return "missing | |"
+    stat = paired_stat(d)
+    ci = f" [{stat.low:+.1f}, {stat.high:+.1f}]" if stat.low is not None else ""
+    p = sign_flip_p(d)
+    agree = max(sum(x > 0 for x in d), sum(x < 0 for x in d))
+    return f"{stat.mean:+.1f}{ci} | {'' if p is None else f'{p:.3f}'} | {agree} of {len(d)}"
+
+
 def holm(pvalues: Sequence[float], alpha: float = FAMILY_ALPHA) -> list[tuple[float, bool]]:
     """Holm's step-down adjustment: (adjusted p-value, rejected at family-wise error ``alpha``) for each
     p-value, in the order given. The k-th smallest of m p-values is multiplied by m - k + 1, made

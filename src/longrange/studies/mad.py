@@ -482,7 +482,7 @@ class MadReport:
 
     def markdown(self) -> str:
         from longrange.report.tables import mean_ci
-        from longrange.report.verdict import paired_stat, sign_flip_p
+        from longrange.report.verdict import paired_cells
 
         st = self.settings
         tasks = [t for t in st.tasks]
@@ -549,17 +549,7 @@ class MadReport:
                         )
                         if a is not None and b is not None:
                             diffs.append(100 * (a - b))
-                    if not diffs:
-                        lines.append(f"| {model} | {task} | missing | | |")
-                        continue
-                    stat = paired_stat(diffs)
-                    ci = f" [{stat.low:+.1f}, {stat.high:+.1f}]" if stat.low is not None else ""
-                    p = sign_flip_p(diffs)
-                    agree = max(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))
-                    lines.append(
-                        f"| {model} | {task} | {stat.mean:+.1f}{ci} | "
-                        f"{'' if p is None else f'{p:.3f}'} | {agree} of {len(diffs)} |"
-                    )
+                    lines.append(f"| {model} | {task} | {paired_cells(diffs)} |")
             lines.append("")
         incomplete = [s for s in self.selected if s.lr is None]
         if incomplete:

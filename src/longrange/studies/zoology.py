@@ -183,7 +183,7 @@ def paired_lines(pts: Sequence[Point], models: Sequence[str], widths: Sequence[i
     """The table of causal SPT minus scratch per (model, width), in points of test accuracy, paired
     by seed: the mean difference with its 95% Student-t interval, the exact sign-flip p-value and
     how many seeds agree in sign ("missing" where no seed has both)."""
-    from longrange.report.verdict import paired_stat, sign_flip_p
+    from longrange.report.verdict import paired_cells
 
     by = {(p.model, p.width, p.regime): dict(zip(p.seeds, p.accuracies)) for p in pts}
     lines = [
@@ -196,17 +196,7 @@ def paired_lines(pts: Sequence[Point], models: Sequence[str], widths: Sequence[i
         for width in widths:
             spt, scratch = by.get((model, width, "causal-spt"), {}), by.get((model, width, "scratch"), {})
             diffs = [100 * (spt[seed] - scratch[seed]) for seed in sorted(set(spt) & set(scratch))]
-            if not diffs:
-                lines.append(f"| {model} | {width} | missing | | |")
-                continue
-            stat = paired_stat(diffs)
-            ci = f" [{stat.low:+.1f}, {stat.high:+.1f}]" if stat.low is not None else ""
-            p = sign_flip_p(diffs)
-            agree = max(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))
-            lines.append(
-                f"| {model} | {width} | {stat.mean:+.1f}{ci} | {'' if p is None else f'{p:.3f}'} | "
-                f"{agree} of {len(diffs)} |"
-            )
+            lines.append(f"| {model} | {width} | {paired_cells(diffs)} |")
     return lines
 
 
