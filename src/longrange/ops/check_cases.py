@@ -525,9 +525,10 @@ def matrix_state_cases(device: str, dtype: torch.dtype) -> list[Case]:
 
     cases = []
     for op in OPS:
+        common = _matrix_state_inputs(op)
         for impl, note, env in implementations(op, device):
             kernel3 = op == "mamba3" and impl == "mamba"  # power-of-two widths; computes in bfloat16
-            shape, inputs, fn, ref = _matrix_state_inputs(op, *((16, 16) if kernel3 else ()))
+            shape, inputs, fn, ref = _matrix_state_inputs(op, 16, 16) if kernel3 else common
             keep32 = MAMBA3_FLOAT32 if kernel3 else ()
             cases.append(
                 Case(
