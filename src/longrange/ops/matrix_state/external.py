@@ -103,8 +103,7 @@ def _mamba3_adapter(fn: Callable) -> Callable:
     final state's ``k`` and ``v`` are rebuilt from the last real one (the rotation angles are
     carried unchanged, so ``k = R(theta)(B + b_B)`` there)."""
     from longrange.ops.matrix_state.common import keep
-    from longrange.ops.matrix_state.mamba3 import Mamba3State, rotate_pairs
-    from longrange.ops.matrix_state.scalar_decay import expand_groups
+    from longrange.ops.matrix_state.mamba3 import Mamba3State, _biased, rotate_pairs
 
     def mamba3(
         x, dt, A, B, C, trap, angles, B_bias=None, C_bias=None, D=None, initial_state=None,
@@ -147,9 +146,8 @@ def _mamba3_adapter(fn: Callable) -> Callable:
             rows = torch.arange(b, device=x.device)
             at = last.clamp_min(0)
             real = (last >= 0).view(b, 1, 1)
-            Bh = expand_groups(B[rows, at].unsqueeze(1), h, dim=2).squeeze(1).to(k.dtype)  # (b, h, n)
-            bias = 0 if B_bias is None else B_bias.to(k.dtype)
-            k_last = rotate_pairs(Bh + bias, theta.to(k.dtype))
+            Bh = _biased(B[rows, at].unsqueeze(1).to(k.dtype), B_bias, h, 2).squeeze(1)  # (b, h, n)
+            k_last = rotate_pairs(Bh, theta.to(k.dtype))
             k0 = torch.zeros_like(k) if initial_state is None else initial_state[2].to(k.dtype)
             v0 = torch.zeros_like(v) if initial_state is None else initial_state[3].to(v.dtype)
             k = torch.where(real, k_last, k0)
