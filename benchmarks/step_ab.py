@@ -3,6 +3,8 @@
 Usage:
     python benchmarks/step_ab.py [--round R] [--models ...] [--steps 7] [--batch-size 64] [--seq-len 256] [--json OUT]
     python benchmarks/step_ab.py --round layouts --mad --models gated-deltanet gla lru h3   # MAD's layers in its CPU cell
+    python benchmarks/step_ab.py --mad --mad-task mad-memorization --models h3 hyena       # another task's cell
+    python benchmarks/step_ab.py --conv-op                 # the long convolution alone, FFT against Toeplitz product
 
 Changes of the small models' training step (docs/performance.md, "Small models of the synthetic
 studies"), each measured as the recall study's model trains it (``demo/recall/<name>``,
@@ -29,6 +31,13 @@ Round ``fft-backward`` (the third):
 * ``s4d``, ``dlr``, ``h3``, ``hyena``: the FFT convolution's backward was PyTorch's (the backward
   of ``rfft``, a full complex FFT of the padded length); now its own, with real FFTs only
   (``ops/fftconv.py::_FFTConv``).
+
+Round ``direct-conv`` (the fourth; run it at the lengths it changes, e.g. ``--batch-size 32
+--seq-len 24``, the demo's; ``--conv-op`` times the convolution alone by length):
+
+* ``s4d``, ``dlr``, ``h3``, ``hyena``: every long convolution ran by FFT; now ``"auto"`` convolves
+  CPU inputs of up to 24 positions by one product with the Toeplitz matrix
+  (``ops/fftconv.py::_DirectConv``, ``DIRECT_MAX_LENGTH``).
 
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
@@ -109,8 +118,10 @@ ROUNDS = {
         "gla": (gla, "default_chunk_size", lambda k: 64),
     },
     "fft-backward": {"s4d": _FFT_BACKWARD, "dlr": _FFT_BACKWARD, "h3": _FFT_BACKWARD, "hyena": _FFT_BACKWARD},
+    # "auto" convolved every length by FFT: no length is short enough for the direct product
+    "direct-conv": {m: (fftconv, "DIRECT_MAX_LENGTH", 0) for m in ("s4d", "dlr", "h3", "hyena")},
 }
-LATEST = "fft-backward"
+LATEST = "direct-conv"
 
 
 @contextmanager
@@ -134,9 +145,9 @@ MAD_LAYERS = {
 }
 
 
-def experiment(model: str, seq_len: int, mad: bool):
+def experiment(model: str, seq_len: int, mad: bool, mad_task: str = "mad-in-context-recall"):
     """The recall study's model at ``seq_len``, or with ``mad`` MAD's layer in the CPU protocol's
-    in-context recall cell (its own length and batch)."""
+    cell of ``mad_task``'s baseline (its own length and batch)."""
     if not mad:
         from longrange.experiment.config import resolve
 
@@ -148,13 +159,21 @@ def experiment(model: str, seq_len: int, mad: bool):
 
     protocol = {k: v for k, v in M.CPU_PROTOCOL.items() if k in ("tasks", "levels", "lrs", "wds", "overrides")}
     settings = M.MadSettings(models=(MAD_LAYERS[model],), **protocol)
-    return M.cell_experiment(settings, MAD_LAYERS[model], "mad-in-context-recall", "baseline", 5e-4, 0.0)
+    return M.cell_experiment(settings, MAD_LAYERS[model], mad_task, "baseline", 5e-4, 0.0)
 
 
-def measure(model: str, steps: int, batch_size: int, seq_len: int, mad: bool = False, round_: str = LATEST) -> dict:
+def measure(
+    model: str,
+    steps: int,
+    batch_size: int,
+    seq_len: int,
+    mad: bool = False,
+    round_: str = LATEST,
+    mad_task: str = "mad-in-context-recall",
+) -> dict:
     from longrange.experiment.dryrun import prepare_step
 
-    exp = experiment(model, seq_len, mad)
+    exp = experiment(model, seq_len, mad, mad_task)
     if mad:  # the stage's own batch and the task's length
         batch_size, seq_len = None, None
     prepared = {}
@@ -177,8 +196,29 @@ def measure(model: str, steps: int, batch_size: int, seq_len: int, mad: bool = F
         for which in ("before", "now") if i % 2 else ("now", "before"):
             step(which, record=i >= 2)
     row = {k: 1000 * statistics.median(v) for k, v in times.items()}
-    name = f"{MAD_LAYERS[model]} (MAD's cell)" if mad else model
+    name = f"{MAD_LAYERS[model]} (MAD's {mad_task} cell)" if mad else model
     return {"model": name, "before_ms": round(row["before"], 1), "now_ms": round(row["now"], 1)}
+
+
+#: ``--conv-op``: (batch, channels, length) of the long convolution alone.
+CONV_OP_SHAPES = [(32, 64, 16), (32, 64, 24), (32, 64, 32), (64, 64, 32), (32, 64, 48), (32, 64, 64), (32, 128, 128)]
+
+
+def measure_conv_op(b: int, h: int, l: int, reps: int = 21) -> dict:
+    """``fft_conv`` by FFT and by the Toeplitz product, forward and backward (input, kernel and skip
+    gradients), on an input laid out as the layers pass it (a transposed view of (b, l, h)),
+    alternating; the median CPU time of each."""
+    u0, k0, D = torch.randn(b, l, h), torch.randn(h, l), torch.randn(h)
+    times: dict[str, list[float]] = {"fft": [], "direct": []}
+    for i in range(reps + 3):
+        for impl in ("fft", "direct") if i % 2 else ("direct", "fft"):
+            u, k = u0.clone().requires_grad_(), k0.clone().requires_grad_()
+            start = time.process_time()
+            fftconv.fft_conv(u.transpose(1, 2), k, D, impl=impl).sum().backward()
+            if i >= 3:
+                times[impl].append(time.process_time() - start)
+    row = {k: round(1000 * statistics.median(v), 3) for k, v in times.items()}
+    return {"batch": b, "channels": h, "length": l, "fft_ms": row["fft"], "direct_ms": row["direct"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,7 +232,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--mad", action="store_true", help=f"MAD's layers in the CPU protocol's cell instead ({', '.join(MAD_LAYERS)})"
     )
+    p.add_argument(
+        "--mad-task", default="mad-in-context-recall", help="with --mad: the task whose cell (default %(default)s)"
+    )
+    p.add_argument(
+        "--conv-op",
+        action="store_true",
+        help="the long convolution alone, by FFT and by the Toeplitz product, by length",
+    )
     args = p.parse_args(argv)
+    if args.conv_op:
+        torch.set_num_threads(1)
+        rows = [measure_conv_op(*shape) for shape in CONV_OP_SHAPES]
+        print("fft_conv, forward and backward, one thread; median CPU ms")
+        print("\n| batch x channels x length | fft | direct | direct / fft |\n|---|---:|---:|---:|")
+        for r in rows:
+            ratio = r["direct_ms"] / r["fft_ms"]
+            print(
+                f"| {r['batch']} x {r['channels']} x {r['length']} | {r['fft_ms']:.2f} | {r['direct_ms']:.2f} | {ratio:.2f} |"
+            )
+        if args.json:
+            args.json.write_text(
+                json.dumps({"settings": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=1)
+            )
+        return 0
     changes = ROUNDS[args.round]
     args.models = args.models or list(changes)
     if not set(args.models) <= set(changes):
@@ -200,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.mad and not set(args.models) <= set(MAD_LAYERS):
         p.error(f"--mad measures {', '.join(MAD_LAYERS)}; name those with --models")
     torch.set_num_threads(1)
-    rows = [measure(m, args.steps, args.batch_size, args.seq_len, args.mad, args.round) for m in args.models]
+    rows = [
+        measure(m, args.steps, args.batch_size, args.seq_len, args.mad, args.round, args.mad_task) for m in args.models
+    ]
     shape = (
-        "MAD's CPU cell (in-context recall, its batch and length)"
+        f"MAD's CPU cell ({args.mad_task}, its batch and length)"
         if args.mad
         else (f"batch {args.batch_size} x length {args.seq_len}")
     )

@@ -77,4 +77,4 @@ def test_info_command(capsys):
     assert "versions" in out and "selective_scan" in out
     assert main(["info", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
-    assert table["dispatch"]["cpu"]["fft_conv"] == "torch.fft"
+    assert table["dispatch"]["cpu"]["fft_conv"] == "direct up to 24 positions, else fft"

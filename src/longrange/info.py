@@ -72,13 +72,12 @@ def devices() -> list[dict[str, Any]]:
     return rows
 
 
-#: Ops with one implementation, and what runs them.
-SINGLE_IMPLEMENTATION = {"fft_conv": "torch.fft"}
-
-
 def _auto_note(d, device: str) -> str:
     """What ``impl="auto"`` of dispatcher ``d`` runs on ``device``, with the implementation's note
-    and, where it takes only some inputs, what runs on the others."""
+    and, where it takes only some inputs, what runs on the others (or the op's own words for its
+    rule, :attr:`~longrange.ops.dispatch.Dispatcher.describe_auto`)."""
+    if d.describe_auto is not None:
+        return d.describe_auto(torch.device(device))
     auto = d.auto_impl(device)
     spec = d.specs[auto]
     text = f"{auto} ({spec.note})" if spec.note else auto
@@ -91,11 +90,11 @@ def _auto_note(d, device: str) -> str:
 
 
 def dispatch(device: str) -> dict[str, str]:
-    """Per op (every registered dispatcher, then the ops of :data:`SINGLE_IMPLEMENTATION`), the
-    implementation ``impl="auto"`` runs on ``device`` (with the fallbacks in words)."""
+    """Per op (every registered dispatcher), the implementation ``impl="auto"`` runs on ``device``
+    (with the fallbacks in words)."""
     from longrange.ops.dispatch import DISPATCHERS
 
-    return {**{op: _auto_note(d, device) for op, d in DISPATCHERS.items()}, **SINGLE_IMPLEMENTATION}
+    return {op: _auto_note(d, device) for op, d in DISPATCHERS.items()}
 
 
 def implementations(device: str) -> dict[str, dict[str, Any]]:

@@ -63,9 +63,23 @@ def test_the_fft_convolutions_before_path_computes_its_values_and_gradients():
     y_now.backward(g), y_then.backward(g)
     for a, b in zip(now, then):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-10, atol=1e-12)
-    with ab.before("s4d"):
+    with ab.before("s4d", "fft-backward"):
         assert ab.fftconv._fft_conv_core is ab.fft_core_before
     assert ab.fftconv._fft_conv_core is not ab.fft_core_before
+
+
+def test_the_direct_convolutions_before_path_runs_the_fft():
+    ab = _module()
+    from longrange.ops import used
+
+    u, k = torch.randn(2, 3, 10, dtype=torch.float64), torch.randn(3, 10, dtype=torch.float64)
+    used.reset()
+    now = ab.fftconv.fft_conv(u, k)
+    with ab.before("hyena", "direct-conv"):
+        then = ab.fftconv.fft_conv(u, k)
+    ab.fftconv.fft_conv(u, k)
+    assert used.calls()["fft_conv"] == {"direct": 2, "fft": 1}
+    torch.testing.assert_close(now, then, rtol=1e-12, atol=1e-12)
 
 
 def test_a_tiny_measurement_restores_the_current_code(tmp_path):

@@ -80,12 +80,25 @@ def test_fft_path_matches_explicit_sums_values_and_gradients(order, bidirectiona
         torch.testing.assert_close(a, r, rtol=1e-9, atol=1e-10, msg=lambda msg: f"{tuple(p.shape)}: {msg}")
 
 
-def test_direct_conv_impl_agrees_with_fft():
-    m = layer(order=3, bidirectional=True)
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_every_conv_impl_agrees_with_the_explicit_matrix(bidirectional):
+    m = layer(order=3, bidirectional=bidirectional)
     x = torch.randn(2, 10, 4)
+    m.conv_impl = "ref"
+    y, grads = _output_and_grads(m, x)
+    for impl in ("fft", "direct", "auto"):
+        m.conv_impl = impl
+        y_impl, grads_impl = _output_and_grads(m, x)
+        torch.testing.assert_close(y_impl, y, rtol=1e-10, atol=1e-11)
+        for a, r in zip(grads_impl, grads):
+            torch.testing.assert_close(a, r, rtol=1e-9, atol=1e-10)
+
+
+def _output_and_grads(m, x):
+    m.zero_grad()
     y = m(x)
-    m.conv_impl = "direct"
-    torch.testing.assert_close(m(x), y, rtol=1e-10, atol=1e-11)
+    (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum().backward()
+    return y.detach(), [p.grad.clone() for p in m.parameters() if p.grad is not None]
 
 
 # -- the implicit filter ----------------------------------------------------------------------------
@@ -242,7 +255,7 @@ def test_outputs_at_real_positions_ignore_padding(bidirectional):
         (dict(short_filter_order=0), r"Hyena: short_filter_order must be a positive integer"),
         (dict(target=2.0), r"Hyena: target .* must be in \(0, 1\)"),
         (dict(dropout=1.0), r"Hyena: dropout must be in \[0, 1\)"),
-        (dict(conv_impl="cuda"), r"Hyena: conv_impl must be one of \('fft', 'direct'\)"),
+        (dict(conv_impl="cuda"), r"Hyena: conv_impl must be one of \('auto', 'fft', 'direct', 'ref'\)"),
         (dict(num_inner_mlps=-1), r"Hyena: num_inner_mlps must be a non-negative integer"),
     ],
 )

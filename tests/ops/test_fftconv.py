@@ -1,9 +1,11 @@
-"""fft_conv against the direct-convolution reference: values, gradients, conventions, errors."""
+"""fft_conv, by FFT and by one product with the Toeplitz matrix, against the direct-convolution
+reference: values, gradients, conventions, the choice of ``"auto"``, errors."""
 
 import pytest
 import torch
 
-from longrange.ops.fftconv import fast_fft_size, fft_conv, fft_conv_ref
+from longrange.ops import used
+from longrange.ops.fftconv import DIRECT_MAX_LENGTH, DISPATCHER, fast_fft_size, fft_conv, fft_conv_ref
 
 DT = torch.float64
 
@@ -15,33 +17,107 @@ def _grads(fn, inputs, cotangent):
     return out.detach(), [t.grad for t in inputs]
 
 
+IMPLS = ("fft", "direct")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("two_sided", [False, True])
 @pytest.mark.parametrize("lk", [3, 11, 17])
 @pytest.mark.parametrize("with_skip", [False, True])
 @pytest.mark.parametrize("chunk_bytes", [None, 1], ids=["one-group", "channel-by-channel"])
-def test_fast_matches_reference_values_and_gradients(two_sided, lk, with_skip, chunk_bytes):
+def test_fast_matches_reference_values_and_gradients(impl, two_sided, lk, with_skip, chunk_bytes):
     torch.manual_seed(lk)
     b, h, l = 2, 3, 11
     u = torch.randn(b, h, l, dtype=DT)
     k = torch.randn(2, h, lk, dtype=DT) if two_sided else torch.randn(h, lk, dtype=DT)
     inputs = [u, k] + ([torch.randn(h, dtype=DT)] if with_skip else [])
     cot = torch.randn(b, h, l, dtype=DT)
-    fast = fft_conv if chunk_bytes is None else (lambda *a: fft_conv(*a, chunk_bytes=chunk_bytes))
-    y_fast, g_fast = _grads(fast, inputs, cot)
+    kw = {"impl": impl} if chunk_bytes is None else {"impl": impl, "chunk_bytes": chunk_bytes}
+    y_fast, g_fast = _grads(lambda *a: fft_conv(*a, **kw), inputs, cot)
     y_ref, g_ref = _grads(fft_conv_ref, inputs, cot)
     torch.testing.assert_close(y_fast, y_ref, rtol=1e-10, atol=1e-12)
     for gf, gr in zip(g_fast, g_ref):
         torch.testing.assert_close(gf, gr, rtol=1e-10, atol=1e-12)
 
 
-def test_tuple_and_stacked_two_sided_kernels_agree():
+@pytest.mark.parametrize("two_sided", [False, True])
+@pytest.mark.parametrize("l", [1, 2, DIRECT_MAX_LENGTH, DIRECT_MAX_LENGTH + 1])
+def test_both_sides_of_autos_threshold_match_the_reference(two_sided, l):
+    """Lengths where "auto" runs the matrix product and where it runs the FFT; a one-position input."""
+    torch.manual_seed(l)
+    b, h = 2, 3
+    u = torch.randn(b, h, l, dtype=DT)
+    k = torch.randn(2, h, l, dtype=DT) if two_sided else torch.randn(h, l, dtype=DT)
+    inputs, cot = [u, k, torch.randn(h, dtype=DT)], torch.randn(b, h, l, dtype=DT)
+    y_ref, g_ref = _grads(fft_conv_ref, inputs, cot)
+    for impl in ("auto", *IMPLS):
+        y, g = _grads(lambda *a, impl=impl: fft_conv(*a, impl=impl), inputs, cot)
+        torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
+        for a, r in zip(g, g_ref):
+            torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_float32_matches_the_float64_reference(impl):
+    torch.manual_seed(4)
+    u, k = torch.randn(4, 8, 40), torch.randn(2, 8, 40) / 8
+    inputs, cot = [u, k], torch.randn(4, 8, 40)
+    y, g = _grads(lambda *a: fft_conv(*a, impl=impl), inputs, cot)
+    y_ref, g_ref = _grads(fft_conv_ref, [t.double() for t in inputs], cot.double())
+    torch.testing.assert_close(y.double(), y_ref, rtol=1e-4, atol=1e-5)
+    for a, r in zip(g, g_ref):
+        torch.testing.assert_close(a.double(), r, rtol=1e-4, atol=1e-4)
+
+
+def test_only_the_inputs_gradient_when_the_kernel_is_fixed():
+    torch.manual_seed(5)
+    u = torch.randn(2, 3, 9, dtype=DT, requires_grad=True)
+    k = torch.randn(2, 3, 9, dtype=DT)
+    for impl in IMPLS:
+        (g,) = torch.autograd.grad(fft_conv(u, k, impl=impl).sum(), u)
+        (g_ref,) = torch.autograd.grad(fft_conv_ref(u, k).sum(), u)
+        torch.testing.assert_close(g, g_ref)
+
+
+def test_auto_convolves_short_cpu_inputs_directly():
+    assert DISPATCHER.auto_impl("cpu", length=DIRECT_MAX_LENGTH) == "direct"
+    assert DISPATCHER.auto_impl("cpu", length=DIRECT_MAX_LENGTH + 1) == "fft"
+    assert DISPATCHER.auto_impl("cuda", length=8) == "fft"  # the crossover is not measured there
+    assert DISPATCHER.auto_impl("meta", length=8) == "fft"
+    u, k = torch.randn(1, 2, DIRECT_MAX_LENGTH + 1), torch.randn(2, 3)
+    used.reset()
+    fft_conv(u[..., :DIRECT_MAX_LENGTH], k)
+    fft_conv(u, k)
+    fft_conv(u, k, impl="ref")
+    assert used.calls()["fft_conv"] == {"direct": 1, "fft": 1, "ref": 1}
+
+
+def test_the_default_implementation_can_be_set():
+    u, k = torch.randn(1, 2, 5), torch.randn(2, 3)
+    used.reset()
+    with DISPATCHER.default_impl("fft"):
+        fft_conv(u, k)
+    fft_conv(u, k)
+    assert used.calls()["fft_conv"] == {"fft": 1, "direct": 1}
+
+
+def test_unknown_impl_names_the_function_and_its_impls():
+    with pytest.raises(
+        ValueError, match=r"fft_conv: unknown impl 'fast'; expected one of \('auto', 'fft', 'direct', 'ref'\)"
+    ):
+        fft_conv(torch.randn(1, 2, 5), torch.randn(2, 3), impl="fast")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_tuple_and_stacked_two_sided_kernels_agree(impl):
     torch.manual_seed(0)
     u = torch.randn(2, 3, 9, dtype=DT)
     k = torch.randn(2, 3, 9, dtype=DT)
-    torch.testing.assert_close(fft_conv(u, k), fft_conv(u, (k[0], k[1])))
+    torch.testing.assert_close(fft_conv(u, k, impl=impl), fft_conv(u, (k[0], k[1]), impl=impl))
 
 
-def test_two_sided_convention_by_hand():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_two_sided_convention_by_hand(impl):
     # y[t] = sum_{s<=t} kf[t-s] u[s] + sum_{s>t} kb[s-t-1] u[s]
     u = torch.tensor([[[1.0, 2.0, 3.0]]], dtype=DT)
     kf = torch.tensor([[10.0, 20.0, 30.0]], dtype=DT)
@@ -49,51 +125,55 @@ def test_two_sided_convention_by_hand():
     expected = torch.tensor(
         [[[10 * 1 + 100 * 2 + 200 * 3, 20 * 1 + 10 * 2 + 100 * 3, 30 * 1 + 20 * 2 + 10 * 3]]], dtype=DT
     )
-    torch.testing.assert_close(fft_conv(u, (kf, kb)), expected)
+    torch.testing.assert_close(fft_conv(u, (kf, kb), impl=impl), expected)
     torch.testing.assert_close(fft_conv_ref(u, (kf, kb)), expected)
 
 
-def test_causal_impulse_at_end_does_not_wrap_around():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_causal_impulse_at_end_does_not_wrap_around(impl):
     l = 16
     u = torch.zeros(1, 2, l, dtype=DT)
     u[..., -1] = 1.0
     k = torch.ones(2, l, dtype=DT)
-    y = fft_conv(u, k)
+    y = fft_conv(u, k, impl=impl)
     assert y[..., :-1].abs().max() < 1e-12
     torch.testing.assert_close(y[..., -1], torch.ones(1, 2, dtype=DT))
 
 
-def test_two_sided_impulses_reach_only_the_intended_side():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_two_sided_impulses_reach_only_the_intended_side(impl):
     torch.manual_seed(1)
     l = 12
     kf, kb = torch.randn(1, l, dtype=DT), torch.randn(1, l, dtype=DT)
     first = torch.zeros(1, 1, l, dtype=DT)
     first[..., 0] = 1.0
     # an impulse at the start is only seen through the forward kernel
-    torch.testing.assert_close(fft_conv(first, (kf, kb))[0], kf)
+    torch.testing.assert_close(fft_conv(first, (kf, kb), impl=impl)[0], kf)
     last = torch.zeros(1, 1, l, dtype=DT)
     last[..., -1] = 1.0
-    y = fft_conv(last, (kf, kb))[0, 0]
+    y = fft_conv(last, (kf, kb), impl=impl)[0, 0]
     torch.testing.assert_close(y[:-1], kb[0, : l - 1].flip(0))
     torch.testing.assert_close(y[-1], kf[0, 0])
 
 
-def test_long_kernel_is_truncated_and_short_kernel_padded():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_long_kernel_is_truncated_and_short_kernel_padded(impl):
     torch.manual_seed(2)
     u = torch.randn(1, 2, 8, dtype=DT)
     k = torch.randn(2, 20, dtype=DT)
-    torch.testing.assert_close(fft_conv(u, k), fft_conv(u, k[:, :8]))
+    torch.testing.assert_close(fft_conv(u, k, impl=impl), fft_conv(u, k[:, :8], impl=impl))
     short = torch.randn(2, 3, dtype=DT)
     padded = torch.cat([short, torch.zeros(2, 5, dtype=DT)], dim=-1)
-    torch.testing.assert_close(fft_conv(u, short), fft_conv(u, padded))
+    torch.testing.assert_close(fft_conv(u, short, impl=impl), fft_conv(u, padded, impl=impl))
 
 
-def test_output_has_input_dtype():
+@pytest.mark.parametrize("impl", [*IMPLS, "ref"])
+def test_output_has_input_dtype(impl):
     torch.manual_seed(3)
     u, k = torch.randn(1, 2, 5), torch.randn(2, 5)
-    assert fft_conv(u, k).dtype == torch.float32
-    assert fft_conv(u, k.double()).dtype == torch.float32
-    y16 = fft_conv(u.bfloat16(), k)  # computed in float32, returned in bfloat16
+    assert fft_conv(u, k, impl=impl).dtype == torch.float32
+    assert fft_conv(u, k.double(), impl=impl).dtype == torch.float32
+    y16 = fft_conv(u.bfloat16(), k, impl=impl)  # computed in float32, returned in bfloat16
     assert y16.dtype == torch.bfloat16
     torch.testing.assert_close(y16.float(), fft_conv_ref(u.bfloat16().float(), k), rtol=2e-2, atol=2e-2)
 

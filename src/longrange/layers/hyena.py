@@ -99,14 +99,15 @@ from longrange.layers.base import NO_DECAY_GROUP, SequencePrimitive, apply_mask,
 from longrange.layers.mixer_parts import ShortConv
 from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import check_choice, check_positive_int
-from longrange.ops.fftconv import fft_conv, fft_conv_ref
+from longrange.ops.fftconv import fft_conv
 
 #: The optimiser group of the implicit filter's network and positional features (see the module doc).
 FILTER_GROUP = "hyena_filter"
 
-#: Long-convolution implementations: ``fft`` (:func:`fft_conv`) or ``direct`` (:func:`fft_conv_ref`,
-#: an explicit Toeplitz product: O(L²), for checking).
-CONV_IMPLS = ("fft", "direct")
+#: Long-convolution implementations, those of :func:`fft_conv`: ``auto`` (by the length and device),
+#: ``fft``, ``direct`` (one product with the Toeplitz matrix: O(L²), faster at short lengths on a
+#: CPU) or ``ref`` (the explicit matrix by autograd, for checking).
+CONV_IMPLS = ("auto", "fft", "direct", "ref")
 
 _WHERE = "Hyena"
 
@@ -245,7 +246,7 @@ class Hyena(SequencePrimitive):
         filter_lr_scale, filter_weight_decay: the filter network's optimiser hint.
         pos_emb_lr_scale: the positional features' learning-rate scale (0: fixed).
         bidirectional: two-sided long convolutions and a centred short convolution.
-        conv_impl: ``fft`` or ``direct`` (:data:`CONV_IMPLS`).
+        conv_impl: ``auto``, ``fft``, ``direct`` or ``ref`` (:data:`CONV_IMPLS`).
     """
 
     def __init__(
@@ -269,7 +270,7 @@ class Hyena(SequencePrimitive):
         filter_weight_decay: float = 0.0,
         pos_emb_lr_scale: float = 0.01,
         bidirectional: bool = False,
-        conv_impl: str = "fft",
+        conv_impl: str = "auto",
     ):
         super().__init__()
         for name, value in (
@@ -374,11 +375,10 @@ class Hyena(SequencePrimitive):
         *gates, v = u.split(self.d_model, dim=1)
         k = self.kernels(L)
         bias = self.bias.view(self.d_model, self.order - 1)
-        conv = fft_conv if self.conv_impl == "fft" else fft_conv_ref
         for o, gate in enumerate(reversed(gates[1:])):
             v = self.dropout(v * gate)
             kernel = (k[0, :, o], k[1, :, o]) if self.bidirectional else k[0, :, o]
-            v = conv(v, kernel, bias[:, o])
+            v = fft_conv(v, kernel, bias[:, o], impl=self.conv_impl)
         return self.out_proj((gates[0] * v).transpose(1, 2))
 
     def default_state(

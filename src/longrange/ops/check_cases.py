@@ -234,23 +234,46 @@ def conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
+def _fft_conv_avoid(device: str) -> Callable[[list[str]], str]:
+    """How to avoid a failing implementation of the long convolution: the best one that passed."""
+
+    def avoid(passed: list[str]) -> str:
+        alt = _preferred_alternative("fft_conv", device, passed)
+        if alt is None:
+            return REPORT
+        return (
+            f"avoid it with impl='{alt}': fft_conv(..., impl='{alt}'), "
+            f"longrange.ops.fftconv.set_default_impl('{alt}'), or for Hyena layers model.primitive_options.conv_impl={alt}"
+        )
+
+    return avoid
+
+
 def fft_conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
-    """Long convolutions by FFT, causal and two-sided, with a skip term."""
+    """Long convolutions, causal and two-sided, with a skip term: every implementation that runs
+    here against the explicit matrix."""
     cases = []
     for two_sided, (b, h, l, lk) in ((False, (2, 3, 9, 5)), (True, (1, 4, 11, 11))):
         inputs = random_inputs(l, u=(b, h, l), k=(2, h, lk) if two_sided else (h, lk), D=(h,))
         shape = f"b={b} h={h} l={l} kernel={lk}, {'two-sided' if two_sided else 'causal'}"
-        cases.append(
-            Case(
-                "fft_conv",
-                "torch.fft",
-                device,
-                dtype,
-                shape,
-                lambda inputs=inputs: compare(fft_conv, fft_conv_ref, inputs, dtype, device),
-                TOLERANCE[dtype],
+        for impl, note, env in implementations("fft_conv", device):
+            cases.append(
+                Case(
+                    "fft_conv",
+                    impl,
+                    device,
+                    dtype,
+                    shape,
+                    lambda inputs=inputs, impl=impl: compare(
+                        lambda *a, **kw: fft_conv(*a, **kw, impl=impl), fft_conv_ref, inputs, dtype, device
+                    ),
+                    TOLERANCE[dtype],
+                    _fft_conv_avoid(device),
+                    note,
+                    env,
+                    record=("fft_conv", impl),
+                )
             )
-        )
     return cases
 
 

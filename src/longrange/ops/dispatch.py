@@ -96,6 +96,7 @@ FAMILIES: tuple[str, ...] = (
     "longrange.ops.ssm_kernels.dispatch",
     "longrange.ops.matrix_state.dispatch",
     "longrange.ops.complex_scan.dispatch",
+    "longrange.ops.fftconv",
 )
 
 
@@ -156,7 +157,9 @@ class Dispatcher:
     that runs anywhere; ``function``: the public function's name, for messages (default ``op``);
     ``auto``: the op's own rule for ``"auto"`` (default: see the module docstring); ``reference``:
     the implementation the others are checked against by ``longrange check`` (not itself checked);
-    ``register``: add it to :data:`DISPATCHERS`.
+    ``register``: add it to :data:`DISPATCHERS`; ``describe_auto(device)``: what ``"auto"`` runs there,
+    in words, for ``longrange info``, where the op's rule depends on more than the device (None:
+    the implementation it picks on the device alone).
     """
 
     def __init__(
@@ -168,6 +171,7 @@ class Dispatcher:
         auto: AutoRule | None = None,
         reference: str | None = "ref",
         register: bool = True,
+        describe_auto: Callable[[torch.device], str] | None = None,
     ):
         names = tuple(impl.name for impl in impls)
         if not names or len(set(names)) != len(names) or "auto" in names:
@@ -184,6 +188,7 @@ class Dispatcher:
         self.reference = reference
         self.default = "auto"
         self._rule = auto
+        self.describe_auto = describe_auto
         self._auto_ok = {
             impl.name: impl.auto if callable(impl.auto) else (_everywhere if impl.auto else _nowhere) for impl in impls
         }

@@ -1,4 +1,5 @@
-"""Long convolutions by FFT, causal or two-sided, with a direct-convolution reference.
+"""Long convolutions, causal or two-sided: by FFT, or by one matrix product for short sequences,
+with a direct-convolution reference.
 
 Convention, for an input ``u`` of shape (batch, h, l):
 
@@ -29,6 +30,20 @@ gradient, the input's gradient is the first ``l`` points of ``irfft(G conj(K))``
 with the kernel) and the kernel's the first ``lk`` of ``irfft(sum_b G conj(U))`` (summed over the
 batch before the inverse FFT). PyTorch's own backward of ``rfft`` runs a full complex FFT of the
 padded length, about five times the cost of the forward transform on a CPU.
+
+**Implementations** (``impl``, the convention of :mod:`longrange.ops.dispatch`; op ``"fft_conv"``):
+
+* ``"fft"``: the FFTs above, O(l log l) per channel;
+* ``"direct"``: each channel's (l, l) Toeplitz matrix T (:func:`conv_matrix`) times the input, as
+  one batched matrix product (:class:`_DirectConv`); its backward is two more products,
+  ``grad_u = Tᵀ g`` and ``G = g uᵀ`` summed over the batch, whose diagonal sums are the kernel's
+  gradient. O(l²) per channel, but a few large products instead of FFTs, complex products and
+  copies: on a CPU, forward and backward, 1.2-1.4x faster at 16 and 24 positions, about as fast
+  at 32 and slower from 48 on (docs/performance.md, "Fourth round");
+* ``"ref"``: :func:`fft_conv_ref`, the explicit matrix by autograd; never picked by ``"auto"``.
+
+``"auto"`` runs ``"direct"`` on CPU tensors of at most :data:`DIRECT_MAX_LENGTH` positions and
+``"fft"`` otherwise (on accelerators the crossover is not measured, so the FFT stays).
 """
 
 from __future__ import annotations
@@ -39,6 +54,41 @@ import torch
 from torch import Tensor
 
 from longrange.ops.chunking import TEMPORARY_BYTES, group_size
+from longrange.ops.dispatch import Dispatcher, Impl
+
+#: The longest input ``"auto"`` convolves by :class:`_DirectConv` on a CPU (measured: faster than the
+#: FFT up to 24 positions; at 32 the op is about as fast and MAD's memorization steps (H3, Hyena)
+#: were 3-8% slower; docs/performance.md).
+DIRECT_MAX_LENGTH = 24
+
+
+def _auto(d: Dispatcher, device: torch.device, deterministic: bool, length: int | None = None, **context) -> str:
+    """``"direct"`` on CPU tensors of at most :data:`DIRECT_MAX_LENGTH` positions, else ``"fft"``."""
+    short = length is not None and length <= DIRECT_MAX_LENGTH
+    return "direct" if device.type == "cpu" and short else "fft"
+
+
+def _describe_auto(device: torch.device) -> str:
+    if device.type == "cpu":
+        return f"direct up to {DIRECT_MAX_LENGTH} positions, else fft"
+    return "fft"
+
+
+#: The implementations (see the module docstring); every backward is deterministic.
+DISPATCHER = Dispatcher(
+    "fft_conv",
+    [
+        Impl("fft", note="real FFTs, O(l log l)"),
+        Impl("direct", note="one batched product with the Toeplitz matrix, O(l^2)"),
+        Impl("ref", auto=False, note="the explicit matrix by autograd"),
+    ],
+    auto=_auto,
+    describe_auto=_describe_auto,
+)
+IMPLS = DISPATCHER.IMPLS
+set_default_impl = DISPATCHER.set_default_impl
+default_impl = DISPATCHER.default_impl
+available_impls = DISPATCHER.available_impls
 
 KernelArg = Tensor | Sequence[Tensor]
 
@@ -119,42 +169,111 @@ class _FFTConv(torch.autograd.Function):
         return grad_u, grad_k, None
 
 
+def _diagonal_sums(M: Tensor, count: int) -> Tensor:
+    """``out[..., m] = sum_t M[..., t, t - m]`` for m < ``count`` (the sums along the diagonals at or
+    below the main one) of M (h, l, l): rows of zeros appended below, a stride of l + 1 walks each
+    diagonal, and steps past its end land in the zeros."""
+    h, l, _ = M.shape
+    padded = torch.cat([M, M.new_zeros(h, l, l)], dim=1)
+    return padded.as_strided((h, count, l), (2 * l * l, l, l + 1)).sum(-1)
+
+
+class _DirectConv(torch.autograd.Function):
+    """``y[b, h] = T[h] u[b, h]`` for u (batch, h, l) and the (h, l, l) matrices of
+    :func:`conv_matrix` (kernels of at most l taps), with its backward written out: ``Tᵀ g`` for u,
+    and for the kernels the diagonal sums of ``sum_b g[b] u[b]ᵀ`` (at or below the main diagonal
+    for ``k_fwd``, strictly above it for ``k_bwd``)."""
+
+    @staticmethod
+    def forward(ctx, u: Tensor, k_fwd: Tensor, k_bwd: Tensor | None) -> Tensor:
+        T = conv_matrix(k_fwd, k_bwd, u.shape[-1])
+        # Channels first, (h, b, l), in one copy: a batched product over a strided batch dimension
+        # (a view of another layout, as Hyena's gated branches are) falls back to a loop of products.
+        u = u.transpose(0, 1).contiguous()
+        ctx.save_for_backward(u, T)
+        ctx.lk, ctx.two_sided = k_fwd.shape[-1], k_bwd is not None
+        # (h, b, l) @ (h, l, l) -> (h, b, l): y[h, b, t] = sum_s u[h, b, s] T[h, t, s]
+        return torch.matmul(u, T.transpose(1, 2)).transpose(0, 1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        u, T = ctx.saved_tensors  # u: (h, b, l)
+        g = grad.transpose(0, 1).contiguous()  # (h, b, l)
+        needs = ctx.needs_input_grad
+        grad_u = torch.matmul(g, T).transpose(0, 1) if needs[0] else None
+        grad_fwd = grad_bwd = None
+        if needs[1] or (ctx.two_sided and needs[2]):
+            M = torch.matmul(g.transpose(1, 2), u)  # (h, l, l): M[t, s] = sum_b g[b, t] u[b, s]
+            grad_fwd = _diagonal_sums(M, ctx.lk) if needs[1] else None
+            if ctx.two_sided and needs[2]:  # k_bwd[j] weighs lag t - s = -(j + 1)
+                grad_bwd = _diagonal_sums(M.transpose(1, 2), min(ctx.lk + 1, M.shape[-1]))[..., 1:]
+                if grad_bwd.shape[-1] < ctx.lk:  # taps beyond l - 1 steps reach no output
+                    grad_bwd = torch.cat([grad_bwd, grad_bwd.new_zeros(*grad_bwd.shape[:-1], 1)], -1)
+        return grad_u, grad_fwd, grad_bwd
+
+
 def _fft_conv_core(u: Tensor, k: Tensor, n: int) -> Tensor:
     """The linear convolution of u (batch, h, l) with k (h, lk), lk <= n, on the length-``n`` circle."""
     return _FFTConv.apply(u, k, n)
 
 
-def fft_conv(u: Tensor, k: KernelArg, D: Tensor | None = None, *, chunk_bytes: int = TEMPORARY_BYTES) -> Tensor:
-    """Convolve ``u`` (batch, h, l) with a causal or two-sided kernel by FFT; see the module doc.
+def fft_conv(
+    u: Tensor,
+    k: KernelArg,
+    D: Tensor | None = None,
+    *,
+    chunk_bytes: int = TEMPORARY_BYTES,
+    impl: str | None = None,
+) -> Tensor:
+    """Convolve ``u`` (batch, h, l) with a causal or two-sided kernel; see the module doc.
 
-    Returns (batch, h, l) in the dtype of ``u``; the FFTs run in the wider of the operands' dtypes
-    and float32. Channels are convolved in groups whose spectra stay under ``chunk_bytes`` (see
-    :mod:`longrange.ops.chunking`).
+    Returns (batch, h, l) in the dtype of ``u``; the convolution runs in the wider of the operands'
+    dtypes and float32. ``impl``: ``"fft"``, ``"direct"``, ``"ref"`` or ``"auto"`` (None: the
+    process-wide default, :func:`set_default_impl`; see the module docstring). Channels are
+    convolved in groups whose spectra (``"fft"``) or matrices (``"direct"``) stay under
+    ``chunk_bytes`` (see :mod:`longrange.ops.chunking`).
     """
     k_fwd, k_bwd = _split_kernel(u, k)
     _check_skip(u, D)
     l = u.shape[-1]
+    impl = DISPATCHER.resolve(impl, u.device, length=l)
+    DISPATCHER.note(impl)
+    # In at least float32 (half-precision FFTs are unsupported on CPU and lose accuracy on long
+    # kernels), in float64 if either operand is float64; the result has u's dtype.
+    work = torch.promote_types(torch.promote_types(u.dtype, k_fwd.dtype), torch.float32)
+    u_w = u.to(work)
+    if impl == "ref":
+        kernel = k_fwd.to(work) if k_bwd is None else (k_fwd.to(work), k_bwd.to(work))
+        return fft_conv_ref(u_w, kernel, None if D is None else D.to(work)).to(u.dtype)
     lk = min(k_fwd.shape[-1], l)  # longer kernels: taps >= l never reach an output
     k_fwd = k_fwd[..., :lk]
-    n = fast_fft_size(l + lk)
-    if k_bwd is None:
-        k_full = k_fwd
+    k_bwd = None if k_bwd is None else k_bwd[..., :lk]
+    item = torch.empty((), dtype=work).element_size()
+    if impl == "direct":
+        per_channel = (l * l + 2 * u.shape[0] * l) * item  # its matrix, its input and output
+
+        def convolve(c: int, g: int) -> Tensor:
+            back = None if k_bwd is None else k_bwd[c : c + g].to(work)
+            return _DirectConv.apply(u_w[:, c : c + g], k_fwd[c : c + g].to(work), back)
+
     else:
-        # Two-sided kernel on the length-n circle: lags 0..lk-1 at the front, lags -1..-lk (the
-        # flipped backward kernel) at the back; n >= l + lk keeps the two regions apart for all
-        # lags |t - s| < l that occur.
-        k_bwd = k_bwd[..., :lk]
-        zeros = k_fwd.new_zeros(k_fwd.shape[0], n - 2 * lk)
-        k_full = torch.cat([k_fwd, zeros, k_bwd.flip(-1)], dim=-1)
-    # FFTs in at least float32 (half-precision FFTs are unsupported on CPU and lose accuracy on
-    # long kernels), in float64 if either operand is float64; the result has u's dtype.
-    work = torch.promote_types(torch.promote_types(u.dtype, k_full.dtype), torch.float32)
-    u_w = u.to(work)
-    spectrum_bytes = u.shape[0] * (n // 2 + 1) * 2 * torch.empty((), dtype=work).element_size()
-    group = u.shape[1] if u.device.type == "meta" else group_size(spectrum_bytes, chunk_bytes)
-    parts = []
-    for c in range(0, u.shape[1], group):
-        parts.append(_fft_conv_core(u_w[:, c : c + group], k_full[c : c + group].to(work), n))
+        n = fast_fft_size(l + lk)
+        if k_bwd is None:
+            k_full = k_fwd
+        else:
+            # Two-sided kernel on the length-n circle: lags 0..lk-1 at the front, lags -1..-lk (the
+            # flipped backward kernel) at the back; n >= l + lk keeps the two regions apart for all
+            # lags |t - s| < l that occur.
+            zeros = k_fwd.new_zeros(k_fwd.shape[0], n - 2 * lk)
+            k_full = torch.cat([k_fwd, zeros, k_bwd.flip(-1)], dim=-1)
+        per_channel = u.shape[0] * (n // 2 + 1) * 2 * item
+
+        def convolve(c: int, g: int) -> Tensor:
+            return _fft_conv_core(u_w[:, c : c + g], k_full[c : c + g].to(work), n)
+
+    group = u.shape[1] if u.device.type == "meta" else group_size(per_channel, chunk_bytes)
+    parts = [convolve(c, group) for c in range(0, u.shape[1], group)]
     y = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
     if D is not None:
         y = y + D.to(work).unsqueeze(-1) * u_w
