@@ -176,3 +176,16 @@ def test_bad_arguments_are_refused(capsys):
 
 def test_info_ends_by_pointing_to_check():
     assert format_info(info_table()).rstrip().splitlines()[-1].startswith("longrange check")
+
+
+def test_a_failing_long_convolution_names_the_implementation_that_passed():
+    from longrange.ops.check_cases import _INTERPRETER, _use_instead
+    from longrange.ops.checking import REPORT
+
+    avoid = _use_instead("fft_conv", "cpu", "fftconv", "Hyena layers model.primitive_options.conv_impl")
+    assert avoid(["fft"]) == (
+        "avoid it with impl='fft': fft_conv(..., impl='fft'), longrange.ops.fftconv.set_default_impl('fft'), "
+        "or for Hyena layers model.primitive_options.conv_impl=fft"
+    )
+    assert avoid([]) == REPORT
+    assert _use_instead("selective_scan", "cpu", "scan", "S6 layers", interpreted=True)(["chunked"]) == _INTERPRETER

@@ -72,18 +72,23 @@ def _preferred_alternative(op: str, device: str, passed: list[str]) -> str | Non
     return preferred(passed, dispatcher(op).available_impls(device))
 
 
-def _scan_avoid(device: str, interpreted: bool) -> Callable[[list[str]], str]:
-    """How to avoid a failing scan implementation: name the best one that passed on the device."""
+def _use_instead(
+    op: str, device: str, module: str, layer_setting: str, interpreted: bool = False
+) -> Callable[[list[str]], str]:
+    """How to avoid a failing implementation of ``op`` (a function of ``longrange.ops.<module>``):
+    the best one that passed, for one call, as the process's default, or as the layers' setting
+    (``layer_setting``, e.g. ``"LRU layers model.primitive_options.impl"``). One that failed only
+    in its interpreter (``interpreted``) needs no avoiding on the CPU."""
 
     def avoid(passed: list[str]) -> str:
         if interpreted:
             return _INTERPRETER
-        alt = _preferred_alternative("selective_scan", device, passed)
+        alt = _preferred_alternative(op, device, passed)
         if alt is None:
             return REPORT
         return (
-            f"avoid it with impl='{alt}': selective_scan(..., impl='{alt}'), "
-            f"longrange.ops.scan.set_default_impl('{alt}'), or for S6 layers model.primitive_options.scan_impl={alt}"
+            f"avoid it with impl='{alt}': {op}(..., impl='{alt}'), "
+            f"longrange.ops.{module}.set_default_impl('{alt}'), or for {layer_setting}={alt}"
         )
 
     return avoid
@@ -156,7 +161,9 @@ def scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
                     shape,
                     run,
                     TOLERANCE[dtype],
-                    _scan_avoid(device, bool(note)),
+                    _use_instead(
+                        "selective_scan", device, "scan", "S6 layers model.primitive_options.scan_impl", bool(note)
+                    ),
                     note,
                     env,
                     record=("selective_scan", impl),
@@ -234,21 +241,6 @@ def conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
-def _fft_conv_avoid(device: str) -> Callable[[list[str]], str]:
-    """How to avoid a failing implementation of the long convolution: the best one that passed."""
-
-    def avoid(passed: list[str]) -> str:
-        alt = _preferred_alternative("fft_conv", device, passed)
-        if alt is None:
-            return REPORT
-        return (
-            f"avoid it with impl='{alt}': fft_conv(..., impl='{alt}'), "
-            f"longrange.ops.fftconv.set_default_impl('{alt}'), or for Hyena layers model.primitive_options.conv_impl={alt}"
-        )
-
-    return avoid
-
-
 def fft_conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
     """Long convolutions, causal and two-sided, with a skip term: every implementation that runs
     here against the explicit matrix."""
@@ -268,7 +260,7 @@ def fft_conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
                         lambda *a, **kw: fft_conv(*a, **kw, impl=impl), fft_conv_ref, inputs, dtype, device
                     ),
                     TOLERANCE[dtype],
-                    _fft_conv_avoid(device),
+                    _use_instead("fft_conv", device, "fftconv", "Hyena layers model.primitive_options.conv_impl"),
                     note,
                     env,
                     record=("fft_conv", impl),
@@ -573,21 +565,6 @@ def matrix_state_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
-def _complex_scan_avoid(device: str) -> Callable[[list[str]], str]:
-    """How to avoid a failing implementation of the complex diagonal scan: the best one that passed."""
-
-    def avoid(passed: list[str]) -> str:
-        alt = _preferred_alternative("complex_diag_scan", device, passed)
-        if alt is None:
-            return REPORT
-        return (
-            f"avoid it with impl='{alt}': complex_diag_scan(..., impl='{alt}'), "
-            f"longrange.ops.complex_scan.set_default_impl('{alt}'), or for LRU layers model.primitive_options.impl={alt}"
-        )
-
-    return avoid
-
-
 #: The complex scan's cases: (b, l, n, chunk_size, with an initial state, reverse). 37 positions in
 #: chunks of 4: three levels of chunks, the last one partial; 5 positions: one chunk of the default size.
 COMPLEX_SCAN_SHAPES = [(2, 37, 5, 4, True, False), (1, 23, 3, 4, False, True), (2, 5, 4, None, True, True)]
@@ -636,7 +613,9 @@ def complex_scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
                     shape,
                     run,
                     TOLERANCE[dtype],
-                    _complex_scan_avoid(device),
+                    _use_instead(
+                        "complex_diag_scan", device, "complex_scan", "LRU layers model.primitive_options.impl"
+                    ),
                     note,
                     env,
                     record=("complex_diag_scan", impl),
