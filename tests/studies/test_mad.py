@@ -276,3 +276,25 @@ def test_a_bad_list_option_is_an_error_naming_it(tmp_path, capsys):
 
     assert main(["mad", "--out", str(tmp_path), "--models", "mamba", "--lrs", "1e-3,fast"]) == 1
     assert "--lrs: expected comma-separated numbers, got '1e-3,fast'" in capsys.readouterr().err
+
+
+def test_the_published_scores_sit_beside_a_model_mad_reports(tmp_path):
+    st = settings(models=("hyena", "gated-deltanet"), seeds=(0,), regimes=("scratch",), levels=("baseline",))
+    sel = [M.Selected(m, t, "baseline", "scratch", 0, 1e-3, 0.0, 0.5, 0.25) for m in st.models for t in st.tasks]
+    scores = M.task_scores(sel, {t: ["baseline"] for t in st.tasks})
+    report = M.MadReport(st, sel, scores, M.overall_scores(scores, list(st.tasks)))
+    text = report.markdown()
+    # Hyena's published in-context recall 81.8 and memorization 89.5; overall over this study's two tasks
+    assert "| hyena (published) | 81.8 | 89.5 | 85.7 |" in text
+    assert "gated-deltanet (published)" not in text and "Figure 1" in text
+    assert M.scores_plot(report, tmp_path / "scores.png").exists()
+    no_hyena = M.MadReport(settings(models=("gated-deltanet",)), [], [], {})
+    assert "Published MAD scores" not in no_hyena.markdown()
+
+
+def test_the_published_scores_are_the_figures_own_mean():
+    """Read off MAD's Figure 1 (benchmarks/mad_published_scores.py): its left panel places Hyena +
+    SwiGLU at a mean of 0.6606 over the six tasks, which the six readings reproduce."""
+    hyena = M.PUBLISHED_SCORES["hyena"]
+    assert set(hyena) == set(M.MAD_TASKS)
+    assert sum(hyena.values()) / 6 == pytest.approx(0.6606, abs=5e-4)
