@@ -13,7 +13,7 @@ from ssm_kernel_cases import cauchy_inputs, vandermonde_inputs  # noqa: E402 - a
 from longrange.layers.dlr import DLR
 from longrange.layers.s4 import S4
 from longrange.layers.s4d import S4D
-from longrange.ops import ssm_kernels, used
+from longrange.ops import fftconv, ssm_kernels, used
 from longrange.ops.ssm_kernels import dispatch, keops
 from longrange.ops.ssm_kernels import numba as ssm_numba
 from longrange.ops.ssm_kernels import triton as ssm_triton
@@ -262,10 +262,12 @@ def test_layers_record_their_products():
     used.reset()
     S4D(4, d_state=4)(x)
     DLR(4, d_state=4)(x)
-    assert used.calls() == {"vandermonde": {ssm_kernels.auto_impl("vandermonde", "cpu"): 2}}
+    conv = fftconv.DISPATCHER.auto_impl("cpu", length=16)  # the convolution with the kernel
+    assert used.calls() == {"vandermonde": {ssm_kernels.auto_impl("vandermonde", "cpu"): 2}, "fft_conv": {conv: 2}}
     used.reset()
     S4(4, d_state=4, l_max=16, bidirectional=True)(x).sum().backward()
-    assert used.calls() == {"cauchy": {ssm_kernels.auto_impl("cauchy", "cpu"): 1}}  # one call for all sums
+    # one call for all sums
+    assert used.calls() == {"cauchy": {ssm_kernels.auto_impl("cauchy", "cpu"): 1}, "fft_conv": {conv: 1}}
 
 
 # --------------------------------------------------------------------------------------------
