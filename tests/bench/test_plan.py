@@ -231,6 +231,15 @@ def test_a_gpu_plan_models_attention_without_its_length_squared_matrix():
     assert cpu - gpu > layers * 2 * heads * 1024**2 * 4  # at least one float32 (L, L) matrix per head and layer
 
 
+def test_a_plan_runs_the_targets_convolution():
+    """A CPU step convolves the demo's 24 positions by one matrix product, a CUDA step by FFT (what
+    ``impl="auto"`` runs on each device), and each plan models and records that one."""
+    exp = resolve("demo/recall/dlr")
+    gpu = measure_step(exp, micro_batch=2, seq_len=24, target="gpu", count=False)
+    cpu = measure_step(exp, micro_batch=2, seq_len=24, target="cpu", count=False)
+    assert gpu.kernels["fft_conv"] == "fft" and cpu.kernels["fft_conv"] == "direct"
+
+
 # ------------------------------------------------------------------------------------------------
 # The command
 # ------------------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ Every figure is **predicted, not measured**. How:
   float16 autocast without its gradient scaler), whose casting lists are close to CUDA's. The fused
   scan and SSM kernels are the CPU operators' fake implementations: the Triton scan keeps in addition
   the state at every 32nd position, (batch, channels, L/32, state) float32 per S6 layer, not counted.
+  Long convolutions run by FFT at every length (on a CPU ``"auto"`` convolves short inputs by one
+  matrix product instead: :mod:`longrange.ops.fftconv`).
 * **Fits**: the peak against the GPU's memory less :data:`RESERVED_BYTES` (CUDA context, cuBLAS and
   cuDNN workspaces) and :data:`FRAGMENTATION` of it (the caching allocator's rounding and
   fragmentation). The largest batch and the accumulation are searched by further fake steps (a
@@ -377,11 +379,12 @@ def measure_step(
         stack.enter_context(fake_mode())
         stack.enter_context(DtypeChecks())
         if target == "gpu":  # the GPU's attention kernels and fused Triton kernels (their fake implementations)
-            from longrange.ops import scan, ssm_kernels
+            from longrange.ops import fftconv, scan, ssm_kernels
 
             stack.enter_context(CudaAttention())
             stack.enter_context(scan.default_impl("triton"))
             stack.enter_context(ssm_kernels.default_impl(ssm_kernels.OPS, "triton"))
+            stack.enter_context(fftconv.default_impl("fft"))  # "auto" on CUDA: the FFT at every length
         prepared = prepare_step(
             exp,
             stage,
