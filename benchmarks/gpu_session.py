@@ -72,7 +72,20 @@ SCRIPT = Path(__file__).resolve()
 
 #: The order of the steps, which is the order they run in: the most needed first, so that a
 #: session cut short by its ``--budget`` has measured what matters most.
-STEPS = ("info", "check", "kernels", "scan", "ssm_kernels", "families", "train", "planner", "pathx", "tests", "bench")
+STEPS = (
+    "info",
+    "check",
+    "kernels",
+    "scan",
+    "ssm_kernels",
+    "families",
+    "train",
+    "planner",
+    "pathx",
+    "tests",
+    "bench",
+    "placement",
+)
 #: Seconds each step may run (the ``--timeout-scale`` multiplies them): ceilings, not estimates (on
 #: an H100 the steps that finished took 14-81 s); a call with a time limit also gives ``--budget``.
 TIMEOUTS = {
@@ -87,6 +100,7 @@ TIMEOUTS = {
     "pathx": 60,
     "tests": 600,
     "bench": 300,
+    "placement": 240,
 }
 #: A step is not started with fewer seconds than this left of the session's ``--budget``.
 MIN_STEP_SECONDS = 20
@@ -151,6 +165,26 @@ def _python() -> list[str]:
 def _cli(*args: str) -> list[str]:
     """``longrange ARGS`` from this checkout (``python -m longrange``: no installed entry point needed)."""
     return [sys.executable, "-m", "longrange", *args]
+
+
+def _placement_command(res: Path, tiny: bool, cores: int | None = None) -> list[str]:
+    """``benchmarks/grid_jobs.py`` over the placements of the machine's cores (all stages of one
+    thread, half the stages of two, a quarter of four; ``compare --jobs auto`` on a machine without
+    GPUs is the first): the CPU's grid of small runs, measured on a machine with more cores than
+    this project's 2-core one."""
+    cores = cores or os.cpu_count() or 1
+    shapes = [(cores // t, t) for t in (1, 2, 4) if cores // t >= 1 and (t == 1 or cores // t >= 2)]
+    return [
+        *_python(),
+        str(ROOT / "benchmarks" / "grid_jobs.py"),
+        "--max-steps",
+        "2" if tiny else "100",
+        "--no-sequential",
+        "--placements",
+        ",".join(f"{j}x{t}" for j, t in shapes),
+        "--json",
+        str(res / "placement.json"),
+    ]
 
 
 def _internal(name: str, args: argparse.Namespace) -> list[str]:
@@ -248,6 +282,11 @@ def build_steps(args: argparse.Namespace) -> list[Step]:
         else ["--full"]
     )
     add("bench", f"longrange bench --device {dev}" + ("" if tiny else " --full"), [bench])
+    add(
+        "placement",
+        "the recall demo's grid on the machine's CPU cores: stages at once x threads each",
+        [_placement_command(res, tiny)],
+    )
     assert [s.name for s in steps] == list(STEPS)
     return steps
 

@@ -130,9 +130,16 @@ def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path):
     assert tiny["kernels"].env == {"TRITON_INTERPRET": "1"} and "--tiny" in tiny["train"].commands[0]
     halved = {s.name: s for s in session.build_steps(_args(tmp_path, timeout_scale=0.5))}
     assert halved["tests"].timeout == session.TIMEOUTS["tests"] / 2
-    # The most needed first: the checks, then the timings, the training steps, the test suite last but one.
+    # The most needed first: the checks, then the timings, the training steps, the test suite, the
+    # CPU's placements last.
     order = list(session.STEPS)
     assert order[:3] == ["info", "check", "kernels"] and order.index("families") < order.index("tests")
+    assert order[-1] == "placement"
+    sixteen = session._placement_command(tmp_path, tiny=False, cores=16)
+    assert sixteen[sixteen.index("--placements") + 1] == "16x1,8x2,4x4" and "--no-sequential" in sixteen
+    assert sixteen[sixteen.index("--max-steps") + 1] == "100" and sixteen[-1] == str(tmp_path / "placement.json")
+    two = session._placement_command(tmp_path, tiny=True, cores=2)
+    assert two[two.index("--placements") + 1] == "2x1" and two[two.index("--max-steps") + 1] == "2"
 
 
 @pytest.mark.slow
@@ -147,7 +154,19 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
         assert step["status"] == "ok" or step["reason"], name
     if not torch.cuda.is_available():  # the GPU scan benchmark refuses a machine without CUDA, saying so
         assert by["scan"]["status"] == "failed" and "no CUDA device" in by["scan"]["reason"]
-    for name in ("info", "tests", "check", "kernels", "ssm_kernels", "families", "planner", "bench", "train", "pathx"):
+    for name in (
+        "info",
+        "tests",
+        "check",
+        "kernels",
+        "ssm_kernels",
+        "families",
+        "planner",
+        "bench",
+        "train",
+        "pathx",
+        "placement",
+    ):
         assert by[name]["status"] == "ok", (name, by[name].get("reason"))
     results = {Path(r).name for s in summary["steps"] for r in s["results"]}
     assert {
@@ -158,6 +177,7 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
         "bench.json",
         "train.json",
         "pathx.json",
+        "placement.json",
     } <= results
     kernels = json.loads((out / "results" / "kernels.json").read_text())
     assert kernels["failures"] == 0 and {r["length"] for r in kernels["rows"]} == {1, 7, 64}
