@@ -251,7 +251,8 @@ def fft_conv(
     k_bwd = None if k_bwd is None else k_bwd[..., :lk]
     item = torch.empty((), dtype=work).element_size()
     if impl == "direct":
-        per_channel = (l * l + 2 * u.shape[0] * l) * item  # its matrix, its input and output
+        # its matrix, its input and output, and in the backward the (l, l) product with its padded copy
+        per_channel = (4 * l * l + 2 * u.shape[0] * l) * item
 
         def convolve(c: int, g: int) -> Tensor:
             back = None if k_bwd is None else k_bwd[c : c + g].to(work)
