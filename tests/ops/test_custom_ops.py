@@ -484,9 +484,13 @@ def test_compiled_code_is_keyed_by_the_operators_source(monkeypatch):
         assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), name
     ours = f"longrange-ops-{custom_ops.operators_digest()}"
     assert ours in torch.compiler.config.cache_key_tag.split("|")  # set on import
-    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "mine")
-    assert custom_ops.tag_compile_caches() == f"mine|{ours}"
-    assert custom_ops.tag_compile_caches() == f"mine|{ours}"  # once
+    # PyTorch's config modules keep their settings outside the module's __dict__, so pytest's
+    # monkeypatch (9.2 and later) would undo this by deleting the setting, which hides it from every
+    # later compile ("cache_key_tag does not exist"): patch it with the config's own context instead.
+    with torch.compiler.config.patch(cache_key_tag="mine"):
+        assert custom_ops.tag_compile_caches() == f"mine|{ours}"
+        assert custom_ops.tag_compile_caches() == f"mine|{ours}"  # once
+    assert torch.compiler.config.cache_key_tag.split("|").count(ours) == 1  # restored, still tagged
     assert custom_ops.operators_digest(custom_ops.DEFINING_MODULES[:-1]) != custom_ops.operators_digest()
     monkeypatch.delattr(torch.compiler, "config")  # a PyTorch before 2.6: nothing to tag, no error
     assert custom_ops.tag_compile_caches() is None
