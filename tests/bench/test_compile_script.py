@@ -4,12 +4,12 @@ Inductor compiles a model per run (tens of seconds on a loaded CPU), hence ``-m 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+import repo_scripts
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "compile.py"
@@ -37,10 +37,7 @@ class Mamba(torch.nn.Module):
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("compile_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(SCRIPT, "compile_benchmark")
 
 
 @pytest.mark.slow

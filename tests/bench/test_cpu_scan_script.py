@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+import repo_scripts
 import torch
 
 from longrange.ops.scan.numba import numba_available
@@ -16,9 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "cpu_scan.py"
 
 @pytest.mark.skipif(not numba_available(), reason="numba does not import")
 def test_cpu_scan_script_runs(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("cpu_scan", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = repo_scripts.load(SCRIPT)
     out = tmp_path / "scan.json"
     threads = torch.get_num_threads()
     try:

@@ -9,12 +9,12 @@ recorded as failed with its reason (``-m slow``: it takes minutes on a loaded 2-
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+import repo_scripts
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_session.py"
@@ -22,11 +22,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_session.py"
 
 @pytest.fixture(scope="module")
 def session():
-    spec = importlib.util.spec_from_file_location("gpu_session", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_session"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
+    yield repo_scripts.load(SCRIPT)
     sys.modules.pop("gpu_session", None)
 
 
@@ -200,9 +196,7 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
 def test_the_scans_byte_bound_counts_each_input_once_each_way(tmp_path):
     """gpu_scan.py's bound: the forward reads every input once and writes the output; forward +
     backward adds a read of every input and the output's gradient and a write of every gradient."""
-    spec = importlib.util.spec_from_file_location("gpu_scan", SCRIPT.parent / "gpu_scan.py")
-    gpu_scan = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_scan)
+    gpu_scan = repo_scripts.load(SCRIPT.parent / "gpu_scan.py")
     b, d, n, length = 2, 3, 4, 5
     inputs = gpu_scan.make_inputs(b, d, n, length, torch.bfloat16, torch.device("cpu"))
     big = 3 * b * d * length * 2 + 2 * b * n * length * 2  # u, delta, z; B, C in bf16

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+import repo_scripts
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "grid_jobs.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("grid_jobs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(SCRIPT)
 
 
 def test_placements_are_jobs_by_threads():

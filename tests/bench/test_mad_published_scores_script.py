@@ -4,23 +4,18 @@ it refuses a figure of another size."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import repo_scripts
 from PIL import Image, ImageDraw
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "mad_published_scores.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("mad_published_scores", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(SCRIPT)
 
 
 def _figure(mod, path: Path, truth: dict[str, dict[str, float]]) -> None:

@@ -3,10 +3,8 @@ measurements run (tiny sizes; no timing is asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+import repo_scripts
 import torch
 
 from longrange.bench import mixers
@@ -34,10 +32,7 @@ def test_every_op_is_measured_by_its_forms(op):
 
 
 def test_the_script_prints_its_tables(capsys, monkeypatch):
-    path = Path(__file__).parents[2] / "benchmarks" / "matrix_state.py"
-    spec = importlib.util.spec_from_file_location("matrix_state_script", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = repo_scripts.load("benchmarks/matrix_state.py", "matrix_state_script")
     monkeypatch.setattr(script.measure, "run_isolated", lambda target, kwargs, timeout=None: _fake(target, kwargs))
     assert script.main(["all", "--lengths", "64,128", "--layers", "gla,attention", "--naive-length", "32"]) == 0
     out = capsys.readouterr().out

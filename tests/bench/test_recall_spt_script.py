@@ -3,11 +3,11 @@ what it says (known differences on planted results)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+import repo_scripts
 
 from longrange.experiment.params import model_size
 
@@ -16,10 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "recall_spt.py"
 
 @pytest.fixture(scope="module")
 def harness():
-    spec = importlib.util.spec_from_file_location("recall_spt", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(SCRIPT)
 
 
 def test_every_setting_is_a_valid_comparison_of_its_models(harness):

@@ -3,11 +3,11 @@ ones, writes its JSON and prints its Markdown tables (no timings asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+import repo_scripts
 import torch
 
 from longrange.ops.ssm_kernels import numba as ssm_numba
@@ -16,10 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ssm_kernels.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("ssm_kernels_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(SCRIPT, "ssm_kernels_bench")
 
 
 @pytest.mark.parametrize("isolate", [False, True])

@@ -3,21 +3,16 @@ the A/B compares the same work), and one tiny measurement runs end to end."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+import repo_scripts
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "step_ab.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("step_ab", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(SCRIPT)
 
 
 def test_the_before_paths_compute_what_the_current_code_computes():

@@ -5,12 +5,11 @@ a second command reads the same results back without training (no accuracies or 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+import repo_scripts
 
 from longrange.studies.grid import grid_plan
 
@@ -18,11 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "synthetic_tables.
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("synthetic_tables", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(SCRIPT)
 
 
 def test_the_script_runs_every_table_end_to_end_at_toy_size(tmp_path, capsys):

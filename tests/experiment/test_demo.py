@@ -3,11 +3,11 @@ end to end (minutes on 2 CPU cores: marked slow, run with -m slow)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+import repo_scripts
 
 from longrange.cli import main
 from longrange.experiment import demo
@@ -17,11 +17,7 @@ ROOT = Path(__file__).parents[2]
 
 
 def _study(script: str):
-    path = ROOT / script
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(ROOT / script)
 
 
 def _without_progress(train: dict) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import repo_scripts
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -552,10 +553,7 @@ def _fla_naive_gla() -> Callable:
         pytest.skip("fla (flash-linear-attention) is not installed")
     path = Path(spec.origin).parent / "ops" / "gla" / "naive.py"
     try:
-        file_spec = importlib.util.spec_from_file_location("_fla_gla_naive", path)
-        module = importlib.util.module_from_spec(file_spec)
-        file_spec.loader.exec_module(module)
-        return module.naive_recurrent_gla
+        return repo_scripts.load(path, "_fla_gla_naive").naive_recurrent_gla
     except Exception as err:  # pragma: no cover - another fla layout
         pytest.skip(f"fla.ops.gla.naive.naive_recurrent_gla does not load: {err}")
 

@@ -10,10 +10,10 @@ compute in float32 by default (the Cauchy kernels with compensated arithmetic), 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+import repo_scripts
 import torch
 
 from longrange.ops.ssm_kernels import numba as ssm_numba
@@ -24,10 +24,7 @@ ERRORS = {"cauchy": ("out", "dv", "dw", "dz"), "vandermonde": ("out", "dv", "dx"
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("ssm_kernel_accuracy", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_scripts.load(SCRIPT)
 
 
 def _rows(script, case: str, impls: list[str], N: int, L: int) -> dict[str, dict]:

@@ -3,10 +3,10 @@ the ranking with its reversals, pooling of settings and the complete-seed filter
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+import repo_scripts
 
 from longrange.studies import tables
 
@@ -14,10 +14,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _write_run():
-    spec = importlib.util.spec_from_file_location("report_fixtures", HERE.parent / "report" / "test_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.write_run
+    return repo_scripts.load(HERE.parent / "report" / "test_report.py", "report_fixtures").write_run
 
 
 def row(model, regime, seed, acc, setting="s", labels=250, stage="finetune", run=None):
