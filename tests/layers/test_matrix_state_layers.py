@@ -20,6 +20,12 @@ from longrange.ops import used
         (lambda: Mamba2(16, A_init_range=(2.0, 1.0)), r"Mamba-2: A_init_range must be \(low, high\)"),
         (lambda: Mamba3(16, headdim=8, rope_fraction=0.3), r"Mamba-3: rope_fraction must be 0.5 or 1.0"),
         (lambda: Mamba3(16, d_state=2, headdim=8), r"Mamba-3: d_state=2 with rope_fraction=0.5 rotates no pair"),
+        (lambda: Mamba3(16, headdim=8, mimo_rank=0), r"Mamba-3: mimo_rank must be a positive integer"),
+        (lambda: Mamba3(16, headdim=8, chunk_size=0), r"Mamba-3: chunk_size must be a positive integer"),
+        (
+            lambda: Mamba3(16, headdim=8, mimo_rank=2, impl="mamba"),
+            r"Mamba-3: mamba3_mimo: unknown impl 'mamba'; expected one of auto, chunk, naive",
+        ),
         (lambda: GLA(16, n_heads=3), r"GLA: the key width expand_k \* d_model = 8 is not divisible by n_heads=3"),
         (lambda: GLA(16, impl="flash"), r"GLA: gla: unknown impl 'flash'; expected one of auto, fla, chunk, naive"),
         (lambda: DeltaNet(16, n_heads=5), r"DeltaNet: the key width .* not divisible by n_heads=5"),
@@ -40,6 +46,7 @@ def test_settings_that_cannot_build_name_themselves(build, match):
     [
         (Mamba2(16, d_state=4, headdim=8, impl="naive"), "ssd"),
         (Mamba3(16, d_state=4, headdim=8, impl="naive"), "mamba3"),
+        (Mamba3(16, d_state=4, headdim=8, mimo_rank=2, impl="naive"), "mamba3_mimo"),
         (GLA(16, n_heads=2, impl="naive"), "gla"),
         (DeltaNet(16, n_heads=2, impl="naive"), "delta_rule"),
         (GatedDeltaNet(16, n_heads=2, impl="naive"), "gated_delta_rule"),
@@ -62,3 +69,53 @@ def test_a_bidirectional_layer_has_no_step_mode():
     assert layer.state_size(5) is None
     with pytest.raises(RuntimeError, match="bidirectional"):
         layer.default_state(1)
+
+
+def test_mamba3_mimo_is_the_published_layer_around_its_recurrence():
+    """MIMO of rank r: B and C with r ranks and biases per head and rank, the input and the gate
+    scaled up to the ranks and the ranks' outputs summed down (initialised 1/r, 1, 1/r as
+    published), the per-head output norm with one scale per head and channel (mamba-ssm's
+    RMSNormGated over groups of headdim), the chunk in positions of r ranks (64 // r by default);
+    rank 1 is SISO, without the up and down scales."""
+    layer = Mamba3(16, d_state=8, headdim=8, mimo_rank=4, outproj_norm=True)
+    h = layer.n_heads
+    assert layer.in_proj.out_features == 2 * 32 + 2 * 4 * 8 + 3 * h + 2
+    assert layer.B_bias.shape == layer.C_bias.shape == (h, 4, 8)
+    torch.testing.assert_close(layer.mimo_x.detach(), torch.full((h, 4, 8), 0.25))
+    torch.testing.assert_close(layer.mimo_z.detach(), torch.ones(h, 4, 8))
+    torch.testing.assert_close(layer.mimo_o.detach(), torch.full((h, 4, 8), 0.25))
+    assert layer.norm.weight.shape == (h, 8) and layer.chunk_size == 16
+    siso = Mamba3(16, d_state=8, headdim=8)
+    assert siso.B_bias.shape == (h, 8) and not hasattr(siso, "mimo_x") and siso.chunk_size == 64
+    assert "mimo_rank=4" in repr(layer)
+
+
+def test_mamba3_mimo_layer_matches_its_formula():
+    """The layer's forward, written out from the published module (up-projection, the recurrence by
+    the loop over time, the per-rank gate, the down-projection) on random weights."""
+    from longrange.layers.mamba3 import heavy_tail
+    from longrange.ops.matrix_state.mamba3_mimo import mamba3_mimo_naive
+
+    torch.manual_seed(0)
+    layer = Mamba3(16, d_state=8, headdim=8, mimo_rank=3, ngroups=2).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    u = torch.randn(2, 7, 16, dtype=torch.float64)
+    h, r, g, n, d = layer.n_heads, 3, 2, 8, layer.d_inner
+    with torch.no_grad():
+        z, x, B, C, dd_dt, dd_A, trap, angles = layer.in_proj(u).split([d, d, r * g * n, r * g * n, h, h, h, 2], -1)
+        rms = lambda t, w: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5) * w  # noqa: E731
+        B = rms(B.reshape(2, 7, r, g, n), layer.B_norm.weight)
+        C = rms(C.reshape(2, 7, r, g, n), layer.C_norm.weight)
+        dt = torch.nn.functional.softplus(dd_dt + layer.dt_bias)
+        A = (-heavy_tail(dd_A)).clamp_max(-layer.A_floor)
+        x = x.reshape(2, 7, h, 8)
+        xr = torch.stack([x * layer.mimo_x[:, j] for j in range(r)], 2)
+        zr = torch.stack([z.reshape(2, 7, h, 8) * layer.mimo_z[:, j] for j in range(r)], 2)
+        y = mamba3_mimo_naive(
+            xr, dt, A, B, C, trap, angles[:, :, None].expand(2, 7, h, 2), layer.B_bias, layer.C_bias, layer.D
+        )
+        y = sum((y[:, :, j] * torch.nn.functional.silu(zr[:, :, j])) * layer.mimo_o[:, j] for j in range(r))
+        want = layer.out_proj(y.flatten(-2))
+        torch.testing.assert_close(layer(u), want, rtol=1e-10, atol=1e-10)

@@ -66,6 +66,12 @@ CAUSAL_CONFIGS = {
     "residual-mamba3": small(
         block="residual", primitive="mamba3", mlp="none", primitive_options={"headdim": 4, "chunk_size": 4}
     ),
+    "residual-mamba3-mimo": small(
+        block="residual",
+        primitive="mamba3",
+        mlp="none",
+        primitive_options={"headdim": 4, "chunk_size": 3, "mimo_rank": 3, "outproj_norm": True},
+    ),
     "residual-gla": small(block="residual", primitive="gla", primitive_options={"chunk_size": 4}),
     "residual-gla-conv": small(
         block="residual", primitive="gla", primitive_options={"chunk_size": 4, "use_short_conv": True}
@@ -102,6 +108,13 @@ BIDIRECTIONAL_CONFIGS = {
         direction="bidirectional",
         mlp="none",
         primitive_options={"headdim": 4, "chunk_size": 4},
+    ),
+    "residual-mamba3-mimo-bi": small(
+        block="residual",
+        primitive="mamba3",
+        direction="bidirectional",
+        mlp="none",
+        primitive_options={"headdim": 4, "chunk_size": 2, "mimo_rank": 2},
     ),
     "residual-gla-bi": small(
         block="residual", primitive="gla", direction="bidirectional", primitive_options={"chunk_size": 4}

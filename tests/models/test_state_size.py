@@ -36,6 +36,8 @@ def stepped_elements(layer, length: int) -> int:
         (S6(8, d_state=4), 8 * 4),
         (Mamba2(8, d_state=4, headdim=4), 4 * 4 * 4 + (16 + 2 * 4) * 3),  # 4 heads of 4x4, conv over x, B, C
         (Mamba3(8, d_state=4, headdim=4), 4 * 4 * 4 + 4 * 1 + 4 * 4 + 4 * 4),  # S, 1 angle pair, last k and x
+        # MIMO of rank 3: the same S and angles, the last position's 3 keys and 3 inputs per head
+        (Mamba3(8, d_state=4, headdim=4, mimo_rank=3), 4 * 4 * 4 + 4 * 1 + 4 * 3 * 4 + 4 * 3 * 4),
         (GLA(8, n_heads=2), 2 * 2 * 4),  # d_k = 0.5 * 8 / 2, d_v = 8 / 2
         (GatedDeltaNet(8, n_heads=2), 2 * 4 * 8 + (2 * 8 + 16) * 3),  # d_v = 2 d_k; conv over q, k, v
     ],

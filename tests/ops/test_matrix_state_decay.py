@@ -1,9 +1,10 @@
-"""The decay-type matrix-state recurrences: the scalar-decay core, GLA, SSD (Mamba-2) and Mamba-3 SISO.
+"""The decay-type matrix-state recurrences: the scalar-decay core, GLA, SSD (Mamba-2), Mamba-3 SISO and MIMO.
 
 The chunked and the step-by-step forms against the float64 loops (values, final states and
 gradients w.r.t. every input), the loops against independent references (fla's naive GLA where fla
 is installed, the dense attention forms of SSD and Mamba-3 written from the papers), masks against
-the unpadded sequences, float32 against float64, strong decays, and the argument checks.
+the unpadded sequences, float32 against float64, strong decays, and the argument checks. Mamba-3
+MIMO's loop against a transcription of its authors' reference, in their layouts.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import longrange.ops.matrix_state.gla as gla_mod
 import longrange.ops.matrix_state.scalar_decay as scalar_decay_mod
 from longrange.ops.matrix_state.gla import gla_chunk, gla_naive, gla_step
 from longrange.ops.matrix_state.mamba3 import Mamba3State, mamba3_chunk, mamba3_naive, mamba3_step
+from longrange.ops.matrix_state.mamba3_mimo import mamba3_mimo_chunk, mamba3_mimo_naive, mamba3_mimo_step
 from longrange.ops.matrix_state.scalar_decay import scalar_decay_chunk, scalar_decay_naive, scalar_decay_step
 from longrange.ops.matrix_state.ssd import ssd_chunk, ssd_naive, ssd_step
 
@@ -242,21 +244,63 @@ class Mamba3(Case):
         return torch.stack(ys, 1), tuple(S)
 
 
+class Mamba3Mimo(Mamba3):
+    """Mamba-3 MIMO: the SISO case's inputs with ``r`` ranks of x, B, C, the biases and the previous
+    keys and inputs of the state."""
+
+    name = "mamba3_mimo"
+    naive, chunk = staticmethod(mamba3_mimo_naive), staticmethod(mamba3_mimo_chunk)
+    r = 3
+
+    def make(self, b, l, seed=0, device="cpu"):
+        randn, _ = gen(seed + 100, device)
+        h, n, p, r = self.h, self.n, self.p, self.r
+        ranked = dict(
+            x=randn(b, l, r, h, p),
+            B=randn(b, l, r, self.g, n),
+            C=randn(b, l, r, self.g, n),
+            B_bias=1 + 0.3 * randn(h, r, n),
+            C_bias=1 + 0.3 * randn(h, r, n),
+            kprev=randn(b, h, r, n),
+            vprev=randn(b, h, r, p),
+        )
+        return {**super().make(b, l, seed, device), **{k: leaf(t) for k, t in ranked.items()}}
+
+    def steps(self, inp, init=True):
+        i, S, ys = inp, (self.initial(inp) if init else None), []
+        for t in range(i["x"].shape[1]):
+            y, S = mamba3_mimo_step(
+                i["x"][:, t],
+                i["dt"][:, t],
+                i["A"][:, t],
+                i["B"][:, t],
+                i["C"][:, t],
+                i["trap"][:, t],
+                i["angles"][:, t],
+                S,
+                i["B_bias"],
+                i["C_bias"],
+                i["D"],
+            )
+            ys.append(y)
+        return torch.stack(ys, 1), tuple(S)
+
+
 def tup(out: tuple[Tensor, Any]) -> tuple[Tensor, tuple[Tensor, ...]]:
     y, S = out
     return y, (tuple(S) if isinstance(S, tuple) else (S,))
 
 
-CASES = {c.name: c for c in (ScalarDecay(), GLA(), SSD(), Mamba3())}
+CASES = {c.name: c for c in (ScalarDecay(), GLA(), SSD(), Mamba3(), Mamba3Mimo())}
 ALL = list(CASES)
-CORE_BASED = ["scalar_decay", "ssd", "mamba3"]
+CORE_BASED = ["scalar_decay", "ssd", "mamba3", "mamba3_mimo"]
 
 
 def close_states(case: Case, got: tuple[Tensor, ...], want: tuple[Tensor, ...], **tol: float) -> None:
     assert len(got) == len(want)
     for j, (a, b) in enumerate(zip(got, want)):
         assert a.dtype == b.dtype and a.shape == b.shape
-        if case.name == "mamba3" and j == 1:  # angles, mod 2 pi
+        if case.name.startswith("mamba3") and j == 1:  # angles, mod 2 pi
             a = torch.remainder(a - b + math.pi, 2 * math.pi) - math.pi
             b = torch.zeros_like(b)
         torch.testing.assert_close(a, b, **tol)
@@ -390,10 +434,11 @@ def test_gla_exact_intra_chunk_path_matches_naive(length, chunk, monkeypatch):
     )
 
 
+@pytest.mark.parametrize("kind", [Mamba3, Mamba3Mimo])
 @pytest.mark.parametrize("n, m", [(5, 2), (6, 3), (4, 0)])
-def test_mamba3_other_widths(n, m):
+def test_mamba3_other_widths(n, m, kind):
     """An odd state width (rotated through the real-valued path), every pair rotated, no rotation."""
-    case = Mamba3()
+    case = kind()
     case.n, case.m = n, m
     inp = case.make(2, 19, seed=18)
     mask = torch.rand(2, 19, generator=torch.Generator().manual_seed(19)) > 0.3
@@ -674,6 +719,81 @@ def test_mamba3_with_plain_write_is_ssd():
     torch.testing.assert_close(y3, y2, **TOL)
 
 
+def _mimo_step_ref_transcribed(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, state):
+    """Mamba-3 MIMO's recurrence in its authors' layouts and order of operations, as their PyTorch
+    reference ``mamba3_MIMO_step_ref`` (mamba-ssm ``tests/ops/tilelang/test_mamba3_mimo.py``) computes
+    it, written here from that description: Q, K (b, s, r, g, n), V (b, s, r, h, p) (after MIMO_V),
+    ADT, DT, Trap (b, h, s), biases (h, r, n), the SSM state transposed (b, h, p, n), the angle state
+    not reduced mod 2 pi, the rotation by pairs (2j, 2j + 1) with cos padded by 1 and sin by 0 beyond
+    the angles, and Z, MIMO_Z, MIMO_O left out (our op stops before them)."""
+    b, s, r, g, n = Q.shape
+    h = V.shape[3]
+    Q = Q.repeat_interleave(h // g, dim=3)
+    K = K.repeat_interleave(h // g, dim=3)
+
+    def rope(t, cos, sin):  # t (b, h, r, n); cos, sin (b, h, 1, m)
+        t0, t1 = t.unflatten(-1, (n // 2, 2)).unbind(-1)
+        pad = n // 2 - cos.shape[-1]
+        cos, sin = F.pad(cos, (0, pad), value=1.0), F.pad(sin, (0, pad), value=0.0)
+        return torch.stack([t0 * cos - t1 * sin, t0 * sin + t1 * cos], -1).flatten(-2)
+
+    angle, ssm, k_state, v_state = state  # (b, h, m), (b, h, p, n), (b, h, r, n), (b, h, r, p)
+    outs = []
+    for i in range(s):
+        q = (Q[:, i] + Q_bias.transpose(0, 1)).permute(0, 2, 1, 3)  # (b, h, r, n)
+        k = (K[:, i] + K_bias.transpose(0, 1)).permute(0, 2, 1, 3)
+        v = V[:, i].permute(0, 2, 1, 3)  # (b, h, r, p)
+        trap = torch.sigmoid(Trap[:, :, i])
+        angle = angle + torch.tanh(Angles[:, i]) * DT[:, :, i, None] * math.pi
+        cos, sin = angle.cos().unsqueeze(2), angle.sin().unsqueeze(2)
+        q_rot, k_rot = rope(q, cos, sin), rope(k, cos, sin)
+        alpha = ADT[:, :, i].exp()
+        beta, gamma = (1 - trap) * DT[:, :, i] * alpha, trap * DT[:, :, i]
+        prev_kv = torch.einsum("bhrd,bhrp->bhpd", k_state, v_state)
+        curr_kv = torch.einsum("bhrd,bhrp->bhpd", k_rot, v)
+        ssm = alpha[..., None, None] * ssm + beta[..., None, None] * prev_kv + gamma[..., None, None] * curr_kv
+        out = torch.einsum("bhpd,bhrd->bhrp", ssm, q_rot) + D[None, :, None, None] * v
+        outs.append(out.permute(0, 2, 1, 3))  # (b, r, h, p)
+        k_state, v_state = k_rot, v
+    return torch.stack(outs, 1), (angle, ssm, k_state, v_state)
+
+
+def test_mamba3_mimo_naive_matches_the_authors_reference_in_their_layouts():
+    case = CASES["mamba3_mimo"]
+    inp = case.make(2, 13, seed=21)
+    with torch.no_grad():
+        i = inp
+        ADT = (i["dt"] * i["A"]).transpose(1, 2)
+        y_ref, (angle, ssm, k_state, v_state) = _mimo_step_ref_transcribed(
+            i["C"], i["B"], i["x"], ADT, i["dt"].transpose(1, 2), i["trap"].transpose(1, 2),
+            i["C_bias"], i["B_bias"], i["angles"], i["D"],
+            (i["angle"], i["ssm"].transpose(-1, -2), i["kprev"], i["vprev"]),
+        )  # fmt: skip
+        y, S = case.call(mamba3_mimo_naive, inp)
+    torch.testing.assert_close(y, y_ref, **TOL)
+    close_states(case, S, (ssm.transpose(-1, -2), torch.remainder(angle, 2 * math.pi), k_state, v_state), **TOL)
+
+
+@pytest.mark.parametrize("fn", ["naive", "chunk"])
+def test_mamba3_mimo_of_rank_one_is_siso(fn):
+    """With one rank, MIMO is SISO: values and final states, a mask and an initial state."""
+    siso, mimo = CASES["mamba3"], CASES["mamba3_mimo"]
+    inp = siso.make(2, 17, seed=22)
+    mask = torch.rand(2, 17, generator=torch.Generator().manual_seed(23)) > 0.3
+    ranked = {
+        **inp,
+        **{k: inp[k].unsqueeze(2) for k in ("x", "B", "C")},
+        **{k: inp[k].unsqueeze(1) for k in ("B_bias", "C_bias")},
+        **{k: inp[k].unsqueeze(2) for k in ("kprev", "vprev")},
+    }
+    kw = {"chunk_size": 5} if fn == "chunk" else {}
+    with torch.no_grad():
+        y1, S1 = siso.call(getattr(siso, fn), inp, mask=mask, **kw)
+        yr, Sr = mimo.call(getattr(mimo, fn), ranked, mask=mask, **kw)
+    torch.testing.assert_close(yr.squeeze(2), y1, **TOL)
+    close_states(siso, (Sr[0], Sr[1], Sr[2].squeeze(2), Sr[3].squeeze(2)), S1, **TOL)
+
+
 # ----------------------------------------------------------------------------------------------
 # argument checks
 
@@ -685,6 +805,7 @@ def _bad_calls() -> list[tuple[str, Callable[[], Any], str]]:
     gq, gv, gg = f(b, l, 2, 4), f(b, l, 2, 3), -torch.rand(b, l, 2, 4)
     x, dt, A, B, C = f(b, l, 4, 3), torch.rand(b, l, 4), -torch.rand(4), f(b, l, 2, 6), f(b, l, 2, 6)
     trap, ang = f(b, l, 4), f(b, l, 4, 2)
+    rx, rB, rC = f(b, l, 2, 4, 3), f(b, l, 2, 2, 6), f(b, l, 2, 2, 6)
     fmask = torch.ones(b, l)
     return [
         # the scalar-decay core
@@ -745,6 +866,35 @@ def _bad_calls() -> list[tuple[str, Callable[[], Any], str]]:
             "m3 step angles",
             lambda: mamba3_step(x[:, 0], dt[:, 0], A, B[:, 0], C[:, 0], trap[:, 0], f(b, 4, 5), None),
             "angles",
+        ),
+        # Mamba-3 MIMO (rank 2)
+        ("mimo x dims", lambda: mamba3_mimo_chunk(x, dt, A, rB, rC, trap, ang), "x"),
+        ("mimo B rank", lambda: mamba3_mimo_naive(rx, dt, A, rB[:, :, :1], rC, trap, ang), "B"),
+        ("mimo B groups", lambda: mamba3_mimo_chunk(rx, dt, A, f(b, l, 2, 3, 6), f(b, l, 2, 3, 6), trap, ang), "B"),
+        ("mimo C", lambda: mamba3_mimo_chunk(rx, dt, A, rB, rC[..., :5], trap, ang), "C"),
+        ("mimo dt", lambda: mamba3_mimo_chunk(rx, dt[..., :2], A, rB, rC, trap, ang), "dt"),
+        ("mimo angles", lambda: mamba3_mimo_naive(rx, dt, A, rB, rC, trap, f(b, l, 4, 4)), "angles"),
+        ("mimo B_bias", lambda: mamba3_mimo_chunk(rx, dt, A, rB, rC, trap, ang, B_bias=f(4, 6)), "B_bias"),
+        ("mimo C_bias", lambda: mamba3_mimo_chunk(rx, dt, A, rB, rC, trap, ang, C_bias=f(4, 3, 6)), "C_bias"),
+        ("mimo chunk 0", lambda: mamba3_mimo_chunk(rx, dt, A, rB, rC, trap, ang, chunk_size=0), "chunk_size"),
+        (
+            "mimo state k",
+            lambda: mamba3_mimo_chunk(
+                rx,
+                dt,
+                A,
+                rB,
+                rC,
+                trap,
+                ang,
+                initial_state=Mamba3State(f(b, 4, 6, 3), f(b, 4, 2), f(b, 4, 6), f(b, 4, 2, 3)),
+            ),
+            "initial_state.k",
+        ),
+        (
+            "mimo step B",
+            lambda: mamba3_mimo_step(rx[:, 0], dt[:, 0], A, rB[:, 0, :1], rC[:, 0], trap[:, 0], ang[:, 0], None),
+            "B",
         ),
     ]
 

@@ -76,6 +76,11 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
     # The matrix-state layers in chunks of 4 (the 11 steps cross chunks), short convolutions on.
     ("Mamba-2", lambda bi: Mamba2(8, d_state=4, headdim=4, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("Mamba-3", lambda bi: Mamba3(8, d_state=4, headdim=4, chunk_size=4, bidirectional=bi), _flip_sum_directions),
+    (
+        "Mamba-3 MIMO",
+        lambda bi: Mamba3(8, d_state=4, headdim=4, mimo_rank=2, chunk_size=2, bidirectional=bi),
+        _flip_sum_directions,
+    ),
     ("GLA", lambda bi: GLA(8, n_heads=2, use_short_conv=True, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("DeltaNet", lambda bi: DeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("Gated DeltaNet", lambda bi: GatedDeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),

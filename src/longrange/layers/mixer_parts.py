@@ -59,14 +59,16 @@ class ShortConv(nn.Module):
 
 
 class HeadNorm(nn.Module):
-    """RMS norm over each head's features of (..., heads, dim), with a learned scale of ``dim``,
-    optionally gated: ``gate_first=False`` (FLA's fused gated norm): ``norm(o) * silu(g)``;
-    ``gate_first=True`` (Mamba-2's ``norm_before_gate=False``): ``norm(o * silu(g))``."""
+    """RMS norm over each head's features of (..., heads, dim), with a learned scale of ``dim``
+    shared by the heads (FLA's norms), or with ``heads`` one scale per head and feature, (heads,
+    dim) (mamba-ssm's ``RMSNormGated`` over groups of a head's width); optionally gated:
+    ``gate_first=False`` (FLA's fused gated norm): ``norm(o) * silu(g)``; ``gate_first=True``
+    (Mamba-2's ``norm_before_gate=False``): ``norm(o * silu(g))``."""
 
-    def __init__(self, dim: int, eps: float = 1e-5, gate_first: bool = False):
+    def __init__(self, dim: int, eps: float = 1e-5, gate_first: bool = False, heads: int | None = None):
         super().__init__()
         self.eps, self.gate_first = eps, gate_first
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.ones(dim) if heads is None else torch.ones(heads, dim))
 
     def forward(self, o: Tensor, gate: Tensor | None = None) -> Tensor:
         if gate is not None and self.gate_first:

@@ -9,8 +9,8 @@ Exports (imported on first use, so that importing one op module does not import 
 - :func:`fft_conv` (causal and two-sided, no wrap-around), :func:`fft_conv_ref`;
 - :func:`diag_ssm_kernel`, :func:`dplr_ssm_kernel`, :func:`vandermonde_kernel` and their ``*_ref``;
 - :func:`masked_attention`, :func:`blocked_attention`, :func:`attention_ref`, :func:`admissible_ref`;
-- :func:`ssd`, :func:`gla`, :func:`delta_rule`, :func:`gated_delta_rule`, :func:`mamba3` (the
-  matrix-state recurrences, :mod:`longrange.ops.matrix_state`);
+- :func:`ssd`, :func:`gla`, :func:`delta_rule`, :func:`gated_delta_rule`, :func:`mamba3`,
+  :func:`mamba3_mimo` (the matrix-state recurrences, :mod:`longrange.ops.matrix_state`);
 - :func:`padding_mask`.
 """
 
@@ -34,7 +34,9 @@ _EXPORTS = {
     **dict.fromkeys(
         ("admissible_ref", "attention_ref", "blocked_attention", "masked_attention"), "longrange.ops.attention"
     ),
-    **dict.fromkeys(("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3"), "longrange.ops.matrix_state.dispatch"),
+    **dict.fromkeys(
+        ("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3", "mamba3_mimo"), "longrange.ops.matrix_state.dispatch"
+    ),
     "padding_mask": "longrange.ops.masks",
 }
 

@@ -456,7 +456,6 @@ def _matrix_state_inputs(
     output and the final state's tensors: odd length (not a multiple of the chunk of 4 the cases use),
     an initial state, one sequence padded at its end. ``fn`` runs the entry point (which applies the
     mask itself), ``ref`` the loop over time directly (which takes the mask)."""
-    import importlib
 
     from longrange.ops.matrix_state import dispatch as ms
     from longrange.ops.matrix_state.mamba3 import Mamba3State
@@ -467,8 +466,9 @@ def _matrix_state_inputs(
     unit = lambda *s: torch.rand(*s, generator=g, dtype=torch.float64)  # noqa: E731
     mask = torch.arange(l)[None, :] < torch.tensor([[l], [l - 3]])
     shape = f"b={b} l={l} h={h} dk={dk} dv={dv}, initial state, padded, chunks of 4"
-    family = "delta_rule" if op == "gated_delta_rule" else op
-    naive = getattr(importlib.import_module(f"longrange.ops.matrix_state.{family}"), f"{op}_naive")
+    from longrange.ops.matrix_state.families import family
+
+    naive = getattr(family(op), f"{op}_naive")
 
     def flat(out: Any) -> tuple[Tensor, ...]:
         y, state = out
@@ -516,6 +516,29 @@ def _matrix_state_inputs(
             return {**kw, "initial_state": Mamba3State(ssm=S0, angle=theta0, k=k0, v=v0)}
 
         return (shape, inputs, *wrap(ms.mamba3, state))
+    if op == "mamba3_mimo":
+        m, r = 1, 2
+        inputs = {
+            "x": rand(b, l, r, h, dv),
+            "dt": 0.05 + 0.2 * unit(b, l, h),
+            "A": -0.5 - unit(b, l, h),
+            "B": rand(b, l, r, 1, dk),
+            "C": rand(b, l, r, 1, dk),
+            "trap": rand(b, l, h),
+            "angles": rand(b, l, h, m),
+            "B_bias": rand(h, r, dk),
+            "C_bias": rand(h, r, dk),
+            "D": rand(h),
+            "S0": rand(b, h, dk, dv),
+            "theta0": unit(b, h, m),
+            "k0": rand(b, h, r, dk),
+            "v0": rand(b, h, r, dv),
+        }
+
+        def state(S0, theta0, k0, v0, **kw):
+            return {**kw, "initial_state": Mamba3State(ssm=S0, angle=theta0, k=k0, v=v0)}
+
+        return (shape + f", rank {r}", inputs, *wrap(ms.mamba3_mimo, state))
     q, k, v = rand(b, l, h, dk), torch.nn.functional.normalize(rand(b, l, h, dk), dim=-1), rand(b, l, h, dv)
     inputs = {"q": q, "k": k, "v": v, "initial_state": rand(b, h, dk, dv)}
     if op == "gla":

@@ -11,6 +11,7 @@ op                  recurrence                                                  
 ``delta_rule``      S_t = (I - b_t k_t^T k_t) S_{t-1} + b_t k_t^T v_t                     arXiv 2406.06484
 ``gated_delta_rule`` S_t = exp(g_t) (I - b_t k_t^T k_t) S_{t-1} + b_t k_t^T v_t           arXiv 2412.06464
 ``mamba3``          Mamba-3 SISO: trapezoidal discretisation, data-dependent rotations   arXiv 2603.15569
+``mamba3_mimo``     Mamba-3 MIMO: the same with rank-r writes and reads per position      arXiv 2603.15569
 ==================  ===========================================================  ==============
 
 Conventions (:mod:`.common`): sequences (batch, length, heads, features), states (batch, heads,
@@ -25,8 +26,9 @@ Per op, one module with three forms, every one tested against the first:
 - ``*_step``: one position, for generation.
 
 The entry points (:mod:`.dispatch`, also exported by :mod:`longrange.ops`) ``ssd``, ``gla``,
-``delta_rule``, ``gated_delta_rule`` and ``mamba3`` (the names of the modules of this package are
-the families': :mod:`.ssd`, :mod:`.gla`, :mod:`.delta_rule`, :mod:`.mamba3`) run the implementation named by ``impl`` (``"auto"``, ``"chunk"``, ``"naive"``, and on
+``delta_rule``, ``gated_delta_rule``, ``mamba3`` and ``mamba3_mimo`` (the names of the modules of
+this package are the families': :mod:`.ssd`, :mod:`.gla`, :mod:`.delta_rule`, :mod:`.mamba3`,
+:mod:`.mamba3_mimo`) run the implementation named by ``impl`` (``"auto"``, ``"chunk"``, ``"naive"``, and on
 CUDA the maintained kernels where installed and working: flash-linear-attention's for GLA and the
 delta rules, mamba-ssm's for SSD), following the ops' one dispatch convention.
 """

@@ -10,8 +10,11 @@ name        what                                                        devices
 ``fla``     flash-linear-attention's Triton chunk kernels (GLA, the     CUDA, when ``fla`` imports
             delta rules)                                                and its kernel ran once
 ``mamba``   mamba-ssm's ``mamba_chunk_scan_combined`` (SSD) and          CUDA, likewise
-            ``mamba3_siso_combined`` (Mamba-3)
+            ``mamba3_siso_combined`` (Mamba-3 SISO)
 ==========  ==========================================================  ========================
+
+Mamba-3 MIMO (``mamba3_mimo``) has ``chunk`` and ``naive`` only: mamba-ssm's MIMO kernel is written
+in TileLang, which is not wrapped here.
 
 Each op has its :class:`~longrange.ops.dispatch.Dispatcher` (:data:`DISPATCHERS`, registered with
 the others: ``longrange check`` and ``longrange info`` list them). ``"auto"`` runs the maintained
@@ -53,7 +56,7 @@ EXTERNAL = {
     "gated_delta_rule": ("fla", "flash-linear-attention's chunk_gated_delta_rule (Triton)"),
     "mamba3": ("mamba", "mamba-ssm's mamba3_siso_combined (Triton; computes in bfloat16)"),
 }
-OPS = ("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3")
+OPS = ("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3", "mamba3_mimo")
 
 
 def _external_impl(op: str) -> Impl:
@@ -301,6 +304,44 @@ def mamba3(
 
 def mamba3_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Any]:
     return _module("mamba3").mamba3_step(*args, **kwargs)
+
+
+def mamba3_mimo(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    B_bias: Tensor | None = None,
+    C_bias: Tensor | None = None,
+    D: Tensor | None = None,
+    initial_state: Any = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    impl: str | None = None,
+) -> Any:
+    """Mamba-3 MIMO (see :mod:`longrange.ops.matrix_state.mamba3_mimo`): x (b, l, r, h, p), dt and
+    trap (b, l, h), A (h,) or (b, l, h), B and C (b, l, r, g, n), angles (b, l, h, m), biases (h, r,
+    n); its state a :class:`~longrange.ops.matrix_state.mamba3.Mamba3State` with k (b, h, r, n) and v
+    (b, h, r, p); ``chunk_size`` in positions of ``r`` ranks. The mask goes to the implementation,
+    as Mamba-3 SISO's. mamba-ssm's MIMO kernel (TileLang) is not wrapped: ``chunk`` runs on every
+    device."""
+    return _run(
+        "mamba3_mimo",
+        impl,
+        x.device,
+        (x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, output_final_state),
+        chunk_size,
+        mask=mask,
+    )
+
+
+def mamba3_mimo_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Any]:
+    return _module("mamba3_mimo").mamba3_mimo_step(*args, **kwargs)
 
 
 def ssd_step(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
