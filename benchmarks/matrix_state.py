@@ -2,10 +2,10 @@
 against their loops over time, and SSD against the algorithm of ``ssd_minimal_discrete``.
 
 Usage: python benchmarks/matrix_state.py lengths|naive|minimal|all [--threads 2] [--json OUT]
-       [--lengths 1024,2048,4096,8192,16384] [--layers mamba2,...] [--batches 3]
+       [--lengths 1024,2048,4096,8192,16384] [--layers mamba2,...] [--ops ssd,...] [--batches 3]
 
 - ``lengths``: each layer of ``longrange.bench.mixers.LAYERS`` (whole layers at batch 8, width 256:
-  Mamba-2, Mamba-3, GLA, DeltaNet, Gated DeltaNet, S6 in its Mamba block, attention), forward without
+  Mamba-2, Mamba-3 SISO and MIMO, GLA, DeltaNet, Gated DeltaNet, S6 in its Mamba block, attention), forward without
   gradients and forward + backward, seconds and peak memory, each length in a fresh process; a layer
   stops after a point over ``--time-budget`` seconds or ``--memory-budget`` MB. Prints, per layer,
   the shortest length from which it is faster than attention (forward + backward).
@@ -104,7 +104,7 @@ def lengths_table(rows: list[dict]) -> str:
 
 def run_naive(args: argparse.Namespace) -> list[dict]:
     rows = []
-    for op in OPS:
+    for op in args.ops:
         for impl in ("chunk", "naive"):
             print(f"{op} {impl} L={args.naive_length}", file=sys.stderr, flush=True)
             row = _point(
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096, 8192, 16384])
     p.add_argument("--layers", type=lambda t: t.split(","), default=list(LAYERS))
+    p.add_argument("--ops", type=lambda t: t.split(","), default=list(OPS), help="the ops of the naive part")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--d", type=int, default=256)
     p.add_argument("--batches", type=int, default=3)
@@ -180,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.layers if n not in LAYERS]
     if unknown:
         p.error(f"unknown layers {unknown}; known: {', '.join(LAYERS)}")
+    unknown = [n for n in args.ops if n not in OPS]
+    if unknown:
+        p.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
     result: dict = {
         "settings": {k: v for k, v in vars(args).items() if k != "json"},
         "environment": measure.environment(),

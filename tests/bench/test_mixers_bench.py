@@ -58,3 +58,26 @@ def _fake(target: str, kwargs: dict) -> dict:
         "length": kwargs["length"],
         "fwdbwd_s": {"chunk": 1.0, "naive": 30.0, "minimal": 2.0}[kwargs["impl"]],
     }
+
+
+def test_the_naive_part_measures_the_ops_named_and_refuses_others(capsys, monkeypatch):
+    script = repo_scripts.load("benchmarks/matrix_state.py", "matrix_state_script")
+    calls = []
+    monkeypatch.setattr(
+        script.measure,
+        "run_isolated",
+        lambda target, kwargs, timeout=None: calls.append(kwargs) or _fake(target, kwargs),
+    )
+    assert script.main(["naive", "--ops", "mamba3_mimo", "--naive-length", "32"]) == 0
+    assert {(c["op"], c["impl"]) for c in calls} == {("mamba3_mimo", "chunk"), ("mamba3_mimo", "naive")}
+    assert "| mamba3_mimo | 32 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        script.main(["naive", "--ops", "mamba4"])
+    assert "unknown ops ['mamba4']" in capsys.readouterr().err
+
+
+def test_mimo_chunks_count_rank_positions():
+    row = mixers.measure_op(
+        "mamba3_mimo", "chunk", length=16, batch=1, heads=2, dk=8, dv=8, chunk_size=64, warmup=0, batches=1
+    )
+    assert row["chunk_size"] == 64 // mixers.MIMO_RANK

@@ -187,6 +187,7 @@ def test_demo_runs_the_comparison_and_writes_the_report(tmp_path, capsys):
 NEW_MIXERS = [
     "demo/recall/mamba2",
     "demo/recall/mamba3",
+    "demo/recall/mamba3-mimo",
     "demo/recall/gla",
     "demo/recall/deltanet",
     "demo/recall/gated-deltanet",
@@ -194,7 +195,7 @@ NEW_MIXERS = [
 
 
 def test_the_matrix_state_mixers_train_end_to_end_in_compare_from_their_presets(tmp_path, capsys):
-    """Mamba-2, Mamba-3, GLA, DeltaNet and Gated DeltaNet from their recall presets (their widths): scratch
+    """Mamba-2, Mamba-3 (SISO and MIMO), GLA, DeltaNet and Gated DeltaNet from their recall presets (their widths): scratch
     and causal SPT with finetuning on a tiny associative recall, in one comparison and one report; every
     run records its state size."""
     import json
@@ -210,5 +211,5 @@ def test_the_matrix_state_mixers_train_end_to_end_in_compare_from_their_presets(
         label = resolve(preset).label
         assert f"| {label} |" in report and f"| {label} + causal SPT" in report
     summaries = [json.loads(p.read_text()) for p in tmp_path.rglob("summary.json")]
-    assert len(summaries) == 5 * 3  # pretrain, finetune and scratch per model
+    assert len(summaries) == len(NEW_MIXERS) * 3  # pretrain, finetune and scratch per model
     assert all(s["params"]["state"] > 0 for s in summaries)

@@ -24,13 +24,17 @@ from longrange.bench import measure
 LAYERS: dict[str, tuple[str, dict[str, Any]]] = {
     "mamba2": ("mamba2", {"d_state": 128, "headdim": 64}),
     "mamba3": ("mamba3", {"d_state": 128, "headdim": 64}),
+    "mamba3-mimo": ("mamba3", {"d_state": 128, "headdim": 64, "mimo_rank": 4}),
     "gla": ("gla", {"n_heads": 4}),
     "deltanet": ("deltanet", {"n_heads": 4}),
     "gated-deltanet": ("gated-deltanet", {"n_heads": 4}),
     "mamba-s6": ("s6", {"d_state": 16}),
     "attention": ("attention", {"n_heads": 4}),
 }
-OPS = ("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3")
+OPS = ("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3", "mamba3_mimo")
+#: The rank of Mamba-3 MIMO here (the authors' default); its chunks are ``chunk_size // MIMO_RANK``
+#: positions, ``chunk_size`` rank-positions, as they recommend.
+MIMO_RANK = 4
 
 
 def build_layer(name: str, d: int) -> torch.nn.Module:
@@ -96,6 +100,20 @@ def op_inputs(op: str, batch: int, length: int, heads: int, dk: int, dv: int, se
     rand = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     unit = lambda *s: torch.rand(*s, generator=g)  # noqa: E731
     b, l, h = batch, length, heads
+    if op == "mamba3_mimo":
+        r = MIMO_RANK
+        return {
+            "x": rand(b, l, r, h, dv),
+            "dt": 0.001 + 0.1 * unit(b, l, h),
+            "A": -1 - unit(b, l, h),
+            "B": rand(b, l, r, 1, dk),
+            "C": rand(b, l, r, 1, dk),
+            "trap": rand(b, l, h),
+            "angles": rand(b, l, h, dk // 4),
+            "B_bias": torch.ones(h, r, dk),
+            "C_bias": torch.ones(h, r, dk),
+            "D": torch.ones(h),
+        }
     if op in ("ssd", "mamba3"):
         inputs = {
             "x": rand(b, l, h, dv),
@@ -161,13 +179,11 @@ def ssd_minimal(
 
 
 def _op_call(op: str, impl: str, chunk_size: int) -> Any:
-    import importlib
+    from longrange.ops.matrix_state.families import family
 
     if op == "ssd" and impl == "minimal":
         return lambda **kw: ssd_minimal(**kw, chunk_size=chunk_size)
-    family = "delta_rule" if op == "gated_delta_rule" else op
-    module = importlib.import_module(f"longrange.ops.matrix_state.{family}")
-    fn = getattr(module, f"{op}_{impl}")
+    fn = getattr(family(op), f"{op}_{impl}")
     return (lambda **kw: fn(**kw, chunk_size=chunk_size)) if impl == "chunk" else fn
 
 
@@ -184,8 +200,11 @@ def measure_op(
     batches: int = 3,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """Forward + backward of ``op`` by ``impl`` (``chunk``, ``naive``, ``minimal`` for SSD)."""
+    """Forward + backward of ``op`` by ``impl`` (``chunk``, ``naive``, ``minimal`` for SSD); Mamba-3
+    MIMO's chunks are ``chunk_size // MIMO_RANK`` positions (``chunk_size`` rank-positions)."""
     device = torch.device("cpu")
+    if op == "mamba3_mimo":
+        chunk_size = max(1, chunk_size // MIMO_RANK)
     with measure.torch_threads(threads):
         inputs = op_inputs(op, batch, length, heads, dk, dv)
         leaves = {k: v.requires_grad_() for k, v in inputs.items() if k not in ("D", "B_bias", "C_bias")}
