@@ -46,6 +46,9 @@ FAMILIES = {
     # Matrix-state mixers in chunks shorter than the batch (13 positions: a padded last chunk).
     "residual-mamba2": dict(block="residual", primitive="mamba2", primitive_options={"headdim": 4, "chunk_size": 4}),
     "residual-mamba3": dict(block="residual", primitive="mamba3", primitive_options={"headdim": 4, "chunk_size": 4}),
+    "residual-mamba3-mimo": dict(
+        block="residual", primitive="mamba3", primitive_options={"headdim": 4, "chunk_size": 2, "mimo_rank": 2}
+    ),
     "residual-gla": dict(block="residual", primitive="gla", primitive_options={"chunk_size": 4}),
     "residual-gated-deltanet": dict(block="residual", primitive="gated-deltanet", primitive_options={"chunk_size": 4}),
     "residual-hyena": dict(block="residual", primitive="hyena", primitive_options={"l_max": 13}),

@@ -416,7 +416,9 @@ def mamba3_chunk(
     Bs, Cs = _biased(B.to(dtype), B_bias, h, 2), _biased(C.to(dtype), C_bias, h, 2)
     if m == 0:
         k, q = Bs, Cs
-    elif n % 2 == 0:
+    elif n % 2 == 0 and not torch.compiler.is_compiling():
+        # By complex factors (one product), except under torch.compile: Inductor's code for it gave
+        # dt and the angles wrong gradients (PyTorch 2.13, CPU; test_compiled_mamba3_gradients_equal_eager).
         turn = torch.polar(torch.ones_like(theta), theta)
         k, q = _rotate_by(Bs, turn), _rotate_by(Cs, turn)
     else:

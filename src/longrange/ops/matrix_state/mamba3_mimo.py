@@ -356,7 +356,7 @@ def mamba3_mimo_chunk(
     th = theta.unsqueeze(2)  # the ranks of a position turn alike
     if m == 0:
         k, q = Bs, Cs
-    elif n % 2 == 0:
+    elif n % 2 == 0 and not torch.compiler.is_compiling():  # Inductor: see mamba3.mamba3_chunk
         turn = torch.polar(torch.ones_like(th), th)
         k, q = _rotate_by(Bs, turn), _rotate_by(Cs, turn)
     else:
