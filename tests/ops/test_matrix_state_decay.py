@@ -174,7 +174,7 @@ class Mamba3(Case):
     name = "mamba3"
     seq, params = ("x", "dt", "A", "B", "C", "trap", "angles"), ("B_bias", "C_bias", "D")
     state = ("ssm", "angle", "kprev", "vprev")
-    naive, chunk = staticmethod(mamba3_naive), staticmethod(mamba3_chunk)
+    naive, chunk, step = staticmethod(mamba3_naive), staticmethod(mamba3_chunk), staticmethod(mamba3_step)
     h, g, n, p, m = 4, 2, 6, 3, 2
 
     def make(self, b, l, seed=0, device="cpu"):
@@ -227,7 +227,7 @@ class Mamba3(Case):
     def steps(self, inp, init=True):
         i, S, ys = inp, (self.initial(inp) if init else None), []
         for t in range(i["x"].shape[1]):
-            y, S = mamba3_step(
+            y, S = self.step(
                 i["x"][:, t],
                 i["dt"][:, t],
                 i["A"][:, t],
@@ -249,7 +249,11 @@ class Mamba3Mimo(Mamba3):
     keys and inputs of the state."""
 
     name = "mamba3_mimo"
-    naive, chunk = staticmethod(mamba3_mimo_naive), staticmethod(mamba3_mimo_chunk)
+    naive, chunk, step = (
+        staticmethod(mamba3_mimo_naive),
+        staticmethod(mamba3_mimo_chunk),
+        staticmethod(mamba3_mimo_step),
+    )
     r = 3
 
     def make(self, b, l, seed=0, device="cpu"):
@@ -265,25 +269,6 @@ class Mamba3Mimo(Mamba3):
             vprev=randn(b, h, r, p),
         )
         return {**super().make(b, l, seed, device), **{k: leaf(t) for k, t in ranked.items()}}
-
-    def steps(self, inp, init=True):
-        i, S, ys = inp, (self.initial(inp) if init else None), []
-        for t in range(i["x"].shape[1]):
-            y, S = mamba3_mimo_step(
-                i["x"][:, t],
-                i["dt"][:, t],
-                i["A"][:, t],
-                i["B"][:, t],
-                i["C"][:, t],
-                i["trap"][:, t],
-                i["angles"][:, t],
-                S,
-                i["B_bias"],
-                i["C_bias"],
-                i["D"],
-            )
-            ys.append(y)
-        return torch.stack(ys, 1), tuple(S)
 
 
 def tup(out: tuple[Tensor, Any]) -> tuple[Tensor, tuple[Tensor, ...]]:

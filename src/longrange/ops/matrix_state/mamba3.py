@@ -121,29 +121,44 @@ def rotate_pairs(t: Tensor, theta: Tensor) -> Tensor:
 
 
 def _check_common(
-    op: str, h: int, n: int, p: int, m: int, B_bias: Tensor | None, C_bias: Tensor | None, D: Tensor | None
+    op: str,
+    h: int,
+    n: int,
+    p: int,
+    m: int,
+    B_bias: Tensor | None,
+    C_bias: Tensor | None,
+    D: Tensor | None,
+    rank: int | None = None,
 ) -> None:
+    """The angles' width and the parameters; ``rank``: MIMO's, whose biases are (heads, rank, n)."""
     if 2 * m > n:
         raise ValueError(
             f"{op}: angles must have at most n / 2 = {n // 2} entries per head (pairs of B and C "
             f"entries to rotate), got {m}"
         )
-    check_shape(op, "B_bias", B_bias, (h, n), "(heads, n)")
-    check_shape(op, "C_bias", C_bias, (h, n), "(heads, n)")
+    shape, what = ((h, n), "(heads, n)") if rank is None else ((h, rank, n), "(heads, rank, n)")
+    check_shape(op, "B_bias", B_bias, shape, what)
+    check_shape(op, "C_bias", C_bias, shape, what)
     check_skip(op, D, h, p)
 
 
-def _check_state(op: str, name: str, state: object, b: int, h: int, n: int, p: int, m: int) -> Mamba3State | None:
+def _check_state(
+    op: str, name: str, state: object, b: int, h: int, n: int, p: int, m: int, rank: int | None = None
+) -> Mamba3State | None:
+    """``state`` as a :class:`Mamba3State` with its parts' shapes checked (MIMO's ``rank``: k and v
+    of (b, h, rank, ...)), or None."""
     if state is None:
         return None
     if not isinstance(state, tuple) or len(state) != 4:
         raise ValueError(f"{op}: {name} must be a Mamba3State (ssm, angle, k, v) or None, got {type(state).__name__}")
     state = Mamba3State(*state)
+    ranks, ranks_text = ((), "") if rank is None else ((rank,), "rank, ")
     for part, shape, what in (
         ("ssm", (b, h, n, p), "(batch, heads, n, p)"),
         ("angle", (b, h, m), "(batch, heads, m)"),
-        ("k", (b, h, n), "(batch, heads, n)"),
-        ("v", (b, h, p), "(batch, heads, p)"),
+        ("k", (b, h, *ranks, n), f"(batch, heads, {ranks_text}n)"),
+        ("v", (b, h, *ranks, p), f"(batch, heads, {ranks_text}p)"),
     ):
         t = getattr(state, part)
         if not isinstance(t, Tensor):

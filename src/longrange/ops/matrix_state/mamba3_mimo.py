@@ -65,17 +65,19 @@ import math
 import torch
 from torch import Tensor
 
-from longrange.ops.matrix_state.common import check_chunk_size, check_mask, check_shape, compute_dtype, keep, shape_of
+from longrange.ops.matrix_state.common import check_chunk_size, check_mask, compute_dtype, keep, shape_of
 from longrange.ops.matrix_state.mamba3 import (
     TWO_PI,
     Mamba3State,
+    _check_common,
+    _check_state,
     _last_real,
     _next_real,
     _rotate_by,
     rotate_pairs,
 )
 from longrange.ops.matrix_state.scalar_decay import DEFAULT_CHUNK_SIZE, scalar_decay_chunked_core
-from longrange.ops.matrix_state.ssd import check_skip, skip
+from longrange.ops.matrix_state.ssd import skip
 
 __all__ = ["mamba3_mimo_naive", "mamba3_mimo_chunk", "mamba3_mimo_step", "DEFAULT_MIMO_CHUNK"]
 
@@ -134,40 +136,14 @@ def _check_rest(
         want = ", ".join(map(str, shape))
         raise ValueError(f"{op}: angles must have shape ({names}, heads, m)=({want}, m), got {shape_of(angles)}")
     m = angles.shape[-1]
-    if 2 * m > n:
-        raise ValueError(
-            f"{op}: angles must have at most n / 2 = {n // 2} entries per head (pairs of B and C "
-            f"entries to rotate), got {m}"
-        )
-    check_shape(op, "B_bias", B_bias, (h, r, n), "(heads, rank, n)")
-    check_shape(op, "C_bias", C_bias, (h, r, n), "(heads, rank, n)")
-    check_skip(op, D, h, p)
+    _check_common(op, h, n, p, m, B_bias, C_bias, D, rank=r)
     return m
-
-
-def _check_state(op: str, name: str, state: object, b: int, r: int, h: int, n: int, p: int, m: int):
-    if state is None:
-        return None
-    if not isinstance(state, tuple) or len(state) != 4:
-        raise ValueError(f"{op}: {name} must be a Mamba3State (ssm, angle, k, v) or None, got {type(state).__name__}")
-    state = Mamba3State(*state)
-    for part, shape, what in (
-        ("ssm", (b, h, n, p), "(batch, heads, n, p)"),
-        ("angle", (b, h, m), "(batch, heads, m)"),
-        ("k", (b, h, r, n), "(batch, heads, rank, n)"),
-        ("v", (b, h, r, p), "(batch, heads, rank, p)"),
-    ):
-        t = getattr(state, part)
-        if not isinstance(t, Tensor):
-            raise ValueError(f"{op}: {name}.{part} must have shape {what}={shape}, got {shape_of(t)}")
-        check_shape(op, f"{name}.{part}", t, shape, what)
-    return state
 
 
 def _check(op, x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, mask):
     b, l, r, h, g, n, p = _check_ranked(op, x, B, C, seq=True)
     m = _check_rest(op, (b, l), "batch, length", dt, A, trap, angles, h, r, n, p, B_bias, C_bias, D)
-    state = _check_state(op, "initial_state", initial_state, b, r, h, n, p, m)
+    state = _check_state(op, "initial_state", initial_state, b, h, n, p, m, rank=r)
     return b, l, r, h, n, p, m, state, check_mask(op, mask, b, l)
 
 
@@ -297,7 +273,7 @@ def mamba3_mimo_step(
     op = "mamba3_mimo_step"
     b, r, h, g, n, p = _check_ranked(op, x, B, C, seq=False)
     m = _check_rest(op, (b,), "batch", dt, A, trap, angles, h, r, n, p, B_bias, C_bias, D)
-    state = _check_state(op, "state", state, b, r, h, n, p, m)
+    state = _check_state(op, "state", state, b, h, n, p, m, rank=r)
     dtype = compute_dtype(x, dt, A, B, C, trap, angles, B_bias, C_bias, D, *(state or ()))
     S, theta, k_prev, v_prev = _state_in(state, b, r, h, n, p, m, dtype, x.device)
     v, d, lam = x.to(dtype), dt.to(dtype), torch.sigmoid(trap.to(dtype))
