@@ -111,8 +111,7 @@ class Mamba3(RecurrentMixer):
                 f"{where}: d_state={d_state} with rope_fraction={rope_fraction} rotates no pair of entries; "
                 "raise d_state to at least 4"
             )
-        self.op = "mamba3" if mimo_rank == 1 else "mamba3_mimo"
-        matrix_state.check_impl(self.op, impl, where)
+        matrix_state.check_impl("mamba3" if mimo_rank == 1 else "mamba3_mimo", impl, where)
         self.d_model, self.d_state, self.d_inner, self.headdim = d_model, d_state, d_inner, headdim
         self.n_heads, self.ngroups, self.n_angles, self.rank = heads, ngroups, n_angles, mimo_rank
         if chunk_size is None:

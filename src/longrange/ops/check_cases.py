@@ -456,8 +456,8 @@ def _matrix_state_inputs(
     output and the final state's tensors: odd length (not a multiple of the chunk of 4 the cases use),
     an initial state, one sequence padded at its end. ``fn`` runs the entry point (which applies the
     mask itself), ``ref`` the loop over time directly (which takes the mask)."""
-
     from longrange.ops.matrix_state import dispatch as ms
+    from longrange.ops.matrix_state.families import family
     from longrange.ops.matrix_state.mamba3 import Mamba3State
 
     b, l, h = 2, 11, 2
@@ -466,8 +466,6 @@ def _matrix_state_inputs(
     unit = lambda *s: torch.rand(*s, generator=g, dtype=torch.float64)  # noqa: E731
     mask = torch.arange(l)[None, :] < torch.tensor([[l], [l - 3]])
     shape = f"b={b} l={l} h={h} dk={dk} dv={dv}, initial state, padded, chunks of 4"
-    from longrange.ops.matrix_state.families import family
-
     naive = getattr(family(op), f"{op}_naive")
 
     def flat(out: Any) -> tuple[Tensor, ...]:
