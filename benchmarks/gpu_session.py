@@ -119,6 +119,7 @@ FAMILY_PRESETS = (
         for name in ("mamba2", "gated-deltanet", "deltanet", "gla", "mamba3", "hyena", "h3", "lru")
     )
     + (
+        ("mamba3 mimo", "mamba/induction-heads/mamba3", ("model.primitive_options.mimo_rank=4",)),
         (
             "hybrid mamba2+attention",
             "mamba/induction-heads/mamba2",
@@ -1055,7 +1056,8 @@ def step_families(args: argparse.Namespace) -> int:
     for label, preset, extra in FAMILY_PRESETS:
         for precision in ("fp32", "bf16"):
             if args.tiny:  # a stack takes its layers' options in its list, not in model.primitive_options
-                tiny = [o for o in _tiny_overrides(preset) if not (extra and o.startswith("model.primitive_options."))]
+                stack = any(o.startswith("model.layers=") for o in extra)
+                tiny = [o for o in _tiny_overrides(preset) if not (stack and o.startswith("model.primitive_options."))]
                 extra = [o.replace("[mamba2,", "[{primitive: mamba2, options: {headdim: 8}},") for o in extra]
             overrides = [*(tiny if args.tiny else []), *extra, f"train.precision={precision}"]
             row: dict[str, Any] = {"family": label, "preset": preset, "precision": precision, "overrides": overrides}
