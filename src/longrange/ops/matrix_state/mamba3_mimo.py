@@ -22,8 +22,12 @@ vectors ``B_{t,j}``, ``C_{t,j}`` (1 x n) of the head's group, per-head and per-r
     S_t      = alpha_t S_{t-1} + alpha_t dt_t (1 - lam_t) W_{t-1} + dt_t lam_t W_t
     y_{t,j}  = q_{t,j} S_t + D x_{t,j}
 
-with ``alpha_t = exp(dt_t A_t)``, ``lam_t = sigmoid(trap_t)`` and ``R`` the rotation of pairs of
-:func:`~longrange.ops.matrix_state.mamba3.rotate_pairs`. With ``r = 1`` this is Mamba-3 SISO
+with ``alpha_t = exp(dt_t A_t)``, ``lam_t = sigmoid(trap_t)`` and ``R`` the rotation of adjacent pairs
+``(2j, 2j + 1)`` of :func:`~longrange.ops.matrix_state.mamba3.rotate_pairs`, as the step reference
+rotates them. (The authors' MIMO kernel pairs entries half or a quarter of the state apart instead:
+a fixed permutation of the state's entries, so the same family of layers and the same initialisation;
+weights taken from a layer of their kernel would need the entries of B, C and their biases and norms
+permuted.) With ``r = 1`` this is Mamba-3 SISO
 (:mod:`.mamba3`). The state per sequence is the same ``S`` (heads, n, p) as SISO's, plus the angles
 and the previous position's ``r`` keys and inputs: a :class:`~.mamba3.Mamba3State` whose ``k`` is
 (b, h, r, n) and ``v`` (b, h, r, p) (mamba-ssm's K_State and V_State layouts).
