@@ -95,7 +95,8 @@ TWO_PI = 2 * math.pi
 
 
 class Mamba3State(NamedTuple):
-    """The recurrent state of Mamba-3 SISO (all in the compute dtype)."""
+    """The recurrent state of Mamba-3, all in the compute dtype; with MIMO (:mod:`.mamba3_mimo`) ``k``
+    and ``v`` hold the previous position's ``rank`` keys and inputs, (batch, heads, rank, ...)."""
 
     ssm: Tensor  #: (batch, heads, n, p), read by ``y = q S``
     angle: Tensor  #: (batch, heads, m), cumulative rotation angles in [0, 2 pi)
