@@ -88,6 +88,10 @@ def test_mamba3_mimo_is_the_published_layer_around_its_recurrence():
     siso = Mamba3(16, d_state=8, headdim=8)
     assert siso.B_bias.shape == (h, 8) and not hasattr(siso, "mimo_x") and siso.chunk_size == 64
     assert "mimo_rank=4" in repr(layer)
+    from longrange.ops.matrix_state.mamba3_mimo import default_chunk_size
+
+    assert [default_chunk_size(r) for r in (1, 2, 4, 128)] == [64, 32, 16, 1]  # one rule, the op's and the layer's
+    assert Mamba3(16, d_state=8, headdim=8, mimo_rank=2).chunk_size == 32
 
 
 def test_mamba3_mimo_layer_matches_its_formula():

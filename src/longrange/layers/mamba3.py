@@ -56,6 +56,7 @@ from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import check_dt_range, check_positive_int
 from longrange.ops.matrix_state import dispatch as matrix_state
 from longrange.ops.matrix_state.mamba3 import Mamba3State
+from longrange.ops.matrix_state.mamba3_mimo import default_chunk_size
 
 
 def heavy_tail(a: Tensor) -> Tensor:
@@ -115,7 +116,7 @@ class Mamba3(RecurrentMixer):
         self.d_model, self.d_state, self.d_inner, self.headdim = d_model, d_state, d_inner, headdim
         self.n_heads, self.ngroups, self.n_angles, self.rank = heads, ngroups, n_angles, mimo_rank
         if chunk_size is None:
-            chunk_size = 64 if mimo_rank == 1 else max(1, 64 // mimo_rank)
+            chunk_size = default_chunk_size(mimo_rank)
         self.A_floor, self.chunk_size, self.impl = float(A_floor), chunk_size, impl
         self.bidirectional = bool(bidirectional)
         kwargs = dict(

@@ -168,6 +168,38 @@ def _check_state(
     return state
 
 
+def _check_per_head(
+    op: str,
+    lead: tuple[int, ...],
+    names: str,
+    dt: Tensor,
+    A: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    h: int,
+    n: int,
+    p: int,
+    B_bias: Tensor | None,
+    C_bias: Tensor | None,
+    D: Tensor | None,
+    rank: int | None = None,
+) -> int:
+    """The inputs per head, ``dt``, ``trap``, ``A`` and ``angles``, at the leading dims ``lead``
+    ((b, l) of a sequence or (b,) of a step, named ``names``), and the parameters; returns m."""
+    shape = (*lead, h)
+    for name, t in (("dt", dt), ("trap", trap)):
+        if not isinstance(t, Tensor) or tuple(t.shape) != shape:
+            raise ValueError(f"{op}: {name} must have shape ({names}, heads)={shape}, got {shape_of(t)}")
+    if not isinstance(A, Tensor) or tuple(A.shape) not in ((h,), shape):
+        raise ValueError(f"{op}: A must have shape (heads,)=({h},) or ({names}, heads)={shape}, got {shape_of(A)}")
+    if not isinstance(angles, Tensor) or angles.dim() != len(shape) + 1 or tuple(angles.shape[:-1]) != shape:
+        want = ", ".join(map(str, shape))
+        raise ValueError(f"{op}: angles must have shape ({names}, heads, m)=({want}, m), got {shape_of(angles)}")
+    m = angles.shape[-1]
+    _check_common(op, h, n, p, m, B_bias, C_bias, D, rank)
+    return m
+
+
 def _check(
     op: str,
     x: Tensor,
@@ -184,19 +216,7 @@ def _check(
     mask: Tensor | None,
 ) -> tuple[int, int, int, int, int, int, Mamba3State | None, Tensor | None]:
     b, l, h, g, n, p = check_grouped(op, C, B, x, qk=("C", "B"), vname="x")
-    for name, t in (("dt", dt), ("trap", trap)):
-        if not isinstance(t, Tensor) or tuple(t.shape) != (b, l, h):
-            raise ValueError(f"{op}: {name} must have shape (batch, length, heads)=({b}, {l}, {h}), got {shape_of(t)}")
-    if not isinstance(A, Tensor) or tuple(A.shape) not in ((h,), (b, l, h)):
-        raise ValueError(
-            f"{op}: A must have shape (heads,)=({h},) or (batch, length, heads)=({b}, {l}, {h}), got {shape_of(A)}"
-        )
-    if not isinstance(angles, Tensor) or angles.dim() != 4 or tuple(angles.shape[:3]) != (b, l, h):
-        raise ValueError(
-            f"{op}: angles must have shape (batch, length, heads, m)=({b}, {l}, {h}, m), got {shape_of(angles)}"
-        )
-    m = angles.shape[3]
-    _check_common(op, h, n, p, m, B_bias, C_bias, D)
+    m = _check_per_head(op, (b, l), "batch, length", dt, A, trap, angles, h, n, p, B_bias, C_bias, D)
     state = _check_state(op, "initial_state", initial_state, b, h, n, p, m)
     return b, l, h, n, p, m, state, check_mask(op, mask, b, l)
 
@@ -338,15 +358,7 @@ def mamba3_step(
     """
     op = "mamba3_step"
     b, h, g, n, p = check_step_grouped(op, C, B, x, qk=("C", "B"), vname="x")
-    for name, t in (("dt", dt), ("trap", trap)):
-        if not isinstance(t, Tensor) or tuple(t.shape) != (b, h):
-            raise ValueError(f"{op}: {name} must have shape (batch, heads)=({b}, {h}), got {shape_of(t)}")
-    if not isinstance(A, Tensor) or tuple(A.shape) not in ((h,), (b, h)):
-        raise ValueError(f"{op}: A must have shape (heads,)=({h},) or (batch, heads)=({b}, {h}), got {shape_of(A)}")
-    if not isinstance(angles, Tensor) or angles.dim() != 3 or tuple(angles.shape[:2]) != (b, h):
-        raise ValueError(f"{op}: angles must have shape (batch, heads, m)=({b}, {h}, m), got {shape_of(angles)}")
-    m = angles.shape[2]
-    _check_common(op, h, n, p, m, B_bias, C_bias, D)
+    m = _check_per_head(op, (b,), "batch", dt, A, trap, angles, h, n, p, B_bias, C_bias, D)
     state = _check_state(op, "state", state, b, h, n, p, m)
     dtype = _dtype(x, dt, A, B, C, trap, angles, B_bias, C_bias, D, state=state)
     S, theta, k_prev, v_prev = _state_in(state, b, h, n, p, m, dtype, x.device)

@@ -73,7 +73,7 @@ from longrange.ops.matrix_state.common import check_chunk_size, check_mask, comp
 from longrange.ops.matrix_state.mamba3 import (
     TWO_PI,
     Mamba3State,
-    _check_common,
+    _check_per_head,
     _check_state,
     _last_real,
     _next_real,
@@ -83,12 +83,13 @@ from longrange.ops.matrix_state.mamba3 import (
 from longrange.ops.matrix_state.scalar_decay import DEFAULT_CHUNK_SIZE, scalar_decay_chunked_core
 from longrange.ops.matrix_state.ssd import skip
 
-__all__ = ["mamba3_mimo_naive", "mamba3_mimo_chunk", "mamba3_mimo_step", "DEFAULT_MIMO_CHUNK"]
+__all__ = ["mamba3_mimo_naive", "mamba3_mimo_chunk", "mamba3_mimo_step", "default_chunk_size"]
 
-#: Default chunk of :func:`mamba3_mimo_chunk`, in positions of ``r`` ranks: the core's chunks are
-#: then ``DEFAULT_MIMO_CHUNK x r`` sub-positions (mamba-ssm recommends 64 / r positions on GPUs,
-#: chunks of 64 sub-positions; the layer passes ``max(1, 64 // r)``).
-DEFAULT_MIMO_CHUNK = DEFAULT_CHUNK_SIZE // 4
+
+def default_chunk_size(rank: int) -> int:
+    """The default chunk of Mamba-3 of ``rank`` (1: SISO), in positions: ``64 // rank``, chunks of
+    64 rank-positions, as mamba-ssm recommends (64 for SISO, 64 / r for MIMO)."""
+    return max(1, DEFAULT_CHUNK_SIZE // rank)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,40 +114,9 @@ def _check_ranked(op: str, x: Tensor, B: Tensor, C: Tensor, seq: bool) -> tuple[
     return (*outer, h, g, n, p)
 
 
-def _check_rest(
-    op: str,
-    lead: tuple[int, ...],
-    names: str,
-    dt: Tensor,
-    A: Tensor,
-    trap: Tensor,
-    angles: Tensor,
-    h: int,
-    r: int,
-    n: int,
-    p: int,
-    B_bias: Tensor | None,
-    C_bias: Tensor | None,
-    D: Tensor | None,
-) -> int:
-    """The per-head inputs (``lead`` = (b, l) or (b,), named ``names``) and parameters; returns m."""
-    shape = (*lead, h)
-    for name, t in (("dt", dt), ("trap", trap)):
-        if not isinstance(t, Tensor) or tuple(t.shape) != shape:
-            raise ValueError(f"{op}: {name} must have shape ({names}, heads)={shape}, got {shape_of(t)}")
-    if not isinstance(A, Tensor) or tuple(A.shape) not in ((h,), shape):
-        raise ValueError(f"{op}: A must have shape (heads,)=({h},) or ({names}, heads)={shape}, got {shape_of(A)}")
-    if not isinstance(angles, Tensor) or angles.dim() != len(shape) + 1 or tuple(angles.shape[:-1]) != shape:
-        want = ", ".join(map(str, shape))
-        raise ValueError(f"{op}: angles must have shape ({names}, heads, m)=({want}, m), got {shape_of(angles)}")
-    m = angles.shape[-1]
-    _check_common(op, h, n, p, m, B_bias, C_bias, D, rank=r)
-    return m
-
-
 def _check(op, x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, mask):
     b, l, r, h, g, n, p = _check_ranked(op, x, B, C, seq=True)
-    m = _check_rest(op, (b, l), "batch, length", dt, A, trap, angles, h, r, n, p, B_bias, C_bias, D)
+    m = _check_per_head(op, (b, l), "batch, length", dt, A, trap, angles, h, n, p, B_bias, C_bias, D, rank=r)
     state = _check_state(op, "initial_state", initial_state, b, h, n, p, m, rank=r)
     return b, l, r, h, n, p, m, state, check_mask(op, mask, b, l)
 
@@ -276,7 +246,7 @@ def mamba3_mimo_step(
     dtype, the new state in the compute dtype)``."""
     op = "mamba3_mimo_step"
     b, r, h, g, n, p = _check_ranked(op, x, B, C, seq=False)
-    m = _check_rest(op, (b,), "batch", dt, A, trap, angles, h, r, n, p, B_bias, C_bias, D)
+    m = _check_per_head(op, (b,), "batch", dt, A, trap, angles, h, n, p, B_bias, C_bias, D, rank=r)
     state = _check_state(op, "state", state, b, h, n, p, m, rank=r)
     dtype = compute_dtype(x, dt, A, B, C, trap, angles, B_bias, C_bias, D, *(state or ()))
     S, theta, k_prev, v_prev = _state_in(state, b, r, h, n, p, m, dtype, x.device)
@@ -312,16 +282,16 @@ def mamba3_mimo_chunk(
     initial_state: Mamba3State | None = None,
     output_final_state: bool = False,
     mask: Tensor | None = None,
-    chunk_size: int = DEFAULT_MIMO_CHUNK,
+    chunk_size: int | None = None,
 ) -> Tensor | tuple[Tensor, Mamba3State]:
     """Mamba-3 MIMO, chunkwise parallel: the scalar-decay core on the ``length x rank`` sub-positions
     and the (rank x rank) correction within each position (see the module docstring).
 
     Same arguments and results as :func:`mamba3_mimo_naive`, plus ``chunk_size`` in positions (a
-    positive integer; it changes the speed, not the result)."""
+    positive integer; it changes the speed, not the result; None: :func:`default_chunk_size`)."""
     op = "mamba3_mimo_chunk"
     b, l, r, h, n, p, m, state, mask = _check(op, x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, mask)
-    chunk_size = check_chunk_size(op, chunk_size)
+    chunk_size = check_chunk_size(op, default_chunk_size(r) if chunk_size is None else chunk_size)
     dtype = compute_dtype(x, dt, A, B, C, trap, angles, B_bias, C_bias, D, *(state or ()))
     S0, theta0, k0, v0 = _state_in(state, b, r, h, n, p, m, dtype, x.device)
     if l == 0:
