@@ -39,6 +39,12 @@ has measured what matters most):
   after a warm-up step) beside the plan's ``peak_bytes``;
 - ``pathx``: one forward + backward of the spt/path-x S4 and rotary-Transformer models at 16384
   tokens (time, peak memory);
+- ``external``: the maintained kernels of the matrix-state ops where installed (mamba-ssm's SSD and
+  Mamba-3 kernels, flash-linear-attention's): each probe timed, as it goes (their first use compiles
+  and autotunes Triton kernels: on an H100 mamba-ssm's took minutes, so that ``info``, ``check``
+  and ``families`` ran out of time waiting on them when mamba-ssm was importable), then
+  ``longrange check``'s cases of the usable ones. Run the other steps without those packages on
+  the path and this one with them (see docs/performance.md, "On GPUs");
 - ``tests``: the test suite on the device (``python -m pytest -q --device cuda``; ``--pytest-args``
   narrows it, e.g. to ``tests/ops tests/layers -x``);
 - ``bench``: ``longrange bench --device cuda --full`` (the model table at the thesis' size).
@@ -82,6 +88,7 @@ STEPS = (
     "train",
     "planner",
     "pathx",
+    "external",
     "tests",
     "bench",
     "placement",
@@ -98,6 +105,7 @@ TIMEOUTS = {
     "train": 120,
     "planner": 90,
     "pathx": 60,
+    "external": 420,
     "tests": 600,
     "bench": 300,
     "placement": 240,
@@ -181,6 +189,7 @@ def _placement_command(res: Path, tiny: bool, cores: int | None = None) -> list[
         "--max-steps",
         "2" if tiny else "100",
         "--no-sequential",
+        "--warmup",
         "--placements",
         ",".join(f"{j}x{t}" for j, t in shapes),
         "--json",
@@ -272,9 +281,16 @@ def build_steps(args: argparse.Namespace) -> list[Step]:
     add("planner", "longrange plan against measured peak memory", [_internal("planner", args)])
     add("pathx", "one forward + backward at Path-X's 16384 tokens", [_internal("pathx", args)])
     add(
+        "external",
+        "the maintained kernels (mamba-ssm, flash-linear-attention): probes timed, checks",
+        [_internal("external", args)],
+    )
+    # -v names each test as it finishes (with xdist too), so a step cut short by its timeout still
+    # says which tests failed; -rfE lists them again at the end
+    add(
         "tests",
         f"python -m pytest -q --device {dev}",
-        [[*_python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", dev, *pytest_args]],
+        [[*_python(), "-m", "pytest", "-v", "-rfE", "-p", "no:cacheprovider", "--device", dev, *pytest_args]],
     )
     bench = _cli("bench", "--device", dev, "--json", str(res / "bench.json"))
     bench += (
@@ -1115,7 +1131,50 @@ def step_pathx(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def step_external(args: argparse.Namespace) -> int:
+    """The maintained kernels of the matrix-state ops (:mod:`longrange.ops.matrix_state.external`):
+    each one's probe timed (where its package is not installed, or off CUDA, the reason), written
+    as it goes; then the check cases (``longrange check``) of the usable ones, on the device."""
+    from longrange.check import DTYPES, cases, format_failures, format_table, no_tf32, run_cases
+    from longrange.ops.matrix_state import external
+    from longrange.ops.matrix_state.dispatch import EXTERNAL
+
+    device = _device(args)
+    rows = []
+    for op, (package, module, name) in external.SOURCES.items():
+        start = time.perf_counter()
+        usable = external.kernel(op, device) is not None
+        rows.append(
+            {
+                "op": op,
+                "package": package,
+                "function": f"{module}.{name}",
+                "usable": usable,
+                "reason": external.reason(op, device),
+                "probe_seconds": time.perf_counter() - start,
+            }
+        )
+        print(f"{op:18s} {rows[-1]['function']}: {rows[-1]['reason']} ({rows[-1]['probe_seconds']:.0f} s)", flush=True)
+        _write(args, "external.json", {"device": str(device), "probes": rows}, quiet=True)
+    records = {(r["op"], EXTERNAL[r["op"]][0]) for r in rows if r["usable"]}
+    if not records:
+        print("no maintained kernel is usable here: nothing to check")
+        return 0
+    selected = [c for c in cases([device.type], list(DTYPES.values())) if c.record in records]
+    with no_tf32():
+        checked = run_cases(selected)
+    print(format_table(checked))
+    print("\n".join(format_failures(checked)))
+    table = [
+        {"op": r.op, "impl": r.impl, "dtype": str(r.dtype), "error": r.error, "tol": r.tol, "passed": r.passed}
+        for r in checked
+    ]
+    _write(args, "external.json", {"device": str(device), "probes": rows, "checks": table})
+    return 0 if all(r.passed for r in checked) else 1
+
+
 INTERNAL: dict[str, Callable[[argparse.Namespace], int]] = {
+    "external": step_external,
     "info": step_info,
     "kernels": step_kernels,
     "families": step_families,

@@ -3,12 +3,13 @@
     python benchmarks/grid_jobs.py                 # the full demo grid (as long as the demo, three times)
     python benchmarks/grid_jobs.py --max-steps 30  # 30 steps per stage (60 for the matched runs): on a busy machine
     python benchmarks/grid_jobs.py --demo listops --epochs 1   # the ListOps demo's grid, 1 epoch per stage
-    python benchmarks/grid_jobs.py --max-steps 100 --placements 16x1,8x2,4x4 --no-sequential --json OUT.json
+    python benchmarks/grid_jobs.py --max-steps 100 --placements 16x1,8x2,4x4 --no-sequential --warmup --json OUT.json
 
 Runs a demo's grid (its presets and seeds; the data generated on first use, once) sequentially in
 this process (with torch's default threads, and with one thread) and with ``--jobs`` workers (cores //
 jobs threads each), or with each placement of ``--placements`` (JOBSxTHREADS: workers and threads per
-worker), back to back, each into a fresh directory, and prints the wall times and the load average
+worker), back to back, each into a fresh directory (``--warmup``: after an untimed run that generates
+the data and fills the kernel caches, which the first timed run would otherwise pay for), and prints the wall times and the load average
 around each run (the timings mean little on a machine busy with other work). The stages run on the
 CPU (CUDA hidden from them), which is what ``compare --jobs auto`` places on a machine without GPUs.
 """
@@ -45,6 +46,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--placements", type=placements, default=None, help="JOBSxTHREADS,... instead of --jobs")
     p.add_argument("--no-sequential", action="store_true", help="leave out the two runs in this process")
+    p.add_argument(
+        "--warmup",
+        action="store_true",
+        help="first run the grid once, untimed, at 2 steps per stage with the first placement: the data "
+        "generated and the compiled kernels cached before the timed runs, so that the first is not charged for them",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     p.add_argument("--dir", default=None, help="working directory (default: a temporary one, removed)")
     args = p.parse_args(argv)
@@ -76,6 +83,14 @@ def main(argv: list[str] | None = None) -> None:
         runs += [(f"--jobs {j} --threads-per-job {t}", LocalWorkers(j, t, gpus=[])) for j, t in args.placements]
     else:
         runs.append((f"--jobs {args.jobs} (cores // jobs threads each)", LocalWorkers(args.jobs, gpus=[])))
+    if args.warmup:
+        warm = [
+            resolve(name, overrides=[*overrides, "train.max_steps=2", "pretrain.max_steps=2"]) for name in demo.presets
+        ]
+        start = time.time()
+        compare(warm, root / "warmup", seeds=list(demo.seeds), executor=runs[0][1])
+        print(f"warm-up (untimed in the table): {time.time() - start:.0f} s")
+        shutil.rmtree(root / "warmup", ignore_errors=True)
     for k, (name, executor) in enumerate(runs):
         out = root / f"run{k}"
         shutil.rmtree(out, ignore_errors=True)

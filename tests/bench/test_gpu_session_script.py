@@ -111,6 +111,7 @@ def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path):
     gpu = {s.name: s for s in session.build_steps(_args(tmp_path, device="cuda", tiny=False))}
     assert list(gpu) == list(session.STEPS)
     assert gpu["tests"].commands[0][-2:] == ["--device", "cuda"]
+    assert {"-v", "-rfE"} <= set(gpu["tests"].commands[0])  # each test named as it ends: a cut step says which failed
     assert gpu["check"].commands[0][-3:] == ["check", "--device", "cuda"]
     assert [c[c.index("--length") + 1] + c[c.index("--dtype") + 1] for c in gpu["scan"].commands] == [
         "1024fp32",
@@ -134,6 +135,7 @@ def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path):
     sixteen = session._placement_command(tmp_path, tiny=False, cores=16)
     assert sixteen[sixteen.index("--placements") + 1] == "16x1,8x2,4x4" and "--no-sequential" in sixteen
     assert sixteen[sixteen.index("--max-steps") + 1] == "100" and sixteen[-1] == str(tmp_path / "placement.json")
+    assert "--warmup" in sixteen  # the first placement is not charged for generating the data
     two = session._placement_command(tmp_path, tiny=True, cores=2)
     assert two[two.index("--placements") + 1] == "2x1" and two[two.index("--max-steps") + 1] == "2"
 
@@ -161,6 +163,7 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
         "bench",
         "train",
         "pathx",
+        "external",
         "placement",
     ):
         assert by[name]["status"] == "ok", (name, by[name].get("reason"))
@@ -173,6 +176,7 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
         "bench.json",
         "train.json",
         "pathx.json",
+        "external.json",
         "placement.json",
     } <= results
     kernels = json.loads((out / "results" / "kernels.json").read_text())
@@ -191,6 +195,17 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
         (f, q) for f, _, _ in session.FAMILY_PRESETS for q in ("fp32", "bf16")
     }
     assert all(r["loss_finite"] and r["tokens_per_s"] > 0 and r["kernels"] is not None for r in families["rows"])
+
+
+def test_the_external_step_records_each_maintained_kernel_and_why_it_is_not_used_off_cuda(session, tmp_path, capsys):
+    from longrange.ops.matrix_state import external
+
+    args = argparse.Namespace(out=str(tmp_path), device="cpu", tiny=True)
+    assert session.step_external(args) == 0
+    probes = json.loads((tmp_path / "results" / "external.json").read_text())["probes"]
+    assert [p["op"] for p in probes] == list(external.SOURCES)
+    assert all(not p["usable"] and "runs on CUDA tensors only" in p["reason"] for p in probes)
+    assert "nothing to check" in capsys.readouterr().out
 
 
 def test_the_scans_byte_bound_counts_each_input_once_each_way(tmp_path):

@@ -76,13 +76,14 @@ def test_a_kernel_is_usable_only_if_it_runs_forward_and_backward_in_float32_and_
         assert "bfloat16 input" in reason and "same dtype" in reason
 
 
-def test_a_kernel_with_non_finite_gradients_is_not_usable(monkeypatch):
+def test_a_kernel_with_non_finite_gradients_is_not_usable(monkeypatch, capsys):
     def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
         return q.sqrt() * 0 + v, None  # sqrt of negative entries: NaN gradients, finite outputs
 
     _fake_fla(monkeypatch, chunk_delta_rule)
     fn, reason = external._probe("delta_rule", torch.device("cpu"))
     assert fn is None and "non-finite outputs or gradients" in reason
+    assert ": not usable (" in capsys.readouterr().err
 
 
 def test_a_kernel_that_computes_another_function_is_not_usable(monkeypatch):
@@ -98,7 +99,7 @@ def test_a_kernel_that_computes_another_function_is_not_usable(monkeypatch):
     assert fn is None and "differs from the chunked PyTorch form" in reason
 
 
-def test_a_kernel_that_agrees_with_the_chunked_form_is_usable(monkeypatch):
+def test_a_kernel_that_agrees_with_the_chunked_form_is_usable(monkeypatch, capsys):
     from longrange.ops.matrix_state import delta_rule
 
     def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
@@ -107,6 +108,16 @@ def test_a_kernel_that_agrees_with_the_chunked_form_is_usable(monkeypatch):
     _fake_fla(monkeypatch, chunk_delta_rule)
     fn, reason = external._probe("delta_rule", torch.device("cpu"))
     assert reason is None and fn is not None
+    # the probe says what it waits on (a first use compiles and autotunes: minutes), then its verdict
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("longrange: probing fake_fla_ops.chunk_delta_rule on cpu") and "minutes" in err[0]
+    assert err[1].startswith("longrange: fake_fla_ops.chunk_delta_rule on cpu: usable (")
+
+
+def test_a_probe_of_a_package_that_is_not_installed_says_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(external._optional, "installed", lambda package: False)
+    fn, reason = external._probe("delta_rule", torch.device("cpu"))
+    assert fn is None and "not installed" in reason and capsys.readouterr().err == ""
 
 
 # ---------------------------------------------------------------------------------------------- Mamba-3

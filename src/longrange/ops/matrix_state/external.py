@@ -19,6 +19,8 @@ definition differs from ours is never used); the result is kept per op and devic
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -237,7 +239,25 @@ def _probe(op: str, device: torch.device) -> tuple[Callable | None, str | None]:
         fn = getattr(importlib.import_module(module), name)
     except Exception as err:  # an ImportError, or a broken extension
         return None, f"{module}.{name} does not import ({type(err).__name__}: {err})"
-    wrapped = _wrap(op, fn)
+    say(
+        f"longrange: probing {module}.{name} on {device} (forward and backward in float32 and bfloat16: "
+        "the first use of a Triton kernel compiles and autotunes it, which can take minutes)"
+    )
+    start = time.perf_counter()
+    fn, why = _probe_runs(op, _wrap(op, fn), module, name, device)
+    verdict = "usable" if why is None else "not usable"
+    say(f"longrange: {module}.{name} on {device}: {verdict} ({time.perf_counter() - start:.0f} s)")
+    return fn, why
+
+
+def say(line: str) -> None:
+    """A progress line on standard error (a probe can take minutes on its first use)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _probe_runs(
+    op: str, wrapped: Callable, module: str, name: str, device: torch.device
+) -> tuple[Callable | None, str | None]:
     for dtype in PROBE_DTYPES:
         try:
             inputs = _probe_inputs(op, device, dtype)
