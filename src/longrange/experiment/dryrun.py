@@ -212,6 +212,10 @@ def prepare_step(
     from longrange.train.precision import Precision
 
     device = torch.device(device)
+    if device.type == "cpu":  # the allocator as training sets it, so that a timed step is the trained one
+        from longrange.train.allocator import keep_freed_memory
+
+        keep_freed_memory()
     if stage == "pretrain" and objective is None:
         objective = pretraining_objectives(exp)[0]
     resolved = resolve_stage(exp, stage, objective=objective)

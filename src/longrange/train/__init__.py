@@ -18,6 +18,7 @@ The trainer (``loop.py``) is one loop over components, each in its own module wi
     preemption.py  StopOnSignal: SIGTERM / SIGUSR1 stop the run after a step, with a checkpoint
     state.py       TrainState: where the run is (step, epoch, data position, time)
     environment.py the run's device, precision and kernels (fit returns them), determinism
+    allocator.py   the C allocator's thresholds raised on a CPU: a step's freed memory reused by the next
     logging.py     metrics.jsonl and the loggers of train.loggers (TensorBoard, W&B)
     entry.py       train(): the one-call entry point on a task's loaded data
 

@@ -33,6 +33,7 @@ from longrange.errors import CheckpointError, ConfigError, DiskWriteError, Preem
 from longrange.faults import kill_point
 from longrange.objectives.base import check_objective
 from longrange.train import distributed as D
+from longrange.train.allocator import keep_freed_memory
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
 from longrange.train.compile import Compilation
 from longrange.train.config import TrainConfig
@@ -153,6 +154,8 @@ class Trainer:
         check_map_style(train=train_set, val=val_set, test=test_set)
         self.env = D.init_distributed(device)
         self.device, self.is_main = self.env.device, self.env.is_main
+        if self.device.type == "cpu":
+            keep_freed_memory()  # a step's freed temporaries reused by the next (train/allocator.py)
         self.precision = Precision(cfg.precision, self.device)
         self.compilation = Compilation(cfg.compile, self.device)
         self.micro_batch = cfg.micro_batch(self.env.world_size)
