@@ -178,6 +178,33 @@ def test_output_has_input_dtype(impl):
     torch.testing.assert_close(y16.float(), fft_conv_ref(u.bfloat16().float(), k), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("impl", [*IMPLS, "ref"])
+@pytest.mark.parametrize("two_sided", [False, True])
+def test_under_bf16_autocast_the_convolution_computes_in_float32_forward_and_backward(impl, two_sided):
+    """As a bf16-autocast training step calls it (S4D, DLR, H3 at the demo's short lengths take
+    ``direct``): the products are not autocast to bf16, and the backward runs (it met a bf16
+    gradient against a float32 matrix before: "expected scalar type Float but found BFloat16")."""
+    torch.manual_seed(4)
+    u, g = torch.randn(3, 4, 9), torch.randn(3, 4, 9)
+    k = (torch.randn(4, 9), torch.randn(4, 9)) if two_sided else torch.randn(4, 9)
+    leaves = [u, *k] if two_sided else [u, k]
+
+    def run(*xs):
+        return fft_conv(xs[0], tuple(xs[1:]) if two_sided else xs[1], impl=impl)
+
+    plain, plain_grads = _grads(run, leaves, g)
+    inputs = [t.clone().requires_grad_(True) for t in leaves]
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward under autocast, the backward after, as a trainer runs them
+        out = run(*inputs)
+    (out * g).sum().backward()
+    auto, auto_grads = out.detach(), [t.grad for t in inputs]
+    assert auto.dtype == torch.float32
+    torch.testing.assert_close(auto, plain, rtol=1e-5, atol=1e-5)
+    for a, b in zip(auto_grads, plain_grads):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_fast_fft_size():
     assert [fast_fft_size(n) for n in (1, 7, 11, 17, 1025, 2048)] == [1, 8, 12, 18, 1080, 2048]
     with pytest.raises(ValueError):

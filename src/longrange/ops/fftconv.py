@@ -186,6 +186,13 @@ class _DirectConv(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u: Tensor, k_fwd: Tensor, k_bwd: Tensor | None) -> Tensor:
+        # In the operands' dtype (fft_conv's working dtype, at least float32), as the FFTs are: under
+        # autocast the products would run in bf16 and the backward would meet a bf16 gradient.
+        with torch.autocast(u.device.type, enabled=False):
+            return _DirectConv._forward(ctx, u, k_fwd, k_bwd)
+
+    @staticmethod
+    def _forward(ctx, u: Tensor, k_fwd: Tensor, k_bwd: Tensor | None) -> Tensor:
         T = conv_matrix(k_fwd, k_bwd, u.shape[-1])
         # Channels first, (h, b, l), in one copy: a batched product over a strided batch dimension
         # (a view of another layout, as Hyena's gated branches are) falls back to a loop of products.
@@ -198,8 +205,13 @@ class _DirectConv(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        with torch.autocast(grad.device.type, enabled=False):  # a backward called under autocast too
+            return _DirectConv._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         u, T = ctx.saved_tensors  # u: (h, b, l)
-        g = grad.transpose(0, 1).contiguous()  # (h, b, l)
+        g = grad.transpose(0, 1).to(u.dtype).contiguous()  # (h, b, l)
         needs = ctx.needs_input_grad
         grad_u = torch.matmul(g, T).transpose(0, 1) if needs[0] else None
         grad_fwd = grad_bwd = None
@@ -245,7 +257,8 @@ def fft_conv(
     u_w = u.to(work)
     if impl == "ref":
         kernel = k_fwd.to(work) if k_bwd is None else (k_fwd.to(work), k_bwd.to(work))
-        return fft_conv_ref(u_w, kernel, None if D is None else D.to(work)).to(u.dtype)
+        with torch.autocast(u.device.type, enabled=False):  # in ``work``, as the fast paths
+            return fft_conv_ref(u_w, kernel, None if D is None else D.to(work)).to(u.dtype)
     lk = min(k_fwd.shape[-1], l)  # longer kernels: taps >= l never reach an output
     k_fwd = k_fwd[..., :lk]
     k_bwd = None if k_bwd is None else k_bwd[..., :lk]
