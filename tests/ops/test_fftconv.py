@@ -194,7 +194,9 @@ def test_under_bf16_autocast_the_convolution_computes_in_float32_forward_and_bac
 
     plain, plain_grads = _grads(run, leaves, g)
     inputs = [t.clone().requires_grad_(True) for t in leaves]
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # the forward under autocast, the backward after, as a trainer runs them
+    with torch.autocast(
+        "cpu", dtype=torch.bfloat16
+    ):  # the forward under autocast, the backward after, as a trainer runs them
         out = run(*inputs)
     (out * g).sum().backward()
     auto, auto_grads = out.detach(), [t.grad for t in inputs]
