@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import interpreter
 import pytest
 import repo_scripts
 import torch
@@ -84,7 +85,7 @@ def test_triton_float64_runs_the_triton_kernels_computing_in_float64(monkeypatch
     from longrange.ops.ssm_kernels import triton as ssm_triton
 
     module = _module()
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interpreter.use(monkeypatch)
     seen = []
     acc = ssm_triton._acc
     monkeypatch.setattr(ssm_triton, "_acc", lambda dtype, cfg: seen.append(cfg["float64"]) or acc(dtype, cfg))

@@ -7,6 +7,7 @@ Triton kernels run in Triton's interpreter (``TRITON_INTERPRET=1``) when triton 
 
 from __future__ import annotations
 
+import interpreter
 import pytest
 import torch
 
@@ -75,7 +76,7 @@ def train_step(cfg: ModelConfig, impl: str) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_one_training_step_agrees_with_the_chunked_products(name, impl, monkeypatch):
     if impl == "triton":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        interpreter.use(monkeypatch)
     expected = train_step(CONFIGS[name], "chunked")
     got = train_step(CONFIGS[name], impl)
     assert got.keys() == expected.keys()

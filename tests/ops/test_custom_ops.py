@@ -6,6 +6,7 @@ mode (values and gradients). The Triton operators run in Triton's interpreter (`
 
 from __future__ import annotations
 
+import interpreter as triton_interpreter
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -24,9 +25,9 @@ F32, F64 = torch.float32, torch.float64
 
 @pytest.fixture
 def interpreter(monkeypatch):
-    """Triton's interpreter for CPU tensors (skips where triton does not import)."""
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    """Triton's interpreter for CPU tensors (skips where triton does not import or its interpreter
+    cannot run the kernels)."""
+    triton_interpreter.use(monkeypatch)
 
 
 def _rand(g: torch.Generator, *shape: int, dtype=F64) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import interpreter
 import pytest
 import torch
 
@@ -410,7 +411,7 @@ def test_auto_picks_only_deterministic_impls_in_deterministic_mode(deterministic
 
 def test_forcing_a_non_deterministic_impl_raises_naming_the_alternatives(deterministic, monkeypatch):
     pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter counts as Triton
+    interpreter.use(monkeypatch)  # the interpreter counts as Triton
     inp = make_inputs(l=6, layout="shared")
     args = (inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
     for impl in ("triton", "cuda"):
@@ -422,7 +423,7 @@ def test_forcing_a_non_deterministic_impl_raises_naming_the_alternatives(determi
 
 def test_warn_only_mode_warns_and_runs(monkeypatch):
     pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interpreter.use(monkeypatch)
     before, warn_only = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),

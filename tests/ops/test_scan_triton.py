@@ -13,6 +13,8 @@ import torch
 
 pytest.importorskip("triton")
 
+from longrange.ops import _lazy_kernels as lazy_kernels  # noqa: E402
+from longrange.ops._lazy_kernels import interpreter_problem  # noqa: E402
 from longrange.ops.scan import selective_scan_ref  # noqa: E402
 from longrange.ops.scan import triton as scan_triton  # noqa: E402
 from longrange.ops.scan.triton import _selective_scan_triton, selective_scan_triton, triton_available  # noqa: E402
@@ -26,6 +28,8 @@ ALL = ("D", "z", "delta_bias", "initial_state")
 def device(request, monkeypatch):
     """The device under test, with the interpreter on for CPU and off for CUDA (compiled kernels)."""
     if request.param == "cpu":
+        if (why := interpreter_problem()) is not None:  # e.g. Triton 3.6's interpreter with NumPy >= 2.4
+            pytest.skip(why)
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     else:
         monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -185,6 +189,7 @@ def test_availability_and_errors(monkeypatch):
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         selective_scan_triton(*args)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(lazy_kernels, "_interpreter", [None])  # as where the interpreter runs the kernels
     assert triton_available("cpu") and triton_available(torch.device("cpu"))
     with pytest.raises(ValueError, match="B must have shape"):
         selective_scan_triton(*args[:3], torch.randn(2, 5, 3, **F64), args[4])
@@ -197,6 +202,32 @@ def test_availability_and_errors(monkeypatch):
     assert not triton_available("cpu")
     with pytest.raises(RuntimeError, match="triton is not installed"):
         selective_scan_triton(*args)
+
+
+def test_an_interpreter_that_cannot_run_the_kernels_makes_them_cuda_only_saying_why(monkeypatch):
+    """Triton 3.6's interpreter with NumPy >= 2.4 cannot loop over a scalar argument (seen on a GPU
+    machine): there the kernels are not offered on CPU tensors, and a call says why."""
+    from longrange.ops.ssm_kernels import triton as ssm_triton
+
+    inp = make_inputs(l=3)
+    why = "Triton's interpreter cannot run these kernels here (triton 3.6.0, numpy 2.5.2): TypeError: ..."
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(lazy_kernels, "_interpreter", [why])
+    assert not triton_available("cpu") and not ssm_triton.triton_available("cpu")
+    assert ssm_triton.unavailable_reason("cpu") == why
+    with pytest.raises(RuntimeError, match="interpreter cannot run these kernels here .*; use CUDA tensors"):
+        selective_scan_triton(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"])
+
+
+def test_the_interpreter_probe_runs_a_loop_over_a_scalar_argument(monkeypatch):
+    from longrange.ops import _triton_probe
+
+    monkeypatch.setattr(lazy_kernels, "_interpreter", [])  # probed afresh
+    if lazy_kernels.interpreter_problem() is None:  # this environment's interpreter works: the probe counts
+        assert _triton_probe.run(5) == 5.0
+    monkeypatch.setattr(lazy_kernels, "_interpreter", [])
+    monkeypatch.setattr(_triton_probe, "run", lambda n=3: 1.0)
+    assert lazy_kernels.interpreter_problem().endswith("a loop of 3 counted 1.0")
 
 
 def _compile_variants():

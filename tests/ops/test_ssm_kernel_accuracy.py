@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import interpreter
 import pytest
 import repo_scripts
 import torch
@@ -63,7 +64,7 @@ def triton_gpu_tiles(monkeypatch):
     import longrange.ops.ssm_kernels._triton_kernels  # noqa: F401 - Triton imported compiled (numpy's sums in the interpreter)
     from longrange.ops.ssm_kernels import triton as ssm_triton
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interpreter.use(monkeypatch)
     monkeypatch.setitem(ssm_triton.DEFAULT_CONFIG, "interpret", dict(ssm_triton.DEFAULT_CONFIG["gpu"]))
     return ssm_triton
 

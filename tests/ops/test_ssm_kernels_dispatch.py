@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import interpreter
 import pytest
 import torch
 from ssm_kernel_cases import cauchy_inputs, vandermonde_inputs  # noqa: E402 - a helper module next to this file
@@ -48,7 +49,7 @@ def no_triton(monkeypatch):
 
 @pytest.mark.parametrize("op", OPS)
 def test_auto_on_cpu_is_numba_else_chunked(op, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter is never chosen automatically
+    interpreter.use(monkeypatch)  # the interpreter is never chosen automatically
     if ssm_numba.numba_available():
         assert ssm_kernels.auto_impl(op, "cpu") == "numba"
     monkeypatch.setattr(ssm_numba._KERNELS, "module", None)
@@ -85,7 +86,7 @@ def test_auto_on_meta_is_the_gpus_kernel_by_its_fake_implementation(no_triton):
 
 
 def test_available_impls_on_the_functions_and_in_the_table(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interpreter.use(monkeypatch)
     expected = (
         ["triton"] * (ssm_triton._kernel_module() is not None)
         + ["numba"] * ssm_numba.numba_available()
@@ -250,7 +251,7 @@ def test_each_call_notes_the_implementation_it_runs(op):
 def test_triton_is_noted(monkeypatch):
     if ssm_triton._kernel_module() is None:
         pytest.skip("triton does not import")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interpreter.use(monkeypatch)
     used.reset()
     _call("vandermonde", "triton")
     _call("cauchy", "triton")

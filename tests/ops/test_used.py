@@ -1,5 +1,7 @@
 """The record of which implementation each op ran."""
 
+import interpreter
+
 from longrange.ops import used
 
 
@@ -63,7 +65,7 @@ def test_scan_forced_records_the_forced_impl(impl):
 
 def test_scan_triton_in_the_interpreter_records_triton(monkeypatch):
     pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interpreter.use(monkeypatch)
     assert _ran(scan.selective_scan, *_scan_args(), impl="triton") == {"selective_scan": {"triton": 1}}
 
 

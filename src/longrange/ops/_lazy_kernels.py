@@ -24,8 +24,15 @@ class LazyKernels:
         self.module: ModuleType | None = None
         self.error: str | None = None
 
-    @torch.compiler.assume_constant_result  # under torch.compile: imported once while tracing, a constant
-    def load(self) -> ModuleType | None:
+        # Under torch.compile: imported once while tracing, a constant. A function of no arguments
+        # (PyTorch 2.11 could not take a bound method's ``self`` as a constant: seen, tests/ops/test_custom_ops.py).
+        @torch.compiler.assume_constant_result
+        def load() -> ModuleType | None:
+            return self._load()
+
+        self.load = load
+
+    def _load(self) -> ModuleType | None:
         if self.module is None and self.error is None:
             try:
                 self.module = importlib.import_module(self.name)
@@ -72,8 +79,37 @@ def triton_interpret_requested() -> bool:
 
 def triton_runs_on(device: torch.device | str) -> bool:
     """Whether Triton kernels can run on tensors of ``device`` (given that triton imports): a CUDA
-    device with CUDA present, or a CPU device with ``TRITON_INTERPRET=1``."""
+    device with CUDA present, or a CPU device with ``TRITON_INTERPRET=1`` where the interpreter
+    runs the toolkit's kernels (:func:`interpreter_problem`)."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available()
-    return device.type == "cpu" and triton_interpret_requested()
+    return device.type == "cpu" and triton_interpret_requested() and interpreter_problem() is None
+
+
+_interpreter: list[str | None] = []  # the probe's answer, once asked
+
+
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run the toolkit's kernels here, or None when it can; probed
+    once per process with a kernel that loops over a scalar argument (``ops/_triton_probe.py``).
+    Triton 3.6's interpreter with NumPy 2.4 or later fails there ("only 0-dimensional arrays can be
+    converted to Python scalars"; seen on a GPU machine, where the compiled kernels ran), so that on
+    such a machine the kernels run on CUDA tensors only."""
+    if not _interpreter:
+        try:
+            from longrange.ops import _triton_probe
+
+            count = _triton_probe.run(3)
+            _interpreter.append(None if count == 3 else f"a loop of 3 counted {count}")
+        except Exception as err:  # the interpreter's own errors, or triton not importing
+            _interpreter.append(f"{type(err).__name__}: {str(err)[:200]}")
+        if _interpreter[0] is not None:
+            _interpreter[0] = f"Triton's interpreter cannot run these kernels here ({_versions()}): {_interpreter[0]}"
+    return _interpreter[0]
+
+
+def _versions() -> str:
+    from longrange import _optional
+
+    return f"triton {_optional.version('triton')}, numpy {_optional.version('numpy')}"
