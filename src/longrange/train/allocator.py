@@ -5,8 +5,8 @@ above its mmap threshold (128 KiB, raised as large blocks are freed) their own m
 when freed, and returns the top of its heap to the operating system beyond its trim threshold; so
 each step touches fresh pages and pays a page fault for every 4 KiB of its temporaries. Small
 models spend a large share of their step so: the recall study's S4D model (2 layers, width 64,
-batch 64 x 256) took 160 ms a step, and 92 ms with the thresholds raised (docs/performance.md,
-"The allocator").
+batch 64 x 256) took 146 ms a step, and 93 ms with the thresholds raised (docs/performance.md,
+"Fifth round: the C allocator").
 
 :func:`keep_freed_memory` raises both thresholds once per process (``mallopt``): blocks up to
 :data:`MMAP_THRESHOLD` come from the heap and freed memory stays with the process, up to
@@ -23,6 +23,8 @@ import ctypes
 import ctypes.util
 import os
 import platform
+
+from longrange.errors import ConfigError
 
 __all__ = ["ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory", "setting"]
 
@@ -42,7 +44,7 @@ def setting() -> str:
     """``"keep"`` (the default) or ``"system"``, from :data:`ENV`; anything else is an error."""
     value = os.environ.get(ENV, "keep").strip().lower() or "keep"
     if value not in ("keep", "system"):
-        raise ValueError(f"{ENV}={os.environ[ENV]!r}: expected 'keep' (the default) or 'system'")
+        raise ConfigError(f"{ENV}={os.environ[ENV]!r}: expected 'keep' (the default) or 'system'")
     return value
 
 
