@@ -3,6 +3,7 @@ setting that turns it off, and what happens where there is no glibc."""
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -62,7 +63,8 @@ def test_a_refused_threshold_is_an_error_saying_how_to_go_on(fresh, monkeypatch)
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_glibcs_mallopt_accepts_the_thresholds_in_a_fresh_process():
     code = "from longrange.train import allocator; print(allocator.keep_freed_memory())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    env = {k: v for k, v in os.environ.items() if k != allocator.ENV}  # the default, whatever this shell sets
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "kept"
 
 
