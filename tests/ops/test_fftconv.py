@@ -207,6 +207,13 @@ def test_under_bf16_autocast_the_convolution_computes_in_float32_forward_and_bac
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("impl", [*IMPLS, "ref"])
+def test_every_implementation_gives_shapes_on_the_meta_device(impl):
+    """As a plan traces it (no data; the meta device has no autocast to turn off)."""
+    u, k = torch.randn(2, 3, 8, device="meta"), torch.randn(3, 8, device="meta")
+    assert fft_conv(u, k, impl=impl).shape == (2, 3, 8)
+
+
 def test_fast_fft_size():
     assert [fast_fft_size(n) for n in (1, 7, 11, 17, 1025, 2048)] == [1, 8, 12, 18, 1080, 2048]
     with pytest.raises(ValueError):

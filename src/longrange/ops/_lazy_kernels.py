@@ -87,6 +87,14 @@ def triton_runs_on(device: torch.device | str) -> bool:
     return device.type == "cpu" and triton_interpret_requested() and interpreter_problem() is None
 
 
+def interpreter_reason(device: torch.device | str) -> str | None:
+    """:func:`interpreter_problem` where it is why Triton cannot run on ``device`` (a CPU device with
+    ``TRITON_INTERPRET=1``), else None."""
+    if torch.device(device).type == "cpu" and triton_interpret_requested():
+        return interpreter_problem()
+    return None
+
+
 _interpreter: list[str | None] = []  # the probe's answer, once asked
 
 

@@ -49,6 +49,7 @@ padded length, about five times the cost of the forward transform on a CPU.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from torch import Tensor
@@ -186,13 +187,6 @@ class _DirectConv(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, u: Tensor, k_fwd: Tensor, k_bwd: Tensor | None) -> Tensor:
-        # In the operands' dtype (fft_conv's working dtype, at least float32), as the FFTs are: under
-        # autocast the products would run in bf16 and the backward would meet a bf16 gradient.
-        with torch.autocast(u.device.type, enabled=False):
-            return _DirectConv._forward(ctx, u, k_fwd, k_bwd)
-
-    @staticmethod
-    def _forward(ctx, u: Tensor, k_fwd: Tensor, k_bwd: Tensor | None) -> Tensor:
         T = conv_matrix(k_fwd, k_bwd, u.shape[-1])
         # Channels first, (h, b, l), in one copy: a batched product over a strided batch dimension
         # (a view of another layout, as Hyena's gated branches are) falls back to a loop of products.
@@ -205,7 +199,7 @@ class _DirectConv(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        with torch.autocast(grad.device.type, enabled=False):  # a backward called under autocast too
+        with _no_autocast(grad.device):  # a backward called under autocast too
             return _DirectConv._backward(ctx, grad)
 
     @staticmethod
@@ -254,11 +248,26 @@ def fft_conv(
     # In at least float32 (half-precision FFTs are unsupported on CPU and lose accuracy on long
     # kernels), in float64 if either operand is float64; the result has u's dtype.
     work = torch.promote_types(torch.promote_types(u.dtype, k_fwd.dtype), torch.float32)
+    # In ``work`` whatever autocast says: under bf16 autocast the products of ``direct`` and ``ref``
+    # would run in bf16 (and ``direct``'s backward meet a bf16 gradient).
+    with _no_autocast(u.device):
+        return _convolve(u, k_fwd, k_bwd, D, work, impl, chunk_bytes).to(u.dtype)
+
+
+def _no_autocast(device: torch.device) -> AbstractContextManager:
+    """Autocast off on ``device``; nothing where the device type has no autocast (``meta``)."""
+    return torch.autocast(device.type, enabled=False) if device.type in ("cpu", "cuda") else nullcontext()
+
+
+def _convolve(
+    u: Tensor, k_fwd: Tensor, k_bwd: Tensor | None, D: Tensor | None, work: torch.dtype, impl: str, chunk_bytes: int
+) -> Tensor:
+    """:func:`fft_conv`'s convolution by ``impl`` in the dtype ``work`` (the result in ``work``)."""
+    l = u.shape[-1]
     u_w = u.to(work)
     if impl == "ref":
         kernel = k_fwd.to(work) if k_bwd is None else (k_fwd.to(work), k_bwd.to(work))
-        with torch.autocast(u.device.type, enabled=False):  # in ``work``, as the fast paths
-            return fft_conv_ref(u_w, kernel, None if D is None else D.to(work)).to(u.dtype)
+        return fft_conv_ref(u_w, kernel, None if D is None else D.to(work))
     lk = min(k_fwd.shape[-1], l)  # longer kernels: taps >= l never reach an output
     k_fwd = k_fwd[..., :lk]
     k_bwd = None if k_bwd is None else k_bwd[..., :lk]
@@ -291,7 +300,7 @@ def fft_conv(
     y = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
     if D is not None:
         y = y + D.to(work).unsqueeze(-1) * u_w
-    return y.to(u.dtype)
+    return y
 
 
 def conv_matrix(k_fwd: Tensor, k_bwd: Tensor | None, l: int) -> Tensor:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from longrange.ops._lazy_kernels import LazyKernels, interpreter_problem, triton_interpret_requested, triton_runs_on
+from longrange.ops._lazy_kernels import LazyKernels, interpreter_reason, triton_interpret_requested, triton_runs_on
 from longrange.ops.custom_ops import qualname, register_flops
 from longrange.ops.dataless import holds_data
 from longrange.ops.scan.common import check_shapes, compute_dtype, scan_flops
@@ -78,8 +78,8 @@ def _check_runnable(u: Tensor, tensors: dict[str, Tensor | None]) -> None:
     if _kernel_module() is None:
         raise RuntimeError("selective_scan_triton: triton is not installed (pip install triton)")
     if not triton_available(u.device):
-        if u.device.type == "cpu" and triton_interpret_requested() and interpreter_problem():
-            raise RuntimeError(f"selective_scan_triton: {interpreter_problem()}; use CUDA tensors")
+        if (why := interpreter_reason(u.device)) is not None:
+            raise RuntimeError(f"selective_scan_triton: {why}; use CUDA tensors")
         raise RuntimeError(
             f"selective_scan_triton: tensors on {u.device} cannot run the Triton kernels; "
             "use CUDA tensors, or CPU tensors with the environment variable TRITON_INTERPRET=1 (interpreter, slow)"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from longrange.ops._lazy_kernels import LazyKernels, interpreter_problem, triton_interpret_requested, triton_runs_on
+from longrange.ops._lazy_kernels import LazyKernels, interpreter_reason, triton_interpret_requested, triton_runs_on
 from longrange.ops.custom_ops import qualname, register_flops
 from longrange.ops.dataless import holds_data
 from longrange.ops.ssm_kernels.common import (
@@ -67,8 +67,8 @@ def unavailable_reason(device: torch.device | str) -> str | None:
         return f"triton does not import ({_KERNELS.error})"
     if triton_available(device):
         return None
-    if torch.device(device).type == "cpu" and triton_interpret_requested() and interpreter_problem():
-        return interpreter_problem()
+    if (why := interpreter_reason(device)) is not None:
+        return why
     return "they run on CUDA tensors, or on CPU tensors in Triton's interpreter with TRITON_INTERPRET=1"
 
 
