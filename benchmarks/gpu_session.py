@@ -4,6 +4,7 @@
     python benchmarks/gpu_session.py --out gpu_session                 # on a CUDA machine
     python benchmarks/gpu_session.py --out gpu_session --only tests,check   # some steps (a part)
     python benchmarks/gpu_session.py --out /tmp/s --device cpu --tiny  # the same steps, tiny, on a CPU
+    python benchmarks/gpu_session.py --out /tmp/s --pack $OUT/s.tgz    # also one archive, after each step
 
 Each step runs in its own subprocess with a timeout; its output goes to ``OUT/logs/<step>.log`` and
 its result files under ``OUT/results/``. A step that fails or runs out of time is recorded with its
@@ -32,8 +33,8 @@ has measured what matters most):
   Mamba-2 + attention hybrid, Mamba and Simple blocks of S6, S4, S4D, DLR, the rotary
   Transformer) at batch 16 x 2048 tokens, fp32 and bf16 autocast: time, tokens/s, peak memory and
   the implementations that ran;
-- ``train``: a few hundred steps of spt/listops presets on generated ListOps of LRA's size, bf16
-  autocast and fp32: steps/s, tokens/s, peak memory and whether the loss falls;
+- ``train``: 100 steps (``--train-steps``) of spt/listops presets on generated ListOps of LRA's
+  size, bf16 autocast and fp32: steps/s, tokens/s, peak memory and whether the loss falls;
 - ``planner``: ``longrange plan PRESET --gpu NAME --batch B --json FILE`` for a few presets, and the
   peak memory of one measured training step at the same batch (``torch.cuda.max_memory_allocated``
   after a warm-up step) beside the plan's ``peak_bytes``;
@@ -102,8 +103,8 @@ TIMEOUTS = {
     "scan": 150,
     "ssm_kernels": 90,
     "families": 120,
-    "train": 120,
-    "planner": 90,
+    "train": 180,
+    "planner": 150,
     "pathx": 60,
     "external": 420,
     "tests": 600,
@@ -546,12 +547,62 @@ def run_session(args: argparse.Namespace, steps: list[Step] | None = None) -> di
                 continue
             step = Step(step.name, step.description, step.commands, min(step.timeout, left), step.env)
         print(f"[{_now()}] {step.name}: {step.description} (timeout {step.timeout:.0f} s)", flush=True)
-        records[step.name] = record = run_step(step, out)
+        try:
+            records[step.name] = record = run_step(step, out)
+        except SystemExit:  # SIGTERM (an outer `timeout`): the step's processes are stopped; say so, keep the rest
+            records[step.name] = {
+                "name": step.name,
+                "description": step.description,
+                "status": "stopped",
+                "reason": "the session was stopped (SIGTERM: an outer timeout?) during this step; end of the log:\n"
+                + _tail(out / "logs" / f"{step.name}.log"),
+            }
+            print(f"[{_now()}] {step.name}: stopped (SIGTERM)", flush=True)
+            _write_summary(out, summary, records)
+            _pack(args, out)
+            raise
         print(f"[{_now()}] {step.name}: {record['status']} in {record['seconds']:.1f} s", flush=True)
         _write_summary(out, summary, records)
+        _pack(args, out)
     summary["finished"] = _now()
     _write_summary(out, summary, records)
+    _pack(args, out)
     return summary
+
+
+def _pack(args: argparse.Namespace, out: Path) -> None:
+    """``--pack FILE``: the session's folder as one ``.tar.gz`` (its generated data left out), written
+    atomically after every step. A machine that returns only a few files of a call's output folder
+    (the lent GPUs return eight) then returns everything that finished."""
+    if not getattr(args, "pack", None):
+        return
+    import tarfile
+
+    pack = Path(args.pack).resolve()
+    pack.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pack.with_name(pack.name + ".tmp")
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        parts = Path(info.name).parts
+        return None if len(parts) > 1 and parts[1] == "data" or info.name.endswith(".tmp") else info
+
+    with tarfile.open(tmp, "w:gz") as tar:
+        for path in sorted(out.iterdir()):
+            if path.resolve() not in (pack, tmp.resolve()):
+                tar.add(path, arcname=f"{out.name}/{path.name}", filter=keep)
+    os.replace(tmp, pack)
+
+
+def _stop_on_sigterm() -> None:
+    """Turn SIGTERM (``timeout``'s signal, or a scheduler's) into SystemExit, so that the running
+    step's whole process group is stopped (:func:`_run_group`) and the summary and pack are written:
+    a session cut from outside once left a step's probe running into the next call on that machine."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _write_summary(out: Path, summary: dict[str, Any], records: dict[str, dict[str, Any]]) -> None:
@@ -996,7 +1047,7 @@ def _train_metrics(run_dir: Path) -> dict[str, Any]:
 
 
 def step_train(args: argparse.Namespace) -> int:
-    """A few hundred steps of spt/listops presets on generated LRA-size ListOps, bf16 and fp32."""
+    """``--train-steps`` steps of spt/listops presets on generated LRA-size ListOps, bf16 and fp32."""
     import torch
 
     from longrange.experiment.config import resolve
@@ -1056,6 +1107,8 @@ def step_train(args: argparse.Namespace) -> int:
                 failures += 1
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "traceback"}, indent=1, default=str), flush=True)
+            # after each run: a step cut by its timeout keeps the runs that finished
+            _write(args, "train.json", {"device": str(device), "rows": rows}, quiet=True)
     _write(args, "train.json", {"device": str(device), "rows": rows})
     return 1 if failures else 0
 
@@ -1206,13 +1259,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--kernel-ops", help=f"the kernels step's ops, comma-separated (default all: {','.join(KERNEL_OPS)})"
     )
-    p.add_argument("--train-steps", type=int, default=300, help="steps of each training run (default 300)")
+    p.add_argument(
+        "--train-steps", type=int, default=100, help="steps of each of the train step's four runs (default 100)"
+    )
     p.add_argument("--pathx-batch", type=int, default=1, help="batch of the Path-X forward + backward (default 1)")
+    p.add_argument(
+        "--pack",
+        help="also write the session's folder, its generated data left out, as this .tar.gz after every step "
+        "(one file for a machine that returns only a few)",
+    )
     p.add_argument("--step", choices=sorted(INTERNAL), help=argparse.SUPPRESS)  # run one internal step here
     args = p.parse_args(argv)
     if args.step:
         sys.path.insert(0, str(ROOT / "src"))
         return INTERNAL[args.step](args)
+    _stop_on_sigterm()
     summary = run_session(args)
     bad = [s["name"] for s in summary["steps"] if s["status"] not in ("ok", "not run")]
     print(

@@ -233,3 +233,72 @@ def test_a_step_out_of_time_stops_its_subprocesses_too(session, tmp_path):
 
     time.sleep(4)
     assert not marker.exists()
+
+
+def test_pack_holds_every_finished_step_without_the_generated_data(session, tmp_path, monkeypatch):
+    """``--pack``: one archive of the session's folder after every step (a lent GPU returns only a few
+    files of its output folder), without ``data/`` (the generated sets)."""
+    import tarfile
+
+    monkeypatch.setattr(session, "MIN_STEP_SECONDS", 1)
+    out = tmp_path / "s"
+    writes = [
+        "import pathlib",
+        f"p = pathlib.Path({str(out)!r})",
+        "(p / 'data' / 'generated').mkdir(parents=True, exist_ok=True)",
+        "(p / 'data' / 'generated' / 'big.tsv').write_text('x')",
+        "(p / 'results' / 'first.json').write_text('{}')",
+    ]
+    steps = [
+        session.Step("first", "writes", [_py("; ".join(writes))], timeout=60),
+        session.Step("boom", "fails", [_py("raise SystemExit(3)")], timeout=60),
+    ]
+    pack = tmp_path / "back" / "s.tgz"
+    session.run_session(_args(out, pack=str(pack)), steps)
+    with tarfile.open(pack) as tar:
+        names = set(tar.getnames())
+        saved = json.loads(tar.extractfile("s/session.json").read())
+    assert {"s/session.json", "s/session.md", "s/logs/first.log", "s/logs/boom.log", "s/results/first.json"} <= names
+    assert not any(n.startswith("s/data") for n in names), names
+    assert [s["status"] for s in saved["steps"]] == ["ok", "failed"]
+    assert not list(pack.parent.glob("*.tmp"))
+
+
+def test_sigterm_stops_the_running_step_and_its_subprocesses_and_says_so(tmp_path):
+    """An outer ``timeout`` ends the session with SIGTERM: the running step's process group goes too
+    (a probe once ran on into the machine's next call), the summary says the step was stopped, and
+    the pack is written."""
+    import signal
+    import subprocess
+    import tarfile
+    import time
+
+    marker, out, pack = tmp_path / "late", tmp_path / "s", tmp_path / "s.tgz"
+    child = f"import time, pathlib; time.sleep(4); pathlib.Path({str(marker)!r}).write_text('still running')"
+    parent = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)"
+    driver = f"""
+import argparse, importlib.util, sys
+spec = importlib.util.spec_from_file_location("gpu_session", {str(SCRIPT)!r})
+m = importlib.util.module_from_spec(spec); sys.modules["gpu_session"] = m; spec.loader.exec_module(m)
+m._stop_on_sigterm()
+args = argparse.Namespace(out={str(out)!r}, device="cpu", tiny=True, only=None, timeout_scale=1.0, budget=None,
+                          pack={str(pack)!r})
+steps = [m.Step("first", "fine", [[sys.executable, "-c", "print('first ran')"]], 60),
+         m.Step("spawns", "starts a subprocess", [[sys.executable, "-c", {parent!r}]], 60)]
+m.run_session(args, steps)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", driver])
+    log = out / "logs" / "spawns.log"
+    deadline = time.time() + 60
+    while not (log.exists() and time.time() > deadline - 57):  # the step has started and spawned its child
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    time.sleep(5)
+    assert not marker.exists()  # the step's grandchild was stopped with it
+    by = {s["name"]: s for s in json.loads((out / "session.json").read_text())["steps"]}
+    assert by["first"]["status"] == "ok" and by["spawns"]["status"] == "stopped"
+    assert "SIGTERM" in by["spawns"]["reason"]
+    with tarfile.open(pack) as tar:
+        assert "s/logs/spawns.log" in tar.getnames()

@@ -43,8 +43,9 @@ def auto_jobs(gpus: Sequence[str] | None = None) -> int:
     """``--jobs auto``: one stage per GPU where there are GPUs (``gpus``, default the visible ones),
     else one stage per usable core, each on one thread. On a 2-core machine one thread per stage
     and a stage per core trained the synthetic studies' small models fastest of every placement
-    measured (docs/cluster.md, "How many stages at once"): their steps are too small for a second
-    thread to pay, and the stages of a grid are independent."""
+    measured (docs/cluster.md, "How many stages at once"), and on 16 cores 16 x 1 beat 8 x 2 by 1.7x
+    and 4 x 4 by 3x: their steps are too small for a second thread to pay, and the stages of a grid
+    are independent."""
     gpus = list(visible_gpus() if gpus is None else gpus)
     return len(gpus) if gpus else usable_cores()
 
