@@ -196,8 +196,15 @@ def _compare(args: argparse.Namespace) -> int:
 
     if args.status:
         return _compare_status(args.status)
+    if args.export:
+        from longrange.experiment.export import export_results
+
+        print("\n".join(export_results(*args.export).lines()))
+        return 0
     if not args.out:
-        raise ConfigError("give --out DIR (the directory of all runs and the report), or --status DIR")
+        raise ConfigError(
+            "give --out DIR (the directory of all runs and the report), --status DIR or --export DIR DEST"
+        )
     found = named_cells(args.preset or [], args.config or [], data_settings(args, args.settings))
     experiments = [cell.exp for cell in found]
     if args.match_params and any(s.partition("=")[0].strip() == WIDTH and "," in s for s in args.settings or []):
@@ -359,6 +366,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--status",
         metavar="OUT",
         help="show each stage of the comparison in OUT (pending, held, resumable, finished, failed) and exit",
+    )
+    p.add_argument(
+        "--export",
+        nargs=2,
+        metavar=("OUT", "DEST"),
+        help="copy the results of the comparison or study in OUT (compare, mad, zoology) to DEST without "
+        "checkpoints and unfinished stages, small enough for a repository; --out DEST continues it, and exit",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the plan (stages and their dependencies) and run nothing"
