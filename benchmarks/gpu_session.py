@@ -4,7 +4,7 @@
     python benchmarks/gpu_session.py --out gpu_session                 # on a CUDA machine
     python benchmarks/gpu_session.py --out gpu_session --only tests,check   # some steps (a part)
     python benchmarks/gpu_session.py --out /tmp/s --device cpu --tiny  # the same steps, tiny, on a CPU
-    python benchmarks/gpu_session.py --out /tmp/s --pack $OUT/s.tgz    # also one archive, after each step
+    python benchmarks/gpu_session.py --out /tmp/s --pack $OUT/s.tgz    # also one archive (no data, no checkpoints) after each step
 
 Each step runs in its own subprocess with a timeout; its output goes to ``OUT/logs/<step>.log`` and
 its result files under ``OUT/results/``. A step that fails or runs out of time is recorded with its
@@ -571,9 +571,10 @@ def run_session(args: argparse.Namespace, steps: list[Step] | None = None) -> di
 
 
 def _pack(args: argparse.Namespace, out: Path) -> None:
-    """``--pack FILE``: the session's folder as one ``.tar.gz`` (its generated data left out), written
-    atomically after every step. A machine that returns only a few files of a call's output folder
-    (the lent GPUs return eight) then returns everything that finished."""
+    """``--pack FILE``: the session's folder as one ``.tar.gz``, written atomically after every step,
+    without its generated data and the training runs' checkpoints and TensorBoard events (their
+    records, metrics and summaries stay). A machine that returns only a few files of a call's output
+    folder (the lent GPUs return eight) then returns everything that finished."""
     if not getattr(args, "pack", None):
         return
     import tarfile
@@ -584,7 +585,9 @@ def _pack(args: argparse.Namespace, out: Path) -> None:
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         parts = Path(info.name).parts
-        return None if len(parts) > 1 and parts[1] == "data" or info.name.endswith(".tmp") else info
+        if len(parts) > 1 and parts[1] == "data" or info.name.endswith(".tmp"):
+            return None
+        return None if {"checkpoints", "tensorboard"} & set(parts[2:]) else info
 
     with tarfile.open(tmp, "w:gz") as tar:
         for path in sorted(out.iterdir()):

@@ -248,6 +248,9 @@ def test_pack_holds_every_finished_step_without_the_generated_data(session, tmp_
         "(p / 'data' / 'generated').mkdir(parents=True, exist_ok=True)",
         "(p / 'data' / 'generated' / 'big.tsv').write_text('x')",
         "(p / 'results' / 'first.json').write_text('{}')",
+        "(p / 'results' / 'train' / 'run' / 'checkpoints').mkdir(parents=True)",
+        "(p / 'results' / 'train' / 'run' / 'checkpoints' / 'last.pt').write_text('x')",
+        "(p / 'results' / 'train' / 'run' / 'summary.json').write_text('{}')",
     ]
     steps = [
         session.Step("first", "writes", [_py("; ".join(writes))], timeout=60),
@@ -259,7 +262,8 @@ def test_pack_holds_every_finished_step_without_the_generated_data(session, tmp_
         names = set(tar.getnames())
         saved = json.loads(tar.extractfile("s/session.json").read())
     assert {"s/session.json", "s/session.md", "s/logs/first.log", "s/logs/boom.log", "s/results/first.json"} <= names
-    assert not any(n.startswith("s/data") for n in names), names
+    assert not any(n.startswith("s/data") or "checkpoints" in n for n in names), names
+    assert "s/results/train/run/summary.json" in names
     assert [s["status"] for s in saved["steps"]] == ["ok", "failed"]
     assert not list(pack.parent.glob("*.tmp"))
 
