@@ -114,7 +114,7 @@ def reference_h3(layer: H3, x: Tensor) -> Tensor:
     return torch.stack(out, dim=1)
 
 
-@pytest.mark.parametrize("head_dim", [1, 2])
+@pytest.mark.parametrize("head_dim", [1, 2, 4, 8])  # 2 and 4: products of slices; 8: einsum (SMALL_HEAD)
 def test_layer_is_its_loop_over_time_values_and_gradients(head_dim):
     torch.manual_seed(0)
     layer = _randomise(H3(8, d_state=4, head_dim=head_dim))
