@@ -120,3 +120,16 @@ def test_the_files_with_the_presets_subset_name_the_subset_as_the_cause(own_file
         r"train.batch_size$",
     ):
         BatchPlan(taskdata.load_data(exp.task).train, collate, batch_size=32)
+
+
+def test_data_sets_of_one_task_are_told_apart_by_the_settings_that_differ():
+    """Two data sets of one task (a MAD level that changes ``n_train``) each name what sets them apart."""
+    from longrange.studies.mad import MadSettings, cell_experiment
+
+    settings = MadSettings(models=("hyena",), tasks=("mad-in-context-recall",), levels=("baseline", "n_train=800"))
+    base, fewer = (cell_experiment(settings, "hyena", "mad-in-context-recall", lv, 1e-3, 0.0) for lv in settings.levels)
+    lines, missing = C.data_lines([base, fewer])
+    assert lines[0].startswith("mad-in-context-recall (n_train default): ") and not missing
+    assert lines[1].startswith("mad-in-context-recall (n_train=800): ")
+    alone, _ = C.data_lines([fewer])
+    assert alone[0].startswith("mad-in-context-recall: ")

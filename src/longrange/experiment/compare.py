@@ -125,15 +125,34 @@ def data_lines(experiments: Sequence[ExperimentConfig]) -> tuple[list[str], list
     """One line per data set of the experiments (present, generated on first use, or missing with
     its first missing file and how to obtain it), and the lines of those that are missing."""
     lines, missing = [], []
-    for task in tasks_of(experiments):
+    tasks = tasks_of(experiments)
+    for task in tasks:
         state = data_state(task)
-        lines.append(state.describe(task.name))
+        lines.append(state.describe(_task_label(task, tasks)))
         if not (state.present or state.generated):
             missing.append(lines[-1])
         note = unread_files_note(task, state)  # generated data set while the task's own files are there
         if note is not None:
             lines.append(note)
     return lines, missing
+
+
+def _task_label(task: TaskConfig, tasks: Sequence[TaskConfig]) -> str:
+    """The task's name, and where other data sets of the list share it, the settings that tell them
+    apart: ``mad-in-context-recall (n_train=800)``."""
+    same = [t for t in tasks if t.name == task.name]
+    if len(same) < 2:
+        return task.name
+    fields = {
+        **{f"{k}": v for k, v in task.options.items()},
+        "data_dir": task.data_dir,
+        "generate": task.generate,
+    }
+    others = [{**t.options, "data_dir": t.data_dir, "generate": t.generate} for t in same if t is not task]
+    differ = [k for k, v in fields.items() if any(o.get(k) != v for o in others)]
+    differ += sorted({k for o in others for k in o if k not in fields})  # options only the others set
+    parts = [f"{k}={fields[k]}" if k in fields else f"{k} default" for k in differ]
+    return f"{task.name} ({', '.join(parts)})" if parts else task.name
 
 
 def raise_for_missing(missing: Sequence[str], listed: bool = False) -> None:
