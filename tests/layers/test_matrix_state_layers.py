@@ -123,3 +123,24 @@ def test_mamba3_mimo_layer_matches_its_formula():
         y = sum((y[:, :, j] * torch.nn.functional.silu(zr[:, :, j])) * layer.mimo_o[:, j] for j in range(r))
         want = layer.out_proj(y.flatten(-2))
         torch.testing.assert_close(layer(u), want, rtol=1e-10, atol=1e-10)
+
+
+def test_mamba2_gated_norm_scales_each_channel_as_mamba_ssm_does():
+    """mamba-ssm's ``RMSNormGated(d_ssm, group_size=d_ssm // ngroups)``: the norm over each group's
+    channels, a scale per channel (not one shared by the groups)."""
+    import torch.nn.functional as F
+
+    from longrange.layers.mixer_parts import split_heads
+
+    layer = Mamba2(16, d_state=4, headdim=8, ngroups=2).double()  # d_inner 32 in 2 groups of 16
+    assert layer.norm.weight.shape == (2, 16)
+    assert Mamba2(16, d_state=4, headdim=8).norm.weight.shape == (32,)  # one group: the shape it always had
+    with torch.no_grad():
+        layer.norm.weight.uniform_(0.5, 1.5)
+    y, z = torch.randn(2, 5, 32, dtype=torch.float64), torch.randn(2, 5, 32, dtype=torch.float64)
+    got = layer.norm(split_heads(y, 2), split_heads(z, 2)).reshape(2, 5, 32)
+    u = (y * F.silu(z)).reshape(2, 5, 2, 16)
+    expected = (u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + 1e-5)).reshape(2, 5, 32) * layer.norm.weight.reshape(
+        32
+    )
+    torch.testing.assert_close(got, expected)

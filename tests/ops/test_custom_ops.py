@@ -123,6 +123,7 @@ def test_every_kernel_is_a_registered_operator():
         "selective_scan_numba_cl",
         "selective_scan_triton",
         "causal_conv1d_numba",
+        "rms_norm_numba",
         "vandermonde_numba",
         "cauchy_numba",
         "vandermonde_triton",

@@ -101,7 +101,8 @@ class Mamba2(RecurrentMixer):
         self.A_log = no_decay(torch.log(torch.empty(heads).uniform_(lo, hi)))
         self.dt_bias = no_decay(inverse_softplus_dt(heads, dt_min, dt_max, dt_init_floor))
         self.D = no_decay(torch.ones(heads))
-        self.norm = HeadNorm(d_inner // ngroups, gate_first=True)
+        # mamba-ssm's RMSNormGated: a scale per channel, the norm over each group's d_inner / G channels
+        self.norm = HeadNorm(d_inner // ngroups, gate_first=True, heads=ngroups if ngroups > 1 else None)
         self.out_proj = nn.Linear(d_inner, d_model, bias=False)
 
     def extra_repr(self) -> str:

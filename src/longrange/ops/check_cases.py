@@ -241,6 +241,54 @@ def conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
+#: The RMS norm's cases: (x's shape, weight per head, gate, gate first).
+NORM_SHAPES = [
+    ((2, 5, 7), False, None, False),
+    ((2, 3, 2, 6), True, "gate", False),
+    ((3, 4, 1, 8), False, "gate", True),
+]
+
+
+def norm_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """The (gated) RMS norm: every implementation that runs here but the formula, against it."""
+    from longrange.ops import norm
+
+    cases = []
+    for shape, per_head, gate, gate_first in NORM_SHAPES:
+        weight = shape[-2:] if per_head else shape[-1:]
+        inputs = random_inputs(len(shape), x=shape, weight=weight, **({"gate": shape} if gate else {}))
+        what = f"x {tuple(shape)}, weight {tuple(weight)}" + (
+            f", gate {'first' if gate_first else 'after'}" if gate else ""
+        )
+        for impl, note, env in implementations("rms_norm", device):
+
+            def run(inputs=inputs, impl=impl, gate_first=gate_first) -> float:
+                return compare(
+                    lambda **kw: norm.rms_norm(**kw, gate_first=gate_first, impl=impl),
+                    lambda **kw: norm.rms_norm_ref(**kw, gate_first=gate_first),
+                    inputs,
+                    dtype,
+                    device,
+                )
+
+            cases.append(
+                Case(
+                    "rms_norm",
+                    impl,
+                    device,
+                    dtype,
+                    what,
+                    run,
+                    TOLERANCE[dtype],
+                    lambda passed: "avoid it for every layer with longrange.ops.norm.set_default_impl('torch')",
+                    note,
+                    env,
+                    record=("rms_norm", impl),
+                )
+            )
+    return cases
+
+
 def fft_conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
     """Long convolutions, causal and two-sided, with a skip term: every implementation that runs
     here against the explicit matrix."""
@@ -649,6 +697,7 @@ def complex_scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
 OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
     scan_cases,
     conv_cases,
+    norm_cases,
     fft_conv_cases,
     attention_cases,
     ssm_kernel_cases,

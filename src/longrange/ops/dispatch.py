@@ -93,6 +93,7 @@ from longrange.ops.determinism import refuse_nondeterministic
 FAMILIES: tuple[str, ...] = (
     "longrange.ops.scan.dispatch",
     "longrange.ops.conv.dispatch",
+    "longrange.ops.norm.dispatch",
     "longrange.ops.ssm_kernels.dispatch",
     "longrange.ops.matrix_state.dispatch",
     "longrange.ops.complex_scan.dispatch",
