@@ -278,8 +278,11 @@ def test_sigterm_stops_the_running_step_and_its_subprocesses_and_says_so(tmp_pat
     import time
 
     marker, out, pack = tmp_path / "late", tmp_path / "s", tmp_path / "s.tgz"
-    child = f"import time, pathlib; time.sleep(4); pathlib.Path({str(marker)!r}).write_text('still running')"
-    parent = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)"
+    child = f"import time, pathlib; time.sleep(2); pathlib.Path({str(marker)!r}).write_text('still running')"
+    parent = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); "
+        "print('spawned', flush=True); time.sleep(60)"
+    )
     driver = f"""
 import argparse, importlib.util, sys
 spec = importlib.util.spec_from_file_location("gpu_session", {str(SCRIPT)!r})
@@ -294,12 +297,13 @@ m.run_session(args, steps)
     proc = subprocess.Popen([sys.executable, "-c", driver])
     log = out / "logs" / "spawns.log"
     deadline = time.time() + 60
-    while not (log.exists() and time.time() > deadline - 57):  # the step has started and spawned its child
+    while not (log.exists() and "spawned" in log.read_text()):  # the step has started its child
         assert time.time() < deadline and proc.poll() is None
-        time.sleep(0.2)
+        time.sleep(0.1)
+    spawned = time.time()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-    time.sleep(5)
+    time.sleep(max(0.0, spawned + 3 - time.time()))  # past the moment the child would have written
     assert not marker.exists()  # the step's grandchild was stopped with it
     by = {s["name"]: s for s in json.loads((out / "session.json").read_text())["steps"]}
     assert by["first"]["status"] == "ok" and by["spawns"]["status"] == "stopped"
