@@ -39,7 +39,11 @@ Every figure is **predicted, not measured**. How:
   scan and SSM kernels are the CPU operators' fake implementations: the Triton scan keeps in addition
   the state at every 32nd position, (batch, channels, L/32, state) float32 per S6 layer, not counted.
   Long convolutions run by FFT at every length (on a CPU ``"auto"`` convolves short inputs by one
-  matrix product instead: :mod:`longrange.ops.fftconv`).
+  matrix product instead: :mod:`longrange.ops.fftconv`). The Mamba block's short convolution is
+  PyTorch's grouped ``conv1d`` and the matrix-state layers' output norm its formula, as on a GPU
+  without causal-conv1d (whose kernel, where installed, keeps less: the plan is then high): the CPU's
+  numba kernels keep only their inputs, and planning with them predicted 1.30x too little for
+  ``thesis/scifar/mamba-s6`` on an H200 (3.03 GiB against 3.94 measured; 3.71 with ``conv1d``).
 * **Fits**: the peak against the GPU's memory less :data:`RESERVED_BYTES` (CUDA context, cuBLAS and
   cuDNN workspaces) and :data:`FRAGMENTATION` of it (the caching allocator's rounding and
   fragmentation). The largest batch and the accumulation are searched by further fake steps (a
@@ -379,12 +383,16 @@ def measure_step(
         stack.enter_context(fake_mode())
         stack.enter_context(DtypeChecks())
         if target == "gpu":  # the GPU's attention kernels and fused Triton kernels (their fake implementations)
-            from longrange.ops import fftconv, scan, ssm_kernels
+            from longrange.ops import conv, fftconv, norm, scan, ssm_kernels
 
             stack.enter_context(CudaAttention())
             stack.enter_context(scan.default_impl("triton"))
             stack.enter_context(ssm_kernels.default_impl(ssm_kernels.OPS, "triton"))
             stack.enter_context(fftconv.default_impl("fft"))  # "auto" on CUDA: the FFT at every length
+            # PyTorch's ops where a GPU has no fused kernel of ours: the norm's formula, and the
+            # convolution's grouped conv1d (causal-conv1d's kernel, where installed, keeps less)
+            stack.enter_context(conv.default_impl("torch"))
+            stack.enter_context(norm.default_impl("torch"))
         prepared = prepare_step(
             exp,
             stage,
