@@ -143,12 +143,8 @@ def _task_label(task: TaskConfig, tasks: Sequence[TaskConfig]) -> str:
     same = [t for t in tasks if t.name == task.name]
     if len(same) < 2:
         return task.name
-    fields = {
-        **{f"{k}": v for k, v in task.options.items()},
-        "data_dir": task.data_dir,
-        "generate": task.generate,
-    }
-    others = [{**t.options, "data_dir": t.data_dir, "generate": t.generate} for t in same if t is not task]
+    settings = lambda t: {**t.options, "data_dir": t.data_dir, "generate": t.generate}  # noqa: E731
+    fields, others = settings(task), [settings(t) for t in same if t is not task]
     differ = [k for k, v in fields.items() if any(o.get(k) != v for o in others)]
     differ += sorted({k for o in others for k in o if k not in fields})  # options only the others set
     parts = [f"{k}={fields[k]}" if k in fields else f"{k} default" for k in differ]

@@ -68,6 +68,7 @@ def norm_backward(x, gate, weight, rstd, gy, mode, rows_per_task, gx, ggate, gwe
     for task in prange(tasks):
         n = np.empty(D, dtype=x.dtype)  # the normalised row
         dn = np.empty(D, dtype=x.dtype)  # the gradient w.r.t. it
+        sig = np.empty(D, dtype=x.dtype)  # mode 2: the gate's sigmoid, computed once per row
         gw = gweight[task]
         for h in range(H):
             for j in range(D):
@@ -100,7 +101,9 @@ def norm_backward(x, gate, weight, rstd, gy, mode, rows_per_task, gx, ggate, gwe
             else:
                 for j in range(D):
                     g = gate[r, j]
-                    nj = xr[j] * g / (one + fast_exp(-g)) * rs
+                    s = one / (one + fast_exp(-g))
+                    sig[j] = s
+                    nj = xr[j] * g * s * rs
                     n[j] = nj
                     d = gyr[j] * w[j]
                     gwr[j] += gyr[j] * nj
@@ -111,8 +114,7 @@ def norm_backward(x, gate, weight, rstd, gy, mode, rows_per_task, gx, ggate, gwe
             if mode == 2:  # through u = x silu(g): du = r (dn - n mean(dn n))
                 gr, ggr = gate[r], ggate[r]
                 for j in range(D):
-                    g = gr[j]
-                    s = one / (one + fast_exp(-g))
+                    g, s = gr[j], sig[j]
                     du = rs * (dn[j] - n[j] * dot)
                     gxr[j] = du * g * s
                     ggr[j] = du * xr[j] * s * (one + g * (one - s))
