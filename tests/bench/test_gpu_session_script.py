@@ -107,8 +107,15 @@ def test_a_failing_or_slow_step_is_recorded_and_the_others_run(session, tmp_path
     assert by["last"]["status"] == "not run" and "--budget of 3 s was spent" in by["last"]["reason"]
 
 
-def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path):
+def test_the_steps_of_a_gpu_session_and_of_the_tiny_cpu_run(session, tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
     gpu = {s.name: s for s in session.build_steps(_args(tmp_path, device="cuda", tiny=False))}
+    # autotuning results kept on disk: the next process's probe does not autotune again
+    assert gpu["external"].env == {"TRITON_CACHE_AUTOTUNING": "1"}
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")  # a user's own setting stands
+    assert session.build_steps(_args(tmp_path, device="cuda"))[session.STEPS.index("external")].env == {
+        "TRITON_CACHE_AUTOTUNING": "0"
+    }
     assert list(gpu) == list(session.STEPS)
     assert gpu["tests"].commands[0][-2:] == ["--device", "cuda"]
     assert {"-v", "-rfE"} <= set(gpu["tests"].commands[0])  # each test named as it ends: a cut step says which failed
@@ -188,13 +195,24 @@ def test_the_whole_session_runs_on_a_cpu_at_tiny_sizes(session, tmp_path):
     assert {(r["preset"], r["precision"]) for r in train["rows"]} == {
         (p, q) for p in session.TRAIN_PRESETS for q in ("bf16", "fp32")
     }
-    assert all(r["steps"] == 4 and r["tokens_per_s"] > 0 for r in train["rows"])
+    assert all(r["steps"] == 4 and r["tokens_per_s"] > 0 and r["loss_judged"] is False for r in train["rows"])
     assert "| planner | ok |" in (out / "session.md").read_text()
     families = json.loads((out / "results" / "families.json").read_text())
     assert {(r["family"], r["precision"]) for r in families["rows"]} == {
         (f, q) for f, _, _ in session.FAMILY_PRESETS for q in ("fp32", "bf16")
     }
     assert all(r["loss_finite"] and r["tokens_per_s"] > 0 and r["kernels"] is not None for r in families["rows"])
+
+
+def test_a_training_run_is_judged_by_its_falling_loss_only_past_its_warmup(session):
+    flat = {"steps": 100, "loss_first": 2.28, "loss_last": 2.30, "loss_falls": False}
+    assert not session._judge_loss(row := dict(flat), 1000, tiny=False)  # inside the warmup: not judged
+    assert row["warmup"] == 1000 and row["loss_judged"] is False
+    assert session._judge_loss(row := dict(flat), 50, tiny=False) and row["loss_judged"] is True
+    assert not session._judge_loss(dict(flat), 50, tiny=True)  # a tiny run is too short
+    assert not session._judge_loss({**flat, "loss_last": 2.0, "loss_falls": True}, 50, tiny=False)
+    for bad in (float("nan"), float("inf")):  # never finite: a failure, judged or not
+        assert session._judge_loss({**flat, "loss_last": bad}, 1000, tiny=True)
 
 
 def test_the_external_step_records_each_maintained_kernel_and_why_it_is_not_used_off_cuda(session, tmp_path, capsys):

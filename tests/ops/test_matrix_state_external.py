@@ -139,6 +139,7 @@ def _authors_siso(calls=None):
             and cu_seqlens is None
             and ADT.shape == DT.shape == Trap.shape == (V.shape[0], V.shape[2], V.shape[1])
         )
+        assert Angles.shape[-1] <= Q.shape[-1] // 2 and Angles.shape[-1] % 2 == 0  # as the kernel asserts
         if calls is not None:
             calls.append({"Q": Q, "K": K, "V": V, "states": Input_States})
         dt = DT.transpose(1, 2)
@@ -228,6 +229,12 @@ def test_mamba3s_kernel_runs_only_where_it_fits_and_auto_picks_it_on_half_precis
         d.resolve("mamba", cuda, **{**fits, "p": 12})
     with pytest.raises(RuntimeError, match="takes left-aligned sequences only"):
         d.resolve("mamba", cuda, **{**fits, "prefix_mask": False})
+    # an odd number of rotation angles (d_state=4 at rope_fraction 0.5: one), which the kernel asserts
+    # against (an AssertionError on an H200)
+    assert d.auto_impl(cuda, dtype=torch.bfloat16, **fits, m=2) == "mamba"
+    assert d.auto_impl(cuda, dtype=torch.bfloat16, **fits, m=1) == "chunk"
+    with pytest.raises(RuntimeError, match="needs an even, positive number of rotation angles; got 1"):
+        d.resolve("mamba", cuda, **fits, m=1)
 
 
 def test_a_padding_mask_is_left_aligned_when_each_row_is_real_positions_then_padding():
@@ -272,3 +279,22 @@ def test_longrange_check_gives_mamba3s_kernel_inputs_it_takes_and_the_bf16_toler
     assert kernel.tol == TOLERANCE[torch.bfloat16] and chunk.tol == TOLERANCE[torch.float32]
     _, inputs, _, _ = check_cases._matrix_state_inputs("mamba3", 16, 16)
     assert set(check_cases.MAMBA3_FLOAT32) <= set(inputs)
+    assert inputs["angles"].shape[-1] % 2 == 0  # the kernel takes an even number of angles
+
+
+def test_longrange_check_holds_the_tf32_kernels_to_tf32s_tolerance_in_float32(monkeypatch):
+    """mamba-ssm's SSD kernel (and flash-linear-attention's) multiply float32 operands in TF32: on an
+    H200 its float32 error was 1.9e-3 against the loop, above float32's 1e-4; their float32 cases
+    take TF32_TOLERANCE, bfloat16 cases and our own implementations keep theirs."""
+    from longrange.ops import check_cases
+    from longrange.ops.checking import TF32_TOLERANCE, TOLERANCE
+
+    for op in external.SOURCES:
+        monkeypatch.setitem(external._probed, (op, "cuda"), (lambda *a, **k: None, None))
+    for dtype in (torch.float32, torch.bfloat16):
+        cases = {(c.op, c.impl): c for c in check_cases.matrix_state_cases("cuda", dtype)}
+        for op, impl in (("ssd", "mamba"), ("gla", "fla"), ("delta_rule", "fla"), ("gated_delta_rule", "fla")):
+            assert cases[op, impl].tol == (TF32_TOLERANCE if dtype == torch.float32 else TOLERANCE[dtype])
+            assert cases[op, "chunk"].tol == TOLERANCE[dtype]
+        assert cases["mamba3", "mamba"].tol == TOLERANCE[torch.bfloat16]
+    assert TOLERANCE[torch.float32] < 1.9e-3 < TF32_TOLERANCE < TOLERANCE[torch.bfloat16]

@@ -290,7 +290,7 @@ def mamba3(
             prefix = mask is None
         else:
             prefix = is_prefix_mask(mask) if (half or explicit) else True
-        context = {"dtype": x.dtype, "p": x.shape[-1], "n": B.shape[-1], "prefix_mask": prefix}
+        context = {"dtype": x.dtype, "p": x.shape[-1], "n": B.shape[-1], "m": angles.shape[-1], "prefix_mask": prefix}
     return _run(
         "mamba3",
         impl,

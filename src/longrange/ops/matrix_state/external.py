@@ -82,17 +82,24 @@ def is_prefix_mask(mask: Tensor | None) -> bool:
     return bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths)).all())
 
 
-def mamba3_fits(p: int | None = None, n: int | None = None, prefix_mask: bool = True, **_: Any) -> bool:
+def mamba3_fits(
+    p: int | None = None, n: int | None = None, prefix_mask: bool = True, m: int | None = None, **_: Any
+) -> bool:
     """Whether mamba-ssm's Mamba-3 kernel takes inputs of head width ``p``, state width ``n`` (both
-    powers of two, as its tensor descriptors need) and this padding mask (left-aligned sequences:
-    :func:`is_prefix_mask`)."""
+    powers of two, as its tensor descriptors need), ``m`` rotation angles (an even number: it
+    asserts so; a layer with ``d_state=4`` and ``rope_fraction=0.5`` has one) and this padding mask
+    (left-aligned sequences: :func:`is_prefix_mask`)."""
     pow2 = lambda v: v is None or (v > 0 and v & (v - 1) == 0)  # noqa: E731
-    return pow2(p) and pow2(n) and prefix_mask
+    return pow2(p) and pow2(n) and (m is None or (m > 0 and m % 2 == 0)) and prefix_mask
 
 
-def mamba3_misfit(p: int | None = None, n: int | None = None, prefix_mask: bool = True, **_: Any) -> str:
+def mamba3_misfit(
+    p: int | None = None, n: int | None = None, prefix_mask: bool = True, m: int | None = None, **_: Any
+) -> str:
     if not prefix_mask:
         return "takes left-aligned sequences only (a padding mask of real positions, then padding)"
+    if m is not None and (m <= 0 or m % 2):
+        return f"needs an even, positive number of rotation angles; got {m}"
     return f"needs power-of-two head and state widths; got p={p}, n={n}"
 
 
