@@ -496,3 +496,29 @@ def test_compiled_code_is_keyed_by_the_operators_source(monkeypatch):
     assert custom_ops.operators_digest(custom_ops.DEFINING_MODULES[:-1]) != custom_ops.operators_digest()
     monkeypatch.delattr(torch.compiler, "config")  # a PyTorch before 2.6: nothing to tag, no error
     assert custom_ops.tag_compile_caches() is None
+
+
+def test_the_kernel_loaders_constant_mark_is_dynamos_own_and_imports_no_dynamo():
+    """The kernel loaders are marked as constant results for torch.compile without importing Dynamo
+    (seconds at every command's start): the mark is the attribute Dynamo's own decorator sets (should
+    PyTorch change it, this fails; ``test_compiled_equals_eager`` then finds the graph break), and
+    importing the layers leaves Dynamo unimported."""
+    import subprocess
+    import sys
+
+    import torch._dynamo
+
+    from longrange.ops._lazy_kernels import LazyKernels, mark_constant
+
+    def official():
+        return None
+
+    def ours():
+        return None
+
+    marked = set(vars(torch._dynamo.assume_constant_result(official)))
+    assert marked and marked == set(vars(mark_constant(ours)))
+    assert vars(LazyKernels("longrange.ops.scan._numba_kernels").load) == vars(ours)
+    code = "import sys, longrange.models, longrange.layers; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -14,6 +14,15 @@ from types import ModuleType
 import torch
 
 
+def mark_constant(fn):
+    """``torch.compiler.assume_constant_result(fn)`` without importing Dynamo, which that function
+    does first (1.6 s here, paid by every command that imports the layers, e.g. ``longrange params``):
+    the mark Dynamo reads when it traces a call of ``fn``, the attribute that decorator sets
+    (``tests/ops/test_custom_ops.py`` checks that it is the same)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 class LazyKernels:
     """The kernel module ``name``, imported once on first use; where it cannot be imported (numba
     or triton not installed, or a version mismatch), :meth:`load` gives None and :attr:`error`
@@ -26,11 +35,10 @@ class LazyKernels:
 
         # Under torch.compile: imported once while tracing, a constant. A function of no arguments
         # (PyTorch 2.11 could not take a bound method's ``self`` as a constant: seen, tests/ops/test_custom_ops.py).
-        @torch.compiler.assume_constant_result
         def load() -> ModuleType | None:
             return self._load()
 
-        self.load = load
+        self.load = mark_constant(load)
 
     def _load(self) -> ModuleType | None:
         if self.module is None and self.error is None:
