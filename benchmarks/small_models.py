@@ -24,6 +24,11 @@ sequences. Per model the table gives:
 ``--compile`` adds the step compiled (``train.compile``) and its compile time (the first two steps
 less two eager steps): where it pays, the saving per step times a study's steps exceeds it.
 
+``--plan FILE`` measures a grid's models instead (a study's ``plan.json``, e.g. the MAD screen's in
+``benchmarks/results/studies/mad-cpu-screen/``): ``--models`` are labels of its experiments (default:
+every label; the first experiment of each), each at its task's own length and, unless
+``--batch-size`` is given, its training batch.
+
 ``--src [LABEL=]DIR`` (repeatable) measures the same models with another checkout's ``src`` folder (a
 ``git worktree`` of an earlier revision) as well: every (model, source) pair runs in its own
 process, in rounds that alternate the sources, so that a loaded machine slows both alike; this is
@@ -131,7 +136,25 @@ def _saved_bytes(step) -> int:
     return sum(seen.values())
 
 
-def measure(name: str, batch_size: int, seq_len: int, steps: int, threads: int, compile_too: bool) -> dict:
+def plan_experiments(path: Path) -> dict:
+    """The first experiment of each label in a grid's ``plan.json``, by label."""
+    from longrange.experiment.plan import Plan
+
+    out: dict = {}
+    for exp in Plan.from_dict(json.loads(Path(path).read_text())).experiments:
+        out.setdefault(exp.label, exp)
+    return out
+
+
+def measure(
+    name: str,
+    batch_size: int | None,
+    seq_len: int,
+    steps: int,
+    threads: int,
+    compile_too: bool,
+    plan: Path | None = None,
+) -> dict:
     """One model's row, measured in this process."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -140,10 +163,17 @@ def measure(name: str, batch_size: int, seq_len: int, steps: int, threads: int, 
     from longrange.experiment.dryrun import prepare_step
 
     torch.set_num_threads(threads)
-    overrides = [f"task.options.seq_len={seq_len}"]
-    if "l_max" in resolve(f"demo/recall/{name}").model.primitive_options:  # Hyena's filters: built for the length
-        overrides.append(f"model.primitive_options.l_max={seq_len}")
-    exp = resolve(f"demo/recall/{name}", overrides=overrides)
+    if plan is not None:  # the grid's experiment, at its task's length
+        experiments = plan_experiments(plan)
+        if name not in experiments:
+            raise SystemExit(f"--plan {plan}: no experiment labelled {name!r}; its labels: {', '.join(experiments)}")
+        exp, seq_len = experiments[name], None
+    else:
+        overrides = [f"task.options.seq_len={seq_len}"]
+        if "l_max" in resolve(f"demo/recall/{name}").model.primitive_options:  # Hyena's filters: built for the length
+            overrides.append(f"model.primitive_options.l_max={seq_len}")
+        exp = resolve(f"demo/recall/{name}", overrides=overrides)
+        batch_size = batch_size or 64
     torch.manual_seed(0)
     prepared = prepare_step(exp, "train", device="cpu", batch_size=batch_size, seq_len=seq_len)
     params = sum(p.numel() for p in prepared.model.parameters())
@@ -165,6 +195,8 @@ def measure(name: str, batch_size: int, seq_len: int, steps: int, threads: int, 
 
     row = {
         "model": name,
+        "batch_size": prepared.batch_size,
+        "seq_len": prepared.seq_len,
         "parameters": params,
         "flops": flops,
         "traffic_bytes": 2 * saved + state,
@@ -185,7 +217,7 @@ def measure(name: str, batch_size: int, seq_len: int, steps: int, threads: int, 
 
 
 def _worker(args: argparse.Namespace) -> None:
-    row = measure(args.worker, args.batch_size, args.seq_len, args.steps, args.threads, args.compile)
+    row = measure(args.worker, args.batch_size, args.seq_len, args.steps, args.threads, args.compile, args.plan)
     print("ROW " + json.dumps(row))
 
 
@@ -195,8 +227,8 @@ def _run(name: str, src: str, args: argparse.Namespace) -> dict:
         __file__,
         "--worker",
         name,
-        "--batch-size",
-        str(args.batch_size),
+        *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
+        *(["--plan", str(args.plan)] if args.plan else []),
         "--seq-len",
         str(args.seq_len),
         "--steps",
@@ -243,10 +275,12 @@ def summarise(rows: list[dict], mm_gflops: float, copy_gbs: float) -> dict:
 
 def markdown(results: dict[str, dict[str, dict]], args: argparse.Namespace) -> str:
     sources = list(results)
-    head = (
-        f"Training step, batch {args.batch_size} x length {args.seq_len}, {args.threads} thread(s); "
-        "times in ms; bound ratios are step / bound.\n\n"
+    size = (
+        f"the models of {args.plan}, batch {args.batch_size or 'as planned'} x their tasks' lengths"
+        if args.plan
+        else f"batch {args.batch_size or 64} x length {args.seq_len}"
     )
+    head = f"Training step, {size}, {args.threads} thread(s); times in ms; bound ratios are step / bound.\n\n"
     cols = ["model", "parameters", "GFLOP", "FLOP bound", "traffic bound"]
     for src in sources:
         tag = "" if len(sources) == 1 else f" ({src})"
@@ -299,8 +333,9 @@ def _source(text: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=MODELS, help="demo/recall/<name> presets (default: all)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--models", nargs="+", help="demo/recall/<name> presets, or with --plan its labels (default: all)")
+    p.add_argument("--batch-size", type=int, help="sequences per step (default 64; with --plan the planned batch)")
+    p.add_argument("--plan", type=Path, help="a grid's plan.json: measure its experiments (see the module docstring)")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--steps", type=int, default=7, help="timed steps per process")
     p.add_argument("--rounds", type=int, default=2, help="processes per (model, source), alternating the sources")
@@ -317,8 +352,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--markdown", type=Path, help="write the table here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.plan is not None:
+        args.plan = args.plan.resolve()
     if args.worker:
         return _worker(args)
+    if args.models is None:
+        args.models = list(plan_experiments(args.plan)) if args.plan else MODELS
     sources = dict(_source(s) for s in args.src)
     sources["this checkout" if sources else "step"] = str(ROOT / "src")
     labels = list(sources)
@@ -340,6 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     text = markdown(results, args)
     print(text)
     settings = {k: getattr(args, k) for k in ("batch_size", "seq_len", "steps", "rounds", "threads", "compile")}
+    settings["plan"] = str(args.plan) if args.plan else None
     if args.json:
         args.json.write_text(json.dumps({"settings": settings, "results": results, "raw": raw}, indent=1))
     if args.markdown:

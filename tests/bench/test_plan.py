@@ -242,22 +242,27 @@ def test_a_plan_runs_the_targets_convolution():
 
 def test_a_gpu_plan_runs_pytorchs_short_convolution_and_norm_which_keep_more(monkeypatch):
     """On a GPU (without causal-conv1d) the Mamba block's convolution is PyTorch's ``conv1d`` and the
-    output norm its formula, which keep more for the backward than the CPU's numba kernels: planned
+    output norm and SwiGLU their formulas, which keep more for the backward than the CPU's numba kernels: planned
     with the numba kernels, Mamba-S6 on sCIFAR measured 1.30x its predicted peak on an H200."""
     from contextlib import nullcontext
 
-    from longrange.ops import conv, norm
+    from longrange.ops import conv, glu, norm
 
     exp = resolve("demo/recall/mamba2")  # a Mamba block's convolution and Mamba-2's gated norm
     gpu = measure_step(exp, micro_batch=2, seq_len=64, target="gpu", count=False)
     cpu = measure_step(exp, micro_batch=2, seq_len=64, target="cpu", count=False)
     assert gpu.kernels["causal_conv1d"] == "torch" and cpu.kernels["causal_conv1d"] == "numba"
     assert gpu.kernels["rms_norm"] == "torch" and cpu.kernels["rms_norm"] == "numba"
-    for op in (conv, norm):  # the plan as it was: the numba kernels' fake implementations
+    gla = resolve("demo/recall/gla")  # FLA's stack: GLA and a SwiGLU MLP
+    gpu_gla, cpu_gla = (measure_step(gla, micro_batch=2, seq_len=64, target=t, count=False) for t in ("gpu", "cpu"))
+    assert gpu_gla.kernels["swiglu"] == "torch" and cpu_gla.kernels["swiglu"] == "numba"
+    for op in (conv, norm, glu):  # the plan as it was: the numba kernels' fake implementations
         monkeypatch.setattr(op, "default_impl", lambda impl: nullcontext())
     before = measure_step(exp, micro_batch=2, seq_len=64, target="gpu", count=False)
     assert before.kernels["causal_conv1d"] == "numba"
     assert gpu.peak["activations"] > before.peak["activations"]
+    before_gla = measure_step(gla, micro_batch=2, seq_len=64, target="gpu", count=False)
+    assert before_gla.kernels["swiglu"] == "numba" and gpu_gla.peak["activations"] > before_gla.peak["activations"]
 
 
 # ------------------------------------------------------------------------------------------------

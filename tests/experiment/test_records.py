@@ -123,7 +123,7 @@ def test_compare_prints_stage_k_of_n_with_an_eta(tmp_path, capsys):
 
 
 def test_compare_records_device_precision_and_kernels_and_logs_one_wandb_group(tmp_path, capsys, request):
-    from longrange.ops import conv
+    from longrange.ops import conv, norm
     from longrange.ops.scan import auto_impl
 
     tracked = _wandb_available()
@@ -189,7 +189,11 @@ def test_compare_records_device_precision_and_kernels_and_logs_one_wandb_group(t
         summary = json.loads((stage / "summary.json").read_text())
         assert summary["device"]["type"] == "cpu" and summary["device"]["count"] == 1
         assert summary["precision"] == {"autocast": None, "params": "float32"}
-        assert summary["kernels"] == {"causal_conv1d": conv.auto_impl("cpu"), "selective_scan": auto_impl("cpu")}
+        assert summary["kernels"] == {
+            "causal_conv1d": conv.auto_impl("cpu"),
+            "selective_scan": auto_impl("cpu"),
+            "rms_norm": norm.auto_impl("cpu", width=8),  # the block's norm, at width 8
+        }
         assert summary["deterministic"] is False and "numba" in summary["versions"]
         record = yaml.safe_load((stage / "config.yaml").read_text())["record"]  # rewritten at the end
         assert {k: record[k] for k in ("device", "precision", "kernels")} == {

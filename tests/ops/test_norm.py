@@ -158,3 +158,24 @@ def test_the_head_norm_of_the_layers_is_the_op():
     u = o * F.silu(g)
     expected = u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight
     torch.testing.assert_close(norm(o, g), expected)
+
+
+@pytest.mark.parametrize("width", [16, NUMBA_MIN_WIDTH, 64])
+def test_the_blocks_rms_norm_is_the_op_and_the_formula(width):
+    """The blocks' RMSNorm (before every mixer and MLP) runs ``rms_norm``: the formula's values and
+    gradients at widths the numba kernels take and below them."""
+    from longrange.blocks.norms import RMSNorm
+
+    torch.manual_seed(0)
+    norm = RMSNorm(width)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 5, width, requires_grad=True)
+    used.reset()
+    out = norm(x)
+    assert used.kernels() == {"rms_norm": auto_impl("cpu", width=width)}
+    expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps) * norm.weight
+    torch.testing.assert_close(out, expected, rtol=2e-6, atol=2e-6)
+    grads = torch.autograd.grad(out, [x, norm.weight], torch.ones_like(out))
+    for a, b in zip(grads, torch.autograd.grad(expected, [x, norm.weight], torch.ones_like(out))):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5)

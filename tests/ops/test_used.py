@@ -86,11 +86,16 @@ def test_causal_conv1d_records_auto_and_forced():
     assert conv.available_impls("cpu") == (("ref", "torch", "numba") if auto == "numba" else ("ref", "torch"))
 
 
-def test_a_mamba_block_records_both_of_its_ops():
+def test_a_mamba_block_records_each_of_its_ops():
     from longrange.blocks.mamba import MambaBlock
     from longrange.layers.s6 import S6
+    from longrange.ops import norm
 
     block = MambaBlock(4, make_ssm=lambda width: S6(width, d_state=3))
     used.reset()
     block(torch.randn(2, 5, 4)).sum().backward()
-    assert used.kernels() == {"selective_scan": scan.auto_impl("cpu"), "causal_conv1d": conv.auto_impl("cpu")}
+    assert used.kernels() == {
+        "selective_scan": scan.auto_impl("cpu"),
+        "causal_conv1d": conv.auto_impl("cpu"),
+        "rms_norm": norm.auto_impl("cpu", width=4),  # the block's norm
+    }

@@ -383,16 +383,17 @@ def measure_step(
         stack.enter_context(fake_mode())
         stack.enter_context(DtypeChecks())
         if target == "gpu":  # the GPU's attention kernels and fused Triton kernels (their fake implementations)
-            from longrange.ops import conv, fftconv, norm, scan, ssm_kernels
+            from longrange.ops import conv, fftconv, glu, norm, scan, ssm_kernels
 
             stack.enter_context(CudaAttention())
             stack.enter_context(scan.default_impl("triton"))
             stack.enter_context(ssm_kernels.default_impl(ssm_kernels.OPS, "triton"))
             stack.enter_context(fftconv.default_impl("fft"))  # "auto" on CUDA: the FFT at every length
-            # PyTorch's ops where a GPU has no fused kernel of ours: the norm's formula, and the
-            # convolution's grouped conv1d (causal-conv1d's kernel, where installed, keeps less)
+            # PyTorch's ops where a GPU has no fused kernel of ours: the norm's and SwiGLU's formulas,
+            # and the convolution's grouped conv1d (causal-conv1d's kernel, where installed, keeps less)
             stack.enter_context(conv.default_impl("torch"))
             stack.enter_context(norm.default_impl("torch"))
+            stack.enter_context(glu.default_impl("torch"))
         prepared = prepare_step(
             exp,
             stage,

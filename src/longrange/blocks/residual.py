@@ -20,19 +20,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from longrange.blocks.common import FeatureDropout, norm_step
 from longrange.blocks.norms import make_norm
 from longrange.errors import ConfigError
 from longrange.layers.base import SequencePrimitive
+from longrange.ops.glu import swiglu
 
 MLPS = ("swiglu", "gelu", "none")
 
 
 class SwiGLU(nn.Module):
-    """``down(silu(gate(x)) * up(x))``, without biases."""
+    """``down(silu(gate(x)) * up(x))``, without biases; the activation by
+    :func:`longrange.ops.glu.swiglu` on the fused projection (one pass each way on a CPU)."""
 
     def __init__(self, d: int, hidden: int):
         super().__init__()
@@ -40,8 +41,7 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(hidden, d, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(swiglu(self.gate_up(x)))
 
 
 def make_mlp(kind: str, d: int, ratio: float) -> nn.Module | None:

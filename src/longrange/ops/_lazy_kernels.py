@@ -54,6 +54,13 @@ class LazyKernels:
         return self.error
 
 
+def rows_per_task(rows: int, width: int, threads: int, elements: int) -> int:
+    """Rows per task of a row-wise kernel: about ``elements`` features (fewer cost more to hand out
+    than they compute), and a task per thread at least."""
+    per = max(1, elements // max(width, 1))
+    return max(1, min(per, -(-rows // max(threads, 1))))
+
+
 def use_threads(kernels: ModuleType) -> int:
     """Run ``kernels`` on ``torch.get_num_threads()`` threads; returns the number used.
 

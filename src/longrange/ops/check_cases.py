@@ -289,6 +289,36 @@ def norm_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
+def glu_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """SwiGLU: every implementation that runs here but the formula, against it."""
+    from longrange.ops import glu
+
+    cases = []
+    for shape in ((2, 5, 14), (3, 1, 2)):
+        inputs = random_inputs(len(shape), h=shape)
+        for impl, note, env in implementations("swiglu", device):
+
+            def run(inputs=inputs, impl=impl) -> float:
+                return compare(lambda **kw: glu.swiglu(**kw, impl=impl), glu.swiglu_ref, inputs, dtype, device)
+
+            cases.append(
+                Case(
+                    "swiglu",
+                    impl,
+                    device,
+                    dtype,
+                    f"h {tuple(shape)}",
+                    run,
+                    TOLERANCE[dtype],
+                    lambda passed: "avoid it for every layer with longrange.ops.glu.set_default_impl('torch')",
+                    note,
+                    env,
+                    record=("swiglu", impl),
+                )
+            )
+    return cases
+
+
 def fft_conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
     """Long convolutions, causal and two-sided, with a skip term: every implementation that runs
     here against the explicit matrix."""
@@ -712,6 +742,7 @@ OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
     scan_cases,
     conv_cases,
     norm_cases,
+    glu_cases,
     fft_conv_cases,
     attention_cases,
     ssm_kernel_cases,

@@ -56,6 +56,7 @@ OPERATORS: dict[str, tuple[str, ...]] = {
     "longrange.ops.scan.triton": ("selective_scan_triton",),
     "longrange.ops.conv.numba": ("causal_conv1d_numba",),
     "longrange.ops.norm.numba": ("rms_norm_numba",),
+    "longrange.ops.glu.numba": ("swiglu_numba",),
     "longrange.ops.ssm_kernels.numba": ("vandermonde_numba", "cauchy_numba"),
     "longrange.ops.ssm_kernels.triton": ("vandermonde_triton", "cauchy_triton"),
 }

@@ -94,6 +94,7 @@ FAMILIES: tuple[str, ...] = (
     "longrange.ops.scan.dispatch",
     "longrange.ops.conv.dispatch",
     "longrange.ops.norm.dispatch",
+    "longrange.ops.glu.dispatch",
     "longrange.ops.ssm_kernels.dispatch",
     "longrange.ops.matrix_state.dispatch",
     "longrange.ops.complex_scan.dispatch",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from longrange.ops._lazy_kernels import LazyKernels
+from longrange.ops._lazy_kernels import LazyKernels, rows_per_task
 from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 
@@ -53,8 +53,7 @@ def _kernels():
 
 def _rows_per_task(rows: int, width: int, threads: int) -> int:
     """Rows per task: about :data:`TASK_ELEMENTS` features, and a task per thread at least."""
-    per = max(1, TASK_ELEMENTS // max(width, 1))
-    return max(1, min(per, -(-rows // max(threads, 1))))
+    return rows_per_task(rows, width, threads, TASK_ELEMENTS)
 
 
 def norm_flops(rows: int, width: int, mode: int, backward: bool = False) -> int:
