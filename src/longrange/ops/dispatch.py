@@ -346,6 +346,17 @@ def numba_reason(device: torch.device, import_error: str | None) -> str:
     return f"needs the numba package, which does not import ({import_error})"
 
 
+def floating_inputs(dtype: torch.dtype = torch.float32, **_) -> bool:
+    """An :attr:`Impl.fits` for kernels that take any floating dtype (and compute in float32 or
+    float64): the numba kernels of the convolution, the norm and SwiGLU."""
+    return dtype.is_floating_point
+
+
+def floating_inputs_misfit(dtype: torch.dtype = torch.float32, **_) -> str:
+    """The :attr:`Impl.misfit` of :func:`floating_inputs`."""
+    return f"takes floating CPU tensors, got {dtype}"
+
+
 def numba_impl(module: ModuleType, **fields) -> Impl:
     """``"numba"``: the kernels of a family's ``numba`` module (its ``numba_available()`` and
     ``unavailable_reason()``, read at each call), on CPU tensors; other :class:`Impl` fields (or

@@ -19,7 +19,7 @@ from longrange.ops.conv import numba as numba_conv
 from longrange.ops.conv.common import activate, check_conv_inputs
 from longrange.ops.conv.reference import causal_conv1d_ref
 from longrange.ops.dataless import holds_data
-from longrange.ops.dispatch import Dispatcher, Impl, numba_impl
+from longrange.ops.dispatch import Dispatcher, Impl, floating_inputs, floating_inputs_misfit, numba_impl
 
 #: Kernel widths the ``causal-conv1d`` CUDA kernel supports.
 CUDA_WIDTHS = (2, 3, 4)
@@ -48,14 +48,6 @@ def _cuda_misfit(width: int = CUDA_WIDTHS[-1], dtype: torch.dtype = torch.float3
     return f"takes a width in {CUDA_WIDTHS} and float32/float16/bfloat16 inputs, got width {width} and {dtype}"
 
 
-def _numba_fits(dtype: torch.dtype = torch.float32, **_) -> bool:
-    return dtype.is_floating_point
-
-
-def _numba_misfit(dtype: torch.dtype = torch.float32, **_) -> str:
-    return f"takes floating CPU tensors, got {dtype}"
-
-
 #: The implementations, in "auto"'s order of preference where they run and take the inputs.
 #: Determinism of the backward: "cuda" (the causal-conv1d kernel) adds the weight and bias
 #: gradients of the batch elements' thread blocks with atomic additions, whose order can change
@@ -74,7 +66,7 @@ DISPATCHER = Dispatcher(
             nondeterministic="atomic additions of the weight and bias gradients",
             note="causal-conv1d; widths 2-4, not float64",
         ),
-        numba_impl(numba_conv, fits=_numba_fits, misfit=_numba_misfit, note="float32, float64"),
+        numba_impl(numba_conv, fits=floating_inputs, misfit=floating_inputs_misfit, note="float32, float64"),
         Impl("torch"),
         Impl("ref", auto=False),
     ],

@@ -14,23 +14,17 @@ import torch
 from torch import Tensor
 
 from longrange.ops.dataless import holds_data
-from longrange.ops.dispatch import Dispatcher, Impl, numba_impl
+from longrange.ops.dispatch import Dispatcher, Impl, floating_inputs, floating_inputs_misfit, numba_impl
 from longrange.ops.glu import numba as numba_glu
 from longrange.ops.glu.reference import swiglu_ref
-
-
-def _numba_fits(dtype: torch.dtype = torch.float32, **_) -> bool:
-    return dtype.is_floating_point
-
-
-def _numba_misfit(dtype: torch.dtype = torch.float32, **_) -> str:
-    return f"takes floating CPU tensors, got {dtype}"
-
 
 #: The implementations; both backwards are deterministic (elementwise, no sums).
 DISPATCHER = Dispatcher(
     "swiglu",
-    [numba_impl(numba_glu, fits=_numba_fits, misfit=_numba_misfit, note="float32, float64"), Impl("torch")],
+    [
+        numba_impl(numba_glu, fits=floating_inputs, misfit=floating_inputs_misfit, note="float32, float64"),
+        Impl("torch"),
+    ],
     reference="torch",
 )
 
