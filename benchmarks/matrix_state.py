@@ -1,7 +1,7 @@
 """The matrix-state mixers on this CPU: against length beside S6 and attention, the chunked ops
 against their loops over time, and SSD against the algorithm of ``ssd_minimal_discrete``.
 
-Usage: python benchmarks/matrix_state.py lengths|naive|minimal|all [--threads 2] [--json OUT]
+Usage: python benchmarks/matrix_state.py lengths|naive|minimal|small|all [--threads 2] [--json OUT]
        [--lengths 1024,2048,4096,8192,16384] [--layers mamba2,...] [--ops ssd,...] [--batches 3]
 
 - ``lengths``: each layer of ``longrange.bench.mixers.LAYERS`` (whole layers at batch 8, width 256:
@@ -12,6 +12,11 @@ Usage: python benchmarks/matrix_state.py lengths|naive|minimal|all [--threads 2]
 - ``naive``: each op's chunked form against its loop over time at length 4096 (batch 1, 4 heads of
   64 x 64: the loop's autograd graph keeps a state per position, several GB at batch 8; the goal:
   at least 20x), forward + backward.
+- ``small``: the delta rules' numba kernels (``impl="numba"``) against their chunked forms (at
+  their default chunk) at the synthetic studies' sizes, batch 32 x length 128 (MAD's cells), for
+  heads of states from 8 x 8 to 64 x 64 (``--small-shapes``): where ``"auto"``'s threshold on the
+  state's elements (``AUTO_STATE_ELEMENTS``) comes from. Run with ``--threads 1``, as the studies'
+  grids train.
 - ``minimal``: ``ssd_chunk`` against ``ssd_minimal`` (the published minimal algorithm, written out
   in ``longrange/bench/mixers.py``) on the same inputs, forward + backward (the goal: at least 1.5x),
   at lengths 1024 and 4096.
@@ -144,6 +149,52 @@ def run_minimal(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+#: The ``small`` part's heads: (heads, dk, dv), MAD's Gated DeltaNet (8 heads of 8 x 16 at width 64)
+#: and DeltaNet (8 x 8) first.
+SMALL_SHAPES = ((8, 8, 8), (8, 8, 16), (8, 16, 16), (4, 16, 32), (4, 32, 32), (4, 32, 64), (4, 64, 64))
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    heads, dk, dv = (int(v) for v in text.split("x"))
+    return heads, dk, dv
+
+
+def run_small(args: argparse.Namespace) -> list[dict]:
+    rows = []
+    for op in ("gated_delta_rule", "delta_rule"):
+        for heads, dk, dv in args.small_shapes:
+            for impl in ("chunk", "numba"):
+                print(f"{op} {impl} {heads}x{dk}x{dv}", file=sys.stderr, flush=True)
+                kwargs = dict(op=op, impl=impl, length=128, batch=32, heads=heads, dk=dk, dv=dv, chunk_size=None)
+                row = _point(
+                    "longrange.bench.mixers:measure_op",
+                    {**kwargs, "batches": args.batches, "threads": args.threads},
+                    args.timeout,
+                )
+                rows.append(row or {**kwargs, "status": "failed"})
+    return rows
+
+
+def small_table(rows: list[dict]) -> str:
+    lines = [
+        "| op | heads x dk x dv | state elements | chunk (ms) | numba (ms) | numba speed-up |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    by = {(r["op"], r["heads"], r["dk"], r["dv"], r["impl"]): r for r in rows}
+    for (op, heads, dk, dv, impl), r in by.items():
+        if impl != "chunk":
+            continue
+        fast = by.get((op, heads, dk, dv, "numba"), {})
+        if "fwdbwd_s" not in r or "fwdbwd_s" not in fast:
+            lines.append(f"| {op} | {heads} x {dk} x {dv} | {dk * dv:,} | failed | | |")
+            continue
+        lines.append(
+            f"| {op} | {heads} x {dk} x {dv} | {dk * dv:,} | {1e3 * r['fwdbwd_s']:.1f} | "
+            f"{1e3 * fast['fwdbwd_s']:.1f} | {r['fwdbwd_s'] / fast['fwdbwd_s']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 def ratio_table(rows: list[dict], slow: str, title: str) -> str:
     lines = [f"| op | length | chunk (s) | {slow} (s) | {title} |", "|---|---:|---:|---:|---:|"]
     by = {(r["op"], r["impl"], r["length"]): r for r in rows}
@@ -163,7 +214,7 @@ def ratio_table(rows: list[dict], slow: str, title: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("part", choices=["lengths", "naive", "minimal", "all"])
+    p.add_argument("part", choices=["lengths", "naive", "minimal", "small", "all"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096, 8192, 16384])
     p.add_argument("--layers", type=lambda t: t.split(","), default=list(LAYERS))
@@ -173,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--naive-length", type=int, default=4096)
     p.add_argument("--naive-batch", type=int, default=1)
+    p.add_argument(
+        "--small-shapes",
+        type=lambda t: [_shape(v) for v in t.split(",") if v],
+        default=list(SMALL_SHAPES),
+        help="the small part's heads, as HEADSxDKxDV,...",
+    )
     p.add_argument("--time-budget", type=float, default=60.0, help="seconds per fwd+bwd call above which a layer stops")
     p.add_argument("--memory-budget", type=float, default=12000.0, help="MB above which a layer stops")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per point")
@@ -197,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("minimal", "all"):
         result["minimal"] = run_minimal(args)
         print(ratio_table(result["minimal"], "minimal", "speed-up over ssd_minimal"), flush=True)
+    if args.part in ("small", "all"):
+        result["small"] = run_small(args)
+        print(small_table(result["small"]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -53,11 +53,38 @@ def _fake(target: str, kwargs: dict) -> dict:
             "fwdbwd_peak_mb": 1.0,
         }
     return {
+        **{key: kwargs[key] for key in ("heads", "dk", "dv") if key in kwargs},
         "op": kwargs["op"],
         "impl": kwargs["impl"],
         "length": kwargs["length"],
-        "fwdbwd_s": {"chunk": 1.0, "naive": 30.0, "minimal": 2.0}[kwargs["impl"]],
+        "fwdbwd_s": {"chunk": 1.0, "naive": 30.0, "minimal": 2.0, "numba": 0.5}[kwargs["impl"]],
     }
+
+
+def test_the_small_part_compares_the_delta_rules_kernels_with_their_chunks(capsys, monkeypatch):
+    script = repo_scripts.load("benchmarks/matrix_state.py", "matrix_state_script")
+    calls = []
+    monkeypatch.setattr(
+        script.measure,
+        "run_isolated",
+        lambda target, kwargs, timeout=None: calls.append(kwargs) or _fake(target, kwargs),
+    )
+    assert script.main(["small", "--small-shapes", "8x8x16,4x64x64"]) == 0
+    assert {(c["op"], c["impl"], c["dk"], c["dv"], c["chunk_size"]) for c in calls} == {
+        (op, impl, dk, dv, None)
+        for op in ("delta_rule", "gated_delta_rule")
+        for impl in ("chunk", "numba")
+        for dk, dv in ((8, 16), (64, 64))
+    }
+    out = capsys.readouterr().out
+    assert "| gated_delta_rule | 8 x 8 x 16 | 128 | 1000.0 | 500.0 | 2.00x |" in out
+
+
+@pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule"])
+def test_the_delta_rules_kernels_and_default_chunks_are_measured(op):
+    for impl in ("numba", "chunk"):
+        row = mixers.measure_op(op, impl, length=16, batch=1, heads=2, dk=4, dv=4, chunk_size=None, warmup=0, batches=1)
+        assert row["fwdbwd_s"] > 0
 
 
 def test_the_naive_part_measures_the_ops_named_and_refuses_others(capsys, monkeypatch):

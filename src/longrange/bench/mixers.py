@@ -183,6 +183,10 @@ def _op_call(op: str, impl: str, chunk_size: int) -> Any:
 
     if op == "ssd" and impl == "minimal":
         return lambda **kw: ssd_minimal(**kw, chunk_size=chunk_size)
+    if impl == "numba":  # the delta rules' kernels, at their own spans of checkpoints
+        from longrange.ops.matrix_state import numba as ms_numba
+
+        return getattr(ms_numba, f"{op}_numba")
     fn = getattr(family(op), f"{op}_{impl}")
     return (lambda **kw: fn(**kw, chunk_size=chunk_size)) if impl == "chunk" else fn
 
@@ -195,15 +199,16 @@ def measure_op(
     heads: int = 4,
     dk: int = 64,
     dv: int = 64,
-    chunk_size: int = 64,
+    chunk_size: int | None = 64,
     warmup: int = 1,
     batches: int = 3,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """Forward + backward of ``op`` by ``impl`` (``chunk``, ``naive``, ``minimal`` for SSD); Mamba-3
-    MIMO's chunks are ``chunk_size // MIMO_RANK`` positions (``chunk_size`` rank-positions)."""
+    """Forward + backward of ``op`` by ``impl`` (``chunk``, ``naive``, ``minimal`` for SSD, ``numba``
+    for the delta rules); Mamba-3 MIMO's chunks are ``chunk_size // MIMO_RANK`` positions
+    (``chunk_size`` rank-positions); ``chunk_size=None``: the op's default."""
     device = torch.device("cpu")
-    if op == "mamba3_mimo":
+    if op == "mamba3_mimo" and chunk_size is not None:
         chunk_size = max(1, chunk_size // MIMO_RANK)
     with measure.torch_threads(threads):
         inputs = op_inputs(op, batch, length, heads, dk, dv)

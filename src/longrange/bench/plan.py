@@ -384,16 +384,20 @@ def measure_step(
         stack.enter_context(DtypeChecks())
         if target == "gpu":  # the GPU's attention kernels and fused Triton kernels (their fake implementations)
             from longrange.ops import conv, fftconv, glu, norm, scan, ssm_kernels
+            from longrange.ops.matrix_state.dispatch import DISPATCHERS as MATRIX_STATE
 
             stack.enter_context(CudaAttention())
             stack.enter_context(scan.default_impl("triton"))
             stack.enter_context(ssm_kernels.default_impl(ssm_kernels.OPS, "triton"))
             stack.enter_context(fftconv.default_impl("fft"))  # "auto" on CUDA: the FFT at every length
             # PyTorch's ops where a GPU has no fused kernel of ours: the norm's and SwiGLU's formulas,
-            # and the convolution's grouped conv1d (causal-conv1d's kernel, where installed, keeps less)
+            # the convolution's grouped conv1d (causal-conv1d's kernel, where installed, keeps less),
+            # the delta rules' chunked form (flash-linear-attention's kernels, where installed, differ)
             stack.enter_context(conv.default_impl("torch"))
             stack.enter_context(norm.default_impl("torch"))
             stack.enter_context(glu.default_impl("torch"))
+            for op in ("delta_rule", "gated_delta_rule"):
+                stack.enter_context(MATRIX_STATE[op].default_impl("chunk"))
         prepared = prepare_step(
             exp,
             stage,

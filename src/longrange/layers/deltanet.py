@@ -19,7 +19,8 @@ builds it (H heads of key width ``head_dim`` and value width ``expand_v · head_
 
 with A uniform in (0, 16] and dt_bias Mamba's inverse-softplus initialisation (A_log and dt_bias
 trained without weight decay). Computed by :func:`longrange.ops.matrix_state.delta_rule` and
-:func:`~longrange.ops.matrix_state.gated_delta_rule`. Both are whole attention-like layers: use
+:func:`~longrange.ops.matrix_state.gated_delta_rule`, which normalise q and k themselves
+(``normalize_qk``: inside the numba kernels that run the small heads on CPUs). Both are whole attention-like layers: use
 them in ``block: residual`` with an MLP (``model.mlp: swiglu``), as FLA's models stack them.
 """
 
@@ -42,6 +43,7 @@ from longrange.layers.mixer_parts import (
 from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import check_positive_int
 from longrange.ops.matrix_state import dispatch as matrix_state
+from longrange.ops.matrix_state.common import normalize_qk
 
 
 class _DeltaLayer(QKVMixer):
@@ -94,7 +96,6 @@ class _DeltaLayer(QKVMixer):
         q, k, v = (
             split_heads(t, self.n_heads) for t in qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         )
-        q, k = F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6)
         beta = torch.sigmoid(self.b_proj(x)) * (2.0 if self.allow_neg_eigval else 1.0)
         return q, k, v, beta, self._log_decay(x)
 
@@ -105,12 +106,15 @@ class _DeltaLayer(QKVMixer):
         q, k, v, beta, g = heads
         if self.gated:
             return matrix_state.gated_delta_rule(
-                q, k, v, g, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl
+                q, k, v, g, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl, normalize_qk=True
             )
-        return matrix_state.delta_rule(q, k, v, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
+        return matrix_state.delta_rule(
+            q, k, v, beta, mask=mask, chunk_size=self.chunk_size, impl=self.impl, normalize_qk=True
+        )
 
     def _recur_step(self, heads: tuple[Tensor, ...], S: Tensor) -> tuple[Tensor, Tensor]:
         q, k, v, beta, g = heads
+        q, k = normalize_qk(q), normalize_qk(k)
         if self.gated:
             return matrix_state.gated_delta_rule_step(q, k, v, g, beta, S)
         return matrix_state.delta_rule_step(q, k, v, beta, S)

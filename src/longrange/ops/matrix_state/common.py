@@ -15,7 +15,17 @@ Conventions of the family (see the package docstring):
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+#: The floor of the norm by which the delta rules' ``normalize_qk`` divides q and k (the ``eps`` of
+#: ``torch.nn.functional.normalize`` as the DeltaNet layers call it).
+QK_NORM_EPS = 1e-6
+
+
+def normalize_qk(x: Tensor) -> Tensor:
+    """``x / max(||x||, QK_NORM_EPS)`` over the last dimension: the delta rules' ``normalize_qk``."""
+    return F.normalize(x, dim=-1, eps=QK_NORM_EPS)
 
 
 def shape_of(t: object) -> object:

@@ -6,6 +6,8 @@ Implementations of each op (``impl=``):
 name        what                                                        devices
 ==========  ==========================================================  ========================
 ``naive``   the loop over time (``*_naive``), the ground truth          any
+``numba``   the recurrence as compiled loops, backward written out      CPU, when numba imports
+            (the two delta rules; :mod:`.numba`)
 ``chunk``   chunkwise-parallel PyTorch (``*_chunk``)                    any
 ``fla``     flash-linear-attention's Triton chunk kernels (GLA, the     CUDA, when ``fla`` imports
             delta rules)                                                and its kernel ran once
@@ -43,8 +45,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from longrange.ops.dispatch import Dispatcher, Impl
+from longrange.ops.dispatch import Dispatcher, Impl, numba_impl
 from longrange.ops.matrix_state import common
+from longrange.ops.matrix_state import numba as numba_ms
 from longrange.ops.matrix_state.common import keep
 from longrange.ops.matrix_state.families import family
 
@@ -101,9 +104,33 @@ def _mamba3_auto(d: Dispatcher, device: torch.device, deterministic: bool, dtype
     return "chunk"
 
 
+#: The ops with numba kernels (:mod:`.numba`).
+NUMBA = ("delta_rule", "gated_delta_rule")
+
+
+def _delta_auto(
+    d: Dispatcher, device: torch.device, deterministic: bool, state_elements: int = 0, **context: Any
+) -> str:
+    """The delta rules' ``"auto"``: the default rule, but ``numba`` only for states of up to
+    :data:`~longrange.ops.matrix_state.numba.AUTO_STATE_ELEMENTS` elements per head."""
+    small = state_elements <= numba_ms.AUTO_STATE_ELEMENTS
+    usable = [name for name in d.candidates(device, deterministic, **context) if name != "numba" or small]
+    return usable[0] if usable else "chunk"
+
+
+def _describe_delta_auto(device: torch.device) -> str:
+    if device.type == "cpu" and numba_ms.numba_available():
+        return f"numba for states of up to {numba_ms.AUTO_STATE_ELEMENTS} elements per head (dk * dv), else chunk"
+    return DISPATCHERS["delta_rule"].auto_impl(device)
+
+
 def _dispatcher(op: str) -> Dispatcher:
     impls = [_external_impl(op)] if op in EXTERNAL else []
+    if op in NUMBA:
+        impls.append(numba_impl(numba_ms, note="float32, float64; small states"))
     impls += [Impl("chunk", note="chunkwise-parallel PyTorch"), Impl("naive", auto=False, note="loop over time")]
+    if op in NUMBA:
+        return Dispatcher(op, impls, reference="naive", auto=_delta_auto, describe_auto=_describe_delta_auto)
     return Dispatcher(op, impls, reference="naive", auto=_mamba3_auto if op == "mamba3" else None)
 
 
@@ -135,19 +162,25 @@ def _run(
     args: tuple,
     chunk_size: int | None,
     context: dict[str, Any] | None = None,
+    normalize_qk: bool = False,
     **kwargs: Any,
 ) -> Any:
     """``op`` by the implementation ``impl`` resolves to (``context``: what the dispatcher's ``fits``
-    and ``"auto"`` read of the inputs); ``kwargs`` go to every implementation."""
+    and ``"auto"`` read of the inputs; ``normalize_qk``: the delta rules' L2 normalisation of the
+    first two arguments, inside the numba kernels, else here); ``kwargs`` go to every implementation."""
     d = DISPATCHERS[op]
     impl = d.resolve(impl, device, stacklevel=4, **(context or {}))
     d.note(impl)
     module = _module(op)
+    if normalize_qk and impl != "numba":
+        args = (common.normalize_qk(args[0]), common.normalize_qk(args[1]), *args[2:])
     if impl == "naive":
         return getattr(module, f"{op}_naive")(*args, **kwargs)
+    extra = {} if chunk_size is None else {"chunk_size": chunk_size}
     if impl == "chunk":
-        extra = {} if chunk_size is None else {"chunk_size": chunk_size}
         return getattr(module, f"{op}_chunk")(*args, **kwargs, **extra)
+    if impl == "numba":  # chunk_size: the positions between the backward's checkpoints
+        return getattr(numba_ms, f"{op}_numba")(*args, **kwargs, **extra, normalize_qk=normalize_qk)
     from longrange.ops.matrix_state import external  # pragma: no cover - CUDA with the maintained kernels
 
     return external.kernel(op, device)(*args, **kwargs)  # pragma: no cover
@@ -209,6 +242,11 @@ def gla(
     return _masked_output(out, mask)
 
 
+def _delta_context(q: Tensor, v: Tensor) -> dict[str, Any]:
+    """What the delta rules' ``"auto"`` reads: the elements of a head's state."""
+    return {"state_elements": q.shape[-1] * v.shape[-1]}
+
+
 def delta_rule(
     q: Tensor,
     k: Tensor,
@@ -221,14 +259,25 @@ def delta_rule(
     *,
     chunk_size: int | None = None,
     impl: str | None = None,
+    normalize_qk: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The delta rule (see :mod:`longrange.ops.matrix_state.delta_rule`): q, k (b, l, h, dk),
-    v (b, l, h, dv), beta (b, l, h); state (b, h, dk, dv)."""
+    v (b, l, h, dv), beta (b, l, h); state (b, h, dk, dv). ``normalize_qk``: L2-normalise q and k
+    per head first (:func:`~longrange.ops.matrix_state.common.normalize_qk`, as the DeltaNet layers
+    do), inside the numba kernels where they run."""
     b, l, *_ = common.check_qkv("delta_rule", q, k, v)
     mask = common.check_mask("delta_rule", mask, b, l)
     if mask is not None:
         beta = keep(mask, beta)
-    out = _run("delta_rule", impl, q.device, (q, k, v, beta, scale, initial_state, output_final_state), chunk_size)
+    out = _run(
+        "delta_rule",
+        impl,
+        q.device,
+        (q, k, v, beta, scale, initial_state, output_final_state),
+        chunk_size,
+        _delta_context(q, v),
+        normalize_qk,
+    )
     return _masked_output(out, mask)
 
 
@@ -245,15 +294,23 @@ def gated_delta_rule(
     *,
     chunk_size: int | None = None,
     impl: str | None = None,
+    normalize_qk: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The gated delta rule (see :mod:`longrange.ops.matrix_state.delta_rule`): q, k (b, l, h, dk),
-    v (b, l, h, dv), g and beta (b, l, h); state (b, h, dk, dv)."""
+    v (b, l, h, dv), g and beta (b, l, h); state (b, h, dk, dv); ``normalize_qk`` as in
+    :func:`delta_rule`."""
     b, l, *_ = common.check_qkv("gated_delta_rule", q, k, v)
     mask = common.check_mask("gated_delta_rule", mask, b, l)
     if mask is not None:
         g, beta = keep(mask, g), keep(mask, beta)
     out = _run(
-        "gated_delta_rule", impl, q.device, (q, k, v, g, beta, scale, initial_state, output_final_state), chunk_size
+        "gated_delta_rule",
+        impl,
+        q.device,
+        (q, k, v, g, beta, scale, initial_state, output_final_state),
+        chunk_size,
+        _delta_context(q, v),
+        normalize_qk,
     )
     return _masked_output(out, mask)
 

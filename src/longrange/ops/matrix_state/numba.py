@@ -1,0 +1,260 @@
+"""The delta rule and the gated delta rule as compiled loops for CPUs (numba; ``impl="numba"`` of
+:func:`~longrange.ops.matrix_state.dispatch.delta_rule` and
+:func:`~longrange.ops.matrix_state.dispatch.gated_delta_rule`).
+
+The chunked form (:func:`~longrange.ops.matrix_state.delta_rule.gated_delta_rule_chunk`) turns the
+recurrence into batched matrix products, which pays where the state is large (64 x 64 per head). At
+the synthetic studies' widths a head's state is small (8 x 16 in MAD's Gated DeltaNet at width 64)
+and the chunked form's many small products, triangular solves and elementwise passes, forward and
+through autograd, cost more than the recurrence itself: the kernels
+(:mod:`longrange.ops.matrix_state._numba_kernels`) run the recurrence position by position instead,
+one task per sequence and head with its state in a local array, and the backward pass written out.
+The forward keeps the state entering every span of positions (:func:`span_for`); the backward
+recomputes one span's states at a time from it, so memory is the checkpoints, not a state per
+position.
+
+The operators are ``torch.ops.longrange.delta_rule_numba`` and ``delta_rule_numba_backward`` (see
+:mod:`longrange.ops.custom_ops`), one pair for both rules (``gated``: whether ``g`` is read). They
+compute in float64 when an input is float64, else in float32; each task is one sequential loop, so
+the backward is deterministic. ``"auto"`` runs them on CPUs for states of up to
+:data:`AUTO_STATE_ELEMENTS` elements per head (``dk * dv``), where they were measured faster than
+the chunked form (docs/performance.md); larger states run ``chunk``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from longrange.ops._lazy_kernels import LazyKernels
+from longrange.ops._lazy_kernels import use_threads as _use_threads
+from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.matrix_state.delta_rule import _prepare
+
+#: The dtypes the kernels compute in.
+DTYPES = (torch.float32, torch.float64)
+#: ``"auto"`` runs the kernels for heads whose state has at most this many elements (dk * dv).
+AUTO_STATE_ELEMENTS = 1024
+#: Bytes of one span's states that the backward pass keeps at a time (they stay in the cache).
+SPAN_BYTES = 64 << 10
+#: The longest span: checkpoints every so many positions at least.
+MAX_SPAN = 64
+
+_KERNELS = LazyKernels("longrange.ops.matrix_state._numba_kernels")
+
+
+def numba_available() -> bool:
+    """Whether numba imports, i.e. whether the kernels can run."""
+    return _KERNELS.load() is not None
+
+
+def unavailable_reason() -> str | None:
+    """Why numba cannot be used (the import error), or None when it can."""
+    return _KERNELS.reason()
+
+
+def _kernels():
+    k = _KERNELS.load()
+    if k is None:
+        raise RuntimeError(
+            f"delta_rule: impl='numba' needs the numba package, which does not import ({_KERNELS.error})"
+        )
+    return k
+
+
+def span_for(dk: int, dv: int, itemsize: int = 4) -> int:
+    """Positions between checkpoints: as many states as fit in :data:`SPAN_BYTES`, from 4 to
+    :data:`MAX_SPAN`."""
+    return max(4, min(MAX_SPAN, SPAN_BYTES // max(1, dk * dv * itemsize) - 1))
+
+
+def delta_rule_flops(b: int, l: int, h: int, dk: int, dv: int, backward: bool = False) -> int:
+    """FLOPs of the kernels (the convention of :mod:`longrange.ops.custom_ops`) per state element and
+    position: forward ``k S`` (2), the update (3) and ``q S`` (2); the backward recomputes the
+    forward's first two (5), then ``dq``, ``dS``, ``du``, ``dk`` (8) and the pass through the
+    transition (7)."""
+    return b * l * h * dk * dv * (20 if backward else 7)
+
+
+def _spans(length: int, span: int) -> int:
+    return -(-length // span)
+
+
+@torch.library.custom_op(qualname("delta_rule_numba"), mutates_args=(), device_types="cpu")
+def _forward_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor,
+    gated: bool,
+    normalize: bool,
+    scale: float,
+    S0: Tensor,
+    span: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k (B, L, H, dk), v (B, L, H, dv), beta and g (B, L, H), S0 (B, H, dk, dv), contiguous, one
+    dtype -> (o (B, L, H, dv), the final state, the checkpoints (B, H, spans, dk, dv)); ``normalize``:
+    q and k L2-normalised first."""
+    kern = _kernels()
+    B, L, H, dk = q.shape
+    o = torch.empty_like(v)
+    S = torch.empty_like(S0)
+    ckpt = S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+    _use_threads(kern)
+    kern.delta_forward(
+        q.numpy(), k.numpy(), v.numpy(), beta.numpy(), g.numpy(), gated, normalize, scale, S0.numpy(), span,
+        o.numpy(), S.numpy(), ckpt.numpy(),
+    )  # fmt: skip
+    return o, S, ckpt
+
+
+@_forward_op.register_fake
+def _(q, k, v, beta, g, gated, normalize, scale, S0, span):
+    B, L, H, dk = q.shape
+    return torch.empty_like(v), torch.empty_like(S0), S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+
+
+@torch.library.custom_op(qualname("delta_rule_numba_backward"), mutates_args=(), device_types="cpu")
+def _backward_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor,
+    gated: bool,
+    normalize: bool,
+    scale: float,
+    ckpt: Tensor,
+    span: int,
+    do: Tensor,
+    dS: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients (dq, dk, dv, dbeta, dg, dS0) of :func:`_forward_op` for the output's and the
+    final state's gradients ``do`` and ``dS`` (dg is zero when not ``gated``)."""
+    kern = _kernels()
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dbeta, dg, dS0 = torch.empty_like(beta), torch.zeros_like(g), torch.empty_like(dS)
+    _use_threads(kern)
+    kern.delta_backward(
+        q.numpy(), k.numpy(), v.numpy(), beta.numpy(), g.numpy(), gated, normalize, scale, ckpt.numpy(), span,
+        do.numpy(), dS.numpy(), dq.numpy(), dk.numpy(), dv.numpy(), dbeta.numpy(), dg.numpy(), dS0.numpy(),
+    )  # fmt: skip
+    return dq, dk, dv, dbeta, dg, dS0
+
+
+@_backward_op.register_fake
+def _(q, k, v, beta, g, gated, normalize, scale, ckpt, span, do, dS):
+    return (
+        torch.empty_like(q),
+        torch.empty_like(k),
+        torch.empty_like(v),
+        torch.empty_like(beta),
+        torch.empty_like(g),
+        torch.empty_like(dS),
+    )
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, beta, g, gated, normalize, scale, S0, span = inputs
+    ctx.save_for_backward(q, k, v, beta, g, output[2])
+    ctx.gated, ctx.normalize, ctx.scale, ctx.span = gated, normalize, scale, span
+
+
+def _backward(ctx, do: Tensor | None, dS: Tensor | None, dckpt: Tensor | None):
+    q, k, v, beta, g, ckpt = ctx.saved_tensors
+    B, L, H, dk = q.shape
+    do = torch.zeros_like(v) if do is None else do.contiguous()
+    dS = q.new_zeros(B, H, dk, v.shape[3]) if dS is None else dS.contiguous()
+    dq, dk_, dv, dbeta, dg, dS0 = _backward_op(
+        q, k, v, beta, g, ctx.gated, ctx.normalize, ctx.scale, ckpt, ctx.span, do, dS
+    )
+    return dq, dk_, dv, dbeta, dg if ctx.gated else None, None, None, None, dS0, None
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
+register_flops(_forward_op, lambda q, k, v, *rest: delta_rule_flops(*q, v[3]))
+register_flops(_backward_op, lambda q, k, v, *rest: delta_rule_flops(*q, v[3], backward=True))
+
+
+def _run(
+    op: str,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None,
+    scale: float | None,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+    chunk_size: int | None,
+    normalize_qk: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    _kernels()
+    if q.device.type != "cpu":
+        raise RuntimeError(f"{op}: impl='numba' takes CPU tensors, got tensors on {q.device}")
+    out_dtype = v.dtype
+    q, k, v, beta, g, state, scale, _ = _prepare(op, q, k, v, beta, g, g is not None, scale, initial_state, None)
+    dk, dv = q.shape[3], v.shape[3]
+    if chunk_size is not None:
+        from longrange.ops.matrix_state.common import check_chunk_size
+
+        span = check_chunk_size(op, chunk_size)
+    else:
+        span = span_for(dk, dv, q.element_size())
+    gated = g is not None
+    if not gated:
+        g = torch.zeros_like(beta)  # not read
+    o, S, _ = _forward_op(
+        q.contiguous(),
+        k.contiguous(),
+        v.contiguous(),
+        beta.contiguous(),
+        g.contiguous(),
+        gated,
+        bool(normalize_qk),
+        scale,
+        state.contiguous(),
+        span,
+    )
+    o = o.to(out_dtype)
+    return (o, S) if output_final_state else o
+
+
+def delta_rule_numba(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int | None = None,
+    normalize_qk: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`~longrange.ops.matrix_state.delta_rule.delta_rule_naive` (without a mask: the entry
+    point applies it) by the numba kernels; ``chunk_size``: positions between the checkpoints the
+    backward recomputes from (default :func:`span_for`); ``normalize_qk``: q and k are
+    L2-normalised per head first, inside the kernels (``F.normalize(x, dim=-1, eps=1e-6)``)."""
+    return _run(
+        "delta_rule_numba", q, k, v, beta, None, scale, initial_state, output_final_state, chunk_size, normalize_qk
+    )
+
+
+def gated_delta_rule_numba(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int | None = None,
+    normalize_qk: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`~longrange.ops.matrix_state.delta_rule.gated_delta_rule_naive` (without a mask) by the
+    numba kernels; ``chunk_size`` and ``normalize_qk`` as in :func:`delta_rule_numba`."""
+    return _run(
+        "gated_delta_rule_numba", q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size, normalize_qk
+    )
