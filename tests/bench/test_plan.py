@@ -256,6 +256,7 @@ def test_a_gpu_plan_runs_pytorchs_short_convolution_and_norm_which_keep_more(mon
     gla = resolve("demo/recall/gla")  # FLA's stack: GLA and a SwiGLU MLP
     gpu_gla, cpu_gla = (measure_step(gla, micro_batch=2, seq_len=64, target=t, count=False) for t in ("gpu", "cpu"))
     assert gpu_gla.kernels["swiglu"] == "torch" and cpu_gla.kernels["swiglu"] == "numba"
+    assert gpu_gla.kernels["gla"] == "chunk" and cpu_gla.kernels["gla"] == "numba"
     deltanet = resolve("demo/recall/deltanet")  # heads of 16 x 16: the numba kernels on CPUs
     gpu_dn, cpu_dn = (measure_step(deltanet, micro_batch=2, seq_len=64, target=t, count=False) for t in ("gpu", "cpu"))
     assert gpu_dn.kernels["delta_rule"] == "chunk" and cpu_dn.kernels["delta_rule"] == "numba"

@@ -28,7 +28,10 @@ from longrange.ops.matrix_state import dispatch as ms
             r"Mamba-3: mamba3_mimo: unknown impl 'mamba'; expected one of auto, chunk, naive",
         ),
         (lambda: GLA(16, n_heads=3), r"GLA: the key width expand_k \* d_model = 8 is not divisible by n_heads=3"),
-        (lambda: GLA(16, impl="flash"), r"GLA: gla: unknown impl 'flash'; expected one of auto, fla, chunk, naive"),
+        (
+            lambda: GLA(16, impl="flash"),
+            r"GLA: gla: unknown impl 'flash'; expected one of auto, fla, numba, chunk, naive",
+        ),
         (lambda: DeltaNet(16, n_heads=5), r"DeltaNet: the key width .* not divisible by n_heads=5"),
         (
             lambda: GatedDeltaNet(16, n_heads=2, expand_v=0.3),

@@ -1,4 +1,4 @@
-"""The numba kernels of the delta rules (``longrange.ops.matrix_state.numba``): against the loop over
+"""The numba kernels of the delta rules and GLA (``longrange.ops.matrix_state.numba``): against the loop over
 time, values and gradients in float64 (odd lengths, spans between checkpoints, initial and final
 states), in float32; through the entry points with masks; their operators; the dispatch's choice
 and errors."""
@@ -13,6 +13,7 @@ from longrange.ops import custom_ops, used
 from longrange.ops.matrix_state import dispatch as ms
 from longrange.ops.matrix_state import numba as ms_numba
 from longrange.ops.matrix_state.delta_rule import delta_rule_naive, gated_delta_rule_naive
+from longrange.ops.matrix_state.gla import gla_naive
 
 numba_only = pytest.mark.skipif(not ms_numba.numba_available(), reason="numba does not import")
 F64 = torch.float64
@@ -201,14 +202,13 @@ def test_compiled_equals_eager():
 
 @numba_only
 def test_the_layers_run_the_kernels_on_cpus():
-    """Gated DeltaNet and DeltaNet at the small models' widths choose the kernels by themselves."""
+    """GLA, Gated DeltaNet and DeltaNet at the small models' widths choose the kernels by themselves."""
     from longrange.models.backbone import make_primitive
 
-    for name in ("deltanet", "gated-deltanet"):
+    for name, op in (("deltanet", "delta_rule"), ("gated-deltanet", "gated_delta_rule"), ("gla", "gla")):
         layer = make_primitive(name, 32, n_heads=4)
         used.reset()
         layer(torch.randn(2, 10, 32)).sum().backward()
-        op = "gated_delta_rule" if name == "gated-deltanet" else "delta_rule"
         assert used.kernels()[op] == "numba", used.calls()
 
 
@@ -226,3 +226,100 @@ def test_normalize_qk_is_the_l2_norm_of_q_and_k_first(gated, impl):
     fused = run(entry, x, impl=impl, normalize_qk=True, chunk_size=4)
     first = {**x, "q": F.normalize(x["q"], dim=-1, eps=1e-6), "k": F.normalize(x["k"], dim=-1, eps=1e-6)}
     assert_same(fused, run(naive(gated), first), x)
+
+
+# ----------------------------------------------------------------------------------------------
+# gated linear attention
+
+
+def gla_inputs(b=2, l=37, h=3, dk=5, dv=4, dtype=F64, seed=0, state=True, decay=1.0):
+    """q, k, v, per-key log-decays g <= 0 and an initial state, all requiring grad."""
+    gen = torch.Generator().manual_seed(seed)
+    x = {
+        "q": torch.randn(b, l, h, dk, generator=gen, dtype=F64),
+        "k": torch.randn(b, l, h, dk, generator=gen, dtype=F64),
+        "v": torch.randn(b, l, h, dv, generator=gen, dtype=F64),
+        "g": -decay * torch.rand(b, l, h, dk, generator=gen, dtype=F64),
+    }
+    if state:
+        x["initial_state"] = torch.randn(b, h, dk, dv, generator=gen, dtype=F64)
+    return {name: t.to(dtype).requires_grad_(True) for name, t in x.items()}
+
+
+@numba_only
+@pytest.mark.parametrize("l, span", [(37, None), (37, 1), (37, 4), (32, 8), (1, 16), (5, 3)])
+def test_gla_numba_matches_naive(l, span):
+    x = gla_inputs(l=l)
+    assert_same(run(ms_numba.gla_numba, x, chunk_size=span), run(gla_naive, x), x)
+
+
+@numba_only
+def test_gla_numba_without_initial_state_with_a_scale_float32_and_strong_decays():
+    x = gla_inputs(l=23, dk=3, dv=7, state=False)
+    assert_same(run(ms_numba.gla_numba, x, scale=0.7, chunk_size=5), run(gla_naive, x, scale=0.7), x)
+    x64 = gla_inputs(b=2, l=200, h=2, dk=16, dv=16, decay=30.0)
+    x32 = {name: t.detach().float().requires_grad_() for name, t in x64.items()}
+    o32, s32 = run(ms_numba.gla_numba, x32)
+    o64, s64 = run(gla_naive, x64)
+    assert o32.dtype == s32.dtype == torch.float32
+    torch.testing.assert_close(o32.double(), o64.detach(), rtol=1e-4, atol=1e-4)
+    for g32, g64 in zip(grads((o32, s32), x32), grads((o64, s64), x64)):
+        torch.testing.assert_close(g32.double(), g64, rtol=1e-3, atol=1e-3)
+
+
+@numba_only
+def test_gla_entry_point_with_a_mask_auto_and_errors():
+    gen = torch.Generator().manual_seed(5)
+    x = gla_inputs(b=4, l=29)
+    mask = torch.rand(4, 29, generator=gen) > 0.4
+    assert_same(run(ms.gla, x, mask=mask, impl="numba", chunk_size=8), run(gla_naive, x, mask=mask), x)
+    d = ms.DISPATCHERS["gla"]
+    assert ms.IMPLS["gla"] == ("auto", "fla", "numba", "chunk", "naive")
+    limit = ms_numba.AUTO_STATE_ELEMENTS
+    assert (
+        d.auto_impl("cpu", state_elements=limit) == "numba" and d.auto_impl("cpu", state_elements=limit + 1) == "chunk"
+    )
+    used.reset()
+    ms.gla(**{name: t.detach() for name, t in x.items()})
+    assert used.calls()["gla"] == {"numba": 1}
+    with pytest.raises(ValueError, match=r"gla_numba: g\b"):
+        ms_numba.gla_numba(x["q"], x["k"], x["v"], x["g"][..., :2])
+    with pytest.raises(RuntimeError, match="impl='numba' cannot run on meta"):
+        ms.gla(**{name: t.detach().to("meta") for name, t in x.items()}, impl="numba")
+
+
+@numba_only
+def test_gla_operators_pass_opcheck_and_have_fakes_and_flops():
+    from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+    ops = custom_ops.operators()
+    for op in (ops["gla_numba"], ops["gla_numba_backward"]):
+        assert op in flop_registry
+    x = {name: t.detach().float() for name, t in gla_inputs(b=1, l=6, h=2, dk=3, dv=2).items()}
+    args = [x["q"], x["k"], x["v"], x["g"], 0.5, x["initial_state"], 4]
+    result = torch.library.opcheck(
+        ms_numba._gla_op, [a.clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    )
+    assert set(result.values()) == {"SUCCESS"}, result
+    o, S, ckpt = ms_numba._gla_op(*args)
+    back = [*args[:5], ckpt, 4, torch.ones_like(o), torch.ones_like(S)]
+    result = torch.library.opcheck(ms_numba._gla_backward_op, back)
+    assert set(result.values()) == {"SUCCESS"}, result
+    meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+    assert [t.shape for t in ms_numba._gla_op(*meta)] == [o.shape, S.shape, ckpt.shape]
+    with FlopCounterMode(display=False) as counter:
+        ms.gla(**{n: t.requires_grad_() for n, t in x.items()}, impl="numba").sum().backward()
+    counts = {str(key).split(".")[-1]: val for key, val in counter.get_flop_counts()["Global"].items()}
+    elements = 1 * 6 * 2 * 3 * 2
+    assert counts["gla_numba"] == 5 * elements and counts["gla_numba_backward"] == 14 * elements
+
+
+@numba_only
+@pytest.mark.usefixtures("inductor_cpu")
+def test_compiled_gla_equals_eager():
+    x = {name: t.detach().float().requires_grad_() for name, t in gla_inputs(l=9).items()}
+    fn = lambda **kw: ms.gla(**kw, impl="numba", output_final_state=True)  # noqa: E731
+    a, b = torch.compile(fn, fullgraph=True)(**x), fn(**x)
+    torch.testing.assert_close(a, b)
+    for ga, gb in zip(grads(a, x), grads(b, x)):
+        torch.testing.assert_close(ga, gb)

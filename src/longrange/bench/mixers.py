@@ -178,7 +178,7 @@ def ssd_minimal(
     return y if D is None else y + x * D[:, None]
 
 
-def _op_call(op: str, impl: str, chunk_size: int) -> Any:
+def _op_call(op: str, impl: str, chunk_size: int | None) -> Any:
     from longrange.ops.matrix_state.families import family
 
     if op == "ssd" and impl == "minimal":
@@ -188,7 +188,9 @@ def _op_call(op: str, impl: str, chunk_size: int) -> Any:
 
         return getattr(ms_numba, f"{op}_numba")
     fn = getattr(family(op), f"{op}_{impl}")
-    return (lambda **kw: fn(**kw, chunk_size=chunk_size)) if impl == "chunk" else fn
+    if impl != "chunk" or chunk_size is None:  # None: the op's own default
+        return fn
+    return lambda **kw: fn(**kw, chunk_size=chunk_size)
 
 
 def measure_op(

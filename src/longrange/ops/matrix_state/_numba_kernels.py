@@ -1,5 +1,6 @@
-"""The numba kernels of the (gated) delta rule on CPUs (:mod:`longrange.ops.matrix_state.numba`,
-``impl="numba"``), imported on first use.
+"""The numba kernels of the (gated) delta rule and of gated linear attention on CPUs
+(:mod:`longrange.ops.matrix_state.numba`, ``impl="numba"``), imported on first use. The delta rule's
+are described here; GLA's (the same layouts, ``g`` of shape (B, L, H, dk)) beside them below.
 
 Layouts (all C-contiguous, one floating dtype; row vectors as in :mod:`.delta_rule`)::
 
@@ -210,4 +211,83 @@ def delta_backward(
                     dg[b, t, h] = a * da
                 _store_grad(dq, b, t, h, normalize, eps, qnorm, qt, gq)
                 _store_grad(dk_, b, t, h, normalize, eps, knorm, kt, gk)
+        dS0[b, h] = dS
+
+
+# ----------------------------------------------------------------------------------------------
+# Gated linear attention: S <- diag(exp(g_t)) S + k_t^T v_t,  o_t = scale q_t S
+#
+# g (B, L, H, dk) as q and k. Backward per position, from the last, with dS the gradient of S_t:
+#     dS += scale q^T do,  dq = scale do S_t^T,  dk = dS v^T,  dv = k dS,
+#     dg_i = a_i <dS_i, S_{t-1, i}>,  dS_i <- a_i dS_i   (row i of the state, a_i = exp(g_t, i))
+
+
+@njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
+def gla_forward(q, k, v, g, scale, S0, span, o, S_out, ckpt):  # pragma: no cover - compiled
+    B, L, H, dk = q.shape
+    dv = v.shape[3]
+    zero = like(0.0, q)
+    scale = like(scale, q)
+    for task in prange(B * H):
+        b, h = task // H, task % H
+        S = S0[b, h].copy()
+        for t in range(L):
+            if t % span == 0:
+                ckpt[b, h, t // span] = S
+            vt, ot = v[b, t, h], o[b, t, h]
+            for j in range(dv):
+                ot[j] = zero
+            for i in range(dk):
+                a = like(math.exp(g[b, t, h, i]), q)
+                ki, qi = k[b, t, h, i], scale * q[b, t, h, i]
+                for j in range(dv):
+                    s = a * S[i, j] + ki * vt[j]
+                    S[i, j] = s
+                    ot[j] += qi * s
+        S_out[b, h] = S
+
+
+@njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
+def gla_backward(q, k, v, g, scale, ckpt, span, do, dS_out, dq, dk_, dv_, dg, dS0):  # pragma: no cover - compiled
+    B, L, H, dk = q.shape
+    dv = v.shape[3]
+    spans = ckpt.shape[2]
+    zero = like(0.0, q)
+    scale = like(scale, q)
+    for task in prange(B * H):
+        b, h = task // H, task % H
+        dS = dS_out[b, h].copy()
+        states = np.empty((span + 1, dk, dv), dtype=q.dtype)  # states[n]: the state before position t0 + n
+        for c in range(spans - 1, -1, -1):
+            t0 = c * span
+            t1 = min(L, t0 + span)
+            states[0] = ckpt[b, h, c]
+            for t in range(t0, t1):
+                n = t - t0
+                vt, S, Snext = v[b, t, h], states[n], states[n + 1]
+                for i in range(dk):
+                    a = like(math.exp(g[b, t, h, i]), q)
+                    ki = k[b, t, h, i]
+                    for j in range(dv):
+                        Snext[i, j] = a * S[i, j] + ki * vt[j]
+            for t in range(t1 - 1, t0 - 1, -1):
+                n = t - t0
+                vt, dot, dvt = v[b, t, h], do[b, t, h], dv_[b, t, h]
+                Sprev, St = states[n], states[n + 1]
+                for j in range(dv):
+                    dvt[j] = zero
+                for i in range(dk):
+                    a = like(math.exp(g[b, t, h, i]), q)
+                    ki, sq = k[b, t, h, i], scale * q[b, t, h, i]
+                    acc_q, acc_k, acc_g = zero, zero, zero
+                    for j in range(dv):
+                        acc_q += dot[j] * St[i, j]
+                        d = dS[i, j] + sq * dot[j]
+                        acc_k += d * vt[j]
+                        dvt[j] += ki * d
+                        acc_g += d * Sprev[i, j]
+                        dS[i, j] = a * d
+                    dq[b, t, h, i] = scale * acc_q
+                    dk_[b, t, h, i] = acc_k
+                    dg[b, t, h, i] = a * acc_g
         dS0[b, h] = dS

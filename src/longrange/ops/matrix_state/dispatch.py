@@ -7,7 +7,7 @@ name        what                                                        devices
 ==========  ==========================================================  ========================
 ``naive``   the loop over time (``*_naive``), the ground truth          any
 ``numba``   the recurrence as compiled loops, backward written out      CPU, when numba imports
-            (the two delta rules; :mod:`.numba`)
+            (GLA and the two delta rules; :mod:`.numba`)
 ``chunk``   chunkwise-parallel PyTorch (``*_chunk``)                    any
 ``fla``     flash-linear-attention's Triton chunk kernels (GLA, the     CUDA, when ``fla`` imports
             delta rules)                                                and its kernel ran once
@@ -105,20 +105,20 @@ def _mamba3_auto(d: Dispatcher, device: torch.device, deterministic: bool, dtype
 
 
 #: The ops with numba kernels (:mod:`.numba`).
-NUMBA = ("delta_rule", "gated_delta_rule")
+NUMBA = ("gla", "delta_rule", "gated_delta_rule")
 
 
-def _delta_auto(
+def _numba_auto(
     d: Dispatcher, device: torch.device, deterministic: bool, state_elements: int = 0, **context: Any
 ) -> str:
-    """The delta rules' ``"auto"``: the default rule, but ``numba`` only for states of up to
-    :data:`~longrange.ops.matrix_state.numba.AUTO_STATE_ELEMENTS` elements per head."""
+    """``"auto"`` of the ops with numba kernels: the default rule, but ``numba`` only for states of
+    up to :data:`~longrange.ops.matrix_state.numba.AUTO_STATE_ELEMENTS` elements per head."""
     small = state_elements <= numba_ms.AUTO_STATE_ELEMENTS
     usable = [name for name in d.candidates(device, deterministic, **context) if name != "numba" or small]
     return usable[0] if usable else "chunk"
 
 
-def _describe_delta_auto(device: torch.device) -> str:
+def _describe_numba_auto(device: torch.device) -> str:
     if device.type == "cpu" and numba_ms.numba_available():
         return f"numba for states of up to {numba_ms.AUTO_STATE_ELEMENTS} elements per head (dk * dv), else chunk"
     return DISPATCHERS["delta_rule"].auto_impl(device)
@@ -130,7 +130,7 @@ def _dispatcher(op: str) -> Dispatcher:
         impls.append(numba_impl(numba_ms, note="float32, float64; small states"))
     impls += [Impl("chunk", note="chunkwise-parallel PyTorch"), Impl("naive", auto=False, note="loop over time")]
     if op in NUMBA:
-        return Dispatcher(op, impls, reference="naive", auto=_delta_auto, describe_auto=_describe_delta_auto)
+        return Dispatcher(op, impls, reference="naive", auto=_numba_auto, describe_auto=_describe_numba_auto)
     return Dispatcher(op, impls, reference="naive", auto=_mamba3_auto if op == "mamba3" else None)
 
 
@@ -180,7 +180,8 @@ def _run(
     if impl == "chunk":
         return getattr(module, f"{op}_chunk")(*args, **kwargs, **extra)
     if impl == "numba":  # chunk_size: the positions between the backward's checkpoints
-        return getattr(numba_ms, f"{op}_numba")(*args, **kwargs, **extra, normalize_qk=normalize_qk)
+        qk = {"normalize_qk": normalize_qk} if normalize_qk else {}
+        return getattr(numba_ms, f"{op}_numba")(*args, **kwargs, **extra, **qk)
     from longrange.ops.matrix_state import external  # pragma: no cover - CUDA with the maintained kernels
 
     return external.kernel(op, device)(*args, **kwargs)  # pragma: no cover
@@ -219,6 +220,11 @@ def ssd(
     return _masked_output(out, mask)
 
 
+def _state_context(q: Tensor, v: Tensor) -> dict[str, Any]:
+    """What ``"auto"`` reads of GLA and the delta rules: the elements of a head's state."""
+    return {"state_elements": q.shape[-1] * v.shape[-1]}
+
+
 def gla(
     q: Tensor,
     k: Tensor,
@@ -238,13 +244,10 @@ def gla(
     mask = common.check_mask("gla", mask, b, l)
     if mask is not None:
         g, k = keep(mask, g), keep(mask, k)
-    out = _run("gla", impl, q.device, (q, k, v, g, scale, initial_state, output_final_state), chunk_size)
+    out = _run(
+        "gla", impl, q.device, (q, k, v, g, scale, initial_state, output_final_state), chunk_size, _state_context(q, v)
+    )
     return _masked_output(out, mask)
-
-
-def _delta_context(q: Tensor, v: Tensor) -> dict[str, Any]:
-    """What the delta rules' ``"auto"`` reads: the elements of a head's state."""
-    return {"state_elements": q.shape[-1] * v.shape[-1]}
 
 
 def delta_rule(
@@ -275,7 +278,7 @@ def delta_rule(
         q.device,
         (q, k, v, beta, scale, initial_state, output_final_state),
         chunk_size,
-        _delta_context(q, v),
+        _state_context(q, v),
         normalize_qk,
     )
     return _masked_output(out, mask)
@@ -309,7 +312,7 @@ def gated_delta_rule(
         q.device,
         (q, k, v, g, beta, scale, initial_state, output_final_state),
         chunk_size,
-        _delta_context(q, v),
+        _state_context(q, v),
         normalize_qk,
     )
     return _masked_output(out, mask)

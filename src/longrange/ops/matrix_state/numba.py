@@ -1,24 +1,26 @@
-"""The delta rule and the gated delta rule as compiled loops for CPUs (numba; ``impl="numba"`` of
-:func:`~longrange.ops.matrix_state.dispatch.delta_rule` and
-:func:`~longrange.ops.matrix_state.dispatch.gated_delta_rule`).
+"""The delta rule, the gated delta rule and gated linear attention as compiled loops for CPUs
+(numba; ``impl="numba"`` of :func:`~longrange.ops.matrix_state.dispatch.delta_rule`,
+:func:`~longrange.ops.matrix_state.dispatch.gated_delta_rule` and
+:func:`~longrange.ops.matrix_state.dispatch.gla`).
 
-The chunked form (:func:`~longrange.ops.matrix_state.delta_rule.gated_delta_rule_chunk`) turns the
-recurrence into batched matrix products, which pays where the state is large (64 x 64 per head). At
-the synthetic studies' widths a head's state is small (8 x 16 in MAD's Gated DeltaNet at width 64)
-and the chunked form's many small products, triangular solves and elementwise passes, forward and
-through autograd, cost more than the recurrence itself: the kernels
+The chunked forms (e.g. :func:`~longrange.ops.matrix_state.delta_rule.gated_delta_rule_chunk`) turn
+the recurrence into batched matrix products, which pays where the state is large (64 x 64 per
+head). At the synthetic studies' widths a head's state is small (8 x 16 in MAD's Gated DeltaNet at
+width 64, 8 x 8 in its GLA) and the chunked forms' many small products (and, for the delta rules,
+triangular solves) and elementwise passes, forward and through autograd, cost more than the
+recurrence itself: the kernels
 (:mod:`longrange.ops.matrix_state._numba_kernels`) run the recurrence position by position instead,
 one task per sequence and head with its state in a local array, and the backward pass written out.
 The forward keeps the state entering every span of positions (:func:`span_for`); the backward
 recomputes one span's states at a time from it, so memory is the checkpoints, not a state per
 position.
 
-The operators are ``torch.ops.longrange.delta_rule_numba`` and ``delta_rule_numba_backward`` (see
-:mod:`longrange.ops.custom_ops`), one pair for both rules (``gated``: whether ``g`` is read). They
-compute in float64 when an input is float64, else in float32; each task is one sequential loop, so
-the backward is deterministic. ``"auto"`` runs them on CPUs for states of up to
-:data:`AUTO_STATE_ELEMENTS` elements per head (``dk * dv``), where they were measured faster than
-the chunked form (docs/performance.md); larger states run ``chunk``.
+The operators are ``torch.ops.longrange.delta_rule_numba`` and ``delta_rule_numba_backward``, one
+pair for both rules (``gated``: whether ``g`` is read), and ``gla_numba`` and ``gla_numba_backward``
+(see :mod:`longrange.ops.custom_ops`). They compute in float64 when an input is float64, else in
+float32; each task is one sequential loop, so the backward is deterministic. ``"auto"`` runs them on
+CPUs for states of up to :data:`AUTO_STATE_ELEMENTS` elements per head (``dk * dv``), where they were
+measured faster than the chunked forms (docs/performance.md); larger states run ``chunk``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from torch import Tensor
 from longrange.ops._lazy_kernels import LazyKernels
 from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.matrix_state import gla as _gla
+from longrange.ops.matrix_state.common import check_chunk_size, default_scale, initial
 from longrange.ops.matrix_state.delta_rule import _prepare
 
 #: The dtypes the kernels compute in.
@@ -78,6 +82,11 @@ def delta_rule_flops(b: int, l: int, h: int, dk: int, dv: int, backward: bool = 
 
 def _spans(length: int, span: int) -> int:
     return -(-length // span)
+
+
+def _span(op: str, chunk_size: int | None, dk: int, dv: int, itemsize: int) -> int:
+    """The positions between checkpoints: ``chunk_size`` checked, or :func:`span_for`."""
+    return span_for(dk, dv, itemsize) if chunk_size is None else check_chunk_size(op, chunk_size)
 
 
 @torch.library.custom_op(qualname("delta_rule_numba"), mutates_args=(), device_types="cpu")
@@ -196,12 +205,7 @@ def _run(
     out_dtype = v.dtype
     q, k, v, beta, g, state, scale, _ = _prepare(op, q, k, v, beta, g, g is not None, scale, initial_state, None)
     dk, dv = q.shape[3], v.shape[3]
-    if chunk_size is not None:
-        from longrange.ops.matrix_state.common import check_chunk_size
-
-        span = check_chunk_size(op, chunk_size)
-    else:
-        span = span_for(dk, dv, q.element_size())
+    span = _span(op, chunk_size, dk, dv, q.element_size())
     gated = g is not None
     if not gated:
         g = torch.zeros_like(beta)  # not read
@@ -258,3 +262,105 @@ def gated_delta_rule_numba(
     return _run(
         "gated_delta_rule_numba", q, k, v, beta, g, scale, initial_state, output_final_state, chunk_size, normalize_qk
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# gated linear attention
+
+
+def gla_flops(b: int, l: int, h: int, dk: int, dv: int, backward: bool = False) -> int:
+    """FLOPs of the GLA kernels per state element and position: forward the decayed write (3) and
+    ``q S`` (2); the backward recomputes the write (3), then ``dq``, ``dS``, ``dk``, ``dv``, ``dg`` and
+    the decayed ``dS`` (11)."""
+    return b * l * h * dk * dv * (14 if backward else 5)
+
+
+@torch.library.custom_op(qualname("gla_numba"), mutates_args=(), device_types="cpu")
+def _gla_op(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, S0: Tensor, span: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, g (B, L, H, dk), v (B, L, H, dv), S0 (B, H, dk, dv), contiguous, one dtype -> (o, the
+    final state, the checkpoints (B, H, spans, dk, dv))."""
+    kern = _kernels()
+    B, L, H, dk = q.shape
+    o, S = torch.empty_like(v), torch.empty_like(S0)
+    ckpt = S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+    _use_threads(kern)
+    kern.gla_forward(
+        q.numpy(), k.numpy(), v.numpy(), g.numpy(), scale, S0.numpy(), span, o.numpy(), S.numpy(), ckpt.numpy()
+    )
+    return o, S, ckpt
+
+
+@_gla_op.register_fake
+def _(q, k, v, g, scale, S0, span):
+    B, L, H, dk = q.shape
+    return torch.empty_like(v), torch.empty_like(S0), S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+
+
+@torch.library.custom_op(qualname("gla_numba_backward"), mutates_args=(), device_types="cpu")
+def _gla_backward_op(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, ckpt: Tensor, span: int, do: Tensor, dS: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients (dq, dk, dv, dg, dS0) of :func:`_gla_op` for the output's and the final state's
+    gradients ``do`` and ``dS``."""
+    kern = _kernels()
+    dq, dk, dv, dg, dS0 = (torch.empty_like(t) for t in (q, k, v, g, dS))
+    _use_threads(kern)
+    kern.gla_backward(
+        q.numpy(), k.numpy(), v.numpy(), g.numpy(), scale, ckpt.numpy(), span, do.numpy(), dS.numpy(),
+        dq.numpy(), dk.numpy(), dv.numpy(), dg.numpy(), dS0.numpy(),
+    )  # fmt: skip
+    return dq, dk, dv, dg, dS0
+
+
+@_gla_backward_op.register_fake
+def _(q, k, v, g, scale, ckpt, span, do, dS):
+    return tuple(torch.empty_like(t) for t in (q, k, v, g, dS))
+
+
+def _gla_setup_context(ctx, inputs, output) -> None:
+    q, k, v, g, scale, S0, span = inputs
+    ctx.save_for_backward(q, k, v, g, output[2])
+    ctx.scale, ctx.span = scale, span
+
+
+def _gla_backward(ctx, do: Tensor | None, dS: Tensor | None, dckpt: Tensor | None):
+    q, k, v, g, ckpt = ctx.saved_tensors
+    B, L, H, dk = q.shape
+    do = torch.zeros_like(v) if do is None else do.contiguous()
+    dS = q.new_zeros(B, H, dk, v.shape[3]) if dS is None else dS.contiguous()
+    dq, dk_, dv, dg, dS0 = _gla_backward_op(q, k, v, g, ctx.scale, ckpt, ctx.span, do, dS)
+    return dq, dk_, dv, dg, None, dS0, None
+
+
+_gla_op.register_autograd(_gla_backward, setup_context=_gla_setup_context)
+register_flops(_gla_op, lambda q, k, v, *rest: gla_flops(*q, v[3]))
+register_flops(_gla_backward_op, lambda q, k, v, *rest: gla_flops(*q, v[3], backward=True))
+
+
+def gla_numba(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`~longrange.ops.matrix_state.gla.gla_naive` (without a mask: the entry point applies
+    it) by the numba kernels; ``chunk_size``: positions between the checkpoints the backward
+    recomputes from (default :func:`span_for`)."""
+    op = "gla_numba"
+    _kernels()
+    if q.device.type != "cpu":
+        raise RuntimeError(f"{op}: impl='numba' takes CPU tensors, got tensors on {q.device}")
+    b, l, h, dk, dv, dtype, _ = _gla._prepare(op, q, k, v, g, initial_state, None)
+    S0 = initial(op, initial_state, b, h, dk, dv, dtype, q.device)
+    span = _span(op, chunk_size, dk, dv, torch.empty((), dtype=dtype).element_size())
+    o, S, _ = _gla_op(
+        *(t.to(dtype).contiguous() for t in (q, k, v, g)), default_scale(scale, dk), S0.contiguous(), span
+    )
+    o = o.to(v.dtype)
+    return (o, S) if output_final_state else o
