@@ -86,7 +86,9 @@ def _ops_text(detailed: bool, only: str | None = None) -> list[str]:
         if only is not None and op != only:
             continue
         d = DISPATCHERS[op]
-        lines.append(f"  {op}: {', '.join(d.impls)} (auto on {devices[-1]}: {d.auto_impl(devices[-1])})")
+        # the op's own words where its rule reads more than the device (e.g. the size of the inputs)
+        auto = d.describe_auto(torch.device(devices[-1])) if d.describe_auto else d.auto_impl(devices[-1])
+        lines.append(f"  {op}: {', '.join(d.impls)} (auto on {devices[-1]}: {auto})")
         if detailed:
             for impl in d.impls:
                 where = [dev for dev in devices if d.runs(impl, dev)]
