@@ -61,7 +61,9 @@ def test_the_command_prints_it():
     out = io.StringIO()
     with redirect_stdout(out):
         assert cli_main(["list", "ops", "delta_rule"]) == 0
-    assert out.getvalue().startswith("ops:\n  delta_rule: fla, numba, chunk, naive (auto on cpu: numba for states of up")
+    assert out.getvalue().startswith(
+        "ops:\n  delta_rule: fla, numba, chunk, naive (auto on cpu: numba for states of up"
+    )
     assert "chunk: runs on cpu" in out.getvalue()
     out = io.StringIO()
     with redirect_stdout(out):
