@@ -57,13 +57,32 @@ def unavailable_reason() -> str | None:
     return _KERNELS.reason()
 
 
-def _kernels():
+def _kernels(op: str = "matrix_state"):
     k = _KERNELS.load()
     if k is None:
-        raise RuntimeError(
-            f"delta_rule: impl='numba' needs the numba package, which does not import ({_KERNELS.error})"
-        )
+        raise RuntimeError(f"{op}: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
     return k
+
+
+def _check_device(op: str, q: Tensor) -> None:
+    _kernels(op)
+    if q.device.type != "cpu":
+        raise RuntimeError(f"{op}: impl='numba' takes CPU tensors, got tensors on {q.device}")
+
+
+def _checkpoints(q: Tensor, v: Tensor, S0: Tensor, span: int) -> Tensor:
+    """An empty tensor for the states entering each span: (B, H, spans, dk, dv)."""
+    B, L, H, dk = q.shape
+    return S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+
+
+def _output_grads(q: Tensor, v: Tensor, do: Tensor | None, dS: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The gradients of the output and of the final state as the backward kernels take them
+    (contiguous; zeros for an output that did not reach the loss)."""
+    B, L, H, dk = q.shape
+    do = torch.zeros_like(v) if do is None else do.contiguous()
+    dS = q.new_zeros(B, H, dk, v.shape[3]) if dS is None else dS.contiguous()
+    return do, dS
 
 
 def span_for(dk: int, dv: int, itemsize: int = 4) -> int:
@@ -106,10 +125,7 @@ def _forward_op(
     dtype -> (o (B, L, H, dv), the final state, the checkpoints (B, H, spans, dk, dv)); ``normalize``:
     q and k L2-normalised first."""
     kern = _kernels()
-    B, L, H, dk = q.shape
-    o = torch.empty_like(v)
-    S = torch.empty_like(S0)
-    ckpt = S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+    o, S, ckpt = torch.empty_like(v), torch.empty_like(S0), _checkpoints(q, v, S0, span)
     _use_threads(kern)
     kern.delta_forward(
         q.numpy(), k.numpy(), v.numpy(), beta.numpy(), g.numpy(), gated, normalize, scale, S0.numpy(), span,
@@ -120,8 +136,7 @@ def _forward_op(
 
 @_forward_op.register_fake
 def _(q, k, v, beta, g, gated, normalize, scale, S0, span):
-    B, L, H, dk = q.shape
-    return torch.empty_like(v), torch.empty_like(S0), S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+    return torch.empty_like(v), torch.empty_like(S0), _checkpoints(q, v, S0, span)
 
 
 @torch.library.custom_op(qualname("delta_rule_numba_backward"), mutates_args=(), device_types="cpu")
@@ -172,9 +187,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, do: Tensor | None, dS: Tensor | None, dckpt: Tensor | None):
     q, k, v, beta, g, ckpt = ctx.saved_tensors
-    B, L, H, dk = q.shape
-    do = torch.zeros_like(v) if do is None else do.contiguous()
-    dS = q.new_zeros(B, H, dk, v.shape[3]) if dS is None else dS.contiguous()
+    do, dS = _output_grads(q, v, do, dS)
     dq, dk_, dv, dbeta, dg, dS0 = _backward_op(
         q, k, v, beta, g, ctx.gated, ctx.normalize, ctx.scale, ckpt, ctx.span, do, dS
     )
@@ -199,9 +212,7 @@ def _run(
     chunk_size: int | None,
     normalize_qk: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    _kernels()
-    if q.device.type != "cpu":
-        raise RuntimeError(f"{op}: impl='numba' takes CPU tensors, got tensors on {q.device}")
+    _check_device(op, q)
     out_dtype = v.dtype
     q, k, v, beta, g, state, scale, _ = _prepare(op, q, k, v, beta, g, g is not None, scale, initial_state, None)
     dk, dv = q.shape[3], v.shape[3]
@@ -282,9 +293,7 @@ def _gla_op(
     """q, k, g (B, L, H, dk), v (B, L, H, dv), S0 (B, H, dk, dv), contiguous, one dtype -> (o, the
     final state, the checkpoints (B, H, spans, dk, dv))."""
     kern = _kernels()
-    B, L, H, dk = q.shape
-    o, S = torch.empty_like(v), torch.empty_like(S0)
-    ckpt = S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+    o, S, ckpt = torch.empty_like(v), torch.empty_like(S0), _checkpoints(q, v, S0, span)
     _use_threads(kern)
     kern.gla_forward(
         q.numpy(), k.numpy(), v.numpy(), g.numpy(), scale, S0.numpy(), span, o.numpy(), S.numpy(), ckpt.numpy()
@@ -294,8 +303,7 @@ def _gla_op(
 
 @_gla_op.register_fake
 def _(q, k, v, g, scale, S0, span):
-    B, L, H, dk = q.shape
-    return torch.empty_like(v), torch.empty_like(S0), S0.new_empty(B, H, _spans(L, span), dk, v.shape[3])
+    return torch.empty_like(v), torch.empty_like(S0), _checkpoints(q, v, S0, span)
 
 
 @torch.library.custom_op(qualname("gla_numba_backward"), mutates_args=(), device_types="cpu")
@@ -327,9 +335,7 @@ def _gla_setup_context(ctx, inputs, output) -> None:
 
 def _gla_backward(ctx, do: Tensor | None, dS: Tensor | None, dckpt: Tensor | None):
     q, k, v, g, ckpt = ctx.saved_tensors
-    B, L, H, dk = q.shape
-    do = torch.zeros_like(v) if do is None else do.contiguous()
-    dS = q.new_zeros(B, H, dk, v.shape[3]) if dS is None else dS.contiguous()
+    do, dS = _output_grads(q, v, do, dS)
     dq, dk_, dv, dg, dS0 = _gla_backward_op(q, k, v, g, ctx.scale, ckpt, ctx.span, do, dS)
     return dq, dk_, dv, dg, None, dS0, None
 
@@ -353,9 +359,7 @@ def gla_numba(
     it) by the numba kernels; ``chunk_size``: positions between the checkpoints the backward
     recomputes from (default :func:`span_for`)."""
     op = "gla_numba"
-    _kernels()
-    if q.device.type != "cpu":
-        raise RuntimeError(f"{op}: impl='numba' takes CPU tensors, got tensors on {q.device}")
+    _check_device(op, q)
     b, l, h, dk, dv, dtype, _ = _gla._prepare(op, q, k, v, g, initial_state, None)
     S0 = initial(op, initial_state, b, h, dk, dv, dtype, q.device)
     span = _span(op, chunk_size, dk, dv, torch.empty((), dtype=dtype).element_size())
