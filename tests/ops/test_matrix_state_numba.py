@@ -323,3 +323,23 @@ def test_compiled_gla_equals_eager():
     torch.testing.assert_close(a, b)
     for ga, gb in zip(grads(a, x), grads(b, x)):
         torch.testing.assert_close(ga, gb)
+
+
+@numba_only
+def test_the_kernels_give_the_same_bits_at_one_and_two_threads():
+    """Each (sequence, head) is one task and nothing is summed across tasks: deterministic whatever
+    the threads."""
+    threads = torch.get_num_threads()
+    x = {name: t.detach().float().requires_grad_() for name, t in inputs(b=3, l=40, h=4).items()}
+    y = {name: t.detach().float().requires_grad_() for name, t in gla_inputs(b=3, l=40, h=4).items()}
+    results = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            a = run(ms_numba.gated_delta_rule_numba, x, normalize_qk=True)
+            b = run(ms_numba.gla_numba, y)
+            results.append([*a, *b, *grads(a, x), *grads(b, y)])
+    finally:
+        torch.set_num_threads(threads)
+    for one, two in zip(*results):
+        assert torch.equal(one, two)
