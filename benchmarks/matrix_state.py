@@ -12,7 +12,7 @@ Usage: python benchmarks/matrix_state.py lengths|naive|minimal|small|all [--thre
 - ``naive``: each op's chunked form against its loop over time at length 4096 (batch 1, 4 heads of
   64 x 64: the loop's autograd graph keeps a state per position, several GB at batch 8; the goal:
   at least 20x), forward + backward.
-- ``small``: the numba kernels of GLA and the delta rules (``impl="numba"``) against their chunked forms (at
+- ``small``: the numba kernels of SSD, GLA and the delta rules (``impl="numba"``) against their chunked forms (at
   their default chunk) at the synthetic studies' sizes, batch 32 x length 128 (MAD's cells), for
   heads of states from 8 x 8 to 64 x 64 (``--small-shapes``): where ``"auto"``'s threshold on the
   state's elements (``AUTO_STATE_ELEMENTS``) comes from. Run with ``--threads 1``, as the studies'
@@ -150,10 +150,10 @@ def run_minimal(args: argparse.Namespace) -> list[dict]:
 
 
 #: The ops with numba kernels, which the ``small`` part compares with their chunked forms.
-SMALL_OPS = ("gla", "gated_delta_rule", "delta_rule")
+SMALL_OPS = ("ssd", "gla", "gated_delta_rule", "delta_rule")
 #: The ``small`` part's heads: (heads, dk, dv), MAD's GLA and DeltaNet (8 heads of 8 x 8 at width 64)
-#: and Gated DeltaNet (8 x 16) first.
-SMALL_SHAPES = ((8, 8, 8), (8, 8, 16), (8, 16, 16), (4, 16, 32), (4, 32, 32), (4, 32, 64), (4, 64, 64))
+#: and Gated DeltaNet (8 x 16) first; SSD's dk is its state n, dv its headdim (MAD's Mamba-2: 2 x 16 x 64).
+SMALL_SHAPES = ((8, 8, 8), (8, 8, 16), (8, 16, 16), (4, 16, 32), (2, 16, 64), (4, 32, 32), (4, 32, 64), (4, 64, 64))
 
 
 def _shape(text: str) -> tuple[int, int, int]:

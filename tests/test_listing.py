@@ -25,7 +25,10 @@ def test_the_overview_lists_every_kind_and_the_new_mixers():
     for name in ("mamba2", "gla", "deltanet", "gated-deltanet", "hyena", "h3", "lru", "residual", "associative-recall"):
         assert f"  {name}: " in text
     assert "  (in model.layers, channel mixers as layers of their own: swiglu (swiglu MLP), mlp (gelu MLP))" in text
-    assert "  ssd: mamba, chunk, naive (auto on cpu: chunk)" in text
+    assert (
+        "  ssd: mamba, numba, chunk, naive (auto on cpu: numba for states of up to 1024 elements per head (dk * dv), else chunk)"
+        in text
+    )
     import torch
 
     auto = "cuda: chunk" if torch.cuda.is_available() else "cpu: loop"

@@ -72,7 +72,7 @@ def test_the_small_part_compares_the_delta_rules_kernels_with_their_chunks(capsy
     assert script.main(["small", "--small-shapes", "8x8x16,4x64x64"]) == 0
     assert {(c["op"], c["impl"], c["dk"], c["dv"], c["chunk_size"]) for c in calls} == {
         (op, impl, dk, dv, None)
-        for op in ("gla", "delta_rule", "gated_delta_rule")
+        for op in ("ssd", "gla", "delta_rule", "gated_delta_rule")
         for impl in ("chunk", "numba")
         for dk, dv in ((8, 16), (64, 64))
     }
@@ -80,7 +80,7 @@ def test_the_small_part_compares_the_delta_rules_kernels_with_their_chunks(capsy
     assert "| gated_delta_rule | 8 x 8 x 16 | 128 | 1000.0 | 500.0 | 2.00x |" in out
 
 
-@pytest.mark.parametrize("op", ["gla", "delta_rule", "gated_delta_rule"])
+@pytest.mark.parametrize("op", ["ssd", "gla", "delta_rule", "gated_delta_rule"])
 def test_the_numba_kernels_and_default_chunks_are_measured(op):
     for impl in ("numba", "chunk"):
         row = mixers.measure_op(op, impl, length=16, batch=1, heads=2, dk=4, dv=4, chunk_size=None, warmup=0, batches=1)

@@ -253,6 +253,7 @@ def test_a_gpu_plan_runs_pytorchs_short_convolution_and_norm_which_keep_more(mon
     cpu = measure_step(exp, micro_batch=2, seq_len=64, target="cpu", count=False)
     assert gpu.kernels["causal_conv1d"] == "torch" and cpu.kernels["causal_conv1d"] == "numba"
     assert gpu.kernels["rms_norm"] == "torch" and cpu.kernels["rms_norm"] == "numba"
+    assert gpu.kernels["ssd"] == "chunk" and cpu.kernels["ssd"] == "numba"
     gla = resolve("demo/recall/gla")  # FLA's stack: GLA and a SwiGLU MLP
     gpu_gla, cpu_gla = (measure_step(gla, micro_batch=2, seq_len=64, target=t, count=False) for t in ("gpu", "cpu"))
     assert gpu_gla.kernels["swiglu"] == "torch" and cpu_gla.kernels["swiglu"] == "numba"

@@ -1,4 +1,4 @@
-"""The numba kernels of the delta rules and GLA (``longrange.ops.matrix_state.numba``): against the loop over
+"""The numba kernels of the delta rules, GLA and SSD (``longrange.ops.matrix_state.numba``): against the loop over
 time, values and gradients in float64 (odd lengths, spans between checkpoints, initial and final
 states), in float32; through the entry points with masks; their operators; the dispatch's choice
 and errors."""
@@ -14,6 +14,7 @@ from longrange.ops.matrix_state import dispatch as ms
 from longrange.ops.matrix_state import numba as ms_numba
 from longrange.ops.matrix_state.delta_rule import delta_rule_naive, gated_delta_rule_naive
 from longrange.ops.matrix_state.gla import gla_naive
+from longrange.ops.matrix_state.ssd import ssd_naive
 
 numba_only = pytest.mark.skipif(not ms_numba.numba_available(), reason="numba does not import")
 F64 = torch.float64
@@ -138,6 +139,9 @@ def test_auto_runs_numba_for_small_states_on_cpus_and_reports_it():
     assert d.auto_impl("cpu", state_elements=limit + 1) == "chunk"
     assert d.auto_impl("cpu", deterministic=True, state_elements=8) == "numba"  # one loop per task
     assert d.auto_impl("meta", state_elements=8) == "chunk"
+    for op in ms.NUMBA:  # longrange info's words, per op
+        assert ms.DISPATCHERS[op].describe_auto(torch.device("cpu")).startswith("numba for states of up to 1024")
+        assert ms.DISPATCHERS[op].describe_auto(torch.device("meta")) == "chunk"
     x = {name: t.detach() for name, t in inputs(l=5, dk=4, dv=4).items()}
     used.reset()
     ms.gated_delta_rule(**x)
@@ -202,11 +206,13 @@ def test_compiled_equals_eager():
 
 @numba_only
 def test_the_layers_run_the_kernels_on_cpus():
-    """GLA, Gated DeltaNet and DeltaNet at the small models' widths choose the kernels by themselves."""
+    """GLA, Gated DeltaNet, DeltaNet and Mamba-2 at the small models' widths choose the kernels by themselves."""
     from longrange.models.backbone import make_primitive
 
-    for name, op in (("deltanet", "delta_rule"), ("gated-deltanet", "gated_delta_rule"), ("gla", "gla")):
-        layer = make_primitive(name, 32, n_heads=4)
+    cases = (("deltanet", "delta_rule"), ("gated-deltanet", "gated_delta_rule"), ("gla", "gla"), ("mamba2", "ssd"))
+    for name, op in cases:
+        options = {"d_state": 8, "headdim": 16} if name == "mamba2" else {"n_heads": 4}
+        layer = make_primitive(name, 32, **options)
         used.reset()
         layer(torch.randn(2, 10, 32)).sum().backward()
         assert used.kernels()[op] == "numba", used.calls()
@@ -343,3 +349,82 @@ def test_the_kernels_give_the_same_bits_at_one_and_two_threads():
         torch.set_num_threads(threads)
     for one, two in zip(*results):
         assert torch.equal(one, two)
+
+
+# ----------------------------------------------------------------------------------------------
+# Mamba-2's SSD by GLA's kernels with one decay per head
+
+
+def ssd_inputs(b=2, l=29, h=4, groups=2, n=3, p=5, skip="h", dtype=F64, seed=0, state=True):
+    gen = torch.Generator().manual_seed(seed)
+    x = {
+        "x": torch.randn(b, l, h, p, generator=gen, dtype=F64),
+        "dt": 0.05 + 0.2 * torch.rand(b, l, h, generator=gen, dtype=F64),
+        "A": -0.5 - torch.rand(h, generator=gen, dtype=F64),
+        "B": torch.randn(b, l, groups, n, generator=gen, dtype=F64),
+        "C": torch.randn(b, l, groups, n, generator=gen, dtype=F64),
+    }
+    if skip is not None:
+        x["D"] = torch.randn(*((h,) if skip == "h" else (h, p)), generator=gen, dtype=F64)
+    if state:
+        x["initial_state"] = torch.randn(b, h, n, p, generator=gen, dtype=F64)
+    return {name: t.to(dtype).requires_grad_(True) for name, t in x.items()}
+
+
+@numba_only
+@pytest.mark.parametrize("groups, skip, state", [(1, "h", True), (2, "hp", False), (4, None, True)])
+@pytest.mark.parametrize("l, span", [(29, None), (29, 4), (8, 8), (1, 3)])
+def test_ssd_numba_matches_naive(groups, skip, state, l, span):
+    x = ssd_inputs(l=l, groups=groups, skip=skip, state=state)
+    assert_same(run(ms_numba.ssd_numba, x, chunk_size=span), run(ssd_naive, x), x)
+
+
+@numba_only
+def test_ssd_float32_the_entry_point_with_a_mask_auto_and_an_empty_sequence():
+    x64 = ssd_inputs(l=150, h=2, groups=1, n=16, p=16)
+    x32 = {name: t.detach().float().requires_grad_() for name, t in x64.items()}
+    y32, s32 = run(ms_numba.ssd_numba, x32)
+    y64, s64 = run(ssd_naive, x64)
+    assert y32.dtype == s32.dtype == torch.float32
+    torch.testing.assert_close(y32.double(), y64.detach(), rtol=1e-4, atol=1e-4)
+    for g32, g64 in zip(grads((y32, s32), x32), grads((y64, s64), x64)):
+        torch.testing.assert_close(g32.double(), g64, rtol=1e-3, atol=1e-3)
+    gen = torch.Generator().manual_seed(5)
+    x = ssd_inputs()
+    mask = torch.rand(2, 29, generator=gen) > 0.4
+    assert_same(run(ms.ssd, x, mask=mask, impl="numba", chunk_size=8), run(ssd_naive, x, mask=mask), x)
+    d = ms.DISPATCHERS["ssd"]
+    assert ms.IMPLS["ssd"] == ("auto", "mamba", "numba", "chunk", "naive")
+    limit = ms_numba.AUTO_STATE_ELEMENTS
+    assert (
+        d.auto_impl("cpu", state_elements=limit) == "numba" and d.auto_impl("cpu", state_elements=limit + 1) == "chunk"
+    )
+    used.reset()
+    ms.ssd(**{name: t.detach() for name, t in x.items()})
+    assert used.calls()["ssd"] == {"numba": 1}
+    empty = {name: (t if name in ("A", "D", "initial_state") else t[:, :0]) for name, t in x.items()}
+    y, s = run(ms_numba.ssd_numba, empty)
+    assert y.shape == (2, 0, 4, 5)
+    torch.testing.assert_close(s, x["initial_state"].detach(), **TIGHT)
+    with pytest.raises(ValueError, match=r"ssd_numba: A\b"):
+        ms_numba.ssd_numba(x["x"], x["dt"], x["A"][:2], x["B"], x["C"])
+
+
+@numba_only
+def test_gla_operator_with_one_decay_per_head_passes_opcheck():
+    x = {name: t.detach().float() for name, t in gla_inputs(b=1, l=6, h=2, dk=3, dv=2).items()}
+    g = x["g"][..., :1].contiguous()
+    args = [x["q"], x["k"], x["v"], g, 1.0, x["initial_state"], 4]
+    result = torch.library.opcheck(
+        ms_numba._gla_op, [a.clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    )
+    assert set(result.values()) == {"SUCCESS"}, result
+    o, S, ckpt = ms_numba._gla_op(*args)
+    result = torch.library.opcheck(
+        ms_numba._gla_backward_op, [*args[:5], ckpt, 4, torch.ones_like(o), torch.ones_like(S)]
+    )
+    assert set(result.values()) == {"SUCCESS"}, result
+    # the same as GLA with that decay in every row
+    wide = ms_numba._gla_op(*args[:3], g.expand(-1, -1, -1, 3).contiguous(), *args[4:])
+    for a, b in zip((o, S), wide[:2]):
+        torch.testing.assert_close(a, b)

@@ -392,11 +392,12 @@ def measure_step(
             stack.enter_context(fftconv.default_impl("fft"))  # "auto" on CUDA: the FFT at every length
             # PyTorch's ops where a GPU has no fused kernel of ours: the norm's and SwiGLU's formulas,
             # the convolution's grouped conv1d (causal-conv1d's kernel, where installed, keeps less),
-            # GLA's and the delta rules' chunked forms (flash-linear-attention's kernels, where installed, differ)
+            # the matrix-state recurrences' chunked forms (mamba-ssm's and flash-linear-attention's
+            # kernels, where installed, differ)
             stack.enter_context(conv.default_impl("torch"))
             stack.enter_context(norm.default_impl("torch"))
             stack.enter_context(glu.default_impl("torch"))
-            for op in ("gla", "delta_rule", "gated_delta_rule"):
+            for op in ("ssd", "gla", "delta_rule", "gated_delta_rule"):
                 stack.enter_context(MATRIX_STATE[op].default_impl("chunk"))
         prepared = prepare_step(
             exp,

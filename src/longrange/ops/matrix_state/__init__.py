@@ -28,8 +28,8 @@ Per op, one module with three forms, every one tested against the first:
 The entry points (:mod:`.dispatch`, also exported by :mod:`longrange.ops`) ``ssd``, ``gla``,
 ``delta_rule``, ``gated_delta_rule``, ``mamba3`` and ``mamba3_mimo`` (the names of the modules of
 this package are the families': :mod:`.ssd`, :mod:`.gla`, :mod:`.delta_rule`, :mod:`.mamba3`,
-:mod:`.mamba3_mimo`) run the implementation named by ``impl`` (``"auto"``, ``"chunk"``, ``"naive"``; for the delta rules
-on CPUs ``"numba"``, compiled loops for small heads (:mod:`.numba`); and on CUDA the maintained
+:mod:`.mamba3_mimo`) run the implementation named by ``impl`` (``"auto"``, ``"chunk"``, ``"naive"``; for SSD, GLA and the
+delta rules on CPUs ``"numba"``, compiled loops for small heads (:mod:`.numba`); and on CUDA the maintained
 kernels where installed and working: flash-linear-attention's for GLA and the delta rules,
 mamba-ssm's for SSD), following the ops' one dispatch convention.
 """

@@ -217,7 +217,8 @@ def delta_backward(
 # ----------------------------------------------------------------------------------------------
 # Gated linear attention: S <- diag(exp(g_t)) S + k_t^T v_t,  o_t = scale q_t S
 #
-# g (B, L, H, dk) as q and k. Backward per position, from the last, with dS the gradient of S_t:
+# g (B, L, H, dk) as q and k, or (B, L, H, 1): one decay for every row (SSD's scalar decay, whose dg
+# is then the sum over the rows). Backward per position, from the last, with dS the gradient of S_t:
 #     dS += scale q^T do,  dq = scale do S_t^T,  dk = dS v^T,  dv = k dS,
 #     dg_i = a_i <dS_i, S_{t-1, i}>,  dS_i <- a_i dS_i   (row i of the state, a_i = exp(g_t, i))
 
@@ -228,6 +229,7 @@ def gla_forward(q, k, v, g, scale, S0, span, o, S_out, ckpt):  # pragma: no cove
     dv = v.shape[3]
     zero = like(0.0, q)
     scale = like(scale, q)
+    per_row = g.shape[3] > 1
     for task in prange(B * H):
         b, h = task // H, task % H
         S = S0[b, h].copy()
@@ -237,8 +239,10 @@ def gla_forward(q, k, v, g, scale, S0, span, o, S_out, ckpt):  # pragma: no cove
             vt, ot = v[b, t, h], o[b, t, h]
             for j in range(dv):
                 ot[j] = zero
+            a = like(math.exp(g[b, t, h, 0]), q)
             for i in range(dk):
-                a = like(math.exp(g[b, t, h, i]), q)
+                if per_row:
+                    a = like(math.exp(g[b, t, h, i]), q)
                 ki, qi = k[b, t, h, i], scale * q[b, t, h, i]
                 for j in range(dv):
                     s = a * S[i, j] + ki * vt[j]
@@ -254,6 +258,7 @@ def gla_backward(q, k, v, g, scale, ckpt, span, do, dS_out, dq, dk_, dv_, dg, dS
     spans = ckpt.shape[2]
     zero = like(0.0, q)
     scale = like(scale, q)
+    per_row = g.shape[3] > 1
     for task in prange(B * H):
         b, h = task // H, task % H
         dS = dS_out[b, h].copy()
@@ -265,8 +270,10 @@ def gla_backward(q, k, v, g, scale, ckpt, span, do, dS_out, dq, dk_, dv_, dg, dS
             for t in range(t0, t1):
                 n = t - t0
                 vt, S, Snext = v[b, t, h], states[n], states[n + 1]
+                a = like(math.exp(g[b, t, h, 0]), q)
                 for i in range(dk):
-                    a = like(math.exp(g[b, t, h, i]), q)
+                    if per_row:
+                        a = like(math.exp(g[b, t, h, i]), q)
                     ki = k[b, t, h, i]
                     for j in range(dv):
                         Snext[i, j] = a * S[i, j] + ki * vt[j]
@@ -276,8 +283,11 @@ def gla_backward(q, k, v, g, scale, ckpt, span, do, dS_out, dq, dk_, dv_, dg, dS
                 Sprev, St = states[n], states[n + 1]
                 for j in range(dv):
                     dvt[j] = zero
+                a = like(math.exp(g[b, t, h, 0]), q)
+                dg_all = zero
                 for i in range(dk):
-                    a = like(math.exp(g[b, t, h, i]), q)
+                    if per_row:
+                        a = like(math.exp(g[b, t, h, i]), q)
                     ki, sq = k[b, t, h, i], scale * q[b, t, h, i]
                     acc_q, acc_k, acc_g = zero, zero, zero
                     for j in range(dv):
@@ -289,5 +299,10 @@ def gla_backward(q, k, v, g, scale, ckpt, span, do, dS_out, dq, dk_, dv_, dg, dS
                         dS[i, j] = a * d
                     dq[b, t, h, i] = scale * acc_q
                     dk_[b, t, h, i] = acc_k
-                    dg[b, t, h, i] = a * acc_g
+                    if per_row:
+                        dg[b, t, h, i] = a * acc_g
+                    else:
+                        dg_all += acc_g
+                if not per_row:
+                    dg[b, t, h, 0] = a * dg_all
         dS0[b, h] = dS

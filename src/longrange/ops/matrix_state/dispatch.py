@@ -7,7 +7,7 @@ name        what                                                        devices
 ==========  ==========================================================  ========================
 ``naive``   the loop over time (``*_naive``), the ground truth          any
 ``numba``   the recurrence as compiled loops, backward written out      CPU, when numba imports
-            (GLA and the two delta rules; :mod:`.numba`)
+            (SSD, GLA and the two delta rules; :mod:`.numba`)
 ``chunk``   chunkwise-parallel PyTorch (``*_chunk``)                    any
 ``fla``     flash-linear-attention's Triton chunk kernels (GLA, the     CUDA, when ``fla`` imports
             delta rules)                                                and its kernel ran once
@@ -40,6 +40,7 @@ is read from its values, which compiled code cannot do without a graph break: un
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -105,7 +106,7 @@ def _mamba3_auto(d: Dispatcher, device: torch.device, deterministic: bool, dtype
 
 
 #: The ops with numba kernels (:mod:`.numba`).
-NUMBA = ("gla", "delta_rule", "gated_delta_rule")
+NUMBA = ("ssd", "gla", "delta_rule", "gated_delta_rule")
 
 
 def _numba_auto(
@@ -118,10 +119,15 @@ def _numba_auto(
     return usable[0] if usable else "chunk"
 
 
-def _describe_numba_auto(device: torch.device) -> str:
-    if device.type == "cpu" and numba_ms.numba_available():
-        return f"numba for states of up to {numba_ms.AUTO_STATE_ELEMENTS} elements per head (dk * dv), else chunk"
-    return DISPATCHERS["delta_rule"].auto_impl(device)
+def _describe_numba_auto(op: str) -> Callable[[torch.device], str]:
+    """``longrange info``'s words for ``"auto"`` of an op with numba kernels."""
+
+    def describe(device: torch.device) -> str:
+        if device.type == "cpu" and numba_ms.numba_available():
+            return f"numba for states of up to {numba_ms.AUTO_STATE_ELEMENTS} elements per head (dk * dv), else chunk"
+        return DISPATCHERS[op].auto_impl(device)
+
+    return describe
 
 
 def _dispatcher(op: str) -> Dispatcher:
@@ -130,7 +136,7 @@ def _dispatcher(op: str) -> Dispatcher:
         impls.append(numba_impl(numba_ms, note="float32, float64; small states"))
     impls += [Impl("chunk", note="chunkwise-parallel PyTorch"), Impl("naive", auto=False, note="loop over time")]
     if op in NUMBA:
-        return Dispatcher(op, impls, reference="naive", auto=_numba_auto, describe_auto=_describe_numba_auto)
+        return Dispatcher(op, impls, reference="naive", auto=_numba_auto, describe_auto=_describe_numba_auto(op))
     return Dispatcher(op, impls, reference="naive", auto=_mamba3_auto if op == "mamba3" else None)
 
 
@@ -216,7 +222,8 @@ def ssd(
         mask = common.check_mask("ssd", mask, b, l)
         if mask is not None:
             dt = keep(mask, dt)
-    out = _run("ssd", impl, x.device, (x, dt, A, B, C, D, initial_state, output_final_state), chunk_size)
+    context = {"state_elements": B.shape[-1] * x.shape[-1]} if b is not None and isinstance(B, Tensor) else None
+    out = _run("ssd", impl, x.device, (x, dt, A, B, C, D, initial_state, output_final_state), chunk_size, context)
     return _masked_output(out, mask)
 
 

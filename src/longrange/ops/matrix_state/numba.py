@@ -1,7 +1,8 @@
-"""The delta rule, the gated delta rule and gated linear attention as compiled loops for CPUs
-(numba; ``impl="numba"`` of :func:`~longrange.ops.matrix_state.dispatch.delta_rule`,
-:func:`~longrange.ops.matrix_state.dispatch.gated_delta_rule` and
-:func:`~longrange.ops.matrix_state.dispatch.gla`).
+"""The delta rule, the gated delta rule, gated linear attention and Mamba-2's SSD as compiled loops
+for CPUs (numba; ``impl="numba"`` of :func:`~longrange.ops.matrix_state.dispatch.delta_rule`,
+:func:`~longrange.ops.matrix_state.dispatch.gated_delta_rule`,
+:func:`~longrange.ops.matrix_state.dispatch.gla` and :func:`~longrange.ops.matrix_state.dispatch.ssd`,
+which runs GLA's kernels with one decay per head: :func:`ssd_numba`).
 
 The chunked forms (e.g. :func:`~longrange.ops.matrix_state.delta_rule.gated_delta_rule_chunk`) turn
 the recurrence into batched matrix products, which pays where the state is large (64 x 64 per
@@ -32,7 +33,7 @@ from longrange.ops._lazy_kernels import LazyKernels
 from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 from longrange.ops.matrix_state import gla as _gla
-from longrange.ops.matrix_state.common import check_chunk_size, default_scale, initial
+from longrange.ops.matrix_state.common import check_chunk_size, compute_dtype, default_scale, initial
 from longrange.ops.matrix_state.delta_rule import _prepare
 
 #: The dtypes the kernels compute in.
@@ -291,7 +292,8 @@ def _gla_op(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, S0: Tensor, span: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """q, k, g (B, L, H, dk), v (B, L, H, dv), S0 (B, H, dk, dv), contiguous, one dtype -> (o, the
-    final state, the checkpoints (B, H, spans, dk, dv))."""
+    final state, the checkpoints (B, H, spans, dk, dv)); g may also be (B, L, H, 1), one decay for
+    every row of a head's state (SSD's)."""
     kern = _kernels()
     o, S, ckpt = torch.empty_like(v), torch.empty_like(S0), _checkpoints(q, v, S0, span)
     _use_threads(kern)
@@ -368,3 +370,46 @@ def gla_numba(
     )
     o = o.to(v.dtype)
     return (o, S) if output_final_state else o
+
+
+# ----------------------------------------------------------------------------------------------
+# Mamba-2's SSD: GLA's kernels with one decay per head
+
+
+def ssd_numba(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`~longrange.ops.matrix_state.ssd.ssd_naive` (without a mask: the entry point applies it)
+    by GLA's kernels: ``S_t = exp(dt_t A) S_{t-1} + (dt_t B_t)^T x_t``, ``y_t = C_t S_t + D x_t`` is
+    GLA with ``q = C`` and ``k = dt B`` (each head its group's), ``v = x``, one log-decay ``dt A`` per
+    head and position for every row of the state, and the scale 1; ``D x`` is added after.
+    ``chunk_size`` as in :func:`gla_numba`."""
+    from longrange.ops.matrix_state import ssd as _ssd
+
+    op = "ssd_numba"
+    _check_device(op, x)
+    b, l, h, g, n, p, _ = _ssd._check(op, x, dt, A, B, C, D, initial_state, None)
+    dtype = compute_dtype(x, dt, A, B, C, D, initial_state)
+    S0 = initial(op, initial_state, b, h, n, p, dtype, x.device)
+    xs, dts = x.to(dtype), dt.to(dtype)
+    # (b, l, g, n) -> (b, l, h, n), head i reading group i // (h // g); k scaled by dt on the way
+    per_group = (b, l, g, h // g)
+    k = (B.to(dtype).unsqueeze(3) * dts.view(*per_group, 1)).reshape(b, l, h, n)
+    q = C.to(dtype).unsqueeze(3).expand(*per_group, n).reshape(b, l, h, n)
+    log_decay = (dts * A.to(dtype)).unsqueeze(-1)  # (b, l, h, 1): one decay for every row
+    span = _span(op, chunk_size, n, p, torch.empty((), dtype=dtype).element_size())
+    y, S, _ = _gla_op(
+        q.contiguous(), k.contiguous(), xs.contiguous(), log_decay.contiguous(), 1.0, S0.contiguous(), span
+    )
+    if D is not None:
+        y = y + _ssd.skip(D, xs)
+    y = y.to(x.dtype)
+    return (y, S) if output_final_state else y
