@@ -9,10 +9,21 @@ machine without one the CPU tests only; ``cpu`` leaves the GPU alone; ``cuda`` r
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 DEVICE_CHOICES = ("cpu", "cuda", "all")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n auto``: one test process per core) each process computes on its share
+    of the cores, so that the processes do not oversubscribe the machine (PyTorch's default is every
+    core in every process)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
