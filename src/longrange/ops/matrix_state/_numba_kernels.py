@@ -1,6 +1,7 @@
 """The numba kernels of the (gated) delta rule and of gated linear attention on CPUs
-(:mod:`longrange.ops.matrix_state.numba`, ``impl="numba"``), imported on first use. The delta rule's
-are described here; GLA's (the same layouts, ``g`` of shape (B, L, H, dk)) beside them below.
+(:mod:`longrange.ops.matrix_state.numba`, ``impl="numba"``; SSD runs GLA's), imported on first use.
+The delta rule's are described here; GLA's (the same layouts, ``g`` of shape (B, L, H, dk), or
+(B, L, H, 1) for one decay per head) beside them below.
 
 Layouts (all C-contiguous, one floating dtype; row vectors as in :mod:`.delta_rule`)::
 
