@@ -201,6 +201,12 @@ def _masked_output(out: Any, mask: Tensor | None) -> Any:
     return keep(mask, out)
 
 
+def _state_context(q: Tensor, v: Tensor) -> dict[str, Any]:
+    """What ``"auto"`` reads of the ops with numba kernels: the elements of a head's state (dk * dv;
+    SSD's n * p from B and x)."""
+    return {"state_elements": q.shape[-1] * v.shape[-1]}
+
+
 def ssd(
     x: Tensor,
     dt: Tensor,
@@ -222,14 +228,9 @@ def ssd(
         mask = common.check_mask("ssd", mask, b, l)
         if mask is not None:
             dt = keep(mask, dt)
-    context = {"state_elements": B.shape[-1] * x.shape[-1]} if b is not None and isinstance(B, Tensor) else None
+    context = _state_context(B, x) if b is not None and isinstance(B, Tensor) else None
     out = _run("ssd", impl, x.device, (x, dt, A, B, C, D, initial_state, output_final_state), chunk_size, context)
     return _masked_output(out, mask)
-
-
-def _state_context(q: Tensor, v: Tensor) -> dict[str, Any]:
-    """What ``"auto"`` reads of GLA and the delta rules: the elements of a head's state."""
-    return {"state_elements": q.shape[-1] * v.shape[-1]}
 
 
 def gla(

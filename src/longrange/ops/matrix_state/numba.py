@@ -33,11 +33,10 @@ from longrange.ops._lazy_kernels import LazyKernels
 from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 from longrange.ops.matrix_state import gla as _gla
+from longrange.ops.matrix_state import ssd as _ssd
 from longrange.ops.matrix_state.common import check_chunk_size, compute_dtype, default_scale, initial
 from longrange.ops.matrix_state.delta_rule import _prepare
 
-#: The dtypes the kernels compute in.
-DTYPES = (torch.float32, torch.float64)
 #: ``"auto"`` runs the kernels for heads whose state has at most this many elements (dk * dv).
 AUTO_STATE_ELEMENTS = 1024
 #: Bytes of one span's states that the backward pass keeps at a time (they stay in the cache).
@@ -364,7 +363,7 @@ def gla_numba(
     _check_device(op, q)
     b, l, h, dk, dv, dtype, _ = _gla._prepare(op, q, k, v, g, initial_state, None)
     S0 = initial(op, initial_state, b, h, dk, dv, dtype, q.device)
-    span = _span(op, chunk_size, dk, dv, torch.empty((), dtype=dtype).element_size())
+    span = _span(op, chunk_size, dk, dv, dtype.itemsize)
     o, S, _ = _gla_op(
         *(t.to(dtype).contiguous() for t in (q, k, v, g)), default_scale(scale, dk), S0.contiguous(), span
     )
@@ -392,8 +391,6 @@ def ssd_numba(
     GLA with ``q = C`` and ``k = dt B`` (each head its group's), ``v = x``, one log-decay ``dt A`` per
     head and position for every row of the state, and the scale 1; ``D x`` is added after.
     ``chunk_size`` as in :func:`gla_numba`."""
-    from longrange.ops.matrix_state import ssd as _ssd
-
     op = "ssd_numba"
     _check_device(op, x)
     b, l, h, g, n, p, _ = _ssd._check(op, x, dt, A, B, C, D, initial_state, None)
@@ -405,7 +402,7 @@ def ssd_numba(
     k = (B.to(dtype).unsqueeze(3) * dts.view(*per_group, 1)).reshape(b, l, h, n)
     q = C.to(dtype).unsqueeze(3).expand(*per_group, n).reshape(b, l, h, n)
     log_decay = (dts * A.to(dtype)).unsqueeze(-1)  # (b, l, h, 1): one decay for every row
-    span = _span(op, chunk_size, n, p, torch.empty((), dtype=dtype).element_size())
+    span = _span(op, chunk_size, n, p, dtype.itemsize)
     y, S, _ = _gla_op(
         q.contiguous(), k.contiguous(), xs.contiguous(), log_decay.contiguous(), 1.0, S0.contiguous(), span
     )
