@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from longrange.errors import ConfigError
-from longrange.studies.grid import GridRun, grid_plan, run_dir
+from longrange.experiment.plan import Plan
+from longrange.studies.grid import GridRun, grid_plan, run_dir, run_grid
 
 PRESET = "mamba/induction-heads/cpu/{}"
 
@@ -49,3 +50,40 @@ def test_a_preset_that_sweeps_training_subsets_is_refused_naming_it():
         grid_plan([run])
     fixed = GridRun("dlr", "demo/recall/dlr", "DLR", ["compare.train_subsets=[]", "task.train_subset=250"])
     assert len(grid_plan([fixed]).stages) == 1
+
+
+TOY = [
+    "task.options.seq_len=16",
+    "task.options.n_train=8",
+    "task.options.n_val=4",
+    "task.options.n_test=4",
+    "train.max_steps=2",
+    "train.eval_every=0",
+    "train.batch_size=4",
+    "model.d_model=8",
+]
+
+
+def _toy_runs():
+    return [
+        GridRun("dlr", PRESET.format("simple-dlr"), "DLR toy", TOY),
+        GridRun("s4d", PRESET.format("simple-s4d"), "S4D toy", TOY),
+    ]
+
+
+def test_a_part_of_the_grid_trains_and_the_whole_plan_is_saved(tmp_path):
+    runs = _toy_runs()
+    assert run_grid(runs[:1], runs, tmp_path, jobs=1) == []
+    assert (run_dir(tmp_path, runs[0]) / "summary.json").is_file()
+    assert not run_dir(tmp_path, runs[1]).exists()  # the other part is not trained
+    saved = Plan.load(tmp_path)  # but the plan on disk is the whole grid's
+    assert [s.id for s in saved.stages] == [s.id for s in grid_plan(runs).stages]
+
+
+def test_a_run_that_fails_is_returned_not_raised_and_the_others_finish(tmp_path):
+    runs = _toy_runs()
+    runs[1].overrides = [*TOY, "train.lr=1e30"]  # diverges: an error of its run, not a number
+    unfinished = run_grid(runs, runs, tmp_path, jobs=1)
+    assert unfinished == [str(run_dir(tmp_path, runs[1]).relative_to(tmp_path))]
+    assert "diverge" in (run_dir(tmp_path, runs[1]) / "failed.json").read_text().lower()
+    assert (run_dir(tmp_path, runs[0]) / "summary.json").is_file()

@@ -178,10 +178,12 @@ def raise_for_outcome(out_dir: Path, outcome: dict[str, Outcome]) -> None:
         parts.append(f"{len(held)} stage(s) are running in another process: {', '.join(held)}")
     if skipped:
         parts.append(f"{len(skipped)} stage(s) after them did not run")
-    raise StageFailed(
+    err = StageFailed(
         "; ".join(parts) + f"; `longrange compare --status {out_dir}` shows every stage, "
         "and running compare again does only the missing work"
     )
+    err.stages = (*failed, *held, *skipped)
+    raise err
 
 
 def compare(
@@ -253,12 +255,15 @@ def run_grid(
     dry_run: bool = False,
     notes: Sequence[str] = (),
     data: tuple[list[str], list[str]] | None = None,
+    saved_plan: Plan | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``plan``'s stages into ``out_dir`` as :func:`compare` does (its data checked and generated
     first, finished stages reused only with the same settings, the rest run in dependency order on
     ``executor``); return the final stages' summaries in plan order. ``notes``: lines printed before
     the run (the model sizes); ``data``: :func:`data_lines` of the plan's experiments where the caller
-    has them already. Studies that build their own plan (``longrange.studies``) run it here."""
+    has them already; ``saved_plan``: the plan written to ``out_dir`` where ``plan`` is a part of it
+    (a grid run in parts saves the whole). Studies that build their own plan (``longrange.studies``)
+    run it here; a StageFailed's ``stages`` names what did not finish."""
     out_dir = check_out_dir(out_dir, "--out")
     data, missing = data if data is not None else data_lines(plan.experiments)
     if dry_run:
@@ -283,7 +288,7 @@ def run_grid(
         prepare_generated(task)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_reuse(plan, out_dir, overwrite)
-    plan.save(out_dir)
+    (saved_plan or plan).save(out_dir)
     intent = Intent("continue", replace_stale=overwrite, rerun_other_versions=rerun_other_versions)
     outcome = run_plan(plan, out_dir, executor or InProcess(), intent=intent)
     if Outcome.SUBMITTED in outcome.values():  # a scheduler runs them (compare --launcher slurm --no-wait)

@@ -46,7 +46,10 @@ PLAN_FILE = "plan.json"
 
 
 class StageFailed(LongrangeError):
-    """Stages of a comparison failed or could not run; the message names them."""
+    """Stages of a comparison failed or could not run; the message names them, and ``stages`` holds
+    their ids where the whole grid's outcome raised it (``compare.raise_for_outcome``)."""
+
+    stages: tuple[str, ...] = ()
 
 
 class StageNotReady(StageFailed):

@@ -53,6 +53,16 @@ class LazyKernels:
         self.load()
         return self.error
 
+    def require(self, op: str, package: str = "numba") -> ModuleType:
+        """The module, for ``op``'s implementation ``package``; where it cannot be imported, a
+        RuntimeError naming ``op`` and the import error."""
+        module = self.load()
+        if module is None:
+            raise RuntimeError(
+                f"{op}: impl={package!r} needs the {package} package, which does not import ({self.error})"
+            )
+        return module
+
 
 def rows_per_task(rows: int, width: int, threads: int, elements: int) -> int:
     """Rows per task of a row-wise kernel: about ``elements`` features (fewer cost more to hand out

@@ -66,25 +66,27 @@ def grid_plan(runs: Sequence[GridRun]):
 
 def run_grid(runs: Sequence[GridRun], grid: Sequence[GridRun], out_dir: Path, jobs: int) -> list[str]:
     """Train ``runs`` (a part of ``grid``, whose whole plan is saved in ``out_dir``) with ``jobs``
-    local workers of one thread each, reusing finished runs and resuming interrupted ones (a run
-    made with other settings stops the grid, naming it); returns the ids of the stages that did not
-    finish."""
+    local workers of one thread each, as ``compare`` runs a plan (:func:`longrange.experiment.compare.run_grid`:
+    its data checked and generated first, finished runs reused, interrupted ones resumed; a run made
+    with other settings stops the grid, naming it); returns the ids of the stages that did not finish."""
     from longrange.experiment.backends import LocalWorkers
-    from longrange.experiment.compare import check_reuse
+    from longrange.experiment.compare import StageFailed
+    from longrange.experiment.compare import run_grid as run_plan
     from longrange.experiment.plan import Plan
-    from longrange.experiment.scheduler import Outcome, run_plan
-    from longrange.train.rundir import Intent
 
     plan = grid_plan(grid)
     chosen = {(r.label, r.seed) for r in runs}
     part = Plan(plan.experiments, [s for s in plan.stages if (plan.experiments[s.experiment].label, s.seed) in chosen])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    check_reuse(part, out_dir)
-    plan.save(out_dir)
     start = time.time()
-    outcome = run_plan(part, out_dir, LocalWorkers(jobs=jobs, threads_per_job=1), intent=Intent("continue"))
+    try:
+        run_plan(part, out_dir, executor=LocalWorkers(jobs=jobs, threads_per_job=1), saved_plan=plan)
+        unfinished: list[str] = []
+    except StageFailed as err:
+        unfinished = list(err.stages)
+        if not unfinished:
+            raise
     print(f"== {out_dir}: {len(part.stages)} stages, {(time.time() - start) / 60:.1f} min", file=sys.stderr, flush=True)
-    return [i for i, o in outcome.items() if o is not Outcome.DONE]
+    return unfinished
 
 
 def run_dir(out_dir: Path, run: GridRun) -> Path:

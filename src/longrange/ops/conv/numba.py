@@ -53,12 +53,7 @@ def warm_up(dtypes: tuple[torch.dtype, ...] = DTYPES) -> None:
 
 
 def _kernels():
-    k = _KERNELS.load()
-    if k is None:
-        raise RuntimeError(
-            f"causal_conv1d: impl='numba' needs the numba package, which does not import ({_KERNELS.error})"
-        )
-    return k
+    return _KERNELS.require("causal_conv1d")
 
 
 def _width(b: int, d: int, threads: int) -> int:

@@ -58,10 +58,7 @@ def unavailable_reason() -> str | None:
 
 
 def _kernels(op: str = "matrix_state"):
-    k = _KERNELS.load()
-    if k is None:
-        raise RuntimeError(f"{op}: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
-    return k
+    return _KERNELS.require(op)
 
 
 def _check_device(op: str, q: Tensor) -> None:

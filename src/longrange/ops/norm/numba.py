@@ -45,10 +45,7 @@ def unavailable_reason() -> str | None:
 
 
 def _kernels():
-    k = _KERNELS.load()
-    if k is None:
-        raise RuntimeError(f"rms_norm: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
-    return k
+    return _KERNELS.require("rms_norm")
 
 
 def _rows_per_task(rows: int, width: int, threads: int) -> int:

@@ -118,12 +118,7 @@ def _or_zeros(t: Tensor | None, like: Tensor, *shape: int) -> Tensor:
 
 
 def _kernels():
-    k = _load()
-    if k is None:
-        raise RuntimeError(
-            f"selective_scan: impl='numba' needs the numba package, which does not import ({_KERNELS.error})"
-        )
-    return k
+    return _KERNELS.require("selective_scan")
 
 
 # --------------------------------------------------------------------------------------------

@@ -102,10 +102,7 @@ def _contiguous(*tensors: Tensor) -> list:
 
 
 def _kernels(op: str = "vandermonde_kernel and cauchy") -> ModuleType:
-    k = _load()
-    if k is None:
-        raise RuntimeError(f"{op}: impl='numba' needs the numba package, which does not import ({_KERNELS.error})")
-    return k
+    return _KERNELS.require(op)
 
 
 def _kernels_or_raise(op: str, *tensors: Tensor) -> ModuleType:
