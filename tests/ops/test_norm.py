@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from longrange.ops import custom_ops, used
 from longrange.ops.norm import IMPLS, auto_impl, available_impls, default_impl, rms_norm, rms_norm_ref
 from longrange.ops.norm import numba as norm_numba
-from longrange.ops.norm.dispatch import NUMBA_MIN_WIDTH
+from longrange.ops.norm.dispatch import NUMBA_MIN_WIDTH, NUMBA_NARROW_ELEMENTS, NUMBA_NARROW_WIDTH
 
 numba_only = pytest.mark.skipif(not norm_numba.numba_available(), reason="numba does not import")
 
@@ -94,15 +94,22 @@ def test_auto_runs_numba_on_cpus_and_reports_it():
     assert auto_impl("cpu") == "numba" and auto_impl("meta") == "torch"
     # rows narrower than NUMBA_MIN_WIDTH: the formula (the kernels' call costs more than it saves)
     assert auto_impl("cpu", width=NUMBA_MIN_WIDTH) == "numba" and auto_impl("cpu", width=16) == "torch"
+    # rows of 16 to 31 features in large tensors: numba; rows of 8 never
+    big, small = NUMBA_NARROW_ELEMENTS, NUMBA_NARROW_ELEMENTS - 1
+    assert auto_impl("cpu", width=NUMBA_NARROW_WIDTH, elements=big) == "numba"
+    assert auto_impl("cpu", width=NUMBA_NARROW_WIDTH, elements=small) == "torch"
+    assert auto_impl("cpu", width=8, elements=10 * big) == "torch"
+    assert auto_impl("meta", width=NUMBA_NARROW_WIDTH, elements=big) == "torch"
     x, w, g = _inputs((2, 3, NUMBA_MIN_WIDTH), False, True, torch.float32)
     narrow = _inputs((2, 3, 16), False, True, torch.float32)
     used.reset()
     rms_norm(x, w, g)
     rms_norm(*narrow)
     rms_norm(*narrow, impl="numba")  # by name it runs at any width
+    rms_norm(*_inputs((NUMBA_NARROW_ELEMENTS // NUMBA_NARROW_WIDTH, NUMBA_NARROW_WIDTH), False, True, torch.float32))
     with default_impl("torch"):
         rms_norm(x, w, g)
-    assert used.calls()["rms_norm"] == {"numba": 2, "torch": 2}
+    assert used.calls()["rms_norm"] == {"numba": 3, "torch": 2}
 
 
 def test_bad_inputs_name_what_is_wrong():

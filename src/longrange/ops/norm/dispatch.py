@@ -24,17 +24,38 @@ from longrange.ops.norm.reference import rms_norm_ref
 #: call and the copies (docs/performance.md, "Seventh round").
 NUMBA_MIN_WIDTH = 32
 
+#: Rows of :data:`NUMBA_NARROW_WIDTH` to :data:`NUMBA_MIN_WIDTH` features run the numba kernels in
+#: tensors of at least :data:`NUMBA_NARROW_ELEMENTS` elements: at 16 features (the delta rules'
+#: heads at MAD's width, 32 x 127 x 8 heads; the recall presets' at 64 x 256) 1.3-1.9x faster
+#: forward + backward, gated or not, where smaller tensors of such rows (Mamba-3's norms of B and C,
+#: the demo's 32 x 24) ran 0.8-1.0x and rows of 8 or 4 features 0.5-1.06x (docs/performance.md,
+#: "Tenth round").
+NUMBA_NARROW_WIDTH = 16
+NUMBA_NARROW_ELEMENTS = 1 << 18
 
-def _auto(d: Dispatcher, device: torch.device, deterministic: bool, width: int | None = None, **context) -> str:
+
+def _auto(
+    d: Dispatcher,
+    device: torch.device,
+    deterministic: bool,
+    width: int | None = None,
+    elements: int | None = None,
+    **context,
+) -> str:
     """``"numba"`` for floating CPU tensors whose rows have at least :data:`NUMBA_MIN_WIDTH`
-    features, when numba imports; else ``"torch"``."""
+    features, or :data:`NUMBA_NARROW_WIDTH` in a tensor of :data:`NUMBA_NARROW_ELEMENTS`, when
+    numba imports; else ``"torch"``."""
     wide = width is None or width >= NUMBA_MIN_WIDTH
-    return "numba" if wide and d.runs("numba", device, **context) else "torch"
+    large = width is not None and width >= NUMBA_NARROW_WIDTH and (elements or 0) >= NUMBA_NARROW_ELEMENTS
+    return "numba" if (wide or large) and d.runs("numba", device, **context) else "torch"
 
 
 def _describe_auto(device: torch.device) -> str:
     if device.type == "cpu" and numba_norm.numba_available():
-        return f"numba for rows of at least {NUMBA_MIN_WIDTH} features, else torch"
+        return (
+            f"numba for rows of at least {NUMBA_MIN_WIDTH} features, or {NUMBA_NARROW_WIDTH} in tensors of "
+            f"at least {NUMBA_NARROW_ELEMENTS:,} elements, else torch"
+        )
     return "torch"
 
 
@@ -58,10 +79,16 @@ default_impl = DISPATCHER.default_impl
 available_impls = DISPATCHER.available_impls
 
 
-def auto_impl(device: torch.device | str, dtype: torch.dtype = torch.float32, width: int | None = None) -> str:
+def auto_impl(
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+    width: int | None = None,
+    elements: int | None = None,
+) -> str:
     """The implementation ``impl="auto"`` runs: ``"numba"`` for floating CPU tensors whose rows have
-    ``width`` >= :data:`NUMBA_MIN_WIDTH` features (None: any) when numba imports, else ``"torch"``."""
-    return DISPATCHER.auto_impl(device, None, dtype=dtype, width=width)
+    ``width`` >= :data:`NUMBA_MIN_WIDTH` features (None: any), or >= :data:`NUMBA_NARROW_WIDTH` in a
+    tensor of ``elements`` >= :data:`NUMBA_NARROW_ELEMENTS`, when numba imports, else ``"torch"``."""
+    return DISPATCHER.auto_impl(device, None, dtype=dtype, width=width, elements=elements)
 
 
 def _check(x: Tensor, weight: Tensor, gate: Tensor | None, eps: float) -> None:
@@ -104,7 +131,9 @@ def rms_norm(
     impl = DISPATCHER.default if impl is None else impl
     DISPATCHER.check_impl(impl)
     _check(x, weight, gate, eps)
-    impl = DISPATCHER.resolve(impl, x.device, dataless=not holds_data(x), dtype=x.dtype, width=x.shape[-1])
+    impl = DISPATCHER.resolve(
+        impl, x.device, dataless=not holds_data(x), dtype=x.dtype, width=x.shape[-1], elements=x.numel()
+    )
     if impl == "numba":
         y = numba_norm.rms_norm_numba(x, weight, gate, gate_first, eps)
     else:
