@@ -39,6 +39,23 @@ Round ``direct-conv`` (the fourth; run it at the lengths it changes, e.g. ``--ba
   CPU inputs of up to 24 positions by one product with the Toeplitz matrix
   (``ops/fftconv.py::_DirectConv``, ``DIRECT_MAX_LENGTH``).
 
+Round ``unmasked`` (the eleventh; ``--mad`` for MAD's layers, ``--batch-size 32 --seq-len 24`` for
+the demo's size):
+
+* every model: the backbone got the padding mask of every batch, and its layers multiplied by it
+  (in Hyena three products forward and three backward per layer); now a batch without padding
+  passes no mask (``models/model.py::unpadded``).
+
+Round ``dense-layouts`` (the twelfth):
+
+* ``s4d``, ``dlr``, ``h3``, ``hyena``: the FFT convolution's skip ``D u`` was a product and a sum
+  beside the convolution, on a transposed view; now it is the kernel's tap at lag 0
+  (``ops/fftconv.py::with_skip``);
+* ``s4d``, ``dlr``, ``h3`` (its inner S4D and its shift convolution), ``hyena``: the layers passed
+  transposed views to the convolution and got transposed views of the gradients back, and H3's
+  and Hyena's products read them mixed with contiguous tensors; now ``ops/layout.py::transposed``
+  lays out both the result and its gradient as shaped (a copy each way).
+
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
 
@@ -55,8 +72,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+import longrange.layers.h3 as h3_module
+import longrange.layers.hyena as hyena_module
 import longrange.layers.rope as rope
 import longrange.layers.ssm as ssm
+import longrange.models.model as model_module
 import longrange.ops.complex_scan.chunked as complex_chunked
 import longrange.ops.fftconv as fftconv
 import longrange.ops.matrix_state.delta_rule as delta_rule
@@ -70,6 +90,27 @@ def conv_forward_before(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
     u = apply_mask(x, mask).transpose(1, 2)
     K = self.kernel(x.shape[1])
     return fft_conv(u, K if self.bidirectional else K[0], self.D).transpose(1, 2)
+
+
+def conv_forward_dense_before(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """The convolutional layers between the second round and the twelfth: a transposed view in,
+    a contiguous output whose gradient comes back transposed."""
+    self._check_input(x)
+    u = apply_mask(x, mask).transpose(1, 2)
+    K = self.kernel(x.shape[1])
+    return fft_conv(u, K if self.bidirectional else K[0], self.D).transpose(1, 2).contiguous()
+
+
+_CONVOLVE = fftconv._convolve
+
+
+def convolve_skip_beside(
+    u: Tensor, k_fwd: Tensor, k_bwd: Tensor | None, D: Tensor | None, work: torch.dtype, impl: str, chunk_bytes: int
+) -> Tensor:
+    """The convolution with its skip ``D u`` added after it, not folded into the kernel."""
+    if D is None or impl == "ref":
+        return _CONVOLVE(u, k_fwd, k_bwd, D, work, impl, chunk_bytes)
+    return _CONVOLVE(u, k_fwd, k_bwd, None, work, impl, chunk_bytes) + D.to(work).unsqueeze(-1) * u.to(work)
 
 
 def lru_scan_before(log_decay: Tensor, v: Tensor, h0: Tensor | None, T: int, impl: str) -> Tensor:
@@ -105,7 +146,28 @@ def fft_core_before(u: Tensor, k: Tensor, n: int) -> Tensor:
 
 _FFT_BACKWARD = (fftconv, "_fft_conv_core", fft_core_before)
 
-#: round -> model -> (module, attribute, the code it replaced).
+#: ``--mad``: MAD's layer of each change (the CPU protocol's cell, ``studies/mad.py``).
+MAD_LAYERS = {
+    "transformer": "mh-attention",
+    "mamba-s6": "mamba",
+    "mamba2": "mamba2",
+    "gated-deltanet": "gated-deltanet",
+    "gla": "mh-gated-linear-attention",
+    "lru": "lru",
+    "h3": "h3",
+    "hyena": "hyena",
+}
+
+
+_SKIP_BESIDE = (fftconv, "_convolve", convolve_skip_beside)
+_CONV_VIEWS = (ssm.ConvolutionalSSM, "forward", conv_forward_dense_before)
+
+
+def _view(x: Tensor) -> Tensor:  # H3's shift and Hyena's gates: transposed views, forward and backward
+    return x.transpose(-1, -2)
+
+
+#: round -> model -> (module, attribute, the code it replaced), or a list of those.
 ROUNDS = {
     "layouts": {
         "s4d": (ssm.ConvolutionalSSM, "forward", conv_forward_before),
@@ -120,29 +182,30 @@ ROUNDS = {
     "fft-backward": {"s4d": _FFT_BACKWARD, "dlr": _FFT_BACKWARD, "h3": _FFT_BACKWARD, "hyena": _FFT_BACKWARD},
     # "auto" convolved every length by FFT: no length is short enough for the direct product
     "direct-conv": {m: (fftconv, "DIRECT_MAX_LENGTH", 0) for m in ("s4d", "dlr", "h3", "hyena")},
+    "dense-layouts": {
+        "s4d": [_SKIP_BESIDE, _CONV_VIEWS],
+        "dlr": [_SKIP_BESIDE, _CONV_VIEWS],
+        "h3": [_SKIP_BESIDE, _CONV_VIEWS, (h3_module, "transposed", _view)],
+        "hyena": [_SKIP_BESIDE, (hyena_module, "transposed", _view)],
+    },
+    # every batch's mask went to the layers, padded or not
+    "unmasked": {m: (model_module, "unpadded", lambda lengths, length: False) for m in MAD_LAYERS},
 }
-LATEST = "direct-conv"
+LATEST = "dense-layouts"
 
 
 @contextmanager
 def before(model: str, round_: str = LATEST):
-    owner, name, old = ROUNDS[round_][model]
-    new = getattr(owner, name)
-    setattr(owner, name, old)
+    patches = ROUNDS[round_][model]
+    patches = patches if isinstance(patches, list) else [patches]
+    current = [getattr(owner, name) for owner, name, _ in patches]
+    for owner, name, old in patches:
+        setattr(owner, name, old)
     try:
         yield
     finally:
-        setattr(owner, name, new)
-
-
-#: ``--mad``: MAD's layer of each change (the CPU protocol's cell, ``studies/mad.py``).
-MAD_LAYERS = {
-    "gated-deltanet": "gated-deltanet",
-    "gla": "mh-gated-linear-attention",
-    "lru": "lru",
-    "h3": "h3",
-    "hyena": "hyena",
-}
+        for (owner, name, _), new in zip(patches, current):
+            setattr(owner, name, new)
 
 
 def experiment(model: str, seq_len: int, mad: bool, mad_task: str = "mad-in-context-recall"):

@@ -77,6 +77,50 @@ def test_the_direct_convolutions_before_path_runs_the_fft():
     torch.testing.assert_close(now, then, rtol=1e-12, atol=1e-12)
 
 
+def test_the_unmasked_rounds_before_path_masks_every_batch():
+    ab = _module()
+    from longrange.models.config import ModelConfig
+    from longrange.models.model import build_model
+
+    cfg = ModelConfig(block="mamba", primitive="s6", n_layers=1, d_model=8, d_state=4)
+    model = build_model(cfg, input_kind="numeric", head="classify", n_out=3, d_input=2).double().eval()
+    seen = []
+    model.backbone.register_forward_pre_hook(lambda module, args: seen.append(args[1]))
+    x = torch.randn(2, 5, 2, dtype=torch.float64)
+    now = model(x)
+    with ab.before("hyena", "unmasked"):
+        then = model(x)
+    assert seen[0] is None and bool(seen[1].all())
+    torch.testing.assert_close(now, then, rtol=1e-12, atol=1e-12)
+
+
+def test_the_dense_layouts_before_paths_compute_what_the_current_code_computes():
+    """The skip beside the convolution and the transposed views compute the same values and
+    gradients as the folded skip and the dense layouts, and every patch is undone."""
+    ab = _module()
+    from longrange.models.backbone import make_primitive
+    from longrange.ops.layout import transposed
+
+    for name, options in (("s4d", {"d_state": 4}), ("h3", {"d_state": 4}), ("hyena", {"l_max": 12})):
+        torch.manual_seed(0)
+        layer = make_primitive(name, 8, **options).double()
+        x = torch.randn(2, 12, 8, dtype=torch.float64, requires_grad=True)
+        out = {}
+        for which in ("now", "before"):
+            if which == "before":
+                with ab.before(name, "dense-layouts"):
+                    assert ab.fftconv._convolve is ab.convolve_skip_beside
+                    y = layer(x)
+            else:
+                y = layer(x)
+            (grad,) = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum(), x)
+            out[which] = (y.detach(), grad)
+        for a, b in zip(out["now"], out["before"]):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert ab.fftconv._convolve is ab._CONVOLVE and ab.h3_module.transposed is transposed
+    assert ab.hyena_module.transposed is transposed
+
+
 def test_a_tiny_measurement_restores_the_current_code(tmp_path):
     ab = _module()
     current, threads = ab.rope.apply_rotary, torch.get_num_threads()
@@ -94,7 +138,7 @@ def test_mad_mode_names_the_layers_it_measures():
 
     ab = _module()
     with pytest.raises(SystemExit):
-        ab.main(["--round", "layouts", "--mad", "--models", "transformer"])
+        ab.main(["--round", "layouts", "--mad", "--models", "s4d"])  # not a layer of MAD's
     with pytest.raises(SystemExit):
         ab.main(["--models", "transformer"])  # not a change of the latest round
     exp = ab.experiment("gla", 256, mad=True)

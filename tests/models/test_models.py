@@ -204,6 +204,42 @@ def test_padding_does_not_change_pooled_outputs(name, pooling):
     torch.testing.assert_close(model(more_padding, lengths), alone, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("name", list(ALL_CONFIGS))
+def test_an_all_true_mask_and_no_mask_train_alike(name):
+    """A batch without padding reaches the backbone without a mask (``unpadded``): every layer
+    must compute the same, values and gradients, in training mode (batch norm's statistics too)."""
+    model = numeric_model(ALL_CONFIGS[name]).train()
+    x = torch.randn(3, 9, model.backbone.d_model)
+    out = {}
+    for kind, mask in (("mask", torch.ones(3, 9, dtype=torch.bool)), ("none", None)):
+        model.zero_grad()
+        torch.manual_seed(1)  # the same dropout draws
+        y = model.backbone(x, mask)
+        (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        out[kind] = [y.detach()] + [p.grad.clone() for p in model.backbone.parameters() if p.grad is not None]
+    assert len(out["mask"]) == len(out["none"]) > 1
+    for a, b in zip(out["mask"], out["none"]):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-11)
+
+
+def test_the_backbone_gets_a_mask_only_when_the_batch_is_padded():
+    from longrange.models.model import unpadded
+
+    model = numeric_model(ALL_CONFIGS["mamba-s6"])
+    seen = []
+    model.backbone.register_forward_pre_hook(lambda module, args: seen.append(args[1]))
+    x = torch.randn(2, 5, 2)
+    full = model(x, torch.tensor([5, 5]))
+    model(x)  # no lengths: every position real
+    padded = model(x, torch.tensor([5, 3]))
+    assert seen[0] is None and seen[1] is None
+    assert seen[2].tolist() == [[True] * 5, [True] * 3 + [False] * 2]
+    torch.testing.assert_close(padded[0], full[0])
+    assert unpadded(torch.tensor([4, 4]), 4) and not unpadded(torch.tensor([4, 3]), 4)
+    assert unpadded(torch.zeros(0, dtype=torch.long), 4)  # an empty batch pads nothing
+    assert not unpadded(torch.tensor([4, 4], device="meta"), 4)  # device lengths: no synchronisation
+
+
 def test_retrieval_head_and_token_inputs():
     cfg = small(direction="bidirectional", pooling="mean")
     model = build_model(cfg, input_kind="tokens", vocab_size=20, head="retrieval", n_out=2).eval()

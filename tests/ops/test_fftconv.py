@@ -69,6 +69,22 @@ def test_float32_matches_the_float64_reference(impl):
         torch.testing.assert_close(a.double(), r, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_float32_with_the_skip_folded_into_the_kernel_matches_float64(impl):
+    """The skip runs as the kernel's tap at lag 0 (``with_skip``), through the FFT's rounding: in
+    float32, with a skip as large as the kernel's taps summed and the input a transposed view (as
+    the layers pass it), still float32's accuracy against the float64 reference."""
+    torch.manual_seed(5)
+    u = torch.randn(4, 40, 8).transpose(1, 2)
+    k, D = torch.randn(8, 40) / 8, 4 * torch.randn(8)
+    inputs, cot = [u, k, D], torch.randn(4, 8, 40)
+    y, g = _grads(lambda *a: fft_conv(*a, impl=impl), inputs, cot)
+    y_ref, g_ref = _grads(fft_conv_ref, [t.double() for t in inputs], cot.double())
+    torch.testing.assert_close(y.double(), y_ref, rtol=1e-5, atol=1e-5)
+    for a, r in zip(g, g_ref):
+        torch.testing.assert_close(a.double(), r, rtol=1e-5, atol=1e-4)
+
+
 def test_only_the_inputs_gradient_when_the_kernel_is_fixed():
     torch.manual_seed(5)
     u = torch.randn(2, 3, 9, dtype=DT, requires_grad=True)

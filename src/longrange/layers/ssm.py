@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from longrange.errors import ConfigError
 from longrange.layers.base import NO_DECAY_GROUP, SSM_GROUP, SequencePrimitive, apply_mask, set_optim_hint
 from longrange.ops.fftconv import fft_conv
+from longrange.ops.layout import transposed
 
 REAL_TRANSFORMS = ("exp", "relu", "none")
 SKIP_INITS = ("ones", "zeros", "randn")
@@ -192,12 +193,13 @@ class ConvolutionalSSM(SequencePrimitive):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """x (batch, length, d_model) -> same shape; ``mask`` (batch, length), True at real positions."""
         self._check_input(x)
-        u = apply_mask(x, mask).transpose(1, 2)
+        u = transposed(apply_mask(x, mask))
         K = self.kernel(x.shape[1])
         y = fft_conv(u, K if self.bidirectional else K[0], self.D)
-        # (batch, length, d_model) in memory too: the pointwise ops after the layer (a block's GELU and
-        # its backward) run up to 10x slower on a transposed view mixed with contiguous operands
-        return y.transpose(1, 2).contiguous()
+        # (batch, length, d_model) in memory, and so is the input's gradient: the pointwise ops beside
+        # the layer (a block's GELU, H3's products) and their backwards run up to 10x slower on a
+        # transposed view mixed with contiguous operands
+        return transposed(y)
 
     def zero_state(self, batch_size: int, modes: int, device=None, dtype=None) -> Tensor:
         """A complex zero state (batch, d_model, modes); dtype: the complex type of ``dtype``, by

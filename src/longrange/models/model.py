@@ -20,6 +20,21 @@ from longrange.models.registry import BLOCKS, HEADS, builds_model
 from longrange.ops.masks import padding_mask
 
 
+def unpadded(lengths: Tensor, length: int) -> bool:
+    """Whether every sequence of ``lengths`` (batch,) fills all ``length`` positions, known without a
+    device synchronisation: on host tensors only (a batch as collated), False for device tensors
+    and in code being compiled (where the check would be a data-dependent branch, and Inductor
+    fuses the masks' products anyway).
+
+    The backbone then gets no padding mask, and its layers skip their masked multiplications (a
+    product per masked tensor, forward and backward: 1-6% of the small models' training step on a
+    CPU); an all-True mask and none give the same outputs.
+    """
+    if lengths.device.type != "cpu" or torch.compiler.is_compiling():
+        return False
+    return lengths.numel() == 0 or int(lengths.min()) >= length
+
+
 def make_head(kind: str, d_model: int, n_out: int, pooling: str = "mean", **settings: Any) -> nn.Module:
     """A head by kind (see :data:`~longrange.models.registry.HEADS`): "classify" and "regress"
     (pooled), "retrieval" (two sequences), "tokens" (per position), "decode-last" (every position
@@ -107,7 +122,7 @@ class SequenceModel(nn.Module):
                 cls_index = torch.zeros(batch, dtype=torch.long, device=x.device)
             lengths = lengths + 1
         mask = padding_mask(lengths.to(x.device), x.shape[1])
-        h = self.backbone(x, mask)
+        h = self.backbone(x, None if unpadded(lengths, x.shape[1]) else mask)
         return (h, mask, cls_index, ends) if return_ends else (h, mask, cls_index)
 
     def forward(

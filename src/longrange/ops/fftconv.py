@@ -18,7 +18,8 @@ Convention, for an input ``u`` of shape (batch, h, l):
   at the end of a zero-padded two-sided kernel) and equals running a causal SSM on the reversed
   sequence, shifted by one step.
 
-* optional skip ``D`` of shape (h,): ``y += D[h] * u``.
+* optional skip ``D`` of shape (h,): ``y += D[h] * u``, computed as part of the kernel (its tap at
+  lag 0, :func:`with_skip`) by ``"fft"`` and ``"direct"``, and as written by ``"ref"``.
 
 Kernel taps beyond the input length cannot reach any output and are dropped; a kernel shorter
 than the input is zero-padded. Both FFTs are zero-padded to at least ``l + lk`` points so the
@@ -271,6 +272,8 @@ def _convolve(
     lk = min(k_fwd.shape[-1], l)  # longer kernels: taps >= l never reach an output
     k_fwd = k_fwd[..., :lk]
     k_bwd = None if k_bwd is None else k_bwd[..., :lk]
+    if D is not None:  # the skip is the kernel's tap at lag 0: no product and sum beside the convolution
+        k_fwd = with_skip(k_fwd.to(work), D.to(work))
     item = torch.empty((), dtype=work).element_size()
     if impl == "direct":
         # its matrix, its input and output, and in the backward the (l, l) product with its padded copy
@@ -297,10 +300,15 @@ def _convolve(
 
     group = u.shape[1] if u.device.type == "meta" else group_size(per_channel, chunk_bytes)
     parts = [convolve(c, group) for c in range(0, u.shape[1], group)]
-    y = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-    if D is not None:
-        y = y + D.to(work).unsqueeze(-1) * u_w
-    return y
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+def with_skip(k: Tensor, D: Tensor) -> Tensor:
+    """The causal kernel ``k`` (h, lk) with the skip ``D`` (h,) added to its tap at lag 0: convolving
+    with it gives ``conv(u, k) + D u``, and the kernel's gradient at lag 0 is D's. Folded in, the
+    skip costs no pass over the (batch, h, l) tensors, forward or backward, where ``y + D u`` took
+    four (and ran several times slower where ``u`` is a transposed view, as the layers pass it)."""
+    return torch.cat([k[..., :1] + D.unsqueeze(-1), k[..., 1:]], dim=-1)
 
 
 def conv_matrix(k_fwd: Tensor, k_bwd: Tensor | None, l: int) -> Tensor:
