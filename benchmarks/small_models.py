@@ -273,7 +273,8 @@ def summarise(rows: list[dict], mm_gflops: float, copy_gbs: float) -> dict:
     return out
 
 
-def markdown(results: dict[str, dict[str, dict]], args: argparse.Namespace) -> str:
+def markdown(results: dict[str, dict[str, dict]], args: argparse.Namespace, env: dict | None = None) -> str:
+    """The table of ``results``; ``env`` (:func:`longrange.bench.measure.environment`) names the machine."""
     sources = list(results)
     size = (
         f"the models of {args.plan}, batch {args.batch_size or 'as planned'} x their tasks' lengths"
@@ -319,6 +320,8 @@ def markdown(results: dict[str, dict[str, dict]], args: argparse.Namespace) -> s
         f"Rates: the best of every process of the run, torch.mm {rate.get('mm_gflops', 0):.1f} GFLOP/s "
         f"(1024 x 1024, float32), copy {rate.get('copy_gbs', 0):.1f} GB/s (64 MiB, read + write)."
     )
+    if env:
+        lines.append(f"Measured on {env['cpu']} ({env['cpu_count']} cores), torch {env['torch']}.")
     return "\n".join(lines) + "\n"
 
 
@@ -376,12 +379,18 @@ def main(argv: list[str] | None = None) -> None:
     mm_gflops = max((r["mm_gflops"] for r in measured), default=float("nan"))
     copy_gbs = max((r["copy_gbs"] for r in measured), default=float("nan"))
     results = {src: {m: summarise(rows, mm_gflops, copy_gbs) for m, rows in per.items()} for src, per in raw.items()}
-    text = markdown(results, args)
+    # the bounds' rates, and so the ratios, differ between machines by up to 2x (the FLOP bound's
+    # matrix product ran at 102 GFLOP/s on one of this project's CPUs and at 195 on another)
+    from longrange.bench.measure import environment
+
+    env = environment()
+    text = markdown(results, args, env)
     print(text)
     settings = {k: getattr(args, k) for k in ("batch_size", "seq_len", "steps", "rounds", "threads", "compile")}
     settings["plan"] = str(args.plan) if args.plan else None
     if args.json:
-        args.json.write_text(json.dumps({"settings": settings, "results": results, "raw": raw}, indent=1))
+        payload = {"settings": settings, "environment": env, "results": results, "raw": raw}
+        args.json.write_text(json.dumps(payload, indent=1))
     if args.markdown:
         args.markdown.write_text(text)
 

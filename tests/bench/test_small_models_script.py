@@ -27,6 +27,8 @@ def test_a_grids_models_are_measured_at_their_planned_sizes(tmp_path):
     assert lru.model.d_model == 64  # the screen's width (the recall preset's is 64 too: the sizes below tell)
     assert row["batch_size"] == lru.train_config("train").batch_size == 32  # the planned batch, not 64
     assert row["seq_len"] != 256  # the task's own length, not the presets' default
+    env = saved["environment"]  # the machine, without which the bound ratios cannot be compared
+    assert env["cpu"] and env["cpu_count"] >= 1 and env["torch"]
 
 
 def test_a_label_the_plan_lacks_is_refused_naming_its_labels():

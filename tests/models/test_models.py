@@ -238,6 +238,10 @@ def test_the_backbone_gets_a_mask_only_when_the_batch_is_padded():
     assert unpadded(torch.tensor([4, 4]), 4) and not unpadded(torch.tensor([4, 3]), 4)
     assert unpadded(torch.zeros(0, dtype=torch.long), 4)  # an empty batch pads nothing
     assert not unpadded(torch.tensor([4, 4], device="meta"), 4)  # device lengths: no synchronisation
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():  # plans and dry runs: no values to read, the mask stays
+        assert not unpadded(torch.tensor([4, 4]), 4)
 
 
 def test_retrieval_head_and_token_inputs():

@@ -17,20 +17,22 @@ from longrange.models.backbone import Backbone
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder, TokenEncoder
 from longrange.models.registry import BLOCKS, HEADS, builds_model
+from longrange.ops.dataless import holds_data
 from longrange.ops.masks import padding_mask
 
 
 def unpadded(lengths: Tensor, length: int) -> bool:
     """Whether every sequence of ``lengths`` (batch,) fills all ``length`` positions, known without a
-    device synchronisation: on host tensors only (a batch as collated), False for device tensors
-    and in code being compiled (where the check would be a data-dependent branch, and Inductor
-    fuses the masks' products anyway).
+    device synchronisation: on host tensors only (a batch as collated), False for device tensors,
+    in code being compiled (where the check would be a data-dependent branch, and Inductor fuses the
+    masks' products anyway) and for tensors without data (dry runs and plans, which so predict a
+    GPU run's step).
 
     The backbone then gets no padding mask, and its layers skip their masked multiplications (a
     product per masked tensor, forward and backward: 1-6% of the small models' training step on a
     CPU); an all-True mask and none give the same outputs.
     """
-    if lengths.device.type != "cpu" or torch.compiler.is_compiling():
+    if lengths.device.type != "cpu" or torch.compiler.is_compiling() or not holds_data(lengths):
         return False
     return lengths.numel() == 0 or int(lengths.min()) >= length
 
