@@ -45,6 +45,24 @@ def test_a_kind_lists_options_with_defaults_and_one_entry_alone():
     assert "      n_pairs" in task
 
 
+def test_every_default_of_none_says_what_it_means():
+    """A built-in primitive's option whose default is None (an implementation left to the process
+    default, a chunk chosen by device, a width taken from another option) carries a note, and the
+    listing prints it beside the None; a note for an option that is not None by default is stale."""
+    missing, stale = [], []
+    for name in PRIMITIVES.names():
+        cls, options = PRIMITIVES.get(name), PRIMITIVES.options(name, 1)
+        notes = getattr(cls, "OPTION_NOTES", {})
+        missing += [f"{name}.{k}" for k, v in options.items() if v is None and k not in notes]
+        stale += [f"{name}.{k}" for k in notes if k not in options or options[k] is not None]
+    assert not missing, f"options defaulting to None without an OPTION_NOTES entry: {missing}"
+    assert not stale, f"OPTION_NOTES entries for options that do not default to None: {stale}"
+    text = listing("primitive", "mamba3")
+    assert "      chunk_size     None  (64 single-input (mimo_rank 1), 64 // mimo_rank multi-input)" in text
+    assert '      impl           None  (the op\'s default for the process: "auto"' in text
+    assert "      d_state        128\n" in text  # no note beside a default that is not None
+
+
 def test_unknown_names_suggest_the_closest():
     with pytest.raises(ConfigError, match=r"unknown kind 'primitivs' \(did you mean 'primitives'\?\)"):
         listing("primitivs")

@@ -71,7 +71,11 @@ def _entry_text(kind: str, registry: Any, name: str, n_args: int, detailed: bool
     options = _entry_options(kind, registry, name, n_args)
     if detailed and options:
         width = max(len(k) for k in options)
-        lines += [f"      {k.ljust(width)}  {_default(v)}" for k, v in options.items()]
+        notes = getattr(target, "OPTION_NOTES", {})  # what a default of None means (primitives)
+        lines += [
+            f"      {k.ljust(width)}  {_default(v)}" + (f"  ({notes[k]})" if v is None and k in notes else "")
+            for k, v in options.items()
+        ]
     return lines
 
 

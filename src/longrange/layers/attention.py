@@ -30,6 +30,7 @@ window's keys at every window boundary (at most 2·W cached steps).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -80,6 +81,12 @@ class Attention(SequencePrimitive):
         bias: biases in the qkv and output projections.
         window: sliding-window attention with windows of this many positions (exclusive with block_size).
     """
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "block_size": "attention over the whole sequence, not within blocks",
+        "window": "no sliding window",
+        "attn_dim": "d_model",
+    }
 
     def __init__(
         self,

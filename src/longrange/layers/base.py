@@ -17,7 +17,7 @@ positions do not depend on how much padding follows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -85,6 +85,9 @@ class SequencePrimitive(nn.Module):
 
     d_model: int
     bidirectional: bool = False
+    #: What an option whose default is None means, by option name: ``longrange list primitive NAME``
+    #: prints it beside the None (tests/test_listing.py asks every built-in primitive for one).
+    OPTION_NOTES: ClassVar[dict[str, str]] = {}
 
     @property
     def causal(self) -> bool:

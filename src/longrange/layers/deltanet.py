@@ -26,6 +26,8 @@ them in ``block: residual`` with an MLP (``model.mlp: swiglu``), as FLA's models
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -49,6 +51,12 @@ from longrange.ops.matrix_state.common import normalize_qk
 class _DeltaLayer(QKVMixer):
     """What DeltaNet and Gated DeltaNet share: projections, short convolutions, normalised keys,
     beta, the (gated) output norm; ``gated`` adds Mamba-2's per-head decay."""
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "chunk_size": "chunked form: on a CPU 16 for key widths up to 32, else 32; other devices 64 "
+        "(numba: positions between its backward's checkpoints, as many states as its buffer holds)",
+        "impl": 'the op\'s default for the process: "auto" unless changed by its set_default_impl',
+    }
 
     gated: bool = False
     where: str = ""
@@ -171,6 +179,8 @@ class DeltaNet(_DeltaLayer):
 @register_primitive("gated-deltanet")
 class GatedDeltaNet(_DeltaLayer):
     """The Gated DeltaNet layer (see the module docstring)."""
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {**_DeltaLayer.OPTION_NOTES, "head_dim": "d_model / n_heads"}
 
     gated = True
     where = "Gated DeltaNet"

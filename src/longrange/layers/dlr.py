@@ -30,6 +30,7 @@ two-sided convolution.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -69,6 +70,11 @@ class DLR(ConvolutionalSSM):
         c_scale: standard deviation of the real and imaginary parts of C (default 1/M).
         ssm_lr_scale: optional pinned learning-rate scale for ν, θ and C.
     """
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "c_scale": "1 / M, M = d_state / 2 complex modes",
+        "ssm_lr_scale": "not pinned: train.ssm_lr_scale applies",
+    }
 
     def __init__(
         self,

@@ -16,6 +16,8 @@ with an MLP (``model.mlp: swiglu``), as FLA's GLA models stack it.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -29,6 +31,13 @@ from longrange.ops.matrix_state import dispatch as matrix_state
 @register_primitive("gla")
 class GLA(QKVMixer):
     """The gated linear attention layer (see the module docstring)."""
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "clamp_min": "the log-decays not clamped",
+        "chunk_size": "chunked form: on a CPU 16 for key widths up to 32, else 64; other devices 64 "
+        "(numba: positions between its backward's checkpoints, as many states as its buffer holds)",
+        "impl": 'the op\'s default for the process: "auto" unless changed by its set_default_impl',
+    }
 
     def __init__(
         self,

@@ -84,7 +84,7 @@ follows in the padding, in either direction.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -126,6 +126,12 @@ class H3(SequencePrimitive):
         bidirectional: two-sided shift convolution and inner SSM, or the flip-and-sum of two
             causal H3 layers when the inner primitive has no bidirectional mode.
     """
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "inner_options": "H3's settings of the inner primitive only: its d_state, and for S4D the published "
+        "S4D-Lin, bilinear, D ~ N(0, 1)",
+        "l_max": "the inner primitive's own default (its kernel spans the sequence)",
+    }
 
     def __init__(
         self,

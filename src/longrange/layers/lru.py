@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -161,6 +162,12 @@ class LRU(SequencePrimitive):
     (directions, H, N, 2), complex stored as (real, imaginary) pairs (so ``.double()`` converts
     them and every optimiser treats both parts alike); ``D`` (H,).
     """
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "ssm_lr_scale": "not pinned: train.ssm_lr_scale applies",
+        "chunk_size": "the scan implementation's default (loop 32, chunk 64)",
+        "impl": 'the op\'s default for the process: "auto" unless changed by its set_default_impl',
+    }
 
     def __init__(
         self,

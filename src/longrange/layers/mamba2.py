@@ -20,6 +20,8 @@ norm -> Mamba-2 -> residual, without an MLP: ``model.mlp: none``).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -42,6 +44,10 @@ from longrange.ops.matrix_state import dispatch as matrix_state
 @register_primitive("mamba2")
 class Mamba2(RecurrentMixer):
     """The Mamba-2 layer (see the module docstring)."""
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "impl": 'the op\'s default for the process: "auto" unless changed by its set_default_impl'
+    }
 
     def __init__(
         self,

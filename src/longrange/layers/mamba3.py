@@ -39,6 +39,8 @@ MIMO runs the chunked PyTorch form on every device.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -67,6 +69,11 @@ def heavy_tail(a: Tensor) -> Tensor:
 @register_primitive("mamba3")
 class Mamba3(RecurrentMixer):
     """The Mamba-3 SISO layer (see the module docstring)."""
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "chunk_size": "64 single-input (mimo_rank 1), 64 // mimo_rank multi-input",
+        "impl": 'the op\'s default for the process: "auto" unless changed by its set_default_impl',
+    }
 
     def __init__(
         self,

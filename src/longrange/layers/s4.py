@@ -28,6 +28,7 @@ and C have H entries whatever n_ssm). ``n_ssm_A`` sets the copies of Λ alone: t
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -88,6 +89,12 @@ class S4(ConvolutionalSSM):
     Parameters, with S = n_ssm and S_A = n_ssm_A (both H by default): H (Δ) + S_A·N (Λ) + r·S·N
     (P; twice when Q is untied) + S·N (B) + H·N (C̃, 2H·N if bidirectional) + H (D).
     """
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "ssm_lr_scale": "not pinned: train.ssm_lr_scale applies",
+        "n_ssm": "d_model: one copy per channel",
+        "n_ssm_A": "n_ssm",
+    }
 
     def __init__(
         self,

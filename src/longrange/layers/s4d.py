@@ -17,6 +17,8 @@ helpers are in :mod:`longrange.layers.ssm`):
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor
 
@@ -70,6 +72,8 @@ class S4D(ConvolutionalSSM):
 
     Parameters per channel: 1 (Δ) + N (A) + N (B) + N (C, 2N if bidirectional) + 1 (D).
     """
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {"ssm_lr_scale": "not pinned: train.ssm_lr_scale applies"}
 
     def __init__(
         self,

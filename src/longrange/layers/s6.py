@@ -40,6 +40,7 @@ Python reference loop over time (slow; for tests), or a named fast path.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +86,10 @@ def s6_dt_bias_init(d_model: int, dt_min: float, dt_max: float, dt_init_floor: f
 @register_primitive("s6")
 class S6(SequencePrimitive):
     """The selective SSM of Mamba (see the module docstring)."""
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {
+        "scan_impl": 'the selective scan\'s default for the process: "auto" unless changed by its set_default_impl'
+    }
 
     def __init__(
         self,
