@@ -56,6 +56,10 @@ Round ``dense-layouts`` (the twelfth):
   and Hyena's products read them mixed with contiguous tensors; now ``ops/layout.py::transposed``
   lays out both the result and its gradient as shaped (a copy each way).
 
+Round ``denormals`` (the thirteenth): IEEE subnormal floats before, flushed to zero now (the CPU's
+flush-to-zero and denormals-are-zero modes, ``train/denormals.py``, which training sets on a CPU);
+every model of the recall study.
+
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
 
@@ -167,6 +171,23 @@ def _view(x: Tensor) -> Tensor:  # H3's shift and Hyena's gates: transposed view
     return x.transpose(-1, -2)
 
 
+#: The recall study's models (``demo/recall/<name>``).
+RECALL_MODELS = (
+    "simple-s6",
+    "mamba-s6",
+    "s4d",
+    "dlr",
+    "transformer",
+    "mamba2",
+    "mamba3",
+    "gla",
+    "deltanet",
+    "gated-deltanet",
+    "hyena",
+    "h3",
+    "lru",
+)
+
 #: round -> model -> (module, attribute, the code it replaced), or a list of those.
 ROUNDS = {
     "layouts": {
@@ -190,8 +211,10 @@ ROUNDS = {
     },
     # every batch's mask went to the layers, padded or not
     "unmasked": {m: (model_module, "unpadded", lambda lengths, length: False) for m in MAD_LAYERS},
+    # subnormals kept: no attribute changes, the step sets the CPU's mode (measure())
+    "denormals": {m: [] for m in RECALL_MODELS},
 }
-LATEST = "dense-layouts"
+LATEST = "denormals"
 
 
 @contextmanager
@@ -246,6 +269,8 @@ def measure(
     times: dict[str, list[float]] = {"before": [], "now": []}
 
     def step(which: str, record: bool) -> None:
+        if round_ == "denormals":  # the "before" keeps IEEE subnormals, "now" flushes as training does
+            torch.set_flush_denormal(which == "now")
         start = time.process_time()
         if which == "before":
             with before(model, round_):
@@ -258,6 +283,8 @@ def measure(
     for i in range(2 + steps):  # two untimed steps of each first
         for which in ("before", "now") if i % 2 else ("now", "before"):
             step(which, record=i >= 2)
+    if round_ == "denormals":
+        torch.set_flush_denormal(True)  # as training (and prepare_step) left it
     row = {k: 1000 * statistics.median(v) for k, v in times.items()}
     name = f"{MAD_LAYERS[model]} (MAD's {mad_task} cell)" if mad else model
     return {"model": name, "before_ms": round(row["before"], 1), "now_ms": round(row["now"], 1)}

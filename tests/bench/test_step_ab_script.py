@@ -133,6 +133,21 @@ def test_a_tiny_measurement_restores_the_current_code(tmp_path):
     assert "transformer" in (tmp_path / "ab.json").read_text()
 
 
+def test_the_denormals_round_times_both_modes_and_leaves_them_flushed(tmp_path):
+    ab = _module()
+    from longrange.train.denormals import flushing
+
+    threads = torch.get_num_threads()
+    try:
+        args = ["--round", "denormals", "--models", "lru", "--steps", "1", "--batch-size", "2", "--seq-len", "16"]
+        assert ab.main([*args, "--json", str(tmp_path / "ab.json")]) == 0
+        assert flushing()  # as training leaves the thread
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(False)
+    assert '"before_ms"' in (tmp_path / "ab.json").read_text()
+
+
 def test_mad_mode_names_the_layers_it_measures():
     import pytest
 
@@ -140,6 +155,6 @@ def test_mad_mode_names_the_layers_it_measures():
     with pytest.raises(SystemExit):
         ab.main(["--round", "layouts", "--mad", "--models", "s4d"])  # not a layer of MAD's
     with pytest.raises(SystemExit):
-        ab.main(["--models", "transformer"])  # not a change of the latest round
+        ab.main(["--models", "nope"])  # not a model of the latest round
     exp = ab.experiment("gla", 256, mad=True)
     assert exp.task.name == "mad-in-context-recall" and exp.model.n_heads == 8  # MAD's mh-gated-linear-attention

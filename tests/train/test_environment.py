@@ -74,7 +74,16 @@ def _trainer(run_dir, objective=None, **cfg):
 def test_fit_returns_the_device_precision_and_the_kernels_that_ran(tmp_path):
     used.note("selective_scan", "ran-before-training")  # forgotten when training starts
     result = _trainer(tmp_path / "run", precision="bf16", epochs=1).fit()
-    assert result["device"] == {"type": "cpu", "name": cpu_name(), "count": 1, "threads": torch.get_num_threads()}
+    from longrange.train.denormals import mode
+
+    threads = torch.get_num_threads()
+    assert result["device"] == {
+        "type": "cpu",
+        "name": cpu_name(),
+        "count": 1,
+        "threads": threads,
+        "denormals": mode("cpu"),
+    }
     assert result["precision"] == {"autocast": "bfloat16", "params": "float32"}
     assert result["kernels"] == {"selective_scan": auto_impl("cpu")}
     assert result["deterministic"] is False

@@ -212,10 +212,12 @@ def prepare_step(
     from longrange.train.precision import Precision
 
     device = torch.device(device)
-    if device.type == "cpu":  # the allocator as training sets it, so that a timed step is the trained one
+    if device.type == "cpu":  # the allocator and float modes as training sets them: a timed step is the trained one
         from longrange.train.allocator import keep_freed_memory
+        from longrange.train.denormals import flush_denormals
 
         keep_freed_memory()
+        flush_denormals(device)  # for the process, not restored (as in a stage's process)
     if stage == "pretrain" and objective is None:
         objective = pretraining_objectives(exp)[0]
     resolved = resolve_stage(exp, stage, objective=objective)

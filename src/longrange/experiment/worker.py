@@ -126,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     from longrange.experiment.execute import run_stage
     from longrange.experiment.plan import Plan, StageNotReady
     from longrange.faults import kill_point
+    from longrange.train.denormals import flush_denormals
     from longrange.train.rundir import Intent, RunLockedError, RunMismatchError
 
+    flush_denormals("cpu")  # before any thread pool starts: the stage's threads inherit it (train/denormals.py)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:

@@ -19,6 +19,7 @@ The trainer (``loop.py``) is one loop over components, each in its own module wi
     state.py       TrainState: where the run is (step, epoch, data position, time)
     environment.py the run's device, precision and kernels (fit returns them), determinism
     allocator.py   the C allocator's thresholds raised on a CPU: a step's freed memory reused by the next
+    denormals.py   subnormal floats flushed to zero on a CPU while a run trains (LONGRANGE_DENORMALS)
     logging.py     metrics.jsonl and the loggers of train.loggers (TensorBoard, W&B)
     entry.py       train(): the one-call entry point on a task's loaded data
 

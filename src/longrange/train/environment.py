@@ -64,7 +64,8 @@ def cpu_name() -> str:
 
 def describe_device(device: torch.device | str, count: int = 1) -> dict[str, Any]:
     """``{type, name, count}`` of the device a run trains on (``count``: devices used, one per
-    process), with the compute capability on CUDA and PyTorch's thread count on the CPU."""
+    process), with the compute capability on CUDA, and on the CPU PyTorch's thread count and whether
+    subnormal floats are flushed to zero (``"flushed"`` or ``"kept"``, train/denormals.py)."""
     device = torch.device(device)
     out: dict[str, Any] = {"type": device.type, "name": device.type, "count": int(count)}
     if device.type == "cuda":
@@ -72,7 +73,9 @@ def describe_device(device: torch.device | str, count: int = 1) -> dict[str, Any
         props = torch.cuda.get_device_properties(index)
         out.update(name=props.name, capability=f"{props.major}.{props.minor}")
     elif device.type == "cpu":
-        out.update(name=cpu_name(), threads=torch.get_num_threads())
+        from longrange.train.denormals import mode
+
+        out.update(name=cpu_name(), threads=torch.get_num_threads(), denormals=mode(device))
     return out
 
 

@@ -37,6 +37,7 @@ from longrange.train.allocator import keep_freed_memory
 from longrange.train.checkpoint import Checkpointer, load_model_weights, rng_state, set_rng_state
 from longrange.train.compile import Compilation
 from longrange.train.config import TrainConfig
+from longrange.train.denormals import flush_denormals
 from longrange.train.environment import (
     KernelRecord,
     describe_device,
@@ -256,6 +257,7 @@ class Trainer:
         """
         self._segment_start = time.time()
         restore = set_deterministic(self.cfg.deterministic)
+        restore_denormals = flush_denormals(self.device)  # subnormals flushed on a CPU (train/denormals.py)
         self.kernels.start()
         try:
             self.progress.start(self.state.step)
@@ -278,6 +280,7 @@ class Trainer:
             raise err.adding(f"training stopped at step {self.state.step} of {self.total_steps}; {good}") from None
         finally:
             restore()
+            restore_denormals()
             self.progress.close()
             self.close()
 
