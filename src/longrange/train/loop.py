@@ -256,8 +256,8 @@ class Trainer:
         Returns a :class:`FitResult`.
         """
         self._segment_start = time.time()
-        restore = set_deterministic(self.cfg.deterministic)
         restore_denormals = flush_denormals(self.device)  # subnormals flushed on a CPU (train/denormals.py)
+        restore = set_deterministic(self.cfg.deterministic)
         self.kernels.start()
         try:
             self.progress.start(self.state.step)
