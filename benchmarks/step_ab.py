@@ -163,6 +163,17 @@ MAD_LAYERS = {
 }
 
 
+def _small_models():
+    """``benchmarks/small_models.py`` (beside this script), loaded for its list of models."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "small_models.py"
+    spec = importlib.util.spec_from_file_location("small_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 _SKIP_BESIDE = (fftconv, "_convolve", convolve_skip_beside)
 _CONV_VIEWS = (ssm.ConvolutionalSSM, "forward", conv_forward_dense_before)
 
@@ -171,22 +182,8 @@ def _view(x: Tensor) -> Tensor:  # H3's shift and Hyena's gates: transposed view
     return x.transpose(-1, -2)
 
 
-#: The recall study's models (``demo/recall/<name>``).
-RECALL_MODELS = (
-    "simple-s6",
-    "mamba-s6",
-    "s4d",
-    "dlr",
-    "transformer",
-    "mamba2",
-    "mamba3",
-    "gla",
-    "deltanet",
-    "gated-deltanet",
-    "hyena",
-    "h3",
-    "lru",
-)
+#: The recall study's models (``demo/recall/<name>``), as ``small_models.py`` measures them.
+RECALL_MODELS = tuple(_small_models().MODELS)
 
 #: round -> model -> (module, attribute, the code it replaced), or a list of those.
 ROUNDS = {
