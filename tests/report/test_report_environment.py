@@ -53,6 +53,14 @@ def test_cells_show_device_and_kernels_and_a_mixed_cell_is_named(tmp_path, capsy
         assert f"warning: {line}" in err and f"- {line}" in report
 
 
+def test_a_cell_mixing_flushed_and_kept_subnormals_is_named(tmp_path):
+    _run(tmp_path, 0, {**CPU, "denormals": "flushed"}, {}, label="LRU")
+    _run(tmp_path, 1, {**CPU, "denormals": "kept"}, {}, label="LRU")
+    assert mixing_warnings(aggregate(collect_runs([tmp_path]))) == [
+        "LRU on listops (final stage) mixes devices: cpu: AMD EPYC (seed 0); cpu: AMD EPYC, subnormals kept (seed 1)"
+    ]
+
+
 def test_summaries_without_device_or_kernels_still_load_and_mix_with_nothing(tmp_path, capsys):
     _run(tmp_path, 0)  # written before runs recorded them
     _run(tmp_path, 1, CPU, {"selective_scan": "numba"})

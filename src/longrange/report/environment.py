@@ -15,13 +15,16 @@ UNKNOWN = "unknown"
 
 
 def device_text(run: Run) -> str:
-    """Where a run trained, e.g. ``cuda: NVIDIA A100-SXM4-80GB ×4`` or ``cpu: AMD EPYC``."""
+    """Where a run trained, e.g. ``cuda: NVIDIA A100-SXM4-80GB ×4`` or ``cpu: AMD EPYC``; a CPU run
+    that kept IEEE subnormal floats (``LONGRANGE_DENORMALS=keep``, train/denormals.py) says so, so that
+    a cell mixing it with flushed runs is named."""
     d = run.device
     if not d:
         return UNKNOWN
     kind, name, count = str(d.get("type", "?")), d.get("name"), d.get("count")
     text = f"{kind}: {name}" if name and name != kind else kind
-    return text + (f" ×{count}" if isinstance(count, int) and count > 1 else "")
+    text += f" ×{count}" if isinstance(count, int) and count > 1 else ""
+    return text + (", subnormals kept" if d.get("denormals") == "kept" else "")
 
 
 def kernels_text(run: Run) -> str:
