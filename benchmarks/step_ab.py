@@ -3,7 +3,7 @@
 Usage:
     python benchmarks/step_ab.py [--round R] [--models ...] [--steps 7] [--batch-size 64] [--seq-len 256] [--json OUT]
     python benchmarks/step_ab.py --round layouts --mad --models gated-deltanet gla lru h3   # MAD's layers in its CPU cell
-    python benchmarks/step_ab.py --mad --mad-task mad-memorization --models h3 hyena       # another task's cell
+    python benchmarks/step_ab.py --round direct-conv --mad --mad-task mad-memorization --models h3 hyena  # another cell
     python benchmarks/step_ab.py --conv-op                 # the long convolution alone, FFT against Toeplitz product
 
 Changes of the small models' training step (docs/performance.md, "Small models of the synthetic
