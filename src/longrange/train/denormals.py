@@ -1,7 +1,7 @@
 """Subnormal floats on a CPU: flushed to zero while a run trains (``LONGRANGE_DENORMALS``).
 
 A float32 below 1.2e-38 is subnormal, and on many x86 CPUs an arithmetic operation that reads or
-writes one takes a slow path in microcode, tens to a hundred times the normal cost. Recurrences make
+writes one takes a slow path in microcode, many times the normal cost. Recurrences make
 such values: a gradient carried back through a few hundred decays below one (the selective scan's
 backward, the LRU's scan, the delta rule's) shrinks through the subnormal range on its way to zero.
 On one Intel Xeon the recall study's Mamba-S6 step (batch 64 x 256) took 525 ms with IEEE
@@ -14,7 +14,7 @@ it found: the trainer holds it while it trains and evaluates, and ``longrange``'
 its grid workers set it when they start, so that the threads a run starts later (PyTorch's and
 numba's pools) inherit it. Threads started before keep the mode they had. A value that would have
 been subnormal is zero instead: results differ from IEEE arithmetic only below 1.2e-38 (2.2e-308 in
-float64), as on GPUs, whose fast paths flush too. The run's record says which mode it trained in
+float64). The run's record says which mode it trained in
 (``device.denormals``). ``LONGRANGE_DENORMALS=keep`` keeps IEEE subnormals.
 """
 
