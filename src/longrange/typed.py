@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import os
 import types
 import typing
 from collections.abc import Mapping
@@ -49,6 +50,16 @@ def did_you_mean(name: str, known: typing.Iterable[str], quote: bool = False) ->
     """`` (did you mean x or y?)`` for the closest known names (quoted as ``'x'`` with ``quote``), or ''."""
     close = difflib.get_close_matches(str(name), list(known), n=3, cutoff=0.6)
     return f" (did you mean {' or '.join(repr(c) if quote else c for c in close)}?)" if close else ""
+
+
+def env_choice(name: str, choices: typing.Sequence[str]) -> str:
+    """The environment variable ``name`` as one of ``choices`` (any case; unset or empty: the first,
+    the default); anything else is a ConfigError naming the variable and what it may be."""
+    value = os.environ.get(name, "").strip().lower() or choices[0]
+    if value not in choices:
+        others = " or ".join(repr(c) for c in choices[1:])
+        raise ConfigError(f"{name}={os.environ[name]!r}: expected {choices[0]!r} (the default) or {others}")
+    return value
 
 
 def unknown_fields_error(unknown: typing.Sequence[str], known: typing.Iterable[str], where: str) -> ConfigError:

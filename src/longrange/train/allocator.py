@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import platform
 
-from longrange.errors import ConfigError
+from longrange.typed import env_choice
 
 __all__ = ["ENV", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory", "setting"]
 
@@ -42,10 +41,7 @@ _applied: str | None = None
 
 def setting() -> str:
     """``"keep"`` (the default) or ``"system"``, from :data:`ENV`; anything else is an error."""
-    value = os.environ.get(ENV, "keep").strip().lower() or "keep"
-    if value not in ("keep", "system"):
-        raise ConfigError(f"{ENV}={os.environ[ENV]!r}: expected 'keep' (the default) or 'system'")
-    return value
+    return env_choice(ENV, ("keep", "system"))
 
 
 def keep_freed_memory() -> str:

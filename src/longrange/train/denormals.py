@@ -20,12 +20,11 @@ float64). The run's record says which mode it trained in
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import torch
 
-from longrange.errors import ConfigError
+from longrange.typed import env_choice
 
 __all__ = ["ENV", "flush_denormals", "flushing", "mode", "setting"]
 
@@ -37,10 +36,7 @@ _SUBNORMAL = 1e-39
 
 def setting() -> str:
     """``"flush"`` (the default) or ``"keep"``, from :data:`ENV`; anything else is an error."""
-    value = os.environ.get(ENV, "flush").strip().lower() or "flush"
-    if value not in ("flush", "keep"):
-        raise ConfigError(f"{ENV}={os.environ[ENV]!r}: expected 'flush' (the default) or 'keep'")
-    return value
+    return env_choice(ENV, ("flush", "keep"))
 
 
 def flushing() -> bool:
