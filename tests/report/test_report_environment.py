@@ -10,7 +10,7 @@ from longrange.cli import main
 from longrange.report.collect import collect_runs
 from longrange.report.tables import aggregate, details_table, mixing_warnings
 
-CPU = {"type": "cpu", "name": "AMD EPYC", "count": 1, "threads": 2}
+CPU = {"type": "cpu", "name": "AMD EPYC", "count": 1, "threads": 2, "denormals": "flushed"}
 A100 = {"type": "cuda", "name": "NVIDIA A100-SXM4-80GB", "count": 4, "capability": "8.0"}
 
 
@@ -58,6 +58,23 @@ def test_a_cell_mixing_flushed_and_kept_subnormals_is_named(tmp_path):
     _run(tmp_path, 1, {**CPU, "denormals": "kept"}, {}, label="LRU")
     assert mixing_warnings(aggregate(collect_runs([tmp_path]))) == [
         "LRU on listops (final stage) mixes devices: cpu: AMD EPYC (seed 0); cpu: AMD EPYC, subnormals kept (seed 1)"
+    ]
+
+
+def test_cpu_runs_recorded_before_the_mode_kept_subnormals_and_a_mixed_resume_is_named(tmp_path):
+    """A CPU record without ``denormals`` was written before anything flushed subnormals: it kept them,
+    and a cell mixing it with flushed runs is named; a run resumed in the other mode kept them in part;
+    a GPU record never mentions them."""
+    _run(tmp_path, 0, {**CPU, "denormals": "flushed"}, {}, label="LRU")
+    _run(tmp_path, 1, {k: v for k, v in CPU.items() if k != "denormals"}, {}, label="LRU")
+    _run(tmp_path, 2, {**CPU, "denormals": "mixed"}, {}, label="LRU")
+    _run(tmp_path, 0, A100, {}, label="S4D")
+    cells = aggregate(collect_runs([tmp_path]))
+    rows = {row[0]: dict(zip(details_table(cells).headers, row)) for row in details_table(cells).rows}
+    assert rows["S4D"]["Device"] == "cuda: NVIDIA A100-SXM4-80GB ×4"
+    assert mixing_warnings(cells) == [
+        "LRU on listops (final stage) mixes devices: cpu: AMD EPYC (seed 0); cpu: AMD EPYC, subnormals kept "
+        "(seed 1); cpu: AMD EPYC, subnormals kept in part (seed 2)"
     ]
 
 

@@ -84,6 +84,35 @@ def test_a_run_trains_in_the_mode_it_records(tmp_path, monkeypatch, setting):
     assert not D.flushing()  # the mode found is back after the run
 
 
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("second", ["keep", "flush"])
+def test_a_run_resumed_in_the_other_mode_records_both(tmp_path, monkeypatch, second):
+    """Stopped after its first checkpoint with subnormals kept, resumed with the setting ``second``:
+    the record says ``mixed`` where the segments differ, the one mode where they agree."""
+    cfg = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "checkpoint_every": 2}
+
+    def trainer(**kw):
+        model, tr, va, te = toy_setup()
+        return Trainer(
+            model, ToyObjective(), tr, va, collate, cfg, tmp_path / "run", test_set=te, tensorboard=False, **kw
+        )
+
+    def stop(step, path):
+        raise Stop
+
+    monkeypatch.setenv(D.ENV, "keep")
+    first = trainer()
+    first.on_checkpoint = stop
+    with pytest.raises(Stop):
+        first.fit()
+    monkeypatch.setenv(D.ENV, second)
+    result = trainer(resume=True).fit()
+    assert result["device"]["denormals"] == ("kept" if second == "keep" else "mixed")
+
+
 def test_a_scan_whose_gradients_underflow_gives_the_same_gradients_flushed():
     """A selective scan over 512 positions with fast decays: its backward carries gradients through
     the subnormal range (the case that ran 5x slower with IEEE subnormals on an Intel Xeon). Flushed,

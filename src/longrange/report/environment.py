@@ -17,14 +17,21 @@ UNKNOWN = "unknown"
 def device_text(run: Run) -> str:
     """Where a run trained, e.g. ``cuda: NVIDIA A100-SXM4-80GB ×4`` or ``cpu: AMD EPYC``; a CPU run
     that kept IEEE subnormal floats (``LONGRANGE_DENORMALS=keep``, train/denormals.py) says so, so that
-    a cell mixing it with flushed runs is named."""
+    a cell mixing it with flushed runs is named. A CPU run recorded before runs recorded the mode
+    kept them (nothing flushed them then), and a run resumed in the other mode kept them in part."""
     d = run.device
     if not d:
         return UNKNOWN
     kind, name, count = str(d.get("type", "?")), d.get("name"), d.get("count")
     text = f"{kind}: {name}" if name and name != kind else kind
     text += f" ×{count}" if isinstance(count, int) and count > 1 else ""
-    return text + (", subnormals kept" if d.get("denormals") == "kept" else "")
+    if kind != "cpu":
+        return text
+    return text + SUBNORMALS_TEXT.get(str(d.get("denormals", "kept")), f", subnormals {d.get('denormals')}")
+
+
+#: What a CPU run's device text adds for each recorded subnormal mode (train/denormals.py).
+SUBNORMALS_TEXT = {"flushed": "", "kept": ", subnormals kept", "mixed": ", subnormals kept in part"}
 
 
 def kernels_text(run: Run) -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "describe_precision",
     "dtype_name",
     "library_versions",
+    "merge_denormals",
     "merge_kernels",
     "prepare_deterministic",
     "set_deterministic",
@@ -139,6 +140,17 @@ class KernelRecord:
 
     def load_state_dict(self, state: Mapping[str, str] | None) -> None:
         self.earlier = merge_kernels(state)
+
+
+def merge_denormals(device: dict[str, Any], earlier: Mapping[str, Any] | None) -> dict[str, Any]:
+    """This segment's device record (:func:`describe_device`) for a run resumed from a checkpoint whose
+    segments trained on ``earlier`` (its saved record; None for checkpoints that saved none): the
+    subnormal mode becomes ``"mixed"`` where a segment trained in the other one, so that the record
+    never claims one mode for a run that trained in both."""
+    before = (earlier or {}).get("denormals")
+    if before is None or device.get("denormals") in (None, before):
+        return device
+    return {**device, "denormals": "mixed"}
 
 
 # ----------------------------------------------------------------------------- determinism

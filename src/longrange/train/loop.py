@@ -42,6 +42,7 @@ from longrange.train.environment import (
     KernelRecord,
     describe_device,
     describe_precision,
+    merge_denormals,
     prepare_deterministic,
     set_deterministic,
 )
@@ -442,6 +443,7 @@ class Trainer:
                     "config": self.cfg.to_dict(),
                     "world_size": self.env.world_size,
                     "kernels": self.kernels.state_dict(),
+                    "device": self.environment["device"],
                     "loggers": self.logger.state_dict(),
                 },
                 best=best,
@@ -489,6 +491,7 @@ class Trainer:
             torch.manual_seed(derived_seed(self.cfg.seed, self.state.step, self.env.rank))
         self.selector.best_weights = self.checkpointer.load_best()
         self.kernels.load_state_dict(ckpt.get("kernels"))
+        self.environment["device"] = merge_denormals(self.environment["device"], ckpt.get("device"))
         self._logger_state = ckpt.get("loggers")
         if self.is_main:  # drop records written after the checkpoint: they will be written again
             truncate_metrics(self.run.dir.metrics, self.state.metrics_lines)
