@@ -14,7 +14,9 @@ sequences. Per model the table gives:
   the step computed, steady on a shared machine), after two untimed steps;
 * **FLOP bound**: the step's floating-point operations (``torch.utils.flop_counter``, which counts
   the matrix products and the toolkit's fused kernels by their registered counts, plus the FFTs at
-  5 n log2 n per complex transform) at the best rate of a 1024 x 1024 float32 ``torch.mm`` measured
+  5 n log2 n per complex transform and PyTorch's CPU attention kernel by the formula of its CUDA
+  kernels: ``longrange.bench.plan.flop_counter``; before the fourteenth round of
+  docs/performance.md the CPU attention kernel was not counted) at the best rate of a 1024 x 1024 float32 ``torch.mm`` measured
   in the same process, and **step / FLOP bound**;
 * **traffic bound**: the bytes the step must move at least (the tensors autograd saves, written
   in the forward pass and read in the backward pass, plus the parameters, their gradients and
@@ -95,31 +97,6 @@ def _rate_copy() -> float:
     return 2 * src.numel() * 4 / min(times) / 1e9
 
 
-def _fft_flops() -> dict:
-    """FLOP formulas of the FFTs, which ``torch.utils.flop_counter`` does not count (the long
-    convolutions of S4D, DLR and Hyena): 5 n log2 n per complex transform of n points, half that
-    per real one."""
-    import math
-
-    import torch
-
-    aten = torch.ops.aten
-
-    def count(shape, points: int, per: float) -> int:
-        return int(per * math.prod(shape) * math.log2(max(points, 2)))
-
-    def r2c(x_shape, dim, *args, out_shape=None, **kwargs):
-        return count(x_shape, math.prod(x_shape[d] for d in dim), 2.5)
-
-    def c2r(x_shape, dim, *args, out_shape=None, **kwargs):
-        return count(out_shape, math.prod(out_shape[d] for d in dim), 2.5)
-
-    def c2c(x_shape, dim, *args, out_shape=None, **kwargs):
-        return count(x_shape, math.prod(x_shape[d] for d in dim), 5.0)
-
-    return {aten._fft_r2c: r2c, aten._fft_c2r: c2r, aten._fft_c2c: c2c}
-
-
 def _saved_bytes(step) -> int:
     """Bytes of the distinct tensors autograd saves in one step (forward for backward)."""
     import torch
@@ -157,8 +134,8 @@ def measure(
 ) -> dict:
     """One model's row, measured in this process."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
+    from longrange.bench.plan import flop_counter
     from longrange.experiment.config import resolve
     from longrange.experiment.dryrun import prepare_step
 
@@ -179,7 +156,9 @@ def measure(
     params = sum(p.numel() for p in prepared.model.parameters())
     for _ in range(2):
         prepared.step()
-    with FlopCounterMode(display=False, custom_mapping=_fft_flops()) as counter:
+    # PyTorch's formulas with the FFTs and the CPU attention kernel, which it does not count
+    # (longrange.bench.plan.EXTRA_FLOPS); the fused kernels count their own
+    with flop_counter() as counter:
         prepared.step()
     flops = counter.get_total_flops()
     saved = _saved_bytes(prepared.step)

@@ -203,7 +203,7 @@ def test_ops_work_in_one_piece_on_meta():
 
 def test_value_checks_are_skipped_only_without_data():
     from longrange.models.encoders import TokenEncoder
-    from longrange.ops.attention import _is_left_aligned
+    from longrange.ops.attention.masked import _is_left_aligned
 
     encoder = TokenEncoder(10, 4)
     with pytest.raises(ValueError, match="token id 12 is outside the vocabulary of size 10"):

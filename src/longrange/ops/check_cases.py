@@ -348,16 +348,71 @@ def fft_conv_cases(device: str, dtype: torch.dtype) -> list[Case]:
 
 
 def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
-    """Full, blocked and sliding-window attention (through PyTorch's fused kernels) against the
-    written-out softmax, with padding at the end of one sequence."""
+    """Attention without a mask by every implementation that runs here (op ``attention``), causal
+    padded attention through it, and full, blocked and sliding-window attention with any mask
+    (through PyTorch's fused kernels), against the written-out softmax, with padding at the end of
+    one sequence."""
+    from longrange.ops import attention as attn
+
     n, heads, l, hd = 2, 2, 11, 4
     inputs = random_inputs(l, q=(n, heads, l, hd), k=(n, heads, l, hd), v=(n, heads, l, hd))
     inputs["key_mask"] = torch.arange(l)[None, :] < torch.tensor([[l], [l - 3]])
+    unmasked = {name: t for name, t in inputs.items() if name != "key_mask"}
 
     def dense(causal: bool, block: int | None):
         return lambda q, k, v, key_mask: attention_ref(q, k, v, admissible_ref(l, key_mask, causal, block))
 
     cases = []
+    for impl, note, env in implementations("attention", device):
+        for causal in (True, False):
+            kind = "causal" if causal else "bidirectional"
+
+            def run(causal=causal, impl=impl) -> float:
+                return compare(
+                    lambda **kw: attn.attention(**kw, causal=causal, impl=impl),
+                    lambda **kw: dense(causal, None)(**kw, key_mask=None),
+                    unmasked,
+                    dtype,
+                    device,
+                )
+
+            cases.append(
+                Case(
+                    "attention",
+                    impl,
+                    device,
+                    dtype,
+                    f"n={n} heads={heads} l={l} head_dim={hd}, {kind}, no mask",
+                    run,
+                    TOLERANCE[dtype],
+                    lambda passed: "avoid it with longrange.ops.attention.set_default_impl('sdpa')",
+                    note,
+                    env,
+                    record=("attention", impl),
+                )
+            )
+
+        def padded(impl=impl) -> float:  # causal with padding at the end: attention without a mask, rows zeroed
+            with attn.default_impl(impl):
+                return compare(
+                    lambda **kw: masked_attention(**kw, causal=True), dense(True, None), inputs, dtype, device
+                )
+
+        cases.append(
+            Case(
+                "attention",
+                impl,
+                device,
+                dtype,
+                f"n={n} heads={heads} l={l} head_dim={hd}, causal, padded (masked_attention)",
+                padded,
+                TOLERANCE[dtype],
+                lambda passed: "avoid it with longrange.ops.attention.set_default_impl('sdpa')",
+                note,
+                env,
+                record=("attention", impl),
+            )
+        )
     for causal in (True, False):
         kind = "causal" if causal else "bidirectional"
         variants = [
@@ -382,17 +437,12 @@ def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
         ]
         for op, fn, ref, extra in variants:
             shape = f"n={n} heads={heads} l={l} head_dim={hd}, {kind}, padded{extra}"
-            cases.append(
-                Case(
-                    op,
-                    "sdpa",
-                    device,
-                    dtype,
-                    shape,
-                    lambda fn=fn, ref=ref: compare(fn, ref, inputs, dtype, device),
-                    TOLERANCE[dtype],
-                )
-            )
+
+            def run_sdpa(fn=fn, ref=ref) -> float:
+                with attn.default_impl("sdpa"):
+                    return compare(fn, ref, inputs, dtype, device)
+
+            cases.append(Case(op, "sdpa", device, dtype, shape, run_sdpa, TOLERANCE[dtype]))
     return cases
 
 

@@ -57,6 +57,7 @@ OPERATORS: dict[str, tuple[str, ...]] = {
     "longrange.ops.conv.numba": ("causal_conv1d_numba",),
     "longrange.ops.norm.numba": ("rms_norm_numba",),
     "longrange.ops.glu.numba": ("swiglu_numba",),
+    "longrange.ops.attention.numba": ("attention_numba",),
     "longrange.ops.matrix_state.numba": ("delta_rule_numba", "gla_numba"),
     "longrange.ops.ssm_kernels.numba": ("vandermonde_numba", "cauchy_numba"),
     "longrange.ops.ssm_kernels.triton": ("vandermonde_triton", "cauchy_triton"),

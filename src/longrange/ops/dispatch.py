@@ -99,6 +99,7 @@ FAMILIES: tuple[str, ...] = (
     "longrange.ops.matrix_state.dispatch",
     "longrange.ops.complex_scan.dispatch",
     "longrange.ops.fftconv",
+    "longrange.ops.attention.dispatch",
 )
 
 

@@ -167,7 +167,11 @@ class _FFTConv(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_u = torch.fft.irfft(g_f * k_f.conj(), n=ctx.n)[..., : ctx.l]
         if ctx.needs_input_grad[1]:
-            grad_k = torch.fft.irfft((g_f * u_f.conj()).sum(0), n=ctx.n)[..., : ctx.lk]
+            # sum_b G conj(U) = conj(sum_b conj(G) U): G is this backward's own, conjugated in place
+            # (half a pass over it), where a product with the conjugate view of the saved U would
+            # first copy all of it; the conjugate is then taken of the (h, n // 2 + 1) sum alone.
+            g_f.imag.neg_()
+            grad_k = torch.fft.irfft((g_f * u_f).sum(0).conj(), n=ctx.n)[..., : ctx.lk]
         return grad_u, grad_k, None
 
 
