@@ -60,6 +60,15 @@ Round ``denormals`` (the thirteenth): IEEE subnormal floats before, flushed to z
 flush-to-zero and denormals-are-zero modes, ``train/denormals.py``, which training sets on a CPU);
 every model of the recall study.
 
+Round ``narrow-attention`` (the fourteenth; ``--mad`` for MAD's multi-head attention, heads of 4):
+
+* ``transformer``: attention always ran PyTorch's fused kernel; now ``"auto"`` runs the numba
+  kernels for narrow heads on a CPU (``ops/attention/dispatch.py``; the recall study's heads of 16
+  keep PyTorch's kernel, so run it with ``--mad``);
+* ``s4d``, ``dlr``, ``h3``, ``hyena``: the FFT convolution's backward multiplied the output
+  gradient's spectrum by the conjugate view of the input's, which PyTorch first copies whole; now
+  it conjugates its own gradient's spectrum in place (``ops/fftconv.py::_FFTConv``).
+
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
 
@@ -81,6 +90,7 @@ import longrange.layers.hyena as hyena_module
 import longrange.layers.rope as rope
 import longrange.layers.ssm as ssm
 import longrange.models.model as model_module
+import longrange.ops.attention.dispatch as attention_dispatch
 import longrange.ops.complex_scan.chunked as complex_chunked
 import longrange.ops.fftconv as fftconv
 import longrange.ops.matrix_state.delta_rule as delta_rule
@@ -150,6 +160,21 @@ def fft_core_before(u: Tensor, k: Tensor, n: int) -> Tensor:
 
 _FFT_BACKWARD = (fftconv, "_fft_conv_core", fft_core_before)
 
+
+@staticmethod
+@torch.autograd.function.once_differentiable
+def fft_backward_conjugate_view(ctx, grad: Tensor):
+    """The FFT convolution's backward multiplying by the conjugate view of the input's spectrum."""
+    u_f, k_f = ctx.saved_tensors
+    g_f = torch.fft.rfft(grad, n=ctx.n)
+    grad_u = torch.fft.irfft(g_f * k_f.conj(), n=ctx.n)[..., : ctx.l] if ctx.needs_input_grad[0] else None
+    grad_k = torch.fft.irfft((g_f * u_f.conj()).sum(0), n=ctx.n)[..., : ctx.lk] if ctx.needs_input_grad[1] else None
+    return grad_u, grad_k, None
+
+
+_CONJUGATE_VIEW = (fftconv._FFTConv, "backward", fft_backward_conjugate_view)
+_SDPA_ONLY = [(attention_dispatch, "NUMBA_MAX_WIDTH", 0), (attention_dispatch, "NUMBA_MAX_WIDTH_BIDIRECTIONAL", 0)]
+
 #: ``--mad``: MAD's layer of each change (the CPU protocol's cell, ``studies/mad.py``).
 MAD_LAYERS = {
     "transformer": "mh-attention",
@@ -210,8 +235,15 @@ ROUNDS = {
     "unmasked": {m: (model_module, "unpadded", lambda lengths, length: False) for m in MAD_LAYERS},
     # subnormals kept: no attribute changes, the step sets the CPU's mode (measure())
     "denormals": {m: [] for m in RECALL_MODELS},
+    "narrow-attention": {
+        "transformer": _SDPA_ONLY,
+        "s4d": _CONJUGATE_VIEW,
+        "dlr": _CONJUGATE_VIEW,
+        "h3": _CONJUGATE_VIEW,
+        "hyena": _CONJUGATE_VIEW,
+    },
 }
-LATEST = "denormals"
+LATEST = "narrow-attention"
 
 
 @contextmanager

@@ -121,6 +121,36 @@ def test_the_dense_layouts_before_paths_compute_what_the_current_code_computes()
     assert ab.hyena_module.transposed is transposed
 
 
+def test_the_narrow_attention_before_paths_compute_what_the_current_code_computes():
+    """PyTorch's attention kernel for MAD's narrow heads, and the FFT backward through the conjugate
+    view, give the current code's values and gradients; every patch is undone."""
+    ab = _module()
+    from longrange.models.backbone import make_primitive
+    from longrange.ops import used
+
+    backward = ab.fftconv._FFTConv.backward
+    for name, options in (("attention", {"n_heads": 4}), ("s4d", {"d_state": 4}), ("hyena", {"l_max": 12})):
+        torch.manual_seed(0)
+        layer = make_primitive(name, 16, **options).double()
+        x = torch.randn(2, 12, 16, dtype=torch.float64, requires_grad=True)
+        out = {}
+        for which in ("now", "before"):
+            used.reset()
+            if which == "before":
+                with ab.before("transformer" if name == "attention" else name, "narrow-attention"):
+                    y = layer(x)
+            else:
+                y = layer(x)
+            (grad,) = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum(), x)
+            out[which] = (y.detach(), grad)
+            if name == "attention":
+                assert used.kernels()["attention"] == ("numba" if which == "now" else "sdpa")
+        for a, b in zip(out["now"], out["before"]):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert ab.fftconv._FFTConv.backward is backward
+    assert ab.attention_dispatch.NUMBA_MAX_WIDTH == 8 and ab.attention_dispatch.NUMBA_MAX_WIDTH_BIDIRECTIONAL == 4
+
+
 def test_a_tiny_measurement_restores_the_current_code(tmp_path):
     ab = _module()
     current, threads = ab.rope.apply_rotary, torch.get_num_threads()
