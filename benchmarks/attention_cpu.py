@@ -69,19 +69,44 @@ def measure(shape: tuple[int, int, int, int], causal: bool, repeats: int) -> dic
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def _shape(text: str) -> tuple[int, int, int, int]:
+    parts = tuple(int(v) for v in text.lower().split("x"))
+    if len(parts) != 4 or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"a shape is BATCHxHEADSxLENGTHxWIDTH of positive integers, got {text!r}")
+    return parts
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """The script; subnormal floats flushed while it measures, as training runs on a CPU
+    (train/denormals.py), and the mode found restored. Returns the rows."""
+    restore = flush_denormals("cpu")
+    try:
+        return _main(argv)
+    finally:
+        restore()
+
+
+def _main(argv: list[str] | None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", type=_shape, default=SHAPES, help="BATCHxHEADSxLENGTHxWIDTH ...")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
+    threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     keep_freed_memory()
-    flush_denormals("cpu")
+    try:
+        return _measure(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(args: argparse.Namespace) -> list[dict]:
     rows = []
     print("| batch x heads x length x width | causal | numba (ms) | sdpa (ms) | numba's speed-up |")
     print("|---|---|---:|---:|---:|")
-    for shape in SHAPES:
+    for shape in args.shapes:
         for causal in (True, False):
             row = measure(shape, causal, args.repeats)
             rows.append(row)
@@ -93,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         env = {"cpu": cpu_name(), "threads": args.threads, "torch": torch.__version__}
         args.json.write_text(json.dumps({"environment": env, "rows": rows}, indent=1) + "\n")
+    return rows
 
 
 if __name__ == "__main__":

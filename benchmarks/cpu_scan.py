@@ -24,6 +24,7 @@ import torch
 import longrange.ops.scan.numba as numba_scan
 from longrange.ops.scan import selective_scan_chunked
 from longrange.ops.scan.numba import numba_available, selective_scan_numba
+from longrange.train.denormals import flush_denormals
 
 
 def _numba_states_inner(**kwargs):
@@ -68,6 +69,16 @@ def time_once(fn, inputs: dict[str, torch.Tensor]) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    """The script; subnormal floats flushed while it measures, as training runs on a CPU
+    (train/denormals.py), and the mode found restored."""
+    restore = flush_denormals("cpu")
+    try:
+        return _main(argv)
+    finally:
+        restore()
+
+
+def _main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2, help="torch (and numba) threads (default 2)")
     p.add_argument("--batch", type=int, default=8)

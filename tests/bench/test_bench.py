@@ -179,6 +179,14 @@ def test_subprocess_measurement_reports_positive_memory(tiny_configs):
         )
 
 
+def test_a_measurement_process_flushes_subnormals_as_training_does(monkeypatch):
+    """Its figures time what training runs (train/denormals.py); ``LONGRANGE_DENORMALS=keep`` keeps
+    IEEE subnormals there too."""
+    assert measure.run_isolated("longrange.bench.measure:environment", {})["denormals"] == "flushed"
+    monkeypatch.setenv("LONGRANGE_DENORMALS", "keep")
+    assert measure.run_isolated("longrange.bench.measure:environment", {})["denormals"] == "kept"
+
+
 def test_run_isolated_only_runs_benchmark_functions():
     with pytest.raises(ConfigError, match="must be 'longrange.bench"):
         measure.run_isolated("os:system", {"command": "true"})

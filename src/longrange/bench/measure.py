@@ -238,6 +238,7 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
     import platform
 
     from longrange import __version__
+    from longrange.train.denormals import flushing
     from longrange.train.environment import cpu_name
 
     env: dict[str, Any] = {
@@ -246,6 +247,8 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
+        # the CPU's subnormal mode here, as in the measurement processes (train/denormals.py)
+        "denormals": "flushed" if flushing() else "kept",
     }
     if device is not None and device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
@@ -438,7 +441,9 @@ def run_isolated(target: str, kwargs: dict[str, Any], *, isolate: bool = True, t
 
 def _child_main() -> int:
     from longrange.errors import LongrangeError
+    from longrange.train.denormals import flush_denormals
 
+    flush_denormals("cpu")  # as training runs on a CPU, before any thread pool starts (train/denormals.py)
     request = json.loads(sys.stdin.read())
     try:
         reply = {"result": _resolve(request["target"])(**request["kwargs"])}
