@@ -24,7 +24,7 @@ import torch
 
 from longrange.ops.attention import attention
 from longrange.train.allocator import keep_freed_memory
-from longrange.train.denormals import flush_denormals
+from longrange.train.denormals import flushed
 from longrange.train.environment import cpu_name
 
 SHAPES = [
@@ -79,11 +79,8 @@ def _shape(text: str) -> tuple[int, int, int, int]:
 def main(argv: list[str] | None = None) -> list[dict]:
     """The script; subnormal floats flushed while it measures, as training runs on a CPU
     (train/denormals.py), and the mode found restored. Returns the rows."""
-    restore = flush_denormals("cpu")
-    try:
+    with flushed("cpu"):
         return _main(argv)
-    finally:
-        restore()
 
 
 def _main(argv: list[str] | None) -> list[dict]:

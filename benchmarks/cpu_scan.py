@@ -24,7 +24,7 @@ import torch
 import longrange.ops.scan.numba as numba_scan
 from longrange.ops.scan import selective_scan_chunked
 from longrange.ops.scan.numba import numba_available, selective_scan_numba
-from longrange.train.denormals import flush_denormals
+from longrange.train.denormals import flushed
 
 
 def _numba_states_inner(**kwargs):
@@ -71,11 +71,8 @@ def time_once(fn, inputs: dict[str, torch.Tensor]) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> dict:
     """The script; subnormal floats flushed while it measures, as training runs on a CPU
     (train/denormals.py), and the mode found restored."""
-    restore = flush_denormals("cpu")
-    try:
+    with flushed("cpu"):
         return _main(argv)
-    finally:
-        restore()
 
 
 def _main(argv: list[str] | None = None) -> dict:

@@ -57,7 +57,7 @@ from longrange.bench.measure import PeakMemory, environment, synchronize
 from longrange.layers.s4 import S4
 from longrange.layers.s4d import S4D
 from longrange.ops import ssm_kernels
-from longrange.train.denormals import flush_denormals
+from longrange.train.denormals import flushed
 
 CASES = ("s4d-kernel", "s4-kernel", "s4d-layer", "s4-layer")
 OP = {"s4d-kernel": "vandermonde", "s4d-layer": "vandermonde", "s4-kernel": "cauchy", "s4-layer": "cauchy"}
@@ -308,11 +308,8 @@ def _isolated(case: str, length: int, argv: list[str] | None) -> list[dict[str, 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """The script; subnormal floats flushed while it measures, as training runs on a CPU
     (train/denormals.py), and the mode found restored."""
-    restore = flush_denormals("cpu")
-    try:
+    with flushed("cpu"):
         return _main(argv)
-    finally:
-        restore()
 
 
 def _main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -84,6 +84,15 @@ def test_a_run_trains_in_the_mode_it_records(tmp_path, monkeypatch, setting):
     assert not D.flushing()  # the mode found is back after the run
 
 
+def test_flushed_holds_the_mode_for_a_block_and_restores_it(monkeypatch):
+    with D.flushed("cpu"):
+        assert D.flushing()
+    assert not D.flushing()
+    monkeypatch.setenv(D.ENV, "keep")
+    with D.flushed("cpu"):
+        assert not D.flushing()
+
+
 class Stop(Exception):
     pass
 

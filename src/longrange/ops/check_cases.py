@@ -364,8 +364,23 @@ def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
 
     cases = []
     for impl, note, env in implementations("attention", device):
+
+        def case(what: str, run: Callable[[], float], impl=impl, note=note, env=env) -> Case:
+            return Case(
+                "attention",
+                impl,
+                device,
+                dtype,
+                f"n={n} heads={heads} l={l} head_dim={hd}, {what}",
+                run,
+                TOLERANCE[dtype],
+                lambda passed: "avoid it with longrange.ops.attention.set_default_impl('sdpa')",
+                note,
+                env,
+                record=("attention", impl),
+            )
+
         for causal in (True, False):
-            kind = "causal" if causal else "bidirectional"
 
             def run(causal=causal, impl=impl) -> float:
                 return compare(
@@ -376,21 +391,7 @@ def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
                     device,
                 )
 
-            cases.append(
-                Case(
-                    "attention",
-                    impl,
-                    device,
-                    dtype,
-                    f"n={n} heads={heads} l={l} head_dim={hd}, {kind}, no mask",
-                    run,
-                    TOLERANCE[dtype],
-                    lambda passed: "avoid it with longrange.ops.attention.set_default_impl('sdpa')",
-                    note,
-                    env,
-                    record=("attention", impl),
-                )
-            )
+            cases.append(case(f"{'causal' if causal else 'bidirectional'}, no mask", run))
 
         def padded(impl=impl) -> float:  # causal with padding at the end: attention without a mask, rows zeroed
             with attn.default_impl(impl):
@@ -398,21 +399,7 @@ def attention_cases(device: str, dtype: torch.dtype) -> list[Case]:
                     lambda **kw: masked_attention(**kw, causal=True), dense(True, None), inputs, dtype, device
                 )
 
-        cases.append(
-            Case(
-                "attention",
-                impl,
-                device,
-                dtype,
-                f"n={n} heads={heads} l={l} head_dim={hd}, causal, padded (masked_attention)",
-                padded,
-                TOLERANCE[dtype],
-                lambda passed: "avoid it with longrange.ops.attention.set_default_impl('sdpa')",
-                note,
-                env,
-                record=("attention", impl),
-            )
-        )
+        cases.append(case("causal, padded (masked_attention)", padded))
     for causal in (True, False):
         kind = "causal" if causal else "bidirectional"
         variants = [

@@ -20,13 +20,14 @@ float64). The run's record says which mode it trained in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
 from longrange.typed import env_choice
 
-__all__ = ["ENV", "flush_denormals", "flushing", "mode", "setting"]
+__all__ = ["ENV", "flush_denormals", "flushed", "flushing", "mode", "setting"]
 
 #: The environment variable: ``flush`` (the default) or ``keep``.
 ENV = "LONGRANGE_DENORMALS"
@@ -54,6 +55,17 @@ def flush_denormals(device: torch.device | str = "cpu") -> Callable[[], None]:
     if not torch.set_flush_denormal(True):  # a CPU without the modes
         return lambda: None
     return lambda: torch.set_flush_denormal(before)
+
+
+@contextmanager
+def flushed(device: torch.device | str = "cpu") -> Iterator[None]:
+    """:func:`flush_denormals` for the block, the mode found restored after it (scripts that time
+    kernels as training runs them)."""
+    restore = flush_denormals(device)
+    try:
+        yield
+    finally:
+        restore()
 
 
 def mode(device: torch.device | str) -> str:
