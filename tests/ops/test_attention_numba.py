@@ -73,6 +73,16 @@ def test_large_scores_stay_finite_and_exact():
 
 
 @numba_only
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+def test_a_nan_in_the_inputs_reaches_the_output_as_in_pytorchs_kernel(where):
+    """A diverging model's NaN is not hidden by the kernel's maximum (which skips NaN scores)."""
+    q, k, v = (t.detach() for t in _qkv((1, 2, 20, 4), torch.float32))
+    {"q": q, "k": k, "v": v}[where][0, 1, 5, 2] = float("nan")
+    fast, slow = attention(q, k, v, True, impl="numba"), attention(q, k, v, True, impl="sdpa")
+    assert torch.equal(fast.isnan(), slow.isnan()) and fast.isnan().any()
+
+
+@numba_only
 def test_half_precision_and_non_contiguous_inputs():
     q, k, v = _qkv((2, 5, 3, 4), torch.float64)  # (N, L, heads, D), viewed as (N, heads, L, D)
     views = [t.transpose(1, 2) for t in (q, k, v)]
