@@ -8,9 +8,9 @@ O(L²) memory; never picked by ``"auto"``). ``"auto"`` runs ``"numba"`` on float
 most :data:`NUMBA_MAX_LENGTH` positions whose heads are at most :data:`NUMBA_MAX_WIDTH` features
 wide (causal attention) or :data:`NUMBA_MAX_WIDTH_BIDIRECTIONAL` (not causal), without dropout,
 when numba imports, else ``"sdpa"``; ``None`` (the default) takes the process-wide default
-(:func:`set_default_impl`, :func:`default_impl`; normally ``"auto"``). Every call reports the implementation it ran to
-:mod:`longrange.ops.used` (op ``"attention"``). The choice follows the convention of
-:mod:`longrange.ops.dispatch` (:data:`DISPATCHER`).
+(:func:`set_default_impl`, :func:`default_impl`; normally ``"auto"``). Every call reports the
+implementation it ran to :mod:`longrange.ops.used` (op ``"attention"``). The choice follows the
+convention of :mod:`longrange.ops.dispatch` (:data:`DISPATCHER`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _misfit_numba(dtype: torch.dtype = torch.float32, dropout_p: float = 0.0, on
     if not dtype.is_floating_point:
         return f"takes floating CPU tensors, got {dtype}"
     if not one_shape:
-        return "takes q, k and v of one shape (as many heads, keys as wide as values)"
+        return "takes q, k and v of one shape (values as wide as keys)"
     return f"has no dropout, got dropout_p={dropout_p}"
 
 
@@ -118,10 +118,10 @@ def auto_impl(
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, dropout_p: float = 0.0, impl: str | None = None) -> Tensor:
-    """``softmax(q kᵀ / √D) v`` of q, k, v (N, heads, L, D; ``"sdpa"`` also takes what PyTorch's
-    attention takes: values of another width, fewer heads of keys and values), causal (a query sees itself and the
-    keys before it) or not, with ``dropout_p`` on the probabilities (``"sdpa"`` only). No mask:
-    :func:`~longrange.ops.attention.masked.masked_attention` takes padding.
+    """``softmax(q kᵀ / √D) v`` of q, k, v (N, heads, L, D; values of another width for ``"sdpa"``
+    and ``"ref"``), causal (a query sees itself and the keys before it) or not, with ``dropout_p`` on
+    the probabilities (``"sdpa"`` only). No mask: :func:`~longrange.ops.attention.masked.masked_attention`
+    takes padding.
 
     ``impl``: None (the default, see :func:`set_default_impl`; normally ``"auto"``), ``"auto"``
     (see the module docstring), ``"numba"`` (CPU, no dropout; computed in float32, or float64 for
