@@ -181,14 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from longrange.train.denormals import flush_denormals
+    from longrange.train.denormals import flushed
 
-    restore_denormals = None
     try:
         # subnormal floats flushed on the CPU from the start, so that the threads a command starts
         # inherit it (train/denormals.py); the mode found is restored when the command returns
-        restore_denormals = flush_denormals("cpu")
-        return int(args.func(args) or 0)
+        with flushed("cpu"):
+            return int(args.func(args) or 0)
     except Preempted as err:  # stopped on request, with a checkpoint: a status job scripts requeue on
         if args.command in RESUMED_BY_RERUNNING:
             what = "interrupted" if err.interrupted else "stopped"
@@ -211,9 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     except LongrangeError as err:  # user errors: one clear line, no traceback
         print(f"longrange {args.command}: error: {err}", file=sys.stderr)
         return 1
-    finally:
-        if restore_denormals is not None:
-            restore_denormals()
 
 
 if __name__ == "__main__":  # pragma: no cover

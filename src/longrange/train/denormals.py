@@ -71,8 +71,5 @@ def flushed(device: torch.device | str = "cpu") -> Iterator[None]:
 def mode(device: torch.device | str) -> str:
     """What a run on ``device`` records: ``"flushed"`` where :func:`flush_denormals` flushes there
     (a CPU with the modes, the setting ``flush``), ``"kept"`` otherwise."""
-    restore = flush_denormals(device)
-    try:
+    with flushed(device):
         return "flushed" if torch.device(device).type == "cpu" and flushing() else "kept"
-    finally:
-        restore()
