@@ -225,6 +225,7 @@ def test_the_cpu_protocol_is_its_rule():
         pretrain_wd=None,
         train_targets=None,
         settings=["train.max_steps=10"],
+        grid_from=None,
     )
     st = settings_from_args(args)
     assert st.models == M.CPU_MODELS and len(st.models) == 8 and st.seeds == (0, 1)
@@ -298,3 +299,136 @@ def test_the_published_scores_are_the_figures_own_mean():
     hyena = M.PUBLISHED_SCORES["hyena"]
     assert set(hyena) == set(M.MAD_TASKS)
     assert sum(hyena.values()) / 6 == pytest.approx(0.6606, abs=5e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# A confirmation at the grid points a screen chose (--grid-from)
+
+
+def test_the_screen_chooses_by_mean_validation_over_seeds_and_reads_no_test():
+    points = {
+        f"{lr}-{seed}": M.Point("m", "t", "baseline", "scratch", seed, lr, 0.0) for lr in (1, 2) for seed in (0, 1)
+    }
+    vals = {"1-0": 0.9, "1-1": 0.1, "2-0": 0.8, "2-1": 0.8}  # lr 1 is best in seed 0 alone; lr 2 on the mean
+    summaries = {k: {"metric": "accuracy", "best_val": {"accuracy": v}, "test": None} for k, v in vals.items()}
+    chosen, incomplete = M.screen_choice(points, summaries)
+    assert chosen == {("m", "t", "baseline", "scratch"): (2, 0.0)} and incomplete == {}
+    summaries["2-0"]["best_val"]["accuracy"] = 0.2  # a tie of means (0.5): the first in grid order
+    assert M.screen_choice(points, summaries)[0] == {("m", "t", "baseline", "scratch"): (1, 0.0)}
+    summaries["1-1"]["best_val"]["accuracy"] = float("nan")  # a diverged run: the cell cannot choose
+    del summaries["2-0"]  # an unfinished one
+    chosen, incomplete = M.screen_choice(points, summaries)
+    assert chosen == {} and incomplete == {("m", "t", "baseline", "scratch"): ("lr1-wd0 seed1", "lr2-wd0 seed0")}
+
+
+def _fixed(st: M.MadSettings, lr: float = 1e-3) -> tuple:
+    return tuple((*cell, lr if cell[3] == "scratch" else 5e-4, 0.0) for cell in st.cells())
+
+
+def test_fixed_points_train_each_cell_once_per_seed():
+    st = settings(levels=("baseline",), seeds=(3,))
+    fixed = settings(levels=("baseline",), seeds=(3,), fixed=_fixed(st))
+    plan, points = M.mad_plan(fixed)
+    cells = 2 * 2  # models x tasks
+    assert [sum(s.stage == kind for s in plan.stages) for kind in ("pretrain", "train", "finetune")] == [cells] * 3
+    assert {(p.regime, p.lr) for p in points.values()} == {("scratch", 1e-3), ("causal-spt", 5e-4)}
+    for stage in plan.stages:
+        exp = plan.experiments[stage.experiment]
+        if stage.stage != "pretrain":
+            assert exp.train["lr"] == points[stage.id].lr
+    # The grid's plan is unchanged by the option's existence: the same ids in the same order.
+    whole, _ = M.mad_plan(st)
+    assert [s.id for s in whole.stages][:5] == [
+        "mad-in-context-recall/hyena/baseline/causal-spt/seed3/pretrain",
+        "mad-in-context-recall/hyena/baseline/lr0.0005-wd0/scratch/seed3",
+        "mad-in-context-recall/hyena/baseline/lr0.0005-wd0/causal-spt/seed3/finetune",
+        "mad-in-context-recall/hyena/baseline/lr0.0005-wd0.1/scratch/seed3",
+        "mad-in-context-recall/hyena/baseline/lr0.0005-wd0.1/causal-spt/seed3/finetune",
+    ]
+    assert M.MadSettings.from_dict(json.loads(json.dumps(fixed.to_dict()))) == fixed  # as mad.json keeps it
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda f: f[1:], r"no point for 1 of the study's cells, e.g. hyena mad-in-context-recall baseline scratch"),
+        (lambda f: (*f, f[0]), r"the cell hyena mad-in-context-recall baseline scratch is given twice"),
+        (lambda f: (*f, ("mamba", *f[0][1:])), r"1 points for cells outside the study, e.g. mamba"),
+        (lambda f: ((*f[0][:4], 0.0, 0.0), *f[1:]), r"needs a positive learning rate"),
+        (lambda f: ((*f[0][:5],), *f[1:]), r"each entry is \(model, task, level, regime, lr, weight decay\)"),
+    ],
+)
+def test_bad_fixed_points_are_errors_naming_the_cell(change, match):
+    st = settings(levels=("baseline",))
+    with pytest.raises(ConfigError, match=match):
+        settings(levels=("baseline",), fixed=change(_fixed(st)))
+
+
+def _args(out, *extra: str) -> list[str]:
+    return [
+        "mad",
+        "--out",
+        str(out),
+        "--models",
+        "gated-deltanet",
+        "--tasks",
+        "mad-memorization",
+        "--levels",
+        "baseline",
+        "--lrs",
+        "1e-3,5e-4",
+        "--wds",
+        "0",
+        *extra,
+        *TINY,
+    ]
+
+
+def test_a_confirmation_runs_the_screen_s_choice_on_fresh_seeds_and_data(tmp_path, capsys):
+    import shutil
+
+    from longrange.cli import main
+
+    screen, confirm = tmp_path / "screen", tmp_path / "confirm"
+    assert main(_args(screen, "--screen", "--seeds", "0,1")) == 0
+    capsys.readouterr()
+    st = M.load_settings(screen)
+    plan, points = M.mad_plan(st)
+    chosen, incomplete = M.screen_choice(points, plan.summaries(screen, list(points)))
+    assert not incomplete and len(chosen) == 2  # scratch and causal-spt
+
+    assert main(_args(confirm, "--grid-from", str(screen), "--seeds", "2", "task.seed=1")) == 0
+    text = capsys.readouterr().out
+    assert "each cell at the grid point a screen chose for it" in text
+    done = M.load_settings(confirm)
+    assert {tuple(e[:4]): tuple(e[4:]) for e in done.fixed} == chosen and not done.screen
+    stages = [p.relative_to(confirm).parent.as_posix() for p in confirm.rglob("summary.json")]
+    assert len(stages) == 3  # one pretraining, one scratch run and one finetuning
+    rows = (confirm / "mad_selected.csv").read_text().splitlines()[1:]
+    for row in rows:
+        fields = row.split(",")
+        assert fields[8] == "test" and chosen[tuple(fields[:4])] == (float(fields[5]), float(fields[6]))
+    assert main(_args(confirm, "--grid-from", str(screen), "--seeds", "2", "task.seed=1")) == 0  # resumes
+    capsys.readouterr()
+
+    errors = [
+        (("--seeds", "1,2", "task.seed=1"), "seeds 1 were screened there; a confirmation runs fresh seeds"),
+        (("--seeds", "2"), "draws the screen's data (task.seed=0); give it a fresh data seed, e.g. task.seed=1"),
+        (("--seeds", "2", "task.seed=1", "train.max_steps=3"), "the screen ran other settings (overrides differ)"),
+        (("--seeds", "2", "--pretrain-lr", "1e-3", "task.seed=1"), "(pretrain_lr differ)"),
+    ]
+    for extra, message in errors:
+        assert main(_args(tmp_path / "x", "--grid-from", str(screen), *extra)) == 1
+        assert message in capsys.readouterr().err
+    outside = _args(tmp_path / "x", "--grid-from", str(screen), "--seeds", "2", "task.seed=1")
+    outside[outside.index("mad-memorization")] = "mad-memorization,mad-in-context-recall"
+    assert main(outside) == 1
+    assert "the screen did not run 2 of the cells asked for, e.g. gated-deltanet mad-in-context-recall" in (
+        capsys.readouterr().err
+    )
+    shutil.rmtree(screen / "mad-memorization/gated-deltanet/baseline/lr0.0005-wd0/scratch/seed1")
+    assert main(_args(tmp_path / "x", "--grid-from", str(screen), "--seeds", "2", "task.seed=1")) == 1
+    err = capsys.readouterr().err
+    assert "the screen has not finished 1 of the cells asked for, e.g. gated-deltanet mad-memorization" in err
+    assert "(lr0.0005-wd0 seed1)" in err
+    assert not (tmp_path / "x").exists()  # nothing was written for a confirmation that could not start

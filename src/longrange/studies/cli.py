@@ -48,7 +48,12 @@ def settings_from_args(args: argparse.Namespace):
         given["screen"] = True
     if args.settings:
         given["overrides"] = tuple(given.get("overrides", ())) + tuple(args.settings)
-    return MadSettings(**{"models": (), **given})
+    settings = MadSettings(**{"models": (), **given})
+    if args.grid_from:
+        from longrange.studies.mad import fix_from_screen
+
+        settings = fix_from_screen(settings, args.grid_from)
+    return settings
 
 
 def _mad(args: argparse.Namespace) -> int:
@@ -142,6 +147,13 @@ def register(sub: Any) -> None:
         action="store_true",
         help="no run reads the test split; the report scores the chosen "
         "points' validation accuracies (a screen, before a confirmation on fresh seeds)",
+    )
+    p.add_argument(
+        "--grid-from",
+        metavar="SCREEN",
+        help="a confirmation: train each cell only at the grid point the screen in SCREEN chose for it (the "
+        "best mean validation accuracy over its seeds), on fresh seeds and a fresh data seed (task.seed=...), "
+        "the screen's settings otherwise",
     )
     p.add_argument(
         "--cpu",

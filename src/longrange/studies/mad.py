@@ -36,6 +36,11 @@ difference per model and task with its Student-t interval, a sign-flip permutati
 respects that accuracies are bounded) and how many seeds agree in sign; the ranking of the models
 in each regime with how often each is best over seeds.
 
+**A confirmation** (:func:`fix_from_screen`, ``--grid-from SCREEN``) trains each (model, task,
+level, regime) once per seed at the grid point with the best mean validation accuracy over a
+screen's seeds (:func:`screen_choice`; the screen reads no test split), on fresh seeds and a fresh
+data seed, with the screen's settings otherwise.
+
 **Matching.** MAD compares layers at its fixed width (128) and stack, not at equal parameter count
 or state size; its state-optimal scaling matches state sizes at scale. The report lists each
 model's parameters and recurrent state per sequence (``longrange.models.layer_report``) beside its
@@ -180,6 +185,10 @@ class MadSettings:
     #: A screen: no run reads the test split (``train.test_split: false``); the scores are the chosen
     #: points' validation accuracies, for choosing what a confirmation on fresh seeds tests.
     screen: bool = False
+    #: Grid points fixed by a screen (``--grid-from``, :func:`fix_from_screen`): one (model, task,
+    #: level, regime, lr, weight decay) for every cell of the study, trained at that point alone;
+    #: empty: every cell trains at every point of the grid and selects on validation.
+    fixed: tuple[tuple[str, str, str, str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         known = model_names()
@@ -228,6 +237,42 @@ class MadSettings:
         _no_repeats("--regimes", self.regimes)
         if self.train_targets not in TRAIN_TARGETS:
             raise ConfigError(f"--train-targets must be one of {', '.join(TRAIN_TARGETS)}, got {self.train_targets!r}")
+        if self.fixed:
+            self._check_fixed()
+
+    def cells(self) -> list[tuple[str, str, str, str]]:
+        """Every (model, task, level, regime) of the study, in the plan's order."""
+        return [
+            (model, task, level, regime)
+            for task in self.tasks
+            for level in self.task_levels(task)
+            for model in self.models
+            for regime in self.regimes
+        ]
+
+    def points(self, model: str, task: str, level: str, regime: str) -> list[tuple[float, float]]:
+        """The (lr, weight decay) points a cell trains at: its fixed point, or the whole grid."""
+        if not self.fixed:
+            return self.grid()
+        return [(lr, wd) for *cell, lr, wd in self.fixed if tuple(cell) == (model, task, level, regime)]
+
+    def _check_fixed(self) -> None:
+        seen: set[tuple] = set()
+        for entry in self.fixed:
+            if len(entry) != 6:
+                raise ConfigError(f"fixed: each entry is (model, task, level, regime, lr, weight decay), got {entry!r}")
+            *cell, lr, wd = entry
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lr, wd)) or lr <= 0 or wd < 0:
+                raise ConfigError(f"fixed: {entry!r} needs a positive learning rate and a weight decay >= 0")
+            if tuple(cell) in seen:
+                raise ConfigError(f"fixed: the cell {' '.join(cell)} is given twice")
+            seen.add(tuple(cell))
+        wanted = set(self.cells())
+        missing, extra = sorted(wanted - seen), sorted(seen - wanted)
+        if missing or extra:
+            what = [f"no point for {len(missing)} of the study's cells, e.g. {' '.join(missing[0])}"] if missing else []
+            what += [f"{len(extra)} points for cells outside the study, e.g. {' '.join(extra[0])}"] if extra else []
+            raise ConfigError("fixed: " + "; ".join(what))
 
     def task_levels(self, task: str) -> dict[str, dict[str, Any]]:
         """The levels of ``task`` this study runs: name -> the task options that differ from MAD's baseline."""
@@ -244,7 +289,10 @@ class MadSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MadSettings:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        if "fixed" in values:
+            values["fixed"] = tuple(tuple(entry) for entry in values["fixed"])
+        return cls(**values)
 
 
 def _no_repeats(name: str, values: Sequence[Any]) -> None:
@@ -352,8 +400,9 @@ def mad_plan(settings: MadSettings) -> tuple[Plan, dict[str, Point]]:
         for level in settings.task_levels(task):
             for model in settings.models:
                 base = f"{slug(task)}/{slug(model)}/{slug(level)}"
+                at = {regime: settings.points(model, task, level, regime) for regime in settings.regimes}
                 index = {}
-                for lr, wd in settings.grid():
+                for lr, wd in dict.fromkeys(p for regime in settings.regimes for p in at[regime]):
                     index[lr, wd] = len(experiments)
                     experiments.append(cell_experiment(settings, model, task, level, lr, wd))
                 for seed in settings.seeds:
@@ -361,20 +410,20 @@ def mad_plan(settings: MadSettings) -> tuple[Plan, dict[str, Point]]:
                     if "causal-spt" in settings.regimes:
                         pre = Stage(
                             f"{base}/causal-spt/seed{seed}/pretrain",
-                            index[settings.grid()[0]],
+                            next(iter(index.values())),
                             "pretrain",
                             seed,
                             "causal-spt",
                             objective="causal",
                         )
                         stages.append(pre)
-                    for lr, wd in settings.grid():
+                    for lr, wd in index:
                         cell = f"{base}/{grid_name(lr, wd)}"
-                        if "scratch" in settings.regimes:
+                        if "scratch" in settings.regimes and (lr, wd) in at["scratch"]:
                             stage = Stage(f"{cell}/scratch/seed{seed}", index[lr, wd], "train", seed, "scratch")
                             stages.append(stage)
                             points[stage.id] = Point(model, task, level, "scratch", seed, lr, wd)
-                        if pre is not None:
+                        if pre is not None and (lr, wd) in at["causal-spt"]:
                             stage = Stage(
                                 f"{cell}/causal-spt/seed{seed}/finetune",
                                 index[lr, wd],
@@ -447,6 +496,95 @@ def select(
     return out
 
 
+def screen_choice(
+    points: Mapping[str, Point], summaries: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[tuple[str, str, str, str], tuple[float, float]], dict[tuple[str, str, str, str], tuple[str, ...]]]:
+    """The grid point of every (model, task, level, regime) with the best *mean* validation accuracy
+    over the seeds (the first in grid order on a tie), and the cells that cannot choose: those with a
+    (grid point, seed) run unfinished or without a finite validation value (listed as ``lrX-wdY
+    seedS``). Test values are never read."""
+    vals: dict[tuple, dict[tuple[float, float], list[float | None]]] = {}
+    sign: dict[tuple, float] = {}
+    missing: dict[tuple, list[str]] = {}
+    for stage_id, p in points.items():
+        cell = (p.model, p.task, p.level, p.regime)
+        value = _value(summaries[stage_id], "val") if stage_id in summaries else None
+        vals.setdefault(cell, {}).setdefault((p.lr, p.wd), []).append(value)
+        if value is None:
+            missing.setdefault(cell, []).append(f"{grid_name(p.lr, p.wd)} seed{p.seed}")
+        else:
+            sign[cell] = 1.0 if summaries[stage_id].get("higher_is_better", True) else -1.0
+    chosen = {}
+    for cell, by_point in vals.items():
+        if cell in missing:
+            continue
+        means = {point: math.fsum(v) / len(v) for point, v in by_point.items()}
+        chosen[cell] = max(means, key=lambda point: sign[cell] * means[point])  # the first of ties
+    return chosen, {cell: tuple(m) for cell, m in missing.items()}
+
+
+#: What may differ between a confirmation and the screen it takes its grid points from.
+CONFIRMATION_MAY_CHANGE = ("models", "tasks", "levels", "regimes", "seeds", "screen", "fixed")
+
+
+def fix_from_screen(settings: MadSettings, screen_dir: str | Path) -> MadSettings:
+    """``settings`` with every cell fixed at the grid point that the screen in ``screen_dir`` chose
+    for it (:func:`screen_choice` over the screen's seeds): a confirmation trains each cell once per
+    seed at that point. It must run fresh seeds on a fresh data seed (``task.seed=...``) with the
+    screen's settings otherwise (a subset of its models, tasks, levels and regimes may be chosen),
+    and every cell it needs must be complete in the screen: each is an error otherwise."""
+    screen = load_settings(screen_dir)
+    reused = sorted(set(settings.seeds) & set(screen.seeds))
+    if reused:
+        raise ConfigError(
+            f"--grid-from {screen_dir}: seeds {', '.join(map(str, reused))} were screened there; a confirmation "
+            "runs fresh seeds"
+        )
+    mine, theirs = _without_data_seed(settings.overrides), _without_data_seed(screen.overrides)
+    differ = [
+        k
+        for k, v in settings.to_dict().items()
+        if k not in CONFIRMATION_MAY_CHANGE and k != "overrides" and v != screen.to_dict()[k]
+    ]
+    differ += ["overrides"] if mine != theirs else []
+    if differ:
+        raise ConfigError(
+            f"--grid-from {screen_dir}: the screen ran other settings ({', '.join(differ)} differ); a confirmation "
+            "runs the screen's, changing only the seeds, the data seed (task.seed=...) and which models, "
+            "tasks, levels and regimes it confirms"
+        )
+    outside = [cell for cell in settings.cells() if cell not in set(screen.cells())]
+    if outside:
+        raise ConfigError(
+            f"--grid-from {screen_dir}: the screen did not run {len(outside)} of the cells asked for, e.g. "
+            + " ".join(outside[0])
+        )
+    first = settings.cells()[0]
+    data_seed = cell_experiment(settings, *first[:3], *settings.grid()[0]).task.seed
+    if data_seed == cell_experiment(screen, *first[:3], *screen.grid()[0]).task.seed:
+        raise ConfigError(
+            f"--grid-from {screen_dir}: the confirmation draws the screen's data (task.seed={data_seed}); "
+            "give it a fresh data seed, e.g. task.seed=" + str(data_seed + 1)
+        )
+    plan, points = mad_plan(screen)
+    wanted = set(settings.cells())
+    points = {i: p for i, p in points.items() if (p.model, p.task, p.level, p.regime) in wanted}
+    chosen, incomplete = screen_choice(points, plan.summaries(screen_dir, list(points)))
+    if incomplete:
+        cell, runs = next(iter(incomplete.items()))
+        raise ConfigError(
+            f"--grid-from {screen_dir}: the screen has not finished {len(incomplete)} of the cells asked for, "
+            f"e.g. {' '.join(cell)} ({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}); finish it first, "
+            "or confirm fewer tasks, levels or models"
+        )
+    fixed = tuple((*cell, *chosen[cell]) for cell in settings.cells())
+    return MadSettings.from_dict({**settings.to_dict(), "fixed": [list(entry) for entry in fixed]})
+
+
+def _without_data_seed(overrides: Sequence[str]) -> list[str]:
+    return [o for o in overrides if o.split("=", 1)[0].strip() != "task.seed"]
+
+
 @dataclass(frozen=True)
 class TaskScore:
     """A MAD score: the mean test accuracy over a task's levels (None where a level is missing)."""
@@ -513,9 +651,16 @@ class MadReport:
         lines.append(
             f"Models {', '.join(st.models)}; tasks {', '.join(tasks)}; levels: "
             + ("every level" if not st.levels else ", ".join(st.levels))
-            + f"; grid lr {', '.join(f'{v:g}' for v in st.lrs)}"
-            f" x weight decay {', '.join(f'{v:g}' for v in st.wds)}, the best point by validation accuracy, its {what} "
-            f"accuracy reported; seeds {', '.join(map(str, st.seeds))}; training targets of the recall tasks: "
+            + (
+                f"; each cell at the grid point a screen chose for it (the best mean validation accuracy over "
+                f"the screen's seeds; lr {', '.join(sorted({f'{e[4]:g}' for e in st.fixed}))}), its {what} "
+                "accuracy reported"
+                if st.fixed
+                else f"; grid lr {', '.join(f'{v:g}' for v in st.lrs)} x weight decay "
+                f"{', '.join(f'{v:g}' for v in st.wds)}, the best point by validation accuracy, its {what} "
+                "accuracy reported"
+            )
+            + "; seeds {', '.join(map(str, st.seeds))}; training targets of the recall tasks: "
             f"{st.train_targets}" + (f"; settings {' '.join(st.overrides)}" if st.overrides else "") + "."
         )
         lines.append("")
@@ -818,12 +963,14 @@ __all__ = [
     "TaskScore",
     "build_report",
     "cell_experiment",
+    "fix_from_screen",
     "mad_layers",
     "mad_plan",
     "model_names",
     "model_preset",
     "overall_scores",
     "run_mad",
+    "screen_choice",
     "select",
     "task_scores",
     "write_report",
