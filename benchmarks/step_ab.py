@@ -69,6 +69,15 @@ Round ``narrow-attention`` (the fourteenth; ``--mad`` for MAD's multi-head atten
   gradient's spectrum by the conjugate view of the input's, which PyTorch first copies whole; now
   it conjugates its own gradient's spectrum in place (``ops/fftconv.py::_FFTConv``).
 
+Round ``channels-last-conv`` (the fifteenth; ``--mad`` for MAD's H3 and Hyena):
+
+* ``s4d``, ``dlr``, ``h3``, ``hyena``: the convolutional layers transposed their (batch, length,
+  channels) input to (batch, channels, length) for the FFT convolution, which then copied it into
+  a zero-filled buffer of the FFT's length, and transposed its output back (each a pass over the
+  tensor, forward and backward); now the convolution takes and gives channels last
+  (``fft_conv(..., channels_last=True)``), the transposes part of the zero-padding copies, which
+  no longer fill the positions they overwrite (``ops/fftconv.py::_padded``).
+
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
 
@@ -97,6 +106,7 @@ import longrange.ops.matrix_state.delta_rule as delta_rule
 import longrange.ops.matrix_state.gla as gla
 from longrange.layers.base import apply_mask
 from longrange.ops.fftconv import fft_conv
+from longrange.ops.layout import transposed
 
 
 def conv_forward_before(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -153,8 +163,10 @@ def rotary_before(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return rotated if x.shape[-1] == 2 * n_pairs else torch.cat((rotated, x[..., 2 * n_pairs :]), dim=-1)
 
 
-def fft_core_before(u: Tensor, k: Tensor, n: int) -> Tensor:
-    """The FFT convolution with PyTorch's own backward."""
+def fft_core_before(u: Tensor, k: Tensor, n: int, channels_last: bool = False, group: int | None = None) -> Tensor:
+    """The FFT convolution with PyTorch's own backward (all channels at once)."""
+    if channels_last:
+        return fft_core_before(u.transpose(1, 2), k, n).transpose(1, 2)
     return torch.fft.irfft(torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n), n=n)[..., : u.shape[-1]]
 
 
@@ -165,11 +177,104 @@ _FFT_BACKWARD = (fftconv, "_fft_conv_core", fft_core_before)
 @torch.autograd.function.once_differentiable
 def fft_backward_conjugate_view(ctx, grad: Tensor):
     """The FFT convolution's backward multiplying by the conjugate view of the input's spectrum."""
-    u_f, k_f = ctx.saved_tensors
-    g_f = torch.fft.rfft(grad, n=ctx.n)
-    grad_u = torch.fft.irfft(g_f * k_f.conj(), n=ctx.n)[..., : ctx.l] if ctx.needs_input_grad[0] else None
-    grad_k = torch.fft.irfft((g_f * u_f.conj()).sum(0), n=ctx.n)[..., : ctx.lk] if ctx.needs_input_grad[1] else None
-    return grad_u, grad_k, None
+    k_f, *spectra = ctx.saved_tensors
+    n, cl, group = ctx.n, ctx.channels_last, ctx.group
+    grads: list[Tensor] = []
+    grad_u = fftconv._spectral(grad, k_f, n, ctx.l, cl, group, conj=True, keep=grads)
+    sums = [(g_f * u_f.conj()).sum(0) for g_f, u_f in zip(grads, spectra)]
+    grad_k = torch.fft.irfft(torch.cat(sums), n=n)[..., : ctx.lk]
+    return grad_u if ctx.needs_input_grad[0] else None, grad_k if ctx.needs_input_grad[1] else None, None, None, None
+
+
+def conv_forward_transposed_before(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """The convolutional layers from the twelfth round to the fifteenth: transposed around a
+    channels-first convolution."""
+    self._check_input(x)
+    u = transposed(apply_mask(x, mask))
+    K = self.kernel(x.shape[1])
+    return transposed(fft_conv(u, K if self.bidirectional else K[0], self.D))
+
+
+def h3_shift_transposed_before(self, k: Tensor) -> Tensor:
+    C = self.shift_C if self.bidirectional else self.shift_C[0]
+    return transposed(fft_conv(transposed(k), C, self.shift_D))
+
+
+def hyena_forward_transposed_before(self, x: Tensor, mask: Tensor | None = None, view=transposed) -> Tensor:
+    """Hyena's forward channels first (``view``: how it transposed, a copy each way since the twelfth
+    round, a view before it)."""
+    self._check_input(x)
+    L = x.shape[1]
+    self._check_length(L)
+    u = apply_mask(self.in_proj(apply_mask(x, mask)), mask)
+    u = view(apply_mask(self._short(u), mask))
+    *gates, v = u.split(self.d_model, dim=1)
+    k = self.kernels(L)
+    bias = self.bias.view(self.d_model, self.order - 1)
+    for o, gate in enumerate(reversed(gates[1:])):
+        v = self.dropout(v * gate)
+        kernel = (k[0, :, o], k[1, :, o]) if self.bidirectional else k[0, :, o]
+        v = fft_conv(v, kernel, bias[:, o], impl=self.conv_impl)
+    return self.out_proj(view(gates[0] * v))
+
+
+class FFTConvFilledBefore(torch.autograd.Function):
+    """The FFT convolution of one group of channels before the fifteenth round: channels first,
+    padded by ``rfft(u, n=n)``."""
+
+    @staticmethod
+    def forward(ctx, u: Tensor, k: Tensor, n: int) -> Tensor:
+        u_f = torch.fft.rfft(u, n=n)
+        k_f = torch.fft.rfft(k, n=n)
+        ctx.save_for_backward(u_f, k_f)
+        ctx.n, ctx.l, ctx.lk = n, u.shape[-1], k.shape[-1]
+        return torch.fft.irfft(u_f * k_f, n=n)[..., : u.shape[-1]]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        u_f, k_f = ctx.saved_tensors
+        g_f = torch.fft.rfft(grad, n=ctx.n)
+        grad_u = torch.fft.irfft(g_f * k_f.conj(), n=ctx.n)[..., : ctx.l] if ctx.needs_input_grad[0] else None
+        grad_k = None
+        if ctx.needs_input_grad[1]:
+            g_f.imag.neg_()
+            grad_k = torch.fft.irfft((g_f * u_f).sum(0).conj(), n=ctx.n)[..., : ctx.lk]
+        return grad_u, grad_k, None
+
+
+def convolve_before_fifteenth(
+    u: Tensor,
+    k_fwd: Tensor,
+    k_bwd: Tensor | None,
+    D: Tensor | None,
+    work: torch.dtype,
+    impl: str,
+    chunk_bytes: int,
+    channels_last: bool = False,
+) -> Tensor:
+    """``fftconv._convolve`` by FFT before the fifteenth round (channels first): groups of channels
+    whose spectra fit ``chunk_bytes`` (16 MB), each its own autograd node, concatenated."""
+    if impl != "fft" or channels_last:
+        return _CONVOLVE(u, k_fwd, k_bwd, D, work, impl, chunk_bytes, channels_last)
+    l = u.shape[-1]
+    u_w = u.to(work)
+    lk = min(k_fwd.shape[-1], l)
+    k_fwd = k_fwd[..., :lk]
+    if D is not None:
+        k_fwd = fftconv.with_skip(k_fwd.to(work), D.to(work))
+    n = fftconv.fast_fft_size(l + lk)
+    if k_bwd is None:
+        k_full = k_fwd
+    else:
+        k_full = torch.cat([k_fwd, k_fwd.new_zeros(k_fwd.shape[0], n - 2 * lk), k_bwd[..., :lk].flip(-1)], dim=-1)
+    per_channel = u.shape[0] * (n // 2 + 1) * 2 * torch.empty((), dtype=work).element_size()
+    group = fftconv.group_size(per_channel, chunk_bytes)
+    parts = [
+        FFTConvFilledBefore.apply(u_w[:, c : c + group], k_full[c : c + group].to(work), n)
+        for c in range(0, u.shape[1], group)
+    ]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 _CONJUGATE_VIEW = (fftconv._FFTConv, "backward", fft_backward_conjugate_view)
@@ -207,6 +312,18 @@ def _view(x: Tensor) -> Tensor:  # H3's shift and Hyena's gates: transposed view
     return x.transpose(-1, -2)
 
 
+def h3_shift_view_before(self, k: Tensor) -> Tensor:
+    C = self.shift_C if self.bidirectional else self.shift_C[0]
+    return _view(fft_conv(_view(k), C, self.shift_D))
+
+
+def hyena_forward_view_before(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    return hyena_forward_transposed_before(self, x, mask, view=_view)
+
+
+_FILLED = [(fftconv, "_convolve", convolve_before_fifteenth)]
+
+
 #: The recall study's models (``demo/recall/<name>``), as ``small_models.py`` measures them.
 RECALL_MODELS = tuple(_small_models().MODELS)
 
@@ -228,8 +345,8 @@ ROUNDS = {
     "dense-layouts": {
         "s4d": [_SKIP_BESIDE, _CONV_VIEWS],
         "dlr": [_SKIP_BESIDE, _CONV_VIEWS],
-        "h3": [_SKIP_BESIDE, _CONV_VIEWS, (h3_module, "transposed", _view)],
-        "hyena": [_SKIP_BESIDE, (hyena_module, "transposed", _view)],
+        "h3": [_SKIP_BESIDE, _CONV_VIEWS, (h3_module.H3, "shift", h3_shift_view_before)],
+        "hyena": [_SKIP_BESIDE, (hyena_module.Hyena, "forward", hyena_forward_view_before)],
     },
     # every batch's mask went to the layers, padded or not
     "unmasked": {m: (model_module, "unpadded", lambda lengths, length: False) for m in MAD_LAYERS},
@@ -242,8 +359,18 @@ ROUNDS = {
         "h3": _CONJUGATE_VIEW,
         "hyena": _CONJUGATE_VIEW,
     },
+    "channels-last-conv": {
+        "s4d": [(ssm.ConvolutionalSSM, "forward", conv_forward_transposed_before), *_FILLED],
+        "dlr": [(ssm.ConvolutionalSSM, "forward", conv_forward_transposed_before), *_FILLED],
+        "h3": [
+            (ssm.ConvolutionalSSM, "forward", conv_forward_transposed_before),
+            (h3_module.H3, "shift", h3_shift_transposed_before),
+            *_FILLED,
+        ],
+        "hyena": [(hyena_module.Hyena, "forward", hyena_forward_transposed_before), *_FILLED],
+    },
 }
-LATEST = "narrow-attention"
+LATEST = "channels-last-conv"
 
 
 @contextmanager

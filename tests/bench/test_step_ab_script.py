@@ -99,8 +99,8 @@ def test_the_dense_layouts_before_paths_compute_what_the_current_code_computes()
     gradients as the folded skip and the dense layouts, and every patch is undone."""
     ab = _module()
     from longrange.models.backbone import make_primitive
-    from longrange.ops.layout import transposed
 
+    shift, forward = ab.h3_module.H3.shift, ab.hyena_module.Hyena.forward
     for name, options in (("s4d", {"d_state": 4}), ("h3", {"d_state": 4}), ("hyena", {"l_max": 12})):
         torch.manual_seed(0)
         layer = make_primitive(name, 8, **options).double()
@@ -117,8 +117,42 @@ def test_the_dense_layouts_before_paths_compute_what_the_current_code_computes()
             out[which] = (y.detach(), grad)
         for a, b in zip(out["now"], out["before"]):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
-    assert ab.fftconv._convolve is ab._CONVOLVE and ab.h3_module.transposed is transposed
-    assert ab.hyena_module.transposed is transposed
+    assert ab.fftconv._convolve is ab._CONVOLVE and ab.h3_module.H3.shift is shift
+    assert ab.hyena_module.Hyena.forward is forward
+
+
+def test_the_channels_last_rounds_before_paths_compute_what_the_current_code_computes():
+    """The layers transposed around a channels-first convolution padded by ``rfft(u, n=n)``, and the
+    channels-last convolution: the same values and gradients, causal and bidirectional; every patch
+    is undone."""
+    ab = _module()
+    from longrange.models.backbone import make_primitive
+
+    patched = [(owner, name, getattr(owner, name)) for owner, name, _ in ab.ROUNDS["channels-last-conv"]["h3"]]
+    patched.append((ab.hyena_module.Hyena, "forward", ab.hyena_module.Hyena.forward))
+    for name, options in (
+        ("s4d", {"d_state": 4}),
+        ("dlr", {"d_state": 4}),
+        ("h3", {"d_state": 4}),
+        ("hyena", {"l_max": 40}),
+    ):
+        for bidirectional in (False, True):
+            torch.manual_seed(0)
+            layer = make_primitive(name, 8, bidirectional=bidirectional, **options).double()
+            x = torch.randn(2, 40, 8, dtype=torch.float64, requires_grad=True)  # past the direct product's 24
+            out = {}
+            for which in ("now", "before"):
+                if which == "before":
+                    with ab.before(name, "channels-last-conv"):
+                        y = layer(x)
+                else:
+                    y = layer(x)
+                weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
+                out[which] = (y.detach(), *torch.autograd.grad((y * weights).sum(), [x, *layer.parameters()]))
+            for a, b in zip(out["now"], out["before"]):
+                torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    for owner, name, current in patched:
+        assert getattr(owner, name) is current
 
 
 def test_the_narrow_attention_before_paths_compute_what_the_current_code_computes():

@@ -254,3 +254,86 @@ def test_bad_shapes_raise(u_shape, k, D, match):
         fft_conv(torch.randn(*u_shape), k, D)
     with pytest.raises(ValueError, match=match):
         fft_conv_ref(torch.randn(*u_shape), k, D)
+
+
+# ----------------------------------------------------------------------------------------------
+# channels_last: (batch, l, h) in and out, as the layers call it
+
+
+@pytest.mark.parametrize("impl", [*IMPLS, "ref"])
+@pytest.mark.parametrize("two_sided", [False, True])
+@pytest.mark.parametrize("l", [1, 11, 40])
+@pytest.mark.parametrize("chunk_bytes", [None, 1], ids=["one-group", "channel-by-channel"])
+def test_channels_last_matches_the_reference_values_and_gradients(impl, two_sided, l, chunk_bytes):
+    torch.manual_seed(l)
+    b, h, lk = 2, 3, 17
+    x = torch.randn(b, l, h, dtype=DT)
+    k = torch.randn(2, h, lk, dtype=DT) if two_sided else torch.randn(h, lk, dtype=DT)
+    D = torch.randn(h, dtype=DT)
+    cot = torch.randn(b, l, h, dtype=DT)
+    kw = {"impl": impl, "channels_last": True} | ({} if chunk_bytes is None else {"chunk_bytes": chunk_bytes})
+    y, grads = _grads(lambda *a: fft_conv(*a, **kw), [x, k, D], cot)
+    y_ref, grads_ref = _grads(lambda u, k, D: fft_conv_ref(u.transpose(1, 2), k, D).transpose(1, 2), [x, k, D], cot)
+    assert y.shape == (b, l, h) and y.is_contiguous()
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_channels_last_reads_strided_and_lower_precision_inputs_and_lays_out_its_gradient(impl):
+    torch.manual_seed(0)
+    b, l, h = 3, 30, 4
+    whole = torch.randn(b, l, 3 * h, dtype=torch.float64)
+    k, D = torch.randn(h, l, dtype=torch.float64), torch.randn(h, dtype=torch.float64)
+    expected = fft_conv_ref(whole[..., h : 2 * h].transpose(1, 2), k, D).transpose(1, 2)
+    # a slice of the last dimension (Hyena's gates and values are such slices of one projection)
+    leaf = whole.clone().requires_grad_()
+    y = fft_conv(leaf[..., h : 2 * h], k, D, impl=impl, channels_last=True)
+    torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-12)
+    y.backward(torch.ones_like(y))
+    assert leaf.grad[..., :h].abs().max() == 0 and leaf.grad[..., 2 * h :].abs().max() == 0
+    x = whole[..., :h].float().contiguous().requires_grad_()
+    out = fft_conv(x, k.float(), D.float(), impl=impl, channels_last=True)
+    out.backward(torch.ones_like(out))
+    assert x.grad.shape == (b, l, h) and x.grad.is_contiguous() and x.grad.dtype == torch.float32
+    half = fft_conv(x.detach().bfloat16(), k.float(), D.float(), impl=impl, channels_last=True)
+    assert half.dtype == torch.bfloat16 and half.shape == (b, l, h)
+    torch.testing.assert_close(half.float(), out.detach(), rtol=2e-2, atol=2e-2)
+
+
+def test_channels_last_errors_name_the_layout():
+    with pytest.raises(ValueError, match=r"\(batch, l, h\) \(channels_last\), got \(2, 3\)"):
+        fft_conv(torch.randn(2, 3), torch.randn(3, 4), channels_last=True)
+    with pytest.raises(ValueError, match="does not match input with h=5 channels"):
+        fft_conv(torch.randn(2, 7, 5), torch.randn(3, 4), channels_last=True)
+    with pytest.raises(ValueError, match=r"skip D must have shape \(5,\)"):
+        fft_conv(torch.randn(2, 7, 5), torch.randn(5, 4), torch.randn(3), channels_last=True)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("chunk_bytes", [None, 1], ids=["one-group", "channel-by-channel"])
+def test_only_the_kernels_gradient_when_the_input_is_fixed(channels_last, chunk_bytes):
+    torch.manual_seed(1)
+    u, k = torch.randn(2, 3, 30, dtype=DT), torch.randn(3, 30, dtype=DT)
+    kw = {"impl": "fft"} | ({} if chunk_bytes is None else {"chunk_bytes": chunk_bytes})
+    x = u.transpose(1, 2).contiguous() if channels_last else u
+    (grad,) = torch.autograd.grad(fft_conv(x, k.requires_grad_(), channels_last=channels_last, **kw).square().sum(), k)
+    (ref,) = torch.autograd.grad(fft_conv_ref(u, k).square().sum(), k)
+    torch.testing.assert_close(grad, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_cpu_groups_of_channels_are_even_and_within_the_budget(monkeypatch):
+    """On a CPU the channels are transformed in even groups whose spectra fit FFT_GROUP_BYTES."""
+    import longrange.ops.fftconv as F
+    from longrange.ops.chunking import balanced_group_size
+
+    assert balanced_group_size(64, 1, 63) == 32 and balanced_group_size(64, 1, 64) == 64
+    assert balanced_group_size(10, 1, 3) == 3 and balanced_group_size(7, 100, 1) == 1
+    seen = []
+    real = F._fft_conv_core
+    monkeypatch.setattr(F, "_fft_conv_core", lambda *a: seen.append(a[-1]) or real(*a))
+    per_channel = 4 * (2 * 256 // 2 + 1) * 2 * 4  # batch 4, n 512, float32 complex spectra
+    monkeypatch.setattr(F, "FFT_GROUP_BYTES", 20 * per_channel)
+    fft_conv(torch.randn(4, 256, 64), torch.randn(64, 256), impl="fft", channels_last=True)
+    assert seen == [16]  # 64 channels, at most 20 a group: four groups of 16

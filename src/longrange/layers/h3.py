@@ -95,7 +95,6 @@ from longrange.layers.bidirectional import FlipSum
 from longrange.layers.registry import PRIMITIVES, register_primitive
 from longrange.layers.ssm import check_positive_int, skip_parameter
 from longrange.ops.fftconv import fft_conv
-from longrange.ops.layout import transposed
 
 #: The options that H3 gives its inner primitive unless ``inner_options`` sets them: the published
 #: diagonal SSM (S4D-Lin, bilinear discretisation, D ~ N(0, 1)).
@@ -228,7 +227,7 @@ class H3(SequencePrimitive):
         convolution with ``shift_C`` plus the skip ``shift_D``."""
         C = self.shift_C if self.bidirectional else self.shift_C[0]
         # laid out as shaped, forward and backward: its product with the values reads one layout
-        return transposed(fft_conv(transposed(k), C, self.shift_D))
+        return fft_conv(k, C, self.shift_D, channels_last=True)
 
     def _kv(self, k: Tensor, v: Tensor) -> Tensor:
         """(batch, length, d) keys and values -> the per-head outer products as the inner SSM's

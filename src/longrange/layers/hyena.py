@@ -100,7 +100,6 @@ from longrange.layers.mixer_parts import ShortConv
 from longrange.layers.registry import register_primitive
 from longrange.layers.ssm import check_choice, check_positive_int
 from longrange.ops.fftconv import fft_conv
-from longrange.ops.layout import transposed
 
 #: The optimiser group of the implicit filter's network and positional features (see the module doc).
 FILTER_GROUP = "hyena_filter"
@@ -372,17 +371,18 @@ class Hyena(SequencePrimitive):
         L = x.shape[1]
         self._check_length(L)
         u = apply_mask(self.in_proj(apply_mask(x, mask)), mask)
-        # (batch, (N+1)·d, L) in memory, its gradient too (ops/layout.py): the gates meet the
-        # convolutions' outputs in one layout, forward and backward
-        u = transposed(apply_mask(self._short(u), mask))
-        *gates, v = u.split(self.d_model, dim=1)
+        # channels last throughout, (batch, L, (N+1)·d): the convolutions take and give that layout
+        # (their transposes folded into the FFTs' padding), so the gates meet their outputs in one
+        # layout, forward and backward
+        u = apply_mask(self._short(u), mask)
+        *gates, v = u.split(self.d_model, dim=2)
         k = self.kernels(L)
         bias = self.bias.view(self.d_model, self.order - 1)
         for o, gate in enumerate(reversed(gates[1:])):
             v = self.dropout(v * gate)
             kernel = (k[0, :, o], k[1, :, o]) if self.bidirectional else k[0, :, o]
-            v = fft_conv(v, kernel, bias[:, o], impl=self.conv_impl)
-        return self.out_proj(transposed(gates[0] * v))
+            v = fft_conv(v, kernel, bias[:, o], impl=self.conv_impl, channels_last=True)
+        return self.out_proj(gates[0] * v)
 
     def default_state(
         self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None

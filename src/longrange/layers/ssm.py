@@ -25,7 +25,6 @@ from torch import Tensor, nn
 from longrange.errors import ConfigError
 from longrange.layers.base import NO_DECAY_GROUP, SSM_GROUP, SequencePrimitive, apply_mask, set_optim_hint
 from longrange.ops.fftconv import fft_conv
-from longrange.ops.layout import transposed
 
 REAL_TRANSFORMS = ("exp", "relu", "none")
 SKIP_INITS = ("ones", "zeros", "randn")
@@ -193,13 +192,12 @@ class ConvolutionalSSM(SequencePrimitive):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """x (batch, length, d_model) -> same shape; ``mask`` (batch, length), True at real positions."""
         self._check_input(x)
-        u = transposed(apply_mask(x, mask))
         K = self.kernel(x.shape[1])
-        y = fft_conv(u, K if self.bidirectional else K[0], self.D)
-        # (batch, length, d_model) in memory, and so is the input's gradient: the pointwise ops beside
-        # the layer (a block's GELU, H3's products) and their backwards run up to 10x slower on a
-        # transposed view mixed with contiguous operands
-        return transposed(y)
+        # channels last in and out: (batch, length, d_model) in memory, and so is the input's
+        # gradient (the pointwise ops beside the layer, a block's GELU, H3's products, and their
+        # backwards run up to 10x slower on a transposed view mixed with contiguous operands); by
+        # FFT the transposes are folded into the FFTs' padding
+        return fft_conv(apply_mask(x, mask), K if self.bidirectional else K[0], self.D, channels_last=True)
 
     def zero_state(self, batch_size: int, modes: int, device=None, dtype=None) -> Tensor:
         """A complex zero state (batch, d_model, modes); dtype: the complex type of ``dtype``, by

@@ -16,3 +16,12 @@ def group_size(bytes_per_item: int, limit: int = TEMPORARY_BYTES) -> int:
     """How many items of ``bytes_per_item`` fit in ``limit`` bytes (at least one). The ops work in one
     piece on the ``meta`` device (dry runs), which allocates nothing."""
     return max(1, limit // max(bytes_per_item, 1))
+
+
+def balanced_group_size(count: int, bytes_per_item: int, limit: int = TEMPORARY_BYTES) -> int:
+    """The size of the fewest groups of ``count`` items of ``bytes_per_item`` that each stay within
+    ``limit`` bytes, evened out (sizes ceil(count / groups)): 64 channels of which 63 fit make two
+    groups of 32, not 63 and 1."""
+    most = group_size(bytes_per_item, limit)
+    groups = -(-count // most)
+    return -(-count // groups)
