@@ -8,7 +8,7 @@ Per model (``longrange.studies.mad.model_preset``: ``X swiglu X swiglu`` at widt
 (its baseline options: length, vocabulary), the median CPU time of a training step at MAD's batch of
 128 and width 128 (or ``--batch-size``, ``--width``) on one thread (``experiment/dryrun.py::prepare_step``, synthetic batches of the task's shape),
 after one untimed step; each model in a fresh process. The rule that turns these into the CPU
-protocol's budget is in ``longrange.studies.mad.CPU_PROTOCOL`` and docs/synthetic-tasks.md.
+protocol's budget is in ``longrange.studies.mad.CPU_PROTOCOL`` and docs/recall-protocols.md.
 """
 
 from __future__ import annotations
