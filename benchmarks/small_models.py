@@ -2,7 +2,8 @@
 
 Usage:
     python benchmarks/small_models.py [--models mamba-s6 simple-s6 ...] [--batch-size 64] [--seq-len 256]
-        [--steps 7] [--rounds 2] [--threads 1] [--compile] [--src OLD_SRC ...] [--json OUT] [--markdown OUT]
+        [--steps 7] [--rounds 2] [--threads 1] [--compile] [--breakdown] [--src OLD_SRC ...] [--json OUT]
+        [--markdown OUT]
 
 Every model is a ``demo/recall/<name>`` preset (the recall study's models: 2 layers, width 64;
 docs/small-scale-spt.md), its task's length (and Hyena's ``l_max``) set to ``--seq-len``, and one
@@ -30,6 +31,14 @@ less two eager steps): where it pays, the saving per step times a study's steps 
 ``benchmarks/results/studies/mad-cpu-screen/``): ``--models`` are labels of its experiments (default:
 every label; the first experiment of each), each at its task's own length and, unless
 ``--batch-size`` is given, its training batch.
+
+``--breakdown`` adds where each step's time goes (``torch.profiler``'s self time per operator over
+``--steps`` steps, grouped by :func:`category`): the matrix products, the toolkit's fused kernels
+(in eager mode the profiler charges a fused kernel's forward to its autograd node, which is counted
+with it), FFTs, PyTorch's attention kernel, copies and layout changes, and the rest (pointwise
+operations, reductions, norms, the optimiser's updates); and the rate of the matrix products within
+the step (their counted FLOPs over their time) with their time over the whole step's FLOP bound,
+which alone says how far a model whose products dominate can come to that bound.
 
 ``--src [LABEL=]DIR`` (repeatable) measures the same models with another checkout's ``src`` folder (a
 ``git worktree`` of an earlier revision) as well: every (model, source) pair runs in its own
@@ -113,6 +122,62 @@ def _saved_bytes(step) -> int:
     return sum(seen.values())
 
 
+#: ``--breakdown``'s groups of operators, in its table's order.
+CATEGORIES = ("matrix products", "fused kernels", "FFTs", "attention kernel", "copies and layout", "the rest")
+_PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::mv", "aten::dot"}
+_COPIES = {
+    "aten::copy_",
+    "aten::cat",
+    "aten::fill_",
+    "aten::zero_",
+    "aten::index",
+    "aten::index_select",
+    "aten::_index_put_impl_",
+    "aten::index_add_",
+    "aten::clone",
+    "aten::stack",
+    "aten::_to_copy",
+    "aten::constant_pad_nd",
+    "aten::embedding_dense_backward",
+}
+
+
+def category(name: str) -> str:
+    """The group of :data:`CATEGORIES` of a profiler event's name."""
+    if name in _PRODUCTS or name == "longrange::mm_onednn":
+        return "matrix products"
+    if name.startswith("longrange::") or name.startswith("GeneratedBackwardFor_longrange"):
+        return "fused kernels"
+    if name.startswith("aten::_fft_"):
+        return "FFTs"
+    if "scaled_dot_product" in name:
+        return "attention kernel"
+    if name in _COPIES:
+        return "copies and layout"
+    return "the rest"
+
+
+def breakdown(step, steps: int) -> tuple[dict[str, float], float]:
+    """Seconds per step of each of :data:`CATEGORIES` (profiler self time over ``steps`` steps), and
+    the per-step seconds of every profiled event together."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    totals = dict.fromkeys(CATEGORIES, 0.0)
+    for event in prof.key_averages():
+        totals[category(event.key)] += event.self_cpu_time_total / 1e6 / steps
+    return totals, sum(totals.values())
+
+
+def _product_flops(counts: dict) -> int:
+    """The FLOPs of the matrix products among a FlopCounterMode's counts (by operator, every module)."""
+    names = {n.removeprefix("aten::") for n in _PRODUCTS} | {"mm_onednn"}
+    # keys are operator packets, ``aten.mm`` or ``longrange.mm_onednn``
+    return sum(n for op, n in counts.get("Global", {}).items() if str(op).split(".")[1:2] in ([m] for m in names))
+
+
 def plan_experiments(path: Path) -> dict:
     """The first experiment of each label in a grid's ``plan.json``, by label."""
     from longrange.experiment.plan import Plan
@@ -131,6 +196,7 @@ def measure(
     threads: int,
     compile_too: bool,
     plan: Path | None = None,
+    breakdown_too: bool = False,
 ) -> dict:
     """One model's row, measured in this process."""
     import torch
@@ -161,6 +227,7 @@ def measure(
     with flop_counter() as counter:
         prepared.step()
     flops = counter.get_total_flops()
+    product_flops = _product_flops(counter.get_flop_counts())
     saved = _saved_bytes(prepared.step)
     state = 4 * 2 * params * 4  # parameters, gradients, two moments: read and written once each
 
@@ -183,6 +250,9 @@ def measure(
         "mm_gflops": _rate_mm(threads),
         "copy_gbs": _rate_copy(),
     }
+    if breakdown_too:
+        row["breakdown_s"], row["profiled_step_s"] = breakdown(prepared.step, steps)
+        row["product_flops"] = product_flops
     if compile_too:
         from longrange.train.compile import compile_model
 
@@ -196,7 +266,9 @@ def measure(
 
 
 def _worker(args: argparse.Namespace) -> None:
-    row = measure(args.worker, args.batch_size, args.seq_len, args.steps, args.threads, args.compile, args.plan)
+    row = measure(
+        args.worker, args.batch_size, args.seq_len, args.steps, args.threads, args.compile, args.plan, args.breakdown
+    )
     print("ROW " + json.dumps(row))
 
 
@@ -217,6 +289,8 @@ def _run(name: str, src: str, args: argparse.Namespace) -> dict:
     ]
     if args.compile:
         cmd.append("--compile")
+    if args.breakdown:
+        cmd.append("--breakdown")
     env = {
         **os.environ,
         "PYTHONPATH": src,
@@ -241,9 +315,11 @@ def summarise(rows: list[dict], mm_gflops: float, copy_gbs: float) -> dict:
     if not ok:
         return rows[-1]
     out = dict(ok[0])
-    for key in ("step_s", "compiled_step_s", "compile_s"):
+    for key in ("step_s", "compiled_step_s", "compile_s", "profiled_step_s"):
         if key in out:
             out[key] = statistics.median(r[key] for r in ok)
+    if "breakdown_s" in out:
+        out["breakdown_s"] = {c: statistics.median(r["breakdown_s"][c] for r in ok) for c in CATEGORIES}
     out["mm_gflops"], out["copy_gbs"] = mm_gflops, copy_gbs
     out["flop_bound_s"] = out["flops"] / (mm_gflops * 1e9)
     out["traffic_bound_s"] = out["traffic_bytes"] / (copy_gbs * 1e9)
@@ -301,7 +377,39 @@ def markdown(results: dict[str, dict[str, dict]], args: argparse.Namespace, env:
     )
     if env:
         lines.append(f"Measured on {env['cpu']} ({env['cpu_count']} cores), torch {env['torch']}.")
+    if args.breakdown:
+        lines += ["", *breakdown_markdown(results, args.models)]
     return "\n".join(lines) + "\n"
+
+
+def breakdown_markdown(results: dict[str, dict[str, dict]], models: list[str]) -> list[str]:
+    """``--breakdown``'s table: per (model, source), ms per step of each category (its share of the
+    profiled step), and the matrix products' rate and their time over the whole step's FLOP bound."""
+    sources = list(results)
+    lines = [
+        "Where a step's time goes (profiler self time, ms per step, and its share of the profiled step; "
+        "the profiler's own cost makes the profiled step longer than the timed one):",
+        "",
+        "| model | "
+        + ("source | " if len(sources) > 1 else "")
+        + "profiled step | "
+        + " | ".join(CATEGORIES)
+        + " | products' GFLOP/s | products / FLOP bound |",
+        "|" + "---|" * (len(CATEGORIES) + 4 + (len(sources) > 1)),
+    ]
+    for name in models:
+        for src in sources:
+            r = results[src][name]
+            if "error" in r or "breakdown_s" not in r:
+                continue
+            total, parts = r["profiled_step_s"], r["breakdown_s"]
+            products = parts["matrix products"]
+            rate = r["product_flops"] / products / 1e9 if products else float("nan")
+            cells = [name, *([src] if len(sources) > 1 else []), f"{1e3 * total:.1f}"]
+            cells += [f"{1e3 * parts[c]:.1f} ({100 * parts[c] / total:.0f}%)" for c in CATEGORIES]
+            cells += [f"{rate:.0f}", f"{products / r['flop_bound_s']:.2f}x"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _source(text: str) -> tuple[str, str]:
@@ -323,6 +431,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=2, help="processes per (model, source), alternating the sources")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also time the compiled step and its compile time")
+    p.add_argument(
+        "--breakdown", action="store_true", help="also profile where each step's time goes (see the module docstring)"
+    )
     p.add_argument(
         "--src",
         action="append",
@@ -365,7 +476,9 @@ def main(argv: list[str] | None = None) -> None:
     env = environment()
     text = markdown(results, args, env)
     print(text)
-    settings = {k: getattr(args, k) for k in ("batch_size", "seq_len", "steps", "rounds", "threads", "compile")}
+    settings = {
+        k: getattr(args, k) for k in ("batch_size", "seq_len", "steps", "rounds", "threads", "compile", "breakdown")
+    }
     settings["plan"] = str(args.plan) if args.plan else None
     if args.json:
         payload = {"settings": settings, "environment": env, "results": results, "raw": raw}

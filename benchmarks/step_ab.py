@@ -78,6 +78,13 @@ Round ``channels-last-conv`` (the fifteenth; ``--mad`` for MAD's H3 and Hyena):
   (``fft_conv(..., channels_last=True)``), the transposes part of the zero-padding copies, which
   no longer fill the positions they overwrite (``ops/fftconv.py::_padded``).
 
+Round ``narrow-keys`` (the sixteenth; ``--batch-size 32 --seq-len 24`` for the demo's size):
+
+* ``gated-deltanet``: ``"auto"`` ran the matrix-state recurrences' numba kernels for heads of at most
+  1,024 state elements, so the recall preset's Gated DeltaNet (2 heads of 32 x 64) ran the chunked
+  form; now also for keys of at most 32 features up to 2,048 elements
+  (``ops/matrix_state/numba.py::runs_by_default``).
+
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
 
@@ -104,6 +111,7 @@ import longrange.ops.complex_scan.chunked as complex_chunked
 import longrange.ops.fftconv as fftconv
 import longrange.ops.matrix_state.delta_rule as delta_rule
 import longrange.ops.matrix_state.gla as gla
+import longrange.ops.matrix_state.numba as matrix_state_numba
 from longrange.layers.base import apply_mask
 from longrange.ops.fftconv import fft_conv
 from longrange.ops.layout import transposed
@@ -369,8 +377,9 @@ ROUNDS = {
         ],
         "hyena": [(hyena_module.Hyena, "forward", hyena_forward_transposed_before), *_FILLED],
     },
+    "narrow-keys": {"gated-deltanet": (matrix_state_numba, "AUTO_KEY_WIDTH", 0)},
 }
-LATEST = "channels-last-conv"
+LATEST = "narrow-keys"
 
 
 @contextmanager

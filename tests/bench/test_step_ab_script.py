@@ -222,3 +222,29 @@ def test_mad_mode_names_the_layers_it_measures():
         ab.main(["--models", "nope"])  # not a model of the latest round
     exp = ab.experiment("gla", 256, mad=True)
     assert exp.task.name == "mad-in-context-recall" and exp.model.n_heads == 8  # MAD's mh-gated-linear-attention
+
+
+def test_the_narrow_keys_before_path_runs_the_chunked_form():
+    """The recall preset's Gated DeltaNet heads (32 x 64): numba now, the chunked form before, the
+    same values and gradients; the patch is undone."""
+    ab = _module()
+    from longrange.ops import used
+    from longrange.ops.matrix_state.dispatch import gated_delta_rule
+
+    torch.manual_seed(0)
+    q, k = (torch.randn(2, 20, 2, 32, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    v = torch.randn(2, 20, 2, 64, dtype=torch.float64, requires_grad=True)
+    g, beta = -torch.rand(2, 20, 2, dtype=torch.float64), torch.rand(2, 20, 2, dtype=torch.float64)
+    out = {}
+    for which in ("now", "before"):
+        used.reset()
+        if which == "before":
+            with ab.before("gated-deltanet", "narrow-keys"):
+                o, _ = gated_delta_rule(q, k, v, g, beta, normalize_qk=True)
+        else:
+            o, _ = gated_delta_rule(q, k, v, g, beta, normalize_qk=True)
+        assert used.kernels()["gated_delta_rule"] == ("numba" if which == "now" else "chunk")
+        out[which] = (o.detach(), *torch.autograd.grad(o.square().sum(), [q, k, v]))
+    for a, b in zip(out["now"], out["before"]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert ab.matrix_state_numba.AUTO_KEY_WIDTH == 32

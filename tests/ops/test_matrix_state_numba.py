@@ -137,10 +137,16 @@ def test_auto_runs_numba_for_small_states_on_cpus_and_reports_it():
     limit = ms_numba.AUTO_STATE_ELEMENTS
     assert d.auto_impl("cpu", state_elements=limit) == "numba"
     assert d.auto_impl("cpu", state_elements=limit + 1) == "chunk"
+    # keys of up to 32 features: states of up to 2,048 elements (the recall preset's 32 x 64 heads)
+    assert d.auto_impl("cpu", state_elements=32 * 64, key_width=32) == "numba"
+    assert d.auto_impl("cpu", state_elements=64 * 32, key_width=64) == "chunk"
+    assert d.auto_impl("cpu", state_elements=32 * 128, key_width=32) == "chunk"
+    assert d.auto_impl("cpu", state_elements=64 * 16, key_width=64) == "numba"  # small states, any keys
     assert d.auto_impl("cpu", deterministic=True, state_elements=8) == "numba"  # one loop per task
     assert d.auto_impl("meta", state_elements=8) == "chunk"
     for op in ms.NUMBA:  # longrange info's words, per op
-        assert ms.DISPATCHERS[op].describe_auto(torch.device("cpu")).startswith("numba for states of up to 1024")
+        words = ms.DISPATCHERS[op].describe_auto(torch.device("cpu"))
+        assert words.startswith("numba for states of up to 1024") and "2048 for keys of up to 32 features" in words
         assert ms.DISPATCHERS[op].describe_auto(torch.device("meta")) == "chunk"
     x = {name: t.detach() for name, t in inputs(l=5, dk=4, dv=4).items()}
     used.reset()

@@ -110,11 +110,16 @@ NUMBA = ("ssd", "gla", "delta_rule", "gated_delta_rule")
 
 
 def _numba_auto(
-    d: Dispatcher, device: torch.device, deterministic: bool, state_elements: int = 0, **context: Any
+    d: Dispatcher,
+    device: torch.device,
+    deterministic: bool,
+    state_elements: int = 0,
+    key_width: int | None = None,
+    **context: Any,
 ) -> str:
-    """``"auto"`` of the ops with numba kernels: the default rule, but ``numba`` only for states of
-    up to :data:`~longrange.ops.matrix_state.numba.AUTO_STATE_ELEMENTS` elements per head."""
-    small = state_elements <= numba_ms.AUTO_STATE_ELEMENTS
+    """``"auto"`` of the ops with numba kernels: the default rule, but ``numba`` only for the heads
+    of :func:`~longrange.ops.matrix_state.numba.runs_by_default`."""
+    small = numba_ms.runs_by_default(state_elements, key_width)
     usable = [name for name in d.candidates(device, deterministic, **context) if name != "numba" or small]
     return usable[0] if usable else "chunk"
 
@@ -124,7 +129,11 @@ def _describe_numba_auto(op: str) -> Callable[[torch.device], str]:
 
     def describe(device: torch.device) -> str:
         if device.type == "cpu" and numba_ms.numba_available():
-            return f"numba for states of up to {numba_ms.AUTO_STATE_ELEMENTS} elements per head (dk * dv), else chunk"
+            return (
+                f"numba for states of up to {numba_ms.AUTO_STATE_ELEMENTS} elements per head (dk * dv), or "
+                f"{numba_ms.AUTO_NARROW_KEY_STATE_ELEMENTS} for keys of up to {numba_ms.AUTO_KEY_WIDTH} features, "
+                "else chunk"
+            )
         return DISPATCHERS[op].auto_impl(device)
 
     return describe
@@ -203,8 +212,8 @@ def _masked_output(out: Any, mask: Tensor | None) -> Any:
 
 def _state_context(q: Tensor, v: Tensor) -> dict[str, Any]:
     """What ``"auto"`` reads of the ops with numba kernels: the elements of a head's state (dk * dv;
-    SSD's n * p from B and x)."""
-    return {"state_elements": q.shape[-1] * v.shape[-1]}
+    SSD's n * p from B and x) and the width of its keys (dk; SSD's n)."""
+    return {"state_elements": q.shape[-1] * v.shape[-1], "key_width": q.shape[-1]}
 
 
 def ssd(

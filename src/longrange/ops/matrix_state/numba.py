@@ -20,8 +20,10 @@ The operators are ``torch.ops.longrange.delta_rule_numba`` and ``delta_rule_numb
 pair for both rules (``gated``: whether ``g`` is read), and ``gla_numba`` and ``gla_numba_backward``
 (see :mod:`longrange.ops.custom_ops`). They compute in float64 when an input is float64, else in
 float32; each task is one sequential loop, so the backward is deterministic. ``"auto"`` runs them on
-CPUs for states of up to :data:`AUTO_STATE_ELEMENTS` elements per head (``dk * dv``), where they were
-measured faster than the chunked forms (docs/performance.md); larger states run ``chunk``.
+CPUs for states of up to :data:`AUTO_STATE_ELEMENTS` elements per head (``dk * dv``), or up to
+:data:`AUTO_NARROW_KEY_STATE_ELEMENTS` for keys of at most :data:`AUTO_KEY_WIDTH` features
+(:func:`runs_by_default`), where they were measured faster than the chunked forms
+(docs/performance.md); larger states run ``chunk``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,27 @@ from longrange.ops.matrix_state import ssd as _ssd
 from longrange.ops.matrix_state.common import check_chunk_size, compute_dtype, default_scale, initial
 from longrange.ops.matrix_state.delta_rule import _prepare
 
-#: ``"auto"`` runs the kernels for heads whose state has at most this many elements (dk * dv).
+#: ``"auto"`` runs the kernels for heads whose state has at most this many elements (dk * dv), and
+#: for heads of keys of at most :data:`AUTO_KEY_WIDTH` features whose state has at most
+#: :data:`AUTO_NARROW_KEY_STATE_ELEMENTS` (:func:`runs_by_default`).
 AUTO_STATE_ELEMENTS = 1024
+#: At 32 x 64 (2,048 elements) the kernels were 1.05-1.15x the chunked forms (the delta rule 0.99x),
+#: forward and backward, and the recall preset's Gated DeltaNet (2 heads of 32 x 64) trained 1.30x
+#: faster at batch 64 x 256 (their q and k normalised inside); at 64 x 32 SSD's (0.63x) and the delta
+#: rule's (0.80x) were slower, and at 64 x 64 all four (0.40-0.50x): docs/performance.md.
+AUTO_KEY_WIDTH = 32
+AUTO_NARROW_KEY_STATE_ELEMENTS = 2048
+
+
+def runs_by_default(state_elements: int, key_width: int | None = None) -> bool:
+    """Whether ``"auto"`` runs the kernels on a CPU for heads of ``key_width`` (dk; SSD's state
+    size n; None: not known, the first rule alone) by ``state_elements`` (dk * dv) elements."""
+    if state_elements <= AUTO_STATE_ELEMENTS:
+        return True
+    narrow = key_width is not None and key_width <= AUTO_KEY_WIDTH
+    return narrow and state_elements <= AUTO_NARROW_KEY_STATE_ELEMENTS
+
+
 #: Bytes of one span's states that the backward pass keeps at a time (they stay in the cache).
 SPAN_BYTES = 64 << 10
 #: The longest span: checkpoints every so many positions at least.
