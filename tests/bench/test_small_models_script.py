@@ -35,3 +35,32 @@ def test_a_label_the_plan_lacks_is_refused_naming_its_labels():
     script = repo_scripts.load("benchmarks/small_models.py")
     with pytest.raises(SystemExit, match="no experiment labelled 'nope'; its labels: mh-attention"):
         script.measure("nope", None, 0, 1, 1, False, PLAN)
+
+
+def test_the_breakdown_groups_every_operator_and_counts_the_products(tmp_path):
+    """--breakdown: each profiler event in one group; the groups of a measured step add up to the
+    profiled step; the products' FLOPs are those of the matrix products alone."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    script = repo_scripts.load("benchmarks/small_models.py")
+    assert script.category("aten::mm") == script.category("longrange::mm_onednn") == "matrix products"
+    assert script.category("longrange::selective_scan_numba_cl_backward") == "fused kernels"
+    assert script.category("GeneratedBackwardFor_longrange_gla_numba_default") == "fused kernels"
+    assert script.category("aten::_fft_r2c") == "FFTs"
+    assert script.category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention kernel"
+    assert script.category("aten::copy_") == "copies and layout" and script.category("aten::gelu") == "the rest"
+    a = torch.randn(8, 4, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        (a @ torch.randn(4, 3)).relu().sum().backward()  # 2 * 8 * 4 * 3 forward, twice that backward
+        torch.fft.rfft(torch.randn(16))
+    assert script._product_flops(counter.get_flop_counts()) == 3 * 2 * 8 * 4 * 3 - 2 * 8 * 4 * 3  # no input grad of b
+    out = tmp_path / "rows.json"
+    script.main(
+        ["--plan", str(PLAN), "--models", "lru", "--steps", "1", "--rounds", "1", "--breakdown", "--json", str(out)]
+    )
+    row = json.loads(out.read_text())["results"]["step"]["lru"]
+    parts = row["breakdown_s"]
+    assert list(parts) == list(script.CATEGORIES) and parts["matrix products"] > 0 and parts["FFTs"] == 0
+    assert sum(parts.values()) == pytest.approx(row["profiled_step_s"])
+    assert 0 < row["product_flops"] < row["flops"]
