@@ -56,9 +56,11 @@ def test_the_breakdown_groups_every_operator_and_counts_the_products(tmp_path):
         torch.fft.rfft(torch.randn(16))
     assert script._product_flops(counter.get_flop_counts()) == 3 * 2 * 8 * 4 * 3 - 2 * 8 * 4 * 3  # no input grad of b
     out = tmp_path / "rows.json"
-    script.main(
-        ["--plan", str(PLAN), "--models", "lru", "--steps", "1", "--rounds", "1", "--breakdown", "--json", str(out)]
-    )
+    table = tmp_path / "table.md"
+    args = ["--plan", str(PLAN), "--models", "lru", "--steps", "1", "--rounds", "1", "--breakdown"]
+    script.main([*args, "--json", str(out), "--markdown", str(table)])
+    text = table.read_text()
+    assert "Where a step's time goes" in text and "| lru | " in text.split("Where a step's time goes")[1]
     row = json.loads(out.read_text())["results"]["step"]["lru"]
     parts = row["breakdown_s"]
     assert list(parts) == list(script.CATEGORIES) and parts["matrix products"] > 0 and parts["FFTs"] == 0
