@@ -85,6 +85,11 @@ Round ``narrow-keys`` (the sixteenth; ``--batch-size 32 --seq-len 24`` for the d
   form; now also for keys of at most 32 features up to 2,048 elements
   (``ops/matrix_state/numba.py::runs_by_default``).
 
+Round ``mamba3-numba`` (the seventeenth; ``--batch-size 32 --seq-len 24`` for the demo's size):
+
+* ``mamba3``: Mamba-3's recurrence ran its chunked form on a CPU; now ``"auto"`` runs its core by
+  GLA's numba kernels for the heads of ``runs_by_default`` (``ops/matrix_state/numba.py::mamba3_numba``).
+
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
 
@@ -110,6 +115,7 @@ import longrange.ops.attention.dispatch as attention_dispatch
 import longrange.ops.complex_scan.chunked as complex_chunked
 import longrange.ops.fftconv as fftconv
 import longrange.ops.matrix_state.delta_rule as delta_rule
+import longrange.ops.matrix_state.dispatch as matrix_state_dispatch
 import longrange.ops.matrix_state.gla as gla
 import longrange.ops.matrix_state.numba as matrix_state_numba
 from longrange.layers.base import apply_mask
@@ -378,8 +384,9 @@ ROUNDS = {
         "hyena": [(hyena_module.Hyena, "forward", hyena_forward_transposed_before), *_FILLED],
     },
     "narrow-keys": {"gated-deltanet": (matrix_state_numba, "AUTO_KEY_WIDTH", 0)},
+    "mamba3-numba": {"mamba3": (matrix_state_dispatch.DISPATCHERS["mamba3"], "default", "chunk")},
 }
-LATEST = "narrow-keys"
+LATEST = "mamba3-numba"
 
 
 @contextmanager

@@ -248,3 +248,26 @@ def test_the_narrow_keys_before_path_runs_the_chunked_form():
     for a, b in zip(out["now"], out["before"]):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     assert ab.matrix_state_numba.AUTO_KEY_WIDTH == 32
+
+
+def test_the_mamba3_rounds_before_path_runs_the_chunked_form():
+    ab = _module()
+    from longrange.models.backbone import make_primitive
+    from longrange.ops import used
+
+    torch.manual_seed(0)
+    layer = make_primitive("mamba3", 64, d_state=16).double()  # the recall preset's heads of 16 x 64
+    x = torch.randn(2, 20, 64, dtype=torch.float64, requires_grad=True)
+    out = {}
+    for which in ("now", "before"):
+        used.reset()
+        if which == "before":
+            with ab.before("mamba3", "mamba3-numba"):
+                y = layer(x)
+        else:
+            y = layer(x)
+        assert used.kernels()["mamba3"] == ("numba" if which == "now" else "chunk")
+        out[which] = (y.detach(), *torch.autograd.grad(y.square().sum(), [x, *layer.parameters()]))
+    for a, b in zip(out["now"], out["before"]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+    assert ab.matrix_state_dispatch.DISPATCHERS["mamba3"].default == "auto"

@@ -407,6 +407,60 @@ def test_chunk_sizes_agree(op):
         close_states(case, got[1], want[1], **TOL)
 
 
+# ----------------------------------------------------------------------------------------------
+# Mamba-3 SISO with its core by GLA's numba kernels
+
+
+def _numba():
+    from longrange.ops.matrix_state import numba as ms_numba
+
+    if not ms_numba.numba_available():
+        pytest.skip("numba does not import")
+    return ms_numba
+
+
+@pytest.mark.parametrize("length, span", [(37, 16), (37, 5), (1, 16), (40, 64)])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("init", [True, False])
+def test_mamba3_numba_matches_naive(length, span, masked, init):
+    """The rotation, trapezoidal write and correction of the chunked form around GLA's kernels:
+    values, final states (all four parts) and gradients against the loop over time, float64."""
+    ms_numba = _numba()
+    case = CASES["mamba3"]
+    inp = case.make(2, length, seed=11)
+    mask = None
+    if masked:
+        mask = torch.rand(2, length, generator=torch.Generator().manual_seed(12)) > 0.3
+        mask[1, :2] = False
+    got = case.call(ms_numba.mamba3_numba, inp, init=init, mask=mask, chunk_size=span)
+    check_against(case, inp, got, case.call(case.naive, inp, init=init, mask=mask), init=init)
+
+
+def test_mamba3_auto_runs_numba_for_small_states_on_cpus():
+    """float32 against float64 through the dispatch's "auto", which runs numba for heads of up to
+    1,024 state elements (or 2,048 for keys of up to 32 features) and the chunked form above."""
+    ms_numba = _numba()
+    from longrange.ops import used
+    from longrange.ops.matrix_state import dispatch
+
+    case = CASES["mamba3"]
+    inp = case.make(2, 29, seed=13)
+    args = [inp[k].detach() for k in ("x", "dt", "A", "B", "C", "trap", "angles", "B_bias", "C_bias", "D")]
+    used.reset()
+    y64 = dispatch.mamba3(*args)
+    y32 = dispatch.mamba3(*(a.float() for a in args))
+    assert used.calls()["mamba3"] == {"numba": 2} and y32.dtype == torch.float32
+    torch.testing.assert_close(y32.double(), y64, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(y64, case.call(case.naive, inp, init=False)[0].detach(), **TOL)
+    d = dispatch.DISPATCHERS["mamba3"]
+    assert d.IMPLS == ("auto", "mamba", "numba", "chunk", "naive")
+    assert d.auto_impl("cpu", state_elements=16 * 64, key_width=16) == "numba"  # the recall preset's heads
+    assert d.auto_impl("cpu", state_elements=64 * 64, key_width=64) == "chunk"
+    assert d.auto_impl("meta", state_elements=16) == "chunk"
+    with pytest.raises(ValueError, match=r"mamba3_numba: chunk_size must be a positive integer"):
+        ms_numba.mamba3_numba(*args, chunk_size=0)
+
+
 @pytest.mark.parametrize("length, chunk", [(37, 16), (37, 5), (40, 64), (48, 48)])
 def test_gla_exact_intra_chunk_path_matches_naive(length, chunk, monkeypatch):
     """GLA's path for strongly decaying chunks (secondary chunking), forced on every chunk."""

@@ -223,7 +223,7 @@ def test_mamba3s_kernel_runs_only_where_it_fits_and_auto_picks_it_on_half_precis
     assert d.auto_impl(cuda, dtype=torch.bfloat16, **{**fits, "p": 12}) == "chunk"
     assert d.auto_impl(cuda, dtype=torch.bfloat16, **{**fits, "prefix_mask": False}) == "chunk"
     assert d.auto_impl(cuda, deterministic=True, dtype=torch.bfloat16, **fits) == "chunk"
-    assert d.auto_impl("cpu", dtype=torch.bfloat16, **fits) == "chunk"
+    assert d.auto_impl("cpu", dtype=torch.bfloat16, **fits, state_elements=64 * 64, key_width=64) == "chunk"
     assert d.resolve("mamba", cuda, dtype=torch.float32, **fits) == "mamba"  # asked for: float32 too
     with pytest.raises(RuntimeError, match=r"mamba3: impl='mamba' needs power-of-two head and state widths; got p=12"):
         d.resolve("mamba", cuda, **{**fits, "p": 12})

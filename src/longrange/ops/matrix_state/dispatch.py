@@ -96,17 +96,28 @@ def _external_impl(op: str) -> Impl:
     )
 
 
-def _mamba3_auto(d: Dispatcher, device: torch.device, deterministic: bool, dtype: Any = None, **context: Any) -> str:
-    """Mamba-3's ``"auto"``: the kernel on half-precision inputs it takes (it computes in bfloat16),
-    else ``chunk``."""
+def _mamba3_auto(
+    d: Dispatcher,
+    device: torch.device,
+    deterministic: bool,
+    dtype: Any = None,
+    state_elements: int = 0,
+    key_width: int | None = None,
+    **context: Any,
+) -> str:
+    """Mamba-3's ``"auto"``: the kernel on half-precision inputs it takes (it computes in bfloat16);
+    on a CPU the numba kernels for the heads of
+    :func:`~longrange.ops.matrix_state.numba.runs_by_default`; else ``chunk``."""
     half = dtype in (torch.bfloat16, torch.float16)
     if half and not deterministic and d.runs("mamba", device, **context):
         return "mamba"
+    if d.runs("numba", device) and numba_ms.runs_by_default(state_elements, key_width):
+        return "numba"
     return "chunk"
 
 
-#: The ops with numba kernels (:mod:`.numba`).
-NUMBA = ("ssd", "gla", "delta_rule", "gated_delta_rule")
+#: The ops with numba kernels (:mod:`.numba`; Mamba-3 runs GLA's for its core, with its own ``"auto"``).
+NUMBA = ("ssd", "gla", "delta_rule", "gated_delta_rule", "mamba3")
 
 
 def _numba_auto(
@@ -145,8 +156,9 @@ def _dispatcher(op: str) -> Dispatcher:
         impls.append(numba_impl(numba_ms, note="float32, float64; small states"))
     impls += [Impl("chunk", note="chunkwise-parallel PyTorch"), Impl("naive", auto=False, note="loop over time")]
     if op in NUMBA:
-        return Dispatcher(op, impls, reference="naive", auto=_numba_auto, describe_auto=_describe_numba_auto(op))
-    return Dispatcher(op, impls, reference="naive", auto=_mamba3_auto if op == "mamba3" else None)
+        auto = _mamba3_auto if op == "mamba3" else _numba_auto
+        return Dispatcher(op, impls, reference="naive", auto=auto, describe_auto=_describe_numba_auto(op))
+    return Dispatcher(op, impls, reference="naive")
 
 
 DISPATCHERS: dict[str, Dispatcher] = {op: _dispatcher(op) for op in OPS}
@@ -358,6 +370,8 @@ def mamba3(
     :class:`~longrange.ops.matrix_state.mamba3.Mamba3State`. The mask goes to the implementation:
     a padded position keeps all four parts of the state, the previous input included."""
     context = None
+    if x.device.type == "cpu" and isinstance(B, Tensor):  # the numba kernels' rule reads the state's size
+        context = _state_context(B, x)
     if x.device.type == "cuda" and isinstance(B, Tensor):  # what mamba-ssm's kernel takes (a mask: one check)
         from longrange.ops.matrix_state.external import is_prefix_mask
 

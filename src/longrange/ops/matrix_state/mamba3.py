@@ -66,6 +66,7 @@ dtype, states in the compute dtype. Device: the inputs'.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -428,8 +429,42 @@ def mamba3_chunk(
     angles in float64 (then taken mod 2 pi), so that long sequences keep them exact.
     """
     op = "mamba3_chunk"
-    b, l, h, n, p, m, state, mask = _check(op, x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, mask)
     chunk_size = check_chunk_size(op, chunk_size)
+
+    def core(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, S0: Tensor | None, write: Tensor):
+        return scalar_decay_chunked_core(q, k, v, log_decay, S0, chunk_size, v_scale=write)
+
+    args = (x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, output_final_state, mask)
+    return siso_by_core(op, core, *args)
+
+
+#: A scalar-decay core: ``(q, k, v, log_decay, S0, write) -> (y, S)`` for q, k (b, l, h, n), v (b, l,
+#: h, p), log_decay and write (b, l, h), S0 (b, h, n, p) or None: ``S_t = exp(log_decay_t) S_{t-1} +
+#: write_t k_t^T v_t``, ``y_t = q_t S_t``, and the final state.
+Core = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor], tuple[Tensor, Tensor]]
+
+
+def siso_by_core(
+    op: str,
+    core: Core,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    B_bias: Tensor | None = None,
+    C_bias: Tensor | None = None,
+    D: Tensor | None = None,
+    initial_state: Mamba3State | None = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Mamba3State]:
+    """Mamba-3 SISO with its recurrence run by ``core`` (:data:`Core`: the chunked algorithm here,
+    or the numba kernels of :mod:`.numba`): the rotation, the trapezoidal write folded into one
+    write per position, the diagonal correction and the skip around it (the module docstring)."""
+    b, l, h, n, p, m, state, mask = _check(op, x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, mask)
     dtype = _dtype(x, dt, A, B, C, trap, angles, B_bias, C_bias, D, state=state)
     S0, theta0, k0, v0 = _state_in(state, b, h, n, p, m, dtype, x.device)
     if l == 0:
@@ -455,7 +490,7 @@ def mamba3_chunk(
     ahead, first = _next_real(dts * (1 - lam), mask)  # c_t, and c before the first position
     write = dts * lam + ahead
     S_start = None if state is None else S0 + first[..., None, None] * k0.unsqueeze(-1) * v0.unsqueeze(-2)
-    y, S = scalar_decay_chunked_core(q, k, xs, dts * A.to(dtype), S_start, chunk_size, v_scale=write)
+    y, S = core(q, k, xs, dts * A.to(dtype), S_start, write)
     # - c_t (q_t . k_t) x_t + D x_t in one pass; q_t . k_t = (C_t + b_C) . (B_t + b_B)
     coef = -ahead * torch.linalg.vecdot(Bs, Cs)
     if D is not None and D.dim() == 1:

@@ -28,6 +28,8 @@ CPUs for states of up to :data:`AUTO_STATE_ELEMENTS` elements per head (``dk * d
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -35,6 +37,7 @@ from longrange.ops._lazy_kernels import LazyKernels
 from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import qualname, register_flops
 from longrange.ops.matrix_state import gla as _gla
+from longrange.ops.matrix_state import mamba3 as _mamba3
 from longrange.ops.matrix_state import ssd as _ssd
 from longrange.ops.matrix_state.common import check_chunk_size, compute_dtype, default_scale, initial
 from longrange.ops.matrix_state.delta_rule import _prepare
@@ -428,3 +431,50 @@ def ssd_numba(
         y = y + _ssd.skip(D, xs)
     y = y.to(x.dtype)
     return (y, S) if output_final_state else y
+
+
+# ----------------------------------------------------------------------------------------------
+# Mamba-3 SISO: its scalar-decay core by GLA's kernels
+
+
+def mamba3_numba(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    trap: Tensor,
+    angles: Tensor,
+    B_bias: Tensor | None = None,
+    C_bias: Tensor | None = None,
+    D: Tensor | None = None,
+    initial_state: Any = None,
+    output_final_state: bool = False,
+    mask: Tensor | None = None,
+    chunk_size: int | None = None,
+) -> Any:
+    """:func:`~longrange.ops.matrix_state.mamba3.mamba3_chunk` with its scalar-decay core run by
+    GLA's kernels (one log-decay ``dt A`` per head and position for every row of the state, values
+    ``write_t x_t``, the scale 1): the rotation, the trapezoidal write and the diagonal correction
+    around it are :func:`~longrange.ops.matrix_state.mamba3.siso_by_core`'s, shared with the chunked
+    form. ``chunk_size`` as in :func:`gla_numba`."""
+    op = "mamba3_numba"
+    _check_device(op, x)
+    if chunk_size is not None:
+        check_chunk_size(op, chunk_size)
+
+    def core(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, S0: Tensor | None, write: Tensor):
+        b, _, h, n = q.shape
+        p = v.shape[-1]
+        if S0 is None:
+            S0 = q.new_zeros(b, h, n, p)
+        span = _span(op, chunk_size, n, p, q.dtype.itemsize)
+        values = v * write.unsqueeze(-1)
+        y, S, _ = _gla_op(
+            q.contiguous(), k.contiguous(), values.contiguous(), log_decay.unsqueeze(-1).contiguous(), 1.0,
+            S0.contiguous(), span,
+        )  # fmt: skip
+        return y, S
+
+    args = (x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, output_final_state, mask)
+    return _mamba3.siso_by_core(op, core, *args)
