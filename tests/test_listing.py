@@ -26,8 +26,8 @@ def test_the_overview_lists_every_kind_and_the_new_mixers():
         assert f"  {name}: " in text
     assert "  (in model.layers, channel mixers as layers of their own: swiglu (swiglu MLP), mlp (gelu MLP))" in text
     assert (
-        "  ssd: mamba, numba, chunk, naive (auto on cpu: numba for states of up to 1024 elements per head (dk * dv), else chunk)"
-        in text
+        "  ssd: mamba, numba, chunk, naive (auto on cpu: numba for states of up to 1024 elements per head (dk * dv), "
+        "or 2048 for keys of up to 32 features, else chunk)" in text
     )
     import torch
 
