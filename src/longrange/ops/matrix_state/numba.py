@@ -47,7 +47,7 @@ from longrange.ops.matrix_state.delta_rule import _prepare
 #: :data:`AUTO_NARROW_KEY_STATE_ELEMENTS` (:func:`runs_by_default`).
 AUTO_STATE_ELEMENTS = 1024
 #: At 32 x 64 (2,048 elements) the kernels were 1.05-1.15x the chunked forms (the delta rule 0.99x),
-#: forward and backward, and the recall preset's Gated DeltaNet (2 heads of 32 x 64) trained 1.30x
+#: forward and backward, and the recall preset's Gated DeltaNet (2 heads of 32 x 64) trained 1.31x
 #: faster at batch 64 x 256 (their q and k normalised inside); at 64 x 32 SSD's (0.63x) and the delta
 #: rule's (0.80x) were slower, and at 64 x 64 all four (0.40-0.50x): docs/performance.md.
 AUTO_KEY_WIDTH = 32
