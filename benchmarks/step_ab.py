@@ -143,11 +143,19 @@ _CONVOLVE = fftconv._convolve
 
 
 def convolve_skip_beside(
-    u: Tensor, k_fwd: Tensor, k_bwd: Tensor | None, D: Tensor | None, work: torch.dtype, impl: str, chunk_bytes: int
+    u: Tensor,
+    k_fwd: Tensor,
+    k_bwd: Tensor | None,
+    D: Tensor | None,
+    work: torch.dtype,
+    impl: str,
+    chunk_bytes: int,
+    channels_last: bool = False,
 ) -> Tensor:
-    """The convolution with its skip ``D u`` added after it, not folded into the kernel."""
-    if D is None or impl == "ref":
-        return _CONVOLVE(u, k_fwd, k_bwd, D, work, impl, chunk_bytes)
+    """The convolution with its skip ``D u`` added after it, not folded into the kernel (channels
+    first, as the layers called it then)."""
+    if D is None or impl == "ref" or channels_last:
+        return _CONVOLVE(u, k_fwd, k_bwd, D, work, impl, chunk_bytes, channels_last)
     return _CONVOLVE(u, k_fwd, k_bwd, None, work, impl, chunk_bytes) + D.to(work).unsqueeze(-1) * u.to(work)
 
 

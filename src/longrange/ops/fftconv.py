@@ -316,14 +316,14 @@ def fft_conv(
     are part of the FFTs' zero-padding copies, so the layout costs no pass of its own; the other
     implementations transpose around the convolution (:func:`~longrange.ops.layout.transposed`).
     """
-    if channels_last:
-        if u.dim() != 3:
-            raise ValueError(f"fft_conv expects input u of shape (batch, l, h) (channels_last), got {tuple(u.shape)}")
-        return _channels_last(u, k, D, chunk_bytes, impl)
-    k_fwd, k_bwd = _split_kernel(u, k)
-    _check_skip(u, D)
-    l = u.shape[-1]
-    impl = DISPATCHER.resolve(impl, u.device, length=l)
+    if channels_last and u.dim() != 3:
+        raise ValueError(f"fft_conv expects input u of shape (batch, l, h) (channels_last), got {tuple(u.shape)}")
+    first = u.transpose(1, 2) if channels_last else u  # (batch, h, l), for the checks
+    k_fwd, k_bwd = _split_kernel(first, k)
+    _check_skip(first, D)
+    impl = DISPATCHER.resolve(impl, u.device, length=first.shape[-1])
+    if channels_last and impl != "fft":  # the others work channels first
+        return transposed(fft_conv(transposed(u), k, D, chunk_bytes=chunk_bytes, impl=impl))
     DISPATCHER.note(impl)
     # In at least float32 (half-precision FFTs are unsupported on CPU and lose accuracy on long
     # kernels), in float64 if either operand is float64; the result has u's dtype.
@@ -331,20 +331,7 @@ def fft_conv(
     # In ``work`` whatever autocast says: under bf16 autocast the products of ``direct`` and ``ref``
     # would run in bf16 (and ``direct``'s backward meet a bf16 gradient).
     with _no_autocast(u.device):
-        return _convolve(u, k_fwd, k_bwd, D, work, impl, chunk_bytes).to(u.dtype)
-
-
-def _channels_last(u: Tensor, k: KernelArg, D: Tensor | None, chunk_bytes: int, impl: str | None) -> Tensor:
-    """:func:`fft_conv` of ``u`` (batch, l, h), the result (batch, l, h)."""
-    k_fwd, k_bwd = _split_kernel(u.transpose(1, 2), k)
-    _check_skip(u.transpose(1, 2), D)
-    impl = DISPATCHER.resolve(impl, u.device, length=u.shape[1])
-    if impl != "fft":
-        return transposed(fft_conv(transposed(u), k, D, chunk_bytes=chunk_bytes, impl=impl))
-    DISPATCHER.note(impl)
-    work = torch.promote_types(torch.promote_types(u.dtype, k_fwd.dtype), torch.float32)
-    with _no_autocast(u.device):
-        return _convolve(u, k_fwd, k_bwd, D, work, impl, chunk_bytes, channels_last=True).to(u.dtype)
+        return _convolve(u, k_fwd, k_bwd, D, work, impl, chunk_bytes, channels_last).to(u.dtype)
 
 
 def _no_autocast(device: torch.device) -> AbstractContextManager:

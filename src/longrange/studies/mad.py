@@ -553,13 +553,14 @@ def fix_from_screen(settings: MadSettings, screen_dir: str | Path) -> MadSetting
             "runs the screen's, changing only the seeds, the data seed (task.seed=...) and which models, "
             "tasks, levels and regimes it confirms"
         )
-    outside = [cell for cell in settings.cells() if cell not in set(screen.cells())]
+    cells, screened = settings.cells(), set(screen.cells())
+    outside = [cell for cell in cells if cell not in screened]
     if outside:
         raise ConfigError(
             f"--grid-from {screen_dir}: the screen did not run {len(outside)} of the cells asked for, e.g. "
             + " ".join(outside[0])
         )
-    first = settings.cells()[0]
+    first = cells[0]
     data_seed = cell_experiment(settings, *first[:3], *settings.grid()[0]).task.seed
     if data_seed == cell_experiment(screen, *first[:3], *screen.grid()[0]).task.seed:
         raise ConfigError(
@@ -567,7 +568,7 @@ def fix_from_screen(settings: MadSettings, screen_dir: str | Path) -> MadSetting
             "give it a fresh data seed, e.g. task.seed=" + str(data_seed + 1)
         )
     plan, points = mad_plan(screen)
-    wanted = set(settings.cells())
+    wanted = set(cells)
     points = {i: p for i, p in points.items() if (p.model, p.task, p.level, p.regime) in wanted}
     chosen, incomplete = screen_choice(points, plan.summaries(screen_dir, list(points)))
     if incomplete:
@@ -577,7 +578,7 @@ def fix_from_screen(settings: MadSettings, screen_dir: str | Path) -> MadSetting
             f"e.g. {' '.join(cell)} ({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}); finish it first, "
             "or confirm fewer tasks, levels or models"
         )
-    fixed = tuple((*cell, *chosen[cell]) for cell in settings.cells())
+    fixed = tuple((*cell, *chosen[cell]) for cell in cells)
     return MadSettings.from_dict({**settings.to_dict(), "fixed": [list(entry) for entry in fixed]})
 
 

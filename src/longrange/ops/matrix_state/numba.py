@@ -437,33 +437,19 @@ def ssd_numba(
 # Mamba-3 SISO: its scalar-decay core by GLA's kernels
 
 
-def mamba3_numba(
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    trap: Tensor,
-    angles: Tensor,
-    B_bias: Tensor | None = None,
-    C_bias: Tensor | None = None,
-    D: Tensor | None = None,
-    initial_state: Any = None,
-    output_final_state: bool = False,
-    mask: Tensor | None = None,
-    chunk_size: int | None = None,
-) -> Any:
+def mamba3_numba(*args: Any, chunk_size: int | None = None, **kwargs: Any) -> Any:
     """:func:`~longrange.ops.matrix_state.mamba3.mamba3_chunk` with its scalar-decay core run by
     GLA's kernels (one log-decay ``dt A`` per head and position for every row of the state, values
     ``write_t x_t``, the scale 1): the rotation, the trapezoidal write and the diagonal correction
     around it are :func:`~longrange.ops.matrix_state.mamba3.siso_by_core`'s, shared with the chunked
-    form. ``chunk_size`` as in :func:`gla_numba`."""
+    form; the arguments and results of ``mamba3_chunk`` (``x, dt, A, B, C, trap, angles, B_bias,
+    C_bias, D, initial_state, output_final_state, mask``), ``chunk_size`` as in :func:`gla_numba`."""
     op = "mamba3_numba"
-    _check_device(op, x)
     if chunk_size is not None:
         check_chunk_size(op, chunk_size)
 
     def core(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, S0: Tensor | None, write: Tensor):
+        _check_device(op, q)
         b, _, h, n = q.shape
         p = v.shape[-1]
         if S0 is None:
@@ -476,5 +462,4 @@ def mamba3_numba(
         )  # fmt: skip
         return y, S
 
-    args = (x, dt, A, B, C, trap, angles, B_bias, C_bias, D, initial_state, output_final_state, mask)
-    return _mamba3.siso_by_core(op, core, *args)
+    return _mamba3.siso_by_core(op, core, *args, **kwargs)
