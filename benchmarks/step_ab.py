@@ -90,6 +90,13 @@ Round ``mamba3-numba`` (the seventeenth; ``--batch-size 32 --seq-len 24`` for th
 * ``mamba3``: Mamba-3's recurrence ran its chunked form on a CPU; now ``"auto"`` runs its core by
   GLA's numba kernels for the heads of ``runs_by_default`` (``ops/matrix_state/numba.py::mamba3_numba``).
 
+Round ``fused-softplus`` (the eighteenth; ``--mad`` for MAD's Mamba):
+
+* ``simple-s6``, ``mamba-s6``: the selective scan's step bias and softplus ran as PyTorch
+  operations before the numba kernels (an add and a softplus forward, their gradients backward,
+  each a pass over a (batch, length, channels) tensor); now the channels-last kernels compute them
+  row by row, their gradients too (``ops/scan/_numba_kernels.py::fast_softplus``).
+
 The "before" paths are kept here, small copies of the code as it was, and only here.
 """
 
@@ -118,9 +125,11 @@ import longrange.ops.matrix_state.delta_rule as delta_rule
 import longrange.ops.matrix_state.dispatch as matrix_state_dispatch
 import longrange.ops.matrix_state.gla as gla
 import longrange.ops.matrix_state.numba as matrix_state_numba
+import longrange.ops.scan.numba as scan_numba
 from longrange.layers.base import apply_mask
 from longrange.ops.fftconv import fft_conv
 from longrange.ops.layout import transposed
+from longrange.ops.scan.common import compute_dtype, prepare_delta
 
 
 def conv_forward_before(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -299,6 +308,40 @@ def convolve_before_fifteenth(
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
+def selective_scan_numba_before(
+    u,
+    delta,
+    A,
+    B,
+    C,
+    D=None,
+    z=None,
+    delta_bias=None,
+    delta_softplus=False,
+    return_last_state=False,
+    initial_state=None,
+):
+    """The numba scan with the step's bias and softplus applied by PyTorch before the kernels (the
+    channels-last path; the round's models take no other)."""
+    dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    d = u.shape[1]
+
+    def prep(t):
+        return None if t is None else t.to(dtype).contiguous()
+
+    def prep_cl(t):
+        return None if t is None else t.to(dtype).transpose(1, 2).contiguous()
+
+    B4, C4 = scan_numba._as_4d(B.to(dtype), d), scan_numba._as_4d(C.to(dtype), d)
+    chunk = scan_numba._cl_chunk(d, A.shape[1], B4, C4, dtype.itemsize)
+    dt = prepare_delta(delta.transpose(1, 2), delta_bias, delta_softplus, dtype, channel_dim=-1)
+    out, last, _ = scan_numba._scan_cl_op(
+        prep_cl(u), dt.contiguous(), prep(A), B4, C4, prep(D), prep_cl(z), prep(initial_state), None, False, chunk
+    )
+    out = out.transpose(1, 2).to(u.dtype)
+    return (out, last) if return_last_state else out
+
+
 _CONJUGATE_VIEW = (fftconv._FFTConv, "backward", fft_backward_conjugate_view)
 _SDPA_ONLY = [(attention_dispatch, "NUMBA_MAX_WIDTH", 0), (attention_dispatch, "NUMBA_MAX_WIDTH_BIDIRECTIONAL", 0)]
 
@@ -393,8 +436,11 @@ ROUNDS = {
     },
     "narrow-keys": {"gated-deltanet": (matrix_state_numba, "AUTO_KEY_WIDTH", 0)},
     "mamba3-numba": {"mamba3": (matrix_state_dispatch.DISPATCHERS["mamba3"], "default", "chunk")},
+    "fused-softplus": {
+        m: (scan_numba, "selective_scan_numba", selective_scan_numba_before) for m in ("simple-s6", "mamba-s6")
+    },
 }
-LATEST = "mamba3-numba"
+LATEST = "fused-softplus"
 
 
 @contextmanager

@@ -271,3 +271,30 @@ def test_the_mamba3_rounds_before_path_runs_the_chunked_form():
     for a, b in zip(out["now"], out["before"]):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
     assert ab.matrix_state_dispatch.DISPATCHERS["mamba3"].default == "auto"
+
+
+def test_the_fused_softplus_rounds_before_path_computes_what_the_current_code_computes():
+    """S6 at the recall preset's width (the channels-last kernels): the step's bias and softplus by
+    PyTorch before the kernel, or in it, give the same values and gradients (the bias's too), in
+    float64 and float32; the patch is undone."""
+    ab = _module()
+    from longrange.models.backbone import make_primitive
+
+    current = ab.scan_numba.selective_scan_numba
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-5)):
+        torch.manual_seed(0)
+        layer = make_primitive("s6", 64, d_state=16).to(dtype)
+        x = torch.randn(2, 20, 64, dtype=dtype, requires_grad=True)
+        out = {}
+        for which in ("now", "before"):
+            if which == "before":
+                with ab.before("simple-s6", "fused-softplus"):
+                    assert ab.scan_numba.selective_scan_numba is ab.selective_scan_numba_before
+                    y = layer(x)
+            else:
+                y = layer(x)
+            out[which] = (y.detach(), *torch.autograd.grad(y.square().sum(), [x, *layer.parameters()]))
+        assert layer.dt_proj.bias.requires_grad
+        for a, b in zip(out["now"], out["before"]):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    assert ab.scan_numba.selective_scan_numba is current

@@ -54,14 +54,16 @@ def scan_numba_args(layout: str, optional: bool, seed: int = 0) -> list:
 
 
 def scan_numba_cl_args(layout: str, optional: bool, seed: int = 0) -> list:
-    """(u, dt, A, B4, C4, D, z, h0, chunk) of ``selective_scan_numba_cl``: b 2, l 7, d 4, n 3, chunks
-    of 4 positions (blocks of 2 channels: the caller lowers ``CL_MIN_WIDTH``)."""
+    """(u, raw, A, B4, C4, D, z, h0, bias, softplus, chunk) of ``selective_scan_numba_cl``: b 2, l 7,
+    d 4, n 3, chunks of 4 positions (blocks of 2 channels: the caller lowers ``CL_MIN_WIDTH``); with
+    ``optional`` D, z, h0, the step's bias and its softplus, else none of them."""
     g = torch.Generator().manual_seed(seed)
     b, d, n, l = 2, 4, 3, 7
     bc = {"shared": (b, n, l), "grouped": (b, 2, n, l)}[layout]
     B4, C4 = (scan_numba._as_4d(_rand(g, *bc), d) for _ in range(2))
-    extra = [_rand(g, d), _rand(g, b, l, d), _rand(g, b, d, n)] if optional else [None, None, None]
-    return [*_grad(_rand(g, b, l, d), _rand(g, b, l, d).abs() + 0.1, -_rand(g, d, n).abs() - 0.2, B4, C4, *extra), 4]
+    extra = [_rand(g, d), _rand(g, b, l, d), _rand(g, b, d, n), _rand(g, d)] if optional else [None] * 4
+    raw = _rand(g, b, l, d) if optional else _rand(g, b, l, d).abs() + 0.1  # a positive step without softplus
+    return [*_grad(_rand(g, b, l, d), raw, -_rand(g, d, n).abs() - 0.2, B4, C4, *extra), optional, 4]
 
 
 def conv_numba_args(silu: bool, with_bias: bool, seed: int = 0) -> list:
@@ -198,7 +200,7 @@ def test_opcheck_numba_backward_operators(monkeypatch):
     out, last, states = scan_numba._scan_cl_op(*tensors)
     _opcheck(
         scan_numba._scan_cl_backward_op,
-        [*tensors[:7], states, torch.ones_like(out), torch.ones_like(last), *tensors[8:]],
+        [*tensors[:7], *tensors[8:10], states, torch.ones_like(out), torch.ones_like(last), tensors[10]],
     )
     tensors, grads, _ = _backward_args(ssm_numba._vandermonde_op, vandermonde_args())
     _opcheck(ssm_numba._vandermonde_backward_op, tensors[:4] + grads + tensors[4:])
@@ -254,7 +256,7 @@ def test_numba_operators_on_the_meta_device_give_the_real_shapes(monkeypatch):
     args = scan_numba_cl_args("grouped", True)
     real = ops["selective_scan_numba_cl"](*args)
     _assert_like(ops["selective_scan_numba_cl"](*_meta(args)), real)
-    back = [*args[:7], real[2], torch.ones_like(real[0]), torch.ones_like(real[1]), *args[8:]]
+    back = [*args[:7], *args[8:10], real[2], torch.ones_like(real[0]), torch.ones_like(real[1]), args[10]]
     _assert_like(ops["selective_scan_numba_cl_backward"](*_meta(back)), ops["selective_scan_numba_cl_backward"](*back))
     args = conv_numba_args(True, True)
     real = ops["causal_conv1d_numba"](*args)

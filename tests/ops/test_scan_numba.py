@@ -241,6 +241,36 @@ def test_fast_exp_matches_exp(dtype):
     assert np.all(np.isinf(out[expected >= huge])) and np.isinf(out[-3]) and out[-2] == 0 and np.isnan(out[-1])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fast_softplus_matches_softplus_and_sigmoid(dtype):
+    """The kernels' softplus (with its slope, the sigmoid) against PyTorch's in float64: F.softplus's
+    threshold of 20 (x itself and slope 1 above it), a few units in the last place elsewhere, zero
+    where the value is below the dtype's normal numbers, and the infinities and NaN."""
+    from numba import njit
+
+    from longrange.ops.scan._numba_kernels import fast_softplus
+
+    @njit
+    def apply(x, value, slope):
+        for i in range(x.shape[0]):
+            value[i], slope[i] = fast_softplus(x[i])
+
+    finite = np.concatenate([np.linspace(-120, 100, 22001), np.linspace(-1e-3, 1e-3, 2001), [19.999, 20.0, 20.001]])
+    x = np.concatenate([finite, [np.inf, -np.inf, np.nan]]).astype(dtype)
+    value, slope = np.empty_like(x), np.empty_like(x)
+    apply(x, value, slope)
+    x64 = torch.from_numpy(x.astype(np.float64))
+    expected = torch.nn.functional.softplus(x64).numpy()
+    expected_slope = torch.where(x64 > 20, 1.0, torch.sigmoid(x64)).numpy()
+    eps, tiny = np.finfo(dtype).eps, np.finfo(dtype).tiny
+    for got, want in ((value, expected), (slope, expected_slope)):
+        normal = np.isfinite(want) & (want > 2 * tiny)
+        assert np.all(np.abs(got[normal] - want[normal]) <= 4 * eps * want[normal])
+        assert np.all(np.abs(got[~normal & np.isfinite(want)]) <= 2 * tiny)
+    assert np.all(value[x > 20] == x[x > 20]) and np.all(slope[np.isfinite(x) & (x > 20)] == 1)
+    assert np.isinf(value[-3]) and value[-2] == 0 and slope[-2] == 0 and np.isnan(value[-1]) and np.isnan(slope[-1])
+
+
 def test_dispatch_auto_on_cpu_is_numba(monkeypatch):
     inp = make_inputs(l=6, layout="shared")
     calls = []

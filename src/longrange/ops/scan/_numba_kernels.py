@@ -120,6 +120,79 @@ def _fast_exp(x):
     return None
 
 
+def fast_softplus(x):  # pragma: no cover - replaced by the overload below inside compiled code
+    """(softplus(x), sigmoid(x)), vectorisable; see :func:`_softplus_impl`."""
+    raise NotImplementedError
+
+
+def _softplus_impl(dtype, series):
+    """softplus(x) = max(x, 0) + log1p(e) with e = exp(-|x|) in (0, 1], and log1p(e) = 2 atanh(s)
+    with s = e / (2 + e) in (0, 1/3]: ``series(s^2)`` sums the odd series of atanh(s) / s, exact
+    for small e as its first term is 1; no logarithm is called, so the loop it sits in vectorises.
+    The sigmoid comes from the same e: 1 / (1 + e) for x >= 0, e / (1 + e) below. Above 20, as in
+    F.softplus (and mamba-ssm's kernels), the value is x and the slope 1. softplus(inf) = inf,
+    softplus(-inf) = 0, NaN gives NaN."""
+    one, two, zero, threshold = dtype(1.0), dtype(2.0), dtype(0.0), dtype(20.0)
+
+    def impl(x):
+        e = fast_exp(-abs(x))
+        s = e / (two + e)
+        r = one / (one + e)
+        value = max(x, zero) + two * s * series(s * s)
+        slope = r if x >= zero else e * r
+        return (x if x > threshold else value), (one if x > threshold else slope)  # selects, not branches
+
+    return impl
+
+
+@njit(inline="always")
+def _atanh32(s2):  # pragma: no cover - compiled
+    """atanh(s) / s = sum of s2^k / (2k + 1), 8 terms: the remainder is below (1/9)^8 / 17, 4e-10
+    relative, for s2 <= 1/9."""
+    p = _F32(1.0 / 15.0) * s2 + _F32(1.0 / 13.0)
+    p = p * s2 + _F32(1.0 / 11.0)
+    p = p * s2 + _F32(1.0 / 9.0)
+    p = p * s2 + _F32(1.0 / 7.0)
+    p = p * s2 + _F32(1.0 / 5.0)
+    p = p * s2 + _F32(1.0 / 3.0)
+    return p * s2 + _F32(1.0)
+
+
+@njit(inline="always")
+def _atanh64(s2):  # pragma: no cover - compiled
+    """atanh(s) / s as :func:`_atanh32`, 17 terms: the remainder is below (1/9)^17 / 35, 2e-18
+    relative."""
+    p = _F64(1.0 / 33.0) * s2 + _F64(1.0 / 31.0)
+    p = p * s2 + _F64(1.0 / 29.0)
+    p = p * s2 + _F64(1.0 / 27.0)
+    p = p * s2 + _F64(1.0 / 25.0)
+    p = p * s2 + _F64(1.0 / 23.0)
+    p = p * s2 + _F64(1.0 / 21.0)
+    p = p * s2 + _F64(1.0 / 19.0)
+    p = p * s2 + _F64(1.0 / 17.0)
+    p = p * s2 + _F64(1.0 / 15.0)
+    p = p * s2 + _F64(1.0 / 13.0)
+    p = p * s2 + _F64(1.0 / 11.0)
+    p = p * s2 + _F64(1.0 / 9.0)
+    p = p * s2 + _F64(1.0 / 7.0)
+    p = p * s2 + _F64(1.0 / 5.0)
+    p = p * s2 + _F64(1.0 / 3.0)
+    return p * s2 + _F64(1.0)
+
+
+_SOFTPLUS32 = _softplus_impl(_F32, _atanh32)
+_SOFTPLUS64 = _softplus_impl(_F64, _atanh64)
+
+
+@overload(fast_softplus, inline="always")
+def _fast_softplus(x):
+    if x == types.float32:
+        return _SOFTPLUS32
+    if x == types.float64:
+        return _SOFTPLUS64
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # Forward
 # --------------------------------------------------------------------------------------------
@@ -284,8 +357,9 @@ def scan_backward(
 # Channels-last kernels: time-varying B and C, vectorised over channels (see numba.py)
 # --------------------------------------------------------------------------------------------
 #
-# Layouts: u, dt, z, out, gout, gu, gdt, gz (b, l, d); At (n, d) (A transposed); B, C
-# (bM, G, l, n); D (d,); h0, last, glast, gh0 (b, d, n); ck (b, chunks, n, d), the state at the
+# Layouts: u, raw, z, out, gout, gu, gdt, gz (b, l, d), raw the step before its bias and softplus
+# (applied here, row by row: gdt is the gradient w.r.t. raw); At (n, d) (A transposed); B, C
+# (bM, G, l, n); D, bias (d,); h0, last, glast, gh0 (b, d, n); ck (b, chunks, n, d), the state at the
 # start of every chunk of T positions (ck[:, 0] = h0). One task is a block of W channels of one
 # batch element, inside one group of B and of C, so B[t, i] and C[t, i] are one number for the
 # whole block: every inner loop runs over the W channels, contiguous in memory, and vectorises
@@ -298,6 +372,32 @@ def scan_backward(
 def _row_copy(dst, src, W):  # pragma: no cover - compiled
     for w in range(W):
         dst[w] = src[w]
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_delta(dt, raw, bias, softplus, W):  # pragma: no cover - compiled
+    """dt = softplus(raw + bias) (or raw + bias): the step of one position."""
+    if softplus:
+        for w in range(W):
+            dt[w] = fast_softplus(raw[w] + bias[w])[0]
+    else:
+        for w in range(W):
+            dt[w] = raw[w] + bias[w]
+
+
+@njit(inline="always", fastmath=FASTMATH)
+def _row_delta_slope(dt, slope, raw, bias, softplus, W):  # pragma: no cover - compiled
+    """As :func:`_row_delta`, with ``slope`` = d dt / d raw (the sigmoid, or 1)."""
+    one = like(1.0, dt)
+    if softplus:
+        for w in range(W):
+            value, sig = fast_softplus(raw[w] + bias[w])
+            dt[w] = value
+            slope[w] = sig
+    else:
+        for w in range(W):
+            dt[w] = raw[w] + bias[w]
+            slope[w] = one
 
 
 @njit(inline="always", fastmath=FASTMATH)
@@ -369,18 +469,24 @@ def _row_adjoint(gh, hn, hp, dec, gy, x, a, dt, bv, cv, gx, gstep, gA, W):  # pr
 
 
 @njit(inline="always", fastmath=FASTMATH)
-def _row_inputs_backward(gu, gdt, gD, gx, gstep, gy, dt, u, D, W):  # pragma: no cover - compiled
+def _row_inputs_backward(gu, gdt, gD, gbias, gx, gstep, gy, dt, slope, u, D, W):  # pragma: no cover - compiled
+    """The gradients w.r.t. u, the raw step (through ``slope``, d dt / d raw), D and the bias."""
     for w in range(W):
         gu[w] = gx[w] * dt[w] + gy[w] * D[w]
-        gdt[w] = gx[w] * u[w] + gstep[w]
+        graw = (gx[w] * u[w] + gstep[w]) * slope[w]
+        gdt[w] = graw
+        gbias[w] += graw
         gD[w] += gy[w] * u[w]
 
 
 @njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
-def scan_forward_cl(u, dt, At, B, C, D, z, h0, has_z, W, T, out, last, ck):  # pragma: no cover - compiled
-    """``out`` (b, l, d), ``last`` (b, d, n) and the chunk-start states ``ck``; see above. (The
-    task's body is written out in the parallel loop, not called: numba compiles that body knowing
-    that the arrays passed in do not overlap, which lets the inner loops vectorise.)"""
+def scan_forward_cl(
+    u, raw, bias, softplus, At, B, C, D, z, h0, has_z, W, T, out, last, ck
+):  # pragma: no cover - compiled
+    """``out`` (b, l, d), ``last`` (b, d, n) and the chunk-start states ``ck``; see above. The
+    step is ``softplus(raw + bias)`` (``raw + bias`` without ``softplus``), computed here row by
+    row. (The task's body is written out in the parallel loop, not called: numba compiles that
+    body knowing that the arrays passed in do not overlap, which lets the inner loops vectorise.)"""
     b, l, d = u.shape
     n = At.shape[0]
     per_batch = d // W
@@ -394,16 +500,18 @@ def scan_forward_cl(u, dt, At, B, C, D, z, h0, has_z, W, T, out, last, ck):  # p
         a = np.empty((n, W), dtype=u.dtype)
         x = np.empty(W, dtype=u.dtype)
         acc = np.empty(W, dtype=u.dtype)
+        dtr = np.empty(W, dtype=u.dtype)
         for i in range(n):
             for w in range(W):
                 h[i, w] = h0[bi, c0 + w, i]
                 a[i, w] = At[i, c0 + w]
         Dr = D[c0 : c0 + W]
+        biasr = bias[c0 : c0 + W]
         for t in range(l):
             if t % T == 0:
                 for i in range(n):
                     _row_copy(ck[bi, t // T, i, c0 : c0 + W], h[i], W)
-            dtr = dt[bi, t, c0 : c0 + W]
+            _row_delta(dtr, raw[bi, t, c0 : c0 + W], biasr, softplus, W)
             ur = u[bi, t, c0 : c0 + W]
             _row_start(x, acc, dtr, ur, Dr, W)
             for i in range(n):
@@ -420,7 +528,9 @@ def scan_forward_cl(u, dt, At, B, C, D, z, h0, has_z, W, T, out, last, ck):  # p
 @njit(parallel=True, fastmath=FASTMATH, error_model=ERROR_MODEL, cache=True)
 def scan_backward_cl(
     u,
-    dt,
+    raw,
+    bias,
+    softplus,
     At,
     B,
     C,
@@ -438,15 +548,18 @@ def scan_backward_cl(
     gB,
     gC,
     gD,
+    gbias,
     gz,
     gh0,
 ):  # pragma: no cover - compiled
     """Gradients of :func:`scan_forward_cl` from its chunk-start states ``ck``. Per task, chunk by
     chunk from the last: the chunk's states are recomputed into a scratch buffer of (T + 1) n W
-    values (with their decays, the steps' inputs and the gradients w.r.t. the pre-gate outputs),
-    then the adjoint recurrence runs back over them. Outputs as :func:`scan_backward`'s, in the
-    channels-last layouts, with gB and gC (b, d / W, l, n) zero-initialised partial sums, one
-    slice per task (the caller sums them over the tasks of each group)."""
+    values (with their decays, the steps, their slopes, the steps' inputs and the gradients w.r.t.
+    the pre-gate outputs), then the adjoint recurrence runs back over them. Outputs as
+    :func:`scan_backward`'s, in the channels-last layouts, ``gdt`` w.r.t. ``raw`` and ``gbias``
+    (b, d) per batch element (the caller sums over it), with gB and gC (b, d / W, l, n)
+    zero-initialised partial sums, one slice per task (the caller sums them over the tasks of each
+    group)."""
     b, l, d = u.shape
     n = At.shape[0]
     zero = like(0.0, u)
@@ -463,6 +576,9 @@ def scan_backward_cl(
         gh = np.empty((n, W), dtype=u.dtype)
         gAc = np.zeros((n, W), dtype=u.dtype)
         gDc = np.zeros(W, dtype=u.dtype)
+        gbiasc = np.zeros(W, dtype=u.dtype)
+        dts = np.empty((T, W), dtype=u.dtype)
+        slopes = np.empty((T, W), dtype=u.dtype)
         hs = np.empty(((T + 1) * n, W), dtype=u.dtype)  # row j n + i: state i before step j of the chunk
         dec = np.empty((T * n, W), dtype=u.dtype)
         xs = np.empty((T, W), dtype=u.dtype)
@@ -475,6 +591,7 @@ def scan_backward_cl(
                 a[i, w] = At[i, c0 + w]
                 gh[i, w] = glast[bi, c0 + w, i]
         Dr = D[c0 : c0 + W]
+        biasr = bias[c0 : c0 + W]
         for ch in range(chunks - 1, -1, -1):
             t0 = ch * T
             t1 = min(l, t0 + T)
@@ -482,7 +599,8 @@ def scan_backward_cl(
                 _row_copy(hs[i], ck[bi, ch, i, c0 : c0 + W], W)
             for t in range(t0, t1):  # recompute
                 j = t - t0
-                dtr = dt[bi, t, c0 : c0 + W]
+                dtr = dts[j]
+                _row_delta_slope(dtr, slopes[j], raw[bi, t, c0 : c0 + W], biasr, softplus, W)
                 _row_start(xs[j], y, dtr, u[bi, t, c0 : c0 + W], Dr, W)
                 for i in range(n):
                     _row_recompute(
@@ -505,7 +623,7 @@ def scan_backward_cl(
                     _row_copy(gys[j], gout[bi, t, c0 : c0 + W], W)
             for t in range(t1 - 1, t0 - 1, -1):  # the adjoint recurrence
                 j = t - t0
-                dtr = dt[bi, t, c0 : c0 + W]
+                dtr = dts[j]
                 for w in range(W):
                     gx[w] = zero
                     gstep[w] = zero
@@ -532,10 +650,12 @@ def scan_backward_cl(
                     gu[bi, t, c0 : c0 + W],
                     gdt[bi, t, c0 : c0 + W],
                     gDc,
+                    gbiasc,
                     gx,
                     gstep,
                     gys[j],
                     dtr,
+                    slopes[j],
                     u[bi, t, c0 : c0 + W],
                     Dr,
                     W,
@@ -546,3 +666,4 @@ def scan_backward_cl(
                 gh0[bi, c0 + w, i] = gh[i, w]
         for w in range(W):
             gD[bi, c0 + w] = gDc[w]
+            gbias[bi, c0 + w] = gbiasc[w]

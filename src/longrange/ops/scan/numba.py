@@ -28,7 +28,8 @@ tensors of (b, d, l), never (b, d, n, l) as in the chunked scan. Tasks run in pa
 
 Dtypes follow :mod:`longrange.ops.scan`: the computation runs in float64 if any floating input is
 float64, else in float32; the output has u's dtype, the last state the compute dtype.
-``delta_bias`` and the softplus are applied before the kernel (differentiably, by PyTorch).
+``delta_bias`` and the softplus are applied inside the channels-last kernels (their gradients
+too) and before the others (differentiably, by PyTorch).
 
 The kernels are compiled on first use (seconds per dtype) and cached on disk by numba, so later
 processes load them; numba's threading layer is its default (``NUMBA_THREADING_LAYER`` chooses
@@ -310,31 +311,36 @@ def _cl_width(b: int, d: int, B4: Tensor, C4: Tensor, threads: int) -> int:
 @torch.library.custom_op(qualname("selective_scan_numba_cl"), mutates_args=(), device_types="cpu")
 def _scan_cl_op(
     u: Tensor,
-    dt: Tensor,
+    raw: Tensor,
     A: Tensor,
     B4: Tensor,
     C4: Tensor,
     D: Tensor | None,
     z: Tensor | None,
     h0: Tensor | None,
+    bias: Tensor | None,
+    softplus: bool,
     chunk: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(u, dt, A, B4, C4, D, z, h0) with u, dt, z (b, l, d) -> (out (b, l, d), last (b, d, n), the
-    states at the chunk starts (b, chunks, n, d)), contiguous, in one floating dtype; B4 and C4
-    time-varying, in the kernel layout (:func:`_as_4d`); ``chunk`` positions per chunk
-    (:func:`_cl_chunk`). Each task is a block of :func:`_cl_width` channels."""
+    """(u, raw, A, B4, C4, D, z, h0, bias) with u, raw, z (b, l, d) -> (out (b, l, d), last
+    (b, d, n), the states at the chunk starts (b, chunks, n, d)), contiguous, in one floating
+    dtype; the step is ``softplus(raw + bias)`` (without ``softplus``: ``raw + bias``), computed in
+    the kernel; B4 and C4 time-varying, in the kernel layout (:func:`_as_4d`); ``chunk`` positions
+    per chunk (:func:`_cl_chunk`). Each task is a block of :func:`_cl_width` channels."""
     k = _kernels()
     b, l, d = u.shape
     n = A.shape[1]
     width = _cl_width(b, d, B4, C4, _use_threads(k))
-    D_, z_ = _or_zeros(D, u, d), _or_zeros(z, u, 1, 1, 1)
+    D_, z_, bias_ = _or_zeros(D, u, d), _or_zeros(z, u, 1, 1, 1), _or_zeros(bias, u, d)
     h0_ = _or_zeros(h0, u, b, d, n)
     out = torch.empty_like(u)
     last = u.new_empty(b, d, n)
     states = u.new_empty(b, -(-l // chunk), n, d)
     k.scan_forward_cl(
         _np(u),
-        _np(dt),
+        _np(raw),
+        _np(bias_),
+        softplus,
         _np(A.t().contiguous()),
         _np(B4),
         _np(C4),
@@ -352,7 +358,7 @@ def _scan_cl_op(
 
 
 @_scan_cl_op.register_fake
-def _(u, dt, A, B4, C4, D, z, h0, chunk):
+def _(u, raw, A, B4, C4, D, z, h0, bias, softplus, chunk):
     b, l, d = u.shape
     n = A.shape[1]
     return torch.empty_like(u), u.new_empty(b, d, n), u.new_empty(b, -(-l // chunk), n, d)
@@ -361,31 +367,37 @@ def _(u, dt, A, B4, C4, D, z, h0, chunk):
 @torch.library.custom_op(qualname("selective_scan_numba_cl_backward"), mutates_args=(), device_types="cpu")
 def _scan_cl_backward_op(
     u: Tensor,
-    dt: Tensor,
+    raw: Tensor,
     A: Tensor,
     B4: Tensor,
     C4: Tensor,
     D: Tensor | None,
     z: Tensor | None,
+    bias: Tensor | None,
+    softplus: bool,
     states: Tensor,
     gout: Tensor,
     glast: Tensor,
     chunk: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Gradients (u, dt, A, B4, C4, D, z, h0) of :func:`_scan_cl_op` from its stored ``states``."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Gradients (u, raw, A, B4, C4, D, z, h0, bias) of :func:`_scan_cl_op` from its stored
+    ``states``."""
     k = _kernels()
     b, l, d = u.shape
     n = A.shape[1]
     width = _cl_width(b, d, B4, C4, _use_threads(k))
-    D_, z_ = _or_zeros(D, u, d), _or_zeros(z, u, 1, 1, 1)
+    D_, z_, bias_ = _or_zeros(D, u, d), _or_zeros(z, u, 1, 1, 1), _or_zeros(bias, u, d)
     gout, glast = gout.contiguous(), glast.contiguous()
-    gu, gdt = torch.empty_like(u), torch.empty_like(u)
+    gu, graw = torch.empty_like(u), torch.empty_like(u)
     gz = torch.empty_like(u) if z is not None else u.new_empty(1, 1, 1)
     gA, gD, gh0 = u.new_empty(b, d, n), u.new_empty(b, d), u.new_empty(b, d, n)
+    gbias = u.new_empty(b, d)
     gB, gC = u.new_zeros(b, d // width, l, n), u.new_zeros(b, d // width, l, n)
     k.scan_backward_cl(
         _np(u),
-        _np(dt),
+        _np(raw),
+        _np(bias_),
+        softplus,
         _np(A.t().contiguous()),
         _np(B4),
         _np(C4),
@@ -398,28 +410,30 @@ def _scan_cl_backward_op(
         width,
         chunk,
         _np(gu),
-        _np(gdt),
+        _np(graw),
         _np(gA),
         _np(gB),
         _np(gC),
         _np(gD),
+        _np(gbias),
         _np(gz),
         _np(gh0),
     )
     return (
         gu,
-        gdt,
+        graw,
         gA.sum(0),
         _reduce_partial(gB, B4).contiguous(),
         _reduce_partial(gC, C4).contiguous(),
         gD.sum(0),
         gz if z is not None else u.new_empty(0),
         gh0,
+        gbias.sum(0),
     )
 
 
 @_scan_cl_backward_op.register_fake
-def _(u, dt, A, B4, C4, D, z, states, gout, glast, chunk):
+def _(u, raw, A, B4, C4, D, z, bias, softplus, states, gout, glast, chunk):
     b, l, d = u.shape
     return (
         torch.empty_like(u),
@@ -430,23 +444,24 @@ def _(u, dt, A, B4, C4, D, z, states, gout, glast, chunk):
         u.new_empty(d),
         torch.empty_like(u) if z is not None else u.new_empty(0),
         u.new_empty(b, d, A.shape[1]),
+        u.new_empty(d),
     )
 
 
 def _setup_cl_context(ctx, inputs, output) -> None:
-    u, dt, A, B4, C4, D, z, h0, chunk = inputs
-    ctx.save_for_backward(u, dt, A, B4, C4, D, z, h0, output[2])
-    ctx.chunk = chunk
+    u, raw, A, B4, C4, D, z, h0, bias, softplus, chunk = inputs
+    ctx.save_for_backward(u, raw, A, B4, C4, D, z, h0, bias, output[2])
+    ctx.softplus, ctx.chunk = softplus, chunk
 
 
 def _cl_backward(ctx, gout: Tensor, glast: Tensor, gstates: Tensor):
-    u, dt, A, B4, C4, D, z, h0, states = ctx.saved_tensors
+    u, raw, A, B4, C4, D, z, h0, bias, states = ctx.saved_tensors
     gout = torch.zeros_like(u) if gout is None else gout
     glast = u.new_zeros(u.shape[0], u.shape[2], A.shape[1]) if glast is None else glast
-    grads = _scan_cl_backward_op(u, dt, A, B4, C4, D, z, states, gout, glast, ctx.chunk)
-    present = (True, True, True, True, True, D is not None, z is not None, h0 is not None)
+    grads = _scan_cl_backward_op(u, raw, A, B4, C4, D, z, bias, ctx.softplus, states, gout, glast, ctx.chunk)
+    present = (True, True, True, True, True, D is not None, z is not None, h0 is not None, bias is not None)
     grads = tuple(g if has and need else None for g, has, need in zip(grads, present, ctx.needs_input_grad))
-    return (*grads, None)
+    return (*grads, None, None)
 
 
 _scan_cl_op.register_autograd(_cl_backward, setup_context=_setup_cl_context)
@@ -461,13 +476,20 @@ register_flops(_scan_op, _flops)
 register_flops(_scan_backward_op, lambda *args: _flops(*args, backward=True))
 
 
-def _flops_cl(u, dt, A, B4, C4, D, z, *rest, backward: bool = False) -> int:
+def _flops_cl(u, A, D, z, bias, softplus: bool, backward: bool) -> int:
     b, l, d = u
-    return scan_flops(b, d, l, A[1], D is not None, z is not None, backward=backward)
+    return scan_flops(
+        b, d, l, A[1], D is not None, z is not None, backward=backward, has_bias=bias is not None, softplus=softplus
+    )
 
 
-register_flops(_scan_cl_op, _flops_cl)
-register_flops(_scan_cl_backward_op, lambda *args: _flops_cl(*args, backward=True))
+register_flops(
+    _scan_cl_op, lambda u, raw, A, B4, C4, D, z, h0, bias, softplus, chunk: _flops_cl(u, A, D, z, bias, softplus, False)
+)
+register_flops(
+    _scan_cl_backward_op,
+    lambda u, raw, A, B4, C4, D, z, bias, softplus, *rest: _flops_cl(u, A, D, z, bias, softplus, True),
+)
 
 
 def selective_scan_numba(
@@ -503,18 +525,19 @@ def selective_scan_numba(
         def prep_cl(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(dtype).transpose(1, 2).contiguous()
 
-        # delta's bias and softplus in (b, l, d) as well (compiled, their gradient comes out in
-        # that layout too, row-major for the product that made delta)
-        dt = prepare_delta(delta.transpose(1, 2), delta_bias, delta_softplus, dtype, channel_dim=-1)
+        # delta's bias and softplus in the kernel, delta's gradient in (b, l, d) as well (row-major
+        # for the product that made delta)
         out, last, _ = _scan_cl_op(
             prep_cl(u),
-            dt.contiguous(),
+            prep_cl(delta),
             prep(A),
             B4,
             C4,
             prep(D),
             prep_cl(z),
             prep(initial_state),
+            prep(delta_bias),
+            delta_softplus,
             chunk,
         )
         out = out.transpose(1, 2)
