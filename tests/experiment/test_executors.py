@@ -23,7 +23,7 @@ from longrange.experiment.worker import environment as worker_env
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 #: Fields of a summary that depend on when and where it ran, not on what it computed.
-VOLATILE = ("seconds",)
+VOLATILE = ("seconds", "cpu_seconds")
 
 
 def tiny(data_dir, label, **train) -> dict:

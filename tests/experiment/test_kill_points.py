@@ -22,7 +22,7 @@ HERE = str(Path(__file__).resolve().parent)
 #: The points a stage's worker passes on a normal run (a fresh start clears no summary).
 WORKER_POINTS = [p for p in POINTS if not p.startswith("coordinator-") and p != "after-clear-summary"]
 #: Fields of a summary that depend on when it ran, or on the experiment's label.
-VOLATILE = ("seconds", "label", "fingerprint", "pretrain")
+VOLATILE = ("seconds", "cpu_seconds", "label", "fingerprint", "pretrain")
 CONTROL = "kill_at"  # OUT/kill_at/<stage id, / as +>: the point at which that stage's worker dies
 
 

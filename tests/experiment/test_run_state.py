@@ -21,7 +21,7 @@ from longrange.experiment.stage import resolve_stage
 from longrange.train.rundir import Intent, RunDir, RunLock, RunState
 
 #: Fields of a summary that depend on when it ran, not on what it computed.
-VOLATILE = ("seconds",)
+VOLATILE = ("seconds", "cpu_seconds")
 
 
 def result(run: Path) -> dict:

@@ -62,6 +62,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     assert {r["split"] for r in _records(whole)} == {"train", "val", "test"}
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, broken))
     assert sa.pop("seconds") > 0 and sb.pop("seconds") > 0  # wall time, summed over the resumed segments
+    assert sa.pop("cpu_seconds") > 0 and sb.pop("cpu_seconds") > 0  # and CPU time
     assert sa == sb
 
 
@@ -99,7 +100,7 @@ def test_sigterm_mid_epoch_checkpoints_and_resume_matches_an_uninterrupted_run(t
         assert torch.equal(a["model"][key], b["model"][key]), key
     assert _records(whole) == _records(stopped)
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, stopped))
-    sa.pop("seconds"), sb.pop("seconds")
+    sa.pop("seconds"), sb.pop("seconds"), sa.pop("cpu_seconds"), sb.pop("cpu_seconds")
     assert sa == sb
 
 
@@ -117,7 +118,7 @@ def test_sigterm_during_the_last_step_still_stops_and_resume_finishes(tmp_path):
     code, err = _finish(_start(stopped, "--resume"))
     assert code == 0, err
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, stopped))
-    sa.pop("seconds"), sb.pop("seconds")
+    sa.pop("seconds"), sb.pop("seconds"), sa.pop("cpu_seconds"), sb.pop("cpu_seconds")
     assert sa == sb
 
 

@@ -105,6 +105,7 @@ def stage_summary(
         train_subset=stage.task.train_subset,
         train_size=record.train_size,
         seconds=result["seconds"],
+        cpu_seconds=result.get("cpu_seconds"),
         fingerprint=stage.fingerprint(),
         data_dir=record.data_dir,
         skip_bad=record.skip_bad,

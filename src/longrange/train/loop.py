@@ -57,7 +57,7 @@ from longrange.train.rundir import Intent, OpenRun, RunDir, check_out_dir, plain
 from longrange.train.sampler import BatchPlan, check_map_style, derived_seed
 from longrange.train.schedules import build_schedule
 from longrange.train.selection import BestSelector
-from longrange.train.state import STATE_FIELDS, TrainState
+from longrange.train.state import LATER_FIELDS, STATE_FIELDS, TrainState
 from longrange.train.step import training_step
 
 __all__ = ["BestPoint", "FitResult", "Trainer"]
@@ -85,9 +85,12 @@ class FitResult(TypedDict):
     step: int
     epochs: float
     stopped_early: bool
-    #: Per optimiser parameter group (``optim.group_report``), and seconds of training, resumes included.
+    #: Per optimiser parameter group (``optim.group_report``), and seconds of training, resumes
+    #: included: wall time, and the training process's CPU time (None where a resumed segment's is
+    #: unknown; see ``TrainState.cpu_seconds``).
     param_groups: dict[str, dict[str, Any]]
     seconds: float
+    cpu_seconds: float | None
     #: Where it ran and how (``train/environment.py``): device, precision, deterministic mode, the
     #: implementation each op ran.
     device: dict[str, Any]
@@ -203,6 +206,7 @@ class Trainer:
         self.selector = BestSelector(objective.metric, objective.higher_is_better, cfg.patience)
         self.progress = Progress(self.is_main and cfg.progress, self.total_steps, objective.metric, cfg.progress_every)
         self._segment_start, self._elapsed_before = time.time(), 0.0
+        self._segment_cpu_start, self._cpu_before = time.process_time(), 0.0
         #: Called as ``on_checkpoint(step, path)`` after ``last.pt`` is written (tests use it).
         self.on_checkpoint: Callable[[int, Path], None] | None = None
 
@@ -368,6 +372,7 @@ class Trainer:
             "stopped_early": self.selector.stopped_early,
             "param_groups": self.param_report,
             "seconds": self._elapsed(),
+            "cpu_seconds": self._cpu_seconds(),
             "device": record["device"],
             "precision": record["precision"],
             "deterministic": record["deterministic"],
@@ -380,6 +385,12 @@ class Trainer:
     def _elapsed(self) -> float:
         """Seconds of training: earlier (resumed) segments plus this one."""
         return self._elapsed_before + time.time() - self._segment_start
+
+    def _cpu_seconds(self) -> float | None:
+        """The process's CPU seconds of training, earlier segments plus this one (None: unknown)."""
+        if self._cpu_before is None:
+            return None
+        return self._cpu_before + time.process_time() - self._segment_cpu_start
 
     def _log(self, split: str, metrics: Mapping[str, float]) -> None:
         epoch = self.state.epoch + self.state.batches_done / self.steps_per_epoch
@@ -428,6 +439,7 @@ class Trainer:
         rng = D.gather_objects(rng_state())
         st = self.state
         st.elapsed = self._elapsed()
+        st.cpu_seconds = self._cpu_seconds()
         st.metrics_lines = self.logger.lines if self.is_main else 0
         if self.is_main:
             self.checkpointer.save(
@@ -474,16 +486,17 @@ class Trainer:
         self.schedule.load_state_dict(ckpt["schedule"])
         self.precision.load_state_dict(ckpt["scaler"])
         saved = ckpt["trainer"]
-        if not isinstance(saved, Mapping) or set(saved) != {*STATE_FIELDS, *BestSelector.FIELDS, *MetricMeter.FIELDS}:
+        expected = {*STATE_FIELDS, *BestSelector.FIELDS, *MetricMeter.FIELDS}
+        if not isinstance(saved, Mapping) or not set(saved) <= expected or expected - set(saved) - set(LATER_FIELDS):
             raise CheckpointError(
                 f"{last} was written by another version of the trainer (its state fields differ); "
                 "start afresh with --overwrite"
             )
-        self.state = TrainState(**{k: saved[k] for k in STATE_FIELDS})
+        self.state = TrainState(**{k: saved.get(k, LATER_FIELDS.get(k)) for k in STATE_FIELDS})
         self.checkpointer.step = self.state.step
         self.selector.load_state_dict(saved)
         self.meter.load_state_dict(saved)
-        self._elapsed_before = self.state.elapsed
+        self._elapsed_before, self._cpu_before = self.state.elapsed, self.state.cpu_seconds
         rng = ckpt["rng"]
         if len(rng) == self.env.world_size:
             set_rng_state(rng[self.env.rank])

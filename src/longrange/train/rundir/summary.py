@@ -74,6 +74,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "train_subset": ((float, int), False),
     "train_size": ((int,), False),
     "seconds": ((int, float), True),
+    "cpu_seconds": ((int, float), False),
     "fingerprint": ((str,), False),
     "data_dir": ((str,), False),
     "skip_bad": ((bool,), False),
@@ -104,6 +105,8 @@ class RunSummary:
     params: ParamCounts
     seconds: float
     test: dict[str, float | None] | None = None
+    #: The training process's CPU time (``seconds`` is wall time); None where not recorded.
+    cpu_seconds: float | None = None
     epochs: float | None = None
     stopped_early: bool | None = None
     #: A finetuning stage's pretraining run, relative to this run's directory, and what it was.
@@ -168,6 +171,8 @@ class RunSummary:
             )
         values["params"] = ParamCounts.from_json(values["params"], path)
         values["seconds"] = float(values["seconds"])
+        if values["cpu_seconds"] is not None:
+            values["cpu_seconds"] = float(values["cpu_seconds"])
         values["format"] = fmt
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
