@@ -298,3 +298,12 @@ def test_the_fused_softplus_rounds_before_path_computes_what_the_current_code_co
         for a, b in zip(out["now"], out["before"]):
             torch.testing.assert_close(a, b, rtol=tol, atol=tol)
     assert ab.scan_numba.selective_scan_numba is current
+
+
+def test_the_direct_calls_rounds_before_path_sends_every_call_through_the_dispatcher():
+    ab = _module()
+    assert ab.custom_ops.EAGER_CALLS
+    with ab.before("mamba2", "direct-calls"):
+        assert not ab.custom_ops.EAGER_CALLS
+        assert not ab.custom_ops.direct_call_allowed((torch.ones(2),))
+    assert ab.custom_ops.EAGER_CALLS and ab.custom_ops.direct_call_allowed((torch.ones(2),))

@@ -524,3 +524,115 @@ def test_the_kernel_loaders_constant_mark_is_dynamos_own_and_imports_no_dynamo()
     code = "import sys, longrange.models, longrange.layers; print('torch._dynamo' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------------------------
+# Direct calls in plain eager code
+# --------------------------------------------------------------------------------------------
+
+
+def _public_calls():
+    """(name, a function of fresh float64 leaves, the leaves) for each operator with a direct path."""
+    from longrange.ops.attention.numba import attention_numba
+    from longrange.ops.conv import causal_conv1d
+    from longrange.ops.glu import swiglu
+    from longrange.ops.matrix_state.dispatch import gated_delta_rule, gla
+    from longrange.ops.norm import rms_norm
+    from longrange.ops.scan import selective_scan
+
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    b, l, d, n = 2, 7, 16, 3
+    calls = [
+        ("rms_norm", lambda x, w, z: rms_norm(x, w, gate=z, impl="numba"), [r(b, l, d), r(d), r(b, l, d)]),
+        ("swiglu", lambda h: swiglu(h, impl="numba"), [r(b, l, 2 * d)]),
+        ("causal_conv1d", lambda x, w: causal_conv1d(x, w, activation="silu", impl="numba"), [r(b, d, l), r(d, 4)]),
+        (
+            "selective_scan (channels last)",
+            lambda u, dt, A, B, C: selective_scan(u, dt, A, B, C, delta_softplus=True, impl="numba"),
+            [r(b, d, l), r(b, d, l), -r(d, n).abs(), r(b, n, l), r(b, n, l)],
+        ),
+        (
+            "selective_scan (states inner)",
+            lambda u, dt, A, B, C: selective_scan(u, dt, A, B, C, delta_softplus=True, impl="numba"),
+            [r(b, d, l), r(b, d, l), -r(d, n).abs(), r(d, n), r(d, n)],
+        ),
+        ("attention", lambda q, k, v: attention_numba(q, k, v, causal=True), [r(b, 2, l, 4) for _ in range(3)]),
+        (
+            "gated_delta_rule",
+            lambda q, k, v, a, beta: gated_delta_rule(
+                q, k, v, -a.abs(), beta.sigmoid(), normalize_qk=True, impl="numba"
+            )[0],
+            [r(b, l, 2, 4), r(b, l, 2, 4), r(b, l, 2, 8), r(b, l, 2), r(b, l, 2)],
+        ),
+        (
+            "gla",
+            lambda q, k, v, a: gla(q, k, v, -a.abs(), impl="numba")[0],
+            [r(b, l, 2, 4), r(b, l, 2, 4), r(b, l, 2, 8), r(b, l, 2, 4)],
+        ),
+    ]
+    return calls
+
+
+def _graph_nodes(y: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes behind ``y``."""
+    seen, todo = set(), [y.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
+@numba_only
+def test_direct_calls_give_the_operators_values_and_gradients(monkeypatch):
+    """Each operator's plain eager call runs its implementation directly (its autograd node is the
+    direct one), and gives the values and gradients of the call through the dispatcher bit for bit."""
+    for name, fn, leaves in _public_calls():
+        out = {}
+        for direct in (True, False):
+            monkeypatch.setattr(custom_ops, "EAGER_CALLS", direct)
+            xs = [t.clone().requires_grad_() for t in leaves]
+            y = fn(*xs)
+            nodes = _graph_nodes(y)
+            assert any("_directBackward" in n for n in nodes) == direct, (name, nodes)
+            assert any("GeneratedBackwardFor_longrange" in n for n in nodes) == (not direct), (name, nodes)
+            weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
+            out[direct] = (y.detach(), *torch.autograd.grad((y * weights).sum(), xs, allow_unused=True))
+        for a, b in zip(out[True], out[False]):
+            assert (a is None and b is None) or torch.equal(a, b), name
+        with torch.no_grad():  # without a gradient: the implementation alone, no node
+            monkeypatch.setattr(custom_ops, "EAGER_CALLS", True)
+            assert torch.equal(fn(*leaves), out[True][0]) and fn(*leaves).grad_fn is None
+
+
+@numba_only
+def test_the_dispatcher_still_sees_calls_under_modes_the_profiler_and_other_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.randn(2, 3)
+    assert custom_ops.direct_call_allowed((x, None, 1.5, torch.nn.Parameter(x)))
+    assert not custom_ops.direct_call_allowed((x.to("meta"),))
+    with FlopCounterMode(display=False):
+        assert not custom_ops.direct_call_allowed((x,))
+    with FakeTensorMode():
+        assert not custom_ops.direct_call_allowed((x,))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert not custom_ops.direct_call_allowed((x,))
+    assert custom_ops.direct_call_allowed((x,))
+    # counted as before under FlopCounterMode, and named by the profiler
+    name, fn, leaves = _public_calls()[0]
+    with FlopCounterMode(display=False) as counter:
+        fn(*[t.clone().requires_grad_() for t in leaves]).sum().backward()
+    counted = {str(k).split(".")[-1] for k in counter.get_flop_counts()["Global"]}
+    assert {"rms_norm_numba", "rms_norm_numba_backward"} <= counted
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn(*[t.clone().requires_grad_() for t in leaves]).sum().backward()
+    keys = {e.key for e in prof.key_averages()}
+    assert {"longrange::rms_norm_numba", "longrange::rms_norm_numba_backward"} <= keys

@@ -373,8 +373,8 @@ def test_channels_last_kernels_run_where_they_apply(monkeypatch, layout, used):
     or more (here lowered to 2), the state-vectorised one otherwise; same results either way."""
     inp = make_inputs(b=2, d=4, n=3, l=9, layout=layout)
     calls = []
-    real = scan_numba._scan_cl_op
-    monkeypatch.setattr(scan_numba, "_scan_cl_op", lambda *a: calls.append(a[-1]) or real(*a))
+    real = scan_numba._scan_cl_op_eager
+    monkeypatch.setattr(scan_numba, "_scan_cl_op_eager", lambda *a: calls.append(a[-1]) or real(*a))
     monkeypatch.setattr(scan_numba, "CL_MIN_WIDTH", 2)
     y, s = call(selective_scan_numba, inp, ("D", "z", "initial_state"))
     assert calls == ([64] if used else [])

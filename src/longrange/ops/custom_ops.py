@@ -132,4 +132,74 @@ def register_flops(op: torch.library.CustomOpDef, formula: Callable[..., int]) -
         return int(formula(*args, **kwargs))
 
 
+#: Whether a plain eager call on CPU tensors runs an operator's implementation directly
+#: (:func:`autograd_and_eager`, :func:`eager`); False sends every call through the dispatcher.
+EAGER_CALLS = True
+#: The tensor types a direct call takes (anything else, a fake or functional tensor say, goes
+#: through the dispatcher).
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_profiling = getattr(torch._C._autograd, "_profiler_enabled", None)
+
+
+def direct_call_allowed(args: tuple) -> bool:
+    """Whether a call with ``args`` may skip the dispatcher: plain eager code (not compiling, no
+    dispatch mode such as ``FlopCounterMode`` or ``FakeTensorMode`` active, the profiler off, so
+    that these still see the operator) on plain CPU tensors."""
+    if not EAGER_CALLS or _dispatch_modes is None or _profiling is None:
+        return False
+    if torch.compiler.is_compiling() or _dispatch_modes() or _profiling():
+        return False
+    return all(not isinstance(a, torch.Tensor) or (type(a) in _PLAIN_TENSORS and a.device.type == "cpu") for a in args)
+
+
+def eager(op: torch.library.CustomOpDef) -> Callable[..., object]:
+    """``op`` (one without autograd: a backward operator) as a callable that runs its implementation
+    directly where :func:`direct_call_allowed`, and the operator otherwise. The dispatcher costs
+    about 25 µs a call, against a few µs for the small models' kernels."""
+    impl = getattr(op, "_init_fn", None)  # the decorated function (torch's CustomOpDef keeps it)
+
+    def call(*args):
+        if impl is not None and direct_call_allowed(args):
+            return impl(*args)
+        return op(*args)
+
+    call.op = op
+    return call
+
+
+def autograd_and_eager(
+    op: torch.library.CustomOpDef, backward: Callable[..., object], setup_context: Callable[..., None]
+) -> Callable[..., object]:
+    """Register ``backward`` and ``setup_context`` as ``op``'s autograd (``op.register_autograd``) and
+    return ``op`` as a callable that, where :func:`direct_call_allowed`, runs its implementation
+    directly, under an ``autograd.Function`` of the same ``setup_context`` and ``backward`` when a
+    gradient is needed: the same functions the operator's autograd runs, without the dispatcher
+    (a call's overhead falls from about 70 to 25 µs with a gradient)."""
+    op.register_autograd(backward, setup_context=setup_context)
+    impl = getattr(op, "_init_fn", None)
+
+    def forward(ctx, *args):
+        output = impl(*args)
+        setup_context(ctx, args, output)
+        return output
+
+    # its nodes in the autograd graph are named <op>_directBackward
+    Direct = type(
+        f"{op._name}_direct",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(lambda ctx, *grads: backward(ctx, *grads))},
+    )
+
+    def call(*args):
+        if impl is None or not direct_call_allowed(args):
+            return op(*args)
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return Direct.apply(*args)
+        return impl(*args)
+
+    call.op = op
+    return call
+
+
 tag_compile_caches()

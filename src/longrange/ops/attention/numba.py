@@ -24,7 +24,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels
 from longrange.ops._lazy_kernels import use_threads as _use_threads
-from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.custom_ops import autograd_and_eager, eager, qualname, register_flops
 
 #: The dtypes the kernels compute in (other floating inputs are computed in float32).
 DTYPES = (torch.float32, torch.float64)
@@ -110,12 +110,13 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, gout: Tensor, glse: Tensor | None):
     q, k, v, out, lse = ctx.saved_tensors
-    gq, gk, gv = _attention_backward_op(q, k, v, out, lse, gout, ctx.scale, ctx.causal)
+    gq, gk, gv = _attention_backward_op_eager(q, k, v, out, lse, gout, ctx.scale, ctx.causal)
     needs = ctx.needs_input_grad
     return (gq if needs[0] else None, gk if needs[1] else None, gv if needs[2] else None, None, None)
 
 
-_attention_op.register_autograd(_backward, setup_context=_setup_context)
+_attention_op_eager = autograd_and_eager(_attention_op, _backward, _setup_context)
+_attention_backward_op_eager = eager(_attention_backward_op)
 register_flops(_attention_op, lambda q, k, v, scale, causal: attention_flops(*q))
 register_flops(
     _attention_backward_op, lambda q, k, v, out, lse, gout, scale, causal: attention_flops(*q, backward=True)
@@ -135,5 +136,5 @@ def attention_numba(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
     def flat(t: Tensor) -> Tensor:
         return t.to(dtype).reshape(n * heads, length, width).contiguous()
 
-    out, _ = _attention_op(flat(q), flat(k), flat(v), width**-0.5, bool(causal))
+    out, _ = _attention_op_eager(flat(q), flat(k), flat(v), width**-0.5, bool(causal))
     return out.reshape(q.shape).to(q.dtype)

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels, block_width, divisors
 from longrange.ops._lazy_kernels import use_threads as _use_threads
-from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.custom_ops import autograd_and_eager, eager, qualname, register_flops
 
 #: The widest block of channels per task.
 MAX_WIDTH = 256
@@ -133,12 +133,13 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, gy: Tensor):
     x, weight, bias = ctx.saved_tensors
-    gx, gw, gb = _conv_backward_op(x, weight, bias, ctx.silu, gy)
+    gx, gw, gb = _conv_backward_op_eager(x, weight, bias, ctx.silu, gy)
     needs = ctx.needs_input_grad
     return (gx if needs[0] else None, gw if needs[1] else None, gb if bias is not None and needs[2] else None, None)
 
 
-_conv_op.register_autograd(_backward, setup_context=_setup_context)
+_conv_op_eager = autograd_and_eager(_conv_op, _backward, _setup_context)
+_conv_backward_op_eager = eager(_conv_backward_op)
 register_flops(_conv_op, lambda x, w, bias, silu: conv_flops(*x, w[0], bias is not None, silu))
 register_flops(
     _conv_backward_op, lambda x, w, bias, silu, gy: conv_flops(*x, w[0], bias is not None, silu, backward=True)
@@ -153,7 +154,7 @@ def causal_conv1d_numba(x: Tensor, weight: Tensor, bias: Tensor | None = None, s
     if not x.is_floating_point() or x.device.type != "cpu":
         raise RuntimeError(f"causal_conv1d: impl='numba' takes floating CPU tensors, got {x.dtype} on {x.device}")
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    y = _conv_op(
+    y = _conv_op_eager(
         x.to(dtype).transpose(1, 2).contiguous(),
         weight.to(dtype).t().contiguous(),
         None if bias is None else bias.to(dtype).contiguous(),

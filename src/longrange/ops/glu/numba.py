@@ -22,7 +22,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels, rows_per_task
 from longrange.ops._lazy_kernels import use_threads as _use_threads
-from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.custom_ops import autograd_and_eager, eager, qualname, register_flops
 
 #: The dtypes the kernels compute in (other floating inputs are computed in float32).
 DTYPES = (torch.float32, torch.float64)
@@ -97,10 +97,11 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, gy: Tensor) -> Tensor:
     (h,) = ctx.saved_tensors
-    return _glu_backward_op(h, gy)
+    return _glu_backward_op_eager(h, gy)
 
 
-_glu_op.register_autograd(_backward, setup_context=_setup_context)
+_glu_op_eager = autograd_and_eager(_glu_op, _backward, _setup_context)
+_glu_backward_op_eager = eager(_glu_backward_op)
 register_flops(_glu_op, lambda h: glu_flops(h[0], h[1] // 2))
 register_flops(_glu_backward_op, lambda h, gy: glu_flops(*gy, backward=True))
 
@@ -114,5 +115,5 @@ def swiglu_numba(h: Tensor) -> Tensor:
         raise RuntimeError(f"swiglu: impl='numba' takes floating CPU tensors, got {h.dtype} on {h.device}")
     dtype = torch.float64 if h.dtype == torch.float64 else torch.float32
     two_h = h.shape[-1]
-    y = _glu_op(h.to(dtype).reshape(-1, two_h).contiguous())
+    y = _glu_op_eager(h.to(dtype).reshape(-1, two_h).contiguous())
     return y.reshape(*h.shape[:-1], two_h // 2).to(h.dtype)

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels
 from longrange.ops._lazy_kernels import use_threads as _use_threads
-from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.custom_ops import autograd_and_eager, eager, qualname, register_flops
 from longrange.ops.matrix_state import gla as _gla
 from longrange.ops.matrix_state import mamba3 as _mamba3
 from longrange.ops.matrix_state import ssd as _ssd
@@ -209,13 +209,14 @@ def _setup_context(ctx, inputs, output) -> None:
 def _backward(ctx, do: Tensor | None, dS: Tensor | None, dckpt: Tensor | None):
     q, k, v, beta, g, ckpt = ctx.saved_tensors
     do, dS = _output_grads(q, v, do, dS)
-    dq, dk_, dv, dbeta, dg, dS0 = _backward_op(
+    dq, dk_, dv, dbeta, dg, dS0 = _backward_op_eager(
         q, k, v, beta, g, ctx.gated, ctx.normalize, ctx.scale, ckpt, ctx.span, do, dS
     )
     return dq, dk_, dv, dbeta, dg if ctx.gated else None, None, None, None, dS0, None
 
 
-_forward_op.register_autograd(_backward, setup_context=_setup_context)
+_forward_op_eager = autograd_and_eager(_forward_op, _backward, _setup_context)
+_backward_op_eager = eager(_backward_op)
 register_flops(_forward_op, lambda q, k, v, *rest: delta_rule_flops(*q, v[3]))
 register_flops(_backward_op, lambda q, k, v, *rest: delta_rule_flops(*q, v[3], backward=True))
 
@@ -241,7 +242,7 @@ def _run(
     gated = g is not None
     if not gated:
         g = torch.zeros_like(beta)  # not read
-    o, S, _ = _forward_op(
+    o, S, _ = _forward_op_eager(
         q.contiguous(),
         k.contiguous(),
         v.contiguous(),
@@ -358,11 +359,12 @@ def _gla_setup_context(ctx, inputs, output) -> None:
 def _gla_backward(ctx, do: Tensor | None, dS: Tensor | None, dckpt: Tensor | None):
     q, k, v, g, ckpt = ctx.saved_tensors
     do, dS = _output_grads(q, v, do, dS)
-    dq, dk_, dv, dg, dS0 = _gla_backward_op(q, k, v, g, ctx.scale, ckpt, ctx.span, do, dS)
+    dq, dk_, dv, dg, dS0 = _gla_backward_op_eager(q, k, v, g, ctx.scale, ckpt, ctx.span, do, dS)
     return dq, dk_, dv, dg, None, dS0, None
 
 
-_gla_op.register_autograd(_gla_backward, setup_context=_gla_setup_context)
+_gla_op_eager = autograd_and_eager(_gla_op, _gla_backward, _gla_setup_context)
+_gla_backward_op_eager = eager(_gla_backward_op)
 register_flops(_gla_op, lambda q, k, v, *rest: gla_flops(*q, v[3]))
 register_flops(_gla_backward_op, lambda q, k, v, *rest: gla_flops(*q, v[3], backward=True))
 
@@ -385,7 +387,7 @@ def gla_numba(
     b, l, h, dk, dv, dtype, _ = _gla._prepare(op, q, k, v, g, initial_state, None)
     S0 = initial(op, initial_state, b, h, dk, dv, dtype, q.device)
     span = _span(op, chunk_size, dk, dv, dtype.itemsize)
-    o, S, _ = _gla_op(
+    o, S, _ = _gla_op_eager(
         *(t.to(dtype).contiguous() for t in (q, k, v, g)), default_scale(scale, dk), S0.contiguous(), span
     )
     o = o.to(v.dtype)
@@ -424,7 +426,7 @@ def ssd_numba(
     q = C.to(dtype).unsqueeze(3).expand(*per_group, n).reshape(b, l, h, n)
     log_decay = (dts * A.to(dtype)).unsqueeze(-1)  # (b, l, h, 1): one decay for every row
     span = _span(op, chunk_size, n, p, dtype.itemsize)
-    y, S, _ = _gla_op(
+    y, S, _ = _gla_op_eager(
         q.contiguous(), k.contiguous(), xs.contiguous(), log_decay.contiguous(), 1.0, S0.contiguous(), span
     )
     if D is not None:
@@ -456,7 +458,7 @@ def mamba3_numba(*args: Any, chunk_size: int | None = None, **kwargs: Any) -> An
             S0 = q.new_zeros(b, h, n, p)
         span = _span(op, chunk_size, n, p, q.dtype.itemsize)
         values = v * write.unsqueeze(-1)
-        y, S, _ = _gla_op(
+        y, S, _ = _gla_op_eager(
             q.contiguous(), k.contiguous(), values.contiguous(), log_decay.unsqueeze(-1).contiguous(), 1.0,
             S0.contiguous(), span,
         )  # fmt: skip

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels, rows_per_task
 from longrange.ops._lazy_kernels import use_threads as _use_threads
-from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.custom_ops import autograd_and_eager, eager, qualname, register_flops
 
 #: The dtypes the kernels compute in (other floating inputs are computed in float32).
 DTYPES = (torch.float32, torch.float64)
@@ -133,7 +133,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, gy: Tensor, grstd: Tensor | None):
     x, gate, weight, rstd = ctx.saved_tensors
-    gx, ggate, gw = _norm_backward_op(x, gate, weight, rstd, gy, ctx.mode)
+    gx, ggate, gw = _norm_backward_op_eager(x, gate, weight, rstd, gy, ctx.mode)
     needs = ctx.needs_input_grad
     return (
         gx if needs[0] else None,
@@ -144,7 +144,8 @@ def _backward(ctx, gy: Tensor, grstd: Tensor | None):
     )
 
 
-_norm_op.register_autograd(_backward, setup_context=_setup_context)
+_norm_op_eager = autograd_and_eager(_norm_op, _backward, _setup_context)
+_norm_backward_op_eager = eager(_norm_backward_op)
 register_flops(_norm_op, lambda x, gate, w, eps, mode: norm_flops(*x, mode))
 register_flops(_norm_backward_op, lambda x, gate, w, rstd, gy, mode: norm_flops(*x, mode, backward=True))
 
@@ -160,7 +161,7 @@ def rms_norm_numba(
         raise RuntimeError(f"rms_norm: impl='numba' takes floating CPU tensors, got {x.dtype} on {x.device}")
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     D = x.shape[-1]
-    y, _ = _norm_op(
+    y, _ = _norm_op_eager(
         x.to(dtype).reshape(-1, D).contiguous(),
         None if gate is None else gate.to(dtype).reshape(-1, D).contiguous(),
         weight.to(dtype).reshape(-1, D).contiguous(),

@@ -50,7 +50,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels, block_width, divisors
 from longrange.ops._lazy_kernels import use_threads as _use_threads
-from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.custom_ops import autograd_and_eager, eager, qualname, register_flops
 from longrange.ops.scan.common import check_shapes, compute_dtype, prepare_delta, scan_flops
 
 _KERNELS = LazyKernels("longrange.ops.scan._numba_kernels")
@@ -258,12 +258,13 @@ def _backward(ctx, gout: Tensor, glast: Tensor):
     u, dt, A, B4, C4, D, z, h0 = ctx.saved_tensors
     gout = torch.zeros_like(u) if gout is None else gout
     glast = u.new_zeros(*u.shape[:2], A.shape[1]) if glast is None else glast
-    grads = _scan_backward_op(u, dt, A, B4, C4, D, z, h0, gout, glast)
+    grads = _scan_backward_op_eager(u, dt, A, B4, C4, D, z, h0, gout, glast)
     present = (True, True, True, True, True, D is not None, z is not None, h0 is not None)
     return tuple(g if has and need else None for g, has, need in zip(grads, present, ctx.needs_input_grad))
 
 
-_scan_op.register_autograd(_backward, setup_context=_setup_context)
+_scan_op_eager = autograd_and_eager(_scan_op, _backward, _setup_context)
+_scan_backward_op_eager = eager(_scan_backward_op)
 
 
 # --------------------------------------------------------------------------------------------
@@ -458,13 +459,14 @@ def _cl_backward(ctx, gout: Tensor, glast: Tensor, gstates: Tensor):
     u, raw, A, B4, C4, D, z, h0, bias, states = ctx.saved_tensors
     gout = torch.zeros_like(u) if gout is None else gout
     glast = u.new_zeros(u.shape[0], u.shape[2], A.shape[1]) if glast is None else glast
-    grads = _scan_cl_backward_op(u, raw, A, B4, C4, D, z, bias, ctx.softplus, states, gout, glast, ctx.chunk)
+    grads = _scan_cl_backward_op_eager(u, raw, A, B4, C4, D, z, bias, ctx.softplus, states, gout, glast, ctx.chunk)
     present = (True, True, True, True, True, D is not None, z is not None, h0 is not None, bias is not None)
     grads = tuple(g if has and need else None for g, has, need in zip(grads, present, ctx.needs_input_grad))
     return (*grads, None, None)
 
 
-_scan_cl_op.register_autograd(_cl_backward, setup_context=_setup_cl_context)
+_scan_cl_op_eager = autograd_and_eager(_scan_cl_op, _cl_backward, _setup_cl_context)
+_scan_cl_backward_op_eager = eager(_scan_cl_backward_op)
 
 
 def _flops(u, dt, A, B4, C4, D, z, h0, *rest, backward: bool = False) -> int:
@@ -527,7 +529,7 @@ def selective_scan_numba(
 
         # delta's bias and softplus in the kernel, delta's gradient in (b, l, d) as well (row-major
         # for the product that made delta)
-        out, last, _ = _scan_cl_op(
+        out, last, _ = _scan_cl_op_eager(
             prep_cl(u),
             prep_cl(delta),
             prep(A),
@@ -543,6 +545,6 @@ def selective_scan_numba(
         out = out.transpose(1, 2)
     else:
         dt = prepare_delta(delta, delta_bias, delta_softplus, dtype)
-        out, last = _scan_op(prep(u), prep(dt), prep(A), B4, C4, prep(D), prep(z), prep(initial_state))
+        out, last = _scan_op_eager(prep(u), prep(dt), prep(A), B4, C4, prep(D), prep(z), prep(initial_state))
     out = out.to(u.dtype)
     return (out, last) if return_last_state else out
