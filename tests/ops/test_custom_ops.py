@@ -539,6 +539,7 @@ def _public_calls():
     from longrange.ops.matrix_state.dispatch import gated_delta_rule, gla
     from longrange.ops.norm import rms_norm
     from longrange.ops.scan import selective_scan
+    from longrange.ops.ssm_kernels import cauchy, vandermonde_kernel
 
     g = torch.Generator().manual_seed(0)
 
@@ -572,6 +573,18 @@ def _public_calls():
             "gla",
             lambda q, k, v, a: gla(q, k, v, -a.abs(), impl="numba")[0],
             [r(b, l, 2, 4), r(b, l, 2, 4), r(b, l, 2, 8), r(b, l, 2, 4)],
+        ),
+        (
+            "vandermonde",
+            lambda a, w: vandermonde_kernel(torch.view_as_complex(a), torch.view_as_complex(w), l, impl="numba"),
+            [-r(3, 4, 2).abs(), r(3, 4, 2)],
+        ),
+        (
+            "cauchy",
+            lambda v, z, w: torch.view_as_real(
+                cauchy(torch.view_as_complex(v), torch.view_as_complex(z), torch.view_as_complex(w), impl="numba")
+            ),
+            [r(3, 4, 2), r(5, 2), r(3, 4, 2)],
         ),
     ]
     return calls

@@ -210,11 +210,14 @@ def cauchy_flops(J: int, R: int, N: int, K: int, conj_pairs: bool, backward: boo
 # --------------------------------------------------------------------------------------------
 
 
-def register_vandermonde_operators(op, backward_op) -> None:
+def register_vandermonde_operators(op, backward_op):
     """Fake implementations, autograd and FLOP counts of a Vandermonde operator
     ``(a_re, a_im, w_re, w_im, L) -> (J, R, L)`` and of its backward
-    ``(a_re, a_im, w_re, w_im, grad, L) -> (ga_re, ga_im, gw_re, gw_im)``."""
-    from longrange.ops.custom_ops import register_flops
+    ``(a_re, a_im, w_re, w_im, grad, L) -> (ga_re, ga_im, gw_re, gw_im)``; returns the operator as
+    a callable that skips the dispatcher in plain eager calls (:func:`~longrange.ops.custom_ops.autograd_and_eager`)."""
+    from longrange.ops.custom_ops import autograd_and_eager, eager, register_flops
+
+    backward_call = eager(backward_op)
 
     op.register_fake(lambda a_re, a_im, w_re, w_im, L: w_re.new_empty(*w_re.shape[:2], L))
     backward_op.register_fake(
@@ -231,20 +234,22 @@ def register_vandermonde_operators(op, backward_op) -> None:
         ctx.L = inputs[4]
 
     def backward(ctx, grad: Tensor):
-        grads = backward_op(*ctx.saved_tensors, grad, ctx.L)
+        grads = backward_call(*ctx.saved_tensors, grad, ctx.L)
         return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
 
-    op.register_autograd(backward, setup_context=setup_context)
+    call = autograd_and_eager(op, backward, setup_context)
     register_flops(op, lambda a_re, a_im, w_re, w_im, L: vandermonde_flops(*w_re, L))
     register_flops(backward_op, lambda a_re, a_im, w_re, w_im, grad, L: vandermonde_flops(*w_re, L, backward=True))
+    return call
 
 
-def register_cauchy_operator(op, backward) -> None:
+def register_cauchy_operator(op, backward):
     """Fake implementation, autograd and FLOP count of a Cauchy operator
     ``(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs) -> (out_re, out_im)``; ``backward(ctx,
     saved tensors, g_re, g_im)`` returns the six gradients (``ctx.conj_pairs``,
-    ``ctx.needs_input_grad`` as usual); the backward operator registers its own."""
-    from longrange.ops.custom_ops import register_flops
+    ``ctx.needs_input_grad`` as usual); the backward operator registers its own. Returns the
+    operator as a callable that skips the dispatcher in plain eager calls."""
+    from longrange.ops.custom_ops import autograd_and_eager, register_flops
 
     def fake(v_re, v_im, z_re, z_im, w_re, w_im, conj_pairs):
         shape = (*v_re.shape[:2], z_re.shape[1])
@@ -259,5 +264,6 @@ def register_cauchy_operator(op, backward) -> None:
         return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None)
 
     op.register_fake(fake)
-    op.register_autograd(backward_, setup_context=setup_context)
+    call = autograd_and_eager(op, backward_, setup_context)
     register_flops(op, lambda v_re, v_im, z_re, z_im, w_re, w_im, conj: cauchy_flops(*v_re, z_re[1], conj))
+    return call

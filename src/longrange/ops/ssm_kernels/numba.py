@@ -39,7 +39,7 @@ from torch import Tensor
 
 from longrange.ops._lazy_kernels import LazyKernels
 from longrange.ops._lazy_kernels import use_threads as _use_threads
-from longrange.ops.custom_ops import qualname, register_flops
+from longrange.ops.custom_ops import eager, qualname, register_flops
 from longrange.ops.ssm_kernels.common import (
     VANDERMONDE,
     cauchy_flops,
@@ -167,7 +167,7 @@ def _vandermonde_backward_op(
     return ga_re.sum(1).to(real), ga_im.sum(1).to(real), gw_re, gw_im
 
 
-register_vandermonde_operators(_vandermonde_op, _vandermonde_backward_op)
+_vandermonde_op_eager = register_vandermonde_operators(_vandermonde_op, _vandermonde_backward_op)
 
 
 def _steps(a_re: Tensor, a_im: Tensor, block: int) -> tuple[tuple, tuple]:
@@ -182,7 +182,7 @@ def vandermonde_numba(log_dA: Tensor, W: Tensor, L: int) -> Tensor:
     _kernels_or_raise(VANDERMONDE + "_kernel", log_dA, W)
     layout = vandermonde_layout(log_dA, W, L)
     a, w = layout.to_canonical(log_dA, W)
-    return layout.from_canonical(_vandermonde_op(a.real, a.imag, w.real, w.imag, L))
+    return layout.from_canonical(_vandermonde_op_eager(a.real, a.imag, w.real, w.imag, L))
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,12 +282,13 @@ def _(v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj_pairs):
 def _cauchy_backward(ctx, saved: tuple[Tensor, ...], g_re: Tensor, g_im: Tensor) -> tuple[Tensor, ...]:
     """The gradients (v_re, v_im, z_re, z_im, w_re, w_im) of :func:`_cauchy_op`: the kernels'
     partial sums added in float64 and rounded to the inputs' dtype."""
-    gv_re, gv_im, gz_re, gz_im, gw_re, gw_im = _cauchy_backward_op(*saved, g_re, g_im, ctx.conj_pairs)
+    gv_re, gv_im, gz_re, gz_im, gw_re, gw_im = _cauchy_backward_op_eager(*saved, g_re, g_im, ctx.conj_pairs)
     real = saved[0].dtype
     return gv_re.sum(0).to(real), gv_im.sum(0).to(real), gz_re, gz_im, gw_re.sum(0).to(real), gw_im.sum(0).to(real)
 
 
-register_cauchy_operator(_cauchy_op, _cauchy_backward)
+_cauchy_op_eager = register_cauchy_operator(_cauchy_op, _cauchy_backward)
+_cauchy_backward_op_eager = eager(_cauchy_backward_op)
 register_flops(
     _cauchy_backward_op,
     lambda v_re, v_im, z_re, z_im, w_re, w_im, g_re, g_im, conj: cauchy_flops(*v_re, z_re[1], conj, backward=True),
@@ -302,7 +303,7 @@ def cauchy_numba(v: Tensor, z: Tensor, w: Tensor, conj_pairs: bool = False) -> T
     if layout.R * layout.J == 0 or layout.K == 0:
         return layout.from_canonical(torch.zeros(layout.J, layout.R, layout.K, dtype=complex_dtype(layout.real)))
     vc, zc, wc = layout.to_canonical(v, z, w)
-    out_re, out_im = _cauchy_op(vc.real, vc.imag, zc.real, zc.imag, wc.real, wc.imag, bool(conj_pairs))
+    out_re, out_im = _cauchy_op_eager(vc.real, vc.imag, zc.real, zc.imag, wc.real, wc.imag, bool(conj_pairs))
     return layout.from_canonical(torch.complex(out_re, out_im))
 
 
