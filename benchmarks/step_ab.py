@@ -101,7 +101,8 @@ Round ``direct-calls`` (the nineteenth; ``--batch-size 32 --seq-len 24`` for the
 for MAD's layers, whose stacks all run the numba RMS norm and SwiGLU):
 
 * every model with a numba operator (the scans, the short convolution, the RMS norm, SwiGLU,
-  attention, the matrix-state recurrences): each call went through PyTorch's dispatcher (about 25
+  attention, the matrix-state recurrences, the Vandermonde and Cauchy products): each call went
+  through PyTorch's dispatcher (about 25
   µs, 45 more with autograd); now plain eager calls on CPU tensors run the operator's
   implementation directly, under an ``autograd.Function`` of the same backward
   (``ops/custom_ops.py::autograd_and_eager``); the "before" sets ``EAGER_CALLS`` off.
