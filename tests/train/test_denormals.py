@@ -122,6 +122,39 @@ def test_a_run_resumed_in_the_other_mode_records_both(tmp_path, monkeypatch, sec
     assert result["device"]["denormals"] == ("kept" if second == "keep" else "mixed")
 
 
+@pytest.mark.parametrize("saved", ["no device record", "no mode in it"])
+def test_a_run_resumed_from_a_checkpoint_without_a_mode_records_both(tmp_path, monkeypatch, saved):
+    """A checkpoint written before the mode was recorded trained with subnormals kept: resumed with
+    them flushed, the record says ``mixed``, never ``flushed`` alone."""
+    from longrange.train import load_checkpoint, save_checkpoint
+
+    cfg = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "checkpoint_every": 2}
+
+    def trainer(**kw):
+        model, tr, va, te = toy_setup()
+        return Trainer(
+            model, ToyObjective(), tr, va, collate, cfg, tmp_path / "run", test_set=te, tensorboard=False, **kw
+        )
+
+    def stop(step, path):
+        raise Stop
+
+    monkeypatch.setenv(D.ENV, "keep")
+    first = trainer()
+    first.on_checkpoint = stop
+    with pytest.raises(Stop):
+        first.fit()
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    ckpt = load_checkpoint(last)
+    if saved == "no device record":
+        del ckpt["device"]
+    else:
+        del ckpt["device"]["denormals"]
+    save_checkpoint(ckpt, last)
+    monkeypatch.setenv(D.ENV, "flush")
+    assert trainer(resume=True).fit()["device"]["denormals"] == "mixed"
+
+
 def test_a_scan_whose_gradients_underflow_gives_the_same_gradients_flushed():
     """A selective scan over 512 positions with fast decays: its backward carries gradients through
     the subnormal range (the case that ran 5x slower with IEEE subnormals on an Intel Xeon). Flushed,

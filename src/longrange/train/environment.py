@@ -146,9 +146,11 @@ def merge_denormals(device: dict[str, Any], earlier: Mapping[str, Any] | None) -
     """This segment's device record (:func:`describe_device`) for a run resumed from a checkpoint whose
     segments trained on ``earlier`` (its saved record; None for checkpoints that saved none): the
     subnormal mode becomes ``"mixed"`` where a segment trained in the other one, so that the record
-    never claims one mode for a run that trained in both."""
-    before = (earlier or {}).get("denormals")
-    if before is None or device.get("denormals") in (None, before):
+    never claims one mode for a run that trained in both. A checkpoint without a recorded mode was
+    written before training flushed subnormals: its segments kept them (as the report reads a
+    record without the mode)."""
+    before = (earlier or {}).get("denormals", "kept")
+    if device.get("denormals") in (None, before):
         return device
     return {**device, "denormals": "mixed"}
 
