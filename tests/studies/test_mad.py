@@ -196,6 +196,15 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
         assert fields[5] in ("0.001", "0.0005") and fields[8] == "test" and 0 <= float(fields[9]) <= 1
     assert (out / "mad_scores.png").stat().st_size > 0
     assert json.loads((out / "mad.json").read_text())["models"] == ["gated-deltanet"]
+    # Each task's stage time: its stages (2 grid points x 2 regimes + 1 pretraining), the summaries'
+    # seconds and CPU seconds summed.
+    report = (out / "mad_report.md").read_text()
+    summaries = [json.loads(p.read_text()) for p in out.glob("mad-memorization/**/summary.json")]
+    assert len(summaries) == 5
+    wall = sum(s["seconds"] for s in summaries) / 3600
+    cpu = sum(s["cpu_seconds"] for s in summaries) / 3600
+    assert f"| mad-memorization | 5 of 5 | {wall:.2f} | {cpu:.2f} |" in report
+    assert "| all | 10 of 10 |" in report
     # Run again: everything is reused; --report rebuilds the report from the runs alone.
     assert main(args) == 0
     assert "## scratch: MAD score" in capsys.readouterr().out
@@ -291,6 +300,15 @@ def test_the_published_scores_sit_beside_a_model_mad_reports(tmp_path):
     assert M.scores_plot(report, tmp_path / "scores.png").exists()
     no_hyena = M.MadReport(settings(models=("gated-deltanet",)), [], [], {})
     assert "Published MAD scores" not in no_hyena.markdown()
+
+
+def test_stage_time_counts_the_plan_s_stages_and_says_where_cpu_time_is_missing():
+    t = M.StageTime(4)
+    t.add({"seconds": 3600.0, "cpu_seconds": 1800.0})
+    t.add({"seconds": 1800.0})  # a stage run before CPU time was recorded
+    assert (t.finished, t.seconds, t.cpu_seconds, t.with_cpu) == (2, 5400.0, 1800.0, 1)
+    report = M.MadReport(M.MadSettings(models=("hyena",)), [], [], {}, times={"mad-memorization": t})
+    assert "| mad-memorization | 2 of 4 | 1.50 | 0.50 (1 of 2 stages recorded it) |" in report.markdown()
 
 
 def test_the_published_scores_are_the_figures_own_mean():

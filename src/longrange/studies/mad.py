@@ -626,6 +626,37 @@ def overall_scores(scores: Iterable[TaskScore], tasks: Sequence[str]) -> dict[tu
 
 
 @dataclass
+class StageTime:
+    """The time of a task's stages: how many the plan has and how many finished, their ``seconds``
+    summed (wall time: a worker paused or waiting for a busy machine counts) and their
+    ``cpu_seconds`` summed over the ``with_cpu`` finished stages that recorded it."""
+
+    planned: int
+    finished: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    with_cpu: int = 0
+
+    def add(self, summary: Mapping[str, Any]) -> None:
+        self.finished += 1
+        self.seconds += float(summary.get("seconds") or 0.0)
+        if summary.get("cpu_seconds") is not None:
+            self.cpu_seconds += float(summary["cpu_seconds"])
+            self.with_cpu += 1
+
+
+def stage_times(plan: Plan, summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, StageTime]:
+    """Per task (the first part of a stage's id, ``TASK/MODEL/...``), the time of its stages."""
+    times: dict[str, StageTime] = {}
+    for stage in plan.stages:
+        task = stage.id.split("/")[0]
+        times.setdefault(task, StageTime(0)).planned += 1
+        if stage.id in summaries:
+            times[task].add(summaries[stage.id])
+    return times
+
+
+@dataclass
 class MadReport:
     """The study's results: what was selected, the scores, and the text of its tables."""
 
@@ -634,6 +665,8 @@ class MadReport:
     scores: list[TaskScore]
     overall: dict[tuple[str, str, int], float | None]
     sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: task -> its stages' time (:class:`StageTime`), pretraining included.
+    times: dict[str, StageTime] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._by_key = {(s.model, s.task, s.regime, s.seed): s.score for s in self.scores}
@@ -717,6 +750,7 @@ class MadReport:
                     lines.append(f"| {model} | {task} | {paired_cells(diffs)} |")
             lines.append("")
         lines += self._published(tasks)
+        lines += self._time()
         incomplete = [s for s in self.selected if s.lr is None]
         if incomplete:
             lines.append(
@@ -754,6 +788,45 @@ class MadReport:
             cells = [f"{100 * v:.1f}" for v in scores] + [f"{100 * math.fsum(scores) / len(scores):.1f}"]
             lines.append(f"| {model} (published) | " + " | ".join(cells) + " |")
         return [*lines, ""]
+
+    def _time(self) -> list[str]:
+        """Each task's stage time: wall hours, and CPU hours where every finished stage recorded them."""
+        if not self.times:
+            return []
+        lines = [
+            "## Time",
+            "",
+            "The finished stages' own time (training, evaluation and checkpoints; pretraining included), summed: "
+            "wall time, which also counts a worker paused or waiting for a busy machine, and the training "
+            "processes' CPU time where the runs recorded it.",
+            "",
+            "| task | stages finished | wall hours | CPU hours |",
+            "|---|---:|---:|---:|",
+        ]
+        total = StageTime(0)
+        for task, t in self.times.items():
+            lines.append(f"| {task} | {t.finished} of {t.planned} | {t.seconds / 3600:.2f} | {self._cpu_hours(t)} |")
+            total.planned += t.planned
+            total.finished += t.finished
+            total.seconds += t.seconds
+            total.cpu_seconds += t.cpu_seconds
+            total.with_cpu += t.with_cpu
+        lines.append(
+            f"| all | {total.finished} of {total.planned} | {total.seconds / 3600:.2f} | {self._cpu_hours(total)} |"
+        )
+        return [*lines, ""]
+
+    @staticmethod
+    def _cpu_hours(t: StageTime) -> str:
+        if t.finished == 0:
+            return ""
+        if t.with_cpu < t.finished:
+            return (
+                f"{t.cpu_seconds / 3600:.2f} ({t.with_cpu} of {t.finished} stages recorded it)"
+                if t.with_cpu
+                else "not recorded"
+            )
+        return f"{t.cpu_seconds / 3600:.2f}"
 
     def _ranking(self, regime: str) -> list[str]:
         st = self.settings
@@ -810,7 +883,8 @@ class MadReport:
 def build_report(settings: MadSettings, out_dir: str | Path) -> MadReport:
     """The report of the study in ``out_dir`` from its finished runs (unfinished ones are missing)."""
     plan, points = mad_plan(settings)
-    summaries = plan.summaries(out_dir, list(points))
+    every = plan.summaries(out_dir, [stage.id for stage in plan.stages])
+    summaries = {i: every[i] for i in points if i in every}
     selected = select(points, summaries, settings.screen)
     levels = {task: list(settings.task_levels(task)) for task in settings.tasks}
     scores = task_scores(selected, levels)
@@ -821,7 +895,7 @@ def build_report(settings: MadSettings, out_dir: str | Path) -> MadReport:
             if p.model == model and stage_id in summaries:
                 sizes[model] = dict(summaries[stage_id].get("params") or {})
                 break
-    return MadReport(settings, selected, scores, overall, sizes)
+    return MadReport(settings, selected, scores, overall, sizes, stage_times(plan, every))
 
 
 SETTINGS_FILE = "mad.json"
