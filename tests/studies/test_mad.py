@@ -303,10 +303,15 @@ def test_the_published_scores_sit_beside_a_model_mad_reports(tmp_path):
 
 
 def test_stage_time_counts_the_plan_s_stages_and_says_where_cpu_time_is_missing():
-    t = M.StageTime(4)
-    t.add({"seconds": 3600.0, "cpu_seconds": 1800.0})
-    t.add({"seconds": 1800.0})  # a stage run before CPU time was recorded
-    assert (t.finished, t.seconds, t.cpu_seconds, t.with_cpu) == (2, 5400.0, 1800.0, 1)
+    t = M.group_times(
+        [
+            ("mad-memorization", {"seconds": 3600.0, "cpu_seconds": 1800.0}),
+            ("mad-memorization", {"seconds": 1800.0}),  # a stage run before CPU time was recorded
+            ("mad-memorization", None),  # not finished
+            ("mad-memorization", None),
+        ]
+    )["mad-memorization"]
+    assert (t.planned, t.finished, t.seconds, t.cpu_seconds, t.with_cpu) == (4, 2, 5400.0, 1800.0, 1)
     report = M.MadReport(M.MadSettings(models=("hyena",)), [], [], {}, times={"mad-memorization": t})
     assert "| mad-memorization | 2 of 4 | 1.50 | 0.50 (1 of 2 stages recorded it) |" in report.markdown()
 

@@ -131,3 +131,11 @@ def test_a_tiny_axis_runs_and_reports(tmp_path, capsys):
     states = {int(r.split(",")[1]): int(r.split(",")[4]) for r in rows[1:]}
     assert states[8] == 2 * states[4] > 0  # S6's state grows with its width
     assert (tmp_path / "zoology_state.png").stat().st_size > 0
+    # the stage time of the model's runs: 2 widths x (scratch, pretraining, finetuning)
+    import json
+
+    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("**/summary.json")]
+    assert len(summaries) == 6
+    hours = sum(s["seconds"] for s in summaries) / 3600
+    cpu = sum(s["cpu_seconds"] for s in summaries) / 3600
+    assert f"| simple-s6 | 6 of 6 | {hours:.2f} | {cpu:.2f} |" in text.split("## Time")[1]

@@ -74,6 +74,7 @@ from longrange.experiment.config import (
     load_preset,
 )
 from longrange.experiment.plan import Plan, Stage, slug
+from longrange.studies.tables import StageTime, group_times, time_lines
 
 #: MAD's six tasks.
 MAD_TASKS = (
@@ -625,35 +626,9 @@ def overall_scores(scores: Iterable[TaskScore], tasks: Sequence[str]) -> dict[tu
     return out
 
 
-@dataclass
-class StageTime:
-    """The time of a task's stages: how many the plan has and how many finished, their ``seconds``
-    summed (wall time: a worker paused or waiting for a busy machine counts) and their
-    ``cpu_seconds`` summed over the ``with_cpu`` finished stages that recorded it."""
-
-    planned: int
-    finished: int = 0
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    with_cpu: int = 0
-
-    def add(self, summary: Mapping[str, Any]) -> None:
-        self.finished += 1
-        self.seconds += float(summary.get("seconds") or 0.0)
-        if summary.get("cpu_seconds") is not None:
-            self.cpu_seconds += float(summary["cpu_seconds"])
-            self.with_cpu += 1
-
-
 def stage_times(plan: Plan, summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, StageTime]:
     """Per task (the first part of a stage's id, ``TASK/MODEL/...``), the time of its stages."""
-    times: dict[str, StageTime] = {}
-    for stage in plan.stages:
-        task = stage.id.split("/")[0]
-        times.setdefault(task, StageTime(0)).planned += 1
-        if stage.id in summaries:
-            times[task].add(summaries[stage.id])
-    return times
+    return group_times((stage.id.split("/")[0], summaries.get(stage.id)) for stage in plan.stages)
 
 
 @dataclass
@@ -790,43 +765,7 @@ class MadReport:
         return [*lines, ""]
 
     def _time(self) -> list[str]:
-        """Each task's stage time: wall hours, and CPU hours where every finished stage recorded them."""
-        if not self.times:
-            return []
-        lines = [
-            "## Time",
-            "",
-            "The finished stages' own time (training, evaluation and checkpoints; pretraining included), summed: "
-            "wall time, which also counts a worker paused or waiting for a busy machine, and the training "
-            "processes' CPU time where the runs recorded it.",
-            "",
-            "| task | stages finished | wall hours | CPU hours |",
-            "|---|---:|---:|---:|",
-        ]
-        total = StageTime(0)
-        for task, t in self.times.items():
-            lines.append(f"| {task} | {t.finished} of {t.planned} | {t.seconds / 3600:.2f} | {self._cpu_hours(t)} |")
-            total.planned += t.planned
-            total.finished += t.finished
-            total.seconds += t.seconds
-            total.cpu_seconds += t.cpu_seconds
-            total.with_cpu += t.with_cpu
-        lines.append(
-            f"| all | {total.finished} of {total.planned} | {total.seconds / 3600:.2f} | {self._cpu_hours(total)} |"
-        )
-        return [*lines, ""]
-
-    @staticmethod
-    def _cpu_hours(t: StageTime) -> str:
-        if t.finished == 0:
-            return ""
-        if t.with_cpu < t.finished:
-            return (
-                f"{t.cpu_seconds / 3600:.2f} ({t.with_cpu} of {t.finished} stages recorded it)"
-                if t.with_cpu
-                else "not recorded"
-            )
-        return f"{t.cpu_seconds / 3600:.2f}"
+        return time_lines(self.times, "task")
 
     def _ranking(self, regime: str) -> list[str]:
         st = self.settings

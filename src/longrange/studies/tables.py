@@ -15,12 +15,15 @@ of the raw results files the studies commit (:data:`ROW_KEYS`), read from the ru
   order changes from scratch's (:func:`~longrange.report.ranking.order_reversals`);
 * :func:`pooled` and :func:`complete`: settings that run the same experiments read as one, and only
   the groups run at every seed asked for (a pooled mean never mixes seed sets);
-* :func:`pretraining_losses`: the last validation losses of every pretraining run.
+* :func:`pretraining_losses`: the last validation losses of every pretraining run;
+* :class:`StageTime`, :func:`group_times`, :func:`time_lines`: the stages' time per part of a
+  study (wall hours, and CPU hours where the runs recorded them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +292,76 @@ def write_results(directory: Path, stem: str, data: Any, markdown: str) -> tuple
     raw = atomic_write(directory / f"{stem}.json", (json.dumps(data, indent=1) + "\n").encode())
     text = atomic_write(directory / f"{stem}.md", (markdown + "\n").encode())
     return raw, text
+
+
+# ----------------------------------------------------------------------------------------------
+# Time
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageTime:
+    """The time of a part of a study: how many stages it plans and how many finished, their
+    ``seconds`` summed (wall time: a worker paused or waiting for a busy machine counts) and their
+    ``cpu_seconds`` summed over the ``with_cpu`` finished stages that recorded it."""
+
+    planned: int = 0
+    finished: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    with_cpu: int = 0
+
+    def add(self, summary: Mapping[str, Any] | None) -> None:
+        """One planned stage, finished with ``summary`` (None: not finished)."""
+        self.planned += 1
+        if summary is None:
+            return
+        self.finished += 1
+        self.seconds += float(summary.get("seconds") or 0.0)
+        if summary.get("cpu_seconds") is not None:
+            self.cpu_seconds += float(summary["cpu_seconds"])
+            self.with_cpu += 1
+
+    def cpu_hours(self) -> str:
+        """The CPU hours as a table shows them: with how many stages recorded them where not all did."""
+        if self.finished == 0:
+            return ""
+        if not self.with_cpu:
+            return "not recorded"
+        hours = f"{self.cpu_seconds / 3600:.2f}"
+        return (
+            hours
+            if self.with_cpu == self.finished
+            else f"{hours} ({self.with_cpu} of {self.finished} stages recorded it)"
+        )
+
+
+def group_times(stages: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict[str, StageTime]:
+    """``(part, summary or None)`` per planned stage -> each part's :class:`StageTime`, in first-seen order."""
+    times: dict[str, StageTime] = {}
+    for part, summary in stages:
+        times.setdefault(part, StageTime()).add(summary)
+    return times
+
+
+def time_lines(times: Mapping[str, StageTime], part: str) -> list[str]:
+    """A Markdown section: each part's finished stages, wall hours and CPU hours, and their sum."""
+    if not times:
+        return []
+    lines = [
+        "## Time",
+        "",
+        "The finished stages' own time (training, evaluation and checkpoints; pretraining included), summed: "
+        "wall time, which also counts a worker paused or waiting for a busy machine, and the training "
+        "processes' CPU time where the runs recorded it.",
+        "",
+        f"| {part} | stages finished | wall hours | CPU hours |",
+        "|---|---:|---:|---:|",
+    ]
+    total = StageTime()
+    for name, t in times.items():
+        lines.append(f"| {name} | {t.finished} of {t.planned} | {t.seconds / 3600:.2f} | {t.cpu_hours()} |")
+        for f in ("planned", "finished", "seconds", "cpu_seconds", "with_cpu"):
+            setattr(total, f, getattr(total, f) + getattr(t, f))
+    lines.append(f"| all | {total.finished} of {total.planned} | {total.seconds / 3600:.2f} | {total.cpu_hours()} |")
+    return [*lines, ""]

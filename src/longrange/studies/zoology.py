@@ -200,7 +200,27 @@ def paired_lines(pts: Sequence[Point], models: Sequence[str], widths: Sequence[i
     return lines
 
 
-def markdown(pts: Sequence[Point], models: Sequence[str], widths: Sequence[int], field: str = "d_model") -> str:
+def times(out_dir: str | Path, models: Sequence[str], widths: Sequence[int], field: str = "d_model"):
+    """Each model's stage time (:class:`~longrange.studies.tables.StageTime`) over every stage of the
+    grid saved in ``out_dir`` (its ``plan.json``), pretraining included."""
+    from longrange.experiment.plan import Plan
+    from longrange.studies.tables import group_times
+
+    plan = Plan.load(out_dir)
+    summaries = plan.summaries(out_dir, [stage.id for stage in plan.stages])
+    names = {label(m, w, field): m for m in models for w in widths}
+    model_of = {stage.id: names.get(plan.experiments[stage.experiment].label) for stage in plan.stages}
+    found = group_times((model_of[i], summaries.get(i)) for i in model_of if model_of[i] is not None)
+    return {m: found[m] for m in models if m in found}
+
+
+def markdown(
+    pts: Sequence[Point],
+    models: Sequence[str],
+    widths: Sequence[int],
+    field: str = "d_model",
+    stage_times: Mapping[str, Any] | None = None,
+) -> str:
     from longrange.report.tables import mean_ci
 
     lines = [
@@ -231,6 +251,10 @@ def markdown(pts: Sequence[Point], models: Sequence[str], widths: Sequence[int],
                 f"{cell(by.get((model, width, 'scratch')))} | {cell(by.get((model, width, 'causal-spt')))} |"
             )
     lines += ["", *paired_lines(pts, models, widths)]
+    if stage_times:
+        from longrange.studies.tables import time_lines
+
+        lines += ["", *time_lines(stage_times, "model")]
     return "\n".join(lines) + "\n"
 
 
@@ -313,7 +337,7 @@ def run_zoology(
     if dry_run:
         return ""
     pts = points(summaries, models, widths, field)
-    text = markdown(pts, models, widths, field)
+    text = markdown(pts, models, widths, field, times(out_dir, models, widths, field))
     out = Path(out_dir)
     atomic_write(out / FILES["markdown"], text.encode())
     atomic_write(out / FILES["csv"], csv_text(pts).encode())
@@ -333,4 +357,5 @@ __all__ = [
     "plot",
     "points",
     "run_zoology",
+    "times",
 ]
