@@ -24,6 +24,14 @@ multiply-add; the formulas are in :func:`longrange.ops.scan.common.scan_flops` a
 :func:`~longrange.ops.ssm_kernels.common.cauchy_flops`). PyTorch's own counter counts only
 matrix products, convolutions and attention, not elementwise operations.
 
+**Plain eager calls skip the dispatcher.** The modules call their operators through
+:func:`autograd_and_eager` (and their backward operators through :func:`eager`): in plain eager
+code on CPU tensors the operator's own implementation runs directly, under an ``autograd.Function``
+of the same ``setup_context`` and backward, since the dispatcher costs more than the small
+models' kernels; compiling, a dispatch mode (``FlopCounterMode``, ``FakeTensorMode``), the profiler
+and other tensors still go through the operator (:func:`direct_call_allowed`; ``EAGER_CALLS =
+False`` sends every call there).
+
 **Compiled code and the operators' versions.** Inductor and AOTAutograd cache compiled graphs on
 disk with keys that do not cover a custom operator's Python definition: after an operator's fake
 implementation changes (its outputs' shapes, say), a warm cache can hand back code compiled for the
@@ -175,7 +183,8 @@ def autograd_and_eager(
     return ``op`` as a callable that, where :func:`direct_call_allowed`, runs its implementation
     directly, under an ``autograd.Function`` of the same ``setup_context`` and ``backward`` when a
     gradient is needed: the same functions the operator's autograd runs, without the dispatcher
-    (a call's overhead falls from about 70 to 25 µs with a gradient)."""
+    (measured on an RMS norm of 8 rows: 46 µs a call with a gradient through the dispatcher, 23
+    directly; 27 and 3 without one)."""
     op.register_autograd(backward, setup_context=setup_context)
     impl = getattr(op, "_init_fn", None)
 
