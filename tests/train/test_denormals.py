@@ -97,28 +97,32 @@ class Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("second", ["keep", "flush"])
-def test_a_run_resumed_in_the_other_mode_records_both(tmp_path, monkeypatch, second):
-    """Stopped after its first checkpoint with subnormals kept, resumed with the setting ``second``:
-    the record says ``mixed`` where the segments differ, the one mode where they agree."""
+def _trainer(run, **kw) -> Trainer:
     cfg = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "checkpoint_every": 2}
+    model, tr, va, te = toy_setup()
+    return Trainer(model, ToyObjective(), tr, va, collate, cfg, run, test_set=te, tensorboard=False, **kw)
 
-    def trainer(**kw):
-        model, tr, va, te = toy_setup()
-        return Trainer(
-            model, ToyObjective(), tr, va, collate, cfg, tmp_path / "run", test_set=te, tensorboard=False, **kw
-        )
+
+def _stopped_with_subnormals_kept(run, monkeypatch) -> None:
+    """A run stopped after its first checkpoint, trained with subnormals kept."""
 
     def stop(step, path):
         raise Stop
 
     monkeypatch.setenv(D.ENV, "keep")
-    first = trainer()
+    first = _trainer(run)
     first.on_checkpoint = stop
     with pytest.raises(Stop):
         first.fit()
+
+
+@pytest.mark.parametrize("second", ["keep", "flush"])
+def test_a_run_resumed_in_the_other_mode_records_both(tmp_path, monkeypatch, second):
+    """Stopped after its first checkpoint with subnormals kept, resumed with the setting ``second``:
+    the record says ``mixed`` where the segments differ, the one mode where they agree."""
+    _stopped_with_subnormals_kept(tmp_path / "run", monkeypatch)
     monkeypatch.setenv(D.ENV, second)
-    result = trainer(resume=True).fit()
+    result = _trainer(tmp_path / "run", resume=True).fit()
     assert result["device"]["denormals"] == ("kept" if second == "keep" else "mixed")
 
 
@@ -128,22 +132,7 @@ def test_a_run_resumed_from_a_checkpoint_without_a_mode_records_both(tmp_path, m
     them flushed, the record says ``mixed``, never ``flushed`` alone."""
     from longrange.train import load_checkpoint, save_checkpoint
 
-    cfg = {"batch_size": 8, "epochs": 2, "lr": 0.01, "progress": False, "checkpoint_every": 2}
-
-    def trainer(**kw):
-        model, tr, va, te = toy_setup()
-        return Trainer(
-            model, ToyObjective(), tr, va, collate, cfg, tmp_path / "run", test_set=te, tensorboard=False, **kw
-        )
-
-    def stop(step, path):
-        raise Stop
-
-    monkeypatch.setenv(D.ENV, "keep")
-    first = trainer()
-    first.on_checkpoint = stop
-    with pytest.raises(Stop):
-        first.fit()
+    _stopped_with_subnormals_kept(tmp_path / "run", monkeypatch)
     last = tmp_path / "run" / "checkpoints" / "last.pt"
     ckpt = load_checkpoint(last)
     if saved == "no device record":
@@ -152,7 +141,7 @@ def test_a_run_resumed_from_a_checkpoint_without_a_mode_records_both(tmp_path, m
         del ckpt["device"]["denormals"]
     save_checkpoint(ckpt, last)
     monkeypatch.setenv(D.ENV, "flush")
-    assert trainer(resume=True).fit()["device"]["denormals"] == "mixed"
+    assert _trainer(tmp_path / "run", resume=True).fit()["device"]["denormals"] == "mixed"
 
 
 def test_a_scan_whose_gradients_underflow_gives_the_same_gradients_flushed():
