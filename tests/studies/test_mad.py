@@ -407,7 +407,7 @@ def _args(out, *extra: str) -> list[str]:
     ]
 
 
-def test_a_confirmation_runs_the_screen_s_choice_on_fresh_seeds_and_data(tmp_path, capsys):
+def test_a_confirmation_runs_the_screen_s_choice_on_fresh_seeds_and_data(tmp_path, capsys, monkeypatch):
     import shutil
 
     from longrange.cli import main
@@ -449,6 +449,19 @@ def test_a_confirmation_runs_the_screen_s_choice_on_fresh_seeds_and_data(tmp_pat
     assert "the screen did not run 2 of the cells asked for, e.g. gated-deltanet mad-in-context-recall" in (
         capsys.readouterr().err
     )
+    preset = M.model_preset  # the preset changed since the screen ran: the confirmation would train another model
+    with monkeypatch.context() as m:
+        m.setattr(M, "model_preset", lambda name: {**preset(name), "model": {**preset(name)["model"], "dropout": 0.1}})
+        assert main(_args(tmp_path / "x", "--grid-from", str(screen), "--seeds", "2", "task.seed=1")) == 1
+    err = capsys.readouterr().err
+    assert "gated-deltanet mad-memorization baseline " in err and "would not run the screen's model" in err
+    assert "model.dropout: 0.0 -> 0.1" in err
+    recorded = json.loads((screen / "plan.json").read_text())  # so did a training default
+    for exp in recorded["experiments"]:
+        exp["train"]["warmup"] = 7
+    (screen / "plan.json").write_text(json.dumps(recorded))
+    assert main(_args(tmp_path / "x", "--grid-from", str(screen), "--seeds", "2", "task.seed=1")) == 1
+    assert "train.warmup: 7 -> 0" in capsys.readouterr().err
     shutil.rmtree(screen / "mad-memorization/gated-deltanet/baseline/lr0.0005-wd0/scratch/seed1")
     assert main(_args(tmp_path / "x", "--grid-from", str(screen), "--seeds", "2", "task.seed=1")) == 1
     err = capsys.readouterr().err

@@ -39,7 +39,8 @@ in each regime with how often each is best over seeds.
 **A confirmation** (:func:`fix_from_screen`, ``--grid-from SCREEN``) trains each (model, task,
 level, regime) once per seed at the grid point with the best mean validation accuracy over a
 screen's seeds (:func:`screen_choice`; the screen reads no test split), on fresh seeds and a fresh
-data seed, with the screen's settings otherwise.
+data seed, with the screen's settings otherwise, and each cell's model and training as the screen
+recorded them in its ``plan.json`` (a preset or default changed since is an error).
 
 **Matching.** MAD compares layers at its fixed width (128) and stack, not at equal parameter count
 or state size; its state-optimal scaling matches state sizes at scale. The report lists each
@@ -74,6 +75,7 @@ from longrange.experiment.config import (
     load_preset,
 )
 from longrange.experiment.plan import Plan, Stage, slug
+from longrange.identity import differences
 from longrange.studies.tables import StageTime, group_times, time_lines
 
 #: MAD's six tasks.
@@ -579,8 +581,48 @@ def fix_from_screen(settings: MadSettings, screen_dir: str | Path) -> MadSetting
             f"e.g. {' '.join(cell)} ({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}); finish it first, "
             "or confirm fewer tasks, levels or models"
         )
+    _check_same_runs(settings, screen_dir, plan, points, chosen)
     fixed = tuple((*cell, *chosen[cell]) for cell in cells)
     return MadSettings.from_dict({**settings.to_dict(), "fixed": [list(entry) for entry in fixed]})
+
+
+#: The experiment's sections that make its runs, compared between a confirmation and its screen.
+_RUN_SECTIONS = ("task", "model", "objective", "train", "pretrain", "finetune", "pretrain_model", "pretrain_task")
+#: The fields in them that a confirmation changes on purpose (its data seed; a screen reads no test split).
+_CONFIRMATION_CHANGES = ("task.seed:", "train.test_split:")
+
+
+def _check_same_runs(
+    settings: MadSettings,
+    screen_dir: str | Path,
+    plan: Plan,
+    points: Mapping[str, Point],
+    chosen: Mapping[tuple[str, str, str, str], tuple[float, float]],
+) -> None:
+    """An error unless each cell's runs in the confirmation would be the screen's runs at the point
+    chosen for it (model, task, objective and training, as the screen recorded them in its
+    ``plan.json``), but for the data seed and the test split: the code of the confirmation's day must
+    build the models and runs that the screen chose among, whatever changed in the presets since."""
+    recorded = Plan.load(screen_dir)
+    at = {(p.model, p.task, p.level, p.regime, p.lr, p.wd): i for i, p in points.items()}
+    for cell, (lr, wd) in chosen.items():
+        stage = plan.by_id[at[(*cell, lr, wd)]]
+        if stage.id not in recorded.by_id:
+            raise ConfigError(f"--grid-from {screen_dir}: its plan.json has no stage {stage.id}")
+        theirs = recorded.experiments[recorded.by_id[stage.id].experiment].to_dict()
+        mine = cell_experiment(settings, *cell[:3], lr, wd).to_dict()
+        diff = [
+            d
+            for d in differences({k: theirs.get(k) for k in _RUN_SECTIONS}, {k: mine.get(k) for k in _RUN_SECTIONS})
+            if not d.startswith(_CONFIRMATION_CHANGES)
+        ]
+        if diff:
+            shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+            raise ConfigError(
+                f"--grid-from {screen_dir}: {' '.join(cell)} would not run the screen's model and training "
+                f"({shown}): the presets or defaults changed since the screen ran; a confirmation runs what "
+                "the screen chose among"
+            )
 
 
 def _without_data_seed(overrides: Sequence[str]) -> list[str]:
