@@ -2,7 +2,8 @@
 configurations (athms/mad-lab ``configs/layers/*.yml``) as ``_``-prefixed fragments without a task.
 Each layer fragment, given a task, builds MAD's stack ``X swiglu X swiglu`` at width 128, and its
 layers have the parameter counts that MAD's modules have (counted from mad-lab's code: each layer
-plus the RMSNorm before it), except Hyena, whose inner width the toolkit does not widen."""
+plus the RMSNorm before it), except Hyena, whose fragment keeps the toolkit's inner width (the CPU
+study's models were fixed with it)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,21 @@ def mad_hyena(l_max: int) -> int:
     )  # long-conv bias, out_proj 512 -> 128
 
 
+def mad_mh_hyena(l_max: int) -> int:
+    heads, filt = 8, 2  # the yml's num_heads 16 is each head's width: 128 / 16 heads
+    return (
+        (D * 3 * D // 4 + 3 * D // 4)
+        + (3 * D * 3 + 3 * D)  # in_proj 128 -> 96 (tiled 4x), short filters
+        + l_max * 3
+        + (3 * filt + filt)
+        + 2 * (filt * filt + filt)
+        + filt * heads
+        + filt  # z, filter MLP, sin freq
+        + heads
+        + (D * D + D)
+    )  # long-conv bias per head, out_proj 128 -> 128
+
+
 EXPECTED = {
     "attention": ("attention", ATTENTION),
     "mh-attention": ("attention", ATTENTION),
@@ -61,6 +77,7 @@ EXPECTED = {
     "gated-linear-attention": ("gla", gla(1)),
     "mh-gated-linear-attention": ("gla", gla(8)),
     "mamba": ("mamba-s6", MAMBA),
+    "mh-hyena": ("hyena", mad_mh_hyena(128)),
 }
 HEADS = {
     "attention": 1,
@@ -126,6 +143,18 @@ def test_hyena_has_mads_options_but_not_its_inner_width():
     assert [r["name"] for r in rows] == ["hyena", "swiglu", "hyena", "swiglu"]
     ours = rows[0]["params"] - NORM
     assert mad_hyena(128) == 124_348 and ours == 68_668  # MAD's 4x inner width is not reproduced
+
+
+def test_mh_hyena_is_mads_layer():
+    exp, rows = stack("mh-hyena")
+    options = exp.model.layers[0]["options"]
+    assert (options["head_dim"], options["proj_groups"], options["inner_factor"], options["filter_order"]) == (
+        16,
+        4,
+        1,
+        2,
+    )
+    assert mad_mh_hyena(128) == 30_862 and rows[0]["params"] - NORM == 30_862
 
 
 def test_the_channel_mixer_fragments():

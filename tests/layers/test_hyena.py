@@ -29,9 +29,10 @@ def layer(d=4, l_max=12, order=2, bidirectional=False, seed=0, **kw) -> Hyena:
 
 def reference(m: Hyena, x: torch.Tensor) -> torch.Tensor:
     """The operator written out with explicit sums over taps and positions (no FFT)."""
-    B, L, d = x.shape
-    N, K = m.order, m.short_filter_order
-    u = x @ m.in_proj.weight.T + m.in_proj.bias  # (B, L, (N+1)d)
+    B, L, _ = x.shape
+    N, K, d = m.order, m.short_filter_order, m.inner  # d: the inner width D
+    u = x @ m.in_proj.weight.T + m.in_proj.bias  # (B, L, (N+1)D / G)
+    u = torch.cat([u] * m.proj_groups, dim=-1)  # tiled: [a, a, ..., a]
     w, b = m.short_conv.weight, m.short_conv.bias  # (C, K), (C,)
     ahead = (K - 1) // 2 if m.bidirectional else 0
     conv = []
@@ -44,6 +45,8 @@ def reference(m: Hyena, x: torch.Tensor) -> torch.Tensor:
         conv.append(acc)
     u = torch.stack(conv, dim=1)
     *gates, v = u.split(d, dim=-1)
+    if m.head_dim > 1:
+        return _heads_reference(m, gates[0], gates[1], v) @ m.out_proj.weight.T + m.out_proj.bias
     k = m.filter(L).reshape(-1, d, N - 1, L)  # (kernels, d, N-1, L)
     bias = m.bias.view(d, N - 1)
     for o, gate in enumerate(reversed(gates[1:])):
@@ -59,6 +62,30 @@ def reference(m: Hyena, x: torch.Tensor) -> torch.Tensor:
             out.append(acc)
         v = torch.stack(out, dim=1)
     return (gates[0] * v) @ m.out_proj.weight.T + m.out_proj.bias
+
+
+def _heads_reference(m: Hyena, q: torch.Tensor, v: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The multi-head form by its formula, head by head and position by position: y_t[h, j] =
+    sum_i q_t[h, i] (sum_{s <= t} g_h[t - s] k_s[h, i] v_s[h, j] + b_h k_t[h, i] v_t[h, j]), with
+    the backward kernel for s > t when bidirectional."""
+    B, L, D = q.shape
+    P = m.head_dim
+    g = m.filter(L)  # (kernels, heads, L)
+    heads = []
+    for h in range(D // P):
+        at = slice(h * P, (h + 1) * P)
+        out = []
+        for t in range(L):
+            state = m.bias[h] * k[:, t, at, None] * v[:, t, None, at]  # (B, P, P)
+            for s in range(L):
+                outer = k[:, s, at, None] * v[:, s, None, at]
+                if s <= t:
+                    state = state + g[0, h, t - s] * outer
+                elif m.bidirectional:
+                    state = state + g[1, h, s - t - 1] * outer
+            out.append(torch.einsum("bi,bij->bj", q[:, t, at], state))
+        heads.append(torch.stack(out, dim=1))
+    return torch.cat(heads, dim=-1)
 
 
 # -- the long convolution by FFT against explicit sums ---------------------------------------------
@@ -78,6 +105,66 @@ def test_fft_path_matches_explicit_sums_values_and_gradients(order, bidirectiona
     grads_ref = torch.autograd.grad((y_ref * g).sum(), params)
     for p, a, r in zip(params, grads, grads_ref):
         torch.testing.assert_close(a, r, rtol=1e-9, atol=1e-10, msg=lambda msg: f"{tuple(p.shape)}: {msg}")
+
+
+#: MAD's two layouts at a small width: 4 times wider inside with the projection tiled 4 times
+#: (its ``hyena``), and heads of outer products (its ``mh-hyena``: heads of 2 here, tiled 3 times).
+WIDER = dict(inner_factor=4, proj_groups=4)
+HEADS = dict(head_dim=2, proj_groups=3)
+
+
+@pytest.mark.parametrize("options", [WIDER, HEADS, dict(head_dim=4, inner_factor=2)], ids=["wider", "heads", "heads2"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_inner_width_tiling_and_heads_match_explicit_sums(options, bidirectional):
+    m = layer(order=2, bidirectional=bidirectional, short_filter_order=4 if bidirectional else 3, **options)
+    x = torch.randn(2, 9, 4, requires_grad=True)
+    y = m(x)
+    y_ref = reference(m, x)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-11)
+    params = [x, *m.parameters()]
+    g = torch.randn_like(y)
+    grads = torch.autograd.grad((y * g).sum(), params)
+    grads_ref = torch.autograd.grad((y_ref * g).sum(), params)
+    for p, a, r in zip(params, grads, grads_ref):
+        torch.testing.assert_close(a, r, rtol=1e-9, atol=1e-10, msg=lambda msg: f"{tuple(p.shape)}: {msg}")
+
+
+def test_mad_layouts_have_mad_s_parameter_counts():
+    """MAD's hyena and mh-hyena at width 128 and length 128 (athms/mad-lab configs/layers/hyena.yml,
+    mh-hyena.yml): in_proj 128 -> 384 (tiled to 1536) and out_proj 512 -> 128; in_proj 128 -> 96
+    (tiled to 384), 8 heads of 16 with one filter each, out_proj 128 -> 128."""
+    common = dict(l_max=128, order=2, short_filter_order=3, num_inner_mlps=2, emb_dim=3, pos_emb_lr_scale=1.0)
+    wide = Hyena(128, filter_order=4, inner_factor=4, proj_groups=4, **common)
+    heads = Hyena(128, filter_order=2, head_dim=16, proj_groups=4, **common)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    # in_proj + short filters + z + filter network (first, 2 inner, last, sine frequencies) + biases + out_proj
+    assert count(wide) == (128 * 384 + 384) + 1536 * 4 + 128 * 3 + (16 + 2 * 20 + 4 * 512 + 4) + 512 + (512 * 128 + 128)
+    assert count(heads) == (128 * 96 + 96) + 384 * 4 + 128 * 3 + (8 + 2 * 6 + 2 * 8 + 2) + 8 + (128 * 128 + 128)
+    assert count(wide) == 124348 and heads.channels == 8 and heads.filter(128).shape == (1, 8, 128)
+
+
+@pytest.mark.parametrize("options", [WIDER, HEADS], ids=["wider", "heads"])
+def test_step_equals_forward_wider_and_in_heads(options):
+    m = layer(order=2, l_max=10, **options)
+    x = torch.randn(2, 10, 4)
+    torch.testing.assert_close(step_through(m, x), m(x), rtol=1e-10, atol=1e-11)
+    state = m.default_state(2)
+    for t in range(3):
+        _, state = m.step(x[:, t], state)
+    held = state.conv.numel() + sum(h.numel() for h in state.history)
+    assert held == 2 * m.state_size(3)  # per sequence: the short filter's inputs and 2·D (k, v) or D per position
+    per_position = 2 * m.inner if m.head_dim > 1 else m.inner
+    assert m.state_size(3) == 3 * m.inner * (m.short_filter_order - 1) + per_position * 3
+
+
+@pytest.mark.parametrize("options", [WIDER, HEADS], ids=["wider", "heads"])
+def test_wider_and_heads_ignore_padding(options):
+    m = layer(order=2, **options)
+    x = torch.randn(2, 11, 4)
+    mask = torch.arange(11) < torch.tensor([7, 4])[:, None]
+    y = m(torch.where(mask[..., None], x, 100 * torch.randn_like(x)), mask)
+    for b, n in enumerate([7, 4]):
+        torch.testing.assert_close(y[b, :n], m(x[b : b + 1, :n])[0], rtol=1e-10, atol=1e-11)
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
@@ -257,6 +344,10 @@ def test_outputs_at_real_positions_ignore_padding(bidirectional):
         (dict(dropout=1.0), r"Hyena: dropout must be in \[0, 1\)"),
         (dict(conv_impl="cuda"), r"Hyena: conv_impl must be one of \('auto', 'fft', 'direct', 'ref'\)"),
         (dict(num_inner_mlps=-1), r"Hyena: num_inner_mlps must be a non-negative integer"),
+        (dict(inner_factor=0), r"Hyena: inner_factor must be a positive integer"),
+        (dict(proj_groups=5), r"Hyena: proj_groups=5 must divide the \(order \+ 1\) x inner width = 24 channels"),
+        (dict(head_dim=3), r"Hyena: head_dim=3 must divide the inner width 8"),
+        (dict(head_dim=2, order=3), r"Hyena: the multi-head form \(head_dim=2 > 1\) is of order 2, got order 3"),
     ],
 )
 def test_bad_options_name_themselves(kw, match):

@@ -141,7 +141,7 @@ def test_sign_flip_p_is_exact():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        ({"models": ("hyenna",)}, r"unknown model 'hyenna' \(did you mean hyena\?\)"),
+        ({"models": ("hyenna",)}, r"unknown model 'hyenna' \(did you mean hyena or mh-hyena\?\)"),
         ({"models": ()}, "name at least one model"),
         ({"models": ("hyena", "hyena")}, "--models: 'hyena' is given twice"),
         ({"tasks": ("mad-copying",)}, "not one of MAD's tasks here"),

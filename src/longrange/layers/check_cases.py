@@ -86,6 +86,12 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
     ("Gated DeltaNet", lambda bi: GatedDeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     # Order 3 (two long convolutions); its two-sided kernels are not two steppable directions.
     ("Hyena", lambda bi: Hyena(8, l_max=16, order=3, filter_order=8, bidirectional=bi), None),
+    # MAD's multi-head form: heads of 4, twice as wide inside, the projection tiled 3 times.
+    (
+        "Hyena (heads)",
+        lambda bi: Hyena(8, l_max=16, filter_order=4, head_dim=4, inner_factor=2, proj_groups=3, bidirectional=bi),
+        None,
+    ),
     # H3 with S4D (heads of 2) and with S6 (the Mamba paper's "H3 with S6"): bidirectional, one two-sided
     # layer whose directions are not separately steppable.
     ("H3 (S4D)", lambda bi: H3(8, d_state=4, head_dim=2, inner="s4d", bidirectional=bi), None),

@@ -42,12 +42,29 @@ Options and their published defaults (safari's ``configs/model/layer/hyena.yaml`
 ``slow_decay_pct`` 1.5, ``target`` 1e-2, ``shift`` 0.0, ``modulate`` True, ``dropout`` 0 (on
 each gated convolution input) and ``filter_dropout`` 0 (here: dropout on the filter taps while
 training; safari accepts the option but does not apply it). ``l_max`` has no default.
-Not implemented: safari's ``num_heads``, ``inner_factor``, ``num_blocks``, ``outer_mixing``,
-``post_order_ffn`` and output ``activation`` (defaults 1, 1, 1, off, off, identity: the layer
-here is those defaults) and its ``normalized`` filter. MAD (Poli et al. 2024, arXiv 2403.17844;
-athms/mad-lab ``configs/layers/hyena.yml``) uses order 2, short filter 3 and a filter of width 4
-(``filter_order=4``) with an inner width of 4·d made of the input projection's 3·d channels
-tiled four times (``inner_factor`` 4, ``proj_groups`` 4), which this layer does not reproduce.
+Not implemented: safari's ``num_blocks``, ``outer_mixing``, ``post_order_ffn`` and output
+``activation`` (defaults 1, off, off, identity: the layer here is those defaults) and its
+``normalized`` filter.
+
+Inner width and tied projections (MAD's ``inner_factor`` and ``proj_groups``; athms/mad-lab
+``mad/model/layers/hyena.py``, ``HyenaOperator``). With ``inner_factor`` F the gates, v and the long
+convolutions are D = F·d channels wide and ``out_proj`` maps D back to d; with ``proj_groups`` G the
+input projection makes (N+1)·D / G channels, tiled G times (``[a, a, ..., a]``) before the short
+convolution, which gives each copy its own taps. MAD's ``hyena`` is F = 4, G = 4 (in_proj 128 -> 384,
+tiled to 1536; out_proj 512 -> 128).
+
+Multi-head form (``head_dim`` P > 1, order 2 only; mad-lab's ``MultiHeadHyenaOperator`` and
+``fftconv_heads``). The D channels of q = x_0, v = x_1 and k = the last projection form H = D / P
+heads of P features each (channel h·P + i); the long convolution acts, per head, on the outer
+product of key and value with one filter (and one bias b_h) per head, and the query reads it::
+
+    y_t[h, j] = sum_i q_t[h, i] · ( sum_{s <= t} g_h[t - s] k_s[h, i] v_s[h, j] + b_h k_t[h, i] v_t[h, j] )
+
+a linear attention whose cumulative sum is a learned long filter. P = 1 is the order-2 operator above
+(x_0 · (h * (v · x_1)))). mad-lab's configuration names P ``num_heads`` (its ``fftconv_heads`` reads
+the value as each head's width: ``configs/layers/mh-hyena.yml`` with ``num_heads: 16`` at width 128
+makes 8 heads of 16 features and 8 filters); MAD's ``mh-hyena`` is P = 16, F = 1, G = 4 (mad-lab's
+default, which its multi-head layer does not override) and a filter network of width 2.
 
 Optimiser hints. safari trains the filter network (its linear layers and the sine frequencies)
 with its own ``lr`` (default 1e-3) and ``wd`` (default 0), the positional features ``z`` with
@@ -81,7 +98,9 @@ depend on what or how much padding follows.
 Generation (causal): ``default_state`` is an empty :class:`HyenaCache` holding the short
 convolution's last K - 1 inputs and, for each long convolution, the history of its inputs u
 (which grows with the position, like attention's KV cache, up to l_max); ``step`` appends this
-position's u and sums the filter against the history. The filter itself is computed once, at
+position's u and sums the filter against the history. The multi-head form keeps the histories of k
+and v (2·D per position, not the P·D of their outer products) and forms the filtered outer products
+at each step. The filter itself is computed once, at
 the first step, from the parameters and carried along (not counted as state).
 """
 
@@ -207,10 +226,11 @@ class ImplicitFilter(nn.Module):
 class HyenaCache:
     """The state of a causal Hyena layer's step mode.
 
-    ``conv``: (batch, (N+1)·d, K-1), the short convolution's last inputs; ``history``: N - 1
-    tensors (batch, d, n), the inputs of each long convolution at the n positions seen;
+    ``conv``: (batch, (N+1)·D, K-1), the short convolution's last inputs; ``history``: N - 1
+    tensors (batch, D, n), the inputs of each long convolution at the n positions seen (the
+    multi-head form: k and v, two tensors (batch, D, n));
     ``position``: n; ``limit``: l_max, the most positions the history can hold; ``kernel``: the
-    causal filters (d, N-1, l_max), computed at the first step (a function of the parameters, not
+    causal filters (channels, N-1, l_max), computed at the first step (a function of the parameters, not
     of the sequence: not counted as state).
     """
 
@@ -245,6 +265,9 @@ class Hyena(SequencePrimitive):
         filter_dropout: dropout on the filter taps (training only).
         filter_lr_scale, filter_weight_decay: the filter network's optimiser hint.
         pos_emb_lr_scale: the positional features' learning-rate scale (0: fixed).
+        inner_factor: F, the inner width D = F·d of the gates and long convolutions.
+        proj_groups: G, the input projection's (N+1)·D / G channels tiled G times.
+        head_dim: P, the features per head of the multi-head form (1: the single-channel operator).
         bidirectional: two-sided long convolutions and a centred short convolution.
         conv_impl: ``auto``, ``fft``, ``direct`` or ``ref`` (:data:`CONV_IMPLS`).
     """
@@ -269,6 +292,9 @@ class Hyena(SequencePrimitive):
         filter_lr_scale: float = 1.0,
         filter_weight_decay: float = 0.0,
         pos_emb_lr_scale: float = 0.01,
+        inner_factor: int = 1,
+        proj_groups: int = 1,
+        head_dim: int = 1,
         bidirectional: bool = False,
         conv_impl: str = "auto",
     ):
@@ -280,6 +306,9 @@ class Hyena(SequencePrimitive):
             ("filter_order", filter_order),
             ("emb_dim", emb_dim),
             ("short_filter_order", short_filter_order),
+            ("inner_factor", inner_factor),
+            ("proj_groups", proj_groups),
+            ("head_dim", head_dim),
         ):
             check_positive_int(name, value, where=_WHERE)
         if order < 2:
@@ -312,14 +341,30 @@ class Hyena(SequencePrimitive):
             if not value >= 0:
                 raise ConfigError(f"{_WHERE}: {name} must be >= 0, got {value!r}")
         check_choice("conv_impl", conv_impl, CONV_IMPLS, where=_WHERE)
+        inner = inner_factor * d_model
+        width = (order + 1) * inner
+        if width % proj_groups:
+            raise ConfigError(
+                f"{_WHERE}: proj_groups={proj_groups} must divide the (order + 1) x inner width = {width} channels "
+                "that the tiled input projection makes"
+            )
+        if head_dim > 1 and order != 2:
+            raise ConfigError(
+                f"{_WHERE}: the multi-head form (head_dim={head_dim} > 1) is of order 2, got order {order}"
+            )
+        if inner % head_dim:
+            raise ConfigError(
+                f"{_WHERE}: head_dim={head_dim} must divide the inner width {inner} (inner_factor x d_model)"
+            )
         self.d_model, self.l_max, self.order = d_model, l_max, order
+        self.inner, self.proj_groups, self.head_dim = inner, proj_groups, head_dim
         self.short_filter_order, self.conv_impl = short_filter_order, conv_impl
         self.bidirectional = bool(bidirectional)
-        width = (order + 1) * d_model
-        self.in_proj = nn.Linear(d_model, width)
+        self.channels = inner // head_dim  # one filter per channel (per head in the multi-head form)
+        self.in_proj = nn.Linear(d_model, width // proj_groups)
         self.short_conv = ShortConv(width, short_filter_order, bias=True, activation=None)
         self.filter = ImplicitFilter(
-            d_model * (order - 1),
+            self.channels * (order - 1),
             l_max,
             emb_dim=emb_dim,
             width=filter_order,
@@ -335,8 +380,8 @@ class Hyena(SequencePrimitive):
             weight_decay=filter_weight_decay,
             pos_emb_lr_scale=pos_emb_lr_scale,
         )
-        self.bias = set_optim_hint(nn.Parameter(torch.randn(d_model * (order - 1))), NO_DECAY_GROUP)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.bias = set_optim_hint(nn.Parameter(torch.randn(self.channels * (order - 1))), NO_DECAY_GROUP)
+        self.out_proj = nn.Linear(inner, d_model)
         self.dropout = nn.Dropout(dropout)
         self.filter_dropout = nn.Dropout(filter_dropout)
 
@@ -344,12 +389,21 @@ class Hyena(SequencePrimitive):
         return (
             f"d_model={self.d_model}, l_max={self.l_max}, order={self.order}, "
             f"short_filter_order={self.short_filter_order}, bidirectional={self.bidirectional}"
+            + (f", inner={self.inner}" if self.inner != self.d_model else "")
+            + (f", proj_groups={self.proj_groups}" if self.proj_groups > 1 else "")
+            + (f", head_dim={self.head_dim}" if self.head_dim > 1 else "")
         )
 
     def kernels(self, L: int) -> Tensor:
-        """(kernels, d, N - 1, L): the filters h_o at lags 0 .. L - 1 (kernel 1: the backward ones)."""
+        """(kernels, channels, N - 1, L): the filters h_o at lags 0 .. L - 1 (kernel 1: the backward
+        ones); channels: D, or the H heads of the multi-head form."""
         k = self.filter_dropout(self.filter(L))
-        return k.reshape(k.shape[0], self.d_model, self.order - 1, L)
+        return k.reshape(k.shape[0], self.channels, self.order - 1, L)
+
+    def _project(self, x: Tensor) -> Tensor:
+        """in_proj, tiled ``proj_groups`` times along the last dimension."""
+        u = self.in_proj(x)
+        return u.repeat(*([1] * (u.dim() - 1)), self.proj_groups) if self.proj_groups > 1 else u
 
     def _check_length(self, L: int) -> None:
         if L > self.l_max:
@@ -370,19 +424,34 @@ class Hyena(SequencePrimitive):
         self._check_input(x)
         L = x.shape[1]
         self._check_length(L)
-        u = apply_mask(self.in_proj(apply_mask(x, mask)), mask)
+        u = apply_mask(self._project(apply_mask(x, mask)), mask)
         # channels last throughout, (batch, L, (N+1)·d): the convolutions take and give that layout
         # (their transposes folded into the FFTs' padding), so the gates meet their outputs in one
         # layout, forward and backward
         u = apply_mask(self._short(u), mask)
-        *gates, v = u.split(self.d_model, dim=2)
+        *gates, v = u.split(self.inner, dim=2)
         k = self.kernels(L)
-        bias = self.bias.view(self.d_model, self.order - 1)
+        if self.head_dim > 1:
+            return self.out_proj(self._heads(gates[0], gates[1], v, k))
+        bias = self.bias.view(self.inner, self.order - 1)
         for o, gate in enumerate(reversed(gates[1:])):
             v = self.dropout(v * gate)
             kernel = (k[0, :, o], k[1, :, o]) if self.bidirectional else k[0, :, o]
             v = fft_conv(v, kernel, bias[:, o], impl=self.conv_impl, channels_last=True)
         return self.out_proj(gates[0] * v)
+
+    def _heads(self, q: Tensor, v: Tensor, k: Tensor, filters: Tensor) -> Tensor:
+        """The multi-head form over (batch, L, D) inputs: (batch, L, D)."""
+        B, L, _ = q.shape
+        H, P = self.channels, self.head_dim
+        # outer products laid out (batch, i, j, head, L): a batch of B·P·P channels-first
+        # sequences of H channels, one filter each
+        k_, v_ = (t.view(B, L, H, P).permute(0, 3, 2, 1) for t in (k, v))  # (B, P, H, L)
+        kv = self.dropout(k_.unsqueeze(2) * v_.unsqueeze(1))
+        kernel = (filters[0, :, 0], filters[1, :, 0]) if self.bidirectional else filters[0, :, 0]
+        conv = fft_conv(kv.reshape(B * P * P, H, L), kernel, self.bias, impl=self.conv_impl)
+        y = torch.einsum("blhi,bijhl->blhj", q.view(B, L, H, P), conv.view(B, P, P, H, L))
+        return y.reshape(B, L, self.inner)
 
     def default_state(
         self, batch_size: int, device: torch.device | None = None, dtype: torch.dtype | None = None
@@ -391,9 +460,8 @@ class Hyena(SequencePrimitive):
         self._check_step()
         p = self.in_proj.weight
         device, dtype = device or p.device, dtype or p.dtype
-        empty = tuple(
-            torch.zeros(batch_size, self.d_model, 0, device=device, dtype=dtype) for _ in range(self.order - 1)
-        )
+        histories = 2 if self.head_dim > 1 else self.order - 1  # k and v, or each convolution's input
+        empty = tuple(torch.zeros(batch_size, self.inner, 0, device=device, dtype=dtype) for _ in range(histories))
         return HyenaCache(
             conv=self.short_conv.zero_state(batch_size, device, dtype), history=empty, position=0, limit=self.l_max
         )
@@ -411,11 +479,16 @@ class Hyena(SequencePrimitive):
                 "positions its implicit filter is defined over"
             )
         kernel = state.kernel if state.kernel is not None else self.kernels(self.l_max)[0]
-        u, conv = self.short_conv.step(self.in_proj(x), state.conv)
-        *gates, v = u.split(self.d_model, dim=-1)
-        bias = self.bias.view(self.d_model, self.order - 1)
+        u, conv = self.short_conv.step(self._project(x), state.conv)
+        *gates, v = u.split(self.inner, dim=-1)
         n = state.position + 1
         taps = kernel[..., :n].flip(-1).to(x.dtype)  # taps[..., s] = h[n - 1 - s]: weighs the input at s
+        if self.head_dim > 1:
+            y, history = self._heads_step(gates[0], gates[1], v, taps[:, 0], state.history)
+            return self.out_proj(y), HyenaCache(
+                conv=conv, history=history, position=n, limit=state.limit, kernel=kernel
+            )
+        bias = self.bias.view(self.inner, self.order - 1)
         history = []
         for o, gate in enumerate(reversed(gates[1:])):
             u_o = self.dropout(v * gate)
@@ -424,3 +497,18 @@ class Hyena(SequencePrimitive):
             history.append(held)
         y = self.out_proj(gates[0] * v)
         return y, HyenaCache(conv=conv, history=tuple(history), position=n, limit=state.limit, kernel=kernel)
+
+    def _heads_step(
+        self, q: Tensor, v: Tensor, k: Tensor, taps: Tensor, held: tuple[Tensor, ...]
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """One position of the multi-head form: q, v, k (batch, D), taps (H, n) over the n positions
+        seen; the output (batch, D) and the histories of k and v with this position's appended."""
+        B, (H, P) = q.shape[0], (self.channels, self.head_dim)
+        ks, vs = (torch.cat([h, t.unsqueeze(-1)], dim=-1) for h, t in zip(held, (k, v)))  # (batch, D, n)
+        n = ks.shape[-1]
+        weighted = ks.view(B, H, P, n) * taps.unsqueeze(1)
+        state = torch.einsum("bhin,bhjn->bhij", weighted, vs.view(B, H, P, n))
+        k_, v_ = k.view(B, H, P), v.view(B, H, P)
+        state = state + self.bias.view(H, 1, 1) * k_.unsqueeze(-1) * v_.unsqueeze(-2)
+        y = torch.einsum("bhi,bhij->bhj", q.view(B, H, P), state)
+        return y.reshape(B, self.inner), (ks, vs)

@@ -112,6 +112,14 @@ PUBLISHED_SCORES: dict[str, dict[str, float]] = {
         "mad-memorization": 0.895,
         "mad-compression": 0.452,
     },
+    "mh-hyena": {
+        "mad-in-context-recall": 0.991,
+        "mad-fuzzy-recall": 0.145,
+        "mad-noisy-recall": 0.986,
+        "mad-selective-copying": 0.930,
+        "mad-memorization": 0.894,
+        "mad-compression": 0.449,
+    },
 }
 PUBLISHED_SOURCE = (
     "MAD (Poli et al. 2024), Figure 1 (athms/mad-lab assets/mad_to_scale.png), read off the figure to about 0.001 "
