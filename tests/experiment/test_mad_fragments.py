@@ -39,6 +39,11 @@ def gla(heads: int) -> int:
     return 4 * D * D + (D * 16 + 16 * D + D) + D * D + D // heads  # q, k, v, g; low-rank gate; o; head norm
 
 
+def linear_attention(heads: int) -> int:
+    head = D // heads  # q, k, v, out_proj without biases; two Hadamard maps (q, k) of two Linear(head, head)
+    return 4 * D * D + 2 * 2 * (head * head + head)
+
+
 def mad_hyena(l_max: int) -> int:
     inner, filt = 4 * D, 4
     return (
@@ -78,6 +83,8 @@ EXPECTED = {
     "mh-gated-linear-attention": ("gla", gla(8)),
     "mamba": ("mamba-s6", MAMBA),
     "mh-hyena": ("hyena", mad_mh_hyena(128)),
+    "linear-attention": ("linear-attention", linear_attention(1)),
+    "mh-linear-attention": ("linear-attention", linear_attention(16)),
 }
 HEADS = {
     "attention": 1,
@@ -86,6 +93,8 @@ HEADS = {
     "mh-sliding-attention": 16,
     "gated-linear-attention": 1,
     "mh-gated-linear-attention": 8,
+    "linear-attention": 1,
+    "mh-linear-attention": 16,
 }
 
 

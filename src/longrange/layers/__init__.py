@@ -15,6 +15,7 @@ from longrange.layers.dlr import DLR
 from longrange.layers.gla import GLA
 from longrange.layers.h3 import H3
 from longrange.layers.hyena import Hyena
+from longrange.layers.linear_attention import LinearAttention
 from longrange.layers.lru import LRU
 from longrange.layers.mamba2 import Mamba2
 from longrange.layers.mamba3 import Mamba3
@@ -34,6 +35,7 @@ __all__ = [
     "H3",
     "Hyena",
     "LRU",
+    "LinearAttention",
     "Mamba2",
     "Mamba3",
     "NO_DECAY_GROUP",

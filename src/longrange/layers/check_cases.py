@@ -17,6 +17,7 @@ from longrange.layers.dlr import DLR
 from longrange.layers.gla import GLA
 from longrange.layers.h3 import H3
 from longrange.layers.hyena import Hyena
+from longrange.layers.linear_attention import LinearAttention
 from longrange.layers.lru import LRU
 from longrange.layers.mamba2 import Mamba2
 from longrange.layers.mamba3 import Mamba3
@@ -84,6 +85,16 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
     ("GLA", lambda bi: GLA(8, n_heads=2, use_short_conv=True, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("DeltaNet", lambda bi: DeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     ("Gated DeltaNet", lambda bi: GatedDeltaNet(8, n_heads=2, chunk_size=4, bidirectional=bi), _flip_sum_directions),
+    (
+        "linear attention (Taylor)",
+        lambda bi: LinearAttention(8, n_heads=2, feature_map="taylor", feature_dim=3, chunk_size=4, bidirectional=bi),
+        _flip_sum_directions,
+    ),
+    (
+        "linear attention (Hadamard)",
+        lambda bi: LinearAttention(8, n_heads=2, feature_map="hadamard", chunk_size=4, bidirectional=bi),
+        _flip_sum_directions,
+    ),
     # Order 3 (two long convolutions); its two-sided kernels are not two steppable directions.
     ("Hyena", lambda bi: Hyena(8, l_max=16, order=3, filter_order=8, bidirectional=bi), None),
     # MAD's multi-head form: heads of 4, twice as wide inside, the projection tiled 3 times.

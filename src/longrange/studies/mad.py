@@ -20,7 +20,8 @@ seed, in each regime:
 
 **A model** is a MAD layer (a fragment ``presets/mad/layers/_<name>.yaml``: ``attention``,
 ``mh-attention``, ``sliding-attention``, ``mh-sliding-attention``, ``gated-linear-attention``,
-``mh-gated-linear-attention``, ``hyena``, ``mamba``, MAD's settings for each), or any sequence
+``mh-gated-linear-attention``, ``linear-attention``, ``mh-linear-attention``, ``hyena``,
+``mh-hyena``, ``mamba``, MAD's settings for each), or any sequence
 primitive of the toolkit (``gated-deltanet``, ``mamba2``, ``lru``, ...) in MAD's stack: every model
 is ``X swiglu X swiglu`` at width 128 on MAD's backbone (``presets/mad/_base.yaml``) with MAD's
 training defaults (``presets/mad/_train.yaml``). A layer whose filters are built for a length
