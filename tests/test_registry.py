@@ -38,6 +38,7 @@ def test_builtin_names():
         == list(PRIMITIVES)
         == [
             "attention",
+            "base-conv",
             "deltanet",
             "dlr",
             "gated-deltanet",
@@ -80,7 +81,7 @@ def test_unknown_names_suggest_the_closest_and_list_the_known():
         reg.get("widgte")
     with pytest.raises(
         ConfigError,
-        match=r"unknown primitive 's4dd' \(did you mean 's4d'.*known primitives: attention, deltanet, dlr, gated-deltanet, gla, h3, hyena, linear-attention, lru, mamba2, mamba3, s4, s4d, s6",
+        match=r"unknown primitive 's4dd' \(did you mean 's4d'.*known primitives: attention, base-conv, deltanet, dlr, gated-deltanet, gla, h3, hyena, linear-attention, lru, mamba2, mamba3, s4, s4d, s6",
     ):
         make_primitive("s4dd", 8)
     with pytest.raises(ConfigError, match=r"unknown block 'mambo' \(did you mean 'mamba'\?\)"):

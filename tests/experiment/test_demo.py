@@ -192,11 +192,12 @@ NEW_MIXERS = [
     "demo/recall/deltanet",
     "demo/recall/gated-deltanet",
     "demo/recall/linear-attention",
+    "demo/recall/based",
 ]
 
 
 def test_the_matrix_state_mixers_train_end_to_end_in_compare_from_their_presets(tmp_path, capsys):
-    """Mamba-2, Mamba-3 (SISO and MIMO), GLA, DeltaNet, Gated DeltaNet and linear attention from their recall presets (their widths): scratch
+    """Mamba-2, Mamba-3 (SISO and MIMO), GLA, DeltaNet, Gated DeltaNet, linear attention and Based from their recall presets (their widths): scratch
     and causal SPT with finetuning on a tiny associative recall, in one comparison and one report; every
     run records its state size."""
     import json

@@ -9,6 +9,7 @@ from longrange.layers.base import (
     get_optim_hint,
     set_optim_hint,
 )
+from longrange.layers.base_conv import BaseConv
 from longrange.layers.bidirectional import FlipSum
 from longrange.layers.deltanet import DeltaNet, GatedDeltaNet
 from longrange.layers.dlr import DLR
@@ -27,6 +28,7 @@ from longrange.layers.s6 import S6
 
 __all__ = [
     "Attention",
+    "BaseConv",
     "DLR",
     "DeltaNet",
     "FlipSum",

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from longrange.layers.attention import Attention
+from longrange.layers.base_conv import BaseConv
 from longrange.layers.deltanet import DeltaNet, GatedDeltaNet
 from longrange.layers.dlr import DLR
 from longrange.layers.gla import GLA
@@ -95,6 +96,7 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
         lambda bi: LinearAttention(8, n_heads=2, feature_map="hadamard", chunk_size=4, bidirectional=bi),
         _flip_sum_directions,
     ),
+    ("BaseConv", lambda bi: BaseConv(8, kernel_size=3, use_act=True, bidirectional=bi), _flip_sum_directions),
     # Order 3 (two long convolutions); its two-sided kernels are not two steppable directions.
     ("Hyena", lambda bi: Hyena(8, l_max=16, order=3, filter_order=8, bidirectional=bi), None),
     # MAD's multi-head form: heads of 4, twice as wide inside, the projection tiled 3 times.
