@@ -58,12 +58,13 @@ _WHERE = "linear attention"
 
 def taylor_features(x: Tensor) -> Tensor:
     """Based's second-order Taylor features of x (..., f), in their distinct form (..., 1 + f +
-    f (f + 1) / 2): φ(x) · φ(y) = 1 + x·y / √f + (x·y)² / (2f). The products x_i x_j (i >= j) are
-    gathered from x along its last dimension (``index_select``, whose backward is one ``index_add``)."""
+    f (f + 1) / 2): φ(x) · φ(y) = 1 + x·y / √f + (x·y)² / (2f). The products x_i x_j (i >= j, in
+    the order of ``torch.tril_indices``) are formed row by row, one broadcast product each: a gather
+    along the last dimension (``index_select``) ran ten times slower on CPUs."""
     f = x.shape[-1]
     rows, cols = torch.tril_indices(f, f, device=x.device)  # i >= j, the diagonal included
     weight = torch.where(rows == cols, 1 / math.sqrt(2 * f), 1 / math.sqrt(f)).to(x.dtype)
-    quadratic = x.index_select(-1, rows) * x.index_select(-1, cols) * weight
+    quadratic = torch.cat([x[..., i : i + 1] * x[..., : i + 1] for i in range(f)], dim=-1) * weight
     return torch.cat([torch.ones_like(x[..., :1]), x / f**0.25, quadratic], dim=-1)
 
 
