@@ -1,7 +1,9 @@
 """BaseConv (Arora et al. 2023, "Zoology: Measuring and Improving Recall in Efficient Language
 Models", arXiv 2312.04927; HazyResearch/zoology ``zoology/mixers/base_conv.py``) as a sequence
 primitive: a gated short convolution, the convolution mixer that Based (Arora et al. 2024, arXiv
-2402.18668) alternates with its linear attention::
+2402.18668) alternates with its linear attention.
+
+The layer::
 
     y = conv(u) ⊙ (W u + b) + u            # use_act: SiLU(conv(u)) ⊙ SiLU(W u + b) + u
 
