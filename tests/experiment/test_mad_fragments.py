@@ -44,34 +44,29 @@ def linear_attention(heads: int) -> int:
     return 4 * D * D + 2 * 2 * (head * head + head)
 
 
-def mad_hyena(l_max: int) -> int:
-    inner, filt = 4 * D, 4
+def hyena_params(l_max: int, inner: int, proj: int, filt: int, filters: int) -> int:
+    """MAD's Hyena operator at width D: in_proj D -> proj (tiled to 3 x inner), a short filter of 3
+    taps and a bias per tiled channel, z over l_max positions, the filter MLP of width ``filt`` (sine
+    frequencies of its width) with ``filters`` outputs, a bias per filter, out_proj inner -> D."""
     return (
-        (D * 3 * D + 3 * D)
-        + (3 * inner * 3 + 3 * inner)  # in_proj 128 -> 384 (tiled 4x), short filters
+        (D * proj + proj)
+        + (3 * inner * 3 + 3 * inner)
         + l_max * 3
         + (3 * filt + filt)
         + 2 * (filt * filt + filt)
-        + filt * inner
-        + filt  # z, filter MLP, sin freq
-        + inner
+        + filt * filters
+        + filt
+        + filters
         + (inner * D + D)
-    )  # long-conv bias, out_proj 512 -> 128
+    )
 
 
-def mad_mh_hyena(l_max: int) -> int:
-    heads, filt = 8, 2  # the yml's num_heads 16 is each head's width: 128 / 16 heads
-    return (
-        (D * 3 * D // 4 + 3 * D // 4)
-        + (3 * D * 3 + 3 * D)  # in_proj 128 -> 96 (tiled 4x), short filters
-        + l_max * 3
-        + (3 * filt + filt)
-        + 2 * (filt * filt + filt)
-        + filt * heads
-        + filt  # z, filter MLP, sin freq
-        + heads
-        + (D * D + D)
-    )  # long-conv bias per head, out_proj 128 -> 128
+def mad_hyena(l_max: int) -> int:  # in_proj 128 -> 384 tiled 4x, 512 channels and filters, out_proj 512 -> 128
+    return hyena_params(l_max, inner=4 * D, proj=3 * D, filt=4, filters=4 * D)
+
+
+def mad_mh_hyena(l_max: int) -> int:  # in_proj 128 -> 96 tiled 4x; the yml's num_heads 16 is each head's width: 8 heads
+    return hyena_params(l_max, inner=D, proj=3 * D // 4, filt=2, filters=8)
 
 
 EXPECTED = {
