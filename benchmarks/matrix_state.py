@@ -5,7 +5,7 @@ Usage: python benchmarks/matrix_state.py lengths|naive|minimal|small|all [--thre
        [--lengths 1024,2048,4096,8192,16384] [--layers mamba2,...] [--ops ssd,...] [--batches 3]
 
 - ``lengths``: each layer of ``longrange.bench.mixers.LAYERS`` (whole layers at batch 8, width 256:
-  Mamba-2, Mamba-3 SISO and MIMO, GLA, DeltaNet, Gated DeltaNet, S6 in its Mamba block, attention), forward without
+  Mamba-2, Mamba-3 SISO and MIMO, GLA, DeltaNet, Gated DeltaNet, linear attention, S6 in its Mamba block, attention), forward without
   gradients and forward + backward, seconds and peak memory, each length in a fresh process; a layer
   stops after a point over ``--time-budget`` seconds or ``--memory-budget`` MB. Prints, per layer,
   the shortest length from which it is faster than attention (forward + backward).

@@ -28,6 +28,7 @@ LAYERS: dict[str, tuple[str, dict[str, Any]]] = {
     "gla": ("gla", {"n_heads": 4}),
     "deltanet": ("deltanet", {"n_heads": 4}),
     "gated-deltanet": ("gated-deltanet", {"n_heads": 4}),
+    "linear-attention": ("linear-attention", {"n_heads": 4, "feature_map": "taylor", "feature_dim": 16}),
     "mamba-s6": ("s6", {"d_state": 16}),
     "attention": ("attention", {"n_heads": 4}),
 }
