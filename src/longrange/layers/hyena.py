@@ -61,7 +61,7 @@ product of key and value with one filter (and one bias b_h) per head, and the qu
     y_t[h, j] = sum_i q_t[h, i] · ( sum_{s <= t} g_h[t - s] k_s[h, i] v_s[h, j] + b_h k_t[h, i] v_t[h, j] )
 
 a linear attention whose cumulative sum is a learned long filter. P = 1 is the order-2 operator above
-(x_0 · (h * (v · x_1)))). mad-lab's configuration names P ``num_heads`` (its ``fftconv_heads`` reads
+(x_0 · (h * (v · x_1))). mad-lab's configuration names P ``num_heads`` (its ``fftconv_heads`` reads
 the value as each head's width: ``configs/layers/mh-hyena.yml`` with ``num_heads: 16`` at width 128
 makes 8 heads of 16 features and 8 filters); MAD's ``mh-hyena`` is P = 16, F = 1, G = 4 (mad-lab's
 default, which its multi-head layer does not override) and a filter network of width 2.
