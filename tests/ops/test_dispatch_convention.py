@@ -372,3 +372,17 @@ def test_no_warning_from_the_verbs():
         warnings.simplefilter("error")
         for d in _dispatchers():
             d.available_impls("cpu"), d.deterministic_impls("cuda"), d.auto_impl("meta")
+
+
+def test_holds_data_is_false_on_meta_and_for_fake_tensors_only():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from longrange.ops.dataless import holds_data
+
+    x = torch.randn(2, 3)
+    assert holds_data(x) and holds_data(torch.nn.Parameter(x)) and holds_data(x[:, 1:])
+    assert not holds_data(torch.empty(2, 3, device="meta"))
+    assert not holds_data(torch.nn.Parameter(torch.empty(2, 3, device="meta")))
+    with FakeTensorMode() as mode:
+        fake = torch.randn(2, 3)
+    assert not holds_data(fake) and not holds_data(mode.from_tensor(x))

@@ -15,6 +15,9 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+#: Tensor types that always hold data off the meta device (a fake tensor is a subclass).
+_PLAIN = (Tensor, torch.nn.Parameter)
+
 
 def holds_data(t: Tensor) -> bool:
     """Whether the values of ``t`` can be read: False on the ``meta`` device and for fake tensors.
@@ -22,6 +25,8 @@ def holds_data(t: Tensor) -> bool:
     Under ``torch.compile`` it is True: compiled code reads values where eager code does (the
     tensors it traces are fake, those it runs on are not).
     """
+    if type(t) in _PLAIN and t.device.type != "meta":  # the common case first: 0.5 µs, the checks below 3
+        return True
     if torch.compiler.is_compiling():
         return True
     if t.device.type == "meta":
