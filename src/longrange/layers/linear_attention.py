@@ -26,10 +26,12 @@ of F features (F x d_v without the normaliser). The feature maps (``feature_map`
   (x_i² / (√2 √f) and x_i x_j / √f for i > j: the same dot products, the form that Zoology's
   ``state_size`` counts), so F = 1 + f + f (f + 1) / 2.
 
-Defaults: one head, f = d / H, d_v = d / H, the ``elu`` map (Katharopoulos et al.), normalised with eps 1e-12 (MAD's and
-Based's). MAD's ``linear-attention`` and ``mh-linear-attention`` (``configs/layers/*.yml``) are the
-``hadamard`` map with 1 and 16 heads; Based's linear attention is ``taylor`` with f = 16 (its
-``feature_dim``), usually beside sliding-window attention in a hybrid stack.
+Defaults: one head, f = d / H, d_v = d / H, the ``elu`` map (Katharopoulos et al.), normalised with
+eps 1e-12 (MAD's and Based's). MAD's ``linear-attention`` and ``mh-linear-attention``
+(``configs/layers/*.yml``) are the ``hadamard`` map with 1 and 16 heads; Based's linear attention
+is ``taylor`` with f = 16 (its ``feature_dim``), which Based stacks with short gated convolutions
+(Zoology's BaseConv: :mod:`longrange.layers.base_conv`) and, in its language models, with
+sliding-window attention.
 
 Bidirectional (``bidirectional=True``): two causal layers, one over the reversed sequence, summed
 (as GLA). Step mode: the state S (with z) per head; ``step`` == ``forward``.
