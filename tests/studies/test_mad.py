@@ -423,6 +423,15 @@ def test_a_confirmation_runs_the_screen_s_choice_on_fresh_seeds_and_data(tmp_pat
     assert main(_args(confirm, "--grid-from", str(screen), "--seeds", "2", "task.seed=1")) == 0
     text = capsys.readouterr().out
     assert "each cell at the grid point a screen chose for it" in text
+    # The finished screen's claims, copied before the confirmation trained and tested in its report
+    # (one model: claims of SPT alone, if any met the rule).
+    from longrange.studies.mad_claims import load_claims
+
+    claims = load_claims(screen)
+    assert claims is not None and claims.seeds == (0, 1) and load_claims(confirm) == claims
+    assert {c.kind for c in claims.claims} <= {"spt"}
+    assert "## The screen's claims (seeds 0, 1), tested" in text
+    assert ("The screen made no claims." in text) == (not claims.claims)
     done = M.load_settings(confirm)
     assert {tuple(e[:4]): tuple(e[4:]) for e in done.fixed} == chosen and not done.screen
     stages = [p.relative_to(confirm).parent.as_posix() for p in confirm.rglob("summary.json")]

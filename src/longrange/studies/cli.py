@@ -4,6 +4,7 @@ against state size, :mod:`longrange.studies.zoology`), each from scratch and wit
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from longrange.errors import ConfigError
@@ -66,6 +67,17 @@ def _mad(args: argparse.Namespace) -> int:
         print(paths["markdown"].read_text())
         return 0
     settings = settings_from_args(args)
+    claims = None
+    if args.grid_from:
+        from longrange.studies.mad import screen_claims_of
+
+        claims = screen_claims_of(args.grid_from)
+        if claims is None:
+            print(
+                f"note: the screen in {args.grid_from} is not finished, so it has no claims yet: this confirmation "
+                "reports what it measures and tests none",
+                file=sys.stderr,
+            )
     jobs = resolve_jobs(args.jobs if args.jobs is not None else "auto" if args.cpu else 1)
     report = run_mad(
         settings,
@@ -73,6 +85,7 @@ def _mad(args: argparse.Namespace) -> int:
         executor=LocalWorkers(jobs) if jobs > 1 else None,
         dry_run=args.dry_run,
         overwrite=args.overwrite,
+        claims=claims,
     )
     if report is not None:
         print(report.markdown())

@@ -41,7 +41,9 @@ in each regime with how often each is best over seeds.
 level, regime) once per seed at the grid point with the best mean validation accuracy over a
 screen's seeds (:func:`screen_choice`; the screen reads no test split), on fresh seeds and a fresh
 data seed, with the screen's settings otherwise, and each cell's model and training as the screen
-recorded them in its ``plan.json`` (a preset or default changed since is an error).
+recorded them in its ``plan.json`` (a preset or default changed since is an error). A finished
+screen's report makes claims by a fixed rule, and a confirmation's report tests them
+(:mod:`longrange.studies.mad_claims`).
 
 **Matching.** MAD compares layers at its fixed width (128) and stack, not at equal parameter count
 or state size; its state-optimal scaling matches state sizes at scale. The report lists each
@@ -65,7 +67,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longrange.errors import ConfigError
 from longrange.experiment.config import (
@@ -78,6 +80,9 @@ from longrange.experiment.config import (
 from longrange.experiment.plan import Plan, Stage, slug
 from longrange.identity import differences
 from longrange.studies.tables import StageTime, group_times, time_lines
+
+if TYPE_CHECKING:
+    from longrange.studies.mad_claims import Claims
 
 #: MAD's six tasks.
 MAD_TASKS = (
@@ -693,6 +698,9 @@ class MadReport:
     sizes: dict[str, dict[str, int]] = field(default_factory=dict)
     #: task -> its stages' time (:class:`StageTime`), pretraining included.
     times: dict[str, StageTime] = field(default_factory=dict)
+    #: A confirmation's copy of its screen's claims (:mod:`longrange.studies.mad_claims`), which its
+    #: report tests; None for a screen or a study without one.
+    claims: Claims | None = None
 
     def __post_init__(self) -> None:
         self._by_key = {(s.model, s.task, s.regime, s.seed): s.score for s in self.scores}
@@ -775,6 +783,7 @@ class MadReport:
                             diffs.append(100 * (a - b))
                     lines.append(f"| {model} | {task} | {paired_cells(diffs)} |")
             lines.append("")
+        lines += self._claims()
         lines += self._published(tasks)
         lines += self._time()
         incomplete = [s for s in self.selected if s.lr is None]
@@ -793,6 +802,30 @@ class MadReport:
 
     def _score(self, model: str, task: str, regime: str, seed: int) -> float | None:
         return self._by_key.get((model, task, regime, seed))
+
+    def screen_claims(self) -> Claims | None:
+        """A finished screen's claims (:func:`~longrange.studies.mad_claims.screen_claims`); None
+        for a study that is not a screen or not finished."""
+        from longrange.studies.mad_claims import missing_scores, screen_claims
+
+        return screen_claims(self) if self.settings.screen and not missing_scores(self) else None
+
+    def _claims(self) -> list[str]:
+        from longrange.studies import mad_claims as C
+
+        if self.claims is not None:
+            return C.tested_lines(C.check_claims(self.claims, self), self.claims)
+        if not self.settings.screen:
+            return []
+        claims = self.screen_claims()
+        if claims is not None:
+            return C.claims_lines(claims)
+        missing = C.missing_scores(self)
+        return [
+            f"Claims for a confirmation: none yet; they are taken once every score is in ({len(missing)} "
+            f"missing), by the rule of {C.RULE}.",
+            "",
+        ]
 
     def _published(self, tasks: list[str]) -> list[str]:
         """The published scores of this study's models that MAD reports (:data:`PUBLISHED_SCORES`),
@@ -885,22 +918,35 @@ def build_report(settings: MadSettings, out_dir: str | Path) -> MadReport:
             if p.model == model and stage_id in summaries:
                 sizes[model] = dict(summaries[stage_id].get("params") or {})
                 break
-    return MadReport(settings, selected, scores, overall, sizes, stage_times(plan, every))
+    from longrange.studies.mad_claims import load_claims
+
+    claims = None if settings.screen else load_claims(out_dir)
+    return MadReport(settings, selected, scores, overall, sizes, stage_times(plan, every), claims)
 
 
 SETTINGS_FILE = "mad.json"
-REPORT_FILES = {"markdown": "mad_report.md", "csv": "mad_selected.csv", "plot": "mad_scores.png"}
+REPORT_FILES = {
+    "markdown": "mad_report.md",
+    "csv": "mad_selected.csv",
+    "plot": "mad_scores.png",
+    "claims": "mad_claims.json",
+}
 
 
 def write_report(report: MadReport, out_dir: str | Path) -> dict[str, Path]:
-    """``mad_report.md``, ``mad_selected.csv`` and ``mad_scores.png`` in ``out_dir``."""
+    """``mad_report.md``, ``mad_selected.csv`` and ``mad_scores.png`` in ``out_dir``, and a finished
+    screen's claims, ``mad_claims.json``."""
     from longrange.fileio import atomic_write
+    from longrange.studies.mad_claims import save_claims
 
     out = Path(out_dir)
+    claims = report.screen_claims()
     paths = {
         "markdown": atomic_write(out / REPORT_FILES["markdown"], report.markdown().encode()),
         "csv": atomic_write(out / REPORT_FILES["csv"], report.csv().encode()),
     }
+    if claims is not None:
+        paths["claims"] = save_claims(claims, out)
     plot = scores_plot(report, out / REPORT_FILES["plot"])
     if plot is not None:
         paths["plot"] = plot
@@ -982,16 +1028,35 @@ def load_settings(out_dir: str | Path) -> MadSettings:
         raise ConfigError(f"{path}: not a MAD study's settings ({err})") from err
 
 
+def screen_claims_of(screen_dir: str | Path) -> Claims | None:
+    """The claims of the screen in ``screen_dir`` as its finished runs make them now (None while it
+    is not finished), for a confirmation to test."""
+    return build_report(load_settings(screen_dir), screen_dir).screen_claims()
+
+
 def run_mad(
-    settings: MadSettings, out_dir: str | Path, *, executor=None, dry_run: bool = False, overwrite: bool = False
+    settings: MadSettings,
+    out_dir: str | Path,
+    *,
+    executor=None,
+    dry_run: bool = False,
+    overwrite: bool = False,
+    claims: Claims | None = None,
 ) -> MadReport | None:
     """Run the study into ``out_dir`` (resumable: finished runs are reused, run again it does only
-    the missing work) and write its report; ``dry_run`` prints the plan and runs nothing."""
+    the missing work) and write its report; ``dry_run`` prints the plan and runs nothing. A
+    confirmation's ``claims`` (its screen's) are kept in ``out_dir`` before any run starts, and its
+    report tests them."""
     from longrange.experiment.compare import StageFailed, run_grid
+    from longrange.studies.mad_claims import save_claims
 
     plan, _ = mad_plan(settings)
+    if claims is not None and not settings.fixed:
+        raise ConfigError("claims are tested by a confirmation (--grid-from SCREEN), not by a study that chooses")
     if not dry_run:
         save_settings(settings, out_dir)
+        if claims is not None:
+            save_claims(claims, out_dir)
     try:
         run_grid(
             plan,
@@ -1036,6 +1101,7 @@ __all__ = [
     "overall_scores",
     "run_mad",
     "screen_choice",
+    "screen_claims_of",
     "select",
     "task_scores",
     "write_report",
