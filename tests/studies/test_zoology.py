@@ -4,6 +4,7 @@ size over widths, scratch and causal SPT; its experiments, aggregation, errors a
 from __future__ import annotations
 
 import pytest
+import torch
 
 from longrange.errors import ConfigError
 from longrange.studies import zoology as Z
@@ -35,6 +36,20 @@ def test_one_experiment_per_model_and_width_on_the_small_vocabulary_mqar():
     )
     assert one.task.options["n_pairs"] == 4 and one.train["lr"] == 0.01
     assert (one.label, one.model.d_state, one.model.d_model) == ("lru d_state32", 32, 64)  # the LRU's state size
+
+
+def test_long_filters_are_built_for_the_mqar_s_length_not_the_preset_s():
+    from longrange.models.model import build_model
+
+    hyena, base_conv = Z.experiments(["hyena", "base-conv"], [16], seeds=[0])
+    assert hyena.model.primitive_options["l_max"] == 40  # the recall preset's is 24
+    assert [e["options"].get("l_max") for e in base_conv.model.layers] == [None, 40]
+    model = build_model(base_conv.model, input_kind="tokens", vocab_size=64, head="classify", n_out=64)
+    assert model(torch.randint(0, 64, (2, 40))).shape == (2, 64)  # the preset's l_max of 24 would refuse 40
+    (longer,) = Z.experiments(["hyena"], [16], seeds=[0], overrides=["task.options.seq_len=48"])
+    assert longer.model.primitive_options["l_max"] == 48
+    (given,) = Z.experiments(["hyena"], [16], seeds=[0], overrides=["model.primitive_options.l_max=64"])
+    assert given.model.primitive_options["l_max"] == 64  # a length the user sets is kept
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,11 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
         _flip_sum_directions,
     ),
     ("BaseConv", lambda bi: BaseConv(8, kernel_size=3, use_act=True, bidirectional=bi), _flip_sum_directions),
+    (
+        "BaseConv (implicit long)",
+        lambda bi: BaseConv(8, conv="implicit", l_max=16, bidirectional=bi),
+        _flip_sum_directions,
+    ),
     # Order 3 (two long convolutions); its two-sided kernels are not two steppable directions.
     ("Hyena", lambda bi: Hyena(8, l_max=16, order=3, filter_order=8, bidirectional=bi), None),
     # MAD's multi-head form: heads of 4, twice as wide inside, the projection tiled 3 times.

@@ -23,6 +23,23 @@ from typing import Any
 SEED = 0
 
 
+def lengths_follow(model: dict[str, Any], seq_len: int) -> dict[str, Any]:
+    """A model's settings with every ``l_max`` (the length a layer's long filter is built for:
+    Hyena's, BaseConv's long convolutions) set to ``seq_len``, the task's, in ``primitive_options``
+    and in each entry of ``layers``: a study that puts a preset on another task's length."""
+    out = dict(model)
+    if "l_max" in out.get("primitive_options", {}):
+        out["primitive_options"] = {**out["primitive_options"], "l_max": seq_len}
+    layers = []
+    for entry in out.get("layers") or []:
+        if isinstance(entry, dict) and "l_max" in (entry.get("options") or {}):
+            entry = {**entry, "options": {**entry["options"], "l_max": seq_len}}
+        layers.append(entry)
+    if layers:
+        out["layers"] = layers
+    return out
+
+
 @dataclass
 class GridRun:
     """One training run of a grid: a preset with overrides, under its own label, from one seed (the

@@ -79,6 +79,7 @@ from longrange.experiment.config import (
 )
 from longrange.experiment.plan import Plan, Stage, slug
 from longrange.identity import differences
+from longrange.studies.grid import lengths_follow
 from longrange.studies.tables import StageTime, group_times, time_lines
 
 if TYPE_CHECKING:
@@ -336,21 +337,6 @@ def model_preset(name: str) -> dict[str, Any]:
     )
 
 
-def _lengths_follow(model: dict[str, Any], seq_len: int) -> dict[str, Any]:
-    """``model`` with every ``l_max`` (Hyena's filters) set to ``seq_len``."""
-    out = dict(model)
-    if "l_max" in out.get("primitive_options", {}):
-        out["primitive_options"] = {**out["primitive_options"], "l_max": seq_len}
-    layers = []
-    for entry in out.get("layers") or []:
-        if isinstance(entry, dict) and "l_max" in (entry.get("options") or {}):
-            entry = {**entry, "options": {**entry["options"], "l_max": seq_len}}
-        layers.append(entry)
-    if layers:
-        out["layers"] = layers
-    return out
-
-
 def cell_experiment(settings: MadSettings, model: str, task: str, level: str, lr: float, wd: float) -> ExperimentConfig:
     """One run's experiment: ``model`` on ``task`` at ``level``, trained at ``lr`` and ``wd``."""
     from longrange.data.tasks import task_options
@@ -377,7 +363,7 @@ def cell_experiment(settings: MadSettings, model: str, task: str, level: str, lr
             "compare": {"objectives": ["causal"], "compute_matched": False, "seeds": list(settings.seeds)},
         },
     )
-    data["model"] = _lengths_follow(data["model"], seq_len)
+    data["model"] = lengths_follow(data["model"], seq_len)
     if settings.screen:
         data["train"]["test_split"] = False
     data = apply_overrides(data, settings.overrides)

@@ -30,6 +30,7 @@ from typing import Any
 
 from longrange.errors import ConfigError
 from longrange.experiment.config import ExperimentConfig, apply_overrides, deep_merge, experiment_from_dict, load_preset
+from longrange.studies.grid import lengths_follow
 
 #: The recall study's MQAR with a small vocabulary (``mqar-text``): per-position answers, each value
 #: also after its query in the input.
@@ -119,7 +120,11 @@ def experiments(
             )
             data["task"] = task  # the MQAR task replaces the preset's, options and all
             data.pop("base", None)
-            out.append(experiment_from_dict(apply_overrides(data, overrides)))
+            data = apply_overrides(data, overrides)
+            if not any(o.split("=", 1)[0].strip().endswith("l_max") for o in overrides):
+                # long filters (Hyena's, BaseConv's) are built for the MQAR's length, not the preset's
+                data["model"] = lengths_follow(data["model"], int(data["task"]["options"]["seq_len"]))
+            out.append(experiment_from_dict(data))
     return out
 
 
