@@ -159,14 +159,15 @@ def register(sub: Any) -> None:
         "--screen",
         action="store_true",
         help="no run reads the test split; the report scores the chosen "
-        "points' validation accuracies (a screen, before a confirmation on fresh seeds)",
+        "points' validation accuracies (a screen, before a confirmation on fresh seeds) and, once finished, "
+        "makes its claims by a fixed rule (mad_claims.json)",
     )
     p.add_argument(
         "--grid-from",
         metavar="SCREEN",
         help="a confirmation: train each cell only at the grid point the screen in SCREEN chose for it (the "
         "best mean validation accuracy over its seeds), on fresh seeds and a fresh data seed (task.seed=...), "
-        "the screen's settings otherwise",
+        "the screen's settings otherwise; its report tests the screen's claims",
     )
     p.add_argument(
         "--cpu",

@@ -25,7 +25,7 @@ seed, in each regime:
 primitive of the toolkit (``gated-deltanet``, ``mamba2``, ``lru``, ...) in MAD's stack: every model
 is ``X swiglu X swiglu`` at width 128 on MAD's backbone (``presets/mad/_base.yaml``) with MAD's
 training defaults (``presets/mad/_train.yaml``). A layer whose filters are built for a length
-(Hyena's ``l_max``) is built for each level's length.
+(Hyena's, BaseConv's long ones: their ``l_max``) is built for each level's length.
 
 **Selection and scores.** For each (model, task, level, regime, seed) the grid point with the best
 validation accuracy (the split MAD does not have: it selects on its test set) is chosen, and only
