@@ -121,6 +121,8 @@ def test_a_confirmation_that_repeats_the_screen_confirms_every_claim():
     claims = C.screen_claims(report(SCREEN))
     tested = C.check_claims(claims, confirmation({k: five(v) for k, v in SCREEN.items()}, claims))
     assert [t.verdict for t in tested] == ["confirmed"] * len(claims.claims)
+    text = confirmation({k: five(v) for k, v in SCREEN.items()}, claims).markdown()
+    assert "Of the 3 SPT claims confirmed, 3 also hold under Holm's adjustment over the 3 SPT claims tested" in text
     spt = next(t for t in tested if t.claim.text() == "causal SPT raises a on mad-in-context-recall")
     assert spt.measured.startswith("+30.") and "[+" in spt.measured
 
@@ -139,6 +141,7 @@ def test_a_confirmation_that_does_not_repeat_it_confirms_nothing_it_refutes():
     text = confirmation(noisy, claims).markdown()
     assert "## The screen's claims (seeds 0, 1, 2), tested" in text
     assert "| causal SPT raises a on mad-in-context-recall | +30.3 points, 3 of 3 seeds agreeing |" in text
+    assert "Of the 2 SPT claims confirmed, 2 also hold under Holm's adjustment over the 3 SPT claims tested" in text
 
 
 def test_best_needs_every_paired_interval_above_zero_not_only_the_best_mean():
