@@ -35,6 +35,7 @@ real position reads one) and on output.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +118,8 @@ class BaseConv(RecurrentMixer):
         emb_dim: the implicit filter's position features (odd, >= 3; Zoology's 3).
         filter_width: the hidden width of the implicit filter's MLP (Zoology's 16).
     """
+
+    OPTION_NOTES: ClassVar[dict[str, str]] = {"l_max": "the longest input; needed by conv: implicit or explicit"}
 
     def __init__(
         self,
