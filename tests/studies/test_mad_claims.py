@@ -188,3 +188,11 @@ def test_claims_are_kept_once_and_a_changed_screen_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="mad_claims.json: damaged, not JSON"):
         C.load_claims(tmp_path)
     assert C.load_claims(tmp_path / "none") is None
+
+
+def test_only_a_confirmation_takes_claims_to_test(tmp_path):
+    st = M.MadSettings(models=("gated-deltanet",), tasks=("mad-memorization",), levels=("baseline",))
+    claims = C.screen_claims(report(SCREEN))
+    with pytest.raises(ConfigError, match="claims are tested by a confirmation"):
+        M.run_mad(st, tmp_path, claims=claims, dry_run=True)
+    assert not (tmp_path / C.CLAIMS_FILE).exists()
