@@ -6,7 +6,7 @@ Usage:
         [--markdown OUT]
 
 Every model is a ``demo/recall/<name>`` preset (the recall study's models: 2 layers, width 64;
-docs/small-scale-spt.md), its task's length (and Hyena's ``l_max``) set to ``--seq-len``, and one
+docs/small-scale-spt.md), its task's length (and long filters' ``l_max``: Hyena's, BaseConv's) set to ``--seq-len``, and one
 supervised training step (forward, loss, backward, gradient clipping, AdamW) as a comparison trains
 it (``experiment/dryrun.py::prepare_step``) on a synthetic batch of ``--batch-size`` full-length
 sequences. Per model the table gives:
@@ -202,8 +202,9 @@ def measure(
     import torch
 
     from longrange.bench.plan import flop_counter
-    from longrange.experiment.config import resolve
+    from longrange.experiment.config import apply_overrides, experiment_from_dict, load_experiment
     from longrange.experiment.dryrun import prepare_step
+    from longrange.studies.grid import lengths_follow
 
     torch.set_num_threads(threads)
     if plan is not None:  # the grid's experiment, at its task's length
@@ -212,10 +213,10 @@ def measure(
             raise SystemExit(f"--plan {plan}: no experiment labelled {name!r}; its labels: {', '.join(experiments)}")
         exp, seq_len = experiments[name], None
     else:
-        overrides = [f"task.options.seq_len={seq_len}"]
-        if "l_max" in resolve(f"demo/recall/{name}").model.primitive_options:  # Hyena's filters: built for the length
-            overrides.append(f"model.primitive_options.l_max={seq_len}")
-        exp = resolve(f"demo/recall/{name}", overrides=overrides)
+        # long filters (Hyena's, BaseConv's) built for the length, as the studies build them
+        data = apply_overrides(load_experiment(f"demo/recall/{name}"), [f"task.options.seq_len={seq_len}"])
+        data["model"] = lengths_follow(data["model"], seq_len)
+        exp = experiment_from_dict(data)
         batch_size = batch_size or 64
     torch.manual_seed(0)
     prepared = prepare_step(exp, "train", device="cpu", batch_size=batch_size, seq_len=seq_len)

@@ -57,10 +57,12 @@ CONVS = ("short", "implicit", "explicit")
 @dataclass(frozen=True)
 class InputHistory:
     """A long convolution's step state: ``held`` (batch, d, n), the inputs of the n positions seen;
-    at most ``limit`` (l_max) of them."""
+    at most ``limit`` (l_max) of them. ``kernel``: the filter's (d, l_max) lags, computed at the
+    first step (a function of the parameters, not of the sequence: not counted as state)."""
 
     held: Tensor
     limit: int
+    kernel: Tensor | None = None
 
     def elements(self, seq_len: int) -> int:
         return self.held.shape[1] * min(seq_len, self.limit)
@@ -99,8 +101,9 @@ class LongConv(nn.Module):
                 f"{_WHERE}: step at position {n - 1} is beyond l_max={self.l_max}, the length of its long filter"
             )
         held = torch.cat([state.held, u.unsqueeze(-1)], dim=-1)
-        taps = self.filter(n).flip(-1).to(u.dtype)  # taps[:, s] = h[n - 1 - s]: weighs the input at s
-        return (held * taps).sum(-1) + u, InputHistory(held, state.limit)
+        kernel = state.kernel if state.kernel is not None else self.filter(self.l_max)
+        taps = kernel[:, :n].flip(-1).to(u.dtype)  # taps[:, s] = h[n - 1 - s]: weighs the input at s
+        return (held * taps).sum(-1) + u, InputHistory(held, state.limit, kernel)
 
 
 @register_primitive("base-conv")
