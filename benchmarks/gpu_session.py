@@ -877,14 +877,19 @@ def _gpu_name(args: argparse.Namespace) -> str:
 def _tiny_overrides(preset: str) -> list[str]:
     """Overrides that make a preset's model and data tiny (``--tiny``)."""
     from longrange.experiment.config import resolve
+    from longrange.studies.grid import lengths_follow
 
     exp = resolve(preset)
     fields = set(exp.model.to_dict())
     out = [o for o in TINY_MODEL if o.split("=")[0].split(".")[1] in fields]
     if exp.model.primitive in ("mamba2", "mamba3"):  # heads that divide the tiny width
         out.append("model.primitive_options.headdim=8")
-    if exp.model.primitive_options.get("l_max"):
+    model = exp.model.to_dict()
+    tiny = lengths_follow(model, 64)  # long filters (S4's, Hyena's, BaseConv's) built for the tiny length
+    if tiny.get("primitive_options") != model.get("primitive_options"):
         out.append("model.primitive_options.l_max=64")
+    if tiny.get("layers") != model.get("layers"):
+        out.append(f"model.layers={json.dumps(tiny['layers'])}")
     if exp.model.max_len:
         out.append("model.max_len=64")
     if exp.task.name == "listops":

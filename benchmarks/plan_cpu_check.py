@@ -36,16 +36,17 @@ def main() -> int:
 
     import longrange
     from longrange.bench.plan import measure_step, measured_cpu_peak
-    from longrange.experiment.config import resolve
+    from longrange.experiment.config import experiment_from_dict, load_experiment
+    from longrange.studies.grid import lengths_follow
 
     torch.set_num_threads(1)
     rows = []
     cases = [(name, "train", None, b, n) for name in MODELS for b, n in SIZES]
     cases += [(name, "pretrain", "masked", 8, 128) for name in ("demo/s4d", "demo/transformer", "demo/dlr")]
     for name, stage, objective, batch, length in cases:
-        exp = resolve(name)
-        if exp.model.primitive == "s4":
-            exp = resolve(name, overrides=[f"model.primitive_options.l_max={length}"])
+        data = load_experiment(name)  # S4's kernel (and any long filter) built for the length
+        data["model"] = lengths_follow(data["model"], length)
+        exp = experiment_from_dict(data)
         vocab = MODELS[name]
         predicted = measure_step(
             exp, stage, objective, micro_batch=batch, seq_len=length, target="cpu", vocab=vocab, count=False

@@ -188,6 +188,17 @@ def plan_experiments(path: Path) -> dict:
     return out
 
 
+def recall_experiment(name: str, seq_len: int):
+    """The recall study's model ``name`` on its task at ``seq_len``, long filters (Hyena's,
+    BaseConv's) built for that length as the studies build them."""
+    from longrange.experiment.config import apply_overrides, experiment_from_dict, load_experiment
+    from longrange.studies.grid import lengths_follow
+
+    data = apply_overrides(load_experiment(f"demo/recall/{name}"), [f"task.options.seq_len={seq_len}"])
+    data["model"] = lengths_follow(data["model"], seq_len)
+    return experiment_from_dict(data)
+
+
 def measure(
     name: str,
     batch_size: int | None,
@@ -202,9 +213,7 @@ def measure(
     import torch
 
     from longrange.bench.plan import flop_counter
-    from longrange.experiment.config import apply_overrides, experiment_from_dict, load_experiment
     from longrange.experiment.dryrun import prepare_step
-    from longrange.studies.grid import lengths_follow
 
     torch.set_num_threads(threads)
     if plan is not None:  # the grid's experiment, at its task's length
@@ -213,10 +222,7 @@ def measure(
             raise SystemExit(f"--plan {plan}: no experiment labelled {name!r}; its labels: {', '.join(experiments)}")
         exp, seq_len = experiments[name], None
     else:
-        # long filters (Hyena's, BaseConv's) built for the length, as the studies build them
-        data = apply_overrides(load_experiment(f"demo/recall/{name}"), [f"task.options.seq_len={seq_len}"])
-        data["model"] = lengths_follow(data["model"], seq_len)
-        exp = experiment_from_dict(data)
+        exp = recall_experiment(name, seq_len)
         batch_size = batch_size or 64
     torch.manual_seed(0)
     prepared = prepare_step(exp, "train", device="cpu", batch_size=batch_size, seq_len=seq_len)

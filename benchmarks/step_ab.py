@@ -473,12 +473,7 @@ def experiment(model: str, seq_len: int, mad: bool, mad_task: str = "mad-in-cont
     """The recall study's model at ``seq_len``, or with ``mad`` MAD's layer in the CPU protocol's
     cell of ``mad_task``'s baseline (its own length and batch)."""
     if not mad:
-        from longrange.experiment.config import resolve
-
-        lengths = [f"task.options.seq_len={seq_len}"]
-        if model == "hyena":  # its filters span the task's length
-            lengths.append(f"model.primitive_options.l_max={seq_len}")
-        return resolve(f"demo/recall/{model}", overrides=lengths)
+        return _small_models().recall_experiment(model, seq_len)
     from longrange.studies import mad as M
 
     protocol = {k: v for k, v in M.CPU_PROTOCOL.items() if k in ("tasks", "levels", "lrs", "wds", "overrides")}

@@ -328,3 +328,15 @@ m.run_session(args, steps)
     assert "SIGTERM" in by["spawns"]["reason"]
     with tarfile.open(pack) as tar:
         assert "s/logs/spawns.log" in tar.getnames()
+
+
+def test_tiny_overrides_build_every_long_filter_for_the_tiny_length(session):
+    from longrange.experiment.config import resolve
+
+    s4 = resolve("spt/listops/s4", overrides=session._tiny_overrides("spt/listops/s4"))
+    assert s4.model.primitive_options["l_max"] == 64
+    # a stack whose second entry is a long convolution: its l_max is in the layer's own options
+    stack = session._tiny_overrides("demo/recall/base-conv")
+    model = resolve("demo/recall/base-conv", overrides=[*stack, "model.n_layers=2"]).model.to_dict()
+    assert [entry["options"].get("l_max") for entry in model["layers"]] == [None, 64]
+    assert not any("l_max" in o for o in session._tiny_overrides("spt/listops/transformer"))

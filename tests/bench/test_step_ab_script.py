@@ -307,3 +307,14 @@ def test_the_direct_calls_rounds_before_path_sends_every_call_through_the_dispat
         assert not ab.custom_ops.EAGER_CALLS
         assert not ab.custom_ops.direct_call_allowed((torch.ones(2),))
     assert ab.custom_ops.EAGER_CALLS and ab.custom_ops.direct_call_allowed((torch.ones(2),))
+
+
+def test_the_recall_models_long_filters_are_built_for_the_length_measured():
+    ab = _module()
+    for name in ("hyena", "base-conv"):
+        model = ab.experiment(name, 48, mad=False).model.to_dict()
+        found = [model["primitive_options"].get("l_max")]
+        found += [
+            (entry.get("options") or {}).get("l_max") for entry in model.get("layers") or [] if isinstance(entry, dict)
+        ]
+        assert 48 in found and all(v in (None, 48) for v in found), (name, found)
