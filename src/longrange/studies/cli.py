@@ -136,7 +136,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--models",
         help="comma-separated: MAD layers (hyena, mamba, mh-attention, ...) or any primitive "
-        "(gated-deltanet, mamba2, lru, ...), each in MAD's stack X swiglu X swiglu",
+        "(gated-deltanet, mamba2, lru, ...), each in MAD's stack X swiglu X swiglu; a name that is "
+        "both (attention, hyena, linear-attention) is MAD's layer",
     )
     p.add_argument("--tasks", help="comma-separated MAD tasks (default: all six; --cpu: the five but compression)")
     p.add_argument(
