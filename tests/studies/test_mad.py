@@ -490,3 +490,67 @@ def test_a_confirmation_runs_the_screen_s_choice_on_fresh_seeds_and_data(tmp_pat
     assert "the screen has not finished 1 of the cells asked for, e.g. gated-deltanet mad-memorization" in err
     assert "(lr0.0005-wd0 seed1)" in err
     assert not (tmp_path / "x").exists()  # nothing was written for a confirmation that could not start
+
+
+def test_the_report_gives_each_level_its_difference_and_ranking():
+    st = settings(
+        tasks=("mad-in-context-recall", "mad-memorization"), levels=("baseline", "n_train=800"), seeds=(0, 1, 2)
+    )
+    assert list(st.task_levels("mad-memorization")) == ["baseline"]  # one level: in the baseline's ranking only
+    known = {  # (model, task, level) -> (scratch, causal-spt), the same on every seed
+        ("hyena", "mad-in-context-recall", "baseline"): (0.5, 0.5),
+        ("hyena", "mad-in-context-recall", "n_train=800"): (0.2, 0.6),
+        ("gated-deltanet", "mad-in-context-recall", "baseline"): (0.9, 0.9),
+        ("gated-deltanet", "mad-in-context-recall", "n_train=800"): (0.4, 0.4),
+        ("hyena", "mad-memorization", "baseline"): (0.5, 0.5),
+        ("gated-deltanet", "mad-memorization", "baseline"): (0.5, 0.5),
+    }
+    sel = [
+        M.Selected(m, t, level, regime, seed, 1e-3, 0.0, 0.5, pair[i])
+        for (m, t, level), pair in known.items()
+        for i, regime in enumerate(("scratch", "causal-spt"))
+        for seed in st.seeds
+    ]
+
+    def report(selected):
+        scores = M.task_scores(selected, {t: list(st.task_levels(t)) for t in st.tasks})
+        return M.MadReport(st, selected, scores, M.overall_scores(scores, list(st.tasks))).markdown()
+
+    text = report(sel)
+    assert (
+        "| hyena | mad-in-context-recall | n_train=800 | 20.0 ± 0.0 | 60.0 ± 0.0 | +40.0 [+40.0, +40.0] | 0.250 | 3 of 3 |"
+        in text
+    )
+    assert "| gated-deltanet | mad-in-context-recall | baseline | 90.0 ± 0.0 | 90.0 ± 0.0 | +0.0" in text
+    assert "mad-memorization | n_train=800" not in text  # a level the task does not have
+    # at the fewest examples (in-context recall alone) SPT reverses the order; at the baseline it does not
+    assert (
+        "- n_train=800 (mad-in-context-recall), scratch: gated-deltanet (40.0; best in 3 of 3 seeds) > hyena (20.0; best in 0 of 3 seeds)"
+        in text
+    )
+    assert (
+        "- n_train=800 (mad-in-context-recall), causal-spt: hyena (60.0; best in 3 of 3 seeds) > gated-deltanet (40.0;"
+        in text
+    )
+    assert (
+        "- baseline (mad-in-context-recall, mad-memorization), causal-spt: gated-deltanet (70.0; best in 3 of 3 seeds) > hyena (50.0;"
+        in text
+    )
+    # a missing run: its cell says how many seeds it has, and the model is named as not ranked, not dropped
+    gap = [
+        s
+        for s in sel
+        if not (s.model == "hyena" and s.level == "n_train=800" and s.regime == "scratch" and s.seed == 2)
+    ]
+    text = report(gap)
+    assert (
+        "| hyena | mad-in-context-recall | n_train=800 | 20.0 ± 0.0 (2 of 3 seeds) | 60.0 ± 0.0 | +40.0 [+40.0, +40.0] | 0.500 | 2 of 2 |"
+        in text
+    )
+    assert (
+        "- n_train=800 (mad-in-context-recall), scratch: gated-deltanet (40.0; best in 2 of 2 seeds); not ranked, a score missing: hyena"
+        in text
+    )
+    # one level per task: no by-level section
+    one = settings(levels=("baseline",), seeds=(0,))
+    assert "By level" not in M.MadReport(one, [], [], {}).markdown()

@@ -60,11 +60,12 @@ training. ``train_targets="answers"`` trains on the answers alone, which separat
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -690,9 +691,9 @@ class MadReport:
 
     def __post_init__(self) -> None:
         self._by_key = {(s.model, s.task, s.regime, s.seed): s.score for s in self.scores}
+        self._by_level = {(s.model, s.task, s.level, s.regime, s.seed): s.reported for s in self.selected}
 
     def markdown(self) -> str:
-        from longrange.report.tables import mean_ci
         from longrange.report.verdict import paired_cells
 
         st = self.settings
@@ -719,16 +720,6 @@ class MadReport:
         )
         lines.append("")
 
-        def cell(values: list[float | None]) -> str:
-            vals = [v for v in values if v is not None]
-            if not vals:
-                return "missing"
-            stat = mean_ci(vals)
-            text = f"{100 * stat.mean:.1f}"
-            if stat.half_width is not None:
-                text += f" ± {100 * stat.half_width:.1f}"
-            return text + ("" if len(vals) == len(values) else f" ({len(vals)} of {len(values)} seeds)")
-
         for regime in st.regimes:
             lines.append(f"## {regime}: MAD score ({what} accuracy %, mean over levels; mean ± 95% CI over seeds)")
             lines.append("")
@@ -741,8 +732,8 @@ class MadReport:
                     f"{self.sizes.get(model, {}).get('state', 0):,}",
                 ]
                 for task in tasks:
-                    row.append(cell([self._score(model, task, regime, seed) for seed in st.seeds]))
-                row.append(cell([self.overall.get((model, regime, seed)) for seed in st.seeds]))
+                    row.append(_mean_cell([self._score(model, task, regime, seed) for seed in st.seeds]))
+                row.append(_mean_cell([self.overall.get((model, regime, seed)) for seed in st.seeds]))
                 lines.append("| " + " | ".join(row) + " |")
             lines.append("")
             lines += self._ranking(regime)
@@ -769,6 +760,7 @@ class MadReport:
                             diffs.append(100 * (a - b))
                     lines.append(f"| {model} | {task} | {paired_cells(diffs)} |")
             lines.append("")
+        lines += self._by_level_lines(what)
         lines += self._claims()
         lines += self._published(tasks)
         lines += self._time()
@@ -838,30 +830,92 @@ class MadReport:
         return time_lines(self.times, "task")
 
     def _ranking(self, regime: str) -> list[str]:
+        line = self._ranking_text(lambda m, seed: self.overall.get((m, regime, seed)))
+        return [f"Ranking ({regime}, overall score): {line}", ""] if line else []
+
+    def _ranking_text(self, score: Callable[[str, int], float | None]) -> str:
+        """The models by mean ``score(model, seed)`` over the seeds where every model has one, each
+        with how often it is best (every model tied at the top counts); empty where no model has all."""
         st = self.settings
         means = {}
         wins = {m: 0 for m in st.models}
         for seed in st.seeds:
-            vals = {m: self.overall.get((m, regime, seed)) for m in st.models}
+            vals = {m: score(m, seed) for m in st.models}
             if all(v is not None for v in vals.values()):
                 best = max(vals.values())
                 for m, v in vals.items():
                     wins[m] += v == best
-        complete = 0
         for m in st.models:
-            vals = [self.overall.get((m, regime, seed)) for seed in st.seeds]
+            vals = [score(m, seed) for seed in st.seeds]
             if all(v is not None for v in vals):
                 means[m] = math.fsum(vals) / len(vals)
-                complete += 1
         if not means:
-            return []
+            return ""
         order = sorted(means, key=lambda m: -means[m])
-        seeds_ranked = sum(all(self.overall.get((m, regime, s)) is not None for m in st.models) for s in st.seeds)
-        return [
-            f"Ranking ({regime}, overall score): "
-            + " > ".join(f"{m} ({100 * means[m]:.1f}; best in {wins[m]} of {seeds_ranked} seeds)" for m in order),
-            "",
-        ]
+        seeds_ranked = sum(all(score(m, s) is not None for m in st.models) for s in st.seeds)
+        text = " > ".join(f"{m} ({100 * means[m]:.1f}; best in {wins[m]} of {seeds_ranked} seeds)" for m in order)
+        unranked = [m for m in st.models if m not in means]
+        return text + (f"; not ranked, a score missing: {', '.join(unranked)}" if unranked else "")
+
+    def _at_level(self, level: str, regime: str, model: str, seed: int) -> float | None:
+        """The mean over the study's tasks that have ``level`` of the chosen points' accuracies at
+        that level (None unless every one is there): the overall score at one level."""
+        tasks = [t for t in self.settings.tasks if level in self.settings.task_levels(t)]
+        values = [self._by_level.get((model, t, level, regime, seed)) for t in tasks]
+        return None if not values or any(v is None for v in values) else math.fsum(values) / len(values)
+
+    def _by_level_lines(self, what: str) -> list[str]:
+        """Each level on its own (a task's score averages them): the regimes' paired difference per
+        (model, task, level), and the ranking in each regime at each level over the tasks that have
+        it. Only for a study where some task runs more than one level."""
+        from longrange.report.verdict import paired_cells
+
+        st = self.settings
+        by_task = {task: list(st.task_levels(task)) for task in st.tasks}
+        if not any(len(levels) > 1 for levels in by_task.values()):
+            return []
+        levels = list(dict.fromkeys(level for task in st.tasks for level in by_task[task]))
+        lines = []
+        if set(REGIMES) <= set(st.regimes):
+            lines += [
+                f"## By level: causal-spt minus scratch (points of {what} accuracy, paired by seed)",
+                "",
+                "A task's MAD score is the mean over its levels; here each level on its own (each changes one "
+                "variable from the baseline: `n_train=800` the fewest training examples).",
+                "",
+                "| model | task | level | scratch | causal-spt | difference [95% CI] | sign-flip p "
+                "| seeds agreeing in sign |",
+                "|---|---|---|---:|---:|---:|---:|---:|",
+            ]
+
+            for model in st.models:
+                for task in st.tasks:
+                    for level in by_task[task]:
+                        pairs = [
+                            (
+                                self._by_level.get((model, task, level, "causal-spt", seed)),
+                                self._by_level.get((model, task, level, "scratch", seed)),
+                            )
+                            for seed in st.seeds
+                        ]
+                        diffs = [100 * (a - b) for a, b in pairs if a is not None and b is not None]
+                        lines.append(
+                            f"| {model} | {task} | {level} | {_mean_cell([b for _, b in pairs])} | "
+                            f"{_mean_cell([a for a, _ in pairs])} | {paired_cells(diffs)} |"
+                        )
+            lines.append("")
+        if len(st.models) > 1:
+            lines += [
+                "## Rankings by level (mean over the tasks that have the level)",
+                "",
+            ]
+            for level in levels:
+                tasks = [t for t in st.tasks if level in by_task[t]]
+                for regime in st.regimes:
+                    text = self._ranking_text(functools.partial(self._at_level, level, regime))
+                    lines.append(f"- {level} ({', '.join(tasks)}), {regime}: " + (text or "missing"))
+            lines.append("")
+        return lines
 
     def csv(self) -> str:
         buf = io.StringIO()
@@ -887,6 +941,21 @@ class MadReport:
                 [s.model, s.task, s.level, s.regime, s.seed, s.lr, s.wd, s.val, split, s.reported, " ".join(s.missing)]
             )
         return buf.getvalue()
+
+
+def _mean_cell(values: list[float | None]) -> str:
+    """A table cell: the mean in % ± its 95% Student-t half-width over the values there, saying how
+    many of them are there when some are missing."""
+    from longrange.report.tables import mean_ci
+
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "missing"
+    stat = mean_ci(vals)
+    text = f"{100 * stat.mean:.1f}"
+    if stat.half_width is not None:
+        text += f" ± {100 * stat.half_width:.1f}"
+    return text + ("" if len(vals) == len(values) else f" ({len(vals)} of {len(values)} seeds)")
 
 
 def build_report(settings: MadSettings, out_dir: str | Path) -> MadReport:
