@@ -205,6 +205,11 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
     cpu = sum(s["cpu_seconds"] for s in summaries) / 3600
     assert f"| mad-memorization | 5 of 5 | {wall:.2f} | {cpu:.2f} |" in report
     assert "| all | 10 of 10 |" in report
+    # Each task's state per sequence from its own runs (Gated DeltaNet's does not grow with the length).
+    built = M.build_report(M.load_settings(out), out)
+    state = summaries[0]["params"]["state"]
+    assert built.states == {"gated-deltanet": {"mad-memorization": state, "mad-compression": state}}
+    assert f"| gated-deltanet | {summaries[0]['params']['total']:,} | {state:,} |" in report
     # Run again: everything is reused; --report rebuilds the report from the runs alone.
     assert main(args) == 0
     assert "## scratch: MAD score" in capsys.readouterr().out
@@ -554,3 +559,16 @@ def test_the_report_gives_each_level_its_difference_and_ranking():
     # one level per task: no by-level section
     one = settings(levels=("baseline",), seeds=(0,))
     assert "By level" not in M.MadReport(one, [], [], {}).markdown()
+
+
+def test_a_state_that_grows_with_the_length_is_given_per_task():
+    st = settings(models=("mh-attention", "gated-deltanet"), seeds=(0,), regimes=("scratch",), levels=("baseline",))
+    states = {
+        "mh-attention": {"mad-in-context-recall": 32512, "mad-memorization": 8064},
+        "gated-deltanet": {"mad-in-context-recall": 4096, "mad-memorization": 4096},
+    }
+    sizes = {"mh-attention": {"total": 103893, "state": 32512}, "gated-deltanet": {"total": 99000, "state": 4096}}
+    text = M.MadReport(st, [], [], {}, sizes, states=states).markdown()
+    assert "| mh-attention | 103,893 | 8,064-32,512 |" in text and "| gated-deltanet | 99,000 | 4,096 |" in text
+    assert "mh-attention: in-context-recall 32,512, memorization 8,064." in text
+    assert "gated-deltanet: in-context" not in text

@@ -688,6 +688,8 @@ class MadReport:
     #: A confirmation's copy of its screen's claims (:mod:`longrange.studies.mad_claims`), which its
     #: report tests; None for a screen or a study without one.
     claims: Claims | None = None
+    #: model -> task -> its recurrent state per sequence at the task's length (attention's grows with it).
+    states: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._by_key = {(s.model, s.task, s.regime, s.seed): s.score for s in self.scores}
@@ -729,13 +731,15 @@ class MadReport:
                 row = [
                     model,
                     f"{self.sizes.get(model, {}).get('total', 0):,}",
-                    f"{self.sizes.get(model, {}).get('state', 0):,}",
+                    self._state_cell(model),
                 ]
                 for task in tasks:
                     row.append(_mean_cell([self._score(model, task, regime, seed) for seed in st.seeds]))
                 row.append(_mean_cell([self.overall.get((model, regime, seed)) for seed in st.seeds]))
                 lines.append("| " + " | ".join(row) + " |")
             lines.append("")
+            if regime == st.regimes[0]:
+                lines += self._states_lines()
             lines += self._ranking(regime)
         if set(REGIMES) <= set(st.regimes):
             lines.append(f"## causal-spt minus scratch (points of {what} accuracy, paired by seed)")
@@ -780,6 +784,30 @@ class MadReport:
 
     def _score(self, model: str, task: str, regime: str, seed: int) -> float | None:
         return self._by_key.get((model, task, regime, seed))
+
+    def _state_cell(self, model: str) -> str:
+        """The model's state per sequence: one number where every task has it, else the range over
+        the tasks' lengths (listed by :meth:`_states_lines`)."""
+        by_task = self.states.get(model) or {}
+        if not by_task:
+            state = self.sizes.get(model, {}).get("state")
+            return "" if state is None else f"{state:,}"
+        low, high = min(by_task.values()), max(by_task.values())
+        return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+    def _states_lines(self) -> list[str]:
+        varying = {m: t for m, t in self.states.items() if len(set(t.values())) > 1}
+        if not varying:
+            return []
+        return [
+            "State per sequence at each task's length, where it grows with the length: "
+            + "; ".join(
+                f"{model}: " + ", ".join(f"{task.removeprefix('mad-')} {state:,}" for task, state in by_task.items())
+                for model, by_task in varying.items()
+            )
+            + ".",
+            "",
+        ]
 
     def screen_claims(self) -> Claims | None:
         """A finished screen's claims (:func:`~longrange.studies.mad_claims.screen_claims`); None
@@ -967,16 +995,18 @@ def build_report(settings: MadSettings, out_dir: str | Path) -> MadReport:
     levels = {task: list(settings.task_levels(task)) for task in settings.tasks}
     scores = task_scores(selected, levels)
     overall = overall_scores(scores, [t for t in settings.tasks if levels[t]])
-    sizes = {}
-    for model in settings.models:
-        for stage_id, p in points.items():
-            if p.model == model and stage_id in summaries:
-                sizes[model] = dict(summaries[stage_id].get("params") or {})
-                break
+    sizes: dict[str, dict[str, int]] = {}
+    states: dict[str, dict[str, int]] = {}
+    for stage_id, p in points.items():  # each model's sizes from its first finished run of each task
+        params = (summaries.get(stage_id) or {}).get("params")
+        if params and p.task not in states.setdefault(p.model, {}):
+            sizes.setdefault(p.model, dict(params))
+            if params.get("state") is not None:
+                states[p.model][p.task] = params["state"]
     from longrange.studies.mad_claims import load_claims
 
     claims = None if settings.screen else load_claims(out_dir)
-    return MadReport(settings, selected, scores, overall, sizes, stage_times(plan, every), claims)
+    return MadReport(settings, selected, scores, overall, sizes, stage_times(plan, every), claims, states)
 
 
 SETTINGS_FILE = "mad.json"
@@ -1046,7 +1076,7 @@ def scores_plot(report: MadReport, path: Path) -> Path | None:
         ax.set_xticklabels([c.removeprefix("mad-") for c in columns], rotation=30, ha="right", fontsize=8)
         ax.set_title(regime, color=regime_colour(regime))
         ax.set_ylim(0, 100)
-        ax.set_ylabel("MAD score (test accuracy %)")
+        ax.set_ylabel(f"MAD score ({'validation' if st.screen else 'test'} accuracy %)")
     axes[0][-1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     return save_figure(fig, path, dpi=110)
