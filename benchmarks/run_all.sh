@@ -15,7 +15,7 @@ longrange bench --generation "$@" --json benchmarks/results/generation.json --pl
 python benchmarks/cpu_scan.py --json benchmarks/results/cpu_scan.json | tee benchmarks/results/cpu_scan.txt
 # The SSM-kernel products (S4D, S4): every implementation side by side, one torch thread.
 python benchmarks/ssm_kernels.py --threads 1 --json benchmarks/results/ssm_kernels.json | tee benchmarks/results/ssm_kernels.txt
-# attention on a CPU: numba against PyTorch's kernel, the rule of "auto" (docs/performance.md, "Fourteenth round")
+# attention on a CPU: numba against PyTorch's kernel, the rule of "auto" (docs/small-models.md, "Fourteenth round")
 python benchmarks/attention_cpu.py --json benchmarks/results/attention_cpu.json | tee benchmarks/results/attention_cpu.txt
 # Accuracy of the SSM-kernel products on long kernels (CPU; Triton in its interpreter: about an hour).
 python benchmarks/ssm_kernel_accuracy.py --impls numba --json benchmarks/results/ssm_kernel_accuracy_numba.json \

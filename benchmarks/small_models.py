@@ -17,7 +17,7 @@ sequences. Per model the table gives:
   the matrix products and the toolkit's fused kernels by their registered counts, plus the FFTs at
   5 n log2 n per complex transform and PyTorch's CPU attention kernel by the formula of its CUDA
   kernels: ``longrange.bench.plan.flop_counter``; before the fourteenth round of
-  docs/performance.md the CPU attention kernel was not counted) at the best rate of a 1024 x 1024 float32 ``torch.mm`` measured
+  docs/small-models.md the CPU attention kernel was not counted) at the best rate of a 1024 x 1024 float32 ``torch.mm`` measured
   in the same process, and **step / FLOP bound**;
 * **traffic bound**: the bytes the step must move at least (the tensors autograd saves, written
   in the forward pass and read in the backward pass, plus the parameters, their gradients and
@@ -43,7 +43,7 @@ which alone says how far a model whose products dominate can come to that bound.
 ``--src [LABEL=]DIR`` (repeatable) measures the same models with another checkout's ``src`` folder (a
 ``git worktree`` of an earlier revision) as well: every (model, source) pair runs in its own
 process, in rounds that alternate the sources, so that a loaded machine slows both alike; this is
-how the "before" and "after" columns of docs/performance.md were measured.
+how the "before" and "after" columns of docs/small-models.md were measured.
 """
 
 from __future__ import annotations

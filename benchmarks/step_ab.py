@@ -6,13 +6,12 @@ Usage:
     python benchmarks/step_ab.py --round direct-conv --mad --mad-task mad-memorization --models h3 hyena  # another cell
     python benchmarks/step_ab.py --conv-op                 # the long convolution alone, FFT against Toeplitz product
 
-Changes of the small models' training step (docs/performance.md, "Small models of the synthetic
-studies"), each measured as the recall study's model trains it (``demo/recall/<name>``,
+Changes of the small models' training step (docs/small-models.md), each measured as the recall study's model trains it (``demo/recall/<name>``,
 one thread, batch 64 x length 256; ``experiment/dryrun.py::prepare_step``), the previous code path
 and the current one alternating step by step in this process, so that a loaded machine slows both
 alike; the table gives the median CPU time of a step (``time.process_time``) of each.
 
-Round ``layouts`` (the second round of docs/performance.md):
+Round ``layouts`` (the second round of docs/small-models.md):
 
 * ``s4d``, ``dlr``, ``h3`` (its inner S4D): the convolutional layers returned a transposed view of their output, which the
   Simple block's GELU then read mixed with contiguous operands (its backward about 10x slower);

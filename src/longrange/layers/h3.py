@@ -107,7 +107,7 @@ INNER_DEFAULTS: dict[str, dict[str, Any]] = {
 #: whole (batch, length, heads) slices; larger ones as batched matrix products (einsum). With heads
 #: of 2 (the recall study's H3) a training step took 82.8 ms against 102.2 ms with einsum, whose
 #: backward ran products of 2 x 2 matrices and sums over strided memory (batch 32 x length 128,
-#: width 64, one thread; docs/performance.md, "Sixth round").
+#: width 64, one thread; docs/small-models.md, "Sixth round").
 SMALL_HEAD = 4
 
 

@@ -40,7 +40,7 @@ padded length, about five times the cost of the forward transform on a CPU.
   ``grad_u = Tᵀ g`` and ``G = g uᵀ`` summed over the batch, whose diagonal sums are the kernel's
   gradient. O(l²) per channel, but a few large products instead of FFTs, complex products and
   copies: on a CPU, forward and backward, 1.2-1.4x faster at 16 and 24 positions, about as fast
-  at 32 and slower from 48 on (docs/performance.md, "Fourth round");
+  at 32 and slower from 48 on (docs/small-models.md, "Fourth round");
 * ``"ref"``: :func:`fft_conv_ref`, the explicit matrix by autograd; never picked by ``"auto"``.
 
 ``"auto"`` runs ``"direct"`` on CPU tensors of at most :data:`DIRECT_MAX_LENGTH` positions and
@@ -64,7 +64,7 @@ from longrange.ops.layout import transposed
 #: and products stay closer to the caches. Forward and backward, channels last, against one group:
 #: 1.12x at (batch 64, 64 channels, length 256), 1.10x at (64, 128, 256), 1.13x at (32, 128, 512),
 #: 1.43x at (8, 256, 1024), the same within the noise where the spectra are smaller (8 MB groups
-#: about as fast, 16 MB less so; docs/performance.md, "Fifteenth round").
+#: about as fast, 16 MB less so; docs/small-models.md, "Fifteenth round").
 FFT_GROUP_BYTES = 4 * 2**20
 
 #: The longest input ``"auto"`` convolves by :class:`_DirectConv` on a CPU (measured: faster than the

@@ -3,7 +3,7 @@
 ``x.transpose(1, 2)`` is a view: the ops after it then read one operand transposed and another
 contiguous, and PyTorch's pointwise operations run several times slower on such mixed layouts than
 on one (on a CPU, GELU's backward on (64, 256, 64) tensors took 13.5 ms mixed against 2.5 ms in one
-layout: docs/performance.md, "Second round"). Its gradient is a transposed view as well, so the
+layout: docs/small-models.md, "Second round"). Its gradient is a transposed view as well, so the
 backward's products meet the same mixed layouts one layer earlier. :func:`transposed` copies once
 forward and once backward instead. (The convolutional layers call the FFT convolution channels
 last, which folds the transposes into its padding; its other implementations transpose with this.)

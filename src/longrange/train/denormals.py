@@ -6,7 +6,7 @@ such values: a gradient carried back through a few hundred decays below one (the
 backward, the LRU's scan, the delta rule's) shrinks through the subnormal range on its way to zero.
 On one Intel Xeon the recall study's Mamba-S6 step (batch 64 x 256) took 525 ms with IEEE
 subnormals and 268 ms with them flushed, one scan backward call 315 ms against 55
-(docs/performance.md, "Thirteenth round"); where nothing underflows nothing changes.
+(docs/small-models.md, "Thirteenth round"); where nothing underflows nothing changes.
 
 :func:`flush_denormals` sets the CPU's flush-to-zero and denormals-are-zero modes
 (``torch.set_flush_denormal``) for the calling thread and returns a function that restores the mode

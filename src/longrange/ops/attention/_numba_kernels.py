@@ -17,7 +17,7 @@ pair's own tables, so it is deterministic.
 Why: at the head widths of MAD's multi-head attention (4 and 8) PyTorch's fused CPU kernel spends
 most of its time around products whose inner dimension is the head width; loops over keys with the
 head width outermost run forward and backward 1.5-2.0x as fast at heads of 4 and 1.1-1.5x at heads
-of 8, up to 256 positions (docs/performance.md, "Fourteenth round").
+of 8, up to 256 positions (docs/small-models.md, "Fourteenth round").
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from longrange.ops.dispatch import Dispatcher, Impl, numba_impl
 #: against PyTorch's fused kernel, `benchmarks/attention_cpu.py`): heads of 4 1.3-2.0x faster at
 #: 24-255 positions; heads of 8 1.2-1.5x causal at 127-256 positions, 1.1x bidirectional at 127 and
 #: 0.75x at 256; at 1,024 positions, and for heads of 16 or more, slower (0.3-0.85x)
-#: (docs/performance.md, "Fourteenth round").
+#: (docs/small-models.md, "Fourteenth round").
 NUMBA_MAX_LENGTH = 256
 NUMBA_MAX_WIDTH = 8
 NUMBA_MAX_WIDTH_BIDIRECTIONAL = 4

@@ -21,7 +21,7 @@ from longrange.ops.norm.reference import rms_norm_ref
 #: The narrowest rows ``"auto"`` normalises with the numba kernels on a CPU. Measured (one thread,
 #: forward + backward against the formula): rows of 128 features 1.6-3.0x faster, of 32 1.5-2.0x,
 #: of 16 (Mamba-3's norms of B and C) 0.8-1.0x, where the per-row work is too short to pay for the
-#: call and the copies (docs/performance.md, "Seventh round").
+#: call and the copies (docs/small-models.md, "Seventh round").
 NUMBA_MIN_WIDTH = 32
 
 #: Rows of :data:`NUMBA_NARROW_WIDTH` to :data:`NUMBA_MIN_WIDTH` features run the numba kernels in
