@@ -6,7 +6,7 @@ implementations call by call (``longrange.ops.attention.attention`` with ``impl=
 backward pass and their ratio. The default shapes are MAD's multi-head attention in the CPU
 protocol (32 x 16 heads of 4 at length 127) and in MAD's own (heads of 8), the recall study's
 Transformer (64 x 4 heads of 16 at length 256) and the demo's length (24). It measured the width
-below which ``"auto"`` runs the numba kernels (``NUMBA_MAX_WIDTH``, docs/performance.md,
+below which ``"auto"`` runs the numba kernels (``NUMBA_MAX_WIDTH``, docs/small-models.md,
 "Fourteenth round").
 
     python benchmarks/attention_cpu.py --json benchmarks/results/attention_cpu.json

@@ -191,7 +191,7 @@ def test_bad_config_raises(kwargs, field):
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_the_convolutional_layers_return_their_output_laid_out_as_it_is_shaped(name, bidirectional):
     """(batch, length, d_model) in memory as well as in shape: a transposed view here made the GELU of
-    the Simple block after it, and its backward, several times slower (docs/performance.md)."""
+    the Simple block after it, and its backward, several times slower (docs/small-models.md, "Second round")."""
     from longrange.models.backbone import make_primitive
 
     layer = make_primitive(name, 8, d_state=4, bidirectional=bidirectional)

@@ -69,7 +69,7 @@ FFT_GROUP_BYTES = 4 * 2**20
 
 #: The longest input ``"auto"`` convolves by :class:`_DirectConv` on a CPU (measured: faster than the
 #: FFT up to 24 positions; at 32 the op is about as fast and MAD's memorization steps (H3, Hyena)
-#: were 3-8% slower; docs/performance.md).
+#: were 3-8% slower; docs/small-models.md, "Fourth round").
 DIRECT_MAX_LENGTH = 24
 
 

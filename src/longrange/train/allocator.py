@@ -5,7 +5,7 @@ above its mmap threshold (128 KiB, raised as large blocks are freed) their own m
 when freed, and returns the top of its heap to the operating system beyond its trim threshold; so
 each step touches fresh pages and pays a page fault for every 4 KiB of its temporaries. Small
 models spend a large share of their step so: the recall study's S4D model (2 layers, width 64,
-batch 64 x 256) took 146 ms a step, and 93 ms with the thresholds raised (docs/performance.md,
+batch 64 x 256) took 146 ms a step, and 93 ms with the thresholds raised (docs/small-models.md,
 "Fifth round: the C allocator").
 
 :func:`keep_freed_memory` raises both thresholds once per process (``mallopt``): blocks up to

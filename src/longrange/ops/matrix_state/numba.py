@@ -23,7 +23,7 @@ float32; each task is one sequential loop, so the backward is deterministic. ``"
 CPUs for states of up to :data:`AUTO_STATE_ELEMENTS` elements per head (``dk * dv``), or up to
 :data:`AUTO_NARROW_KEY_STATE_ELEMENTS` for keys of at most :data:`AUTO_KEY_WIDTH` features
 (:func:`runs_by_default`), where they were measured faster than the chunked forms
-(docs/performance.md); larger states run ``chunk``.
+(docs/small-models.md, "Ninth round" and "Sixteenth round"); larger states run ``chunk``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ AUTO_STATE_ELEMENTS = 1024
 #: At 32 x 64 (2,048 elements) the kernels were 1.05-1.15x the chunked forms (the delta rule 0.99x),
 #: forward and backward, and the recall preset's Gated DeltaNet (2 heads of 32 x 64) trained 1.31x
 #: faster at batch 64 x 256 (their q and k normalised inside); at 64 x 32 SSD's (0.63x) and the delta
-#: rule's (0.80x) were slower, and at 64 x 64 all four (0.40-0.50x): docs/performance.md.
+#: rule's (0.80x) were slower, and at 64 x 64 all four (0.40-0.50x): docs/small-models.md, "Sixteenth round".
 AUTO_KEY_WIDTH = 32
 AUTO_NARROW_KEY_STATE_ELEMENTS = 2048
 

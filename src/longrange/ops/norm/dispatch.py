@@ -28,7 +28,7 @@ NUMBA_MIN_WIDTH = 32
 #: tensors of at least :data:`NUMBA_NARROW_ELEMENTS` elements: at 16 features (the delta rules'
 #: heads at MAD's width, 32 x 127 x 8 heads; the recall presets' at 64 x 256) 1.3-1.9x faster
 #: forward + backward, gated or not, where smaller tensors of such rows (Mamba-3's norms of B and C,
-#: the demo's 32 x 24) ran 0.8-1.0x and rows of 8 or 4 features 0.5-1.06x (docs/performance.md,
+#: the demo's 32 x 24) ran 0.8-1.0x and rows of 8 or 4 features 0.5-1.06x (docs/small-models.md,
 #: "Tenth round").
 NUMBA_NARROW_WIDTH = 16
 NUMBA_NARROW_ELEMENTS = 1 << 18
