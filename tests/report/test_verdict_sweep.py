@@ -16,7 +16,14 @@ from longrange.errors import DataFormatError
 from longrange.report import write_report
 from longrange.report.collect import collect_runs
 from longrange.report.sweep import confidence_band, split_by_subset, sweep_csv_text, sweep_plot, sweep_tables
-from longrange.report.verdict import comparisons, paired_stat, verdict_markdown, verdict_text
+from longrange.report.verdict import (
+    bootstrap_interval,
+    comparisons,
+    paired_cells,
+    paired_stat,
+    verdict_markdown,
+    verdict_text,
+)
 
 
 def put_run(
@@ -331,3 +338,52 @@ def test_one_labelled_subset_with_pretraining_on_all_inputs_is_no_sweep(tmp_path
     assert sweep_plot(groups, tmp_path / "sweep.png") is None and not (tmp_path / "sweep.png").exists()
     put_run(tmp_path, regime="scratch", seed=0, subset=1000, size=1000)  # a second labelled subset: a sweep
     assert "Metric against the training subset" in sweep_tables(split_by_subset(collect_runs([tmp_path])))
+
+
+def _bootstrap_by_every_ordered_resample(d, confidence=0.95):
+    """The percentile interval written out: every one of the n^n ordered resamples, equally likely."""
+    import itertools
+
+    means = sorted(math.fsum(pick) / len(d) for pick in itertools.product(d, repeat=len(d)))
+
+    def quantile(q):
+        for i, value in enumerate(means, start=1):
+            if i / len(means) >= q - 1e-12:
+                return value
+
+    return quantile((1 - confidence) / 2), quantile((1 + confidence) / 2)
+
+
+@pytest.mark.parametrize(
+    "d", [[0.0, 10.0], [1.0, 2.0, 3.0], [5.0, -3.0, 80.0, 2.5], [99.0, 100.0, 100.0, -100.0, 40.0], [7.0] * 5]
+)
+def test_the_bootstrap_interval_is_the_percentiles_of_every_resample(d):
+    low, high = bootstrap_interval(d)
+    exp_low, exp_high = _bootstrap_by_every_ordered_resample(d)
+    assert low == pytest.approx(exp_low, abs=1e-9) and high == pytest.approx(exp_high, abs=1e-9)
+    assert min(d) <= low <= high <= max(d)
+
+
+def test_the_bootstrap_interval_respects_the_scale_where_the_t_interval_does_not():
+    d = [100.0, 100.0, 100.0, 100.0, -20.0]  # four seeds solve the task with SPT, one loses 20 points
+    stat = paired_stat(d)
+    low, high = bootstrap_interval(d)
+    assert stat.high > 140  # Student-t: beyond +100 points, a gain no accuracy can have
+    assert (low, high) == (pytest.approx(28.0), 100.0)  # the resampled means: within [-20, 100]
+    assert bootstrap_interval([]) is None and bootstrap_interval([3.0]) == (3.0, 3.0)
+
+
+def test_the_sampled_bootstrap_beyond_the_exact_size_is_repeatable_and_close_to_exact():
+    d = [3.0, -1.0, 8.0, 0.5, 12.0, -4.0, 6.0, 2.0, 9.0]
+    exact = bootstrap_interval(d)
+    sampled = bootstrap_interval(d, exact_max=0)
+    assert sampled == bootstrap_interval(d, exact_max=0)  # a fixed seed: the same interval each time
+    assert sampled == pytest.approx(exact, abs=0.3)
+
+
+def test_paired_cells_are_four_cells_each_way():
+    assert paired_cells([]).count("|") == 3 and paired_cells([5.0, 7.0]).count("|") == 3
+    assert paired_cells([4.0]) == "+4.0 |  | 1.000 | 1 of 1"  # one seed: no interval of either kind
+    assert paired_cells([0.0, 10.0]).startswith("+5.0 [") and "| [+0.0, +10.0] | 1.000 | 1 of 2" in paired_cells(
+        [0.0, 10.0]
+    )

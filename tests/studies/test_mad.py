@@ -523,7 +523,7 @@ def test_the_report_gives_each_level_its_difference_and_ranking():
 
     text = report(sel)
     assert (
-        "| hyena | mad-in-context-recall | n_train=800 | 20.0 ± 0.0 | 60.0 ± 0.0 | +40.0 [+40.0, +40.0] | 0.250 | 3 of 3 |"
+        "| hyena | mad-in-context-recall | n_train=800 | 20.0 ± 0.0 | 60.0 ± 0.0 | +40.0 [+40.0, +40.0] | [+40.0, +40.0] | 0.250 | 3 of 3 |"
         in text
     )
     assert "| gated-deltanet | mad-in-context-recall | baseline | 90.0 ± 0.0 | 90.0 ± 0.0 | +0.0" in text
@@ -549,7 +549,7 @@ def test_the_report_gives_each_level_its_difference_and_ranking():
     ]
     text = report(gap)
     assert (
-        "| hyena | mad-in-context-recall | n_train=800 | 20.0 ± 0.0 (2 of 3 seeds) | 60.0 ± 0.0 | +40.0 [+40.0, +40.0] | 0.500 | 2 of 2 |"
+        "| hyena | mad-in-context-recall | n_train=800 | 20.0 ± 0.0 (2 of 3 seeds) | 60.0 ± 0.0 | +40.0 [+40.0, +40.0] | [+40.0, +40.0] | 0.500 | 2 of 2 |"
         in text
     )
     assert (

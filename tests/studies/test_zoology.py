@@ -93,7 +93,8 @@ def test_points_average_over_seeds_and_skip_diverged_runs():
 
 def test_the_report_pairs_the_regimes_by_seed():
     """SPT minus scratch per (model, width), paired by seed (a seed with one regime only is left
-    out of the pairs), with its interval, the exact sign-flip p and the seeds agreeing in sign."""
+    out of the pairs), with its interval, the bootstrap's, the exact sign-flip p and the seeds agreeing
+    in sign."""
 
     def summary(regime, seed, acc):
         return {
@@ -112,14 +113,16 @@ def test_the_report_pairs_the_regimes_by_seed():
     pts = Z.points(summaries, ["lru"], [8, 16])
     lines = Z.paired_lines(pts, ["lru"], [8, 16])
     diffs = [100 * (b - a) for a, b in zip(scratch, spt)]
-    from longrange.report.verdict import paired_stat, sign_flip_p
+    from longrange.report.verdict import bootstrap_interval, paired_stat, sign_flip_p
 
     stat = paired_stat(diffs)
+    low, high = bootstrap_interval(diffs)
     assert (
-        f"| lru | 8 | {stat.mean:+.1f} [{stat.low:+.1f}, {stat.high:+.1f}] | {sign_flip_p(diffs):.3f} | 4 of 5 |"
-        in lines
+        f"| lru | 8 | {stat.mean:+.1f} [{stat.low:+.1f}, {stat.high:+.1f}] | [{low:+.1f}, {high:+.1f}] | "
+        f"{sign_flip_p(diffs):.3f} | 4 of 5 |" in lines
     )
-    assert "| lru | 16 | missing | | |" in lines
+    assert min(diffs) <= low < high <= max(diffs) < stat.high  # the t interval passes the values' range
+    assert "| lru | 16 | missing | | | |" in lines
     assert "## Causal SPT minus scratch (points of test accuracy, paired by seed)" in Z.markdown(pts, ["lru"], [8])
 
 
@@ -154,3 +157,18 @@ def test_a_tiny_axis_runs_and_reports(tmp_path, capsys):
     hours = sum(s["seconds"] for s in summaries) / 3600
     cpu = sum(s["cpu_seconds"] for s in summaries) / 3600
     assert f"| simple-s6 | 6 of 6 | {hours:.2f} | {cpu:.2f} |" in text.split("## Time")[1]
+    # --report: the same report again from the runs alone, nothing trained
+    (tmp_path / "zoology_report.md").unlink()
+    assert main([*args, "--report"]) == 0
+    assert capsys.readouterr().out.strip() == text.strip()
+    assert (tmp_path / "zoology_report.md").read_text().strip() == text.strip()
+    assert len(list(tmp_path.glob("**/summary.json"))) == 6
+    # ... of this study only: other settings, or a folder without its runs, are errors
+    assert main([*args, "--report", "train.lr=0.5"]) == 1
+    assert "were made with other settings" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([*args[:2], str(empty), *args[3:], "--report"]) == 1
+    assert "no finished run of this study" in capsys.readouterr().err
+    assert main([*args, "--report", "--dry-run"]) == 1
+    assert "choose one" in capsys.readouterr().err

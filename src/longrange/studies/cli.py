@@ -101,22 +101,24 @@ ZOOLOGY_HELP = (
 def _zoology(args: argparse.Namespace) -> int:
     from longrange.data.cli import parse_task_options
     from longrange.experiment.backends import LocalWorkers, resolve_jobs
-    from longrange.studies.zoology import DEFAULT_WIDTHS, run_zoology
+    from longrange.studies.zoology import DEFAULT_WIDTHS, report_zoology, run_zoology
 
     models = _list(args.models, str, "--models") or ()
     widths = _list(args.widths, int, "--widths") if args.widths else DEFAULT_WIDTHS
-    jobs = resolve_jobs(args.jobs)
-    text = run_zoology(
-        models,
-        widths,
-        args.out,
+    study = dict(
         seeds=_list(args.seeds, int, "--seeds") or (0,),
         task_options=parse_task_options("mqar", args.task_option or []),
         overrides=args.settings,
-        executor=LocalWorkers(jobs) if jobs > 1 else None,
-        dry_run=args.dry_run,
         field=args.field,
     )
+    if args.report:
+        if args.dry_run:
+            raise ConfigError("--report and --dry-run: choose one (--report runs nothing either)")
+        text = report_zoology(models, widths, args.out, **study)
+    else:
+        jobs = resolve_jobs(args.jobs)
+        executor = LocalWorkers(jobs) if jobs > 1 else None
+        text = run_zoology(models, widths, args.out, executor=executor, dry_run=args.dry_run, **study)
     if text:
         print(text)
     return 0
@@ -220,4 +222,10 @@ def register(sub: Any) -> None:
     )
     z.add_argument("--jobs", type=jobs_arg, default=1, help="runs at once as worker processes (auto: one per core)")
     z.add_argument("--dry-run", action="store_true", help="print the plan and run nothing")
+    z.add_argument(
+        "--report",
+        action="store_true",
+        help="write and print the report of the study in --out (the same options) from its finished runs, "
+        "running nothing",
+    )
     z.set_defaults(func=_zoology)

@@ -33,8 +33,9 @@ its test accuracy is reported; the MAD score of a task is the mean of those over
 (``mad/analysis.py``'s ``compute_model_mad_scores``), and a model's overall score the mean over
 tasks. A cell whose grid is incomplete (a run failed or is missing) is reported as missing, never
 chosen among fewer points. Across seeds: means with Student-t intervals; the regimes' paired
-difference per model and task with its Student-t interval, a sign-flip permutation p-value (which
-respects that accuracies are bounded) and how many seeds agree in sign; the ranking of the models
+difference per model and task with its Student-t interval, the paired bootstrap's percentile
+interval and a sign-flip permutation p-value (both respect that accuracies are bounded) and how
+many seeds agree in sign; the ranking of the models
 in each regime with how often each is best over seeds.
 
 **A confirmation** (:func:`fix_from_screen`, ``--grid-from SCREEN``) trains each (model, task,
@@ -696,7 +697,7 @@ class MadReport:
         self._by_level = {(s.model, s.task, s.level, s.regime, s.seed): s.reported for s in self.selected}
 
     def markdown(self) -> str:
-        from longrange.report.verdict import paired_cells
+        from longrange.report.verdict import PAIRED_ALIGN, PAIRED_HEADER, PAIRED_NOTE, paired_cells
 
         st = self.settings
         tasks = [t for t in st.tasks]
@@ -744,8 +745,8 @@ class MadReport:
         if set(REGIMES) <= set(st.regimes):
             lines.append(f"## causal-spt minus scratch (points of {what} accuracy, paired by seed)")
             lines.append("")
-            lines.append("| model | task | difference [95% CI] | sign-flip p | seeds agreeing in sign |")
-            lines.append("|---|---|---:|---:|---:|")
+            lines.append(f"| model | task | {PAIRED_HEADER} |")
+            lines.append(f"|---|---|{PAIRED_ALIGN}")
             for model in st.models:
                 for task in tasks + ["overall"]:
                     diffs = []
@@ -763,7 +764,7 @@ class MadReport:
                         if a is not None and b is not None:
                             diffs.append(100 * (a - b))
                     lines.append(f"| {model} | {task} | {paired_cells(diffs)} |")
-            lines.append("")
+            lines += ["", PAIRED_NOTE, ""]
         lines += self._by_level_lines(what)
         lines += self._claims()
         lines += self._published(tasks)
@@ -896,7 +897,7 @@ class MadReport:
         """Each level on its own (a task's score averages them): the regimes' paired difference per
         (model, task, level), and the ranking in each regime at each level over the tasks that have
         it. Only for a study where some task runs more than one level."""
-        from longrange.report.verdict import paired_cells
+        from longrange.report.verdict import PAIRED_ALIGN, PAIRED_HEADER, PAIRED_NOTE, paired_cells
 
         st = self.settings
         by_task = {task: list(st.task_levels(task)) for task in st.tasks}
@@ -911,9 +912,8 @@ class MadReport:
                 "A task's MAD score is the mean over its levels; here each level on its own (each changes one "
                 "variable from the baseline: `n_train=800` the fewest training examples).",
                 "",
-                "| model | task | level | scratch | causal-spt | difference [95% CI] | sign-flip p "
-                "| seeds agreeing in sign |",
-                "|---|---|---|---:|---:|---:|---:|---:|",
+                f"| model | task | level | scratch | causal-spt | {PAIRED_HEADER} |",
+                f"|---|---|---|---:|---:|{PAIRED_ALIGN}",
             ]
 
             for model in st.models:
@@ -931,7 +931,7 @@ class MadReport:
                             f"| {model} | {task} | {level} | {_mean_cell([b for _, b in pairs])} | "
                             f"{_mean_cell([a for a, _ in pairs])} | {paired_cells(diffs)} |"
                         )
-            lines.append("")
+            lines += ["", PAIRED_NOTE, ""]
         if len(st.models) > 1:
             lines += [
                 "## Rankings by level (mean over the tasks that have the level)",

@@ -15,7 +15,8 @@ size: the numbers a causal model keeps per sequence to go on (``longrange params
 state, attention's cache of keys and values at the task's length); each model is two curves, test
 accuracy against state size from scratch and after SPT (mean over seeds with a 95% interval), and
 the report gives each point's paired difference (SPT minus scratch by seed, with its Student-t
-interval, the exact sign-flip p-value and how many seeds agree in sign).
+interval, the paired bootstrap's percentile interval, the exact sign-flip p-value and how many
+seeds agree in sign).
 """
 
 from __future__ import annotations
@@ -186,23 +187,23 @@ def points(
 
 def paired_lines(pts: Sequence[Point], models: Sequence[str], widths: Sequence[int]) -> list[str]:
     """The table of causal SPT minus scratch per (model, width), in points of test accuracy, paired
-    by seed: the mean difference with its 95% Student-t interval, the exact sign-flip p-value and
-    how many seeds agree in sign ("missing" where no seed has both)."""
-    from longrange.report.verdict import paired_cells
+    by seed: the mean difference with its 95% Student-t interval, the paired bootstrap's percentile
+    interval, the exact sign-flip p-value and how many seeds agree in sign ("missing" where no seed has both)."""
+    from longrange.report.verdict import PAIRED_ALIGN, PAIRED_HEADER, PAIRED_NOTE, paired_cells
 
     by = {(p.model, p.width, p.regime): dict(zip(p.seeds, p.accuracies)) for p in pts}
     lines = [
         "## Causal SPT minus scratch (points of test accuracy, paired by seed)",
         "",
-        "| model | width | difference [95% CI] | sign-flip p | seeds agreeing in sign |",
-        "|---|---:|---:|---:|---:|",
+        f"| model | width | {PAIRED_HEADER} |",
+        f"|---|---:|{PAIRED_ALIGN}",
     ]
     for model in models:
         for width in widths:
             spt, scratch = by.get((model, width, "causal-spt"), {}), by.get((model, width, "scratch"), {})
             diffs = [100 * (spt[seed] - scratch[seed]) for seed in sorted(set(spt) & set(scratch))]
             lines.append(f"| {model} | {width} | {paired_cells(diffs)} |")
-    return lines
+    return [*lines, "", PAIRED_NOTE]
 
 
 def times(out_dir: str | Path, models: Sequence[str], widths: Sequence[int], field: str = "d_model"):
@@ -328,7 +329,6 @@ def run_zoology(
     """Train every (model, width) from scratch and with causal SPT into ``out_dir`` (resumable) and
     write the report; returns its Markdown (empty for a dry run)."""
     from longrange.experiment.compare import compare
-    from longrange.fileio import atomic_write
 
     exps = experiments(models, widths, seeds, task_options, overrides, field)
     summaries = compare(
@@ -341,6 +341,18 @@ def run_zoology(
     )
     if dry_run:
         return ""
+    return _write(summaries, models, widths, out_dir, field)
+
+
+def _write(
+    summaries: Sequence[Mapping[str, Any]],
+    models: Sequence[str],
+    widths: Sequence[int],
+    out_dir: str | Path,
+    field: str,
+) -> str:
+    from longrange.fileio import atomic_write
+
     pts = points(summaries, models, widths, field)
     text = markdown(pts, models, widths, field, times(out_dir, models, widths, field))
     out = Path(out_dir)
@@ -348,6 +360,34 @@ def run_zoology(
     atomic_write(out / FILES["csv"], csv_text(pts).encode())
     plot(pts, models, out / FILES["plot"])
     return text
+
+
+def report_zoology(
+    models: Sequence[str],
+    widths: Sequence[int],
+    out_dir: str | Path,
+    *,
+    seeds: Sequence[int] = (0,),
+    task_options: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+    field: str = "d_model",
+) -> str:
+    """The report of the study in ``out_dir`` from its finished runs, running nothing (the command's
+    own options say which study): written as :func:`run_zoology` writes it, and returned. A finished
+    run made with other settings than these options give is an error (the report would be another
+    study's), as it is for :func:`run_zoology`; so is a folder without a finished run of the study."""
+    from longrange.experiment.compare import check_reuse
+    from longrange.experiment.plan import plan_grid
+
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise ConfigError(f"--out {out}: no such directory (--report reads a study's finished runs)")
+    plan = plan_grid(experiments(models, widths, seeds, task_options, overrides, field), seeds=list(seeds))
+    check_reuse(plan, out)
+    found = plan.summaries(out, [s.id for s in plan.stages if s.is_final])
+    if not found:
+        raise ConfigError(f"--out {out}: no finished run of this study (its models, widths, seeds and settings)")
+    return _write([found[s.id] for s in plan.stages if s.id in found], models, widths, out, field)
 
 
 __all__ = [
@@ -361,6 +401,7 @@ __all__ = [
     "paired_lines",
     "plot",
     "points",
+    "report_zoology",
     "run_zoology",
     "times",
 ]
