@@ -101,7 +101,7 @@ ZOOLOGY_HELP = (
 def _zoology(args: argparse.Namespace) -> int:
     from longrange.data.cli import parse_task_options
     from longrange.experiment.backends import LocalWorkers, resolve_jobs
-    from longrange.studies.zoology import DEFAULT_WIDTHS, report_zoology, run_zoology
+    from longrange.studies.zoology import DEFAULT_WIDTHS, run_zoology
 
     models = _list(args.models, str, "--models") or ()
     widths = _list(args.widths, int, "--widths") if args.widths else DEFAULT_WIDTHS
@@ -111,14 +111,13 @@ def _zoology(args: argparse.Namespace) -> int:
         overrides=args.settings,
         field=args.field,
     )
-    if args.report:
-        if args.dry_run:
-            raise ConfigError("--report and --dry-run: choose one (--report runs nothing either)")
-        text = report_zoology(models, widths, args.out, **study)
-    else:
-        jobs = resolve_jobs(args.jobs)
-        executor = LocalWorkers(jobs) if jobs > 1 else None
-        text = run_zoology(models, widths, args.out, executor=executor, dry_run=args.dry_run, **study)
+    if args.report and args.dry_run:
+        raise ConfigError("--report and --dry-run: choose one (--report runs nothing either)")
+    jobs = resolve_jobs(args.jobs)
+    executor = LocalWorkers(jobs) if jobs > 1 and not args.report else None
+    text = run_zoology(
+        models, widths, args.out, executor=executor, dry_run=args.dry_run, report_only=args.report, **study
+    )
     if text:
         print(text)
     return 0

@@ -325,32 +325,29 @@ def run_zoology(
     executor=None,
     dry_run: bool = False,
     field: str = "d_model",
+    report_only: bool = False,
 ) -> str:
     """Train every (model, width) from scratch and with causal SPT into ``out_dir`` (resumable) and
-    write the report; returns its Markdown (empty for a dry run)."""
-    from longrange.experiment.compare import compare
-
+    write the report; returns its Markdown (empty for a dry run). ``report_only``: write the report
+    from the study's finished runs, running nothing; a finished run made with other settings than
+    these options give is an error there too (the report would be another study's), and so is a
+    folder without a finished run of the study."""
     exps = experiments(models, widths, seeds, task_options, overrides, field)
-    summaries = compare(
-        exps,
-        out_dir,
-        seeds=list(seeds),
-        executor=executor,
-        dry_run=dry_run,
-        size_note="each model is a curve over its state size at several widths",
-    )
+    if report_only:
+        summaries = _finished(exps, seeds, out_dir)
+    else:
+        from longrange.experiment.compare import compare
+
+        summaries = compare(
+            exps,
+            out_dir,
+            seeds=list(seeds),
+            executor=executor,
+            dry_run=dry_run,
+            size_note="each model is a curve over its state size at several widths",
+        )
     if dry_run:
         return ""
-    return _write(summaries, models, widths, out_dir, field)
-
-
-def _write(
-    summaries: Sequence[Mapping[str, Any]],
-    models: Sequence[str],
-    widths: Sequence[int],
-    out_dir: str | Path,
-    field: str,
-) -> str:
     from longrange.fileio import atomic_write
 
     pts = points(summaries, models, widths, field)
@@ -362,32 +359,21 @@ def _write(
     return text
 
 
-def report_zoology(
-    models: Sequence[str],
-    widths: Sequence[int],
-    out_dir: str | Path,
-    *,
-    seeds: Sequence[int] = (0,),
-    task_options: Mapping[str, Any] | None = None,
-    overrides: Sequence[str] = (),
-    field: str = "d_model",
-) -> str:
-    """The report of the study in ``out_dir`` from its finished runs, running nothing (the command's
-    own options say which study): written as :func:`run_zoology` writes it, and returned. A finished
-    run made with other settings than these options give is an error (the report would be another
-    study's), as it is for :func:`run_zoology`; so is a folder without a finished run of the study."""
+def _finished(exps: Sequence[ExperimentConfig], seeds: Sequence[int], out_dir: str | Path) -> list[dict[str, Any]]:
+    """The final stages' summaries of the finished runs of this study in ``out_dir``, in plan order,
+    after the check that they were made with these settings."""
     from longrange.experiment.compare import check_reuse
     from longrange.experiment.plan import plan_grid
 
     out = Path(out_dir)
     if not out.is_dir():
         raise ConfigError(f"--out {out}: no such directory (--report reads a study's finished runs)")
-    plan = plan_grid(experiments(models, widths, seeds, task_options, overrides, field), seeds=list(seeds))
+    plan = plan_grid(exps, seeds=list(seeds))
     check_reuse(plan, out)
     found = plan.summaries(out, [s.id for s in plan.stages if s.is_final])
     if not found:
         raise ConfigError(f"--out {out}: no finished run of this study (its models, widths, seeds and settings)")
-    return _write([found[s.id] for s in plan.stages if s.id in found], models, widths, out, field)
+    return [found[s.id] for s in plan.stages if s.id in found]
 
 
 __all__ = [
@@ -401,7 +387,6 @@ __all__ = [
     "paired_lines",
     "plot",
     "points",
-    "report_zoology",
     "run_zoology",
     "times",
 ]
