@@ -695,6 +695,7 @@ class MadReport:
     def __post_init__(self) -> None:
         self._by_key = {(s.model, s.task, s.regime, s.seed): s.score for s in self.scores}
         self._by_level = {(s.model, s.task, s.level, s.regime, s.seed): s.reported for s in self.selected}
+        self._screen_claims: tuple[Claims | None] | None = None  # computed once, on first use
 
     def markdown(self) -> str:
         from longrange.report.verdict import PAIRED_ALIGN, PAIRED_HEADER, PAIRED_NOTE, paired_cells
@@ -815,7 +816,10 @@ class MadReport:
         for a study that is not a screen or not finished."""
         from longrange.studies.mad_claims import missing_scores, screen_claims
 
-        return screen_claims(self) if self.settings.screen and not missing_scores(self) else None
+        if self._screen_claims is None:
+            finished = self.settings.screen and not missing_scores(self)
+            self._screen_claims = (screen_claims(self) if finished else None,)
+        return self._screen_claims[0]
 
     def _claims(self) -> list[str]:
         from longrange.studies import mad_claims as C
