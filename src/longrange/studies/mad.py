@@ -913,8 +913,8 @@ class MadReport:
             lines += [
                 f"## By level: causal-spt minus scratch (points of {what} accuracy, paired by seed)",
                 "",
-                "A task's MAD score is the mean over its levels; here each level on its own (each changes one "
-                "variable from the baseline: `n_train=800` the fewest training examples).",
+                "A task's MAD score is the mean over its levels; here each level on its own (the baseline, and "
+                "levels that each change one of its variables: `n_train=800` has the fewest training examples).",
                 "",
                 f"| model | task | level | scratch | causal-spt | {PAIRED_HEADER} |",
                 f"|---|---|---|---:|---:|{PAIRED_ALIGN}",
