@@ -541,6 +541,11 @@ def test_the_report_gives_each_level_its_difference_and_ranking():
         "- baseline (mad-in-context-recall, mad-memorization), causal-spt: gated-deltanet (70.0; best in 3 of 3 seeds) > hyena (50.0;"
         in text
     )
+    # each task's ranking (its score, the mean over its levels)
+    ranked = text.split("## Rankings by task")[1]
+    assert "- mad-in-context-recall, scratch: gated-deltanet (65.0; best in 3 of 3 seeds) > hyena (35.0;" in ranked
+    assert "- mad-in-context-recall, causal-spt: gated-deltanet (65.0; best in 3 of 3 seeds) > hyena (55.0;" in ranked
+    assert "- mad-memorization, scratch: hyena (50.0; best in 3 of 3 seeds) > gated-deltanet (50.0; best in 3" in ranked
     # a missing run: its cell says how many seeds it has, and the model is named as not ranked, not dropped
     gap = [
         s

@@ -766,6 +766,7 @@ class MadReport:
                             diffs.append(100 * (a - b))
                     lines.append(f"| {model} | {task} | {paired_cells(diffs)} |")
             lines += ["", PAIRED_NOTE, ""]
+        lines += self._task_rankings()
         lines += self._by_level_lines(what)
         lines += self._claims()
         lines += self._published(tasks)
@@ -889,6 +890,22 @@ class MadReport:
         text = " > ".join(f"{m} ({100 * means[m]:.1f}; best in {wins[m]} of {seeds_ranked} seeds)" for m in order)
         unranked = [m for m in st.models if m not in means]
         return text + (f"; not ranked, a score missing: {', '.join(unranked)}" if unranked else "")
+
+    def _task_rankings(self) -> list[str]:
+        """Each task's ranking in each regime (its MAD score), for a study of several models and tasks:
+        on which tasks self-pretraining changes what wins."""
+        st = self.settings
+        if len(st.models) < 2 or len(st.tasks) < 2:
+            return []
+        lines = ["## Rankings by task (its MAD score)", ""]
+        for task in st.tasks:
+            for regime in st.regimes:
+                text = self._ranking_text(functools.partial(self._task_score, task, regime))
+                lines.append(f"- {task}, {regime}: " + (text or "missing"))
+        return [*lines, ""]
+
+    def _task_score(self, task: str, regime: str, model: str, seed: int) -> float | None:
+        return self._score(model, task, regime, seed)
 
     def _at_level(self, level: str, regime: str, model: str, seed: int) -> float | None:
         """The mean over the study's tasks that have ``level`` of the chosen points' accuracies at
