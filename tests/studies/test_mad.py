@@ -195,6 +195,7 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
         fields = row.split(",")
         assert fields[5] in ("0.001", "0.0005") and fields[8] == "test" and 0 <= float(fields[9]) <= 1
     assert (out / "mad_scores.png").stat().st_size > 0
+    assert (out / "mad_spt_minus_scratch.png").stat().st_size > 0  # both regimes: their paired differences
     assert json.loads((out / "mad.json").read_text())["models"] == ["gated-deltanet"]
     # Each task's stage time: its stages (2 grid points x 2 regimes + 1 pretraining), the summaries'
     # seconds and CPU seconds summed.
@@ -303,6 +304,7 @@ def test_the_published_scores_sit_beside_a_model_mad_reports(tmp_path):
     assert "| hyena (published) | 81.8 | 89.5 | 85.7 |" in text
     assert "gated-deltanet (published)" not in text and "Figure 1" in text
     assert M.scores_plot(report, tmp_path / "scores.png").exists()
+    assert M.differences_plot(report, tmp_path / "differences.png") is None  # scratch alone: nothing paired
     no_hyena = M.MadReport(settings(models=("gated-deltanet",)), [], [], {})
     assert "Published MAD scores" not in no_hyena.markdown()
 

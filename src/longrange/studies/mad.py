@@ -699,6 +699,7 @@ class MadReport:
 
     def markdown(self) -> str:
         from longrange.report.verdict import PAIRED_ALIGN, PAIRED_HEADER, PAIRED_NOTE, paired_cells
+        from longrange.studies.mad_claims import spt_differences
 
         st = self.settings
         tasks = [t for t in st.tasks]
@@ -750,21 +751,7 @@ class MadReport:
             lines.append(f"|---|---|{PAIRED_ALIGN}")
             for model in st.models:
                 for task in tasks + ["overall"]:
-                    diffs = []
-                    for seed in st.seeds:
-                        a = (
-                            self._score(model, task, "causal-spt", seed)
-                            if task != "overall"
-                            else self.overall.get((model, "causal-spt", seed))
-                        )
-                        b = (
-                            self._score(model, task, "scratch", seed)
-                            if task != "overall"
-                            else self.overall.get((model, "scratch", seed))
-                        )
-                        if a is not None and b is not None:
-                            diffs.append(100 * (a - b))
-                    lines.append(f"| {model} | {task} | {paired_cells(diffs)} |")
+                    lines.append(f"| {model} | {task} | {paired_cells(spt_differences(self, model, task))} |")
             lines += ["", PAIRED_NOTE, ""]
         lines += self._task_rankings()
         lines += self._by_level_lines(what)
@@ -1035,12 +1022,13 @@ REPORT_FILES = {
     "markdown": "mad_report.md",
     "csv": "mad_selected.csv",
     "plot": "mad_scores.png",
+    "differences": "mad_spt_minus_scratch.png",
     "claims": "mad_claims.json",
 }
 
 
 def write_report(report: MadReport, out_dir: str | Path) -> dict[str, Path]:
-    """``mad_report.md``, ``mad_selected.csv`` and ``mad_scores.png`` in ``out_dir``, and a finished
+    """``mad_report.md``, ``mad_selected.csv``, ``mad_scores.png`` and ``mad_spt_minus_scratch.png`` in ``out_dir``, and a finished
     screen's claims, ``mad_claims.json``."""
     from longrange.fileio import atomic_write
     from longrange.studies.mad_claims import save_claims
@@ -1056,7 +1044,56 @@ def write_report(report: MadReport, out_dir: str | Path) -> dict[str, Path]:
     plot = scores_plot(report, out / REPORT_FILES["plot"])
     if plot is not None:
         paths["plot"] = plot
+    differences = differences_plot(report, out / REPORT_FILES["differences"])
+    if differences is not None:
+        paths["differences"] = differences
     return paths
+
+
+def differences_plot(report: MadReport, path: Path) -> Path | None:
+    """SPT minus scratch per model, one panel per task and one for the overall score: each seed a
+    dot, the mean a bar with its 95% Student-t interval (clipped to the axis of +-100 points, where
+    an interval can pass what accuracies allow); None unless the study runs both regimes and some
+    model has a paired seed."""
+    import matplotlib.pyplot as plt
+
+    from longrange.report.plots import save_figure
+    from longrange.report.verdict import paired_stat
+    from longrange.studies.mad_claims import spt_differences
+
+    st = report.settings
+    if not set(REGIMES) <= set(st.regimes):
+        return None
+    columns = list(st.tasks) + ["overall"]
+    diffs = {(m, c): spt_differences(report, m, c) for m in st.models for c in columns}
+    if not any(diffs.values()):
+        return None
+    fig, axes = plt.subplots(
+        1, len(columns), figsize=(2.2 * len(columns) + 1.5, 0.35 * len(st.models) + 1.4), squeeze=False, sharey=True
+    )
+    ys = list(range(len(st.models)))[::-1]
+    for ax, column in zip(axes[0], columns):
+        ax.axvline(0.0, color="0.6", linewidth=0.8)
+        for y, model in zip(ys, st.models):
+            d = diffs[(model, column)]
+            if not d:
+                continue
+            stat = paired_stat(d)
+            if stat.low is not None:
+                ax.plot([max(stat.low, -100.0), min(stat.high, 100.0)], [y, y], color="C0", linewidth=2)
+            ax.plot([stat.mean], [y], "|", color="C0", markersize=12, markeredgewidth=2)
+            ax.plot(d, [y] * len(d), "o", color="k", markersize=3, alpha=0.6)
+        ax.set_xlim(-100, 100)
+        ax.set_title(column.removeprefix("mad-"), fontsize=9)
+        ax.set_xlabel("points", fontsize=8)
+    axes[0][0].set_yticks(ys)
+    axes[0][0].set_yticklabels(st.models, fontsize=8)
+    what = "validation" if st.screen else "test"
+    fig.suptitle(
+        f"causal SPT minus scratch ({what} accuracy, paired by seed: dots; mean and 95% t interval)", fontsize=9
+    )
+    fig.tight_layout()
+    return save_figure(fig, path, dpi=110)
 
 
 def scores_plot(report: MadReport, path: Path) -> Path | None:

@@ -133,8 +133,9 @@ def missing_scores(report: MadReport) -> list[str]:
     ]
 
 
-def _differences(report: MadReport, model: str, task: str) -> list[float]:
-    """causal-spt minus scratch in points, paired by seed (seeds without both are left out)."""
+def spt_differences(report: MadReport, model: str, task: str) -> list[float]:
+    """causal-spt minus scratch in points for ``model`` on ``task`` (or :data:`OVERALL`), paired by
+    seed (seeds without both are left out)."""
     out = []
     for seed in report.settings.seeds:
         a = _score(report, model, task, "causal-spt", seed)
@@ -170,7 +171,7 @@ def screen_claims(report: MadReport) -> Claims:
     if both:
         for model in st.models:
             for task in (*st.tasks, OVERALL):
-                d = _differences(report, model, task)
+                d = spt_differences(report, model, task)
                 mean = math.fsum(d) / len(d)
                 agree = all(x > 0 for x in d) or all(x < 0 for x in d)
                 if agree and abs(mean) >= MIN_POINTS:
@@ -250,7 +251,7 @@ def check_claims(claims: Claims, report: MadReport) -> list[Tested]:
             out.append(Tested(claim, "not tested", why))
             continue
         if claim.kind == "spt":
-            stat = paired_stat(_differences(report, claim.model, claim.task))
+            stat = paired_stat(spt_differences(report, claim.model, claim.task))
             sign = 1.0 if claim.direction == "raises" else -1.0
             ok = stat.low is not None and (stat.low > 0 if sign > 0 else stat.high < 0)
             measured = f"{stat.mean:+.1f} points" + (
@@ -379,5 +380,6 @@ __all__ = [
     "missing_scores",
     "save_claims",
     "screen_claims",
+    "spt_differences",
     "tested_lines",
 ]
