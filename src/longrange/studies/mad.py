@@ -1028,8 +1028,8 @@ REPORT_FILES = {
 
 
 def write_report(report: MadReport, out_dir: str | Path) -> dict[str, Path]:
-    """``mad_report.md``, ``mad_selected.csv``, ``mad_scores.png`` and ``mad_spt_minus_scratch.png`` in ``out_dir``, and a finished
-    screen's claims, ``mad_claims.json``."""
+    """``mad_report.md``, ``mad_selected.csv``, ``mad_scores.png`` and ``mad_spt_minus_scratch.png``
+    in ``out_dir``, and a finished screen's claims, ``mad_claims.json``."""
     from longrange.fileio import atomic_write
     from longrange.studies.mad_claims import save_claims
 
