@@ -303,8 +303,14 @@ def test_the_published_scores_sit_beside_a_model_mad_reports(tmp_path):
     # Hyena's published in-context recall 81.8 and memorization 89.5; overall over this study's two tasks
     assert "| hyena (published) | 81.8 | 89.5 | 85.7 |" in text
     assert "gated-deltanet (published)" not in text and "Figure 1" in text
+    # this study's mean minus the published score, per task and overall (25% on both tasks here)
+    icr, mem = (M.PUBLISHED_SCORES["hyena"][t] for t in st.tasks)
+    gaps = [25 - 100 * icr, 25 - 100 * mem, 25 - 100 * (icr + mem) / 2]
+    assert "| hyena, scratch minus published | " + " | ".join(f"{g:+.1f}" for g in gaps) + " |" in text
     assert M.scores_plot(report, tmp_path / "scores.png").exists()
     assert M.differences_plot(report, tmp_path / "differences.png") is None  # scratch alone: nothing paired
+    unscored = M.MadReport(settings(models=("hyena",)), [], [], {}).markdown()
+    assert "| hyena, causal-spt minus published | missing | missing | missing |" in unscored
     no_hyena = M.MadReport(settings(models=("gated-deltanet",)), [], [], {})
     assert "Published MAD scores" not in no_hyena.markdown()
 
