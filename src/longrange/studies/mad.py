@@ -911,10 +911,9 @@ class MadReport:
     def _task_score(self, task: str, regime: str, model: str, seed: int) -> float | None:
         return self._score(model, task, regime, seed)
 
-    def _at_level(self, level: str, regime: str, model: str, seed: int) -> float | None:
-        """The mean over the study's tasks that have ``level`` of the chosen points' accuracies at
-        that level (None unless every one is there): the overall score at one level."""
-        tasks = [t for t in self.settings.tasks if level in self.settings.task_levels(t)]
+    def _at_level(self, tasks: tuple[str, ...], level: str, regime: str, model: str, seed: int) -> float | None:
+        """The mean over ``tasks`` (the study's tasks that have ``level``) of the chosen points'
+        accuracies at that level (None unless every one is there): the overall score at one level."""
         values = [self._by_level.get((model, t, level, regime, seed)) for t in tasks]
         return None if not values or any(v is None for v in values) else math.fsum(values) / len(values)
 
@@ -965,7 +964,7 @@ class MadReport:
             for level in levels:
                 tasks = [t for t in st.tasks if level in by_task[t]]
                 for regime in st.regimes:
-                    text = self._ranking_text(functools.partial(self._at_level, level, regime))
+                    text = self._ranking_text(functools.partial(self._at_level, tuple(tasks), level, regime))
                     lines.append(f"- {level} ({', '.join(tasks)}), {regime}: " + (text or "missing"))
             lines.append("")
         return lines
