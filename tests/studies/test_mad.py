@@ -9,6 +9,8 @@ import pytest
 
 from longrange.errors import ConfigError
 from longrange.studies import mad as M
+from longrange.studies import mad_report as R
+from longrange.studies.tables import group_times
 
 TINY = (
     "model.d_model=16",
@@ -119,14 +121,14 @@ def test_scores_are_means_over_levels_then_tasks_and_missing_propagates():
         for level, test in (("baseline", 0.2), ("x=1", 0.4))
     ]
     sel += [M.Selected("m", "b", "baseline", "scratch", 0, 1e-3, 0.0, 0.0, 0.9)]
-    scores = M.task_scores(sel, {"a": ["baseline", "x=1"], "b": ["baseline"]})
+    scores = R.task_scores(sel, {"a": ["baseline", "x=1"], "b": ["baseline"]})
     by = {s.task: s.score for s in scores}
     assert by["a"] == pytest.approx(0.3) and by["b"] == 0.9
-    assert M.overall_scores(scores, ["a", "b"])[("m", "scratch", 0)] == pytest.approx(0.6)
+    assert R.overall_scores(scores, ["a", "b"])[("m", "scratch", 0)] == pytest.approx(0.6)
     sel[1] = M.Selected("m", "a", "x=1", "scratch", 0, None, None, None, None, ("lr0.001-wd0",))
-    scores = M.task_scores(sel, {"a": ["baseline", "x=1"], "b": ["baseline"]})
+    scores = R.task_scores(sel, {"a": ["baseline", "x=1"], "b": ["baseline"]})
     assert {s.task: s.score for s in scores}["a"] is None
-    assert M.overall_scores(scores, ["a", "b"])[("m", "scratch", 0)] is None
+    assert R.overall_scores(scores, ["a", "b"])[("m", "scratch", 0)] is None
 
 
 def test_sign_flip_p_is_exact():
@@ -207,7 +209,7 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
     assert f"| mad-memorization | 5 of 5 | {wall:.2f} | {cpu:.2f} |" in report
     assert "| all | 10 of 10 |" in report
     # Each task's state per sequence from its own runs (Gated DeltaNet's does not grow with the length).
-    built = M.build_report(M.load_settings(out), out)
+    built = R.build_report(M.load_settings(out), out)
     state = summaries[0]["params"]["state"]
     assert built.states == {"gated-deltanet": {"mad-memorization": state, "mad-compression": state}}
     assert f"| gated-deltanet | {summaries[0]['params']['total']:,} | {state:,} |" in report
@@ -266,7 +268,7 @@ def test_a_screen_reads_no_test_split_and_scores_validation(tmp_path):
     )
     plan, _ = M.mad_plan(st)
     assert plan.experiments[0].train["test_split"] is False
-    report = M.run_mad(st, tmp_path)
+    report = R.run_mad(st, tmp_path)
     (summary,) = plan.summaries(tmp_path, [s.id for s in plan.stages]).values()
     assert summary["test"] is None and summary["best_val"]["accuracy"] is not None  # the test split was not read
     (chosen,) = report.selected
@@ -297,8 +299,8 @@ def test_a_bad_list_option_is_an_error_naming_it(tmp_path, capsys):
 def test_the_published_scores_sit_beside_a_model_mad_reports(tmp_path):
     st = settings(models=("hyena", "gated-deltanet"), seeds=(0,), regimes=("scratch",), levels=("baseline",))
     sel = [M.Selected(m, t, "baseline", "scratch", 0, 1e-3, 0.0, 0.5, 0.25) for m in st.models for t in st.tasks]
-    scores = M.task_scores(sel, {t: ["baseline"] for t in st.tasks})
-    report = M.MadReport(st, sel, scores, M.overall_scores(scores, list(st.tasks)))
+    scores = R.task_scores(sel, {t: ["baseline"] for t in st.tasks})
+    report = R.MadReport(st, sel, scores, R.overall_scores(scores, list(st.tasks)))
     text = report.markdown()
     # Hyena's published in-context recall 81.8 and memorization 89.5; overall over this study's two tasks
     assert "| hyena (published) | 81.8 | 89.5 | 85.7 |" in text
@@ -307,16 +309,16 @@ def test_the_published_scores_sit_beside_a_model_mad_reports(tmp_path):
     icr, mem = (M.PUBLISHED_SCORES["hyena"][t] for t in st.tasks)
     gaps = [25 - 100 * icr, 25 - 100 * mem, 25 - 100 * (icr + mem) / 2]
     assert "| hyena, scratch minus published | " + " | ".join(f"{g:+.1f}" for g in gaps) + " |" in text
-    assert M.scores_plot(report, tmp_path / "scores.png").exists()
-    assert M.differences_plot(report, tmp_path / "differences.png") is None  # scratch alone: nothing paired
-    unscored = M.MadReport(settings(models=("hyena",)), [], [], {}).markdown()
+    assert R.scores_plot(report, tmp_path / "scores.png").exists()
+    assert R.differences_plot(report, tmp_path / "differences.png") is None  # scratch alone: nothing paired
+    unscored = R.MadReport(settings(models=("hyena",)), [], [], {}).markdown()
     assert "| hyena, causal-spt minus published | missing | missing | missing |" in unscored
-    no_hyena = M.MadReport(settings(models=("gated-deltanet",)), [], [], {})
+    no_hyena = R.MadReport(settings(models=("gated-deltanet",)), [], [], {})
     assert "Published MAD scores" not in no_hyena.markdown()
 
 
 def test_stage_time_counts_the_plan_s_stages_and_says_where_cpu_time_is_missing():
-    t = M.group_times(
+    t = group_times(
         [
             ("mad-memorization", {"seconds": 3600.0, "cpu_seconds": 1800.0}),
             ("mad-memorization", {"seconds": 1800.0}),  # a stage run before CPU time was recorded
@@ -325,7 +327,7 @@ def test_stage_time_counts_the_plan_s_stages_and_says_where_cpu_time_is_missing(
         ]
     )["mad-memorization"]
     assert (t.planned, t.finished, t.seconds, t.cpu_seconds, t.with_cpu) == (4, 2, 5400.0, 1800.0, 1)
-    report = M.MadReport(M.MadSettings(models=("hyena",)), [], [], {}, times={"mad-memorization": t})
+    report = R.MadReport(M.MadSettings(models=("hyena",)), [], [], {}, times={"mad-memorization": t})
     assert "| mad-memorization | 2 of 4 | 1.50 | 0.50 (1 of 2 stages recorded it) |" in report.markdown()
 
 
@@ -526,8 +528,8 @@ def test_the_report_gives_each_level_its_difference_and_ranking():
     ]
 
     def report(selected):
-        scores = M.task_scores(selected, {t: list(st.task_levels(t)) for t in st.tasks})
-        return M.MadReport(st, selected, scores, M.overall_scores(scores, list(st.tasks))).markdown()
+        scores = R.task_scores(selected, {t: list(st.task_levels(t)) for t in st.tasks})
+        return R.MadReport(st, selected, scores, R.overall_scores(scores, list(st.tasks))).markdown()
 
     text = report(sel)
     assert (
@@ -571,7 +573,7 @@ def test_the_report_gives_each_level_its_difference_and_ranking():
     )
     # one level per task: no by-level section
     one = settings(levels=("baseline",), seeds=(0,))
-    assert "By level" not in M.MadReport(one, [], [], {}).markdown()
+    assert "By level" not in R.MadReport(one, [], [], {}).markdown()
 
 
 def test_a_state_that_grows_with_the_length_is_given_per_task():
@@ -581,7 +583,7 @@ def test_a_state_that_grows_with_the_length_is_given_per_task():
         "gated-deltanet": {"mad-in-context-recall": 4096, "mad-memorization": 4096},
     }
     sizes = {"mh-attention": {"total": 103893, "state": 32512}, "gated-deltanet": {"total": 99000, "state": 4096}}
-    text = M.MadReport(st, [], [], {}, sizes, states=states).markdown()
+    text = R.MadReport(st, [], [], {}, sizes, states=states).markdown()
     assert "| mh-attention | 103,893 | 8,064-32,512 |" in text and "| gated-deltanet | 99,000 | 4,096 |" in text
     assert "mh-attention: in-context-recall 32,512, memorization 8,064." in text
     assert "gated-deltanet: in-context" not in text

@@ -10,11 +10,12 @@ import pytest
 from longrange.errors import ConfigError
 from longrange.studies import mad as M
 from longrange.studies import mad_claims as C
+from longrange.studies import mad_report as R
 
 TASKS = ("mad-in-context-recall", "mad-memorization")
 
 
-def report(scores: dict, seeds=(0, 1, 2), models=("a", "b"), screen=True, claims=None) -> M.MadReport:
+def report(scores: dict, seeds=(0, 1, 2), models=("a", "b"), screen=True, claims=None) -> R.MadReport:
     """A report whose task scores are ``scores[(model, regime)]``: one list per task, one value per
     seed (None: missing). The models' names are not checked by a report, only by the settings."""
     st = object.__new__(M.MadSettings)  # the settings' own checks want real model names
@@ -35,13 +36,13 @@ def report(scores: dict, seeds=(0, 1, 2), models=("a", "b"), screen=True, claims
     ).items():
         object.__setattr__(st, k, v)
     task_scores = [
-        M.TaskScore(model, task, regime, seed, per_task[t][i], 1)
+        R.TaskScore(model, task, regime, seed, per_task[t][i], 1)
         for (model, regime), per_task in scores.items()
         for t, task in enumerate(TASKS)
         for i, seed in enumerate(seeds)
     ]
-    overall = M.overall_scores(task_scores, TASKS)
-    return M.MadReport(st, [], task_scores, overall, claims=claims)
+    overall = R.overall_scores(task_scores, TASKS)
+    return R.MadReport(st, [], task_scores, overall, claims=claims)
 
 
 def flat(value: float, n: int = 3) -> list[float]:
@@ -108,7 +109,7 @@ def test_an_unfinished_screen_makes_no_claims_and_says_what_is_missing():
     assert "## Claims for a confirmation" in report(SCREEN).markdown()
 
 
-def confirmation(scores: dict, claims: C.Claims, **kw) -> M.MadReport:
+def confirmation(scores: dict, claims: C.Claims, **kw) -> R.MadReport:
     return report(scores, seeds=(5, 6, 7, 8, 9), screen=False, claims=claims, **kw)
 
 
@@ -194,5 +195,5 @@ def test_only_a_confirmation_takes_claims_to_test(tmp_path):
     st = M.MadSettings(models=("gated-deltanet",), tasks=("mad-memorization",), levels=("baseline",))
     claims = C.screen_claims(report(SCREEN))
     with pytest.raises(ConfigError, match="claims are tested by a confirmation"):
-        M.run_mad(st, tmp_path, claims=claims, dry_run=True)
+        R.run_mad(st, tmp_path, claims=claims, dry_run=True)
     assert not (tmp_path / C.CLAIMS_FILE).exists()

@@ -3,7 +3,8 @@
 their results, and write their tables.
 
 * :mod:`longrange.studies.mad`: MAD's synthetic protocol (Poli et al. 2024), from scratch and with
-  causal self-pretraining (``longrange mad``);
+  causal self-pretraining (``longrange mad``); its report in :mod:`longrange.studies.mad_report`,
+  the screen's claims and their test in :mod:`longrange.studies.mad_claims`;
 * :mod:`longrange.studies.zoology`: MQAR accuracy against state size over widths (Zoology's axis),
   both regimes (``longrange zoology``);
 * :mod:`longrange.studies.tables`: a study's runs as rows and the tables the study scripts print

@@ -59,7 +59,8 @@ def settings_from_args(args: argparse.Namespace):
 
 def _mad(args: argparse.Namespace) -> int:
     from longrange.experiment.backends import LocalWorkers, resolve_jobs
-    from longrange.studies.mad import build_report, load_settings, run_mad, write_report
+    from longrange.studies.mad import load_settings
+    from longrange.studies.mad_report import build_report, run_mad, write_report
 
     if args.report:
         settings = load_settings(args.out)
@@ -69,7 +70,7 @@ def _mad(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     claims = None
     if args.grid_from:
-        from longrange.studies.mad import screen_claims_of
+        from longrange.studies.mad_report import screen_claims_of
 
         claims = screen_claims_of(args.grid_from)
         if claims is None:

@@ -33,7 +33,7 @@ from longrange.errors import ConfigError
 
 
 class MadReport(Protocol):
-    """What the rule reads of a study's report (:class:`longrange.studies.mad.MadReport`)."""
+    """What the rule reads of a study's report (:class:`longrange.studies.mad_report.MadReport`)."""
 
     settings: Any  # MadSettings: its models, tasks, regimes and seeds
     overall: Mapping[tuple[str, str, int], float | None]
