@@ -15,7 +15,8 @@ block's defaults where unset, ``primitive_options.X`` to the primitive's), ``pre
 (the pretraining model), ``train.X`` / ``pretrain.X`` / ``finetune.X`` (the stages' TrainConfig), ``task.name``,
 ``task.options.X`` and ``pretrain_task.options.X`` (with the task's defaults), ``objective.X``
 (``objective.mask_ratio`` falls back to the task's default), ``compare.X``; deeper keys index into
-dicts (``model.primitive_options.l_max``).
+dicts (``model.primitive_options.l_max``) and, by number, into lists (a hybrid stack's layer as written:
+``model.layers.1.options.use_gate``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def _walk(value: Any, keys: list[str], path: str) -> Any:
             value = getattr(value, key, _MISSING)
         elif isinstance(value, dict):
             value = value.get(key, _MISSING)
+        elif isinstance(value, list) and key.isdigit():  # a hybrid stack's layer: model.layers.1.options.X
+            value = value[int(key)] if int(key) < len(value) else _MISSING
         else:
             value = _MISSING
         if value is _MISSING:
@@ -159,6 +162,11 @@ def test_field_values_follow_the_dotted_paths():
     assert field_value(exp, "task.options.truncate") is False  # a task default
     with pytest.raises(KeyError, match="no 'nope'"):
         field_value(exp, "model.nope")
+    stack = resolve("zoology/mqar/deltanet")  # a hybrid stack's layers, by number
+    assert field_value(stack, "model.layers.1.options.use_gate") is False
+    assert field_value(stack, "model.layers.0.primitive") == "base-conv"
+    with pytest.raises(KeyError, match="no '2'"):
+        field_value(stack, "model.layers.2.primitive")
     assert same(0.1, 0.1 + 1e-15) and not same(0.1, 0.11) and not same(True, 1) and same([1, 2.0], [1.0, 2])
 
 

@@ -96,7 +96,8 @@ def test_every_model_of_the_three_tasks_has_a_published_preset_and_a_cpu_variant
             "deltanet",
             "gated-deltanet",
         },
-        "zoology/mqar/": {"attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"},
+        "zoology/mqar/": {"attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"}
+        | {"based", "base-conv", "mamba2", "gla", "deltanet", "gated-deltanet"},
     }
     for group, names in models.items():
         assert {n[len(group) :] for n in PUBLISHED if n.startswith(group)} == names, group
@@ -292,3 +293,68 @@ def test_a_published_preset_refuses_a_bad_override_naming_the_field():
     with pytest.raises(ConfigError, match="n_tokens"):
         exp = resolve("mamba/selective-copying/cpu/simple-s6", overrides=["task.options.seq_len=16"])
         get_spec(exp.task.name, **exp.task.options)
+
+
+#: Parameters of each layer of Zoology's models at width 64, counted from the shapes its modules
+#: build (HazyResearch/zoology at 4261f62; zoology/mixers/*.py): the layers' own, without norms of
+#: the blocks, embeddings or head.
+BASECONV_SHORT = 64 * 64 + 64 + 64 * 3 + 64  # projection (with bias) + depthwise Conv1d(k=3, with bias)
+BASECONV_IMPLICIT = 64 * 64 + 64 + (3 * 16 + 16) + (16 * 64 + 64)  # projection + the filter MLP 3 -> 16 -> 64
+ZOOLOGY_LAYERS = {
+    # Mamba2(d_state=16): in_proj to 2 x 128 + 2 x 16 + 2 heads, Conv1d over 160 channels (k=4, bias),
+    # dt_bias, A_log, D, the gated RMSNorm over 128, out_proj; two layers
+    "mamba2": 2 * (64 * 290 + 160 * 4 + 160 + 3 * 2 + 128 + 128 * 64),
+    # DeltaNet(2 heads, expand 1): q, k, v, b_proj, three short convolutions (k=4, no bias), the head
+    # norm over 32, o_proj
+    "deltanet": BASECONV_SHORT + 3 * 64 * 64 + 64 * 2 + 3 * 64 * 4 + 32 + 64 * 64,
+    # GatedDeltaNet(2 heads of 32 keys, 64 values): q, k, v, b_proj, a_proj, A_log, D (unused, not
+    # ours: -2 below), dt_bias, convolutions over 64 + 64 + 128 channels, the head norm over 64, o_proj
+    "gated-deltanet": BASECONV_SHORT
+    + 2 * 64 * 64
+    + 64 * 128
+    + 2 * 64 * 2
+    + 3 * 2
+    + (64 + 64 + 128) * 4
+    + 64
+    + 128 * 64,
+    # GLA(2 heads, expand_k 0.5): q, k (32 each), v, g_proj (64 each), gk_proj 64 -> 16 -> 32 (bias),
+    # the head norm over 32, o_proj
+    "gla": BASECONV_SHORT + 2 * 64 * 32 + 2 * 64 * 64 + (64 * 16 + 16 * 32 + 32) + 32 + 64 * 64,
+    # Based(feature_dim 8, 1 head): proj_q, proj_k (8 each), proj_v and proj_o (64 each)
+    "based": BASECONV_SHORT + 2 * 64 * 8 + 2 * 64 * 64,
+    "base-conv": BASECONV_SHORT + BASECONV_IMPLICIT,
+}
+
+
+def test_zoologys_newer_mqar_models_are_built_as_its_repository_builds_them():
+    """Zoology's models_repo.py: DeltaNet, Gated DeltaNet (no output gate) and GLA each after a BaseConv
+    layer (its Hybrid reads [conv_mixer, layer] by layer index), in LayerNorm residual blocks without an
+    MLP; Mamba-2 in its own RMS-norm block; Figure 2's Based and BaseConv alike. Each layer counts the
+    parameters Zoology's modules build (but Gated DeltaNet's unused D)."""
+    layers = {
+        "mamba2": ("Mamba2", "Mamba2"),
+        "deltanet": ("BaseConv", "DeltaNet"),
+        "gated-deltanet": ("BaseConv", "GatedDeltaNet"),
+        "gla": ("BaseConv", "GLA"),
+        "based": ("BaseConv", "LinearAttention"),
+        "base-conv": ("BaseConv", "BaseConv"),
+    }
+    for name, kinds in layers.items():
+        _, model = build(f"zoology/mqar/{name}")
+        blocks = model.backbone.blocks
+        assert tuple(type(b.mixer).__name__ for b in blocks) == kinds, name
+        assert all(type(b).__name__ == "ResidualBlock" and b.mlp is None for b in blocks), name
+        norm = "RMSNorm" if name == "mamba2" else "LayerNorm"
+        assert all(type(b.norm1).__name__ == norm for b in blocks), name
+        own = sum(n_params(b.mixer) for b in blocks)
+        published = ZOOLOGY_LAYERS[name] - (2 if name == "gated-deltanet" else 0)
+        assert own == published, (name, own, published)
+    mixers = {n: build(f"zoology/mqar/{n}")[1].backbone.blocks[-1].mixer for n in layers}
+    assert (mixers["mamba2"].n_heads, mixers["mamba2"].d_state, mixers["mamba2"].headdim) == (2, 16, 64)
+    assert (mixers["gated-deltanet"].dk, mixers["gated-deltanet"].dv) == (32, 64)
+    assert getattr(mixers["gated-deltanet"], "g_proj", None) is None  # no output gate (FLA's default has one)
+    assert build("mamba/induction-heads/gated-deltanet")[1].backbone.blocks[0].mixer.g_proj is not None
+    assert getattr(mixers["deltanet"], "g_proj", None) is None
+    assert getattr(mixers["gla"], "g_proj", None) is not None and getattr(mixers["gla"], "conv", None) is None
+    assert (mixers["gla"].dk, mixers["gla"].dv) == (16, 32)
+    assert mixers["based"].n_heads == 1 and mixers["based"].dk == 1 + 8 + 8 * 9 // 2  # Taylor: 1, x, x x^T
