@@ -280,6 +280,7 @@ def test_mqar_settings_of_figure2_and_the_cpu_budget():
                 0.0,
             )
             assert t.lr == pytest.approx(10 ** (-4 + 2 * 2 / 3))  # numpy.logspace(-4, -2, 4)[2]
+            assert t.param_groups == [{"match": "*", "lr_scale": 1.0, "weight_decay": 0.1}]  # one group, as Zoology's
     attention = resolve("zoology/mqar/attention").model
     assert (attention.n_heads, attention.attn_dropout, attention.pos_embedding) == (1, 0.1, "learned")
     cpu = resolve("zoology/mqar/cpu/mamba-s6")
