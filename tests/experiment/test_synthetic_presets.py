@@ -97,7 +97,7 @@ def test_every_model_of_the_three_tasks_has_a_published_preset_and_a_cpu_variant
             "gated-deltanet",
         },
         "zoology/mqar/": {"attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"}
-        | {"based", "base-conv", "mamba2", "gla", "deltanet", "gated-deltanet"},
+        | {"based", "base-conv", "hyena", "h3", "mamba2", "gla", "deltanet", "gated-deltanet"},
     }
     for group, names in models.items():
         assert {n[len(group) :] for n in PUBLISHED if n.startswith(group)} == names, group
@@ -324,14 +324,25 @@ ZOOLOGY_LAYERS = {
     # Based(feature_dim 8, 1 head): proj_q, proj_k (8 each), proj_v and proj_o (64 each)
     "based": BASECONV_SHORT + 2 * 64 * 8 + 2 * 64 * 64,
     "base-conv": BASECONV_SHORT + BASECONV_IMPLICIT,
+    # Hyena (order 2): in_proj 64 -> 192 and the short Conv1d (k=3) over it, with biases; the filter
+    # network 3 -> 64 -> 64 -> 64 -> 64 (the last without bias), its sine frequencies, the positional
+    # features (1 x 64 x 3, a parameter), the long convolution's bias; out_proj; two layers
+    "hyena": 2
+    * (64 * 192 + 192 + 192 * 3 + 192 + (3 * 64 + 64) + 2 * (64 * 64 + 64) + 64 * 64 + 64 + 192 + 64 + 64 * 64 + 64),
+    # H3 (state 64, heads of 2): q, k, v, output projections with biases; the shift SSM's B and C (64 x
+    # 64 each; ours fixes B: -4096 a layer below) and D; the diagonal SSM over 32 heads of 32 complex
+    # modes: log_dt, A (real, imaginary), B and C (complex), D; two layers
+    "h3": 2 * (4 * (64 * 64 + 64) + 2 * 64 * 64 + 64 + (32 + 2 * 32 * 32 + 2 * 2 * 32 * 32 + 32)),
 }
+#: What our layers leave out of Zoology's counts: Gated DeltaNet's unused D; H3's shift B (fixed here).
+NOT_OURS = {"gated-deltanet": 2, "h3": 2 * 64 * 64}
 
 
-def test_zoologys_newer_mqar_models_are_built_as_its_repository_builds_them():
+def test_zoologys_mqar_models_are_built_as_its_code_builds_them():
     """Zoology's models_repo.py: DeltaNet, Gated DeltaNet (no output gate) and GLA each after a BaseConv
     layer (its Hybrid reads [conv_mixer, layer] by layer index), in LayerNorm residual blocks without an
-    MLP; Mamba-2 in its own RMS-norm block; Figure 2's Based and BaseConv alike. Each layer counts the
-    parameters Zoology's modules build (but Gated DeltaNet's unused D)."""
+    MLP; Mamba-2 in its own RMS-norm block; Figure 2's Based, BaseConv, Hyena and H3 alike. Each layer
+    counts the parameters Zoology's modules build (but Gated DeltaNet's unused D and H3's shift B)."""
     layers = {
         "mamba2": ("Mamba2", "Mamba2"),
         "deltanet": ("BaseConv", "DeltaNet"),
@@ -339,6 +350,8 @@ def test_zoologys_newer_mqar_models_are_built_as_its_repository_builds_them():
         "gla": ("BaseConv", "GLA"),
         "based": ("BaseConv", "LinearAttention"),
         "base-conv": ("BaseConv", "BaseConv"),
+        "hyena": ("Hyena", "Hyena"),
+        "h3": ("H3", "H3"),
     }
     for name, kinds in layers.items():
         _, model = build(f"zoology/mqar/{name}")
@@ -348,7 +361,7 @@ def test_zoologys_newer_mqar_models_are_built_as_its_repository_builds_them():
         norm = "RMSNorm" if name == "mamba2" else "LayerNorm"
         assert all(type(b.norm1).__name__ == norm for b in blocks), name
         own = sum(n_params(b.mixer) for b in blocks)
-        published = ZOOLOGY_LAYERS[name] - (2 if name == "gated-deltanet" else 0)
+        published = ZOOLOGY_LAYERS[name] - NOT_OURS.get(name, 0)
         assert own == published, (name, own, published)
     mixers = {n: build(f"zoology/mqar/{n}")[1].backbone.blocks[-1].mixer for n in layers}
     assert (mixers["mamba2"].n_heads, mixers["mamba2"].d_state, mixers["mamba2"].headdim) == (2, 16, 64)
@@ -359,3 +372,4 @@ def test_zoologys_newer_mqar_models_are_built_as_its_repository_builds_them():
     assert getattr(mixers["gla"], "g_proj", None) is not None and getattr(mixers["gla"], "conv", None) is None
     assert (mixers["gla"].dk, mixers["gla"].dv) == (16, 32)
     assert mixers["based"].n_heads == 1 and mixers["based"].dk == 1 + 8 + 8 * 9 // 2  # Taylor: 1, x, x x^T
+    assert (mixers["h3"].d_state, mixers["h3"].head_dim, type(mixers["h3"].inner).__name__) == (64, 2, "S4D")
