@@ -14,19 +14,21 @@ are in the presets' ``cpu/_base.yaml``):
   evaluated at 2^6 ... 2^16 through ``longrange extrapolate``, for every model the toolkit has (the
   paper's Table 11, which trains at 256 and tests to 2^20; table and plot);
 * ``mqar``: MQAR over Zoology's (length, key-value pairs) cells at width 64 (``--widths 64,128`` adds
-  128) for attention, Mamba-S6 and time-invariant SSMs (Zoology's Figure 2).
+  128) for attention, Mamba-S6 and time-invariant SSMs (Zoology's Figure 2); ``--models`` adds any
+  other model of ``zoology/mqar/cpu/*`` (Hyena, H3, BaseConv, Based, Mamba-2, GLA, DeltaNet, Gated
+  DeltaNet), each long filter built for the cell's length.
 
     python benchmarks/synthetic_tables.py table1 --jobs 1
     python benchmarks/synthetic_tables.py lengths --jobs 1
     python benchmarks/synthetic_tables.py induction --jobs 1 [--models mamba-s6,h3]
-    python benchmarks/synthetic_tables.py mqar --jobs 1 [--widths 64,128]
+    python benchmarks/synthetic_tables.py mqar --jobs 1 [--widths 64,128] [--models gla,mamba2]
     python benchmarks/synthetic_tables.py all --jobs 1       # the four, in this order
     python benchmarks/synthetic_tables.py report [TABLE...]  # the tables of what has finished
 
 Every grid runs from scratch through the experiment layer (the plan, the scheduler and local worker
 processes with one thread each), into ``runs/synthetic/<task>`` (``--out``); running a command again
 reuses the finished runs, resumes interrupted ones and runs the rest; ``--models`` (table1,
-induction) trains only the models named, so that a grid can be run in parts. ``table1`` and
+induction, mqar) trains only the models named, so that a grid can be run in parts. ``table1`` and
 ``lengths`` share one grid (the length-256 runs of the lengths table are table1's). Every run has
 seed 0 except the induction grid's, which has seeds 0 and 1. Each command then writes the
 raw per-run results and the tables to ``benchmarks/results/synthetic_*`` (``--results``) and prints
@@ -41,6 +43,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,11 +312,22 @@ def induction_cells(scale: Scale) -> list[GridRun]:
     return cells
 
 
-def mqar_cells(scale: Scale, widths: list[int]) -> list[GridRun]:
+def mqar_family() -> list[str]:
+    """Every model of the MQAR presets (``zoology/mqar/cpu/*``): ``--models`` may add any of them."""
+    from longrange.experiment.config import list_presets
+
+    prefix = "zoology/mqar/cpu/"
+    return [n[len(prefix) :] for n in list_presets() if n.startswith(prefix)]
+
+
+def mqar_cells(scale: Scale, widths: list[int], extra: Sequence[str] = ()) -> list[GridRun]:
+    """Every model (the scale's, then ``extra``) at every width and (length, pairs) cell; long filters
+    (Hyena's, BaseConv's) built for the cell's length."""
+    models = list(dict.fromkeys([*scale.mqar_models, *extra]))
     cells = []
     for width in widths:
         for length, pairs in scale.mqar_cells:
-            for m in scale.mqar_models:
+            for m in models:
                 preset = f"zoology/mqar/cpu/{m}"
                 over = [
                     f"task.options.seq_len={length}",
@@ -331,6 +345,7 @@ def mqar_cells(scale: Scale, widths: list[int]) -> list[GridRun]:
                         f"{_label(preset)} L={length} d={width}",
                         over,
                         {"seq_len": length, "n_pairs": pairs, "d_model": width},
+                        follow_length=True,
                     )
                 )
     return cells
@@ -658,13 +673,19 @@ def mqar_markdown(rows: list[dict[str, Any]], cells: list[tuple[int, int]]) -> s
             out.append(
                 "—"
                 if r is None or r["test_accuracy"] is None
-                else f"{percent_text(r['test_accuracy'])} ({minutes_text(r['seconds'])})"
+                else f"{percent_text(r['test_accuracy'])} ({minutes_text(r['seconds'])}){' *' if r.get('earlier') else ''}"
             )
         lines.append(f"| {label} | {width} | " + " | ".join(out) + " |")
     if [c for c in cells] == MQAR_CELLS:
         for width, models in FIGURE2_PAPER.items():
             for name, values in models.items():
                 lines.append(f"| Zoology: {name} | {width} | " + " | ".join(f"≈{100 * v:.0f}" for v in values) + " |")
+    if any(r.get("earlier") for r in rows):
+        lines += [
+            "",
+            "Cells marked * were not rerun by this command (--models): each is the finished run of an earlier "
+            "run of the same preset and settings, kept from the results file.",
+        ]
     return "\n".join(lines)
 
 
@@ -779,9 +800,11 @@ def do_induction(args, scale: Scale) -> list[str]:
 
 def do_mqar(args, scale: Scale) -> list[str]:
     out = args.out / TASK_DIRS["mqar"]
-    cells = mqar_cells(scale, args.widths)
-    failed = [] if args.report_only else run_grid(cells, cells, out, args.jobs)
-    rows = [run_row("mqar", c, out) for c in cells]
+    family = set(mqar_family())
+    cells = mqar_cells(scale, args.widths, [m for m in args.models if m in family])
+    chosen = [c for c in cells if not args.models or c.model in args.models]
+    failed = [] if args.report_only else run_grid(chosen, cells, out, args.jobs)
+    rows = [earlier_row(run_row("mqar", c, out), args.results) for c in cells]
     md = "## MQAR over (length, key-value pairs) (Zoology's Figure 2)\n\n" + mqar_markdown(rows, scale.mqar_cells)
     write_results("mqar", {"runs": rows}, md, args.results)
     return failed
@@ -802,8 +825,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--models",
         default=None,
-        help="table1, induction: train only these models (comma-separated); the table keeps the other "
-        "rows from the results file where an earlier run finished them with the same settings",
+        help="table1, induction, mqar: train only these models (comma-separated; mqar: any of "
+        "zoology/mqar/cpu/*, added to its table); the table keeps the other rows from the results file "
+        "where an earlier run finished them with the same settings",
     )
     args = parser.parse_args(argv)
     scale = TINY if args.tiny else CPU
@@ -814,16 +838,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     args.models = [m.strip() for m in args.models.split(",")] if args.models else []
-    grids = {"table1": scale.table1_models, "induction": scale.induction_models}
+    grids = {"table1": scale.table1_models, "induction": scale.induction_models, "mqar": mqar_family()}
     if args.models and args.command not in (*grids, "all"):
-        parser.error(f"--models: only with table1, induction or all, not {args.command}")
+        parser.error(f"--models: only with table1, induction, mqar or all, not {args.command}")
     for name, models in grids.items():
         unknown_models = [m for m in args.models if m not in models]
         if args.command == name and unknown_models:
             parser.error(f"--models: {', '.join(unknown_models)} not in {name}'s models ({', '.join(models)})")
-    unknown_models = [m for m in args.models if m not in scale.table1_models + scale.induction_models]
+    unknown_models = [m for m in args.models if not any(m in models for models in grids.values())]
     if args.command == "all" and unknown_models:
-        parser.error(f"--models: {', '.join(unknown_models)} not in table1's or induction's models")
+        parser.error(f"--models: {', '.join(unknown_models)} not in table1's, induction's or mqar's models")
     args.report_only = args.command == "report"
     unknown = [t for t in args.tables if t not in COMMANDS]
     if unknown or (args.tables and args.command != "report"):

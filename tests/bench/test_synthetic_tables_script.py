@@ -165,8 +165,31 @@ def test_the_induction_grid_runs_in_parts(tmp_path, capsys):
         st.main(["induction", "--tiny", "--models", "h3-s4"])
     assert "--models: h3-s4 not in induction's models" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        st.main(["mqar", "--tiny", "--models", "mamba-s6"])
-    assert "--models: only with table1, induction or all" in capsys.readouterr().err
+        st.main(["lengths", "--tiny", "--models", "mamba-s6"])
+    assert "--models: only with table1, induction, mqar or all" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        st.main(["mqar", "--tiny", "--models", "mamba-s7"])
+    assert "--models: mamba-s7 not in mqar's models" in capsys.readouterr().err
+
+
+def test_mqar_adds_a_model_of_its_presets_and_builds_long_filters_for_each_length(tmp_path, capsys):
+    """--models adds any zoology/mqar/cpu preset to the MQAR table beside the scale's models (kept
+    from the results file); a BaseConv stack's implicit filter is built for each cell's length."""
+    st = _module()
+    out, results = tmp_path / "runs", tmp_path / "results"
+    assert st.main(["mqar", "--tiny", "--out", str(out), "--results", str(results)]) == 0
+    assert (
+        st.main(["mqar", "--tiny", "--models", "base-conv", "--out", str(tmp_path / "more"), "--results", str(results)])
+        == 0
+    )
+    rows = json.loads((results / "synthetic_mqar.json").read_text())["runs"]
+    assert {r["model"] for r in rows} == {*st.TINY.mqar_models, "base-conv"}
+    assert all(r["state"] == "finished" for r in rows)
+    assert all(bool(r.get("earlier")) == (r["model"] != "base-conv") for r in rows)
+    assert "Cells marked * were not rerun" in (results / "synthetic_mqar.md").read_text()
+    for cell in st.mqar_cells(st.TINY, [16], ["base-conv"]):
+        if cell.model == "base-conv":
+            assert cell.experiment().model.layers[1]["options"]["l_max"] == cell.info["seq_len"]
 
 
 def test_bad_options_are_refused(capsys):

@@ -52,12 +52,22 @@ class GridRun:
     overrides: list[str]
     info: dict[str, Any] = field(default_factory=dict)
     seed: int = SEED
+    #: Build every long filter of the model (an ``l_max``: Hyena's, BaseConv's, in a stack's layers
+    #: too) for the run's task length (:func:`lengths_follow`), which overrides cannot reach inside a
+    #: stack: for a grid that puts presets on other lengths than their own.
+    follow_length: bool = False
 
     def experiment(self):
-        """The run's experiment: the preset with its overrides and its label."""
-        from longrange.experiment.config import resolve
+        """The run's experiment: the preset with its overrides and its label (its long filters built
+        for its task's length with ``follow_length``)."""
+        from longrange.experiment.config import experiment_from_dict, resolve
 
-        return resolve(self.preset, overrides=[*self.overrides, f"label={self.label}"])
+        exp = resolve(self.preset, overrides=[*self.overrides, f"label={self.label}"])
+        if not self.follow_length:
+            return exp
+        data = exp.to_dict()
+        data["model"] = lengths_follow(data["model"], int(exp.task.options["seq_len"]))
+        return experiment_from_dict(data)
 
 
 def grid_plan(runs: Sequence[GridRun]):
