@@ -28,7 +28,9 @@ are in the presets' ``cpu/_base.yaml``):
 Every grid runs from scratch through the experiment layer (the plan, the scheduler and local worker
 processes with one thread each), into ``runs/synthetic/<task>`` (``--out``); running a command again
 reuses the finished runs, resumes interrupted ones and runs the rest; ``--models`` (table1,
-induction, mqar) trains only the models named, so that a grid can be run in parts. ``table1`` and
+induction, mqar) trains only the models named, so that a grid can be run in parts, and keeps the
+other rows of the results file only where their recorded settings fingerprint is the current one
+(the committed results, written before rows recorded it, are not kept: rerun them). ``table1`` and
 ``lengths`` share one grid (the length-256 runs of the lengths table are table1's). Every run has
 seed 0 except the induction grid's, which has seeds 0 and 1. Each command then writes the
 raw per-run results and the tables to ``benchmarks/results/synthetic_*`` (``--results``) and prints
@@ -50,7 +52,7 @@ from typing import Any
 
 from longrange.report.plots import accuracy_against
 from longrange.studies import tables
-from longrange.studies.grid import SEED, GridRun, run_dir, run_grid
+from longrange.studies.grid import SEED, GridRun, run_dir, run_fingerprint, run_grid
 from longrange.studies.tables import minutes_text, percent_text, seeds_text
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -375,6 +377,7 @@ def run_row(table: str, cell: GridRun, out_dir: Path) -> dict[str, Any]:
         "batch_size": train.batch_size,
         "max_steps": train.max_steps,
         "run": str(path),
+        "fingerprint": run_fingerprint(cell),
         "state": RunDir(path).state().kind.value,
         "params": None,
         "steps": None,
@@ -704,13 +707,15 @@ def copying_grid(scale: Scale) -> list[GridRun]:
 
 def earlier_row(row: dict[str, Any], results: Path) -> dict[str, Any]:
     """``row`` (of a run that is not finished under ``--out``), or the finished row of the same model
-    with the same preset and overrides in the results file an earlier run of this script wrote
-    (marked ``earlier``): ``--models`` reruns some rows and keeps the others as measured."""
+    with the same preset, overrides and settings (its stage's fingerprint: a preset changed since is
+    not the same run) in the results file an earlier run of this script wrote (marked ``earlier``):
+    ``--models`` reruns some rows and keeps the others as measured. A row written without a
+    fingerprint is never kept."""
     path = results / f"synthetic_{row['table']}.json"
     if row["test_accuracy"] is not None or not path.is_file():
         return row
     for old in json.loads(path.read_text()).get("runs", []):
-        same = all(old.get(k) == row[k] for k in ("model", "preset", "overrides"))
+        same = all(old.get(k) == row[k] for k in ("model", "preset", "overrides", "fingerprint"))
         if same and old.get("seed", SEED) == row.get("seed", SEED) and old.get("test_accuracy") is not None:
             return {**old, "earlier": True}
     return row

@@ -128,13 +128,19 @@ def test_models_reruns_some_rows_and_keeps_the_others_from_an_earlier_run(tmp_pa
     others = [m for m in st.TINY.table1_models if m != rerun]
     assert all(rows[m]["earlier"] and rows[m]["run"] == earlier[m]["run"] for m in others)
     assert "Rows marked * were not rerun" in (results / "synthetic_table1.md").read_text()
-    # a row whose settings differ is not taken from the results file
-    stale = json.loads((results / "synthetic_table1.json").read_text())
-    stale["runs"] = [{**r, "overrides": ["other"]} for r in stale["runs"]]
-    (results / "synthetic_table1.json").write_text(json.dumps(stale))
+    # a row whose settings differ is not taken from the results file: other overrides, another
+    # fingerprint (the preset changed since: same name, other settings), or none recorded
+    kept = json.loads((results / "synthetic_table1.json").read_text())
+    for change in ({"overrides": ["other"]}, {"fingerprint": "0" * 16}, {"fingerprint": None}):
+        stale = {**kept, "runs": [{**r, **change} for r in kept["runs"]]}
+        (results / "synthetic_table1.json").write_text(json.dumps(stale))
+        assert st.main(["report", "table1", "--tiny", "--out", str(second), "--results", str(results)]) == 0
+        rows = {r["model"]: r for r in json.loads((results / "synthetic_table1.json").read_text())["runs"]}
+        assert rows[others[0]]["test_accuracy"] is None and not rows[others[0]].get("earlier"), change
+    (results / "synthetic_table1.json").write_text(json.dumps(kept))  # unchanged: kept again
     assert st.main(["report", "table1", "--tiny", "--out", str(second), "--results", str(results)]) == 0
     rows = {r["model"]: r for r in json.loads((results / "synthetic_table1.json").read_text())["runs"]}
-    assert rows[others[0]]["test_accuracy"] is None and not rows[others[0]].get("earlier")
+    assert rows[others[0]]["earlier"] and rows[others[0]]["fingerprint"] == kept["runs"][1]["fingerprint"]
     with pytest.raises(SystemExit):
         st.main(["table1", "--tiny", "--models", "mamba-s7"])
     assert "--models: mamba-s7 not in table1's models" in capsys.readouterr().err

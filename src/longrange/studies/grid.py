@@ -91,6 +91,14 @@ def grid_plan(runs: Sequence[GridRun]):
     )
 
 
+def run_fingerprint(run: GridRun) -> str:
+    """The fingerprint of ``run``'s stage (:func:`longrange.identity.fingerprint` of its resolved
+    settings, as its run directory records it): a study keeps a result from an earlier results file
+    only under the same fingerprint, never by the preset's name alone, whose settings may have changed."""
+    plan = grid_plan([run])
+    return plan.resolve(plan.stages[0], Path("unused")).fingerprint()  # a scratch stage needs no other run
+
+
 def run_grid(runs: Sequence[GridRun], grid: Sequence[GridRun], out_dir: Path, jobs: int) -> list[str]:
     """Train ``runs`` (a part of ``grid``, whose whole plan is saved in ``out_dir``) with ``jobs``
     local workers of one thread each, as ``compare`` runs a plan (:func:`longrange.experiment.compare.run_grid`:
