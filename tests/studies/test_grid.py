@@ -9,7 +9,7 @@ import pytest
 
 from longrange.errors import ConfigError
 from longrange.experiment.plan import Plan
-from longrange.studies.grid import GridRun, grid_plan, run_dir, run_grid
+from longrange.studies.grid import GridRun, grid_plan, run_dir, run_fingerprint, run_grid
 
 PRESET = "mamba/induction-heads/cpu/{}"
 
@@ -69,6 +69,36 @@ def _toy_runs():
         GridRun("dlr", PRESET.format("simple-dlr"), "DLR toy", TOY),
         GridRun("s4d", PRESET.format("simple-s4d"), "S4D toy", TOY),
     ]
+
+
+def test_follow_length_builds_every_long_filter_for_the_task_length():
+    """Hyena's filter and a stack's implicit BaseConv get the run's length; a model without one is
+    the preset's; a task without a length is refused, naming the run."""
+    over = ["task.options.seq_len=128", "task.options.n_pairs=8"]
+    hyena = GridRun("hyena", "zoology/mqar/cpu/hyena", "Hyena L=128", over, follow_length=True).experiment()
+    assert hyena.model.primitive_options["l_max"] == 128
+    stack = GridRun("bc", "zoology/mqar/cpu/base-conv", "BC L=128", over, follow_length=True).experiment()
+    assert stack.model.layers[1]["options"]["l_max"] == 128 and "l_max" not in stack.model.layers[0]["options"]
+    assert (
+        GridRun("bc", "zoology/mqar/cpu/base-conv", "BC L=128", over).experiment().model.layers[1]["options"]["l_max"]
+        == 64
+    )  # the preset's, without follow_length
+    plain = GridRun("a", "zoology/mqar/cpu/attention", "A", over, follow_length=True).experiment()
+    assert plain.to_dict() == GridRun("a", "zoology/mqar/cpu/attention", "A", over).experiment().to_dict()
+    with pytest.raises(ConfigError, match="Image: follow_length needs the task's seq_len"):
+        GridRun("dlr", "spt/image/dlr-random", "Image", [], follow_length=True).experiment()
+
+
+def test_the_fingerprint_is_the_runs_settings_and_its_run_directory_records_it(tmp_path):
+    runs = _toy_runs()
+    assert run_fingerprint(runs[0]) == run_fingerprint(GridRun("x", runs[0].preset, runs[0].label, list(TOY)))
+    assert run_fingerprint(runs[0]) != run_fingerprint(
+        GridRun("dlr", runs[0].preset, runs[0].label, [*TOY, "train.lr=0.0123"])
+    )
+    assert run_grid(runs[:1], runs, tmp_path, jobs=1) == []
+    from longrange.train.rundir import RunDir
+
+    assert RunDir(run_dir(tmp_path, runs[0])).read_config(required=True)["fingerprint"] == run_fingerprint(runs[0])
 
 
 def test_a_part_of_the_grid_trains_and_the_whole_plan_is_saved(tmp_path):

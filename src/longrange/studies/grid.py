@@ -65,8 +65,14 @@ class GridRun:
         exp = resolve(self.preset, overrides=[*self.overrides, f"label={self.label}"])
         if not self.follow_length:
             return exp
+        from longrange.data.tasks import task_options
+        from longrange.errors import ConfigError
+
+        length = {**task_options(exp.task.name), **exp.task.options}.get("seq_len")
+        if not isinstance(length, int):
+            raise ConfigError(f"{self.label}: follow_length needs the task's seq_len, and {exp.task.name} has none")
         data = exp.to_dict()
-        data["model"] = lengths_follow(data["model"], int(exp.task.options["seq_len"]))
+        data["model"] = lengths_follow(data["model"], length)
         return experiment_from_dict(data)
 
 
