@@ -221,6 +221,13 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
     # Another study into the same directory is an error, not a mixed report.
     assert main([*args[: -len(TINY)], "--seeds", "1", *TINY]) == 1
     assert "holds a MAD study with other settings (seeds differ)" in capsys.readouterr().err
+    # --report of runs made with other settings than the study's now resolve to (a preset or default
+    # changed since) is an error naming them, not a report.
+    saved = json.loads((out / "mad.json").read_text())
+    (out / "mad.json").write_text(json.dumps({**saved, "overrides": [*saved["overrides"], "model.dropout=0.1"]}))
+    assert main(["mad", "--out", str(out), "--report"]) == 1
+    err = capsys.readouterr().err
+    assert "were made with other settings" in err and "model.dropout: 0.0 -> 0.1" in err
 
 
 def test_the_cpu_protocol_is_its_rule():

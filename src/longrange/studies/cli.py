@@ -59,12 +59,10 @@ def settings_from_args(args: argparse.Namespace):
 
 def _mad(args: argparse.Namespace) -> int:
     from longrange.experiment.backends import LocalWorkers, resolve_jobs
-    from longrange.studies.mad import load_settings
-    from longrange.studies.mad_report import build_report, run_mad, write_report
+    from longrange.studies.mad_report import report_from_runs, run_mad, write_report
 
     if args.report:
-        settings = load_settings(args.out)
-        paths = write_report(build_report(settings, args.out), args.out)
+        paths = write_report(report_from_runs(args.out), args.out)
         print(paths["markdown"].read_text())
         return 0
     settings = settings_from_args(args)
@@ -190,7 +188,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--report",
         action="store_true",
-        help="write and print the report of the study in --out from its finished runs, running nothing",
+        help="write and print the report of the study in --out from its finished runs, running nothing "
+        "(a run made with other settings than the study's resolve to now is an error)",
     )
     p.set_defaults(func=_mad)
 

@@ -3,7 +3,7 @@ arXiv 2403.17844; athms/mad-lab ``benchmark.py``, ``mad/analysis.py``) on the to
 from scratch and after causal self-pretraining.
 
     longrange mad --models hyena,mamba,mh-attention,gated-deltanet --out runs/mad --jobs auto
-    longrange mad --out runs/mad --report          # the tables again from finished runs
+    longrange mad --out runs/mad --report          # the tables again from finished runs (checked)
 
 **The grid.** For every model, MAD task (``mad-in-context-recall``, ``mad-fuzzy-recall``,
 ``mad-noisy-recall``, ``mad-selective-copying``, ``mad-memorization``, ``mad-compression``, whose

@@ -2,7 +2,7 @@
 scores, their tables, the plots and, for a confirmation, the verdict on its screen's claims.
 
     report = run_mad(MadSettings(models=("hyena", "mamba2")), "runs/mad")   # ``longrange mad``
-    report = build_report(load_settings("runs/mad"), "runs/mad")           # ``longrange mad --report``
+    report = report_from_runs("runs/mad")        # ``longrange mad --report``: its runs checked, then read
     write_report(report, "runs/mad")      # mad_report.md, mad_selected.csv, the plots, the claims
 
 **What it holds.** For each (model, task, level, regime, seed), the grid point chosen on the
@@ -572,6 +572,19 @@ def scores_plot(report: MadReport, path: Path) -> Path | None:
     return save_figure(fig, path, dpi=110)
 
 
+def report_from_runs(out_dir: str | Path) -> MadReport:
+    """The report of the study in ``out_dir`` from its finished runs alone (``longrange mad
+    --report``), after the check that each was made with the settings its stage resolves to now: a
+    preset or default changed since the runs is an error naming them (rebuild the report on the
+    revision that ran them), never a report of other settings than its runs'."""
+    from longrange.experiment.compare import check_reuse
+
+    settings = load_settings(out_dir)
+    plan, _ = mad_plan(settings)
+    check_reuse(plan, Path(out_dir))
+    return build_report(settings, out_dir)
+
+
 def screen_claims_of(screen_dir: str | Path) -> Claims | None:
     """The claims of the screen in ``screen_dir`` as its finished runs make them now (None while it
     is not finished), for a confirmation to test."""
@@ -630,6 +643,7 @@ __all__ = [
     "build_report",
     "differences_plot",
     "overall_scores",
+    "report_from_runs",
     "run_mad",
     "scores_plot",
     "screen_claims_of",
