@@ -207,7 +207,7 @@ def test_a_tiny_study_runs_resumes_and_reports(tmp_path, capsys):
     wall = sum(s["seconds"] for s in summaries) / 3600
     cpu = sum(s["cpu_seconds"] for s in summaries) / 3600
     assert f"| mad-memorization | 5 of 5 | {wall:.2f} | {cpu:.2f} |" in report
-    assert "| all | 10 of 10 |" in report
+    assert "| all | 10 of 10 |" in report and "Unfinished" not in report
     # Each task's state per sequence from its own runs (Gated DeltaNet's does not grow with the length).
     built = R.build_report(M.load_settings(out), out)
     state = summaries[0]["params"]["state"]
@@ -335,7 +335,9 @@ def test_stage_time_counts_the_plan_s_stages_and_says_where_cpu_time_is_missing(
     )["mad-memorization"]
     assert (t.planned, t.finished, t.seconds, t.cpu_seconds, t.with_cpu) == (4, 2, 5400.0, 1800.0, 1)
     report = R.MadReport(M.MadSettings(models=("hyena",)), [], [], {}, times={"mad-memorization": t})
-    assert "| mad-memorization | 2 of 4 | 1.50 | 0.50 (1 of 2 stages recorded it) |" in report.markdown()
+    text = report.markdown()
+    assert "| mad-memorization | 2 of 4 | 1.50 | 0.50 (1 of 2 stages recorded it) |" in text
+    assert "**Unfinished: 2 of 4 stages have finished**" in text  # said at the top of a partial report
 
 
 def test_the_published_scores_are_the_figures_own_mean():

@@ -141,6 +141,14 @@ class MadReport:
             f"{st.train_targets}" + (f"; settings {' '.join(st.overrides)}" if st.overrides else "") + "."
         )
         lines.append("")
+        planned = sum(t.planned for t in self.times.values())
+        finished = sum(t.finished for t in self.times.values())
+        if finished < planned:
+            lines += [
+                f"**Unfinished: {finished:,} of {planned:,} stages have finished** (per task under Time). A cell "
+                "without all its runs is missing from every table, never scored on fewer.",
+                "",
+            ]
 
         for regime in st.regimes:
             lines.append(f"## {regime}: MAD score ({what} accuracy %, mean over levels; mean ± 95% CI over seeds)")
