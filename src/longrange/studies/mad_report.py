@@ -145,8 +145,8 @@ class MadReport:
         finished = sum(t.finished for t in self.times.values())
         if finished < planned:
             lines += [
-                f"**Unfinished: {finished:,} of {planned:,} stages have finished** (per task under Time). A cell "
-                "without all its runs is missing from every table, never scored on fewer.",
+                f"**Unfinished: {finished:,} of {planned:,} stages have finished** (per task under Time). A score "
+                "whose runs have not all finished is missing, and a mean over fewer seeds says how many.",
                 "",
             ]
 
