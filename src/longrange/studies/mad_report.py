@@ -435,9 +435,15 @@ def _mean_cell(values: list[float | None]) -> str:
     return text + ("" if len(vals) == len(values) else f" ({len(vals)} of {len(values)} seeds)")
 
 
-def build_report(settings: MadSettings, out_dir: str | Path) -> MadReport:
-    """The report of the study in ``out_dir`` from its finished runs (unfinished ones are missing)."""
+def build_report(settings: MadSettings, out_dir: str | Path, *, check: bool = False) -> MadReport:
+    """The report of the study in ``out_dir`` from its finished runs (unfinished ones are missing);
+    with ``check``, first the check that each was made with the settings its stage resolves to now
+    (:func:`~longrange.experiment.compare.check_reuse`: an error naming the runs that were not)."""
     plan, points = mad_plan(settings)
+    if check:
+        from longrange.experiment.compare import check_reuse
+
+        check_reuse(plan, Path(out_dir))
     every = plan.summaries(out_dir, [stage.id for stage in plan.stages])
     summaries = {i: every[i] for i in points if i in every}
     selected = select(points, summaries, settings.screen)
@@ -585,12 +591,7 @@ def report_from_runs(out_dir: str | Path) -> MadReport:
     --report``), after the check that each was made with the settings its stage resolves to now: a
     preset or default changed since the runs is an error naming them (rebuild the report on the
     revision that ran them), never a report of other settings than its runs'."""
-    from longrange.experiment.compare import check_reuse
-
-    settings = load_settings(out_dir)
-    plan, _ = mad_plan(settings)
-    check_reuse(plan, Path(out_dir))
-    return build_report(settings, out_dir)
+    return build_report(load_settings(out_dir), out_dir, check=True)
 
 
 def screen_claims_of(screen_dir: str | Path) -> Claims | None:
