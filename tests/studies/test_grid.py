@@ -83,6 +83,13 @@ def test_follow_length_builds_every_long_filter_for_the_task_length():
         GridRun("bc", "zoology/mqar/cpu/base-conv", "BC L=128", over).experiment().model.layers[1]["options"]["l_max"]
         == 64
     )  # the preset's, without follow_length
+    given = [*over, "model.primitive_options.l_max=256"]  # an l_max the overrides set wins
+    assert (
+        GridRun("h", "zoology/mqar/cpu/hyena", "H", given, follow_length=True)
+        .experiment()
+        .model.primitive_options["l_max"]
+        == 256
+    )
     plain = GridRun("a", "zoology/mqar/cpu/attention", "A", over, follow_length=True).experiment()
     assert plain.to_dict() == GridRun("a", "zoology/mqar/cpu/attention", "A", over).experiment().to_dict()
     with pytest.raises(ConfigError, match="Image: follow_length needs the task's seq_len"):

@@ -40,6 +40,12 @@ def lengths_follow(model: dict[str, Any], seq_len: int) -> dict[str, Any]:
     return out
 
 
+def sets_l_max(overrides: Sequence[str]) -> bool:
+    """Whether ``overrides`` set an ``l_max`` themselves: then a study leaves the long filters as
+    given instead of building them for the task's length (:func:`lengths_follow`)."""
+    return any(o.split("=", 1)[0].strip().endswith("l_max") for o in overrides)
+
+
 @dataclass
 class GridRun:
     """One training run of a grid: a preset with overrides, under its own label, from one seed (the
@@ -54,7 +60,8 @@ class GridRun:
     seed: int = SEED
     #: Build every long filter of the model (an ``l_max``: Hyena's, BaseConv's, in a stack's layers
     #: too) for the run's task length (:func:`lengths_follow`), which overrides cannot reach inside a
-    #: stack: for a grid that puts presets on other lengths than their own.
+    #: stack: for a grid that puts presets on other lengths than their own. An override that sets an
+    #: ``l_max`` itself wins (:func:`sets_l_max`), as in the Zoology study.
     follow_length: bool = False
 
     def experiment(self):
@@ -63,7 +70,7 @@ class GridRun:
         from longrange.experiment.config import experiment_from_dict, resolve
 
         exp = resolve(self.preset, overrides=[*self.overrides, f"label={self.label}"])
-        if not self.follow_length:
+        if not self.follow_length or sets_l_max(self.overrides):
             return exp
         from longrange.data.tasks import task_options
         from longrange.errors import ConfigError

@@ -31,7 +31,7 @@ from typing import Any
 
 from longrange.errors import ConfigError
 from longrange.experiment.config import ExperimentConfig, apply_overrides, deep_merge, experiment_from_dict, load_preset
-from longrange.studies.grid import lengths_follow
+from longrange.studies.grid import lengths_follow, sets_l_max
 
 #: The recall study's MQAR with a small vocabulary (``mqar-text``): per-position answers, each value
 #: also after its query in the input.
@@ -122,7 +122,7 @@ def experiments(
             data["task"] = task  # the MQAR task replaces the preset's, options and all
             data.pop("base", None)
             data = apply_overrides(data, overrides)
-            if not any(o.split("=", 1)[0].strip().endswith("l_max") for o in overrides):
+            if not sets_l_max(overrides):
                 # long filters (Hyena's, BaseConv's) are built for the MQAR's length, not the preset's
                 data["model"] = lengths_follow(data["model"], int(data["task"]["options"]["seq_len"]))
             out.append(experiment_from_dict(data))
