@@ -6,6 +6,9 @@ validation), so that a budget change cannot slip into a model or a task."""
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 import torch
 
@@ -373,3 +376,51 @@ def test_zoologys_mqar_models_are_built_as_its_code_builds_them():
     assert (mixers["gla"].dk, mixers["gla"].dv) == (16, 32)
     assert mixers["based"].n_heads == 1 and mixers["based"].dk == 1 + 8 + 8 * 9 // 2  # Taylor: 1, x, x x^T
     assert (mixers["h3"].d_state, mixers["h3"].head_dim, type(mixers["h3"].inner).__name__) == (64, 2, "S4D")
+
+
+def test_zoologys_mqar_models_are_initialised_as_its_code_reinitialises_them():
+    """zoology/model.py:127-182: TransformerBlock models draw every nn.Linear weight and embedding
+    N(0, 0.02) with zero biases, and a parameter named out_proj.weight N(0, 0.02 / sqrt(2 n_layers));
+    Mamba and Mamba-2 blocks keep their linear weights and divide out_proj's PyTorch initialisation by
+    sqrt(n_layers). The out_proj of Zoology's attention, Hyena and Mamba mixers is ours of the same name;
+    H3's output_linear, Based's proj_o and FLA's o_proj are not rescaled there, and not here."""
+    in_mixer, in_block = r"backbone\.blocks\.\d+\.mixer\.out_proj", r"backbone\.blocks\.\d+\.out_proj"
+    rescaled = {
+        "attention": in_mixer,
+        "hyena": in_mixer,
+        "mamba2": in_mixer,
+        "mamba-s6": in_block,
+        "mamba-s4d": in_block,
+    }
+    mamba_blocks = {"mamba2", "mamba-s6", "mamba-s4d"}
+    names = [n.split("/")[-1] for n in list_presets() if n.startswith("zoology/mqar/") and "/cpu/" not in n]
+    assert set(rescaled) < set(names) and len(names) == 13
+    for name in names:
+        exp = resolve(f"zoology/mqar/{name}")
+        spec = get_spec(exp.task.name, **exp.task.options)
+        torch.manual_seed(0)
+        model = build_model(
+            exp.model, input_kind="tokens", head="tokens", n_out=spec.n_classes or 8197, vocab_size=8197
+        )
+        n_layers = len(model.backbone.blocks)
+        for module_name, module in model.named_modules():
+            if isinstance(module, torch.nn.Embedding):
+                assert module.weight.std().item() == pytest.approx(0.02, rel=0.05), (name, module_name)
+            if not isinstance(module, torch.nn.Linear):
+                continue
+            w, where = module.weight, (name, module_name)
+            is_rescaled = name in rescaled and re.fullmatch(rescaled[name], module_name) is not None
+            if module.bias is not None and "dt_proj" not in module_name:
+                assert torch.count_nonzero(module.bias) == 0, where
+            if name in mamba_blocks:
+                bound = 1 / math.sqrt(w.shape[1])
+                if is_rescaled:
+                    assert w.abs().max().item() <= bound / math.sqrt(n_layers), where
+                    assert w.std().item() == pytest.approx(bound / math.sqrt(3 * n_layers), rel=0.1), where
+                elif not module_name.startswith("head."):
+                    assert w.std().item() > 0.03, where  # the layer's own initialisation, not N(0, 0.02)
+            elif w.numel() >= 1024:
+                std = 0.02 / math.sqrt(2 * n_layers) if is_rescaled else 0.02
+                assert w.std().item() == pytest.approx(std, rel=0.1), where
+        head = model.head.linear.weight
+        assert head.std().item() == pytest.approx(0.02, rel=0.05), name  # the tied embedding's N(0, 0.02)

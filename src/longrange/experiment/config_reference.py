@@ -140,6 +140,7 @@ def _choices() -> dict[tuple[str, str], str]:
         ("model", "pooling"): one_of(M.POOLINGS),
         ("model", "head_layers"): one_of(M.HEAD_LAYERS),
         ("model", "head_activation"): one_of(M.HEAD_ACTIVATIONS),
+        ("model", "init"): one_of(M.INIT_SCHEMES),
         ("model", "pos_embedding"): one_of(M.POSITIONAL),
         ("model", "mlp"): one_of(M.MLPS),
         ("model", "rope_targets"): each_of(ROPE_TARGETS),

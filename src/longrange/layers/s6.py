@@ -149,6 +149,9 @@ class S6(SequencePrimitive):
             bound = dt_rank**-0.5
             self.dt_proj.weight.uniform_(-bound, bound)
             self.dt_proj.bias.copy_(s6_dt_bias_init(d_model, dt_min, dt_max, dt_init_floor))
+        # Its initialisation sets the time scales: a whole-model scheme (model.init) keeps it, as
+        # mamba_ssm marks it.
+        self.dt_proj.bias._no_reinit = True
         self.A_log = ssm_parameter(s6_A_log_init(d_model, d_state, A_init), lr_scale=None)
         self.D = skip_parameter(torch.ones(d_model))
 

@@ -1,5 +1,6 @@
 """Models: the config dataclass, encoders, the backbone of blocks, heads, the builder, the
-parameter report and state size, F1/F1R1 morphing, and the registries of primitives, blocks and heads.
+parameter report and state size, whole-model initialisation schemes (``models/init.py``), F1/F1R1
+morphing, and the registries of primitives, blocks and heads.
 
     from longrange.models import ModelConfig, build_model
     model = build_model(ModelConfig(block="mamba", primitive="s6"), input_kind="numeric", d_input=3,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ HEAD_ACTIVATIONS = ("gelu", "relu")
 HEAD_LAYERS = (1, 2, 3)
 HF_KEYS = ("model", "pretrained", "config", "revision")
 POSITIONAL = ("none", "learned", "sinusoidal")
+INIT_SCHEMES = ("default", "gpt2", "mamba")  # models/init.py
 MLPS = ("swiglu", "gelu", "none")  # blocks/residual.py
 #: Names in ``model.layers`` that are channel mixers, a layer of their own (norm -> MLP -> residual;
 #: blocks/residual.py ``ChannelMixerBlock``): the MLP each stands for.
@@ -178,6 +180,21 @@ class ModelConfig:
     head_hidden: int | None = None
     #: The MLP heads' activation.
     head_activation: str = "gelu"
+    # Initialisation (models/init.py)
+    #: How the whole model is initialised: "default" (each layer's own initialisation, PyTorch's
+    #: for its linear maps), "gpt2" (every linear and embedding weight N(0, init_std), linear biases
+    #: 0: Zoology's TransformerBlock models, H3's language models) or "mamba" (embeddings
+    #: N(0, init_std), linear biases 0, linear weights the layers' own: mamba_ssm's and Zoology's
+    #: Mamba blocks). In both, the output head is drawn N(0, init_std) and a parameter its layer
+    #: marks as keeping its initialisation (S6's time-step bias) keeps it.
+    init: str = "default"
+    #: The standard deviation of the ``gpt2`` and ``mamba`` schemes.
+    init_std: float = 0.02
+    #: The source's residual output projections: glob patterns over the model's parameter names
+    #: (e.g. "*.mixer.out_proj.weight"), drawn N(0, init_std / sqrt(2 n_layers)) by "gpt2" and as
+    #: PyTorch's linear weights divided by sqrt(n_layers) by "mamba". A pattern naming no parameter is
+    #: an error.
+    init_rescaled: tuple[str, ...] = ()
     #: Extra keyword arguments for the primitive (e.g. {"init": "lin", "discretization": "bilinear"});
     #: ``longrange list primitive NAME`` lists a primitive's options and their defaults.
     primitive_options: dict[str, Any] = field(default_factory=dict)
@@ -197,6 +214,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         self.rope_targets = tuple(self.rope_targets)
+        if isinstance(self.init_rescaled, list):
+            self.init_rescaled = tuple(self.init_rescaled)
         self.validate()
 
     @property
@@ -228,6 +247,8 @@ class ModelConfig:
         choice("pos_embedding", POSITIONAL)
         choice("head_activation", HEAD_ACTIVATIONS)
         choice("mlp", MLPS)
+        choice("init", INIT_SCHEMES)
+        self._validate_init()
         if self.head_layers not in HEAD_LAYERS:
             raise ConfigError(
                 f"model.head_layers must be 1 (linear), 2 (MLP) or 3 (LRA's three-layer MLP), got {self.head_layers!r}"
@@ -292,6 +313,22 @@ class ModelConfig:
             raise ConfigError(
                 f"model.output_glu applies to the simple block (the S4 layer's output), not to block {self.block!r}"
             )
+
+    def _validate_init(self) -> None:
+        std = self.init_std
+        if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0.0 < std < math.inf:
+            raise ConfigError(f"model.init_std must be a positive number, got {std!r}")
+        patterns = self.init_rescaled
+        if not isinstance(patterns, tuple) or not all(isinstance(p, str) and p for p in patterns):
+            raise ConfigError(
+                f"model.init_rescaled must be a list of parameter-name patterns (strings), got {patterns!r}"
+            )
+        if patterns and self.init == "default":
+            raise ConfigError(
+                "model.init_rescaled applies to the 'gpt2' and 'mamba' initialisations, not to model.init 'default'"
+            )
+        if self.init != "default" and self.block == "hf":
+            raise ConfigError(f"model.init {self.init!r} does not apply to model.block 'hf' (a pretrained model's own)")
 
     def _validate_stack(self) -> None:
         if self.block == "hf":

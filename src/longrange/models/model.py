@@ -16,6 +16,7 @@ from longrange.errors import ConfigError
 from longrange.models.backbone import Backbone
 from longrange.models.config import ModelConfig
 from longrange.models.encoders import NumericEncoder, TokenEncoder
+from longrange.models.init import init_head, initialise
 from longrange.models.registry import BLOCKS, HEADS, builds_model
 from longrange.ops.dataless import holds_data
 from longrange.ops.masks import padding_mask
@@ -78,6 +79,7 @@ class SequenceModel(nn.Module):
         # A learned CLS vector for cls pooling: first for bidirectional models, after the last
         # real position for causal ones (so that it sees the whole sequence).
         self.cls = nn.Parameter(torch.randn(self.d_features) * 0.02) if cfg.pooling == "cls" else None
+        initialise(self, cfg, self.head)
 
     @property
     def causal(self) -> bool:
@@ -92,7 +94,9 @@ class SequenceModel(nn.Module):
         """Swap the head (e.g. token prediction -> classification) on the same device and dtype."""
         ref = next(self.backbone.parameters())
         self.head_kind = kind
-        self.head = config_head(self.cfg, kind, n_out, self.d_features).to(ref.device, ref.dtype)
+        head = config_head(self.cfg, kind, n_out, self.d_features)
+        init_head(head, self.cfg.init, self.cfg.init_std)
+        self.head = head.to(ref.device, ref.dtype)
 
     def embed(self, inputs: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """Inputs -> (embeddings (batch, L', d), their lengths, and the position in L' of each input
