@@ -422,5 +422,5 @@ def test_zoologys_mqar_models_are_initialised_as_its_code_reinitialises_them():
             elif w.numel() >= 1024:
                 std = 0.02 / math.sqrt(2 * n_layers) if is_rescaled else 0.02
                 assert w.std().item() == pytest.approx(std, rel=0.1), where
-        head = model.head.linear.weight
-        assert head.std().item() == pytest.approx(0.02, rel=0.05), name  # the tied embedding's N(0, 0.02)
+        head = model.head.linear.weight.std().item()  # a linear map of the scheme (Zoology's is the embedding)
+        assert head > 0.03 if name in mamba_blocks else head == pytest.approx(0.02, rel=0.05), name

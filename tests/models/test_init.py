@@ -65,8 +65,8 @@ def test_mamba_scheme_zeroes_biases_draws_embeddings_and_divides_the_named_proje
     assert out.abs().max().item() <= bound
     assert out.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.1)
     assert m.encoder.embedding.weight.std().item() == pytest.approx(0.02, rel=0.05)
-    assert m.head.linear.weight.std().item() == pytest.approx(0.02, rel=0.08)
-    assert torch.count_nonzero(m.head.linear.bias) == 0
+    assert torch.equal(m.head.linear.weight, plain.head.linear.weight)  # the head: a linear map like the others
+    assert torch.count_nonzero(m.head.linear.bias) == 0 < torch.count_nonzero(plain.head.linear.bias)
     # S6's time-step bias sets its time scales: every scheme keeps it (mamba_ssm's _no_reinit)
     for scheme in ("mamba", "gpt2"):
         other = model(init=scheme, **kw)
@@ -82,6 +82,11 @@ def test_a_replaced_head_is_drawn_by_the_scheme():
     linear = [mod for mod in m.head.modules() if isinstance(mod, nn.Linear)]
     assert linear and all(mod.weight.std().item() == pytest.approx(0.02, rel=0.08) for mod in linear)
     assert all(torch.count_nonzero(mod.bias) == 0 for mod in linear if mod.bias is not None)
+    kept = model(init="mamba")
+    kept.replace_head("classify", 1000)
+    w = next(mod for mod in kept.head.modules() if isinstance(mod, nn.Linear))
+    assert w.weight.std().item() == pytest.approx(1 / math.sqrt(64) / math.sqrt(3), rel=0.08)
+    assert torch.count_nonzero(w.bias) == 0
     default = model()
     default.replace_head("classify", 1000)
     w = next(mod for mod in default.head.modules() if isinstance(mod, nn.Linear)).weight

@@ -184,9 +184,9 @@ class ModelConfig:
     #: How the whole model is initialised: "default" (each layer's own initialisation, PyTorch's
     #: for its linear maps), "gpt2" (every linear and embedding weight N(0, init_std), linear biases
     #: 0: Zoology's TransformerBlock models, H3's language models) or "mamba" (embeddings
-    #: N(0, init_std), linear biases 0, linear weights the layers' own: mamba_ssm's and Zoology's
-    #: Mamba blocks). In both, the output head is drawn N(0, init_std) and a parameter its layer
-    #: marks as keeping its initialisation (S6's time-step bias) keeps it.
+    #: N(0, init_std), linear biases 0, linear weights the layers' own: mamba_ssm's, Zoology's Mamba
+    #: blocks, mad-lab's language model). The output head is a linear map to both; a parameter its
+    #: layer marks as keeping its initialisation (S6's time-step bias) keeps it.
     init: str = "default"
     #: The standard deviation of the ``gpt2`` and ``mamba`` schemes.
     init_std: float = 0.02

@@ -5,18 +5,18 @@ for its recurrence), so every model of a comparison is initialised alike. A publ
 whose code re-initialises the whole model after building it is reproduced with a scheme:
 
 * ``gpt2``: GPT-2's rule, as Zoology's ``TransformerBlock`` models (``zoology/model.py``
-  ``_init_weights``), H3's and Megatron's language models apply it: every linear map's weight and
-  every embedding N(0, ``init_std``), every linear bias 0; the parameters named in
+  ``_init_weights``), mad-lab's autoencoder and H3's language models apply it: every linear map's
+  weight and every embedding N(0, ``init_std``), every linear bias 0; the parameters named in
   ``init_rescaled`` (the source's residual output projections, ``out_proj`` and ``fc2`` there)
   N(0, ``init_std`` / sqrt(2 ``n_layers``)).
-* ``mamba``: the rule of ``mamba_ssm`` and Zoology's Mamba blocks: embeddings N(0, ``init_std``),
-  linear biases 0, linear weights the layers' own; the parameters of ``init_rescaled``
-  PyTorch's linear initialisation divided by sqrt(``n_layers``) (one residual branch a layer).
+* ``mamba``: the rule of ``mamba_ssm``, Zoology's Mamba blocks and mad-lab's language model:
+  embeddings N(0, ``init_std``), linear biases 0, linear weights the layers' own; the parameters
+  of ``init_rescaled`` PyTorch's linear initialisation divided by sqrt(``n_layers``) (one
+  residual branch a layer).
 
-In both, a parameter its layer marks ``_no_reinit`` (S6's time-step bias, whose initialisation
-sets the time scales) keeps its layer's value, as the sources mark it; the output head's linear
-maps (tied to the N(0, ``init_std``) embedding in the sources' language models) are drawn
-N(0, ``init_std``) with zero biases. Norms, convolutions and a layer's own parameters
+The output head is one more linear map to both (a replaced head is drawn alike). A parameter its
+layer marks ``_no_reinit`` (S6's time-step bias, whose initialisation sets the time scales) keeps
+its layer's value, as the sources mark it. Norms, convolutions and a layer's own parameters
 (decays, filters, skips) are untouched: the sources re-initialise ``nn.Linear`` and
 ``nn.Embedding`` modules only.
 """
@@ -40,39 +40,32 @@ def _kept(param: nn.Parameter | None) -> bool:
     return param is None or bool(getattr(param, "_no_reinit", False))
 
 
-@torch.no_grad()
-def init_head(head: nn.Module, scheme: str, std: float) -> None:
-    """Draw ``head``'s linear weights N(0, ``std``) and zero their biases (schemes but ``default``)."""
-    if scheme == "default":
-        return
-    for module in head.modules():
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(0.0, std)
-            if module.bias is not None:
-                module.bias.zero_()
-
-
-@torch.no_grad()
-def initialise(model: nn.Module, cfg: Any, head: nn.Module | None = None) -> None:
-    """Apply ``cfg.init`` (a :class:`~longrange.models.config.ModelConfig`) to ``model``, whose
-    output head is ``head`` (drawn as :func:`init_head` does). A pattern of ``cfg.init_rescaled``
-    that names no parameter of the model is a ConfigError naming it."""
-    scheme = cfg.init
-    if scheme == "default":
-        return
-    head_modules = set(head.modules()) if head is not None else set()
-    for module in model.modules():
-        if module in head_modules:
-            continue
+def _draw(modules, scheme: str, std: float) -> None:
+    for module in modules:
         if isinstance(module, nn.Linear):
             if scheme == "gpt2" and not _kept(module.weight):
-                module.weight.normal_(0.0, cfg.init_std)
+                module.weight.normal_(0.0, std)
             if not _kept(module.bias):
                 module.bias.zero_()
         elif isinstance(module, nn.Embedding) and not _kept(module.weight):
-            module.weight.normal_(0.0, cfg.init_std)
-    if head is not None:
-        init_head(head, scheme, cfg.init_std)
+            module.weight.normal_(0.0, std)
+
+
+@torch.no_grad()
+def init_head(head: nn.Module, scheme: str, std: float) -> None:
+    """Draw a new output head by ``scheme`` (``model.init``), as :func:`initialise` draws the model's."""
+    if scheme != "default":
+        _draw(head.modules(), scheme, std)
+
+
+@torch.no_grad()
+def initialise(model: nn.Module, cfg: Any) -> None:
+    """Apply ``cfg.init`` (a :class:`~longrange.models.config.ModelConfig`) to ``model``. A pattern of
+    ``cfg.init_rescaled`` that names no parameter of the model is a ConfigError naming it."""
+    scheme = cfg.init
+    if scheme == "default":
+        return
+    _draw(model.modules(), scheme, cfg.init_std)
     named = dict(model.named_parameters())
     divisor = math.sqrt(RESIDUALS_PER_LAYER[scheme] * cfg.n_layers)
     for pattern in cfg.init_rescaled:

@@ -79,7 +79,7 @@ class SequenceModel(nn.Module):
         # A learned CLS vector for cls pooling: first for bidirectional models, after the last
         # real position for causal ones (so that it sees the whole sequence).
         self.cls = nn.Parameter(torch.randn(self.d_features) * 0.02) if cfg.pooling == "cls" else None
-        initialise(self, cfg, self.head)
+        initialise(self, cfg)
 
     @property
     def causal(self) -> bool:
