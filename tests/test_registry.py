@@ -49,6 +49,7 @@ def test_builtin_names():
             "lru",
             "mamba2",
             "mamba3",
+            "rwkv",
             "s4",
             "s4d",
             "s6",
@@ -81,7 +82,7 @@ def test_unknown_names_suggest_the_closest_and_list_the_known():
         reg.get("widgte")
     with pytest.raises(
         ConfigError,
-        match=r"unknown primitive 's4dd' \(did you mean 's4d'.*known primitives: attention, base-conv, deltanet, dlr, gated-deltanet, gla, h3, hyena, linear-attention, lru, mamba2, mamba3, s4, s4d, s6",
+        match=r"unknown primitive 's4dd' \(did you mean 's4d'.*known primitives: attention, base-conv, deltanet, dlr, gated-deltanet, gla, h3, hyena, linear-attention, lru, mamba2, mamba3, rwkv, s4, s4d, s6",
     ):
         make_primitive("s4dd", 8)
     with pytest.raises(ConfigError, match=r"unknown block 'mambo' \(did you mean 'mamba'\?\)"):

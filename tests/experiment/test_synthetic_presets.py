@@ -100,7 +100,7 @@ def test_every_model_of_the_three_tasks_has_a_published_preset_and_a_cpu_variant
             "gated-deltanet",
         },
         "zoology/mqar/": {"attention", "mamba-s6", "mamba-s4d", "simple-s4d", "simple-dlr"}
-        | {"based", "base-conv", "hyena", "h3", "mamba2", "gla", "deltanet", "gated-deltanet"},
+        | {"based", "base-conv", "hyena", "h3", "rwkv", "mamba2", "gla", "deltanet", "gated-deltanet"},
     }
     for group, names in models.items():
         assert {n[len(group) :] for n in PUBLISHED if n.startswith(group)} == names, group
@@ -336,6 +336,9 @@ ZOOLOGY_LAYERS = {
     # 64 each; ours fixes B: -4096 a layer below) and D; the diagonal SSM over 32 heads of 32 complex
     # modes: log_dt, A (real, imaginary), B and C (complex), D; two layers
     "h3": 2 * (4 * (64 * 64 + 64) + 2 * 64 * 64 + 64 + (32 + 2 * 32 * 32 + 2 * 2 * 32 * 32 + 32)),
+    # RWKVTimeMixer: key, value, receptance and output maps (64 x 64, no bias); time_decay, time_first and
+    # the three time_mix vectors (64 each); two layers
+    "rwkv": 2 * (4 * 64 * 64 + 5 * 64),
 }
 #: What our layers leave out of Zoology's counts: Gated DeltaNet's unused D; H3's shift B (fixed here).
 NOT_OURS = {"gated-deltanet": 2, "h3": 2 * 64 * 64}
@@ -355,6 +358,7 @@ def test_zoologys_mqar_models_are_built_as_its_code_builds_them():
         "base-conv": ("BaseConv", "BaseConv"),
         "hyena": ("Hyena", "Hyena"),
         "h3": ("H3", "H3"),
+        "rwkv": ("RWKV", "RWKV"),
     }
     for name, kinds in layers.items():
         _, model = build(f"zoology/mqar/{name}")
@@ -376,6 +380,9 @@ def test_zoologys_mqar_models_are_built_as_its_code_builds_them():
     assert (mixers["gla"].dk, mixers["gla"].dv) == (16, 32)
     assert mixers["based"].n_heads == 1 and mixers["based"].dk == 1 + 8 + 8 * 9 // 2  # Taylor: 1, x, x x^T
     assert (mixers["h3"].d_state, mixers["h3"].head_dim, type(mixers["h3"].inner).__name__) == (64, 2, "S4D")
+    # RWKV: initialised for layers 0 and 1 of 12, RWKVTimeMixer's default n_layer
+    rwkv = [b.mixer for b in build("zoology/mqar/rwkv")[1].backbone.blocks]
+    assert [(m.layer_index, m.init_layers) for m in rwkv] == [(0, 12), (1, 12)]
 
 
 def test_zoologys_mqar_models_are_initialised_as_its_code_reinitialises_them():
@@ -394,7 +401,7 @@ def test_zoologys_mqar_models_are_initialised_as_its_code_reinitialises_them():
     }
     mamba_blocks = {"mamba2", "mamba-s6", "mamba-s4d"}
     names = [n.split("/")[-1] for n in list_presets() if n.startswith("zoology/mqar/") and "/cpu/" not in n]
-    assert set(rescaled) < set(names) and len(names) == 13
+    assert set(rescaled) < set(names) and len(names) == 14
     for name in names:
         exp = resolve(f"zoology/mqar/{name}")
         spec = get_spec(exp.task.name, **exp.task.options)

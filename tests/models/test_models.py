@@ -79,9 +79,14 @@ CAUSAL_CONFIGS = {
     "residual-deltanet": small(block="residual", primitive="deltanet", primitive_options={"chunk_size": 4}),
     "residual-gated-deltanet": small(block="residual", primitive="gated-deltanet", primitive_options={"chunk_size": 4}),
     "simple-gated-deltanet": small(block="simple", primitive="gated-deltanet", primitive_options={"chunk_size": 4}),
+    "residual-rwkv": small(block="residual", primitive="rwkv", mlp="none", primitive_options={"chunk_size": 4}),
+    "mamba-rwkv": small(primitive="rwkv", primitive_options={"chunk_size": 3}),
 }
 
 BIDIRECTIONAL_CONFIGS = {
+    "residual-rwkv-bi": small(
+        block="residual", primitive="rwkv", direction="bidirectional", primitive_options={"chunk_size": 4}
+    ),
     "mamba-s6-bi": small(direction="bidirectional"),
     "mamba-s4d-bi": small(primitive="s4d", direction="bidirectional"),
     "simple-s4d-bi": small(block="simple", primitive="s4d", direction="bidirectional"),

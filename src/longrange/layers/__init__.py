@@ -22,6 +22,7 @@ from longrange.layers.mamba2 import Mamba2
 from longrange.layers.mamba3 import Mamba3
 from longrange.layers.registry import PRIMITIVES, register_primitive
 from longrange.layers.rope import RotaryEmbedding
+from longrange.layers.rwkv import RWKV
 from longrange.layers.s4 import S4
 from longrange.layers.s4d import S4D
 from longrange.layers.s6 import S6
@@ -42,6 +43,7 @@ __all__ = [
     "Mamba3",
     "NO_DECAY_GROUP",
     "PRIMITIVES",
+    "RWKV",
     "RotaryEmbedding",
     "S4",
     "S4D",

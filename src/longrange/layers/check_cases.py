@@ -22,6 +22,7 @@ from longrange.layers.linear_attention import LinearAttention
 from longrange.layers.lru import LRU
 from longrange.layers.mamba2 import Mamba2
 from longrange.layers.mamba3 import Mamba3
+from longrange.layers.rwkv import RWKV
 from longrange.layers.s4 import S4
 from longrange.layers.s4d import S4D
 from longrange.layers.s6 import S6
@@ -97,6 +98,8 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
         _flip_sum_directions,
     ),
     ("BaseConv", lambda bi: BaseConv(8, kernel_size=3, use_act=True, bidirectional=bi), _flip_sum_directions),
+    # RWKV-4's WKV in chunks of 4, at the depth of a second layer of three.
+    ("RWKV", lambda bi: RWKV(8, layer_index=1, init_layers=3, chunk_size=4, bidirectional=bi), _flip_sum_directions),
     (
         "BaseConv (implicit long)",
         lambda bi: BaseConv(8, conv="implicit", l_max=16, bidirectional=bi),

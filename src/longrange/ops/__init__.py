@@ -12,6 +12,8 @@ Exports (imported on first use, so that importing one op module does not import 
 - :func:`ssd`, :func:`gla`, :func:`delta_rule`, :func:`gated_delta_rule`, :func:`mamba3`,
   :func:`mamba3_mimo` (the matrix-state recurrences, :mod:`longrange.ops.matrix_state`);
 - :func:`padding_mask`.
+
+RWKV-4's WKV is its own module, :mod:`longrange.ops.wkv` (``wkv``, ``wkv_ref``, ``wkv_step``).
 """
 
 from longrange._exports import lazy_exports

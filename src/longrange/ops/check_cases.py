@@ -774,6 +774,51 @@ def complex_scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
+def wkv_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """RWKV-4's WKV (:mod:`longrange.ops.wkv`): its parallel form, a chunked scan in PyTorch (its
+    one implementation), against the loop over time, outputs, final state and gradients, with and
+    without an initial state and padding."""
+    from longrange.ops import wkv
+
+    cases = []
+    for b, l, d, chunk, with_state, padded in ((2, 9, 5, 4, False, False), (1, 17, 3, 8, True, True)):
+        t = random_inputs(l + d, log_w=(d,), u=(d,), k=(b, l, d), v=(b, l, d), num=(b, d), den=(b, d))
+        inputs = {"log_w": t["log_w"], "u": t["u"], "k": 3 * t["k"], "v": t["v"]}
+        if with_state:  # a state with mass: a positive denominator at some scale
+            inputs.update(num=t["num"], den=t["den"].abs() + 0.5, scale=torch.full((b, d), 2.0, dtype=torch.float64))
+        mask = None
+        if padded:
+            mask = torch.ones(b, l, dtype=torch.bool)
+            mask[:, :3] = False
+
+        def call(fn, log_w, u, k, v, num=None, den=None, scale=None, mask=mask, **kw):
+            state = None if num is None else {"num": num, "den": den, "scale": scale.detach()}
+            y, out = fn(torch.exp(log_w), u, k, v, state=state, mask=mask, **kw)
+            return y, out["num"] * torch.exp(out["scale"]), out["den"] * torch.exp(out["scale"])
+
+        shape = f"b={b} l={l} d={d}, chunks of {chunk}" + (", initial state" if with_state else "")
+        shape += ", leading padding" if padded else ""
+        cases.append(
+            Case(
+                "wkv",
+                "chunked",
+                device,
+                dtype,
+                shape,
+                lambda inputs=inputs, chunk=chunk, call=call: compare(
+                    lambda **kw: call(wkv.wkv, **kw, chunk_size=chunk),
+                    lambda **kw: call(wkv.wkv_ref, **kw),
+                    inputs,
+                    dtype,
+                    device,
+                ),
+                TOLERANCE[dtype],
+                lambda passed: REPORT,
+            )
+        )
+    return cases
+
+
 #: The op families, each ``(device, dtype) -> cases``.
 OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
     scan_cases,
@@ -785,4 +830,5 @@ OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
     ssm_kernel_cases,
     matrix_state_cases,
     complex_scan_cases,
+    wkv_cases,
 ]
