@@ -74,6 +74,7 @@ MODELS = [
     "hyena",
     "h3",
     "lru",
+    "rwkv",
 ]
 
 

@@ -54,6 +54,7 @@ FAMILIES = {
     "residual-hyena": dict(block="residual", primitive="hyena", primitive_options={"l_max": 13}),
     "residual-h3": dict(block="residual", primitive="h3"),
     "residual-lru": dict(block="residual", primitive="lru"),
+    "residual-rwkv": dict(block="residual", primitive="rwkv"),
 }
 #: The family whose Inductor-compiled step runs by default (the others: -m slow).
 FAST = "mamba-s6"

@@ -8,8 +8,9 @@ The layer, per channel, with x_{-1} = 0 (the token shift)::
     k, v, r = W_k xk, W_v xv, W_r xr        (linear maps without bias, d x d)
     y_t = W_o (sigmoid(r) ⊙ wkv_t)
 
-``wkv_t`` is RWKV-4's decaying weighted average of the values (:mod:`longrange.ops.wkv`) with the
-decay rate ``exp(time_decay)`` per channel and the bonus ``time_first`` for the current token.
+``wkv_t`` is RWKV-4's decaying weighted average of the values (:mod:`longrange.ops.wkv`: compiled
+loops on CPUs, a chunked scan elsewhere, each against its loop over time) with the decay rate
+``exp(time_decay)`` per channel and the bonus ``time_first`` for the current token.
 
 Initialisation, as the layer's code sets it from the layer's index ``i`` and the number of layers
 ``n`` (``ratio_0_to_1 = i / (n - 1)``, 0 for one layer; ``ratio_1_to_almost0 = 1 - i / n``), with
@@ -85,7 +86,9 @@ class RWKV(RecurrentMixer):
             sets it for every layer of a model.
         init_layers: ``n`` of the initialisation; None: the model's number of layers (1 alone).
         bidirectional: two causal layers summed, the second over the reversed sequence.
-        chunk_size: the chunk length of the WKV's scan (None: the scan's default).
+        chunk_size: the chunk length of the chunked WKV's scan (None: the scan's default).
+        impl: the WKV's implementation (:data:`longrange.ops.wkv.IMPLS`: ``"auto"``, ``"numba"``,
+            ``"chunked"``, ``"ref"``; None: the process default, normally ``"auto"``: numba on CPUs).
 
     Parameters: ``time_decay``, ``time_first``, ``mix_k``, ``mix_v``, ``mix_r`` (d,); ``key``,
     ``value``, ``receptance``, ``output`` (d x d, no bias): 4 d² + 5 d.
@@ -94,6 +97,7 @@ class RWKV(RecurrentMixer):
     OPTION_NOTES: ClassVar[dict[str, str]] = {
         "init_layers": "the model's number of layers (1 for a layer built alone)",
         "chunk_size": "the scan's default",
+        "impl": 'the op\'s default for the process: "auto" unless changed by its set_default_impl',
     }
 
     def __init__(
@@ -103,6 +107,7 @@ class RWKV(RecurrentMixer):
         init_layers: int | None = None,
         bidirectional: bool = False,
         chunk_size: int | None = None,
+        impl: str | None = None,
     ):
         super().__init__()
         check_positive_int("d_model", d_model, where=_WHERE)
@@ -116,10 +121,17 @@ class RWKV(RecurrentMixer):
                 )
         if chunk_size is not None:
             check_positive_int("chunk_size", chunk_size, where=_WHERE)
+        if impl is not None and impl not in wkv_op.IMPLS:
+            try:
+                wkv_op.DISPATCHER.check_impl(impl)
+            except ValueError as err:
+                raise ConfigError(f"{_WHERE}: impl: {err}") from None
         self.d_model, self.bidirectional = d_model, bool(bidirectional)
-        self.layer_index, self.init_layers, self.chunk_size = layer_index, init_layers, chunk_size
+        self.layer_index, self.init_layers, self.chunk_size, self.impl = layer_index, init_layers, chunk_size, impl
         if self._init_directions(
-            (lambda: RWKV(d_model, layer_index, init_layers, chunk_size=chunk_size)) if self.bidirectional else None
+            (lambda: RWKV(d_model, layer_index, init_layers, chunk_size=chunk_size, impl=impl))
+            if self.bidirectional
+            else None
         ):
             return
         dtype = torch.get_default_dtype()
@@ -170,7 +182,7 @@ class RWKV(RecurrentMixer):
     def _mix(self, x: Tensor, mask: Tensor | None) -> Tensor:
         shifted = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
         k, v, r = self._projections(x, shifted)
-        y, _ = wkv_op.wkv(*self._decay(), k, v, mask=mask, chunk_size=self.chunk_size)
+        y = wkv_op.wkv(*self._decay(), k, v, mask=mask, chunk_size=self.chunk_size, impl=self.impl)
         return self.output(r * y.to(r.dtype))
 
     def _zero_state(self, batch_size: int, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:

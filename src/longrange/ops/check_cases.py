@@ -775,47 +775,62 @@ def complex_scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
 
 
 def wkv_cases(device: str, dtype: torch.dtype) -> list[Case]:
-    """RWKV-4's WKV (:mod:`longrange.ops.wkv`): its parallel form, a chunked scan in PyTorch (its
-    one implementation), against the loop over time, outputs, final state and gradients, with and
-    without an initial state and padding."""
+    """RWKV-4's WKV (:mod:`longrange.ops.wkv`): every implementation that runs here against the loop
+    over time, outputs and gradients; with an initial state and the final one (the chunked form's)
+    and with a reversed sequence's leading padding."""
     from longrange.ops import wkv
 
     cases = []
-    for b, l, d, chunk, with_state, padded in ((2, 9, 5, 4, False, False), (1, 17, 3, 8, True, True)):
+    for b, l, d, chunk, with_state, padded in (
+        (2, 9, 5, 4, False, False),
+        (1, 17, 3, 8, False, True),
+        (2, 11, 4, 4, True, True),
+    ):
         t = random_inputs(l + d, log_w=(d,), u=(d,), k=(b, l, d), v=(b, l, d), num=(b, d), den=(b, d))
         inputs = {"log_w": t["log_w"], "u": t["u"], "k": 3 * t["k"], "v": t["v"]}
         if with_state:  # a state with mass: a positive denominator at some scale
-            inputs.update(num=t["num"], den=t["den"].abs() + 0.5, scale=torch.full((b, d), 2.0, dtype=torch.float64))
+            inputs.update(num=t["num"], den=t["den"].abs() + 0.5)
         mask = None
         if padded:
             mask = torch.ones(b, l, dtype=torch.bool)
             mask[:, :3] = False
 
-        def call(fn, log_w, u, k, v, num=None, den=None, scale=None, mask=mask, **kw):
-            state = None if num is None else {"num": num, "den": den, "scale": scale.detach()}
-            y, out = fn(torch.exp(log_w), u, k, v, state=state, mask=mask, **kw)
+        def call(impl, log_w, u, k, v, num=None, den=None, mask=mask, chunk=chunk):
+            """The outputs (and the final sums) by ``impl``; "ref": the loop, called directly (the
+            dispatcher records the implementation under check alone)."""
+            state = None if num is None else {"num": num, "den": den, "scale": torch.full_like(num, 2.0)}
+            if impl == "ref":
+                y, out = wkv.wkv_ref(torch.exp(log_w), u, k, v, state, mask)
+            elif state is None:
+                return wkv.wkv(torch.exp(log_w), u, k, v, mask=mask, chunk_size=chunk, impl=impl)
+            else:
+                y, out = wkv.wkv(torch.exp(log_w), u, k, v, state, mask, chunk, return_state=True, impl=impl)
+            if state is None:
+                return y
             return y, out["num"] * torch.exp(out["scale"]), out["den"] * torch.exp(out["scale"])
 
-        shape = f"b={b} l={l} d={d}, chunks of {chunk}" + (", initial state" if with_state else "")
+        shape = f"b={b} l={l} d={d}, chunks of {chunk}" + (", initial and final state" if with_state else "")
         shape += ", leading padding" if padded else ""
-        cases.append(
-            Case(
-                "wkv",
-                "chunked",
-                device,
-                dtype,
-                shape,
-                lambda inputs=inputs, chunk=chunk, call=call: compare(
-                    lambda **kw: call(wkv.wkv, **kw, chunk_size=chunk),
-                    lambda **kw: call(wkv.wkv_ref, **kw),
-                    inputs,
-                    dtype,
+        for impl, note, env in implementations("wkv", device):
+            if with_state and impl == "numba":
+                continue  # no states: the chunked form's
+            cases.append(
+                Case(
+                    "wkv",
+                    impl,
                     device,
-                ),
-                TOLERANCE[dtype],
-                lambda passed: REPORT,
+                    dtype,
+                    shape,
+                    lambda inputs=inputs, impl=impl, call=call: compare(
+                        lambda **kw: call(impl, **kw), lambda **kw: call("ref", **kw), inputs, dtype, device
+                    ),
+                    TOLERANCE[dtype],
+                    _use_instead("wkv", device, "wkv", "RWKV layers model.primitive_options.impl"),
+                    note,
+                    env,
+                    record=("wkv", impl),
+                )
             )
-        )
     return cases
 
 

@@ -69,6 +69,7 @@ OPERATORS: dict[str, tuple[str, ...]] = {
     "longrange.ops.matrix_state.numba": ("delta_rule_numba", "gla_numba"),
     "longrange.ops.ssm_kernels.numba": ("vandermonde_numba", "cauchy_numba"),
     "longrange.ops.ssm_kernels.triton": ("vandermonde_triton", "cauchy_triton"),
+    "longrange.ops.wkv.numba": ("wkv_numba",),
 }
 
 

@@ -98,6 +98,7 @@ FAMILIES: tuple[str, ...] = (
     "longrange.ops.ssm_kernels.dispatch",
     "longrange.ops.matrix_state.dispatch",
     "longrange.ops.complex_scan.dispatch",
+    "longrange.ops.wkv.dispatch",
     "longrange.ops.fftconv",
     "longrange.ops.attention.dispatch",
 )
