@@ -57,6 +57,11 @@ def test_the_backbone_places_each_layer_and_init_layers_overrides_the_models_cou
         torch.testing.assert_close(mixer.time_decay.detach(), torch.tensor(zoology_init(8, i, 12)["time_decay"]))
     with pytest.raises(ConfigError, match="layer 2 of the model is not below init_layers 2"):
         layers(init_layers=2)
+    # In a stack, the place among the sequence-mixing layers: a channel mixer is part of the layer before it.
+    stack = ModelConfig(block="residual", n_layers=4, d_model=8, layers=["rwkv", "swiglu"])
+    blocks = build_model(stack, input_kind="tokens", head="tokens", n_out=5, vocab_size=5).backbone.blocks
+    assert [blocks[i].mixer.layer_index for i in (0, 2)] == [0, 1]
+    torch.testing.assert_close(blocks[2].mixer.mix_v.detach(), torch.tensor(zoology_init(8, 1, 2)["mix_v"]))
     bi = ModelConfig(block="residual", primitive="rwkv", n_layers=2, d_model=8, direction="bidirectional")
     model = build_model(bi, input_kind="tokens", head="tokens", n_out=5, vocab_size=5)
     second = model.backbone.blocks[1].mixer.directions

@@ -23,8 +23,10 @@ Initialisation, as the layer's code sets it from the layer's index ``i`` and the
 * the four linear maps as PyTorch initialises them (the RWKV code's own scheme, ``init_rwkv``, is
   not called by Zoology, whose models are re-initialised by ``model.init``).
 
-The index is the layer's place in the model's stack (set by the backbone, ``layer_index`` for a
-layer built alone); ``init_layers`` sets ``n`` (None: the model's number of layers). Zoology builds
+The index is the layer's place among the model's sequence-mixing layers (set by the backbone; a
+stack's channel-mixer layers, which RWKV's blocks hold beside their time mixing, are not counted;
+``layer_index`` for a layer built alone); ``init_layers`` sets ``n`` (None: the number of those
+layers). Zoology builds
 the layer without ``n_layer``, so its default 12 applies there (``zoology/mqar/rwkv``).
 
 Bidirectional (``bidirectional=True``): two causal layers, the second over the reversed sequence,
@@ -82,9 +84,9 @@ class RWKV(RecurrentMixer):
 
     Args:
         d_model: input and output width d (the WKV runs per channel).
-        layer_index: the layer's place in the model (0-based), for the initialisation; the backbone
-            sets it for every layer of a model.
-        init_layers: ``n`` of the initialisation; None: the model's number of layers (1 alone).
+        layer_index: the layer's place among the model's sequence-mixing layers (0-based), for the
+            initialisation; the backbone sets it for every layer of a model.
+        init_layers: ``n`` of the initialisation; None: the model's sequence-mixing layers (1 alone).
         bidirectional: two causal layers summed, the second over the reversed sequence.
         chunk_size: the chunk length of the chunked WKV's scan (None: the scan's default).
         impl: the WKV's implementation (:data:`longrange.ops.wkv.IMPLS`: ``"auto"``, ``"numba"``,
@@ -95,7 +97,7 @@ class RWKV(RecurrentMixer):
     """
 
     OPTION_NOTES: ClassVar[dict[str, str]] = {
-        "init_layers": "the model's number of layers (1 for a layer built alone)",
+        "init_layers": "the model's number of sequence-mixing layers (1 for a layer built alone)",
         "chunk_size": "the scan's default",
         "impl": 'the op\'s default for the process: "auto" unless changed by its set_default_impl',
     }
@@ -151,7 +153,7 @@ class RWKV(RecurrentMixer):
 
     @torch.no_grad()
     def place_in_stack(self, index: int, n_layers: int) -> None:
-        """Set the layer's index in a model of ``n_layers`` layers (the backbone calls it) and
+        """Set the layer's index among a model's ``n_layers`` sequence-mixing layers (the backbone calls it) and
         redraw the initialisation that depends on it (no random numbers: the linear maps stay)."""
         if self.bidirectional:
             self.directions.fwd.place_in_stack(index, n_layers)

@@ -230,11 +230,14 @@ class Backbone(nn.Module):
         #: Each block's name in the stack ("s6" for a model of one primitive; "mamba2", "swiglu", ...).
         self.layer_names = [layer.name for layer in layers]
         self.blocks = nn.ModuleList(make_layer(layer) for layer in layers)
-        for index, block in enumerate(self.blocks):  # a primitive whose initialisation depends on its depth (RWKV)
+        # A primitive whose initialisation depends on its depth (RWKV) learns its place among the
+        # sequence-mixing layers (a channel mixer of its own, "swiglu", is part of the layer before it).
+        mixing = [block for layer, block in zip(layers, self.blocks) if not layer.is_channel_mixer]
+        for index, block in enumerate(mixing):
             for mixer in getattr(block, "mixers", ()):
                 place = getattr(mixer, "place_in_stack", None)
                 if place is not None:
-                    place(index, len(self.blocks))
+                    place(index, len(mixing))
         self.final_norm = make_norm(cfg.resolved_norm if cfg.resolved_prenorm else "none", cfg.d_model)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
