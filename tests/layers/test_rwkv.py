@@ -35,7 +35,8 @@ def zoology_init(d: int, layer_idx: int, n_layer: int) -> dict[str, list[float]]
 
 def test_the_initialisation_is_the_rwkv_codes_for_each_layer_of_the_stack():
     for index in (0, 1, 11):
-        layer = RWKV(10, layer_index=index, init_layers=12)
+        layer = RWKV(10, init_layers=12)
+        layer.place_in_stack(index, 2)  # init_layers counts, not the model's 2
         for name, values in zoology_init(10, index, 12).items():
             torch.testing.assert_close(getattr(layer, name).detach(), torch.tensor(values), msg=name)
     assert sum(p.numel() for p in RWKV(10).parameters()) == 4 * 10 * 10 + 5 * 10
@@ -70,7 +71,8 @@ def test_the_backbone_places_each_layer_and_init_layers_overrides_the_models_cou
 
 def test_forward_is_the_token_shift_the_gates_and_the_wkv_as_written():
     torch.manual_seed(0)
-    layer = RWKV(6, layer_index=1, init_layers=4, chunk_size=3)
+    layer = RWKV(6, init_layers=4, chunk_size=3)
+    layer.place_in_stack(1, 4)
     x = torch.randn(2, 9, 6)
     shifted = torch.cat([torch.zeros(2, 1, 6), x[:, :-1]], dim=1)
 
@@ -85,7 +87,7 @@ def test_forward_is_the_token_shift_the_gates_and_the_wkv_as_written():
 
 def test_step_equals_forward_and_the_state_is_4d_numbers():
     torch.manual_seed(1)
-    layer = RWKV(6, layer_index=0, init_layers=2, chunk_size=4)
+    layer = RWKV(6, init_layers=2, chunk_size=4)
     x = torch.randn(3, 11, 6)
     state, ys = layer.default_state(3), []
     for t in range(11):
@@ -103,16 +105,21 @@ def test_step_equals_forward_and_the_state_is_4d_numbers():
 @pytest.mark.parametrize(
     "options, message",
     [
-        (dict(layer_index=-1), "RWKV: layer_index must be an integer >= 0, got -1"),
-        (dict(layer_index=True), "RWKV: layer_index must be an integer >= 0, got True"),
         (dict(init_layers=0), "RWKV: init_layers must be a positive integer"),
-        (dict(layer_index=3, init_layers=3), "RWKV: layer_index 3 is not below init_layers 3"),
         (dict(chunk_size=0), "RWKV: chunk_size must be a positive integer"),
+        (dict(impl="fast"), r"RWKV: impl: wkv: unknown impl 'fast'"),
     ],
 )
 def test_bad_options_are_errors_naming_them(options, message):
     with pytest.raises(ConfigError, match=message):
         RWKV(8, **options)
+
+
+def test_a_place_outside_the_layers_counted_is_an_error():
+    with pytest.raises(ConfigError, match="layer 3 of the model is not below init_layers 3"):
+        RWKV(8, init_layers=3).place_in_stack(3, 5)
+    with pytest.raises(ValueError, match="place_in_stack: the index must be an integer >= 0, got -1"):
+        RWKV(8).place_in_stack(-1, 2)
 
 
 def test_a_step_with_a_foreign_state_is_an_error_naming_it():

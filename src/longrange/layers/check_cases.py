@@ -50,6 +50,11 @@ def _flip_sum_directions(bi: torch.nn.Module):
     return bi.directions.fwd, bi.directions.bwd, False
 
 
+def _placed(layer: torch.nn.Module, index: int) -> torch.nn.Module:
+    layer.place_in_stack(index, index + 1)
+    return layer
+
+
 def _s4(bidirectional: bool) -> torch.nn.Module:
     return S4(3, d_state=6, rank=2, tie_pq=False, l_max=8, dt_min=0.01, dt_max=0.5, bidirectional=bidirectional)
 
@@ -98,8 +103,8 @@ PRIMITIVES: list[tuple[str, Callable[[bool], torch.nn.Module], Callable | None]]
         _flip_sum_directions,
     ),
     ("BaseConv", lambda bi: BaseConv(8, kernel_size=3, use_act=True, bidirectional=bi), _flip_sum_directions),
-    # RWKV-4's WKV in chunks of 4, at the depth of a second layer of three.
-    ("RWKV", lambda bi: RWKV(8, layer_index=1, init_layers=3, chunk_size=4, bidirectional=bi), _flip_sum_directions),
+    # RWKV-4's WKV (the process's implementation, and chunks of 4 where chunked), at the depth of a second layer of three.
+    ("RWKV", lambda bi: _placed(RWKV(8, init_layers=3, chunk_size=4, bidirectional=bi), 1), _flip_sum_directions),
     (
         "BaseConv (implicit long)",
         lambda bi: BaseConv(8, conv="implicit", l_max=16, bidirectional=bi),

@@ -23,11 +23,11 @@ Initialisation, as the layer's code sets it from the layer's index ``i`` and the
 * the four linear maps as PyTorch initialises them (the RWKV code's own scheme, ``init_rwkv``, is
   not called by Zoology, whose models are re-initialised by ``model.init``).
 
-The index is the layer's place among the model's sequence-mixing layers (set by the backbone; a
-stack's channel-mixer layers, which RWKV's blocks hold beside their time mixing, are not counted;
-``layer_index`` for a layer built alone); ``init_layers`` sets ``n`` (None: the number of those
-layers). Zoology builds
-the layer without ``n_layer``, so its default 12 applies there (``zoology/mqar/rwkv``).
+The index is the layer's place among the model's sequence-mixing layers: the backbone sets it
+(:meth:`RWKV.place_in_stack`; a stack's channel-mixer layers, which RWKV's blocks hold beside their
+time mixing, are not counted), and a layer built alone is layer 0. ``init_layers`` sets ``n``
+(None: the number of those layers). Zoology builds the layer without ``n_layer``, so its default
+12 applies there (``zoology/mqar/rwkv``).
 
 Bidirectional (``bidirectional=True``): two causal layers, the second over the reversed sequence,
 summed (as S6). Step mode: the previous input and the WKV state (numerator, denominator and their
@@ -84,8 +84,6 @@ class RWKV(RecurrentMixer):
 
     Args:
         d_model: input and output width d (the WKV runs per channel).
-        layer_index: the layer's place among the model's sequence-mixing layers (0-based), for the
-            initialisation; the backbone sets it for every layer of a model.
         init_layers: ``n`` of the initialisation; None: the model's sequence-mixing layers (1 alone).
         bidirectional: two causal layers summed, the second over the reversed sequence.
         chunk_size: the chunk length of the chunked WKV's scan (None: the scan's default).
@@ -105,7 +103,6 @@ class RWKV(RecurrentMixer):
     def __init__(
         self,
         d_model: int,
-        layer_index: int = 0,
         init_layers: int | None = None,
         bidirectional: bool = False,
         chunk_size: int | None = None,
@@ -113,14 +110,8 @@ class RWKV(RecurrentMixer):
     ):
         super().__init__()
         check_positive_int("d_model", d_model, where=_WHERE)
-        if isinstance(layer_index, bool) or not isinstance(layer_index, int) or layer_index < 0:
-            raise ConfigError(f"{_WHERE}: layer_index must be an integer >= 0, got {layer_index!r}")
         if init_layers is not None:
             check_positive_int("init_layers", init_layers, where=_WHERE)
-            if layer_index >= init_layers:
-                raise ConfigError(
-                    f"{_WHERE}: layer_index {layer_index} is not below init_layers {init_layers} (the layers counted)"
-                )
         if chunk_size is not None:
             check_positive_int("chunk_size", chunk_size, where=_WHERE)
         if impl is not None and impl not in wkv_op.IMPLS:
@@ -129,15 +120,13 @@ class RWKV(RecurrentMixer):
             except ValueError as err:
                 raise ConfigError(f"{_WHERE}: impl: {err}") from None
         self.d_model, self.bidirectional = d_model, bool(bidirectional)
-        self.layer_index, self.init_layers, self.chunk_size, self.impl = layer_index, init_layers, chunk_size, impl
+        self.layer_index, self.init_layers, self.chunk_size, self.impl = 0, init_layers, chunk_size, impl
         if self._init_directions(
-            (lambda: RWKV(d_model, layer_index, init_layers, chunk_size=chunk_size, impl=impl))
-            if self.bidirectional
-            else None
+            (lambda: RWKV(d_model, init_layers, chunk_size=chunk_size, impl=impl)) if self.bidirectional else None
         ):
             return
         dtype = torch.get_default_dtype()
-        for name, value in time_mixing_init(d_model, layer_index, init_layers or 1).items():
+        for name, value in time_mixing_init(d_model, 0, init_layers or 1).items():
             setattr(self, name, nn.Parameter(value.to(dtype)))
         self.key = nn.Linear(d_model, d_model, bias=False)
         self.value = nn.Linear(d_model, d_model, bias=False)
@@ -161,6 +150,8 @@ class RWKV(RecurrentMixer):
             self.layer_index = index
             return
         n = self.init_layers or n_layers
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"{_WHERE}.place_in_stack: the index must be an integer >= 0, got {index!r}")
         if index >= n:
             raise ConfigError(f"{_WHERE}: layer {index} of the model is not below init_layers {n} (the layers counted)")
         self.layer_index = index
