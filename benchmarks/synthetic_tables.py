@@ -15,8 +15,8 @@ are in the presets' ``cpu/_base.yaml``):
   paper's Table 11, which trains at 256 and tests to 2^20; table and plot);
 * ``mqar``: MQAR over Zoology's (length, key-value pairs) cells at width 64 (``--widths 64,128`` adds
   128) for attention, Mamba-S6 and time-invariant SSMs (Zoology's Figure 2); ``--models`` adds any
-  other model of ``zoology/mqar/cpu/*`` (Hyena, H3, BaseConv, Based, Mamba-2, GLA, DeltaNet, Gated
-  DeltaNet), each long filter built for the cell's length.
+  other model of ``zoology/mqar/cpu/*`` (Hyena, H3, BaseConv, Based, RWKV, Mamba-2, GLA, DeltaNet,
+  Gated DeltaNet), each long filter built for the cell's length.
 
     python benchmarks/synthetic_tables.py table1 --jobs 1
     python benchmarks/synthetic_tables.py lengths --jobs 1
