@@ -41,11 +41,13 @@ def _kernels():
 
 
 def wkv_flops(batch: int, length: int, channels: int, backward: bool = False) -> int:
-    """FLOPs of the kernels (the convention of :mod:`longrange.ops.custom_ops`) per position and
-    channel: forward the output (2 exponentials at 1 each, 9 other operations) and the sums' update
-    (2 exponentials, 8 others); the backward recomputes both with w's derivative (4 more), the direct
-    gradients (8) and the reverse sweep (2 exponentials, 14 others)."""
-    return batch * length * channels * (63 if backward else 21)
+    """FLOPs of the kernels (the convention of :mod:`longrange.ops.custom_ops`: an exponential
+    counts 1) per position and channel: forward the output (12: the bonus, the scales' maximum and
+    two differences, two exponentials, the two weighted sums and their quotient) and the sums'
+    update (11); the backward recomputes both (23), adds w's derivatives of the sums (4) and the
+    direct gradients (11), then the reverse sweep: the gradients through the sums (8) and the
+    adjoints' update (14)."""
+    return batch * length * channels * (60 if backward else 23)
 
 
 @torch.library.custom_op(qualname("wkv_numba"), mutates_args=(), device_types="cpu")
