@@ -37,10 +37,11 @@ def wkv_chunked(
     mask: Tensor | None = None,
     chunk_size: int | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The chunked form (module docstring; arguments checked by :func:`longrange.ops.wkv.wkv`): outputs (batch, length, channels) and the final state;
-    differentiable in ``w``, ``u``, ``k``, ``v`` and the state. A position where ``mask`` (batch,
-    length) is False adds nothing to the sums (a padded position, first in a reversed sequence).
-    ``chunk_size``: that of :func:`~longrange.ops.scan.linear_scan` (None: its default)."""
+    """The chunked form (module docstring; arguments checked by :func:`longrange.ops.wkv.wkv`):
+    outputs (batch, length, channels) and the final state, differentiable in ``w``, ``u``, ``k``,
+    ``v`` and the state. A position where ``mask`` (batch, length) is False adds nothing to the
+    sums (a padded position, first in a reversed sequence). ``chunk_size``: that of
+    :func:`~longrange.ops.scan.linear_scan` (None: its default)."""
     work = work_dtype(w, u, k, v)
     w, u, k, v = (t.to(work) for t in (w, u, k, v))
     real = None if mask is None else mask[:, :, None]
