@@ -114,11 +114,7 @@ class RWKV(RecurrentMixer):
             check_positive_int("init_layers", init_layers, where=_WHERE)
         if chunk_size is not None:
             check_positive_int("chunk_size", chunk_size, where=_WHERE)
-        if impl is not None and impl not in wkv_op.IMPLS:
-            try:
-                wkv_op.DISPATCHER.check_impl(impl)
-            except ValueError as err:
-                raise ConfigError(f"{_WHERE}: impl: {err}") from None
+        wkv_op.DISPATCHER.check_option(impl, _WHERE)
         self.d_model, self.bidirectional = d_model, bool(bidirectional)
         self.layer_index, self.init_layers, self.chunk_size, self.impl = 0, init_layers, chunk_size, impl
         if self._init_directions(

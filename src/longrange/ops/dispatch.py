@@ -209,6 +209,20 @@ class Dispatcher:
         if impl not in self.IMPLS:
             raise ValueError(f"{self.function}: unknown impl {impl!r}; expected one of {self.IMPLS}")
 
+    def check_option(self, impl: str | None, where: str | None = None) -> None:
+        """:meth:`check_impl` for a setting that may be None (the process default): with ``where``
+        (a layer's option, e.g. ``"LRU"``) a ConfigError ``"<where>: impl: ..."``, else the ValueError."""
+        if impl is None or impl in self.IMPLS:
+            return
+        try:
+            self.check_impl(impl)
+        except ValueError as err:
+            if where is None:
+                raise
+            from longrange.errors import ConfigError
+
+            raise ConfigError(f"{where}: impl: {err}") from None
+
     def set_default_impl(self, impl: str) -> str:
         """Use ``impl`` when a call passes ``impl=None``; returns the previous default."""
         self.check_impl(impl)

@@ -61,16 +61,7 @@ def auto_impl(device: torch.device | str, deterministic: bool | None = None) -> 
 def check_impl(impl: str | None, where: str | None = None) -> None:
     """A ConfigError (``where`` given: a layer's option, e.g. ``"LRU"``) or ValueError naming the
     scan and its implementations unless ``impl`` is None or one of :data:`IMPLS`."""
-    if impl is None or impl in IMPLS:
-        return
-    try:
-        DISPATCHER.check_impl(impl)
-    except ValueError as err:
-        if where is None:
-            raise
-        from longrange.errors import ConfigError
-
-        raise ConfigError(f"{where}: impl: {err}") from None
+    DISPATCHER.check_option(impl, where)
 
 
 def complex_diag_scan(
