@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from longrange.ops.scan.chunked import linear_scan
-from longrange.ops.wkv.reference import STATE_KEYS, work_dtype
+from longrange.ops.scan.common import compute_dtype
+from longrange.ops.wkv.reference import STATE_KEYS
 
 
 def _running_scale(w: Tensor, k: Tensor, start: Tensor | None) -> Tensor:
@@ -42,7 +43,7 @@ def wkv_chunked(
     ``v`` and the state. A position where ``mask`` (batch, length) is False adds nothing to the
     sums (a padded position, first in a reversed sequence). ``chunk_size``: that of
     :func:`~longrange.ops.scan.linear_scan` (None: its default)."""
-    work = work_dtype(w, u, k, v)
+    work = compute_dtype(w, u, k, v)
     w, u, k, v = (t.to(work) for t in (w, u, k, v))
     real = None if mask is None else mask[:, :, None]
     keys = k if real is None else k.detach().masked_fill(~real, -torch.inf)

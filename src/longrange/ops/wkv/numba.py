@@ -22,6 +22,7 @@ from torch import Tensor
 from longrange.ops._lazy_kernels import LazyKernels
 from longrange.ops._lazy_kernels import use_threads as _use_threads
 from longrange.ops.custom_ops import autograd_and_eager, eager, qualname, register_flops
+from longrange.ops.scan.common import compute_dtype
 
 _KERNELS = LazyKernels("longrange.ops.wkv._numba_kernels")
 
@@ -115,7 +116,7 @@ def wkv_numba(w: Tensor, u: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = 
     _kernels()
     if k.device.type != "cpu":
         raise RuntimeError(f"wkv: impl='numba' takes CPU tensors, got {k.device}")
-    dtype = torch.float64 if torch.float64 in (w.dtype, u.dtype, k.dtype, v.dtype) else torch.float32
+    dtype = compute_dtype(w, u, k, v)
     w, u, k, v = (t.to(dtype).contiguous() for t in (w, u, k, v))
     if mask is None:
         mask = torch.ones(k.shape[:2], dtype=torch.uint8)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from longrange.ops.scan.common import compute_dtype
+
 #: The keys of a WKV state.
 STATE_KEYS = ("num", "den", "scale")
 
@@ -47,13 +49,6 @@ def check_state(state: dict[str, Tensor], shape: tuple[int, int], where: str) ->
             )
 
 
-def work_dtype(*tensors: Tensor) -> torch.dtype:
-    dtype = torch.float32
-    for t in tensors:
-        dtype = torch.promote_types(dtype, t.dtype)
-    return dtype
-
-
 def empty_state(batch: int, channels: int, device=None, dtype: torch.dtype = torch.float32) -> dict[str, Tensor]:
     """The state before the first position: no mass (num = den = 0, scale -inf)."""
     zeros = torch.zeros(batch, channels, device=device, dtype=dtype)
@@ -72,7 +67,7 @@ def wkv_ref(
     Returns the outputs (batch, length, channels) and the final state. A position where ``mask``
     (batch, length) is False adds nothing to the sums (they decay over it)."""
     check_inputs(w, u, k, v, state, mask, "wkv_ref")
-    work = work_dtype(w, u, k, v)
+    work = compute_dtype(w, u, k, v)
     w, u, k, v = (t.to(work) for t in (w, u, k, v))
     B, L, D = k.shape
     if state is None:
@@ -101,7 +96,7 @@ def wkv_step(w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: dict[str, Tensor
             f"wkv_step: k and v must be (batch, channels) of one shape, got {tuple(k.shape)} and {tuple(v.shape)}"
         )
     check_state(state, tuple(k.shape), "wkv_step")
-    work = work_dtype(w, u, k, v)
+    work = compute_dtype(w, u, k, v)
     w, u, k, v = (t.to(work) for t in (w, u, k, v))
     num, den, scale = (state[key].to(work) for key in STATE_KEYS)
     bonus = u + k
@@ -113,4 +108,4 @@ def wkv_step(w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: dict[str, Tensor
     return y, {"num": a * num + b * v, "den": a * den + b, "scale": new_scale}
 
 
-__all__ = ["STATE_KEYS", "check_inputs", "check_state", "empty_state", "wkv_ref", "wkv_step", "work_dtype"]
+__all__ = ["STATE_KEYS", "check_inputs", "check_state", "empty_state", "wkv_ref", "wkv_step"]
