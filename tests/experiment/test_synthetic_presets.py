@@ -431,3 +431,78 @@ def test_zoologys_mqar_models_are_initialised_as_its_code_reinitialises_them():
                 assert w.std().item() == pytest.approx(std, rel=0.1), where
         head = model.head.linear.weight.std().item()  # a linear map of the scheme (Zoology's is the embedding)
         assert head > 0.03 if name in mamba_blocks else head == pytest.approx(0.02, rel=0.05), name
+
+
+# ------------------------------------------------------------------------------ state tracking
+STATE_TRACKING_PRESETS = [n for n in list_presets() if n.startswith("state-tracking/")]
+
+
+def _state_tracking_model(name: str):
+    exp = resolve(name)
+    spec = get_spec(exp.task.name, **exp.task.options)
+    torch.manual_seed(0)
+    model = build_model(exp.model, input_kind="tokens", head="tokens", n_out=spec.n_classes, vocab_size=spec.n_classes)
+    return exp, spec, model
+
+
+def test_state_tracking_presets_cover_grazzis_models_on_its_three_tasks():
+    tasks = ("parity", "modular-arithmetic", "modular-arithmetic-brackets")
+    models = ("deltanet", "deltanet-negative", "mamba")
+    assert sorted(STATE_TRACKING_PRESETS) == sorted(f"state-tracking/{t}/{m}" for t in tasks for m in models)
+    for name in STATE_TRACKING_PRESETS:
+        exp = resolve(name)
+        assert exp.task.name == name.split("/")[1]
+        steps = 20_000 if exp.task.name == "parity" else 100_000
+        assert (exp.train["max_steps"], exp.train["batch_size"], exp.task.options["n_train"]) == (
+            steps,
+            256,
+            steps * 256,
+        )
+
+
+@pytest.mark.parametrize("name", STATE_TRACKING_PRESETS)
+def test_state_tracking_models_count_the_published_parameters(name):
+    """The published models, counted by hand from their code at width 128, 2 layers:
+    flash-linear-attention's DeltaNet LM (per layer q, k, v and o 4 x 128^2, beta 4 x 128, three
+    short convolutions 3 x 128 x 4, the output norm 32, two block norms 2 x 128, the MLP 3 x 128 x
+    512; then the embedding and the head of V x 128 and the final norm) and the Mamba LM of the
+    xLSTM code (per layer in_proj 128 x 512, a convolution of width 1 with bias 2 x 256, x_proj 256
+    x 40, dt_proj 8 x 256 + 256, A_log 256 x 16, D 256, out_proj 256 x 128, a norm 128; the
+    embedding and a head without bias, no final norm). Ours adds the 5 special tokens to the
+    embedding and the head, the head's bias, and for Mamba the final norm."""
+    exp, spec, model = _state_tracking_model(name)
+    vocab = spec.n_classes - 5  # the published vocabulary: 3, 10 or 12
+    d = 128
+    if exp.model.block == "mamba":
+        per_layer = 128 * 512 + 2 * 256 + 256 * 40 + (8 * 256 + 256) + 256 * 16 + 256 + 256 * 128 + 128
+        published = 2 * per_layer + 2 * vocab * d
+        ours = published + 2 * 5 * d + spec.n_classes + d
+    else:
+        per_layer = 4 * d * d + 4 * d + 3 * d * 4 + 32 + 2 * d + 3 * d * 512
+        published = 2 * per_layer + 2 * vocab * d + d
+        ours = published + 2 * 5 * d + spec.n_classes
+    assert sum(p.numel() for p in model.parameters()) == ours
+
+
+def test_state_tracking_deltanets_take_their_eigenvalue_range_and_flas_initialisation():
+    for name in [n for n in STATE_TRACKING_PRESETS if "deltanet" in n]:
+        exp, spec, model = _state_tracking_model(name)
+        mixers = [b.mixer for b in model.backbone.blocks]
+        assert all(m.allow_neg_eigval == name.endswith("-negative") for m in mixers), name
+        # beta = 2 sigmoid(.) reaches past 1 only in the [-1, 1] models: eigenvalues 1 - beta down to -1
+        m, x = mixers[0], torch.randn(2, 7, 128) * 30
+        beta = m._heads(torch.zeros(2, 7, 2 * m.key_dim + m.value_dim), x)[3]
+        assert (beta.max().item() > 1.0) == name.endswith("-negative"), name
+        for module_name, module in model.named_modules():
+            if isinstance(module, torch.nn.Embedding):
+                assert module.weight.std().item() == pytest.approx(0.02, rel=0.05), module_name
+            if isinstance(module, torch.nn.Linear) and module.weight.numel() >= 4096:
+                rescaled = module_name.endswith(("mixer.o_proj", "mlp.down"))
+                std = 0.02 / math.sqrt(2 * 2) if rescaled else 0.02
+                assert module.weight.std().item() == pytest.approx(std, rel=0.1), (name, module_name)
+
+
+def test_state_tracking_mambas_convolve_over_one_position():
+    exp, spec, model = _state_tracking_model("state-tracking/parity/mamba")
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv1d)]
+    assert len(convs) == 2 and all(c.kernel_size == (1,) for c in convs)

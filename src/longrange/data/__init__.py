@@ -44,6 +44,7 @@ TASK_MODULES = (
     "longrange.data.species",
     "longrange.data.synthetic",
     "longrange.data.mad",
+    "longrange.data.state_tracking",
     # generators, which register themselves for their tasks (``task.generate``)
     "longrange.data.generate.listops",
     "longrange.data.generate.pathfinder",

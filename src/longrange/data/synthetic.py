@@ -123,7 +123,7 @@ def generator_of(task: str, options: dict[str, Any]) -> Generator:
     return GENERATOR_CLASSES[task](**generator_opts)
 
 
-def _register(
+def register_generated(
     cls: type[Generator],
     splits: dict[str, Any],
     *,
@@ -132,8 +132,13 @@ def _register(
     per_position: bool,
     causal: bool,
     n_classes: Callable[[Generator], int],
+    split_class: type[GeneratedSplit] | None = None,
+    version: int = GENERATOR_VERSION,
 ) -> None:
+    """Register the generated task of generator ``cls``: its splits' sizes and defaults ``splits``,
+    drawn by ``split_class`` (:class:`GeneratedSplit`), its data's identity bumped by ``version``."""
     name = cls.name
+    split_class = split_class or GeneratedSplit
     GENERATOR_CLASSES[name] = cls
 
     def spec(**opts: Any) -> TaskSpec:
@@ -157,9 +162,7 @@ def _register(
     def load(data_dir: Path, spec: TaskSpec, seed: int = 0, skip_bad: bool = False, **opts: Any) -> TaskData:
         generator_opts, split = _split_options(name, opts)
         generator = cls(**generator_opts)
-        parts = {
-            s: GeneratedSplit(generator, split[f"n_{s}"], seed, s, fresh=split["fresh_train"]) for s in SPLIT_CODES
-        }
+        parts = {s: split_class(generator, split[f"n_{s}"], seed, s, fresh=split["fresh_train"]) for s in SPLIT_CODES}
         return TaskData(
             spec,
             parts["train"],
@@ -169,14 +172,14 @@ def _register(
             info={"source": "generated", "seed": seed, "fresh_train": split["fresh_train"]},
         )
 
-    register_task(name, spec, load, {**cls.defaults(), **splits}, generated=GENERATOR_VERSION)
+    register_task(name, spec, load, {**cls.defaults(), **splits}, generated=version)
 
 
 def _per_position_classes(generator: Generator) -> int:
     return generator.vocab_size + FIRST_TOKEN_ID
 
 
-_register(
+register_generated(
     SelectiveCopying,
     {"n_train": 10000, "n_val": 1000, "n_test": 1000, "fresh_train": True},
     description="Selective copying (Mamba §3.1): repeat the data tokens scattered among noise, in order, at the markers",
@@ -186,7 +189,7 @@ _register(
     causal=False,
     n_classes=_per_position_classes,
 )
-_register(
+register_generated(
     InductionHeads,
     {"n_train": 65536, "n_val": 1000, "n_test": 1000, "fresh_train": True},
     description="Induction heads (Mamba §4.1.2): after the final trigger, the token that followed the earlier trigger",
@@ -195,7 +198,7 @@ _register(
     causal=True,
     n_classes=_per_position_classes,
 )
-_register(
+register_generated(
     MultiQueryAR,
     {"n_train": 100000, "n_val": 3000, "n_test": 3000, "fresh_train": False},
     description="MQAR (Zoology): key-value pairs, then every key queried once; answer each query with its value",
@@ -204,7 +207,7 @@ _register(
     causal=True,
     n_classes=_per_position_classes,
 )
-_register(
+register_generated(
     AssociativeRecall,
     {"n_train": 100000, "n_val": 3000, "n_test": 3000, "fresh_train": False},
     description="Associative recall, single query: the class of the value of the key that ends the sequence",
