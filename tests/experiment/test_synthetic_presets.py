@@ -447,7 +447,7 @@ def _state_tracking_model(name: str):
 
 def test_state_tracking_presets_cover_grazzis_models_on_its_three_tasks():
     tasks = ("parity", "modular-arithmetic", "modular-arithmetic-brackets")
-    models = ("deltanet", "deltanet-negative", "mamba")
+    models = ("deltanet", "deltanet-negative", "mamba", "mamba-negative")
     assert sorted(STATE_TRACKING_PRESETS) == sorted(f"state-tracking/{t}/{m}" for t in tasks for m in models)
     for name in STATE_TRACKING_PRESETS:
         exp = resolve(name)
@@ -502,7 +502,12 @@ def test_state_tracking_deltanets_take_their_eigenvalue_range_and_flas_initialis
                 assert module.weight.std().item() == pytest.approx(std, rel=0.1), (name, module_name)
 
 
-def test_state_tracking_mambas_convolve_over_one_position():
-    exp, spec, model = _state_tracking_model("state-tracking/parity/mamba")
-    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv1d)]
-    assert len(convs) == 2 and all(c.kernel_size == (1,) for c in convs)
+def test_state_tracking_mambas_convolve_over_one_position_and_take_their_eigenvalue_range():
+    from longrange.layers.s6 import S6
+
+    for name in [n for n in STATE_TRACKING_PRESETS if "/mamba" in n]:
+        exp, spec, model = _state_tracking_model(name)
+        convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv1d)]
+        assert len(convs) == 2 and all(c.kernel_size == (1,) for c in convs)
+        s6 = [m for m in model.modules() if isinstance(m, S6)]
+        assert len(s6) == 2 and all(m.allow_neg_eigval == name.endswith("-negative") for m in s6), name

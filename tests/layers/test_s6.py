@@ -55,7 +55,7 @@ def test_initialisation():
     assert get_optim_hint(layer.dt_proj.weight) == {}
 
 
-def manual_forward(layer: S6, x, u=None, dt_src=None, B_src=None, C_src=None):
+def manual_forward(layer: S6, x, u=None, dt_src=None, B_src=None, C_src=None, **scan):
     """The S6 equations written out, with each quantity's source chosen explicitly."""
     r, N = layer.dt_rank, layer.d_state
     u = x if u is None else u
@@ -73,6 +73,7 @@ def manual_forward(layer: S6, x, u=None, dt_src=None, B_src=None, C_src=None):
         layer.D,
         delta_bias=layer.dt_proj.bias,
         delta_softplus=True,
+        **scan,
     )
     return y.transpose(1, 2)
 
@@ -262,3 +263,37 @@ def test_bad_inputs_raise():
         bi.default_state(2)
     with pytest.raises(RuntimeError, match="no recurrent"):
         bi.step(rand(2, 6), state)
+
+
+# ---------------------------------------------------------------------- eigenvalues in [-1, 1]
+def test_negative_eigenvalues_take_the_decay_2_exp_minus_1():
+    """allow_neg_eigval (Grazzi et al.'s Mamba [-1, 1]): the reference scan with decay 2 exp(delta A) - 1,
+    forward and step; gradients reach every parameter; the default layer is unchanged."""
+    layer = make(allow_neg_eigval=True)
+    with torch.no_grad():
+        layer.dt_proj.bias.fill_(2.0)  # softplus(delta) near 2: decays exp(-2 n) - well below 1/2, so negative
+    x = rand(2, 9, 6)
+    y = layer(x)
+    torch.testing.assert_close(y, manual_forward(layer, x, negative_eigenvalues=True), rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(y, manual_forward(layer, x))
+    torch.testing.assert_close(step_through(layer, x), y, rtol=1e-10, atol=1e-10)
+    y.square().sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
+    plain = make()
+    torch.testing.assert_close(plain(x), manual_forward(plain, x), rtol=1e-10, atol=1e-10)
+
+
+def test_negative_eigenvalues_with_the_gate_and_both_directions():
+    layer = make(allow_neg_eigval=True)
+    x, gate = rand(2, 7, 6), rand(2, 7, 6, seed=5)
+    torch.testing.assert_close(layer(x, gate=gate), layer(x) * F.silu(gate), rtol=1e-10, atol=1e-10)
+    both = make(allow_neg_eigval=True, bidirectional=True)
+    assert all(d.allow_neg_eigval for d in both.directions.modules() if isinstance(d, S6) and d is not both)
+    assert both(x).shape == x.shape
+
+
+def test_negative_eigenvalues_refuse_a_scan_implementation():
+    with pytest.raises(ConfigError, match=r"S6: scan_impl 'numba' computes the decay exp\(delta A\); allow_neg_eigval"):
+        S6(4, 2, allow_neg_eigval=True, scan_impl="numba")
+    with pytest.raises(ConfigError, match="S6: allow_neg_eigval must be true or false, got 1"):
+        S6(4, 2, allow_neg_eigval=1)

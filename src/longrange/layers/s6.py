@@ -35,6 +35,12 @@ from ``x``.
 :func:`~longrange.ops.scan.selective_scan`): None (default) takes the process-wide default
 (:func:`~longrange.ops.scan.set_default_impl`, normally "auto", the fastest usable), "ref" the
 Python reference loop over time (slow; for tests), or a named fast path.
+
+``allow_neg_eigval=True`` extends the eigenvalues of the transition from [0, 1] to [-1, 1] (Grazzi
+et al. 2025, arXiv 2411.12537: their Mamba [-1, 1]): the decay is ``2 exp(delta A) - 1`` in place
+of ``exp(delta A)``, which a recurrence needs to track parity. No kernel computes that decay: the
+scan is :func:`~longrange.ops.scan.signed.selective_scan_signed`, a loop over time in PyTorch
+(``scan_impl`` must then be unset).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from longrange.layers.ssm import (
 )
 from longrange.ops.scan import IMPLS as SCAN_IMPLS
 from longrange.ops.scan import selective_scan
+from longrange.ops.scan.signed import selective_scan_signed
 
 ROPE_TARGETS = ("B", "C", "delta", "x")
 A_INITS = ("real", "legs")
@@ -103,6 +110,7 @@ class S6(SequencePrimitive):
         bidirectional: bool = False,
         rope_targets: tuple[str, ...] | list[str] = (),
         scan_impl: str | None = None,
+        allow_neg_eigval: bool = False,
     ):
         super().__init__()
         check_positive_int("d_model", d_model, where="S6")
@@ -116,6 +124,13 @@ class S6(SequencePrimitive):
         check_choice("A_init", A_init, A_INITS, where="S6")
         if scan_impl is not None:
             check_choice("scan_impl", scan_impl, tuple(SCAN_IMPLS), where="S6")
+        if not isinstance(allow_neg_eigval, bool):
+            raise ConfigError(f"S6: allow_neg_eigval must be true or false, got {allow_neg_eigval!r}")
+        if allow_neg_eigval and scan_impl is not None:
+            raise ConfigError(
+                f"S6: scan_impl {scan_impl!r} computes the decay exp(delta A); allow_neg_eigval needs "
+                "2 exp(delta A) - 1, which only its own scan computes: leave scan_impl unset"
+            )
         if isinstance(rope_targets, str):
             raise ConfigError(
                 f"S6: rope_targets must be a list of names from {ROPE_TARGETS}, got the string {rope_targets!r}"
@@ -129,6 +144,7 @@ class S6(SequencePrimitive):
         self.bidirectional = bool(bidirectional)
         self.rope_targets = tuple(dict.fromkeys(rope_targets))
         self.scan_impl = scan_impl
+        self.allow_neg_eigval = allow_neg_eigval
         if self.bidirectional:
             kwargs = dict(
                 d_model=d_model,
@@ -140,6 +156,7 @@ class S6(SequencePrimitive):
                 A_init=A_init,
                 rope_targets=rope_targets,
                 scan_impl=scan_impl,
+                allow_neg_eigval=allow_neg_eigval,
             )
             self.directions = FlipSum(S6(**kwargs), S6(**kwargs))
             return
@@ -159,6 +176,7 @@ class S6(SequencePrimitive):
         return (
             f"d_model={self.d_model}, d_state={self.d_state}, dt_rank={self.dt_rank}, "
             f"bidirectional={self.bidirectional}, rope_targets={self.rope_targets}"
+            + (", allow_neg_eigval=True" if self.allow_neg_eigval else "")
         )
 
     # ---- routing of the RoPE-rotated input ----------------------------------------------------
@@ -210,7 +228,8 @@ class S6(SequencePrimitive):
         x = apply_mask(x, mask)
         x_rot = apply_mask(x_rot, mask) if x_rot is not None else None
         u, delta, B, C = self._selection(x, x_rot)
-        y = selective_scan(
+        scan = selective_scan_signed if self.allow_neg_eigval else selective_scan
+        y = scan(
             u.transpose(1, 2),
             delta.transpose(1, 2),
             -torch.exp(self.A_log),
@@ -220,7 +239,7 @@ class S6(SequencePrimitive):
             z=None if gate is None else gate.transpose(1, 2),
             delta_bias=self.dt_proj.bias,
             delta_softplus=True,
-            impl=self.scan_impl,
+            **({} if self.allow_neg_eigval else {"impl": self.scan_impl}),
         )
         return y.transpose(1, 2)
 
@@ -243,6 +262,9 @@ class S6(SequencePrimitive):
         u, delta, B, C = self._selection(x, x_rot_t)
         delta = F.softplus(delta + self.dt_proj.bias)
         A = -torch.exp(self.A_log)
-        h = torch.exp(delta[..., None] * A) * state + (delta * u)[..., None] * B[:, None, :]
+        decay = torch.exp(delta[..., None] * A)
+        if self.allow_neg_eigval:
+            decay = 2 * decay - 1
+        h = decay * state + (delta * u)[..., None] * B[:, None, :]
         y = (h * C[:, None, :]).sum(-1) + self.D * u
         return y, h

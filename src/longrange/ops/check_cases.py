@@ -172,6 +172,52 @@ def scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
     return cases
 
 
+def signed_scan_cases(device: str, dtype: torch.dtype) -> list[Case]:
+    """The selective scan with decays ``2 exp(delta A) - 1`` (S6's ``allow_neg_eigval``,
+    :mod:`longrange.ops.scan.signed`) against the reference loop with ``negative_eigenvalues``;
+    its one implementation runs on every device."""
+    from longrange.ops.scan.signed import selective_scan_signed
+
+    cases = []
+    for b, d, n, l, layout, with_state, with_z in SCAN_SHAPES:
+        inputs = _scan_inputs(b, d, n, l, layout, seed=l)
+        inputs["A"] = 3 * inputs["A"]  # decays of both signs
+        if not with_state:
+            del inputs["initial_state"]
+        if not with_z:
+            del inputs["z"]
+        weights = ("A", "D", "delta_bias", "initial_state") + (("B", "C") if layout == "time-invariant" else ())
+
+        def run(inputs=inputs, weights=weights) -> float:
+            def fn(**kw):
+                return selective_scan_signed(**kw, delta_softplus=True, return_last_state=True)
+
+            def ref(**kw):
+                return scan.selective_scan_ref(
+                    **kw, delta_softplus=True, return_last_state=True, negative_eigenvalues=True
+                )
+
+            return compare(fn, ref, inputs, dtype, device, keep_float32=weights)
+
+        shape = f"b={b} d={d} n={n} l={l}, B and C {layout}" + (", initial state" if with_state else "")
+        cases.append(
+            Case(
+                "selective_scan_signed",
+                "loop",
+                device,
+                dtype,
+                shape,
+                run,
+                TOLERANCE[dtype],
+                lambda passed: (
+                    "no other implementation computes decays of both signs; "
+                    "set the S6 layer's model.primitive_options.allow_neg_eigval=false (decays in [0, 1]) to avoid it"
+                ),
+            )
+        )
+    return cases
+
+
 def _conv_avoid(impl: str) -> Callable[[list[str]], str]:
     """How to avoid a failing implementation of the causal convolution."""
 
@@ -837,6 +883,7 @@ def wkv_cases(device: str, dtype: torch.dtype) -> list[Case]:
 #: The op families, each ``(device, dtype) -> cases``.
 OP_FAMILIES: list[Callable[[str, torch.dtype], list[Case]]] = [
     scan_cases,
+    signed_scan_cases,
     conv_cases,
     norm_cases,
     glu_cases,

@@ -26,8 +26,12 @@ def selective_scan_ref(
     delta_softplus: bool = False,
     return_last_state: bool = False,
     initial_state: Tensor | None = None,
+    negative_eigenvalues: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """The selective scan as a sequential loop over time (the reference). See the module docstring."""
+    """The selective scan as a sequential loop over time (the reference). See the module docstring.
+
+    ``negative_eigenvalues``: the decay is ``2 exp(delta A) - 1``, in (-1, 1] (Grazzi et al. 2025's
+    eigenvalue range [-1, 1]; :mod:`longrange.ops.scan.signed`), instead of ``exp(delta A)``."""
     check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
     b, d, l = u.shape
@@ -41,6 +45,8 @@ def selective_scan_ref(
     ys = []
     for t in range(l):
         decay = torch.exp(dt[:, :, t, None] * Ac)
+        if negative_eigenvalues:
+            decay = 2 * decay - 1
         h = decay * h + (dt[:, :, t] * uc[:, :, t])[:, :, None] * Bc[..., t]
         ys.append((h * Cc[..., t]).sum(-1))
     y = torch.stack(ys, dim=-1) if ys else uc.new_zeros(b, d, 0)
