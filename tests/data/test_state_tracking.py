@@ -267,6 +267,17 @@ def test_predict_reads_json_lines_and_scores_the_last_position(task, tmp_path):
         assert int(record.item["target"][-1]) - FIRST_TOKEN_ID == ex.targets[-1]
 
 
+def test_a_new_input_longer_than_the_held_out_lengths_names_the_option_that_allows_it(tmp_path):
+    path = tmp_path / "long.jsonl"
+    gen = Parity()
+    path.write_text(json.dumps({"id": "a", "tokens": [0] * 300 + [gen.query]}) + "\n")
+    with pytest.raises(
+        DataFormatError,
+        match=r"301 tokens, more than the task's seq_len 256 \(a longer input: --task-option eval_max_len=N\)",
+    ):
+        read_inputs("parity", path, task_vocabulary(gen.vocab_size), get_spec("parity"))
+
+
 def test_a_bad_new_input_names_the_line_and_the_position(tmp_path):
     path = tmp_path / "bad.jsonl"
     gen = ModularArithmetic()

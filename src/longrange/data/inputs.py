@@ -402,6 +402,8 @@ def read_sequence_inputs(
             f"the run's vocabulary has {len(vocab)} ids, not the {size + FIRST_ID} of task {task} at vocab_size={size}"
         )
     low, high, words = layout.answers(gen)
+    # the option that sets the longest input: the held-out length of the state-tracking tasks
+    length_option = "eval_max_len" if hasattr(gen, "eval_max_len") else "seq_len"
 
     def named(idx: int) -> Any:
         """A vocabulary id as the task's token (an integer), or a special's name."""
@@ -425,7 +427,7 @@ def read_sequence_inputs(
         if len(tokens) > spec.seq_len:
             raise DataFormatError(
                 f"field 'tokens': {len(tokens)} tokens, more than the task's seq_len {spec.seq_len} "
-                "(a longer input: --task-option seq_len=N)",
+                f"(a longer input: --task-option {length_option}=N)",
                 path,
                 number,
             )

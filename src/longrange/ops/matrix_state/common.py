@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from longrange.ops.scan.common import compute_dtype  # noqa: F401  (the ops' compute dtype, shared with the scans)
+
 #: The floor of the norm by which the delta rules' ``normalize_qk`` divides q and k (the ``eps`` of
 #: ``torch.nn.functional.normalize`` as the DeltaNet layers call it).
 QK_NORM_EPS = 1e-6
@@ -31,11 +33,6 @@ def normalize_qk(x: Tensor) -> Tensor:
 def shape_of(t: object) -> object:
     """The shape of ``t`` as a plain tuple when it is a tensor, else its type (for messages)."""
     return tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-
-
-def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
-    """float64 if any floating input is float64, else float32."""
-    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
 def check_qkv(op: str, q: Tensor, k: Tensor, v: Tensor) -> tuple[int, int, int, int, int]:
