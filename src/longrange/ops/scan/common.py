@@ -130,3 +130,33 @@ def scan_flops(
     else:
         per_position = 1 + 2 * has_D + 5 * has_z + has_bias + 2 * softplus
     return b * d * l * (n * per_state + per_position)
+
+
+def loop_operands(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None,
+    z: Tensor | None,
+    delta_bias: Tensor | None,
+    delta_softplus: bool,
+    initial_state: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The arguments checked and in the compute dtype, as the loops over time read them: ``u``
+    (b, d, l), ``delta`` (b, d, l) with its bias and softplus applied, ``A`` (d, n), ``B`` and ``C``
+    per channel (b, d, n, l), and the initial state (b, d, n), zeros when None."""
+    check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    b, d, l = u.shape
+    n = A.shape[1]
+    h = u.new_zeros(b, d, n, dtype=dtype) if initial_state is None else initial_state.to(dtype)
+    return (
+        u.to(dtype),
+        prepare_delta(delta, delta_bias, delta_softplus, dtype),
+        A.to(dtype),
+        per_channel(B.to(dtype), d).expand(b, d, n, l),
+        per_channel(C.to(dtype), d).expand(b, d, n, l),
+        h,
+    )

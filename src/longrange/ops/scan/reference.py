@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from longrange.ops.scan.common import check_shapes, compute_dtype, finish, per_channel, prepare_delta
+from longrange.ops.scan.common import finish, loop_operands
 
 
 def selective_scan_ref(
@@ -32,16 +32,8 @@ def selective_scan_ref(
 
     ``negative_eigenvalues``: the decay is ``2 exp(delta A) - 1``, in (-1, 1] (Grazzi et al. 2025's
     eigenvalue range [-1, 1]; :mod:`longrange.ops.scan.signed`), instead of ``exp(delta A)``."""
-    check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
-    dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    uc, dt, Ac, Bc, Cc, h = loop_operands(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state)
     b, d, l = u.shape
-    n = A.shape[1]
-    uc = u.to(dtype)
-    dt = prepare_delta(delta, delta_bias, delta_softplus, dtype)
-    Ac = A.to(dtype)
-    Bc = per_channel(B.to(dtype), d).expand(b, d, n, l)
-    Cc = per_channel(C.to(dtype), d).expand(b, d, n, l)
-    h = torch.zeros(b, d, n, dtype=dtype, device=u.device) if initial_state is None else initial_state.to(dtype)
     ys = []
     for t in range(l):
         decay = torch.exp(dt[:, :, t, None] * Ac)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from longrange.ops.scan.common import check_shapes, compute_dtype, finish, per_channel, prepare_delta, shape_of
+from longrange.ops.scan.common import finish, loop_operands, shape_of
 
 #: Positions whose decays and inputs are formed at once.
 SEGMENT = 64
@@ -85,18 +85,10 @@ def selective_scan_signed(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The selective scan with decays ``2 exp(delta A) - 1`` (see the module docstring); the
     arguments and shapes of :func:`~longrange.ops.scan.selective_scan`."""
-    check_shapes(u, delta, A, B, C, D, z, delta_bias, initial_state)
     if segment < 1:
         raise ValueError(f"selective_scan_signed: segment must be >= 1, got {segment}")
-    dtype = compute_dtype(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    uc, dt, Ac, Bc, Cc, h = loop_operands(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state)
     b, d, l = u.shape
-    n = A.shape[1]
-    uc = u.to(dtype)
-    dt = prepare_delta(delta, delta_bias, delta_softplus, dtype)
-    Ac = A.to(dtype)
-    Bc = per_channel(B.to(dtype), d).expand(b, d, n, l)
-    Cc = per_channel(C.to(dtype), d).expand(b, d, n, l)
-    h = uc.new_zeros(b, d, n) if initial_state is None else initial_state.to(dtype)
     ys = []
     for s in range(0, l, segment):
         part = slice(s, min(l, s + segment))
