@@ -82,3 +82,20 @@ def test_a_run_config_with_a_field_of_neither_kind_is_still_an_error(tmp_path):
         {"stage": "train", "seed": 0, "fingerprint": "x", "objective": {"kind": "supervised", "reverse": False}}
     )
     assert out == {"objective": {}, "train": {}}
+
+
+def test_a_seed_written_in_the_experiment_is_the_stages_and_a_different_one_asked_for_is_an_error():
+    """``train.seed`` (or a stage's own ``pretrain.seed``) is the stage's seed when none is asked for;
+    ``--seed`` or a comparison's seed that disagrees with it is an error, never a silent replacement."""
+    exp = resolve("demo/s4d", overrides=["train.seed=5"])
+    stage = resolve_stage(exp, "train")
+    assert stage.seed == 5 and stage.train.seed == 5
+    assert resolve_stage(exp, "train", seed=5).seed == 5
+    with pytest.raises(
+        ConfigError, match=r"train.seed is 5 in the experiment, but the stage was asked to run with seed 6"
+    ):
+        resolve_stage(exp, "train", seed=6)
+    plain = resolve("demo/s4d")
+    assert resolve_stage(plain, "train").seed == 0 and resolve_stage(plain, "train", seed=3).seed == 3
+    own = resolve("demo/s4d", overrides=["train.seed=5", "pretrain.seed=7"])
+    assert resolve_stage(own, "pretrain", objective="masked").seed == 7 and resolve_stage(own, "train").seed == 5

@@ -16,7 +16,9 @@ def _add_experiment_args(p: argparse.ArgumentParser, out_help: str) -> None:
         "of a run's directory, to run it again (its run fields left out)",
     )
     p.add_argument("--out", required=True, help=out_help)
-    p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    p.add_argument(
+        "--seed", type=int, default=None, help="training seed (default: the experiment's train.seed, else 0)"
+    )
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="start afresh even if --out holds a run")
     p.add_argument(

@@ -133,11 +133,26 @@ def check_direction(task: TaskConfig, model: ModelConfig) -> None:
         )
 
 
+def _stage_seed(exp: ExperimentConfig, stage: str, seed: int | None) -> int:
+    """The seed a stage runs with: ``seed`` if given, else the experiment's for the stage, else 0;
+    a ConfigError when both are given and differ."""
+    section = {"pretrain": exp.pretrain, "finetune": exp.finetune}.get(stage) or {}
+    where, written = (stage, section["seed"]) if "seed" in section else ("train", exp.train.get("seed"))
+    if written is None:
+        return 0 if seed is None else seed
+    if seed is not None and seed != written:
+        raise ConfigError(
+            f"{where}.seed is {written} in the experiment, but the stage was asked to run with seed {seed} "
+            "(--seed, or a comparison's compare.seeds): give the seed in one place"
+        )
+    return int(written)
+
+
 def resolve_stage(
     exp: ExperimentConfig,
     stage: str,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     regime: str | None = None,
     objective: str | None = None,
     reverse: bool = False,
@@ -150,6 +165,10 @@ def resolve_stage(
     ``objective`` defaults to causal for pretraining and supervised otherwise; ``regime`` to the
     stage's (scratch, <objective>-spt, or for finetuning the pretraining's, f1-spt / f1r1-spt when
     morphed); ``max_steps`` fixes the length of training (the compute-matched baseline).
+
+    ``seed`` (``--seed``, a comparison's seed) defaults to the stage's ``seed`` in the experiment
+    (``train.seed``, or the stage's own section's), else 0; given as well, it must agree with it, so
+    that a seed written in an experiment is never silently replaced.
     """
     if stage not in STAGES:
         raise ConfigError(f"unknown stage {stage!r}; expected {', '.join(STAGES)}")
@@ -166,6 +185,7 @@ def resolve_stage(
         raise ConfigError(f"stage {stage} trains on the task's labels; objective {kind!r} is for pretraining")
     if reverse and kind != "causal":
         raise ConfigError("reverse sequences are an option of causal pretraining (for F1R1)")
+    seed = _stage_seed(exp, stage, seed)
     model_cfg = exp.stage_model(stage)
     if stage == "pretrain":
         model_cfg = pretraining_model_config(model_cfg, kind)

@@ -142,7 +142,8 @@ class TrainConfig:
     lock_stale_after: float = 300.0
 
     #: The seed of the initialisation, dropout, masking and data order (a comparison sets it per stage
-    #: from ``compare.seeds``; ``--seed`` on the command line).
+    #: from ``compare.seeds``; ``--seed`` on the command line; written in an experiment, it is the
+    #: stage's seed, and another asked for by either is an error).
     seed: int = 0
     #: DataLoader worker processes; 0 = load in the training process.
     num_workers: int = 0
