@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from longrange.data.dataset import TaskData
-from longrange.data.generate.base import Generator, example_rng
+from longrange.data.generate.base import Generator
 from longrange.data.generate.mad import (
     Compression,
     FuzzyInContextRecall,
@@ -159,10 +159,7 @@ class MADSplit(GeneratedSplit):
     """A split of a MAD task: the training split draws mad-lab's training instances, the others
     its test instances; memorization's map is that of the data seed."""
 
-    def example(self, i: int) -> Example:
-        if not 0 <= i < self.n:
-            raise IndexError(f"index {i} out of range for the {self.n} {self.split} examples")
-        rng = example_rng(self.seed, *self._key, self.epoch, i)
+    def draw(self, rng: np.random.Generator) -> Example:
         return self.generator.draw(rng, training=self.split == "train", seed=self.seed)
 
 

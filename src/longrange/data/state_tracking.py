@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from longrange.data.generate.base import example_rng
 from longrange.data.generate.sequences import Example
 from longrange.data.generate.state_tracking import (
     STATE_TRACKING,
@@ -70,10 +69,8 @@ class StateTrackingSplit(GeneratedSplit):
     """A split of a state-tracking task: the training split draws the training lengths, the
     others the held-out lengths."""
 
-    def example(self, i: int) -> Example:
-        if not 0 <= i < self.n:
-            raise IndexError(f"index {i} out of range for the {self.n} {self.split} examples")
-        return self.generator.draw(example_rng(self.seed, *self._key, self.epoch, i), training=self.split == "train")
+    def draw(self, rng: Any) -> Example:
+        return self.generator.draw(rng, training=self.split == "train")
 
 
 def _classes(generator: StateTracking) -> int:

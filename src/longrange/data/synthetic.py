@@ -76,7 +76,12 @@ class GeneratedSplit(Dataset):
         """Item ``i`` of the current epoch, in task tokens."""
         if not 0 <= i < self.n:
             raise IndexError(f"index {i} out of range for the {self.n} {self.split} examples")
-        return self.generator.draw(example_rng(self.seed, *self._key, self.epoch, i))
+        return self.draw(example_rng(self.seed, *self._key, self.epoch, i))
+
+    def draw(self, rng: np.random.Generator) -> Example:
+        """One example of this split from the random stream ``rng`` (a split whose generator draws
+        its splits differently passes it what it needs)."""
+        return self.generator.draw(rng)
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         ex = self.example(int(i))
